@@ -1,0 +1,3 @@
+from cuset_core.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Datasets: formats, loading, line-numbered validation, group splits and prompt styles."""

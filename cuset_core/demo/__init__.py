@@ -1,0 +1,1 @@
+"""The project's own demo dataset: KernelBench-format problems with CUDA solutions."""

@@ -1,0 +1,1 @@
+"""Generation: prompts (KernelBench and compact), sampling and code extraction."""

@@ -1,0 +1,1 @@
+"""Training objectives behind one interface: sft, dft, focal, profit and the CuSeT family."""

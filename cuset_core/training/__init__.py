@@ -1,0 +1,1 @@
+"""Training: a transformers Trainer subclass, peft, callbacks, and the subprocess entry point."""

@@ -1,0 +1,87 @@
+"""The one result type of kernel verification: a verdict, the tier that decided it, and evidence.
+
+Every tier returns (or contributes to) a ``VerifyResult``. It is a pydantic model so it
+serialises to stable JSON (``result.model_dump(mode="json")``) for the CLI, caches and the
+service.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, Field
+
+
+class Verdict(str, Enum):
+    """Outcome of verifying one candidate against one problem (DESIGN.md §4)."""
+
+    NO_CODE = "no_code"
+    STATIC_REJECT = "static_reject"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    SHAPE_MISMATCH = "shape_mismatch"
+    VALUE_MISMATCH = "value_mismatch"
+    TIMEOUT = "timeout"
+    UNSUPPORTED = "unsupported"  # tier 2 cannot model a feature; never counted as pass or fail
+    PASS = "pass"
+
+
+class Tier(str, Enum):
+    """Verification tiers, cheapest first; running a tier runs every cheaper one before it."""
+
+    STATIC = "static"
+    COMPILE = "compile"
+    CPU = "cpu"
+    GPU = "gpu"
+
+    @property
+    def rank(self) -> int:
+        """0 for static .. 3 for gpu."""
+        return list(Tier).index(self)
+
+
+class Diagnostic(BaseModel):
+    """One compiler or static-check message, with its line in the candidate file (1-based)."""
+
+    severity: str = Field(description="error | warning | note")
+    message: str
+    line: int | None = Field(None, description="line in the candidate file, 1-based")
+    column: int | None = None
+
+
+class KernelResources(BaseModel):
+    """ptxas resource usage of one kernel."""
+
+    kernel: str = Field(description="demangled kernel name when available")
+    registers: int = 0
+    shared_bytes: int = 0
+    constant_bytes: int = 0
+    stack_bytes: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+
+
+class VerifyResult(BaseModel):
+    """Everything a verification run found out, stable and JSON-serialisable."""
+
+    verdict: Verdict
+    tier: Tier = Field(description="the tier that decided the verdict")
+    tiers_run: list[Tier] = Field(default_factory=list)
+    reason: str = Field("", description="one line saying why, for humans")
+    unsupported_feature: str | None = Field(None, description="named when verdict is unsupported")
+    timings_s: dict[str, float] = Field(default_factory=dict, description="seconds per stage")
+    diagnostics: list[Diagnostic] = Field(default_factory=list)
+    resources: list[KernelResources] = Field(default_factory=list)
+    max_abs_diff: float | None = None
+    mean_abs_diff: float | None = None
+    launches: dict[str, int] = Field(default_factory=dict, description="kernel name -> launches")
+    trials: int = Field(0, description="correctness trials (seeds) that ran")
+    runtime_ms: float | None = Field(None, description="tier 3: candidate mean time per call")
+    reference_ms: float | None = Field(None, description="tier 3: eager PyTorch mean time per call")
+    speedup: float | None = Field(None, description="tier 3: reference_ms / runtime_ms")
+    log: str = Field("", description="excerpt of the log that explains a failure")
+    cached: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict is Verdict.PASS

@@ -1,0 +1,36 @@
+"""Verification settings: data, validated at the edge, part of the cache key."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cuset_core.verify.result import Tier
+
+
+class SandboxLimits(BaseModel):
+    """Resource limits for one sandboxed candidate process."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    wall_s: float = Field(120.0, gt=0, description="wall-clock limit, seconds")
+    cpu_s: int = Field(120, gt=0, description="CPU-time limit, seconds")
+    memory_mb: int = Field(4096, gt=0, description="address-space limit, MiB")
+    max_processes: int = Field(64, gt=0, description="processes/threads the sandbox may hold")
+    file_size_mb: int = Field(256, gt=0, description="largest file it may write, MiB")
+
+
+class VerifySettings(BaseModel):
+    """How far and how strictly to verify; every field changes the cache key."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tier: Tier = Tier.CPU
+    arch: str = Field("sm_90", pattern=r"^sm_\d+[a-z]?$", description="nvcc target for tier 1")
+    strict_headers: bool = Field(False, description="tier 1 against the real torch headers")
+    seeds: int = Field(3, ge=1, le=20, description="correctness trials, one seed each")
+    atol: float = Field(1e-2, ge=0)
+    rtol: float = Field(1e-2, ge=0)
+    reduce_sizes: bool = Field(True, description="tier 2: shrink module-level size constants")
+    max_elements: int = Field(1 << 18, gt=0, description="tier 2: target tensor size after shrink")
+    timing_trials: int = Field(100, ge=1, description="tier 3: timed calls after warmup")
+    limits: SandboxLimits = SandboxLimits()

@@ -1,0 +1,54 @@
+"""Shared fixtures: the SmolLM2 tokenizer, tiny config-built models, and skip rules."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = Path(os.environ.get("CUSET_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def pytest_collection_modifyitems(config, items):
+    has_nvcc = shutil.which("nvcc") is not None
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    for item in items:
+        if "nvcc" in item.keywords and not has_nvcc:
+            item.add_marker(pytest.mark.skip(reason="nvcc is not on PATH"))
+        if "gpu" in item.keywords and not has_gpu:
+            item.add_marker(pytest.mark.skip(reason="no CUDA GPU on this machine"))
+        if "shared_data" in item.keywords and not SHARED_DATA.is_dir():
+            item.add_marker(pytest.mark.skip(reason=f"shared data not found at {SHARED_DATA}"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """Folder of the read-only shared data sets (tests using it are marked ``shared_data``)."""
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """SmolLM2's fast tokenizer, read from the bundled GGUF file."""
+    from cuset_core.models import BUNDLED_MODEL, load_tokenizer
+
+    return load_tokenizer(BUNDLED_MODEL)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
+    """A folder holding a tiny random SmolLM2-architecture model and the SmolLM2 tokenizer."""
+    from cuset_core.models import tiny_model
+
+    folder = tmp_path_factory.mktemp("tiny-model")
+    tiny_model(len(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
