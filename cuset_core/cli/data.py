@@ -1,7 +1,155 @@
-"""`cuset` commands for data (placeholder: filled by its owner)."""
+"""`cuset data validate` and `cuset data split`: check a dataset, split it by group."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import NoReturn
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from cuset_core.data import (
+    DataFileError,
+    LoadOptions,
+    LoadResult,
+    Record,
+    group_of,
+    load_records,
+    split_by_group,
+)
+from cuset_core.generation.prompts import PromptStyle
+
+FILE_HELP = "JSONL (chat messages, prompt/completion, question/answer) or parquet table."
+STYLE_HELP = "kernelbench keeps prompts as given; compact rebuilds them from the problem code."
+KEEP_HELP = "Keep answers without a __global__ kernel (reported as warnings)."
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the `cuset` app."""
+    """Add the `data` command group to the `cuset` app."""
+    data_app = typer.Typer(help="Validate and split training datasets.", no_args_is_help=True)
+    data_app.command("validate")(validate)
+    data_app.command("split")(split)
+    app.add_typer(data_app, name="data")
+
+
+def validate(
+    file: Path = typer.Argument(..., help=FILE_HELP),
+    prompt_style: PromptStyle = typer.Option("kernelbench", "--prompt-style", help=STYLE_HELP),
+    keep_non_kernel: bool = typer.Option(False, "--keep-non-kernel", help=KEEP_HELP),
+    max_tokens: int | None = typer.Option(
+        None, "--max-tokens", min=1, help="Drop records longer than this (needs --model)."
+    ),
+    model: str = typer.Option("smollm2-135m", "--model", help="Tokenizer for --max-tokens."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead."),
+    show: int = typer.Option(50, "--show", min=0, help="Issues listed in the table."),
+) -> None:
+    """Check every row; print a summary and the issues. Exits 1 if any row has an error."""
+    result = _load(file, prompt_style, keep_non_kernel, max_tokens, model)
+    if as_json:
+        typer.echo(json.dumps(_summary(result) | {
+            "issues": [issue.model_dump(mode="json") for issue in result.issues]
+        }))
+    else:
+        console = Console()
+        console.print(_summary_line(file, result))
+        if result.issues and show:
+            console.print(_issue_table(result, show))
+    raise typer.Exit(1 if result.errors else 0)
+
+
+def split(
+    file: Path = typer.Argument(..., help=FILE_HELP),
+    out: Path = typer.Option(..., "--out", help="Folder for train.jsonl, val.jsonl, split.json."),
+    val_fraction: float = typer.Option(0.15, "--val-fraction", min=0.0, max=0.99),
+    seed: int = typer.Option(0, "--seed"),
+    prompt_style: PromptStyle = typer.Option("kernelbench", "--prompt-style", help=STYLE_HELP),
+    keep_non_kernel: bool = typer.Option(False, "--keep-non-kernel", help=KEEP_HELP),
+) -> None:
+    """Split the valid records by group into train/val chat-format JSONL files."""
+    result = _load(file, prompt_style, keep_non_kernel, None, "")
+    if not result.records:
+        _fail(f"{file}: no valid records to split ({len(result.errors)} errors; "
+              "run `cuset data validate` for details)")
+    train, val = split_by_group(result.records, val_fraction, seed)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_jsonl(out / "train.jsonl", train)
+    _write_jsonl(out / "val.jsonl", val)
+    manifest = {
+        "source": file.name,
+        "val_fraction": val_fraction,
+        "seed": seed,
+        "prompt_style": prompt_style,
+        "dropped": result.total - len(result.records),
+        "train": _side(train),
+        "val": _side(val),
+    }
+    (out / "split.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    typer.echo(
+        f"train: {len(train)} records in {manifest['train']['n_groups']} groups; "
+        f"val: {len(val)} records in {manifest['val']['n_groups']} groups; "
+        f"dropped {manifest['dropped']} of {result.total} rows -> {out}"
+    )
+
+
+def _load(
+    file: Path, prompt_style: str, keep_non_kernel: bool, max_tokens: int | None, model: str
+) -> LoadResult:
+    options = LoadOptions(
+        prompt_style=prompt_style, require_kernel=not keep_non_kernel, max_tokens=max_tokens
+    )
+    tokenizer = None
+    try:
+        if max_tokens is not None:
+            from cuset_core.models import load_tokenizer
+
+            tokenizer = load_tokenizer(model)
+        return load_records(file, options, tokenizer)
+    except ValueError as error:  # DataFileError and ModelNotFoundError are ValueErrors
+        _fail(str(error))
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+def _summary(result: LoadResult) -> dict:
+    return {
+        "total": result.total,
+        "kept": len(result.records),
+        "errors": len(result.errors),
+        "warnings": len(result.warnings),
+        "counts": result.counts(),
+    }
+
+
+def _summary_line(file: Path, result: LoadResult) -> str:
+    counts = ", ".join(f"{code} {n}" for code, n in result.counts().items()) or "no issues"
+    return (
+        f"{file.name}: {result.total} rows, {len(result.records)} kept, "
+        f"{len(result.errors)} errors, {len(result.warnings)} warnings ({counts})"
+    )
+
+
+def _issue_table(result: LoadResult, show: int) -> Table:
+    title = f"first {show} of {len(result.issues)} issues" if len(result.issues) > show else None
+    table = Table(title=title)
+    for column in ("line", "field", "code", "severity", "message"):
+        table.add_column(column)
+    for issue in result.issues[:show]:
+        table.add_row(str(issue.line), issue.field, issue.code.value, issue.severity,
+                      issue.message)
+    return table
+
+
+def _side(records: list[Record]) -> dict:
+    groups = sorted({group_of(record) for record in records})
+    return {"n_records": len(records), "n_groups": len(groups), "groups": groups}
+
+
+def _write_jsonl(path: Path, records: list[Record]) -> None:
+    with path.open("w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record.to_chat_row(), ensure_ascii=False) + "\n")

@@ -1,7 +1,199 @@
-"""`cuset` commands for train (placeholder: filled by its owner)."""
+"""`cuset tune` (runs the training subprocess behind a progress bar) and `cuset generate`."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, get_args
 
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+from cuset_core.generation.prompts import PromptStyle as PromptStyleName
+from cuset_core.objectives.config import MethodName
+from cuset_core.training.config import ConfigError, parse_config
+
+EXIT_BAD_USAGE = 2
+JOB_FILE = "job.json"
+LOG_FILE = "train.log"
+
+
+Method = Enum("Method", {name: name for name in get_args(MethodName)}, type=str)
+PromptStyle = Enum("PromptStyle", {name: name for name in get_args(PromptStyleName)}, type=str)
+
+
+def fail(message: str, code: int = EXIT_BAD_USAGE) -> typer.Exit:
+    """Print one error line to stderr and return the Exit to raise."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def job_document(
+    base: dict,
+    *,
+    data: Path | None,
+    model: str | None,
+    method: Method | None,
+    output: Path,
+    max_steps: int | None,
+    epochs: float | None,
+    lr: float | None,
+    batch_size: int | None,
+    lora: bool | None,
+    prompt_style: PromptStyle | None,
+) -> dict:
+    """A job config: ``base`` (from --config) overridden by the options given on the command line."""
+    job = json.loads(json.dumps(base))  # deep copy of plain JSON
+    job["output_dir"] = str(output)
+    if data is not None:
+        job["train_file"] = str(data)
+    if model is not None:
+        job["model"] = model
+    if method is not None:
+        job["method"] = {**job.get("method", {}), "type": method.value}
+    if prompt_style is not None:
+        job["prompt_style"] = prompt_style.value
+    if lora is False:
+        job["lora"] = None
+    elif lora is True and job.get("lora") is None:
+        job.pop("lora", None)
+    hyper = dict(job.get("hyperparameters", {}))
+    for key, value in (("max_steps", max_steps), ("epochs", epochs), ("learning_rate", lr), ("batch_size", batch_size)):
+        if value is not None:
+            hyper[key] = value
+    job["hyperparameters"] = hyper
+    return job
+
+
+def follow(process: subprocess.Popen, console: Console) -> int:
+    """Show the subprocess's JSONL progress as a bar and its events as lines; its exit code."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"))
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("tuning", total=None, info="")
+        for line in process.stdout:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            kind = record.get("type")
+            if kind == "progress":
+                eta = record.get("eta_s")
+                info = f"loss {record['loss']:.4f}  {record.get('tokens_per_s') or 0:.0f} tok/s"
+                info += f"  eta {eta:.0f}s" if eta is not None else ""
+                bar.update(task, total=record["max_steps"], completed=record["step"], info=info)
+            elif kind == "event":
+                style = {"warning": "yellow", "error": "red"}.get(record.get("level"), "dim")
+                bar.console.print(f"[{style}]{record['message']}[/{style}]")
+            elif kind == "checkpoint":
+                bar.console.print(f"[dim]checkpoint {record['path']}[/dim]")
+            elif kind == "eval":
+                bar.console.print(f"step {record['step']}: eval loss {record['eval_loss']:.4f}")
+            elif kind == "done":
+                bar.console.print(f"[green]done: {record['steps']} steps, saved to {record['output_dir']}[/green]")
+            elif kind == "error":
+                bar.console.print(f"[red]error: {record['message']}[/red]")
+    return process.wait()
+
+
+def tune(
+    output: Annotated[Path, typer.Option("--output", "-o", help="folder for checkpoints, adapter and progress")],
+    data: Annotated[Path | None, typer.Option("--data", help="training data (JSONL or parquet)")] = None,
+    model: Annotated[str | None, typer.Option(help="smollm2-135m, a .gguf file or a model folder")] = None,
+    method: Annotated[Method | None, typer.Option(help="training objective")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="optimizer steps (overrides --epochs)")] = None,
+    epochs: Annotated[float | None, typer.Option(help="passes over the data")] = None,
+    lr: Annotated[float | None, typer.Option(help="learning rate")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="sequences per device per micro-batch")] = None,
+    lora: Annotated[bool | None, typer.Option("--lora/--full", help="LoRA adapter or full fine-tuning")] = None,
+    prompt_style: Annotated[PromptStyle | None, typer.Option(help="prompt format of the records")] = None,
+    config: Annotated[Path | None, typer.Option(help="job config JSON; options given here override it")] = None,
+) -> None:
+    """Fine-tune a model on CUDA answers with one objective; Ctrl-C stops after a checkpoint."""
+    base: dict = {}
+    if config is not None:
+        try:
+            base = json.loads(config.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise fail(f"--config {config}: {exc}") from None
+        if not isinstance(base, dict):
+            raise fail(f"--config {config}: expected a JSON object")
+    job = job_document(
+        base, data=data, model=model, method=method, output=output, max_steps=max_steps, epochs=epochs,
+        lr=lr, batch_size=batch_size, lora=lora, prompt_style=prompt_style,
+    )
+    try:
+        parse_config(job).validate_paths()
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    output.mkdir(parents=True, exist_ok=True)
+    job_file = output / JOB_FILE
+    job_file.write_text(json.dumps(job, indent=2) + "\n")
+    console = Console(stderr=False)
+    with (output / LOG_FILE).open("a") as log:
+        # A new session keeps the terminal's Ctrl-C away from the child: we forward it as SIGTERM,
+        # which the training process answers by checkpointing and stopping.
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cuset_core.training", str(job_file)],
+            stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True,
+        )
+
+        def forward(signum, frame) -> None:
+            console.print("[yellow]stopping after the current step (checkpoint)...[/yellow]")
+            process.send_signal(signal.SIGTERM)
+
+        previous = signal.signal(signal.SIGINT, forward)
+        try:
+            code = follow(process, console)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    if code != 0:
+        console.print(f"[red]training exited with code {code}; log: {output / LOG_FILE}[/red]")
+        raise typer.Exit(code)
+
+
+def generate(
+    problem: Annotated[Path, typer.Option(help="KernelBench-format problem (.py with class Model)")],
+    model: Annotated[str, typer.Option(help="smollm2-135m, a model folder, or a tuned output folder")] = "smollm2-135m",
+    samples: Annotated[int, typer.Option(min=1, help="answers to sample")] = 1,
+    temperature: Annotated[float, typer.Option(min=0.0, help="0 = greedy")] = 0.0,
+    top_p: Annotated[float, typer.Option(min=0.0, max=1.0)] = 1.0,
+    max_new_tokens: Annotated[int, typer.Option(min=1)] = 512,
+    prompt_style: Annotated[PromptStyle, typer.Option(help="prompt format")] = PromptStyle.compact,
+    seed: Annotated[int | None, typer.Option(help="sampling seed")] = None,
+    code_only: Annotated[bool, typer.Option("--code-only", help="print only the first code block")] = False,
+) -> None:
+    """Write a kernel for a problem with a base model or a tuned adapter."""
+    from cuset_core.generation.extract import answer_code
+    from cuset_core.generation.prompts import build_messages
+    from cuset_core.generation.sampling import generate as sample
+    from cuset_core.models import ModelNotFoundError, load_model, resolve_model
+
+    try:
+        resolve_model(model)
+    except ModelNotFoundError as exc:
+        raise fail(f"--model: {exc}") from None
+    try:
+        problem_code = problem.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail(f"--problem {problem}: {exc}") from None
+    loaded, tokenizer = load_model(model)
+    messages = build_messages(problem_code, prompt_style.value)
+    [answers] = sample(
+        loaded, tokenizer, [messages], n=samples, temperature=temperature, top_p=top_p,
+        max_new_tokens=max_new_tokens, seed=seed,
+    )
+    for index, answer in enumerate(answers):
+        if samples > 1:
+            typer.echo(f"# sample {index + 1} ({answer.completion_tokens} tokens, {answer.finish_reason})")
+        typer.echo(answer_code(answer.text).code if code_only else answer.text)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the `cuset` app."""
+    """Add `tune` and `generate` to the `cuset` app."""
+    app.command("tune")(tune)
+    app.command("generate")(generate)

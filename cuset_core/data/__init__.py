@@ -1,1 +1,23 @@
 """Datasets: formats, loading, line-numbered validation, group splits and prompt styles."""
+
+from cuset_core.data.encode import IGNORE_INDEX, EncodedRecord, encode_record
+from cuset_core.data.load import DataFileError, LoadOptions, LoadResult, load_records
+from cuset_core.data.records import Message, Record
+from cuset_core.data.split import group_of, split_by_group
+from cuset_core.data.validate import DataIssue, ErrorCode
+
+__all__ = [
+    "IGNORE_INDEX",
+    "DataFileError",
+    "DataIssue",
+    "EncodedRecord",
+    "ErrorCode",
+    "LoadOptions",
+    "LoadResult",
+    "Message",
+    "Record",
+    "encode_record",
+    "group_of",
+    "load_records",
+    "split_by_group",
+]

@@ -1,0 +1,90 @@
+"""Median seconds per candidate for verification tiers 1 (compile) and 2 (CPU), cold and cached.
+
+Usage (from the repository root):
+
+    .venv/bin/python bench/verify_throughput.py [--problems 8] [--tiers compile cpu]
+
+The fixed set is the first ``--problems`` demo problems with their reference solutions. Per
+tier: one untimed verification of another demo problem first (one-time setup such as a
+precompiled header; its time is reported as ``setup_s``), then every candidate *cold* (result
+cache disabled, so every stage runs in fresh folders), then every candidate again into an empty
+cache folder (untimed, it fills the cache) and once more *cached*. Prints one JSON line.
+Targets: tier 1 <= 1.5 s and tier 2 <= 10 s per candidate cold, cached about 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from cuset_core.demo import demo_problems  # noqa: E402
+from cuset_core.verify.result import Tier  # noqa: E402
+from cuset_core.verify.run import verify  # noqa: E402
+from cuset_core.verify.settings import VerifySettings  # noqa: E402
+
+TARGET_COLD_S = {Tier.COMPILE: 1.5, Tier.CPU: 10.0}
+
+
+def timed_pass(pairs: list[tuple[str, str]], settings: VerifySettings, cache_dir: Path | None) -> tuple[list[float], list[str]]:
+    """Seconds and verdict per (problem, solution) pair, verified one after another."""
+    seconds, verdicts = [], []
+    for problem, solution in pairs:
+        start = time.perf_counter()
+        result = verify(problem, solution, settings, cache_dir=cache_dir)
+        seconds.append(time.perf_counter() - start)
+        verdicts.append(result.verdict.value)
+    return seconds, verdicts
+
+
+def bench_tier(tier: Tier, pairs: list[tuple[str, str]], setup_pair: tuple[str, str]) -> dict:
+    """Setup, cold and cached figures of one tier."""
+    settings = VerifySettings(tier=tier)
+    start = time.perf_counter()
+    verify(*setup_pair, settings, cache_dir=None)
+    setup_s = time.perf_counter() - start
+    cold, verdicts = timed_pass(pairs, settings, None)
+    with tempfile.TemporaryDirectory(prefix="cuset-bench-cache-") as folder:
+        timed_pass(pairs, settings, Path(folder))
+        cached, _ = timed_pass(pairs, settings, Path(folder))
+    cold_median = statistics.median(cold)
+    return {
+        "setup_s": round(setup_s, 3),
+        "cold_median_s": round(cold_median, 3),
+        "cold_max_s": round(max(cold), 3),
+        "cached_median_s": round(statistics.median(cached), 4),
+        "target_cold_s": TARGET_COLD_S[tier],
+        "meets_target": cold_median <= TARGET_COLD_S[tier],
+        "verdicts": {v: verdicts.count(v) for v in sorted(set(verdicts))},
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--problems", type=int, default=8, help="how many demo problems to time")
+    parser.add_argument("--tiers", nargs="+", choices=["compile", "cpu"], default=["compile", "cpu"])
+    args = parser.parse_args()
+    problems = demo_problems()
+    if len(problems) < args.problems + 1:
+        print(f"error: the demo set has {len(problems)} problems, need {args.problems + 1}", file=sys.stderr)
+        return 2
+    pairs = [(p.problem_code, p.solution_code) for p in problems[: args.problems]]
+    setup_pair = (problems[args.problems].problem_code, problems[args.problems].solution_code)
+    figures = {"candidates": len(pairs), "cpus": os.cpu_count()}
+    for name in args.tiers:
+        tier = Tier(name)
+        figures[f"tier{tier.rank}_{tier.value}"] = bench_tier(tier, pairs, setup_pair)
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

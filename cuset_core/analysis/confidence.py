@@ -1,0 +1,306 @@
+"""The paper's finding as numbers: how confident a model is on CUDA-sensitive tokens.
+
+For every record, one no-grad forward pass gives p, the probability of each gold answer token
+(p = exp(-cross-entropy), no second softmax), and the sensitivity analysis says which tokens are
+sensitive, of which category, in which region. The summary compares sensitive and
+non-sensitive tokens (mean p, shares above ``high`` and below ``low``), per category, and lists
+the regions whose sensitive tokens have the lowest mean p. ``cuset confidence-report`` writes it
+as ``report.json``, ``report.md`` and ``confidence.png``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from cuset_core.analysis.analyze import analyze_answer
+from cuset_core.analysis.categories import Category
+from cuset_core.analysis.tokens import align_tokens
+from cuset_core.generation.prompts import PromptStyle
+
+SCHEMA = "cuset.confidence-report/1"
+REPORT_JSON, REPORT_MD, REPORT_PNG = "report.json", "report.md", "confidence.png"
+SENSITIVE, NON_SENSITIVE = "sensitive", "non_sensitive"
+IGNORE_INDEX = -100
+
+
+class ReportSettings(BaseModel):
+    """What to measure and how to summarise it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str = "smollm2-135m"  # a model spec (see cuset_core.models)
+    data: Path
+    out: Path
+    limit: int | None = Field(default=32, ge=1)  # records analysed (None: all)
+    prompt_style: PromptStyle = "kernelbench"
+    max_tokens: int = Field(default=4096, ge=8)  # longer records are truncated
+    high: float = Field(default=0.9, gt=0.0, le=1.0)  # "confident": p >= high
+    low: float = Field(default=0.5, gt=0.0, le=1.0)  # "unsure": p < low
+    bins: int = Field(default=20, ge=2, le=200)
+    top_regions: int = Field(default=20, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered_thresholds(self) -> "ReportSettings":
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must not exceed high ({self.high})")
+        return self
+
+
+@dataclass(frozen=True)
+class RegionInfo:
+    """What the report shows of a region."""
+
+    kind: str
+    category: Category
+    text: str
+
+
+@dataclass(frozen=True)
+class RecordConfidence:
+    """One record's supervised tokens: gold-token probability, category (None: not sensitive)
+    and region id (-1: none); the three lists are aligned."""
+
+    line: int
+    p: list[float]
+    category: list[Category | None]
+    region: list[int]
+    regions: dict[int, RegionInfo]
+
+
+def gold_probabilities(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """p of each gold token: ``logits`` (n, vocab), ``targets`` (n,) -> (n,) float32 in [0, 1]."""
+    return torch.exp(-F.cross_entropy(logits.float(), targets, reduction="none"))
+
+
+@torch.inference_mode()
+def record_confidence(model, encoded, answer: str, line: int) -> RecordConfidence | None:
+    """Forward ``encoded`` (an ``EncodedRecord`` of ``answer``) once, batch 1; None when no
+    token is supervised. Only the logits of the supervised positions are materialised."""
+    labels = torch.tensor(encoded.labels)
+    supervised = (labels != IGNORE_INDEX).nonzero().flatten()
+    if supervised.numel() == 0 or int(supervised[-1]) == 0:
+        return None
+    first = max(int(supervised[0]), 1)  # token 0 has no prediction
+    input_ids = torch.tensor([encoded.input_ids], device=model.device)
+    keep = len(encoded.input_ids) - first + 1  # logits of positions first-1 .. end
+    logits = model(input_ids=input_ids, logits_to_keep=keep).logits[0, :-1]
+    targets = labels[first:].to(logits.device)
+    mask = targets != IGNORE_INDEX
+    p = gold_probabilities(logits[mask], targets[mask]).cpu().tolist()
+    positions = (mask.nonzero().flatten().cpu() + first).tolist()
+
+    analysis = analyze_answer(answer)
+    sensitivity = align_tokens(analysis, encoded.offsets, encoded.answer_start)
+    regions = {
+        r.id: RegionInfo(r.kind, r.category, answer[r.start : r.end]) for r in analysis.regions
+    }
+    return RecordConfidence(
+        line=line,
+        p=p,
+        category=[sensitivity.category[t] for t in positions],
+        region=[sensitivity.region[t] for t in positions],
+        regions=regions,
+    )
+
+
+def group_stats(p: np.ndarray, high: float, low: float) -> dict:
+    """Token count, mean p and the shares with p >= ``high`` and p < ``low`` (None if empty)."""
+    if p.size == 0:
+        return {"tokens": 0, "mean_p": None, "share_high": None, "share_low": None}
+    return {
+        "tokens": int(p.size),
+        "mean_p": float(p.mean()),
+        "share_high": float((p >= high).mean()),
+        "share_low": float((p < low).mean()),
+    }
+
+
+def token_groups(records: Sequence[RecordConfidence]) -> dict[str, np.ndarray]:
+    """p of every supervised token grouped as sensitive, non-sensitive and per category."""
+    p = np.array([x for r in records for x in r.p], dtype=np.float64)
+    labels = np.array([c.value if c else "" for r in records for c in r.category], dtype=object)
+    groups = {"all": p, SENSITIVE: p[labels != ""], NON_SENSITIVE: p[labels == ""]}
+    for category in Category:
+        groups[category.value] = p[labels == category.value]
+    return groups
+
+
+def region_scores(records: Sequence[RecordConfidence]) -> list[dict]:
+    """Every region with supervised tokens: mean p of its tokens, lowest first."""
+    scored = []
+    for record in records:
+        sums: dict[int, list[float]] = {}
+        for p, region in zip(record.p, record.region):
+            if region >= 0:
+                sums.setdefault(region, []).append(p)
+        for region, values in sums.items():
+            info = record.regions[region]
+            scored.append(
+                {
+                    "line": record.line,
+                    "region": region,
+                    "kind": info.kind,
+                    "category": info.category.value,
+                    "mean_p": float(np.mean(values)),
+                    "tokens": len(values),
+                    "text": info.text,
+                }
+            )
+    scored.sort(key=lambda item: (item["mean_p"], item["line"], item["region"]))
+    return scored
+
+
+def summarize(records: Sequence[RecordConfidence], settings: ReportSettings) -> dict:
+    """The report's numbers (schema ``cuset.confidence-report/1``); pure."""
+    groups = token_groups(records)
+    edges = np.linspace(0.0, 1.0, settings.bins + 1)
+    regions = region_scores(records)
+    low_regions = [r for r in regions if r["mean_p"] < settings.low]
+    sensitive_tokens = int(groups[SENSITIVE].size)
+    return {
+        "schema": SCHEMA,
+        "model": settings.model,
+        "data": str(settings.data),
+        "records": len(records),
+        "thresholds": {"high": settings.high, "low": settings.low},
+        "tokens": {
+            "supervised": int(groups["all"].size),
+            "sensitive": sensitive_tokens,
+            "sensitive_share": sensitive_tokens / groups["all"].size if groups["all"].size else None,
+        },
+        "groups": {
+            name: group_stats(values, settings.high, settings.low) for name, values in groups.items()
+        },
+        "regions": {
+            "count": len(regions),
+            "low_confidence": len(low_regions),
+            "low_confidence_share": len(low_regions) / len(regions) if regions else None,
+            "sensitive_tokens_in_low_confidence_regions": (
+                sum(r["tokens"] for r in low_regions) / sensitive_tokens if sensitive_tokens else None
+            ),
+        },
+        "histogram": {
+            "edges": edges.tolist(),
+            "counts": {
+                name: np.histogram(values, bins=edges)[0].tolist()
+                for name, values in groups.items()
+                if name != "all"
+            },
+        },
+        "lowest_regions": regions[: settings.top_regions],
+    }
+
+
+def render_markdown(summary: dict) -> str:
+    """``report.md``: the summary's tables."""
+    high, low = summary["thresholds"]["high"], summary["thresholds"]["low"]
+    tokens = summary["tokens"]
+    lines = [
+        "# CUDA-sensitive token confidence",
+        "",
+        f"Model `{summary['model']}` on `{summary['data']}`: {summary['records']} records, "
+        f"{tokens['supervised']} supervised tokens, {tokens['sensitive']} sensitive "
+        f"({_fmt(tokens['sensitive_share'])}).",
+        "",
+        f"| tokens | count | mean p | p >= {high} | p < {low} |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, stats in summary["groups"].items():
+        lines.append(
+            f"| {name} | {stats['tokens']} | {_fmt(stats['mean_p'])} | "
+            f"{_fmt(stats['share_high'])} | {_fmt(stats['share_low'])} |"
+        )
+    regions = summary["regions"]
+    lines += [
+        "",
+        f"Regions: {regions['count']}, of which {regions['low_confidence']} have mean p < {low} "
+        f"({_fmt(regions['low_confidence_share'])}); they hold "
+        f"{_fmt(regions['sensitive_tokens_in_low_confidence_regions'])} of the sensitive tokens.",
+        "",
+        "## Lowest-confidence regions",
+        "",
+        "| line | kind | category | mean p | tokens | text |",
+        "|---:|---|---|---:|---:|---|",
+    ]
+    for region in summary["lowest_regions"]:
+        lines.append(
+            f"| {region['line']} | {region['kind']} | {region['category']} | "
+            f"{region['mean_p']:.3f} | {region['tokens']} | `{_one_line(region['text'])}` |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_histograms(summary: dict, path: Path) -> None:
+    """``confidence.png``: share of tokens per p bin, one panel per non-empty group."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    edges = np.array(summary["histogram"]["edges"])
+    panels = [(n, c) for n, c in summary["histogram"]["counts"].items() if sum(c) > 0]
+    columns = 4
+    rows = max(1, -(-len(panels) // columns))
+    figure, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3 * rows), squeeze=False)
+    for axis in axes.flat[len(panels) :]:
+        axis.axis("off")
+    for axis, (name, counts) in zip(axes.flat, panels):
+        total = sum(counts)
+        stats = summary["groups"][name]
+        axis.bar(edges[:-1], np.array(counts) / total, width=np.diff(edges), align="edge",
+                 color="tab:red" if name != NON_SENSITIVE else "tab:gray")
+        for threshold in summary["thresholds"].values():
+            axis.axvline(threshold, color="black", linestyle=":", linewidth=1)
+        axis.set_title(f"{name} (n={total}, mean p={stats['mean_p']:.2f})", fontsize=9)
+        axis.set_xlim(0, 1)
+        axis.set_xlabel("p(gold token)", fontsize=8)
+        axis.set_ylabel("share of tokens", fontsize=8)
+    figure.suptitle(f"Token confidence of {summary['model']}", fontsize=11)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def write_report(summary: dict, out: Path) -> list[Path]:
+    """Write the three report files into ``out`` (created if needed); returns their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / REPORT_JSON, out / REPORT_MD, out / REPORT_PNG]
+    paths[0].write_text(json.dumps(summary, indent=2) + "\n")
+    paths[1].write_text(render_markdown(summary))
+    plot_histograms(summary, paths[2])
+    return paths
+
+
+def run_report(
+    settings: ReportSettings, model, tokenizer, records, progress: Callable[[int], None] | None = None
+) -> dict:
+    """Measure ``records`` (``cuset_core.data.Record``) with ``model`` and summarise them."""
+    from cuset_core.data import encode_record
+
+    model.eval()
+    measured = []
+    for index, record in enumerate(records):
+        encoded = encode_record(record, tokenizer, settings.max_tokens)
+        result = record_confidence(model, encoded, record.answer, record.line)
+        if result is not None:
+            measured.append(result)
+        if progress is not None:
+            progress(index + 1)
+    return summarize(measured, settings)
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _one_line(text: str, limit: int = 160) -> str:
+    flat = " ".join(text.split()).replace("|", "\\|").replace("`", "'")
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -1,0 +1,1 @@
+"""Reference problems of the demo dataset: read as text by ``cuset_core.demo``, never imported."""

@@ -1,0 +1,1 @@
+"""CUDA solutions of the demo dataset: read as text by ``cuset_core.demo``, never imported."""

@@ -1,0 +1,160 @@
+"""Sample answers from a causal LM for chat conversations: batched, or streamed as text deltas.
+
+Temperature 0 means greedy decoding. Prompts are rendered with the tokenizer's chat template
+(with the generation prompt) and left-padded so a batch decodes together.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class GeneratedText:
+    """One completion: its text (special tokens removed), token counts, and why it ended."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int  # generated tokens, the stop token included
+    finish_reason: FinishReason
+
+
+def render_prompt(tokenizer, messages: list[dict]) -> str:
+    """A conversation as the model's prompt text, ending where the assistant's answer starts."""
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def _decoding_kwargs(temperature: float, top_p: float, max_new_tokens: int) -> dict:
+    """Arguments of ``model.generate`` for greedy (temperature 0) or nucleus sampling."""
+    if temperature < 0 or not 0 < top_p <= 1 or max_new_tokens < 1:
+        raise ValueError(
+            f"expected temperature >= 0, 0 < top_p <= 1 and max_new_tokens >= 1, "
+            f"got {temperature}, {top_p}, {max_new_tokens}"
+        )
+    if temperature == 0:
+        return {"do_sample": False, "max_new_tokens": max_new_tokens}
+    return {"do_sample": True, "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens}
+
+
+def _stop_ids(model, tokenizer) -> set[int]:
+    """Token ids that end a completion: the tokenizer's EOS and the generation config's."""
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = set(configured if isinstance(configured, list) else [configured] if configured is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None, device: torch.device):
+    """A context in which sampling draws from ``seed`` without disturbing the caller's RNG."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        yield
+
+
+def _completion(tokens: list[int], prompt_tokens: int, stop_ids: set[int], tokenizer) -> GeneratedText:
+    """Cut a generated id row at its first stop token and decode it."""
+    end = next((i for i, token in enumerate(tokens) if token in stop_ids), None)
+    kept = tokens if end is None else tokens[:end]
+    return GeneratedText(
+        text=tokenizer.decode(kept, skip_special_tokens=True),
+        prompt_tokens=prompt_tokens,
+        completion_tokens=len(tokens) if end is None else end + 1,
+        finish_reason="length" if end is None else "stop",
+    )
+
+
+@torch.no_grad()
+def generate(
+    model,
+    tokenizer,
+    messages_batch: list[list[dict]],
+    *,
+    n: int = 1,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 512,
+    seed: int | None = None,
+) -> list[list[GeneratedText]]:
+    """``n`` completions for each conversation, in input order: result[i][j] is sample j of
+    conversation i. Greedy decoding (temperature 0) runs once and repeats its answer n times."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if not messages_batch:
+        return []
+    kwargs = _decoding_kwargs(temperature, top_p, max_new_tokens)
+    device = next(model.parameters()).device
+    prompts = [render_prompt(tokenizer, messages) for messages in messages_batch]
+    encoded = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    encoded = {key: value.to(device) for key, value in encoded.items()}
+    per_prompt = n if kwargs["do_sample"] else 1
+    was_training = model.training
+    model.eval()
+    with _seeded(seed, device):
+        output = model.generate(
+            **encoded, **kwargs, num_return_sequences=per_prompt, pad_token_id=tokenizer.pad_token_id
+        )
+    model.train(was_training)
+    width = encoded["input_ids"].shape[1]
+    prompt_lengths = encoded["attention_mask"].sum(dim=1).tolist()
+    stop_ids = _stop_ids(model, tokenizer)
+    rows = output[:, width:].tolist()
+    results = []
+    for i, prompt_tokens in enumerate(prompt_lengths):
+        samples = [_completion(rows[i * per_prompt + j], prompt_tokens, stop_ids, tokenizer) for j in range(per_prompt)]
+        results.append(samples * (n // per_prompt))
+    return results
+
+
+def stream_generate(
+    model,
+    tokenizer,
+    messages: list[dict],
+    *,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 512,
+    seed: int | None = None,
+) -> Iterator[str]:
+    """Text deltas of one completion as they are decoded; their concatenation is the answer.
+
+    Decoding runs in a background thread; an error there is raised here after the last delta.
+    """
+    from transformers import TextIteratorStreamer
+
+    kwargs = _decoding_kwargs(temperature, top_p, max_new_tokens)
+    device = next(model.parameters()).device
+    encoded = tokenizer([render_prompt(tokenizer, messages)], return_tensors="pt", add_special_tokens=False)
+    encoded = {key: value.to(device) for key, value in encoded.items()}
+    streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            with torch.no_grad(), _seeded(seed, device):
+                model.generate(**encoded, **kwargs, streamer=streamer, pad_token_id=tokenizer.pad_token_id)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
+            failure.append(exc)
+            streamer.end()
+
+    model.eval()
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    for delta in streamer:
+        if delta:
+            yield delta
+    thread.join()
+    if failure:
+        raise failure[0]

@@ -1,0 +1,132 @@
+"""The one JSON document that describes a tuning job, and its cheap pre-flight checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from cuset_core.models import ModelNotFoundError, resolve_model
+from cuset_core.objectives import MethodConfig
+
+DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class ConfigError(ValueError):
+    """The job config is unusable; the message is one line naming the field."""
+
+
+class LoraSettings(BaseModel):
+    """peft LoRA adapter shape; absent (``null``) in a job means full fine-tuning."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(16, ge=1)
+    alpha: float = Field(32.0, gt=0)
+    dropout: float = Field(0.05, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(default_factory=lambda: list(DEFAULT_LORA_TARGETS), min_length=1)
+
+
+class Hyperparameters(BaseModel):
+    """Optimiser and schedule settings; ``batch_size`` is per device, in sequences."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    learning_rate: float = Field(2e-4, gt=0)
+    batch_size: int = Field(4, ge=1)
+    gradient_accumulation_steps: int = Field(1, ge=1)
+    epochs: float = Field(1.0, gt=0)
+    max_steps: int = Field(-1, ge=-1)  # optimizer steps; -1 means "run ``epochs`` epochs"
+    warmup_steps: int = Field(0, ge=0)
+    lr_scheduler: Literal["linear", "cosine", "constant", "constant_with_warmup"] = "linear"
+    weight_decay: float = Field(0.0, ge=0)
+    max_seq_len: int = Field(1024, ge=16)  # tokens, prompt + answer
+    max_grad_norm: float = Field(1.0, ge=0)
+    gradient_checkpointing: bool = False
+    bf16: bool = False  # bf16 autocast (GPUs that support it); weights stay float32
+
+
+class TuneConfig(BaseModel):
+    """A tuning job: which model, which data, which objective, and where results go."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = "smollm2-135m"
+    train_file: Path
+    validation_file: Path | None = None
+    method: MethodConfig = Field(default_factory=MethodConfig)
+    lora: LoraSettings | None = Field(default_factory=LoraSettings)
+    hyperparameters: Hyperparameters = Field(default_factory=Hyperparameters)
+    prompt_style: Literal["kernelbench", "compact"] = "compact"
+    require_kernel: bool = True
+    seed: int = 0
+    output_dir: Path
+    save_steps: int = Field(100, ge=1)
+    save_total_limit: int | None = Field(2, ge=1)  # checkpoints kept; None keeps all
+    logging_steps: int = Field(1, ge=1)
+    progress_file: Path | None = None
+    resume: bool | Path = False
+    reference_cache_dir: Path | None = None  # default: ``<output_dir>/../.cache``
+
+    @property
+    def progress_path(self) -> Path:
+        """Where progress JSONL goes (``output_dir/progress.jsonl`` unless configured)."""
+        return self.progress_file or self.output_dir / "progress.jsonl"
+
+    @property
+    def cache_dir(self) -> Path:
+        """Folder for cached reference confidences."""
+        return self.reference_cache_dir or self.output_dir.resolve().parent / ".cache"
+
+    def validate_paths(self) -> None:
+        """Check that the data files and the model exist, without loading anything heavy.
+
+        Raises ConfigError with a one-line message naming the field.
+        """
+        for field in ("train_file", "validation_file"):
+            path = getattr(self, field)
+            if path is not None and not Path(path).is_file():
+                raise ConfigError(f"{field}: file not found: {path}")
+        try:
+            resolve_model(self.model)
+        except ModelNotFoundError as exc:
+            raise ConfigError(f"model: {exc}") from None
+        if isinstance(self.resume, Path) and not self.resume.is_dir():
+            raise ConfigError(f"resume: checkpoint folder not found: {self.resume}")
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """One line for every problem pydantic found: ``field.path: message (got value)``."""
+    parts = []
+    for error in exc.errors():
+        field = ".".join(str(part) for part in error["loc"]) or "config"
+        got = "" if error["type"] in ("missing", "extra_forbidden") else f" (got {repr(error['input'])[:60]})"
+        parts.append(f"{field}: {error['msg']}{got}")
+    return "; ".join(parts)
+
+
+def parse_config(data: dict) -> TuneConfig:
+    """Validate a job config given as a dict; raises ConfigError with one line."""
+    try:
+        return TuneConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc)) from None
+
+
+def read_config(path: Path) -> TuneConfig:
+    """Read and validate a job config JSON file, paths included; raises ConfigError."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file unreadable: {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"config file {path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a JSON object")
+    config = parse_config(data)
+    config.validate_paths()
+    return config

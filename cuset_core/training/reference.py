@@ -1,0 +1,106 @@
+"""``confidence="reference"``: the frozen base model's per-token probabilities, computed once and
+cached by a hash of (token ids of every example, model files, max_seq_len).
+
+The token ids already encode the dataset content, the tokenizer and the prompt style.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cuset_core.models import resolve_model
+from cuset_core.objectives.token_loss import per_token_loss
+from cuset_core.training.collator import CusetCollator, TrainingExample, as_item
+
+CACHE_VERSION = "1"
+
+
+def model_fingerprint(spec: str) -> str:
+    """Identify a model spec by its files' names, sizes and modification times (no hashing of GBs)."""
+    source = resolve_model(spec)
+    files = [source.folder / source.gguf_file] if source.gguf_file else sorted(source.folder.iterdir())
+    parts = [spec]
+    for path in files:
+        if path.is_file():
+            stat = path.stat()
+            parts.append(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}")
+    return "|".join(parts)
+
+
+def reference_key(examples: list[TrainingExample], model_spec: str, max_seq_len: int) -> str:
+    """Cache key (hex sha256) of a reference-confidence computation."""
+    digest = hashlib.sha256(f"{CACHE_VERSION}|{model_fingerprint(model_spec)}|{max_seq_len}".encode())
+    for example in examples:
+        digest.update(np.asarray(example.input_ids, dtype=np.int64).tobytes())
+        digest.update(np.asarray(example.labels, dtype=np.int64).tobytes())
+    return digest.hexdigest()
+
+
+@torch.no_grad()
+def compute_reference_confidence(
+    model, examples: list[TrainingExample], pad_token_id: int, device: torch.device, batch_size: int = 4
+) -> list[list[float]]:
+    """p of every token under ``model`` (eval mode, no gradient): one list of length T per example,
+    position t holding p(token t | tokens < t), 1.0 where the token is not supervised."""
+    collate = CusetCollator(pad_token_id)
+    was_training = model.training
+    model.eval()
+    result: list[list[float]] = []
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start : start + batch_size]
+        batch = collate([as_item(example) for example in chunk])
+        logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)).logits
+        p = torch.exp(-per_token_loss(logits, batch["labels"].to(device))).cpu()
+        result.extend(p[row, : len(example.input_ids)].tolist() for row, example in enumerate(chunk))
+    model.train(was_training)
+    return result
+
+
+def load_cached(path: Path, examples: list[TrainingExample]) -> list[list[float]] | None:
+    """Read a cache file written by ``save_cache`` if it matches the examples' lengths."""
+    if not path.is_file():
+        return None
+    with np.load(path) as data:
+        values, lengths = data["values"], data["lengths"]
+    if lengths.tolist() != [len(e.input_ids) for e in examples]:
+        return None
+    bounds = np.concatenate([[0], np.cumsum(lengths)])
+    return [values[bounds[i] : bounds[i + 1]].astype(np.float64).tolist() for i in range(len(examples))]
+
+
+def save_cache(path: Path, confidences: list[list[float]]) -> None:
+    """Write confidences as one flat float32 array plus lengths (written atomically)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
+    np.savez(
+        temporary,
+        values=np.concatenate([np.asarray(c, dtype=np.float32) for c in confidences]) if confidences else np.zeros(0),
+        lengths=np.asarray([len(c) for c in confidences], dtype=np.int64),
+    )
+    temporary.replace(path)
+
+
+def attach_reference(
+    examples: list[TrainingExample],
+    model,
+    *,
+    model_spec: str,
+    max_seq_len: int,
+    cache_dir: Path,
+    pad_token_id: int,
+    device: torch.device,
+    batch_size: int,
+) -> tuple[list[TrainingExample], bool]:
+    """Examples carrying the base model's confidences, and whether they came from the cache."""
+    path = cache_dir / f"reference-{reference_key(examples, model_spec, max_seq_len)}.npz"
+    confidences = load_cached(path, examples)
+    from_cache = confidences is not None
+    if confidences is None:
+        confidences = compute_reference_confidence(model, examples, pad_token_id, device, batch_size)
+        save_cache(path, confidences)
+    return [e.with_reference(c) for e, c in zip(examples, confidences, strict=True)], from_cache

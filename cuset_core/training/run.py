@@ -1,0 +1,253 @@
+"""The training subprocess: one JSON job config in, progress JSONL and a peft adapter out.
+
+Exit codes: 0 done or cancelled, 2 bad configuration (one line on stderr, nothing loaded),
+1 failure (an ``error`` line in the progress JSONL, the traceback on stderr).
+Works as a plain process and under ``accelerate launch``/``torchrun`` (the Trainer owns the
+distributed set-up; only rank 0 writes progress and final files).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from cuset_core.training.callbacks import (
+    CANCEL_FILE,
+    MetricStash,
+    ProgressCallback,
+    ProgressWriter,
+    SigtermCallback,
+)
+from cuset_core.training.config import ConfigError, TuneConfig, read_config
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
+MAX_REPORTED_ISSUES = 5
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """How a job ended: optimizer steps reached, input tokens seen, and whether it was cancelled."""
+
+    steps: int
+    train_tokens: int
+    cancelled: bool
+
+
+def load_examples(path: Path, config: TuneConfig, tokenizer, writer: ProgressWriter, field: str):
+    """Load, validate and encode one data file; problems become warning events.
+
+    Raises ConfigError when the file cannot be read or no record is usable.
+    """
+    from cuset_core.data.load import DataFileError, LoadOptions, load_records
+    from cuset_core.training.collator import encode_example
+
+    max_len = config.hyperparameters.max_seq_len
+    options = LoadOptions(prompt_style=config.prompt_style, require_kernel=config.require_kernel, max_tokens=max_len)
+    try:
+        loaded = load_records(path, options, tokenizer)
+    except DataFileError as exc:
+        raise ConfigError(f"{field}: {exc}") from None
+    for issue in loaded.issues[:MAX_REPORTED_ISSUES]:
+        writer.event(f"{field}: {issue}", level="warning")
+    if len(loaded.issues) > MAX_REPORTED_ISSUES:
+        writer.event(f"{field}: {len(loaded.issues) - MAX_REPORTED_ISSUES} more problems", level="warning")
+    if not loaded.records:
+        first = f" (first: {loaded.issues[0]})" if loaded.issues else ""
+        raise ConfigError(f"{field}: no usable record among {loaded.total}{first}")
+    writer.event(f"{field}: {len(loaded.records)} of {loaded.total} records usable")
+    return [encode_example(record, tokenizer, max_len) for record in loaded.records]
+
+
+def training_arguments(config: TuneConfig):
+    """transformers TrainingArguments for a job (checkpoints in ``output_dir/checkpoint-N``)."""
+    import torch
+    from transformers import TrainingArguments
+
+    hp = config.hyperparameters
+    return TrainingArguments(
+        output_dir=str(config.output_dir),
+        per_device_train_batch_size=hp.batch_size,
+        per_device_eval_batch_size=hp.batch_size,
+        gradient_accumulation_steps=hp.gradient_accumulation_steps,
+        learning_rate=hp.learning_rate,
+        weight_decay=hp.weight_decay,
+        num_train_epochs=hp.epochs,
+        max_steps=hp.max_steps,
+        warmup_steps=hp.warmup_steps,
+        lr_scheduler_type=hp.lr_scheduler,
+        max_grad_norm=hp.max_grad_norm,
+        bf16=hp.bf16,
+        seed=config.seed,
+        data_seed=config.seed,
+        logging_steps=config.logging_steps,
+        save_strategy="steps",
+        save_steps=config.save_steps,
+        save_total_limit=config.save_total_limit,
+        eval_strategy="steps" if config.validation_file else "no",
+        eval_steps=config.save_steps if config.validation_file else None,
+        prediction_loss_only=True,
+        include_num_input_tokens_seen="non_padding",
+        remove_unused_columns=False,
+        label_names=["labels"],
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=torch.cuda.is_available(),
+    )
+
+
+def resume_checkpoint(config: TuneConfig) -> str | None:
+    """The checkpoint to resume from: the configured folder, the newest in output_dir, or None."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if isinstance(config.resume, Path):
+        return str(config.resume)
+    if config.resume and config.output_dir.is_dir():
+        return get_last_checkpoint(str(config.output_dir))
+    return None
+
+
+def prepare_model(config: TuneConfig):
+    """Load the base model and wrap it in a LoRA adapter (or leave it whole for full fine-tuning)."""
+    from cuset_core.models import load_model
+
+    model, _ = load_model(config.model, with_adapter=False)
+    if config.hyperparameters.gradient_checkpointing:
+        # Enabled on the model rather than through TrainingArguments, whose flag is being renamed.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if config.lora is None:
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    lora = config.lora
+    adapter = LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+    if config.hyperparameters.gradient_checkpointing:
+        model.enable_input_require_grads()
+    return get_peft_model(model, adapter)
+
+
+def run_job(config: TuneConfig, writer: ProgressWriter) -> JobOutcome:
+    """Train as configured; rank 0 saves the adapter (or full model), tokenizer and base spec.
+
+    SIGTERM is caught from here on, so a cancel during loading still ends cleanly.
+    """
+    from cuset_core.models import resolve_model
+
+    if resolve_model(config.model).adapter is not None:
+        raise ConfigError("model: a tuned adapter folder cannot be tuned again; give its base model")
+    cancel_file = config.output_dir / CANCEL_FILE
+    if config.resume and cancel_file.exists():
+        # A resume is an explicit request to continue, so the cancel that stopped the last run is spent.
+        cancel_file.unlink()
+    cancel = SigtermCallback(cancel_file)
+    try:
+        return _train(config, writer, cancel)
+    finally:
+        cancel.close()
+
+
+def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) -> JobOutcome:
+    """Load tokenizer, data and model (in that order, cheapest first), then train and save."""
+    from transformers import PrinterCallback, set_seed
+
+    from cuset_core.models import BUNDLED_MODEL, load_tokenizer, write_base_spec
+    from cuset_core.training.collator import CusetCollator, ExampleDataset
+    from cuset_core.training.reference import attach_reference
+    from cuset_core.training.trainer import CusetTrainer
+
+    set_seed(config.seed)
+    args = training_arguments(config)
+    tokenizer = load_tokenizer(config.model)
+    train_examples = load_examples(config.train_file, config, tokenizer, writer, "train_file")
+    eval_examples = (
+        load_examples(config.validation_file, config, tokenizer, writer, "validation_file")
+        if config.validation_file
+        else None
+    )
+    writer.event(f"loading model {config.model}")
+    model = prepare_model(config)
+    if config.method.confidence == "reference":
+        with args.main_process_first(desc="reference confidence"):
+            base = model.get_base_model() if config.lora is not None else model
+            train_examples, cached = attach_reference(
+                train_examples,
+                base.to(args.device),
+                model_spec=config.model,
+                max_seq_len=config.hyperparameters.max_seq_len,
+                cache_dir=config.cache_dir,
+                pad_token_id=tokenizer.pad_token_id,
+                device=args.device,
+                batch_size=config.hyperparameters.batch_size,
+            )
+        writer.event("reference confidence " + ("read from cache" if cached else "computed and cached"))
+    stash = MetricStash()
+    trainer = CusetTrainer(
+        model=model,
+        args=args,
+        train_dataset=ExampleDataset(train_examples),
+        eval_dataset=ExampleDataset(eval_examples) if eval_examples else None,
+        data_collator=CusetCollator(tokenizer.pad_token_id),
+        processing_class=tokenizer,
+        callbacks=[ProgressCallback(writer, stash), cancel],
+        method=config.method,
+        stash=stash,
+    )
+    trainer.remove_callback(PrinterCallback)
+    checkpoint = resume_checkpoint(config)
+    if checkpoint:
+        writer.event(f"resuming from {checkpoint}")
+    trainer.train(resume_from_checkpoint=checkpoint)
+    state = trainer.state
+    outcome = JobOutcome(state.global_step, int(state.num_input_tokens_seen), cancel.cancelled)
+    if outcome.cancelled:
+        return outcome
+    trainer.save_model(str(config.output_dir))
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(str(config.output_dir))
+        base_spec = config.model if config.model == BUNDLED_MODEL else str(Path(config.model).resolve())
+        write_base_spec(config.output_dir, base_spec)
+    writer.write(
+        {
+            "type": "done",
+            "output_dir": str(config.output_dir),
+            "adapter_path": str(config.output_dir) if config.lora is not None else None,
+            "steps": outcome.steps,
+            "train_tokens": outcome.train_tokens,
+        }
+    )
+    return outcome
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m cuset_core.training CONFIG.json``; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="python -m cuset_core.training", description=__doc__.splitlines()[0])
+    parser.add_argument("config", type=Path, help="job config (JSON, a TuneConfig)")
+    options = parser.parse_args(argv)
+    try:
+        config = read_config(options.config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    writer = ProgressWriter(config.progress_path)
+    try:
+        outcome = run_job(config, writer)
+    except ConfigError as exc:
+        writer.error(str(exc))
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    except Exception as exc:  # noqa: BLE001 - the job's last word must reach the progress file
+        traceback.print_exc(file=sys.stderr)
+        writer.error(f"{type(exc).__name__}: {exc}")
+        return EXIT_FAILED
+    if outcome.cancelled:
+        writer.event(f"cancelled at step {outcome.steps}; checkpoint saved", level="warning")
+    return EXIT_OK

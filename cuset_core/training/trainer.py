@@ -1,0 +1,83 @@
+"""A transformers Trainer whose only change is the loss: one objective of cuset_core.objectives."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+from transformers import Trainer
+
+from cuset_core.objectives import MethodConfig, ObjectiveBatch, compute_objective
+from cuset_core.objectives.token_loss import per_token_loss, supervised_mask
+from cuset_core.training.callbacks import MetricStash
+
+# Batch keys the objective reads and the model must not see.
+OBJECTIVE_KEYS = ("labels", "sensitive", "region_ids", "reference_confidence")
+EVAL_METHOD = MethodConfig(type="sft")
+
+
+def make_gather(accelerator) -> Callable[[Tensor], Tensor] | None:
+    """A hook concatenating a 1-D tensor over data-parallel ranks (lengths may differ per rank),
+    or None in a single process. Every rank must call it the same number of times."""
+    if accelerator.num_processes <= 1:
+        return None
+
+    def gather(values: Tensor) -> Tensor:
+        values = values.reshape(-1)
+        lengths = accelerator.gather(torch.tensor([values.numel()], device=values.device))
+        padded = accelerator.pad_across_processes(values, dim=0)
+        pieces = accelerator.gather(padded).view(len(lengths), -1)
+        return torch.cat([pieces[rank, : int(n)] for rank, n in enumerate(lengths.tolist())])
+
+    return gather
+
+
+class CusetTrainer(Trainer):
+    """Trainer computing the loss with a ``MethodConfig`` objective from per-token losses.
+
+    The loss of a micro-batch is the objective's weighted token-loss sum divided by the number of
+    supervised tokens of the whole optimizer step (the Trainer's ``num_items_in_batch``, over all
+    accumulation micro-batches and all ranks), so accumulation and data parallelism need no
+    further scaling. Evaluation reports plain cross-entropy so that methods stay comparable.
+    """
+
+    def __init__(self, *args, method: MethodConfig, stash: MetricStash, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.method = method
+        self.stash = stash
+        # Makes the Trainer count supervised tokens over the step (num_items_in_batch) and leave the
+        # loss undivided by the accumulation steps, since our loss is normalised by that count.
+        self.model_accepts_loss_kwargs = True
+        self._gather = make_gather(self.accelerator)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        model_inputs = {key: value for key, value in inputs.items() if key not in OBJECTIVE_KEYS}
+        outputs = model(**model_inputs)
+        labels = inputs["labels"]
+        token_loss = per_token_loss(outputs.logits, labels)
+        supervised = supervised_mask(labels)
+        denominator = num_items_in_batch if num_items_in_batch is not None else supervised.sum()
+        training = model.training
+        batch = ObjectiveBatch(
+            token_loss=token_loss,
+            supervised=supervised,
+            sensitive=inputs["sensitive"],
+            region_ids=inputs["region_ids"],
+            num_items_in_batch=denominator,
+            step=self.state.global_step,
+            reference_confidence=inputs.get("reference_confidence"),
+        )
+        result = compute_objective(self.method if training else EVAL_METHOD, batch, gather=self._gather)
+        loss = result.loss
+        if (
+            num_items_in_batch is not None
+            and self.args.average_tokens_across_devices
+            and self.accelerator.num_processes > 1
+        ):
+            # Data parallelism averages gradients over ranks, while our denominator already counts
+            # the tokens of every rank: undo the average.
+            loss = loss * self.accelerator.num_processes
+        if training:
+            self.stash.add(result.metrics)
+        return (loss, outputs) if return_outputs else loss

@@ -1,0 +1,134 @@
+"""Build a candidate's torch extension with g++ against the CPU torch wheel and the CuSeT runtime.
+
+One translation unit per extension: the rewritten CUDA sources, then the C++ sources, then
+(when ``functions`` is given, as ``load_inline`` does) the pybind11 bindings. Every compile
+starts with ``-include`` of a precompiled header holding ``torch/extension.h`` and the
+runtime; the header is built once per (runtime, torch, compiler) and kept in the user's cache
+folder (``prepare_pch``, run by the trusted parent, never inside the sandbox).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+
+import sysconfig
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from cuset_core.verify.cpu.rewrite import rewrite_source
+
+RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
+PCH_NAME = "cuset_pch.h"
+PCH_TIMEOUT_S = 600.0
+# -O1: the kernels run millions of fiber steps, -O2 costs build time for little gain here.
+CXX_FLAGS = ("-std=c++20", "-O1", "-fPIC", "-fno-strict-aliasing", "-w", "-D_GLIBCXX_USE_CXX11_ABI=1",
+             "-DTORCH_API_INCLUDE_EXTENSION_H")
+
+
+class BuildError(RuntimeError):
+    """g++ rejected the candidate's sources; the message is the compiler's output."""
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """Where the compiler finds torch, Python and the runtime."""
+
+    include_dirs: tuple[str, ...]
+    library_dirs: tuple[str, ...]
+
+    @property
+    def include_flags(self) -> list[str]:
+        """Runtime stand-ins first, so they shadow torch's CUDA-only headers."""
+        return [f"-I{d}" for d in (str(RUNTIME_DIR / "include"), str(RUNTIME_DIR), *self.include_dirs)]
+
+
+def toolchain() -> Toolchain:
+    """Include and library folders of the installed torch and Python."""
+    from torch.utils.cpp_extension import include_paths, library_paths
+
+    return Toolchain(
+        include_dirs=(*include_paths(), sysconfig.get_paths()["include"]),
+        library_dirs=tuple(library_paths()),
+    )
+
+
+def _cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "cuset" / "cpu_pch"
+
+
+def pch_key(chain: Toolchain) -> str:
+    """Hash of everything the precompiled header depends on."""
+    import torch
+
+    digest = hashlib.sha256()
+    for path in sorted(RUNTIME_DIR.rglob("*.h")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    compiler = subprocess.run(["g++", "--version"], capture_output=True, text=True).stdout
+    for part in (torch.__version__, compiler, " ".join(CXX_FLAGS), " ".join(chain.include_flags)):
+        digest.update(part.encode())
+    return digest.hexdigest()[:16]
+
+
+def prepare_pch(chain: Toolchain | None = None) -> Path:
+    """Folder holding ``cuset_pch.h`` and its ``.gch``; builds it on first use (~30-60 s)."""
+    chain = chain or toolchain()
+    folder = _cache_root() / pch_key(chain)
+    if (folder / (PCH_NAME + ".gch")).is_file():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix="building-", dir=folder.parent))
+    try:
+        header = staging / PCH_NAME
+        header.write_text("#include <torch/extension.h>\n#include \"cuda_cpu.h\"\n")
+        command = ["g++", "-x", "c++-header", *CXX_FLAGS, *chain.include_flags, str(header),
+                   "-o", str(header) + ".gch"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=PCH_TIMEOUT_S)
+        if done.returncode != 0:
+            raise BuildError(f"building the precompiled runtime header failed:\n{done.stderr[-4000:]}")
+        try:
+            staging.rename(folder)
+        except OSError:  # another process finished first; its header is as good as ours
+            pass
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+def translation_unit(name: str, cuda: str, cpp: str, functions: list[str] | None) -> str:
+    """The single source file g++ compiles for one extension."""
+    parts = []
+    if cuda:
+        parts += ['#line 1 "cuda_sources"', rewrite_source(cuda)]
+    if cpp:
+        parts += ['#line 1 "cpp_sources"', rewrite_source(cpp)]
+    if functions:
+        defs = "\n".join(f'  m.def("{f}", &{f}, "{f}");' for f in functions)
+        parts.append(f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{defs}\n}}")
+    return "\n".join(parts) + "\n"
+
+
+def compile_extension(name: str, source: str, workdir: Path, pch_dir: Path, chain: Toolchain,
+                      extra_flags: tuple[str, ...] = ()) -> Path:
+    """Compile and link ``source`` into ``workdir/<name>.so``; raises ``BuildError``."""
+    source_path = workdir / f"{name}.cpp"
+    source_path.write_text(source)
+    library = workdir / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+    compile_cmd = ["g++", "-Winvalid-pch", "-include", str(pch_dir / PCH_NAME), *CXX_FLAGS,
+                   f"-DTORCH_EXTENSION_NAME={name}", *extra_flags, *chain.include_flags,
+                   "-c", str(source_path), "-o", str(workdir / f"{name}.o")]
+    link_cmd = ["g++", "-shared", str(workdir / f"{name}.o"), "-o", str(library),
+                *[f"-L{d}" for d in chain.library_dirs], *[f"-Wl,-rpath,{d}" for d in chain.library_dirs],
+                "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
+    for command in (compile_cmd, link_cmd):
+        done = subprocess.run(command, capture_output=True, text=True, cwd=workdir)
+        if done.returncode != 0:
+            raise BuildError(done.stderr[-6000:] or done.stdout[-6000:])
+    return library
+
+

@@ -1,0 +1,245 @@
+"""Source rewrite that lets CUDA C++ compile with g++ against the CuSeT CPU runtime.
+
+Every rewrite keeps the line structure (nothing adds or removes a newline), so compiler
+diagnostics point at the candidate's own lines.
+
+- ``kernel<T><<<grid, block, smem, stream>>>(args);`` becomes a ``cuset::launch`` call that
+  counts the launch under the kernel's name and runs the grid on fibers.
+- ``extern __shared__ T name[];`` becomes a pointer to the block's dynamic shared buffer.
+- ``__shared__`` declarations inside functions stay ``static`` (the runtime header defines
+  ``__shared__`` as ``static``; blocks run one at a time, so one copy is per-block storage)
+  and get a call that fills them with 0xFF at the start of each block.
+- ``volatile T*`` becomes ``cuset::VolatilePtr<T>``, whose accesses keep a warp in lockstep.
+- Device checks and device constants of the torch API map to the CPU (``is_cuda()`` ->
+  ``is_cpu()``, ``kCUDA`` -> ``kCPU``, ``"cuda"`` -> ``"cpu"``).
+"""
+
+from __future__ import annotations
+
+import re
+
+# (pattern, feature name) for what the runtime cannot model; the first match is reported.
+UNSUPPORTED_FEATURES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\bwmma::|<mma\.h>|\bmma\.sync|\bnvcuda::"), "tensor cores (wmma/mma)"),
+    (re.compile(r"\basm\s*(?:volatile\s*)?\(|\b__asm__\b"), "inline PTX (asm)"),
+    (re.compile(r"\bcub::|<cub/"), "cub"),
+    (re.compile(r"\bthrust::|<thrust/"), "thrust"),
+    (re.compile(r"cooperative_groups"), "cooperative groups"),
+    (re.compile(r"\btex[123]D\w*\s*[<(]|\bcudaTextureObject_t\b|\btexture\s*<|\bsurf[123]D\w*\s*[<(]|cudaSurfaceObject_t"),
+     "textures/surfaces"),
+    (re.compile(r"\bcublas\w*|\bcudnn\w*|\bcusparse\w*|\bcusolver\w*|\bcufft\w*|\bcurand\w*|getCurrentCUDABlasHandle"),
+     "CUDA libraries (cuBLAS/cuDNN/cuRAND/...)"),
+    (re.compile(r"\b__nv_fp8|cuda_fp8\.h|\b__nv_fp4"), "fp8/fp4 types"),
+    (re.compile(r"\bcudaLaunchKernel\b|\bcudaLaunchCooperativeKernel\b|\bcuLaunchKernel\b"), "launch through the driver/runtime API"),
+    (re.compile(r"\bcudaGraph\w*"), "CUDA graphs"),
+    (re.compile(r"\b__match_(?:any|all)_sync\b|\b__reduce_\w+_sync\b"), "warp match/reduce intrinsics"),
+    (re.compile(r"\b__hfma2|\b__h2div|\bh2exp\b|\b__hmax2|\b__hmin2"), "half2 vector intrinsics"),
+    (re.compile(r"\bcp\.async|__pipeline_memcpy_async|\bcuda::memcpy_async|<cuda/pipeline>|<cuda/barrier>"), "async copies (cp.async/pipeline)"),
+)
+
+_LAUNCH = re.compile(r"([A-Za-z_][\w:]*)\s*(<(?:[^<>;]|<[^<>;]*>)*>)?\s*<<<")
+_EXTERN_SHARED = re.compile(
+    r"extern\s+__shared__\s+((?:__align__\s*\(\s*\d+\s*\)\s*)?)([^;\[\]]*?)\s*\b([A-Za-z_]\w*)\s*\[\s*\]\s*;"
+)
+_SHARED_DECL = re.compile(r"(?<![\w])__shared__\s+[^;(){}]*;")
+_VOLATILE_PTR = re.compile(
+    r"\bvolatile\s+((?:(?:unsigned|signed|long|short|const)\s+)*[A-Za-z_][\w:]*)\s*\*"
+)
+_CUDA_STRING = re.compile(r"\"cuda(?::\d+)?\"")
+
+
+def unsupported_feature(source: str) -> str | None:
+    """The first feature of ``source`` the CPU runtime cannot model, or None."""
+    code = strip_comments(source)
+    for pattern, name in UNSUPPORTED_FEATURES:
+        if pattern.search(code):
+            return name
+    return None
+
+
+def strip_comments(source: str) -> str:
+    """``source`` with C/C++ comments blanked out (newlines kept, string literals untouched)."""
+    out: list[str] = []
+    i, n = 0, len(source)
+    while i < n:
+        ch = source[i]
+        if ch == '"' or ch == "'":
+            j = i + 1
+            while j < n and source[j] != ch and source[j] != "\n":
+                j += 2 if source[j] == "\\" else 1
+            out.append(source[i : j + 1])
+            i = j + 1
+        elif source.startswith("//", i):
+            j = source.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif source.startswith("/*", i):
+            j = source.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(re.sub(r"[^\n]", " ", source[i:j]))
+            i = j
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def _matching(text: str, start: int, open_ch: str, close_ch: str) -> int:
+    """Index of the bracket closing the one at ``start``, or -1."""
+    depth = 0
+    for i in range(start, len(text)):
+        if text[i] == open_ch:
+            depth += 1
+        elif text[i] == close_ch:
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def split_top_level(text: str) -> list[str]:
+    """Split ``text`` at commas outside brackets; empty text gives no items."""
+    parts, depth, current = [], 0, []
+    for ch in text:
+        if ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    tail = "".join(current)
+    if tail.strip() or parts:
+        parts.append(tail)
+    return parts
+
+
+def rewrite_launches(code: str) -> str:
+    """Replace every ``k<<<cfg>>>(args)`` with a ``cuset::launch`` call (same lines)."""
+    out: list[str] = []
+    pos = 0
+    for match in _LAUNCH.finditer(code):
+        if match.start() < pos:
+            continue
+        config_start = match.end()
+        config_end = code.find(">>>", config_start)
+        if config_end < 0:
+            continue
+        paren = config_end + 3
+        while paren < len(code) and code[paren] in " \t\r\n":
+            paren += 1
+        if paren >= len(code) or code[paren] != "(":
+            continue
+        close = _matching(code, paren, "(", ")")
+        if close < 0:
+            continue
+        name = match.group(1)
+        template = match.group(2) or ""
+        config = split_top_level(code[config_start:config_end])
+        grid, block = config[0], config[1] if len(config) > 1 else "1"
+        smem = config[2] if len(config) > 2 else "0"
+        args = code[paren + 1 : close]
+        short = name.split("::")[-1]
+        body = f"[](auto&&... cuset_a) {{ {name}{template}(cuset_a...); }}"
+        call = f'cuset::launch("{short}", dim3({grid}), dim3({block}), (size_t)({smem}), {body}'
+        call += f", {args})" if args.strip() else ")"
+        # Keep the newlines of the original statement so later lines keep their numbers.
+        original = code[match.start() : close + 1]
+        call += "\n" * original.count("\n")
+        out.append(code[pos : match.start()])
+        out.append(call)
+        pos = close + 1
+    out.append(code[pos:])
+    return "".join(out)
+
+
+def rewrite_extern_shared(code: str) -> str:
+    """``extern __shared__ T name[];`` -> a pointer into the block's dynamic shared buffer."""
+
+    def replace(match: re.Match[str]) -> str:
+        ctype, name = match.group(2).strip(), match.group(3)
+        return f"{ctype}* {name} = reinterpret_cast<{ctype}*>(cuset::dynamic_shared());"
+
+    return _EXTERN_SHARED.sub(replace, code)
+
+
+def _code_brace_depths(code: str) -> list[bool]:
+    """For every character: whether it lies inside a function body (a brace after ``)``...)."""
+    inside = [False] * (len(code) + 1)
+    stack: list[bool] = []
+    last_token = ""
+    for i, ch in enumerate(code):
+        if ch == "{":
+            opener = stack[-1] if stack else False
+            stack.append(opener or last_token in (")", "else", "do", "try", "const", "noexcept", "]", "=", "mutable"))
+        elif ch == "}":
+            if stack:
+                stack.pop()
+        inside[i] = bool(stack and stack[-1])
+        if not ch.isspace():
+            if ch.isalnum() or ch == "_":
+                last_token = last_token + ch if last_token[-1:].isalnum() or last_token[-1:] == "_" else ch
+            else:
+                last_token = ch
+    return inside
+
+
+def poison_static_shared(code: str) -> str:
+    """Add a per-block 0xFF fill after each ``__shared__`` declaration inside a function."""
+    inside = _code_brace_depths(code)
+    out: list[str] = []
+    pos = 0
+    counter = 0
+    for match in _SHARED_DECL.finditer(code):
+        if not inside[match.start()] or code[max(0, match.start() - 20) : match.start()].rstrip().endswith("extern"):
+            continue
+        declaration = match.group(0)
+        names = _declared_names(declaration[len("__shared__"):-1])
+        fills = []
+        for name in names:
+            counter += 1
+            seen = f"cuset_shared_seen_{counter}"
+            fills.append(f"static unsigned long long {seen} = 0; cuset::poison_shared(&{name}, sizeof({name}), {seen});")
+        out.append(code[pos : match.end()])
+        out.append(" " + " ".join(fills))
+        pos = match.end()
+    out.append(code[pos:])
+    return "".join(out)
+
+
+def _declared_names(declarators: str) -> list[str]:
+    """Variable names declared in ``T a[4], b`` (the part after ``__shared__``)."""
+    names = []
+    for index, part in enumerate(split_top_level(declarators)):
+        head = part.split("[")[0].split("=")[0].strip()
+        found = re.findall(r"[A-Za-z_]\w*", head)
+        if found and (index > 0 or len(found) > 1):
+            names.append(found[-1])
+    return [name for name in names if name not in ("volatile", "const")]
+
+
+def rewrite_volatile_pointers(code: str) -> str:
+    """``volatile T*`` -> ``cuset::VolatilePtr<T>`` (warp-synchronous accesses in lockstep)."""
+    return _VOLATILE_PTR.sub(lambda m: f"cuset::VolatilePtr<{m.group(1).replace('const ', '')}> ", code)
+
+
+def rewrite_torch_device(code: str) -> str:
+    """Map torch's CUDA device checks and constants to the CPU."""
+    code = re.sub(r"\.is_cuda\(\)", ".is_cpu()", code)
+    code = re.sub(r"\bkCUDA\b", "kCPU", code)
+    code = re.sub(r"\bDeviceType::CUDA\b", "DeviceType::CPU", code)
+    code = re.sub(r"\.cuda\(\)", ".cpu()", code)
+    return _CUDA_STRING.sub('"cpu"', code)
+
+
+def rewrite_source(code: str) -> str:
+    """All rewrites, in the order they must apply, for one CUDA or C++ source."""
+    code = strip_comments(code)
+    code = rewrite_extern_shared(code)
+    code = poison_static_shared(code)
+    code = rewrite_volatile_pointers(code)
+    code = rewrite_launches(code)
+    return rewrite_torch_device(code)

@@ -1,0 +1,653 @@
+// CuSeT CUDA-on-CPU runtime: runs CUDA kernels on the host, one user-space fiber per CUDA
+// thread, the blocks of a grid in turn, on one OS thread.
+//
+// Scheduling, per block (see cuset::detail::run_block):
+// - every fiber runs until it finishes or blocks; the launch's "schedule" decides the order
+//   (0: ascending thread index, 1: descending, 2: odd lanes first), so a missing barrier shows
+//   up as wrong values under at least one of the orders the harness tries;
+// - when no fiber can run: fibers parked on a volatile access (warp-synchronous code) are
+//   released first, then warp collectives that cannot fill up (lanes exited or diverged) are
+//   completed with the lanes present, and last the __syncthreads barrier is released, which
+//   counts only threads that have not exited (what GPUs do in practice).
+//   So the scheduler never deadlocks; divergent barriers behave leniently.
+// Shared memory (static and dynamic) is filled with 0xFF bytes (NaN for floats) at the start
+// of every block, so reading shared memory nobody wrote gives wrong values.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <type_traits>
+#include <vector>
+#include <math.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+#include "cuset_cuda_types.h"
+
+// ---------------------------------------------------------------- qualifiers
+#define __global__
+#define __device__
+#define __host__
+#define __noinline__ __attribute__((noinline))
+#define __forceinline__ inline __attribute__((always_inline))
+#define __constant__
+#define __managed__
+#define __restrict__ __restrict
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+#define __shared__ static
+#define CUSET_CPU_RUNTIME 1
+
+namespace cuset {
+namespace detail {
+
+constexpr int kWarp = 32;
+constexpr size_t kStackBytes = 256 * 1024;
+constexpr size_t kMaxDynamicShared = 228 * 1024;
+
+enum class State : unsigned char { runnable, barrier, soft, collective, done };
+enum class Op : unsigned char { sync, shfl, up, down, bxor, ballot, any, all };
+
+struct Fiber {
+  void* sp = nullptr;  // saved stack pointer while switched out
+  char* stack = nullptr;
+  State state = State::runnable;
+  unsigned index = 0;  // linear thread index in the block
+  dim3 tid;
+  int barrier_pred = 0;
+};
+
+struct Warp {
+  unsigned arrived = 0;  // lanes parked in the current collective
+  unsigned wanted[kWarp] = {};
+  Op op[kWarp] = {};
+  int param[kWarp] = {};
+  int width[kWarp] = {};
+  unsigned char value[kWarp][16] = {};
+  unsigned char result[kWarp][16] = {};
+};
+
+struct Runtime {
+  std::vector<Fiber> fibers;
+  std::vector<Warp> warps;
+  std::vector<unsigned> order;
+  char* stacks = nullptr;
+  size_t stack_count = 0;
+  void* scheduler_sp = nullptr;
+  Fiber* current = nullptr;
+  void (*entry)(void*) = nullptr;
+  void* entry_arg = nullptr;
+  unsigned live = 0;
+  unsigned long long block_serial = 0;
+  int barrier_count = 0, barrier_or = 0, barrier_and = 1;
+  int barrier_result_count = 0, barrier_result_or = 0, barrier_result_and = 1;
+  alignas(64) unsigned char dynamic_shared[kMaxDynamicShared];
+  size_t dynamic_bytes = 0;
+  int schedule = 0;
+  std::map<std::string, long> launches;
+  std::string report;
+#if !defined(__x86_64__)
+  std::vector<ucontext_t> contexts;
+  ucontext_t scheduler_context;
+#endif
+};
+
+inline Runtime& rt() {
+  static Runtime* instance = new Runtime();  // never freed: kernels may run at exit
+  return *instance;
+}
+
+}  // namespace detail
+}  // namespace cuset
+
+// Per-fiber built-ins: the scheduler writes them before switching into a fiber.
+inline dim3 threadIdx, blockIdx, blockDim, gridDim;
+constexpr int warpSize = 32;
+
+// ---------------------------------------------------------------- context switch
+#if defined(__x86_64__)
+// cuset_swap(void** save_sp, void* next_sp): saves callee-saved registers, MXCSR and the x87
+// control word on the current stack, stores rsp in *save_sp, switches to next_sp, restores.
+// A fresh fiber's stack is laid out so that the final `ret` enters cuset_fiber_start, which
+// calls r13(r12).
+asm(R"(
+.text
+.weak cuset_swap
+.type cuset_swap,@function
+cuset_swap:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+.size cuset_swap,.-cuset_swap
+.weak cuset_fiber_start
+.type cuset_fiber_start,@function
+cuset_fiber_start:
+  movq %r12, %rdi
+  callq *%r13
+  ud2
+.size cuset_fiber_start,.-cuset_fiber_start
+)");
+extern "C" void cuset_swap(void** save_sp, void* next_sp);
+extern "C" void cuset_fiber_start();
+#endif
+
+namespace cuset {
+namespace detail {
+
+[[noreturn]] inline void fail(const char* what) {
+  std::fprintf(stderr, "cuset runtime: %s\n", what);
+  std::fflush(stderr);
+  std::_Exit(86);
+}
+
+inline void fiber_main(void* arg) {
+  Fiber* fiber = static_cast<Fiber*>(arg);
+  Runtime& r = rt();
+  r.entry(r.entry_arg);
+  fiber->state = State::done;
+  r.live -= 1;
+#if defined(__x86_64__)
+  void* dead;
+  cuset_swap(&dead, r.scheduler_sp);
+#else
+  setcontext(&r.scheduler_context);
+#endif
+  fail("a finished fiber was resumed");
+}
+
+inline void ensure_stacks(size_t count) {
+  Runtime& r = rt();
+  if (r.stack_count >= count) return;
+  if (r.stacks) munmap(r.stacks, r.stack_count * kStackBytes);
+  size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* memory = mmap(nullptr, count * kStackBytes, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (memory == MAP_FAILED) fail("cannot map fiber stacks");
+  r.stacks = static_cast<char*>(memory);
+  r.stack_count = count;
+  for (size_t i = 0; i < count; ++i) mprotect(r.stacks + i * kStackBytes, page, PROT_NONE);
+#if !defined(__x86_64__)
+  r.contexts.resize(count);
+#endif
+}
+
+inline void start_fiber(Fiber& fiber, size_t slot) {
+  Runtime& r = rt();
+  fiber.stack = r.stacks + slot * kStackBytes;
+#if defined(__x86_64__)
+  auto* top = reinterpret_cast<uint64_t*>(fiber.stack + kStackBytes);
+  uint64_t* sp = top - 10;  // 8 saved words below 16-byte aligned top-16
+  uint32_t mxcsr;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  sp[0] = static_cast<uint64_t>(mxcsr) | (static_cast<uint64_t>(0x037F) << 32);
+  sp[1] = 0;                                               // r15
+  sp[2] = 0;                                               // r14
+  sp[3] = reinterpret_cast<uint64_t>(&fiber_main);         // r13
+  sp[4] = reinterpret_cast<uint64_t>(&fiber);              // r12
+  sp[5] = 0;                                               // rbx
+  sp[6] = 0;                                               // rbp
+  sp[7] = reinterpret_cast<uint64_t>(&cuset_fiber_start);  // return address
+  fiber.sp = sp;
+#else
+  ucontext_t& context = r.contexts[slot];
+  getcontext(&context);
+  context.uc_stack.ss_sp = fiber.stack;
+  context.uc_stack.ss_size = kStackBytes;
+  context.uc_link = nullptr;
+  makecontext(&context, reinterpret_cast<void (*)()>(&fiber_main_trampoline), 0);
+#endif
+}
+
+inline void switch_in(Fiber& fiber) {
+  Runtime& r = rt();
+  r.current = &fiber;
+  threadIdx = fiber.tid;
+#if defined(__x86_64__)
+  cuset_swap(&r.scheduler_sp, fiber.sp);
+#else
+  swapcontext(&r.scheduler_context, &r.contexts[&fiber - r.fibers.data()]);
+#endif
+  r.current = nullptr;
+}
+
+// Park the current fiber in `state` and return to the scheduler.
+inline void park(State state) {
+  Runtime& r = rt();
+  Fiber* fiber = r.current;
+  if (!fiber) fail("a device barrier or warp operation ran outside a kernel");
+  fiber->state = state;
+  dim3 saved = fiber->tid;
+#if defined(__x86_64__)
+  cuset_swap(&fiber->sp, r.scheduler_sp);
+#else
+  swapcontext(&r.contexts[fiber - r.fibers.data()], &r.scheduler_context);
+#endif
+  threadIdx = saved;
+}
+
+inline unsigned lane_of(const Fiber& f) { return f.index % kWarp; }
+
+// Fills every lane's result of a warp collective from the lanes that arrived.
+inline void complete_collective(unsigned warp_index) {
+  Runtime& r = rt();
+  Warp& w = r.warps[warp_index];
+  unsigned base = warp_index * kWarp;
+  for (unsigned lane = 0; lane < kWarp; ++lane) {
+    if (!(w.arrived >> lane & 1u)) continue;
+    int width = w.width[lane] > 0 ? w.width[lane] : kWarp;
+    int seg = static_cast<int>(lane) & ~(width - 1);
+    int src = static_cast<int>(lane);
+    switch (w.op[lane]) {
+      case Op::shfl: src = seg + (w.param[lane] & (width - 1)); break;
+      case Op::up: src = static_cast<int>(lane) - w.param[lane]; if (src < seg) src = lane; break;
+      case Op::down: src = static_cast<int>(lane) + w.param[lane]; if (src >= seg + width) src = lane; break;
+      case Op::bxor: src = static_cast<int>(lane) ^ w.param[lane]; if (src >= seg + width) src = lane; break;
+      default: break;
+    }
+    if (w.op[lane] == Op::ballot || w.op[lane] == Op::any || w.op[lane] == Op::all) {
+      unsigned ballot = 0;
+      for (unsigned other = 0; other < kWarp; ++other) {
+        int pred;
+        std::memcpy(&pred, w.value[other], sizeof pred);
+        if ((w.arrived >> other & 1u) && (w.wanted[lane] >> other & 1u) && pred) ballot |= 1u << other;
+      }
+      unsigned voters = w.arrived & w.wanted[lane];
+      unsigned out = w.op[lane] == Op::ballot ? ballot
+                     : w.op[lane] == Op::any  ? (ballot != 0)
+                                              : (ballot == voters);
+      std::memcpy(w.result[lane], &out, sizeof out);
+      continue;
+    }
+    if (src < 0 || src >= kWarp || !(w.arrived >> src & 1u)) src = lane;
+    std::memcpy(w.result[lane], w.value[src], 16);
+  }
+  for (unsigned lane = 0; lane < kWarp; ++lane)
+    if (w.arrived >> lane & 1u) r.fibers[base + lane].state = State::runnable;
+  w.arrived = 0;
+}
+
+// Lanes of warp `warp_index` that exist and have not exited.
+inline unsigned live_lanes(unsigned warp_index) {
+  Runtime& r = rt();
+  unsigned mask = 0;
+  unsigned base = warp_index * kWarp;
+  for (unsigned lane = 0; lane < kWarp && base + lane < r.fibers.size(); ++lane)
+    if (r.fibers[base + lane].state != State::done) mask |= 1u << lane;
+  return mask;
+}
+
+template <class T>
+inline T collective(unsigned mask, Op op, T value, int param, int width) {
+  static_assert(sizeof(T) <= 16, "warp exchange of a type wider than 16 bytes");
+  Runtime& r = rt();
+  Fiber* fiber = r.current;
+  if (!fiber) fail("a warp operation ran outside a kernel");
+  unsigned warp_index = fiber->index / kWarp, lane = lane_of(*fiber);
+  Warp& w = r.warps[warp_index];
+  std::memset(w.value[lane], 0, 16);
+  std::memcpy(w.value[lane], &value, sizeof(T));
+  w.op[lane] = op;
+  w.param[lane] = param;
+  w.width[lane] = width;
+  w.wanted[lane] = mask;
+  w.arrived |= 1u << lane;
+  unsigned needed = (mask | (1u << lane)) & live_lanes(warp_index);
+  if ((w.arrived & needed) == needed) {
+    fiber->state = State::collective;
+    complete_collective(warp_index);
+    fiber->state = State::runnable;
+  } else {
+    park(State::collective);
+  }
+  T out;
+  std::memcpy(&out, w.result[lane], sizeof(T));
+  return out;
+}
+
+#if !defined(__x86_64__)
+inline void fiber_main_trampoline() { fiber_main(rt().current); }
+#endif
+
+// One pass of the scheduler over the block; returns whether any fiber ran.
+inline bool run_round() {
+  Runtime& r = rt();
+  bool ran = false;
+  for (unsigned index : r.order) {
+    Fiber& fiber = r.fibers[index];
+    if (fiber.state != State::runnable) continue;
+    switch_in(fiber);
+    ran = true;
+  }
+  return ran;
+}
+
+inline bool release(State state) {
+  Runtime& r = rt();
+  bool any = false;
+  for (Fiber& fiber : r.fibers)
+    if (fiber.state == state) { fiber.state = State::runnable; any = true; }
+  return any;
+}
+
+inline void release_barrier() {
+  Runtime& r = rt();
+  r.barrier_result_count = r.barrier_count;
+  r.barrier_result_or = r.barrier_or;
+  r.barrier_result_and = r.barrier_and;
+  r.barrier_count = 0;
+  r.barrier_or = 0;
+  r.barrier_and = 1;
+  release(State::barrier);
+}
+
+inline void make_order(unsigned count, int schedule) {
+  Runtime& r = rt();
+  r.order.resize(count);
+  for (unsigned i = 0; i < count; ++i) r.order[i] = i;
+  if (schedule % 3 == 1) std::reverse(r.order.begin(), r.order.end());
+  if (schedule % 3 == 2)
+    std::stable_partition(r.order.begin(), r.order.end(), [](unsigned i) { return i % 2 == 1; });
+}
+
+inline void run_block(unsigned count) {
+  Runtime& r = rt();
+  r.block_serial += 1;
+  std::memset(r.dynamic_shared, 0xFF, std::min(r.dynamic_bytes + 64, kMaxDynamicShared));
+  for (unsigned i = 0; i < count; ++i) {
+    Fiber& fiber = r.fibers[i];
+    fiber.state = State::runnable;
+    fiber.index = i;
+    fiber.tid = dim3(i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y));
+    start_fiber(fiber, i);
+  }
+  for (Warp& w : r.warps) w.arrived = 0;
+  r.live = count;
+  r.barrier_count = 0;
+  r.barrier_or = 0;
+  r.barrier_and = 1;
+  while (r.live > 0) {
+    if (run_round()) continue;
+    if (release(State::soft)) continue;
+    bool completed = false;
+    for (unsigned w = 0; w < r.warps.size(); ++w)
+      if (r.warps[w].arrived) { complete_collective(w); completed = true; }
+    if (completed) continue;
+    release_barrier();
+  }
+}
+
+}  // namespace detail
+
+// Launches a grid of `grid` x `block` threads with `smem` bytes of dynamic shared memory:
+// every thread calls `body(args...)`, which calls the kernel. The arguments are evaluated
+// and copied once, at launch, as CUDA does. Counts the launch under `name`.
+template <class Body, class... Args>
+void launch(const char* name, dim3 grid, dim3 block, size_t smem, Body body, Args&&... args) {
+  using namespace detail;
+  Runtime& r = rt();
+  r.launches[name] += 1;
+  unsigned long long threads = 1ull * block.x * block.y * block.z;
+  if (threads == 0 || 1ull * grid.x * grid.y * grid.z == 0) {
+    std::fprintf(stderr, "cuset runtime: kernel %s launched with an empty grid or block\n", name);
+    cuset_last_error() = cudaErrorInvalidConfiguration;
+    return;
+  }
+  if (threads > 1024 || block.z > 64 || grid.y > 65535 || grid.z > 65535) {
+    std::fprintf(stderr, "cuset runtime: kernel %s launched with an invalid configuration (block %ux%ux%u, grid %ux%ux%u)\n",
+                 name, block.x, block.y, block.z, grid.x, grid.y, grid.z);
+    cuset_last_error() = cudaErrorInvalidConfiguration;
+    return;
+  }
+  if (smem > kMaxDynamicShared) {
+    std::fprintf(stderr, "cuset runtime: kernel %s asks for %zu bytes of dynamic shared memory\n", name, smem);
+    cuset_last_error() = cudaErrorInvalidValue;
+    return;
+  }
+  if (r.current) fail("dynamic parallelism (a launch inside a kernel) is not supported");
+  std::tuple<std::decay_t<Args>...> bound(std::forward<Args>(args)...);
+  auto call = [&]() { std::apply(body, bound); };
+  using Call = decltype(call);
+  r.entry = [](void* f) { (*static_cast<Call*>(f))(); };
+  r.entry_arg = &call;
+  r.dynamic_bytes = smem;
+  ensure_stacks(threads);
+  r.fibers.resize(threads);
+  r.warps.assign((threads + kWarp - 1) / kWarp, Warp());
+  const char* schedule = std::getenv("CUSET_SCHEDULE");
+  make_order(static_cast<unsigned>(threads), schedule ? std::atoi(schedule) : 0);
+  dim3 saved_grid = gridDim, saved_block = blockDim;
+  gridDim = grid;
+  blockDim = block;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        blockIdx = dim3(x, y, z);
+        run_block(static_cast<unsigned>(threads));
+      }
+  gridDim = saved_grid;
+  blockDim = saved_block;
+}
+
+inline void* dynamic_shared() { return detail::rt().dynamic_shared; }
+
+// Fills a static __shared__ variable with 0xFF once per block: the first thread of a block
+// to reach its declaration does it, before any thread of that block can write it.
+inline void poison_shared(void* address, size_t bytes, unsigned long long& seen) {
+  unsigned long long serial = detail::rt().block_serial;
+  if (seen != serial) {
+    seen = serial;
+    std::memset(address, 0xFF, bytes);
+  }
+}
+
+}  // namespace cuset
+
+extern "C" __attribute__((visibility("default"), weak, used)) const char* cuset_launch_report() {
+  auto& r = cuset::detail::rt();
+  r.report = "{";
+  bool first = true;
+  for (auto& [name, count] : r.launches) {
+    r.report += (first ? "\"" : ", \"") + name + "\": " + std::to_string(count);
+    first = false;
+  }
+  r.report += "}";
+  return r.report.c_str();
+}
+
+// ---------------------------------------------------------------- barriers and warp ops
+// barrier_count/or/and accumulate the predicates of the threads arriving at a barrier.
+inline int cuset_barrier(int pred) {
+  auto& r = cuset::detail::rt();
+  r.barrier_count += pred != 0;
+  r.barrier_or |= pred != 0;
+  r.barrier_and &= pred != 0;
+  cuset::detail::park(cuset::detail::State::barrier);
+  return r.barrier_result_count;
+}
+inline void __syncthreads() { cuset_barrier(1); }
+inline int __syncthreads_count(int pred) { return cuset_barrier(pred); }
+inline int __syncthreads_or(int pred) { cuset_barrier(pred); return cuset::detail::rt().barrier_result_or; }
+inline int __syncthreads_and(int pred) { cuset_barrier(pred); return cuset::detail::rt().barrier_result_and; }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  cuset::detail::collective<int>(mask, cuset::detail::Op::sync, 0, 0, 32);
+}
+inline unsigned __activemask() { return cuset::detail::live_lanes(cuset::detail::rt().current->index / 32); }
+inline void __threadfence() {}
+inline void __threadfence_block() {}
+inline void __threadfence_system() {}
+template <class T> inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+  return cuset::detail::collective<T>(mask, cuset::detail::Op::shfl, v, src, width);
+}
+template <class T> inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  return cuset::detail::collective<T>(mask, cuset::detail::Op::up, v, static_cast<int>(delta), width);
+}
+template <class T> inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  return cuset::detail::collective<T>(mask, cuset::detail::Op::down, v, static_cast<int>(delta), width);
+}
+template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  return cuset::detail::collective<T>(mask, cuset::detail::Op::bxor, v, lane_mask, width);
+}
+template <class T> inline T __shfl(T v, int src, int width = 32) { return __shfl_sync(0xffffffffu, v, src, width); }
+template <class T> inline T __shfl_up(T v, unsigned d, int width = 32) { return __shfl_up_sync(0xffffffffu, v, d, width); }
+template <class T> inline T __shfl_down(T v, unsigned d, int width = 32) { return __shfl_down_sync(0xffffffffu, v, d, width); }
+template <class T> inline T __shfl_xor(T v, int m, int width = 32) { return __shfl_xor_sync(0xffffffffu, v, m, width); }
+inline unsigned __ballot_sync(unsigned mask, int pred) {
+  return cuset::detail::collective<unsigned>(mask, cuset::detail::Op::ballot, pred != 0, 0, 32);
+}
+inline int __any_sync(unsigned mask, int pred) {
+  return cuset::detail::collective<unsigned>(mask, cuset::detail::Op::any, pred != 0, 0, 32);
+}
+inline int __all_sync(unsigned mask, int pred) {
+  return cuset::detail::collective<unsigned>(mask, cuset::detail::Op::all, pred != 0, 0, 32);
+}
+inline unsigned __ballot(int pred) { return __ballot_sync(0xffffffffu, pred); }
+
+namespace cuset {
+// A pointer to volatile memory, as warp-synchronous code uses it: every load and store is
+// followed by a soft sync, so the lanes of a warp execute such statements in lockstep.
+template <class T> struct VolatileRef {
+  T* p;
+  operator T() const { T v = *p; soft_sync(); return v; }
+  VolatileRef& operator=(T v) { *p = v; soft_sync(); return *this; }
+  VolatileRef& operator=(const VolatileRef& o) { return *this = static_cast<T>(o); }
+  VolatileRef& operator+=(T v) { T c = *p; soft_sync(); *p = c + v; soft_sync(); return *this; }
+  VolatileRef& operator-=(T v) { T c = *p; soft_sync(); *p = c - v; soft_sync(); return *this; }
+  VolatileRef& operator*=(T v) { T c = *p; soft_sync(); *p = c * v; soft_sync(); return *this; }
+  static void soft_sync() {
+    if (detail::rt().current) detail::park(detail::State::soft);
+  }
+};
+template <class T> struct VolatilePtr {
+  T* p;
+  VolatilePtr(T* q = nullptr) : p(q) {}
+  VolatileRef<T> operator[](long i) const { return VolatileRef<T>{p + i}; }
+  VolatileRef<T> operator*() const { return VolatileRef<T>{p}; }
+  VolatilePtr operator+(long i) const { return VolatilePtr(p + i); }
+  VolatilePtr operator-(long i) const { return VolatilePtr(p - i); }
+  operator T*() const { return p; }
+};
+}  // namespace cuset
+
+// ---------------------------------------------------------------- atomics (one OS thread)
+template <class T, class U> inline T atomicAdd(T* a, U v) { T old = *a; *a = static_cast<T>(old + v); return old; }
+template <class T, class U> inline T atomicSub(T* a, U v) { T old = *a; *a = static_cast<T>(old - v); return old; }
+template <class T, class U> inline T atomicExch(T* a, U v) { T old = *a; *a = static_cast<T>(v); return old; }
+template <class T, class U> inline T atomicMax(T* a, U v) { T old = *a; if (static_cast<T>(v) > old) *a = static_cast<T>(v); return old; }
+template <class T, class U> inline T atomicMin(T* a, U v) { T old = *a; if (static_cast<T>(v) < old) *a = static_cast<T>(v); return old; }
+template <class T, class U> inline T atomicAnd(T* a, U v) { T old = *a; *a = old & static_cast<T>(v); return old; }
+template <class T, class U> inline T atomicOr(T* a, U v) { T old = *a; *a = old | static_cast<T>(v); return old; }
+template <class T, class U> inline T atomicXor(T* a, U v) { T old = *a; *a = old ^ static_cast<T>(v); return old; }
+template <class T, class U, class V> inline T atomicCAS(T* a, U compare, V v) {
+  T old = *a;
+  if (old == static_cast<T>(compare)) *a = static_cast<T>(v);
+  return old;
+}
+inline unsigned atomicInc(unsigned* a, unsigned limit) { unsigned old = *a; *a = old >= limit ? 0 : old + 1; return old; }
+inline unsigned atomicDec(unsigned* a, unsigned limit) { unsigned old = *a; *a = (old == 0 || old > limit) ? limit : old - 1; return old; }
+#define atomicAdd_block atomicAdd
+#define atomicAdd_system atomicAdd
+
+// ---------------------------------------------------------------- math and bit intrinsics
+template <class A, class B> inline std::common_type_t<A, B> min(A a, B b) { return b < a ? b : a; }
+template <class A, class B> inline std::common_type_t<A, B> max(A a, B b) { return a < b ? b : a; }
+inline float __expf(float x) { return expf(x); }
+inline float __exp10f(float x) { return powf(10.0f, x); }
+inline float __logf(float x) { return logf(x); }
+inline float __log2f(float x) { return log2f(x); }
+inline float __log10f(float x) { return log10f(x); }
+inline float __sinf(float x) { return sinf(x); }
+inline float __cosf(float x) { return cosf(x); }
+inline float __tanf(float x) { return tanf(x); }
+inline void __sincosf(float x, float* s, float* c) { *s = sinf(x); *c = cosf(x); }
+inline float __powf(float x, float y) { return powf(x, y); }
+inline float __fdividef(float x, float y) { return x / y; }
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline float __fsqrt_rn(float x) { return sqrtf(x); }
+inline float __frsqrt_rn(float x) { return 1.0f / sqrtf(x); }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+inline float rcbrtf(float x) { return 1.0f / cbrtf(x); }
+inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+inline float saturate(float x) { return __saturatef(x); }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
+inline float normcdff(float x) { return 0.5f * erfcf(-x / sqrtf(2.0f)); }
+inline float __int_as_float(int x) { float f; std::memcpy(&f, &x, 4); return f; }
+inline int __float_as_int(float x) { int i; std::memcpy(&i, &x, 4); return i; }
+inline float __uint_as_float(unsigned x) { float f; std::memcpy(&f, &x, 4); return f; }
+inline unsigned __float_as_uint(float x) { unsigned i; std::memcpy(&i, &x, 4); return i; }
+inline double __longlong_as_double(long long x) { double d; std::memcpy(&d, &x, 8); return d; }
+inline long long __double_as_longlong(double x) { long long i; std::memcpy(&i, &x, 8); return i; }
+inline int __float2int_rn(float x) { return static_cast<int>(nearbyintf(x)); }
+inline int __float2int_rz(float x) { return static_cast<int>(x); }
+inline int __float2int_rd(float x) { return static_cast<int>(floorf(x)); }
+inline int __float2int_ru(float x) { return static_cast<int>(ceilf(x)); }
+inline unsigned __float2uint_rn(float x) { return static_cast<unsigned>(nearbyintf(x)); }
+inline float __int2float_rn(int x) { return static_cast<float>(x); }
+inline float __uint2float_rn(unsigned x) { return static_cast<float>(x); }
+inline float __ll2float_rn(long long x) { return static_cast<float>(x); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x)); }
+inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll(static_cast<unsigned long long>(x)); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __ffsll(long long x) { return __builtin_ffsll(x); }
+inline unsigned __brev(unsigned x) {
+  unsigned r = 0;
+  for (int i = 0; i < 32; ++i) r |= ((x >> i) & 1u) << (31 - i);
+  return r;
+}
+inline int __mul24(int a, int b) { return a * b; }
+inline unsigned __umul24(unsigned a, unsigned b) { return a * b; }
+inline int __mulhi(int a, int b) { return static_cast<int>((1ll * a * b) >> 32); }
+inline unsigned __umulhi(unsigned a, unsigned b) { return static_cast<unsigned>((1ull * a * b) >> 32); }
+inline int __sad(int a, int b, unsigned c) { return (a > b ? a - b : b - a) + static_cast<int>(c); }
+template <class T> inline T __ldg(const T* p) { return *p; }
+template <class T> inline T __ldcs(const T* p) { return *p; }
+template <class T> inline T __ldcg(const T* p) { return *p; }
+template <class T> inline T __ldca(const T* p) { return *p; }
+template <class T> inline T __ldlu(const T* p) { return *p; }
+template <class T> inline void __stcs(T* p, T v) { *p = v; }
+template <class T> inline void __stcg(T* p, T v) { *p = v; }
+template <class T> inline void __stwt(T* p, T v) { *p = v; }
+inline long long clock64() { return 0; }
+
+inline unsigned __nanosleep(unsigned) { return 0; }
+inline void __trap() { cuset::detail::fail("__trap() called in a kernel"); }
+
+// ---------------------------------------------------------------- torch binding helpers
+#include "cuset_cuda_torch.h"

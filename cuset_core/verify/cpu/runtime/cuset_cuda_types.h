@@ -1,0 +1,177 @@
+// CUDA runtime types and the host memory API of the CuSeT CPU runtime: device memory is host
+// memory, copies are memcpy, streams and events exist only as tokens.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <tuple>
+#include <utility>
+
+#define CUSET_VEC2(T, N) \
+  struct alignas(2 * sizeof(T)) N##2 { T x, y; }; \
+  inline N##2 make_##N##2(T x, T y) { return N##2{x, y}; }
+#define CUSET_VEC3(T, N) \
+  struct N##3 { T x, y, z; }; \
+  inline N##3 make_##N##3(T x, T y, T z) { return N##3{x, y, z}; }
+#define CUSET_VEC4(T, N) \
+  struct alignas(4 * sizeof(T) > 16 ? 16 : 4 * sizeof(T)) N##4 { T x, y, z, w; }; \
+  inline N##4 make_##N##4(T x, T y, T z, T w) { return N##4{x, y, z, w}; }
+#define CUSET_VECS(T, N) CUSET_VEC2(T, N) CUSET_VEC3(T, N) CUSET_VEC4(T, N)
+CUSET_VECS(float, float)
+CUSET_VECS(double, double)
+CUSET_VECS(int, int)
+CUSET_VECS(unsigned, uint)
+CUSET_VECS(long, long)
+CUSET_VECS(unsigned long, ulong)
+CUSET_VECS(long long, longlong)
+CUSET_VECS(unsigned long long, ulonglong)
+CUSET_VECS(short, short)
+CUSET_VECS(unsigned short, ushort)
+CUSET_VECS(signed char, char)
+CUSET_VECS(unsigned char, uchar)
+#undef CUSET_VECS
+#undef CUSET_VEC2
+#undef CUSET_VEC3
+#undef CUSET_VEC4
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+  constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+  constexpr operator uint3() const { return uint3{x, y, z}; }
+};
+
+
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorNotSupported = 801,
+};
+typedef cudaError_t cudaError;
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+struct CUstream_st {};
+typedef CUstream_st* cudaStream_t;
+struct CUevent_st { std::chrono::steady_clock::time_point at; };
+typedef CUevent_st* cudaEvent_t;
+#define cudaStreamDefault 0
+#define cudaStreamNonBlocking 1
+#define cudaEventDefault 0
+#define cudaEventDisableTiming 2
+#define cudaFuncCachePreferShared 1
+#define cudaFuncCachePreferL1 2
+#define cudaSharedMemBankSizeFourByte 1
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8, cudaFuncAttributePreferredSharedMemoryCarveout = 9 };
+
+struct cudaDeviceProp {
+  char name[256] = "CuSeT CPU runtime";
+  size_t totalGlobalMem = size_t(80) << 30;
+  size_t sharedMemPerBlock = 48 * 1024;
+  size_t sharedMemPerBlockOptin = 227 * 1024;
+  size_t sharedMemPerMultiprocessor = 228 * 1024;
+  int regsPerBlock = 65536;
+  int warpSize = 32;
+  int maxThreadsPerBlock = 1024;
+  int maxThreadsDim[3] = {1024, 1024, 64};
+  int maxGridSize[3] = {2147483647, 65535, 65535};
+  int multiProcessorCount = 132;
+  int maxThreadsPerMultiProcessor = 2048;
+  int major = 9;
+  int minor = 0;
+  int clockRate = 1980000;
+  int l2CacheSize = 50 * 1024 * 1024;
+  size_t totalConstMem = 65536;
+};
+
+inline cudaError_t& cuset_last_error() {
+  static cudaError_t error = cudaSuccess;
+  return error;
+}
+
+inline cudaError_t cudaGetLastError() { cudaError_t e = cuset_last_error(); cuset_last_error() = cudaSuccess; return e; }
+inline cudaError_t cudaPeekAtLastError() { return cuset_last_error(); }
+inline const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    default: return "unknown error";
+  }
+}
+inline const char* cudaGetErrorName(cudaError_t e) { return cudaGetErrorString(e); }
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaThreadSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
+inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) { *p = cudaDeviceProp(); return cudaSuccess; }
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMaxThreadsPerBlock = 1, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
+  *v = a == cudaDevAttrMultiProcessorCount ? 132 : a == cudaDevAttrMaxThreadsPerBlock ? 1024 : 227 * 1024;
+  return cudaSuccess;
+}
+
+template <class T> inline cudaError_t cudaMalloc(T** p, size_t bytes) {
+  *p = static_cast<T*>(std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256));
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+template <class T> inline cudaError_t cudaMallocManaged(T** p, size_t bytes, unsigned = 1) { return cudaMalloc(p, bytes); }
+template <class T> inline cudaError_t cudaMallocHost(T** p, size_t bytes) { return cudaMalloc(p, bytes); }
+template <class T> inline cudaError_t cudaMallocAsync(T** p, size_t bytes, cudaStream_t) { return cudaMalloc(p, bytes); }
+inline cudaError_t cudaFree(void* p) { std::free(p); return cudaSuccess; }
+inline cudaError_t cudaFreeHost(void* p) { std::free(p); return cudaSuccess; }
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { std::free(p); return cudaSuccess; }
+inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind = cudaMemcpyDefault) { std::memmove(d, s, n); return cudaSuccess; }
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind = cudaMemcpyDefault, cudaStream_t = nullptr) { std::memmove(d, s, n); return cudaSuccess; }
+inline cudaError_t cudaMemset(void* d, int v, size_t n) { std::memset(d, v, n); return cudaSuccess; }
+inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t = nullptr) { std::memset(d, v, n); return cudaSuccess; }
+inline cudaError_t cudaMemcpy2D(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t h, cudaMemcpyKind = cudaMemcpyDefault) {
+  for (size_t r = 0; r < h; ++r) std::memmove(static_cast<char*>(d) + r * dp, static_cast<const char*>(s) + r * sp, w);
+  return cudaSuccess;
+}
+template <class T> inline cudaError_t cudaMemcpyToSymbol(T& symbol, const void* s, size_t n, size_t offset = 0, cudaMemcpyKind = cudaMemcpyHostToDevice) {
+  std::memcpy(reinterpret_cast<char*>(&symbol) + offset, s, n);
+  return cudaSuccess;
+}
+template <class T> inline cudaError_t cudaMemcpyToSymbolAsync(T& symbol, const void* s, size_t n, size_t offset = 0, cudaMemcpyKind = cudaMemcpyHostToDevice, cudaStream_t = nullptr) {
+  return cudaMemcpyToSymbol(symbol, s, n, offset);
+}
+template <class T> inline cudaError_t cudaMemcpyFromSymbol(void* d, const T& symbol, size_t n, size_t offset = 0, cudaMemcpyKind = cudaMemcpyDeviceToHost) {
+  std::memcpy(d, reinterpret_cast<const char*>(&symbol) + offset, n);
+  return cudaSuccess;
+}
+template <class T> inline cudaError_t cudaGetSymbolAddress(void** p, T& symbol) { *p = &symbol; return cudaSuccess; }
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = nullptr; return cudaSuccess; }
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { *s = nullptr; return cudaSuccess; }
+inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st(); return cudaSuccess; }
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) { e->at = std::chrono::steady_clock::now(); return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+  *ms = std::chrono::duration<float, std::milli>(b->at - a->at).count();
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+template <class F> inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
+template <class F> inline cudaError_t cudaFuncSetCacheConfig(F, int) { return cudaSuccess; }
+inline cudaError_t cudaDeviceSetCacheConfig(int) { return cudaSuccess; }
+inline cudaError_t cudaDeviceSetSharedMemConfig(int) { return cudaSuccess; }
+template <class F> inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, F, int, size_t) { *n = 2; return cudaSuccess; }
+template <class F> inline cudaError_t cudaOccupancyMaxPotentialBlockSize(int* grid, int* block, F, size_t = 0, int = 0) {
+  *grid = 264;
+  *block = 256;
+  return cudaSuccess;
+}

@@ -1,0 +1,62 @@
+"""Problem-size reduction through a problem's module-level integer constants.
+
+KernelBench problems size their tensors with module-level constants (``batch_size = 16``,
+``dim = 16384``, ``M = 1024``). Tier 2 runs on a CPU, so it shrinks them: the largest
+constant is halved (only while it stays even and at least ``MIN_VALUE``, so powers of two
+keep dividing each other and small settings such as kernel sizes are never touched) until
+the measured element count fits the budget.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from copy import deepcopy
+
+MIN_VALUE = 8  # constants below this (kernel sizes, strides, channels of 3) are never shrunk
+MAX_STEPS = 200
+
+
+def int_constants(tree: ast.Module) -> dict[str, int]:
+    """Module-level ``name = <int literal>`` assignments (bools excluded), by name."""
+    found: dict[str, int] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            value = node.value
+            if isinstance(value, ast.Constant) and type(value.value) is int:
+                found[node.targets[0].id] = value.value
+    return found
+
+
+def with_constants(tree: ast.Module, overrides: dict[str, int]) -> ast.Module:
+    """A copy of ``tree`` whose module-level int constants take the ``overrides`` values."""
+    copy = deepcopy(tree)
+    for node in copy.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if name in overrides and isinstance(node.value, ast.Constant) and type(node.value.value) is int:
+                node.value = ast.copy_location(ast.Constant(overrides[name]), node.value)
+    return copy
+
+
+def plan_reduction(
+    constants: dict[str, int], measure: Callable[[dict[str, int]], int], max_elements: int
+) -> dict[str, int]:
+    """Overrides that bring ``measure(overrides)`` (elements) to at most ``max_elements``.
+
+    ``measure`` returns the element count of the problem's tensors with the given constants.
+    Returns the smallest-effort overrides found (possibly empty); it stops when no constant
+    can shrink further.
+    """
+    current = dict(constants)
+    changed: dict[str, int] = {}
+    for _ in range(MAX_STEPS):
+        if measure(changed) <= max_elements:
+            break
+        shrinkable = [name for name, value in current.items() if value >= 2 * MIN_VALUE and value % 2 == 0]
+        if not shrinkable:
+            break
+        name = max(shrinkable, key=lambda n: current[n])
+        current[name] //= 2
+        changed[name] = current[name]
+    return changed

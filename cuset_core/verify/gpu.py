@@ -1,0 +1,121 @@
+"""Tier 3: run a candidate on a real GPU with the KernelBench protocol and anti-hacking checks.
+
+The protocol itself lives in :mod:`cuset_core.verify.gpu_harness`, which this module runs in
+the sandbox (own process and work folder) with limits relaxed for a GPU job: a real
+``load_inline``/nvcc build takes tens of seconds, the CUDA driver reserves a large virtual
+address space, and the build spawns compiler processes.
+
+On a machine without a CUDA GPU the tier is not run: the result is ``unsupported`` with
+``unsupported_feature="gpu"`` and the reason "no CUDA GPU on this machine", so callers and
+metrics treat it like any other feature this machine cannot model (never a pass or fail).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import cuset_core
+from cuset_core.verify.candidate import Candidate
+from cuset_core.verify.gpu_harness import kernel_names
+from cuset_core.verify.result import Tier, Verdict, VerifyResult
+from cuset_core.verify.sandbox import SandboxOutcome, describe, run_sandboxed
+from cuset_core.verify.settings import SandboxLimits, VerifySettings
+
+HARNESS_MODULE = "cuset_core.verify.gpu_harness"
+RESULT_FILE = "result.json"
+NO_GPU_REASON = "no CUDA GPU on this machine"
+
+# Floors for a GPU job's sandbox; a caller's larger limits are kept.
+_MIN_WALL_S = 900.0
+_MIN_CPU_S = 1800
+_MIN_MEMORY_MB = 1 << 30  # address space: the CUDA driver maps device + host memory into it
+_MIN_PROCESSES = 512
+# Variables the build and the CUDA runtime need from the parent environment.
+_PASSED_ENV = ("CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST")
+
+
+def gpu_available() -> bool:
+    """Whether this process sees a CUDA GPU (False with the CPU-only torch wheel)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def gpu_limits(limits: SandboxLimits) -> SandboxLimits:
+    """``limits`` raised to what a real extension build and a CUDA context need."""
+    return SandboxLimits(
+        wall_s=max(limits.wall_s, _MIN_WALL_S),
+        cpu_s=max(limits.cpu_s, _MIN_CPU_S),
+        memory_mb=max(limits.memory_mb, _MIN_MEMORY_MB),
+        max_processes=max(limits.max_processes, _MIN_PROCESSES),
+        file_size_mb=limits.file_size_mb,
+    )
+
+
+def write_job(workdir: Path, problem_code: str, candidate: Candidate, settings: VerifySettings) -> Path:
+    """Write the problem, the candidate and the job description into ``workdir``."""
+    (workdir / "problem.py").write_text(problem_code)
+    candidate_file = "candidate.cu" if candidate.kind == "cu" else "candidate.py"
+    (workdir / candidate_file).write_text(candidate.code)
+    cuda = candidate.sources.cuda + "\n" + "\n".join(ext.cpp for ext in candidate.sources.extensions)
+    job = {
+        "problem": "problem.py",
+        "candidate": candidate_file,
+        "kind": candidate.kind,
+        "seeds": settings.seeds,
+        "atol": settings.atol,
+        "rtol": settings.rtol,
+        "timing_trials": settings.timing_trials,
+        "kernel_names": kernel_names(cuda),
+        "result": RESULT_FILE,
+    }
+    path = workdir / "job.json"
+    path.write_text(json.dumps(job))
+    return path
+
+
+def harness_env(workdir: Path) -> dict[str, str]:
+    """Environment for the harness: where to import cuset_core from and where to build."""
+    env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
+    env["PYTHONPATH"] = str(Path(cuset_core.__file__).resolve().parent.parent)
+    env["TORCH_EXTENSIONS_DIR"] = str(workdir / "torch_extensions")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def result_from_run(outcome: SandboxOutcome, result_path: Path) -> VerifyResult:
+    """The tier-3 result: the harness's ``result.json``, or why the harness left none."""
+    base = {"tier": Tier.GPU, "tiers_run": [Tier.GPU]}
+    if result_path.is_file():
+        data = json.loads(result_path.read_text())
+        verdict = Verdict(data.pop("verdict"))
+        feature = "gpu" if verdict is Verdict.UNSUPPORTED else None
+        return VerifyResult(verdict=verdict, unsupported_feature=feature, **base, **data)
+    log = (outcome.stderr or outcome.stdout)[-4000:]
+    if outcome.timed_out or outcome.limit_hit in ("wall", "cpu"):
+        return VerifyResult(verdict=Verdict.TIMEOUT, reason=f"GPU harness {describe(outcome)}", log=log, **base)
+    return VerifyResult(verdict=Verdict.RUNTIME_ERROR, reason=f"GPU harness {describe(outcome)} without a result",
+                        log=log, **base)
+
+
+def run_gpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettings) -> VerifyResult:
+    """Tier 3 for one candidate; ``unsupported`` (feature "gpu") on a machine without a GPU."""
+    if not gpu_available():
+        return VerifyResult(verdict=Verdict.UNSUPPORTED, tier=Tier.GPU, tiers_run=[Tier.GPU],
+                            unsupported_feature="gpu", reason=NO_GPU_REASON)
+    with tempfile.TemporaryDirectory(prefix="cuset-gpu-") as folder:
+        workdir = Path(folder)
+        job = write_job(workdir, problem_code, candidate, settings)
+        outcome = run_sandboxed(
+            [sys.executable, "-m", HARNESS_MODULE, str(job)],
+            workdir=workdir,
+            limits=gpu_limits(settings.limits),
+            env=harness_env(workdir),
+        )
+        result = result_from_run(outcome, workdir / RESULT_FILE)
+    result.timings_s.setdefault("gpu_total", outcome.wall_s)
+    return result

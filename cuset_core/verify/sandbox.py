@@ -1,0 +1,354 @@
+"""Run untrusted candidate code (compilers, extensions, kernels) in a contained child process.
+
+What is enforced, strongest first, each where the machine allows it (``isolation`` in the
+outcome says which ones held for a run):
+
+- ``pid_ns``: own PID namespace (``unshare --pid --fork``). The command is PID 1 there, so
+  when it exits or is killed every process it started dies with it, daemons included.
+- ``net_ns``: own network namespace with only a loopback that is down: no connection to
+  anything, 127.0.0.1 included.
+- ``ro_fs``: own mount namespace in which every mount is re-bound read-only except the work
+  folder (and ``writable`` extras); writes elsewhere fail with EROFS.
+- ``no_caps``: all capabilities dropped and ``no_new_privs`` set before the command runs, so
+  it cannot undo the above even when it runs as root.
+- ``pids_cgroup``: a pids cgroup caps processes and threads (RLIMIT_NPROC does not bind root).
+- Always: a new session (process group) killed as a whole at the end, rlimits on CPU time,
+  address space, file size and core dumps, cwd/HOME/TMPDIR in the work folder, a minimal
+  environment built from scratch (nothing of the parent's is inherited), bounded output.
+
+Without root (or without ``unshare``/``setpriv``) only the "Always" line holds.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from cuset_core.verify.settings import SandboxLimits
+
+OUTPUT_TAIL_BYTES = 20_000
+_PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
+_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Messages by which common runtimes report a refused allocation or an oversized write.
+_MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory")
+_FILE_SIZE_MARKERS = ("File too large", "EFBIG")
+
+# Runs inside the new namespaces as root: make every mount read-only except the writable
+# folders (bound onto themselves first so they are mounts of their own), then run the command
+# with every capability dropped. ``remount,bind`` changes only this namespace's view.
+_INIT_SCRIPT = r"""
+n="$1"; shift
+workdir="$1"; keep=""
+while [ "$n" -gt 0 ]; do mount --bind "$1" "$1" || exit 111; keep="$keep|$1"; shift; n=$((n - 1)); done
+while read -r _dev mp _rest; do
+  case "$mp" in /proc|/proc/*) continue;; esac
+  case "$keep|" in *"|$mp|"*) continue;; esac
+  mount -o remount,bind,ro "$mp" 2>/dev/null
+done < /proc/self/mounts
+cd "$workdir" || exit 111  # the inherited cwd still points into the read-only mount
+setpriv --no-new-privs --bounding-set=-all --inh-caps=-all -- "$@"
+"""
+
+
+@dataclass(frozen=True)
+class SandboxOutcome:
+    """How a sandboxed command ended.
+
+    ``returncode`` is None when it was killed for the wall-clock limit; ``signal`` is the
+    signal that ended it, if any. ``stdout``/``stderr`` are the last ``OUTPUT_TAIL_BYTES``
+    bytes, decoded. ``limit_hit`` names the limit that stopped it: ``"wall"``, ``"cpu"``,
+    ``"memory"``, ``"file_size"``, ``"processes"`` or None. ``isolation`` lists the
+    protections that held (see the module docstring).
+    """
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    wall_s: float
+    timed_out: bool
+    signal: int | None
+    limit_hit: str | None
+    isolation: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited 0 within every limit."""
+        return self.returncode == 0 and self.limit_hit is None
+
+
+@functools.lru_cache(maxsize=1)
+def namespaces_available() -> bool:
+    """Whether this process can create PID, network and mount namespaces and drop caps."""
+    if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("setpriv")):
+        return False
+    probe = subprocess.run(
+        ["unshare", "--pid", "--fork", "--net", "--mount", "--propagation", "private", "true"],
+        capture_output=True,
+        timeout=10,
+    )
+    return probe.returncode == 0
+
+
+def _pids_cgroup(max_processes: int) -> Path | None:
+    """A fresh pids cgroup capped at ``max_processes`` tasks, or None where we cannot make one."""
+    if os.geteuid() != 0 or not os.access(_PIDS_CGROUP_ROOT, os.W_OK):
+        return None
+    group = _PIDS_CGROUP_ROOT / "cuset" / uuid.uuid4().hex
+    try:
+        group.mkdir(parents=True)
+        (group / "pids.max").write_text(str(max_processes))
+    except OSError:
+        return None
+    return group
+
+
+def _release_cgroup(group: Path) -> bool:
+    """Kill whatever is left in ``group``, remove it; True if it ever refused a fork."""
+    hit = False
+    try:
+        events = (group / "pids.events").read_text()
+        hit = int(events.split()[-1]) > 0
+    except (OSError, ValueError, IndexError):
+        pass
+    for _ in range(50):
+        try:
+            pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
+        except OSError:
+            break
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.01)
+    try:
+        group.rmdir()
+    except OSError:
+        pass
+    return hit
+
+
+def _user_tasks(uid: int) -> int:
+    """Processes and threads ``uid`` holds now (what RLIMIT_NPROC counts)."""
+    count = 0
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and entry.stat().st_uid == uid:
+                count += len(os.listdir(entry / "task"))
+        except OSError:
+            continue
+    return count
+
+
+def _preexec(limits: SandboxLimits, cgroup: Path | None):
+    """The child-side setup, run between fork and exec: cgroup first, then rlimits.
+
+    RLIMIT_NPROC counts all of a user's tasks and never binds root, so it is the cap only for
+    a non-root user without a cgroup, set to what that user already runs plus the allowance.
+    """
+    memory = limits.memory_mb * 1024 * 1024
+    file_size = limits.file_size_mb * 1024 * 1024
+    uid = os.geteuid()
+    nproc = None if cgroup is not None or uid == 0 else _user_tasks(uid) + limits.max_processes
+
+    def setup() -> None:
+        if cgroup is not None:
+            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if nproc is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
+    return setup
+
+
+def sandbox_env(workdir: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a sandboxed command sees: built from scratch, plus ``extra``."""
+    env = {
+        "PATH": os.environ.get("PATH", _DEFAULT_PATH),
+        "HOME": str(workdir),
+        "TMPDIR": str(workdir),
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+    }
+    env.update(extra or {})
+    return env
+
+
+class _Tail:
+    """Drains a pipe in a thread, keeping only its last ``OUTPUT_TAIL_BYTES`` bytes."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self._data = bytearray()
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        for chunk in iter(lambda: self._stream.read1(65536), b""):
+            self._data += chunk
+            if len(self._data) > 2 * OUTPUT_TAIL_BYTES:
+                del self._data[: len(self._data) - OUTPUT_TAIL_BYTES]
+        self._stream.close()
+
+    def text(self, timeout: float) -> str:
+        self._thread.join(timeout)
+        return bytes(self._data[-OUTPUT_TAIL_BYTES:]).decode("utf-8", errors="replace")
+
+
+def _command(argv: list[str], writable: Iterable[Path]) -> list[str]:
+    """Wrap ``argv`` in the namespace launcher."""
+    folders = [str(Path(w).resolve()) for w in writable]
+    return [
+        "unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--mount",
+        "--propagation", "private",
+        "sh", "-c", _INIT_SCRIPT, "sandbox-init", str(len(folders)), *folders, *argv,
+    ]  # fmt: skip
+
+
+def _limit_hit(
+    returncode: int | None, timed_out: bool, forks_refused: bool, stderr: str, cpu_spent: bool
+) -> str | None:
+    """Name the limit that stopped the command, most specific first.
+
+    ``cpu_spent``: the run lasted at least the CPU limit, so a bare SIGKILL is the hard
+    RLIMIT_CPU (a process that ignored the SIGXCPU warning).
+    """
+    if forks_refused:
+        return "processes"
+    if timed_out:
+        return "wall"
+    if returncode is None or returncode == 0:
+        return None
+    if returncode == -signal.SIGXCPU or (returncode == -signal.SIGKILL and cpu_spent):
+        return "cpu"
+    if returncode == -signal.SIGXFSZ or any(m in stderr for m in _FILE_SIZE_MARKERS):
+        return "file_size"
+    if any(m in stderr for m in _MEMORY_MARKERS):
+        return "memory"
+    return None
+
+
+def run_sandboxed(
+    argv: list[str],
+    *,
+    workdir: Path,
+    limits: SandboxLimits,
+    env: dict[str, str] | None = None,
+    stdin: bytes | None = None,
+    writable: tuple[Path, ...] = (),
+) -> SandboxOutcome:
+    """Run ``argv`` in ``workdir`` under ``limits`` and return how it ended; never raises for
+    anything the command does and never waits longer than ``limits.wall_s`` (plus cleanup).
+
+    ``env`` entries are added to the minimal environment of :func:`sandbox_env`. ``writable``
+    names folders besides ``workdir`` the command may write (e.g. a shared build cache).
+    """
+    workdir = Path(workdir).resolve()
+    cgroup = _pids_cgroup(limits.max_processes)
+    isolated = namespaces_available()
+    command = _command(argv, (workdir, *writable)) if isolated else list(argv)
+    isolation = (("pid_ns", "net_ns", "ro_fs", "no_caps") if isolated else ()) + (
+        ("pids_cgroup",) if cgroup is not None else ()
+    )
+    start = time.monotonic()
+    try:
+        process = subprocess.Popen(
+            command,
+            cwd=workdir,
+            env=sandbox_env(workdir, env),
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=_preexec(limits, cgroup),
+        )
+    except OSError as exc:
+        if cgroup is not None:
+            _release_cgroup(cgroup)
+        return SandboxOutcome(None, "", f"could not start {argv[0]!r}: {exc}", 0.0, False, None, None, isolation)
+    out, err = _Tail(process.stdout), _Tail(process.stderr)
+    if stdin is not None:
+        threading.Thread(target=_feed, args=(process.stdin, stdin), daemon=True).start()
+    timed_out = False
+    try:
+        process.wait(timeout=limits.wall_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    _kill_group(process.pid)
+    process.wait()
+    forks_refused = _release_cgroup(cgroup) if cgroup is not None else False
+    wall_s = time.monotonic() - start
+    stdout, stderr = out.text(timeout=2.0), err.text(timeout=2.0)
+    returncode = None if timed_out else _status(process.returncode, isolated)
+    sig = -returncode if returncode is not None and returncode < 0 else None
+    if timed_out:
+        sig = signal.SIGKILL
+    return SandboxOutcome(
+        returncode=returncode,
+        stdout=stdout,
+        stderr=stderr,
+        wall_s=wall_s,
+        timed_out=timed_out,
+        signal=sig,
+        limit_hit=_limit_hit(returncode, timed_out, forks_refused, stderr, wall_s >= limits.cpu_s),
+        isolation=isolation,
+    )
+
+
+def _status(returncode: int, isolated: bool) -> int:
+    """The command's status, negative for a signal as in ``subprocess``.
+
+    Isolated, the command runs under a shell that reports death by signal N as 128 + N (it
+    does not exec the command, because as PID 1 of its namespace the command would be immune
+    to its own signals, e.g. ``abort()``); a command that exits 129..192 itself reads the same.
+    """
+    if isolated and 128 < returncode <= 128 + 64:
+        return 128 - returncode
+    return returncode
+
+
+def _feed(pipe, data: bytes) -> None:
+    try:
+        pipe.write(data)
+        pipe.close()
+    except OSError:
+        pass  # the command exited without reading all of its input
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL the whole session the sandbox started (stragglers included)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def describe(outcome: SandboxOutcome) -> str:
+    """One line on how the command ended, for logs and verdict reasons."""
+    if outcome.limit_hit == "wall":
+        return f"killed after the wall-clock limit ({outcome.wall_s:.1f} s)"
+    if outcome.limit_hit:
+        return f"stopped by the {outcome.limit_hit.replace('_', ' ')} limit"
+    if outcome.signal is not None:
+        try:
+            name = signal.Signals(outcome.signal).name
+        except ValueError:
+            name = str(outcome.signal)
+        return f"killed by signal {name}"
+    return f"exited with status {outcome.returncode}"
+

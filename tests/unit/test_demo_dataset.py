@@ -1,0 +1,174 @@
+"""The demo dataset: its shape, each problem's KernelBench API, each solution's CUDA, the JSONL."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from cuset_core.analysis.sources import find_kernel_sources
+from cuset_core.demo import CATEGORIES, HELD_OUT, DemoProblem, demo_problems, write_demo_dataset
+from cuset_core.generation.prompts import compact_prompt
+
+STUB_INCLUDE = Path(__file__).resolve().parent / "demo_torch_stub"
+FAMILIES = {
+    "elementwise",
+    "reduction",
+    "normalization",
+    "matmul",
+    "transpose",
+    "scan",
+    "histogram",
+    "fused",
+    "convolution",
+}
+PROBLEMS = demo_problems()
+
+
+def _by_id(pid: str) -> DemoProblem:
+    return next(problem for problem in PROBLEMS if problem.id == pid)
+
+
+def _method_params(code: str, class_name: str, method: str) -> list[str]:
+    """Parameter names of ``class_name.method`` in ``code``."""
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == method:
+                    return [arg.arg for arg in item.args.args]
+    raise AssertionError(f"{class_name}.{method} not found")
+
+
+def _shrunk_namespace(code: str) -> dict:
+    """Run a problem file, then divide its large integer size constants by 16 for a fast CPU run."""
+    namespace: dict = {}
+    exec(compile(code, "<problem>", "exec"), namespace)
+    for name, value in list(namespace.items()):
+        if name.isupper() and type(value) is int and value >= 256:
+            namespace[name] = value // 16
+    return namespace
+
+
+def test_there_are_at_least_40_problems_with_unique_ids():
+    ids = [problem.id for problem in PROBLEMS]
+    assert len(ids) >= 40
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
+    assert all(re.fullmatch(r"\d\d_[a-z0-9_]+", pid) for pid in ids)
+
+
+def test_every_family_is_present_and_lists_each_problem_once():
+    assert set(CATEGORIES) == FAMILIES
+    listed = [pid for ids in CATEGORIES.values() for pid in ids]
+    assert sorted(listed) == [problem.id for problem in PROBLEMS]
+    assert all(len(ids) >= 3 for ids in CATEGORIES.values())
+
+
+def test_problem_fields_follow_the_file_name_and_category_map():
+    problem = _by_id("32_transpose_tiled")
+    assert problem.name == "transpose_tiled"
+    assert problem.category == "transpose"
+    assert "class Model(nn.Module)" in problem.problem_code
+    assert "class ModelNew(nn.Module)" in problem.solution_code
+
+
+def test_held_out_problems_come_from_four_different_families():
+    assert len(HELD_OUT) == 4
+    assert len({_by_id(pid).category for pid in HELD_OUT}) == 4
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=lambda problem: problem.id)
+def test_problem_runs_on_cpu_with_kernelbench_api(problem: DemoProblem):
+    namespace = _shrunk_namespace(problem.problem_code)
+    init_inputs = namespace["get_init_inputs"]()
+    inputs = namespace["get_inputs"]()
+    assert isinstance(init_inputs, list)
+    assert isinstance(inputs, list) and all(isinstance(t, torch.Tensor) for t in inputs)
+    assert all(t.device.type == "cpu" for t in inputs)
+
+    output = namespace["Model"](*init_inputs)(*inputs)
+
+    assert isinstance(output, torch.Tensor)
+    assert output.dtype in (torch.float32, torch.int64)
+    assert torch.isfinite(output.float()).all()
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=lambda problem: problem.id)
+def test_solution_is_a_load_inline_model_new_matching_the_reference(problem: DemoProblem):
+    sources = find_kernel_sources(problem.solution_code)
+    assert sources.syntax_error is None
+    assert len(sources.extensions) == 1
+    extension = sources.extensions[0]
+    assert "#include <torch/extension.h>" in extension.cuda
+    assert "__global__" in extension.cuda and "<<<" in extension.cuda
+    assert extension.functions
+    for function in extension.functions:
+        assert re.search(rf"torch::Tensor {function}\(", extension.cuda), function
+        assert re.search(rf"torch::Tensor {function}\(", extension.cpp), function
+    for method in ("__init__", "forward"):
+        assert _method_params(problem.solution_code, "ModelNew", method) == _method_params(
+            problem.problem_code, "Model", method
+        )
+
+
+def test_demo_dataset_is_written_as_chat_jsonl_without_held_out_problems(tmp_path):
+    path = tmp_path / "nested" / "demo.jsonl"
+
+    written = write_demo_dataset(path, held_out=HELD_OUT)
+
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert written == len(records) == len(PROBLEMS) - len(HELD_OUT)
+    assert {record["problem"] for record in records} == {p.id for p in PROBLEMS} - set(HELD_OUT)
+    first = records[0]
+    problem = _by_id(first["problem"])
+    assert first["category"] == problem.category
+    assert [m["role"] for m in first["messages"]] == ["user", "assistant"]
+    assert first["messages"][0]["content"] == compact_prompt(problem.problem_code)
+    assert first["messages"][1]["content"] == f"```python\n{problem.solution_code.strip()}\n```"
+
+
+def test_writing_every_problem_by_default(tmp_path):
+    assert write_demo_dataset(tmp_path / "all.jsonl") == len(PROBLEMS)
+
+
+def test_unknown_held_out_id_is_reported_by_name(tmp_path):
+    with pytest.raises(ValueError, match="99_nope"):
+        write_demo_dataset(tmp_path / "demo.jsonl", held_out=["99_nope", "01_vector_add"])
+    assert not (tmp_path / "demo.jsonl").exists()
+
+
+def _nvcc_stub_compile(cuda: str, cpp: str) -> subprocess.CompletedProcess:
+    """Compile the CUDA source and its C++ declarations to a cubin against the stand-in header."""
+    with tempfile.TemporaryDirectory() as folder:
+        source = Path(folder) / "solution.cu"
+        source.write_text(f"{cuda}\n{cpp}\n", encoding="utf-8")
+        command = ["nvcc", "-std=c++17", "-arch=sm_90", "-cubin", "-x", "cu", f"-I{STUB_INCLUDE}",
+                   "-o", str(Path(folder) / "solution.cubin"), str(source)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("problem", PROBLEMS, ids=lambda problem: problem.id)
+def test_solution_compiles_with_nvcc(problem: DemoProblem):
+    extension = find_kernel_sources(problem.solution_code).extensions[0]
+
+    result = _nvcc_stub_compile(extension.cuda, extension.cpp)
+
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.nvcc
+def test_stub_compile_rejects_a_broken_kernel():
+    broken = _by_id("01_vector_add")
+    extension = find_kernel_sources(broken.solution_code).extensions[0]
+
+    result = _nvcc_stub_compile(extension.cuda.replace("out[i] = a[i] + b[i];", "out[i] = a[i] + c;"), "")
+
+    assert result.returncode != 0
+    assert 'identifier "c" is undefined' in result.stderr

@@ -1,0 +1,95 @@
+"""pass@k and the aggregation of verification results into evaluation metrics."""
+
+from __future__ import annotations
+
+from math import comb
+
+import pytest
+
+from cuset_core.evaluation.metrics import aggregate, pass_at_k, passed_tier, problem_row
+from cuset_core.verify.result import Tier, Verdict, VerifyResult
+
+
+def result(verdict: str, tier: str, speedup: float | None = None) -> VerifyResult:
+    return VerifyResult(verdict=Verdict(verdict), tier=Tier(tier), speedup=speedup)
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "k", "expected"),
+    [
+        (10, 0, 1, 0.0),
+        (10, 3, 1, 0.3),
+        (5, 2, 2, 0.7),  # 1 - C(3,2)/C(5,2) = 1 - 3/10
+        (10, 10, 5, 1.0),
+        (4, 1, 4, 1.0),
+        (2, 1, 5, 1.0),  # k > n is clamped to n
+        (0, 0, 1, 0.0),
+    ],
+)
+def test_pass_at_k_known_values(n, c, k, expected):
+    assert pass_at_k(n, c, k) == pytest.approx(expected)
+
+
+def test_pass_at_k_matches_the_binomial_formula():
+    for n in range(1, 12):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                exact = 1.0 - comb(n - c, k) / comb(n, k)
+                assert pass_at_k(n, c, k) == pytest.approx(exact, abs=1e-12)
+
+
+def test_pass_at_k_rejects_impossible_counts():
+    with pytest.raises(ValueError):
+        pass_at_k(3, 4, 1)
+    with pytest.raises(ValueError):
+        pass_at_k(3, 1, 0)
+
+
+def test_a_sample_passes_a_tier_when_a_later_tier_decided_or_it_passed_there():
+    assert passed_tier(result("value_mismatch", "cpu"), Tier.COMPILE)
+    assert not passed_tier(result("value_mismatch", "cpu"), Tier.CPU)
+    assert passed_tier(result("pass", "cpu"), Tier.CPU)
+    assert not passed_tier(result("compile_error", "compile"), Tier.COMPILE)
+    assert not passed_tier(result("unsupported", "cpu"), Tier.CPU)
+    assert not passed_tier(result("pass", "cpu"), Tier.GPU)
+
+
+def test_problem_rows_count_tiers_verdicts_and_speed():
+    row = problem_row("p1", [
+        result("pass", "gpu", speedup=2.0),
+        result("pass", "gpu", speedup=1.2),
+        result("value_mismatch", "gpu"),
+        result("compile_error", "compile"),
+    ])
+    assert (row.n, row.compiled, row.cpu_correct, row.correct) == (4, 3, 3, 2)
+    assert row.fast == {"1.0": 2, "1.5": 1}
+    assert row.best_speedup == 2.0
+    assert row.verdicts == {"compile_error": 1, "pass": 2, "value_mismatch": 1}
+
+
+def test_aggregate_at_the_cpu_tier_reports_compile_and_cpu_metrics_only():
+    rows = [
+        problem_row("a", [result("pass", "cpu"), result("value_mismatch", "cpu")]),
+        problem_row("b", [result("compile_error", "compile"), result("unsupported", "cpu")]),
+    ]
+    agg = aggregate(rows, Tier.CPU, [1, 2])
+    assert agg.metrics == {
+        "compile@1": pytest.approx((1.0 + 0.5) / 2),
+        "compile@2": 1.0,
+        "cpu_correct@1": pytest.approx(0.25),
+        "cpu_correct@2": 0.5,
+    }
+    assert agg.fast_p == {}
+    assert agg.verdicts == {"compile_error": 1, "pass": 1, "unsupported": 1, "value_mismatch": 1}
+    assert (agg.problems, agg.samples) == (2, 4)
+
+
+def test_aggregate_at_the_gpu_tier_adds_correct_and_fast_p():
+    rows = [
+        problem_row("a", [result("pass", "gpu", 2.0), result("pass", "gpu", 0.9)]),
+        problem_row("b", [result("value_mismatch", "gpu"), result("pass", "gpu", 1.2)]),
+    ]
+    agg = aggregate(rows, Tier.GPU, [1, 2])
+    assert agg.metrics["correct@1"] == pytest.approx(0.75)
+    assert agg.metrics["correct@2"] == 1.0
+    assert agg.fast_p == {"1.0": pytest.approx((0.5 + 0.5) / 2), "1.5": pytest.approx(0.25)}

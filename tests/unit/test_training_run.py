@@ -1,0 +1,232 @@
+"""Training on a tiny random SmolLM2-architecture model: the loss falls, every objective runs,
+progress lines carry every metric, cancellation checkpoints, resume continues, adapters reload,
+and the sft objective equals the model's own loss."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from cuset_core.training.callbacks import ProgressWriter
+from cuset_core.training.config import parse_config
+from cuset_core.training.run import run_job
+
+REPO = Path(__file__).resolve().parents[2]
+PROGRESS_FIELDS = {
+    "type", "step", "max_steps", "epoch", "loss", "ce", "kept_ratio", "sensitive_share", "p_sensitive_mean",
+    "p_nonsensitive_mean", "low_conf_region_share", "weight_mean", "weight_max", "learning_rate", "tokens_per_s",
+    "trained_tokens", "eta_s", "time",
+}  # fmt: skip
+OPS = {"add": "a[i] + b[i]", "mul": "a[i] * b[i]", "sub": "a[i] - b[i]", "max": "fmaxf(a[i], b[i])"}
+PROBLEM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return torch.{op}(a, b)
+
+
+def get_inputs():
+    return [torch.randn(1024), torch.randn(1024)]
+
+
+def get_init_inputs():
+    return []
+"""
+ANSWER = '''```python
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+source = r"""
+#include <torch/extension.h>
+
+__global__ void {op}_kernel(const float* a, const float* b, float* out, int n) {{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {{
+        out[i] = {expr};
+    }}
+}}
+
+torch::Tensor {op}_cuda(torch::Tensor a, torch::Tensor b) {{
+    auto out = torch::empty_like(a);
+    int n = a.numel();
+    {op}_kernel<<<(n + 255) / 256, 256>>>(a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), n);
+    return out;
+}}
+"""
+
+module = load_inline(name="{op}_ext", cpp_sources="torch::Tensor {op}_cuda(torch::Tensor a, torch::Tensor b);",
+                     cuda_sources=source, functions=["{op}_cuda"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return module.{op}_cuda(a, b)
+```'''
+
+
+def write_dataset(path: Path) -> Path:
+    """Four chat records, each a KernelBench-style elementwise problem with a CUDA answer."""
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": "Write a CUDA kernel for:\n```python\n" + PROBLEM.format(op=op) + "```"},
+                {"role": "assistant", "content": ANSWER.format(op=op, expr=expr)},
+            ]
+        }
+        for op, expr in OPS.items()
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def make_job(tmp_path: Path, model_dir: Path, **changes) -> dict:
+    hyper = {"learning_rate": 3e-3, "batch_size": 2, "max_steps": 4, "max_seq_len": 512, **changes.pop("hp", {})}
+    return {
+        "model": str(model_dir),
+        "train_file": str(write_dataset(tmp_path / "train.jsonl")),
+        "output_dir": str(tmp_path / "out"),
+        "hyperparameters": hyper,
+        "save_steps": 1000,
+        **changes,
+    }
+
+
+def train(job: dict):
+    config = parse_config(job)
+    outcome = run_job(config, ProgressWriter(config.progress_path, stream=open(os.devnull, "w"), enabled=True))
+    lines = [json.loads(line) for line in config.progress_path.read_text().splitlines()]
+    return outcome, lines
+
+
+def progress(lines: list[dict]) -> list[dict]:
+    return [line for line in lines if line["type"] == "progress"]
+
+
+@pytest.mark.parametrize("method", ["sft", "cuset"])
+def test_loss_falls_over_thirty_steps(tmp_path, tiny_model_dir, method):
+    job = make_job(tmp_path, tiny_model_dir, method={"type": method}, lora=None, hp={"max_steps": 30})
+
+    outcome, lines = train(job)
+
+    losses = [line["ce"] for line in progress(lines)]
+    assert outcome.steps == 30 and len(losses) == 30
+    assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5
+
+
+@pytest.mark.parametrize("method", ["sft", "dft", "focal", "profit", "cuset", "cuset_mask", "cuset_reweight"])
+def test_every_method_trains_a_few_steps_with_lora(tmp_path, tiny_model_dir, method):
+    outcome, lines = train(make_job(tmp_path, tiny_model_dir, method={"type": method}, hp={"max_steps": 2}))
+
+    steps = progress(lines)
+    assert outcome.steps == 2 and not outcome.cancelled
+    assert [line["step"] for line in steps] == [1, 2]
+    assert all(torch.isfinite(torch.tensor(line["loss"])) for line in steps)
+    assert lines[-1]["type"] == "done" and lines[-1]["steps"] == 2
+
+
+def test_progress_lines_carry_every_metric(tmp_path, tiny_model_dir):
+    _, lines = train(make_job(tmp_path, tiny_model_dir, hp={"max_steps": 2, "gradient_accumulation_steps": 2}))
+
+    first = progress(lines)[0]
+    assert PROGRESS_FIELDS <= set(first)
+    assert first["max_steps"] == 2 and first["trained_tokens"] > 0 and first["tokens_per_s"] > 0
+    assert 0 < first["sensitive_share"] < 1
+    assert 0 < first["kept_ratio"] < 1  # cuset masks 30 % of the non-sensitive tokens
+    assert first["weight_mean"] == pytest.approx(1.0)
+    assert [line["type"] for line in lines][-2:] == ["checkpoint", "done"]  # the Trainer saves at the end
+    print(first)
+
+
+def test_adapter_is_saved_in_peft_format_and_reloads(tmp_path, tiny_model_dir):
+    from peft import PeftModel
+
+    from cuset_core.models import load_model
+
+    outcome, lines = train(make_job(tmp_path, tiny_model_dir, hp={"max_steps": 2}))
+
+    out = tmp_path / "out"
+    assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
+    assert json.loads((out / "cuset_base.json").read_text()) == {"base_model": str(tiny_model_dir.resolve())}
+    assert lines[-1] == {**lines[-1], "type": "done", "adapter_path": str(out), "steps": 2}
+    model, tokenizer = load_model(out)
+    assert isinstance(model, PeftModel)
+    assert tokenizer.pad_token is not None
+
+
+def test_cancel_file_stops_with_a_checkpoint_and_resume_continues(tmp_path, tiny_model_dir):
+    job = make_job(tmp_path, tiny_model_dir, hp={"max_steps": 6})
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "CANCEL").touch()
+
+    outcome, lines = train(job)
+
+    assert outcome.cancelled and outcome.steps == 1
+    assert {"type": "checkpoint", "step": 1} == {k: lines[-1][k] for k in ("type", "step")}
+    assert (tmp_path / "out" / "checkpoint-1" / "adapter_model.safetensors").is_file()
+    assert not (tmp_path / "out" / "adapter_config.json").exists()
+
+    outcome, lines = train({**job, "resume": True})
+
+    assert not outcome.cancelled and outcome.steps == 6
+    assert [line["step"] for line in progress(lines)][-5:] == [2, 3, 4, 5, 6]
+    assert any(line.get("message", "").startswith("resuming from") for line in lines)
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_0(tmp_path, tiny_model_dir):
+    job = make_job(tmp_path, tiny_model_dir, hp={"max_steps": 500})
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cuset_core.training", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO,
+    )  # fmt: skip
+    seen = []
+    for line in process.stdout:
+        seen.append(json.loads(line))
+        if seen[-1]["type"] == "progress" and seen[-1]["step"] == 2:
+            process.send_signal(signal.SIGTERM)
+    code = process.wait(timeout=120)
+
+    assert code == 0
+    assert seen[-1]["type"] == "event" and seen[-1]["message"].startswith("cancelled at step")
+    checkpoint = next(line for line in seen if line["type"] == "checkpoint")
+    assert Path(checkpoint["path"], "trainer_state.json").is_file()
+    assert not any(line["type"] in ("done", "error") for line in seen)
+
+
+def test_sft_loss_equals_the_models_own_loss(tiny_model_dir, tokenizer):
+    from transformers import AutoModelForCausalLM, TrainingArguments
+
+    from cuset_core.objectives import MethodConfig
+    from cuset_core.training.callbacks import MetricStash
+    from cuset_core.training.collator import CusetCollator
+    from cuset_core.training.trainer import CusetTrainer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).train()
+    args = TrainingArguments(output_dir="unused", report_to="none", use_cpu=True)
+    trainer = CusetTrainer(model=model, args=args, method=MethodConfig(type="sft"), stash=MetricStash())
+    rows = [[5, 6, 7, 8, 9, 10], [11, 12, 13]]
+    labels = [[-100, -100, 7, 8, 9, 10], [-100, 12, 13]]
+    batch = CusetCollator(tokenizer.pad_token_id)(
+        [
+            {"input_ids": ids, "labels": lab, "sensitive": [False] * len(ids), "region_ids": [-1] * len(ids)}
+            for ids, lab in zip(rows, labels)
+        ]
+    )
+
+    ours = trainer.compute_loss(model, batch, num_items_in_batch=torch.tensor(6))
+    theirs = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss
+
+    assert ours.item() == pytest.approx(theirs.item(), rel=1e-5)
+    assert trainer.stash.drain()["ce"] == pytest.approx(theirs.item(), rel=1e-5)

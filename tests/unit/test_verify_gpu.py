@@ -1,0 +1,260 @@
+"""Tier 3 (GPU): the pure checks of the harness, the no-GPU answer, and (with a GPU) real runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from cuset_core.verify import gpu
+from cuset_core.verify.candidate import parse_candidate
+from cuset_core.verify.gpu_harness import (
+    aliased_pairs,
+    classify_kernels,
+    compare_outputs,
+    flatten_outputs,
+    kernel_names,
+    looks_cached,
+    timing_stats,
+)
+from cuset_core.verify.result import Tier, Verdict
+from cuset_core.verify.sandbox import SandboxOutcome
+from cuset_core.verify.settings import SandboxLimits, VerifySettings
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "cuset_core" / "demo"
+
+CUDA = r"""
+__global__ void __launch_bounds__(256) scale_kernel(const float* x, float* y, int n) { }
+template <typename T>
+__global__ void add_kernel(const T* a, T* b) { }
+static __global__ void relu_kernel(float* x) { }
+__device__ float helper(float v) { return v; }
+"""
+
+
+def test_kernel_names_lists_every_global_function_once():
+    assert kernel_names(CUDA + CUDA) == ["scale_kernel", "add_kernel", "relu_kernel"]
+
+
+def test_classify_kernels_finds_the_candidates_kernel_among_library_ones():
+    events = [
+        "void scale_kernel(float const*, float*, int)",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, ...)",
+        "ampere_sgemm_128x64_nn",
+    ]
+    custom, library = classify_kernels(events, ["scale_kernel", "relu_kernel"])
+    assert custom == ["void scale_kernel(float const*, float*, int)"]
+    assert library == events[1:]
+
+
+def test_classify_kernels_rejects_only_aten_and_cublas_kernels():
+    events = ["void at::native::reduce_kernel<512, 1>(...)", "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n"]
+    assert classify_kernels(events, ["my_kernel"]) == ([], events)
+
+
+def test_classify_kernels_without_known_names_counts_non_library_kernels():
+    events = ["void generated_kernel_0(float*)", "void at::native::elementwise_kernel<128, 2>(...)"]
+    assert classify_kernels(events, []) == (["void generated_kernel_0(float*)"], [events[1]])
+
+
+def test_timing_stats_summarises_milliseconds():
+    stats = timing_stats([1.0, 2.0, 3.0, 6.0])
+    assert stats == {"mean": 3.0, "median": 2.5, "std": pytest.approx(1.8708287), "min": 1.0, "max": 6.0, "n": 4.0}
+
+
+def test_timing_stats_needs_a_sample():
+    with pytest.raises(ValueError):
+        timing_stats([])
+
+
+def test_an_output_that_is_a_view_of_an_input_is_aliased():
+    x, y = torch.zeros(8), torch.zeros(8)
+    assert aliased_pairs([x[2:4]], [y, x]) == [(0, 1)]
+    assert aliased_pairs([x.clone()], [y, x]) == []
+    assert aliased_pairs([x.view(2, 4), 3], [x]) == [(0, 0)]
+
+
+def test_an_output_that_does_not_change_with_the_inputs_looks_cached():
+    a, b = torch.ones(3), torch.zeros(3)
+    assert looks_cached([a], [b], [a], [a.clone()])
+    assert not looks_cached([a], [b], [a], [b])
+    assert not looks_cached([a], [a.clone()], [a], [a])  # reference constant too: nothing to see
+
+
+def test_compare_outputs_reports_shape_then_values():
+    ref = [torch.zeros(2, 3)]
+    assert compare_outputs(ref, [torch.zeros(3, 2)], 1e-2, 1e-2).verdict == "shape_mismatch"
+    assert compare_outputs(ref, [torch.zeros(2, 3), torch.zeros(1)], 1e-2, 1e-2).verdict == "shape_mismatch"
+    mismatch = compare_outputs(ref, [torch.full((2, 3), 0.5)], 1e-2, 1e-2)
+    assert (mismatch.verdict, mismatch.max_abs_diff, mismatch.mean_abs_diff) == ("value_mismatch", 0.5, 0.5)
+    ok = compare_outputs(ref, [torch.full((2, 3), 0.005)], 1e-2, 1e-2)
+    assert (ok.verdict, ok.max_abs_diff) == ("pass", pytest.approx(0.005))
+
+
+def test_flatten_outputs_unpacks_nested_tuples():
+    a, b, c = torch.zeros(1), torch.ones(1), torch.ones(2)
+    assert flatten_outputs((a, [b, c])) == [a, b, c]
+    assert flatten_outputs(a) == [a]
+
+
+def test_gpu_limits_raise_only_what_a_gpu_job_needs():
+    limits = gpu.gpu_limits(SandboxLimits(wall_s=10, file_size_mb=7))
+    assert (limits.wall_s, limits.cpu_s, limits.max_processes, limits.file_size_mb) == (900.0, 1800, 512, 7)
+    assert limits.memory_mb == 1 << 30
+
+
+def test_job_file_names_the_candidates_kernels(tmp_path):
+    candidate = parse_candidate((DEMO / "solutions" / "02_relu.py").read_text())
+    job = json.loads(gpu.write_job(tmp_path, "problem", candidate, VerifySettings(seeds=2)).read_text())
+    assert job["kind"] == "python" and job["candidate"] == "candidate.py"
+    assert (job["seeds"], job["kernel_names"]) == (2, ["relu_kernel"])
+    assert (tmp_path / "problem.py").read_text() == "problem"
+
+
+def test_a_harness_that_left_no_result_is_a_timeout_or_runtime_error(tmp_path):
+    timed_out = SandboxOutcome(None, "", "", 901.0, True, 9, "wall")
+    crashed = SandboxOutcome(-6, "", "CUDA error: an illegal memory access", 3.0, False, 6, None)
+    missing = tmp_path / "result.json"
+    assert gpu.result_from_run(timed_out, missing).verdict is Verdict.TIMEOUT
+    result = gpu.result_from_run(crashed, missing)
+    assert (result.verdict, result.tier) == (Verdict.RUNTIME_ERROR, Tier.GPU)
+    assert "illegal memory access" in result.log
+
+
+def test_the_harness_result_becomes_a_verify_result(tmp_path):
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({"verdict": "pass", "reason": "ok", "speedup": 2.0, "runtime_ms": 1.0,
+                                "reference_ms": 2.0, "trials": 3, "launches": {"k": 1}}))
+    result = gpu.result_from_run(SandboxOutcome(0, "", "", 1.0, False, None, None), path)
+    assert (result.verdict, result.speedup, result.trials, result.launches) == (Verdict.PASS, 2.0, 3, {"k": 1})
+
+
+def test_without_a_gpu_tier_3_is_unsupported_with_the_reason(monkeypatch):
+    monkeypatch.setattr(gpu, "gpu_available", lambda: False)
+    candidate = parse_candidate((DEMO / "solutions" / "02_relu.py").read_text())
+    result = gpu.run_gpu_tier("problem", candidate, VerifySettings(tier=Tier.GPU))
+    assert (result.verdict, result.tier, result.unsupported_feature) == (Verdict.UNSUPPORTED, Tier.GPU, "gpu")
+    assert result.reason == "no CUDA GPU on this machine"
+
+
+@pytest.mark.gpu
+def test_a_demo_solution_passes_on_the_gpu_with_a_speedup():
+    problem = (DEMO / "problems" / "02_relu.py").read_text()
+    candidate = parse_candidate((DEMO / "solutions" / "02_relu.py").read_text())
+    result = gpu.run_gpu_tier(problem, candidate, VerifySettings(tier=Tier.GPU, timing_trials=20))
+    assert result.verdict is Verdict.PASS, result.reason + result.log
+    assert result.speedup is not None and result.speedup > 0
+    assert result.launches.get("relu_kernel", 0) >= 1
+
+
+@pytest.mark.gpu
+def test_a_torch_fallback_on_the_gpu_is_rejected_by_the_profiler():
+    problem = (DEMO / "problems" / "02_relu.py").read_text()
+    fallback = (DEMO / "solutions" / "02_relu.py").read_text().replace(
+        "return relu_ext.relu_cuda(x)", "return torch.relu(x)"
+    )
+    result = gpu.run_gpu_tier(problem, parse_candidate(fallback), VerifySettings(tier=Tier.GPU, timing_trials=5))
+    assert result.verdict is Verdict.RUNTIME_ERROR
+    assert result.reason.startswith("anti-hacking: no kernel of the candidate ran")
+
+
+# ---------------------------------------------------------------- the protocol, CUDA stood in by CPU
+
+RELU_PROBLEM = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+def get_inputs():
+    return [torch.randn(64)]
+
+def get_init_inputs():
+    return []
+"""
+
+CANDIDATES = {
+    "right": "return torch.relu(x)",
+    "wrong": "return torch.relu(x) * 2",
+    "in_place_on_input": "return x.relu_()",
+    "cached": "self.memo = torch.relu(x) if self.memo is None else self.memo\n        return self.memo",
+    "tf32": "torch.backends.cuda.matmul.allow_tf32 = True\n        return torch.relu(x)",
+    "crash": "raise RuntimeError('CUDA error: an illegal memory access was encountered')",
+}
+
+
+def candidate_file(body: str) -> str:
+    return (
+        "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.memo = None\n\n"
+        f"    def forward(self, x):\n        {body}\n"
+    )
+
+
+@pytest.fixture
+def cpu_protocol(monkeypatch, tmp_path):
+    """Run the harness protocol on the CPU: CUDA sync, profiler and timing replaced by stand-ins."""
+    from cuset_core.verify import gpu_harness
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(gpu_harness, "_profile_candidate", lambda *args: ({"relu_kernel": 1}, 1.0))
+    monkeypatch.setattr(gpu_harness, "_l2_flusher", lambda device: (lambda: None))
+    monkeypatch.setattr(gpu_harness, "_time_calls", lambda model, sets, trials, flush: [2.0] * trials)
+    (tmp_path / "problem.py").write_text(RELU_PROBLEM)
+    saved = (torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision())
+
+    def run(name: str):
+        (tmp_path / f"{name}.py").write_text(candidate_file(CANDIDATES[name]))
+        job = {"problem": "problem.py", "candidate": f"{name}.py", "kind": "python", "seeds": 3,
+               "atol": 1e-2, "rtol": 1e-2, "timing_trials": 4, "kernel_names": ["relu_kernel"]}
+        try:
+            return gpu_harness.run_protocol(job, tmp_path, torch.device("cpu"))
+        except gpu_harness.Decided as decided:
+            return decided.outcome
+        finally:
+            torch.backends.cudnn.allow_tf32 = saved[0]
+            torch.set_float32_matmul_precision(saved[1])
+
+    return run
+
+
+def test_protocol_passes_a_right_candidate_with_its_speedup(cpu_protocol):
+    outcome = cpu_protocol("right")
+    assert (outcome.verdict, outcome.trials, outcome.speedup, outcome.max_abs_diff) == ("pass", 3, 1.0, 0.0)
+    assert outcome.launches == {"relu_kernel": 1}
+
+
+def test_protocol_reports_the_first_wrong_trial(cpu_protocol):
+    outcome = cpu_protocol("wrong")
+    assert (outcome.verdict, outcome.trials) == ("value_mismatch", 1)
+    assert outcome.reason.startswith("trial 1 (seed 1000): output 0: max abs diff")
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("in_place_on_input", "anti-hacking: output 0 shares memory with input 0"),
+        ("cached", "anti-hacking: the output did not change when the inputs did"),
+        ("tf32", "anti-hacking: the candidate changed TF32 settings to (True, False, 'high')"),
+        ("crash", "candidate forward failed: CUDA error: an illegal memory access was encountered"),
+    ],
+)
+def test_protocol_rejects_hacks_and_crashes(cpu_protocol, name, reason):
+    outcome = cpu_protocol(name)
+    assert (outcome.verdict, outcome.reason) == ("runtime_error", reason)
+
+
+def test_the_harness_runs_in_the_sandbox_and_reports_back(monkeypatch):
+    """The parent believes a GPU is there; the sandboxed harness finds none and says so."""
+    monkeypatch.setattr(gpu, "gpu_available", lambda: True)
+    candidate = parse_candidate((DEMO / "solutions" / "02_relu.py").read_text())
+    result = gpu.run_gpu_tier(RELU_PROBLEM, candidate, VerifySettings(tier=Tier.GPU))
+    assert (result.verdict, result.unsupported_feature, result.reason) == (
+        Verdict.UNSUPPORTED, "gpu", "no CUDA GPU on this machine"
+    ), result.log
+    assert result.timings_s["gpu_total"] > 0

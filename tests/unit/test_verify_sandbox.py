@@ -1,0 +1,139 @@
+"""The sandbox stops or contains hostile candidate processes and reports which limit held."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cuset_core.verify.sandbox import run_sandboxed
+from cuset_core.verify.settings import SandboxLimits
+
+LIMITS = SandboxLimits(wall_s=10, cpu_s=5, memory_mb=512, max_processes=32, file_size_mb=4)
+
+
+def run_python(code: str, workdir: Path, limits: SandboxLimits = LIMITS, **kwargs):
+    workdir.mkdir(exist_ok=True)
+    return run_sandboxed([sys.executable, "-c", code], workdir=workdir, limits=limits, **kwargs)
+
+
+def test_a_well_behaved_command_passes_with_its_output(tmp_path):
+    outcome = run_python("import os; print('hello', os.getcwd())", tmp_path / "w")
+    assert outcome.ok
+    assert outcome.stdout == f"hello {(tmp_path / 'w').resolve()}\n"
+    assert (outcome.returncode, outcome.signal, outcome.limit_hit, outcome.timed_out) == (0, None, None, False)
+
+
+def test_stdin_is_passed_through(tmp_path):
+    outcome = run_python("import sys; print(sys.stdin.read().upper())", tmp_path / "w", stdin=b"abc")
+    assert outcome.stdout == "ABC\n"
+
+
+def test_a_sleeping_command_is_killed_at_the_wall_clock_limit(tmp_path):
+    limits = LIMITS.model_copy(update={"wall_s": 1.0})
+    start = time.monotonic()
+    outcome = run_python("import time; time.sleep(60)", tmp_path / "w", limits)
+    assert time.monotonic() - start < 5
+    assert (outcome.timed_out, outcome.limit_hit, outcome.returncode) == (True, "wall", None)
+
+
+def test_an_infinite_loop_is_stopped_by_the_cpu_limit(tmp_path):
+    limits = LIMITS.model_copy(update={"cpu_s": 1})
+    outcome = run_python("while True: pass", tmp_path / "w", limits)
+    assert outcome.limit_hit == "cpu"
+    assert not outcome.timed_out
+
+
+def test_a_fork_bomb_is_contained_and_reported(tmp_path):
+    limits = LIMITS.model_copy(update={"wall_s": 5.0})
+    bomb = "import os\nwhile True:\n    os.fork()"
+    start = time.monotonic()
+    outcome = run_python(bomb, tmp_path / "w", limits)
+    assert time.monotonic() - start < 8
+    assert outcome.limit_hit == "processes"
+    # Nothing of it survives the sandbox.
+    assert "while True" not in _running_commands()
+
+
+def _running_commands() -> str:
+    lines = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+            except OSError:
+                continue
+    return "\n".join(lines)
+
+
+def test_an_unbounded_allocation_hits_the_memory_limit(tmp_path):
+    outcome = run_python("x = []\nwhile True:\n    x.append(bytearray(10**7))", tmp_path / "w")
+    assert outcome.limit_hit == "memory"
+    assert "MemoryError" in outcome.stderr
+
+
+def test_a_huge_file_hits_the_file_size_limit(tmp_path):
+    outcome = run_python("open('big', 'wb').write(b'0' * (8 << 20))", tmp_path / "w")
+    assert outcome.limit_hit == "file_size"
+    assert (tmp_path / "w" / "big").stat().st_size <= 4 << 20
+
+
+def test_no_network_even_to_localhost(tmp_path):
+    code = (
+        "import socket\n"
+        "try:\n    socket.create_connection(('127.0.0.1', 5432), timeout=2)\n"
+        "except OSError as exc:\n    print('refused', exc.errno)\n"
+    )
+    outcome = run_python(code, tmp_path / "w")
+    assert outcome.stdout.startswith("refused")
+
+
+def test_the_parents_secrets_are_not_visible(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUSET_DATABASE_URL", "postgresql://user:secret@db/cuset")
+    code = "import os; print(sorted(k for k in os.environ if 'CUSET' in k or 'DATABASE' in k))"
+    outcome = run_python(code, tmp_path / "w", env={"EXTRA": "1"})
+    assert outcome.stdout == "[]\n"
+    home = run_python("import os; print(os.environ['HOME'], os.environ['TMPDIR'], os.environ['EXTRA'])",
+                      tmp_path / "w", env={"EXTRA": "1"})
+    workdir = str((tmp_path / "w").resolve())
+    assert home.stdout == f"{workdir} {workdir} 1\n"
+
+
+def test_writes_outside_the_workdir_fail_where_the_filesystem_is_isolated(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    code = f"import os; print(os.system('touch {outside / 'pwned'}'))"
+    outcome = run_python(code, tmp_path / "w")
+    if "ro_fs" not in outcome.isolation:
+        pytest.skip("no mount namespace here: writes outside the workdir are not enforced")
+    assert not (outside / "pwned").exists()
+    assert "Read-only file system" in outcome.stderr
+
+
+def test_a_listed_writable_folder_can_be_written(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    outcome = run_python(f"open({str(cache / 'pch')!r}, 'w').write('x')", tmp_path / "w", writable=(cache,))
+    assert outcome.ok
+    assert (cache / "pch").read_text() == "x"
+
+
+def test_background_children_do_not_outlive_the_sandbox(tmp_path):
+    marker = f"sleep {os.getpid() % 1000 + 3000}"
+    outcome = run_python(f"import os; os.system('{marker} &'); print('started')", tmp_path / "w")
+    assert outcome.stdout == "started\n"
+    time.sleep(0.2)
+    assert marker not in _running_commands()
+
+
+def test_a_crash_reports_its_signal(tmp_path):
+    outcome = run_python("import os; os.abort()", tmp_path / "w")
+    assert (outcome.returncode, outcome.signal, outcome.limit_hit) == (-6, 6, None)
+
+
+def test_a_missing_program_is_reported_not_raised(tmp_path):
+    outcome = run_sandboxed(["/nonexistent/cc"], workdir=tmp_path, limits=LIMITS)
+    assert not outcome.ok

@@ -1,0 +1,190 @@
+"""Tier 0 rejects what cannot be a working custom kernel, by AST alone, with candidate lines."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cuset_core.verify.candidate import parse_candidate
+from cuset_core.verify.result import Tier, Verdict
+from cuset_core.verify.static import check_static, static_warnings
+
+KERNEL = '''
+cuda_src = """
+#include <torch/extension.h>
+__global__ void relu_kernel(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+torch::Tensor relu_cuda(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int n = x.numel();
+    relu_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+cpp_src = "torch::Tensor relu_cuda(torch::Tensor x);"
+'''
+
+GOOD = (
+    "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"
+    + KERNEL
+    + '''
+ext = load_inline(name="relu", cpp_sources=cpp_src, cuda_sources=cuda_src, functions=["relu_cuda"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ext = ext
+
+    def forward(self, x):
+        return self.ext.relu_cuda(x.contiguous())
+'''
+)
+
+
+def fenced(code: str, prose: str = "Here is the kernel.\n\n") -> str:
+    return f"{prose}```python\n{code}```\n"
+
+
+def verdict(text: str):
+    return check_static(parse_candidate(text))
+
+
+def line_of(text: str, needle: str) -> int:
+    return text[: text.index(needle)].count("\n") + 1
+
+
+def test_a_proper_candidate_passes_fenced_or_as_a_file():
+    assert verdict(fenced(GOOD)) is None
+    assert verdict(GOOD) is None
+
+
+@pytest.mark.parametrize("text", ["", "   \n", "I cannot write this kernel, sorry."])
+def test_no_code(text):
+    result = verdict(text)
+    assert (result.verdict, result.tier, result.tiers_run) == (Verdict.NO_CODE, Tier.STATIC, [Tier.STATIC])
+
+
+def test_python_that_does_not_parse_is_rejected_at_its_line_in_the_answer():
+    broken = GOOD.replace("def forward(self, x):", "def forward(self, x)")
+    text = fenced(broken)
+    result = verdict(text)
+    assert result.verdict is Verdict.STATIC_REJECT
+    assert result.diagnostics[0].line == line_of(text, "def forward(self, x)")
+    assert "does not parse" in result.reason
+
+
+def test_missing_model_new():
+    result = verdict(fenced(GOOD.replace("class ModelNew", "class Fast")))
+    assert (result.verdict, result.reason) == (Verdict.STATIC_REJECT, "no class ModelNew")
+
+
+def test_no_load_inline():
+    code = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x.relu()\n"
+    result = verdict(fenced(code))
+    assert result.verdict is Verdict.STATIC_REJECT
+    assert result.reason == "no load_inline call: nothing is compiled"
+    assert result.diagnostics[0].line == 5  # prose, blank, fence, import, class
+
+
+def test_no_global_kernel():
+    code = GOOD.replace("__global__ void", "void")
+    text = fenced(code)
+    result = verdict(text)
+    assert result.reason == "no __global__ kernel in the load_inline sources"
+    assert result.diagnostics[0].line == line_of(text, "ext = load_inline")
+
+
+def test_unresolvable_sources():
+    code = GOOD.replace("cuda_sources=cuda_src", "cuda_sources=open('k.cu').read()")
+    result = verdict(fenced(code))
+    assert result.verdict is Verdict.STATIC_REJECT
+    assert result.reason.startswith("cannot resolve the kernel sources statically")
+
+
+def test_try_except_fallback_around_the_kernel_call():
+    code = GOOD.replace(
+        "        return self.ext.relu_cuda(x.contiguous())",
+        "        try:\n            return self.ext.relu_cuda(x)\n        except RuntimeError:\n            return torch.relu(x)",
+    )
+    text = fenced(code)
+    result = verdict(text)
+    assert result.verdict is Verdict.STATIC_REJECT
+    assert "try/except" in result.reason
+    assert result.diagnostics[0].line == line_of(text, "        try:")
+
+
+def test_try_except_that_reraises_is_not_a_fallback():
+    code = GOOD.replace(
+        'ext = load_inline(name="relu", cpp_sources=cpp_src, cuda_sources=cuda_src, functions=["relu_cuda"])',
+        'try:\n    ext = load_inline(name="relu", cpp_sources=cpp_src, cuda_sources=cuda_src, functions=["relu_cuda"])\n'
+        "except Exception as exc:\n    raise RuntimeError('build failed') from exc",
+    )
+    assert verdict(fenced(code)) is None
+
+
+def test_torch_doing_the_work_in_forward():
+    code = GOOD.replace("return self.ext.relu_cuda(x.contiguous())", "return torch.nn.functional.relu(x)")
+    text = fenced(code)
+    result = verdict(text)
+    assert result.verdict is Verdict.STATIC_REJECT
+    assert result.reason == (
+        "ModelNew.forward never calls the compiled extension; torch does the work "
+        f"(torch.nn.functional.relu on line {line_of(text, 'return torch.nn')})"
+    )
+
+
+def test_calling_the_reference_model():
+    code = GOOD.replace(
+        "        self.ext = ext\n", "        self.ext = ext\n        self.ref = Model()\n"
+    ).replace("return self.ext.relu_cuda(x.contiguous())", "return self.ext.relu_cuda(x) + 0 * self.ref(x)")
+    result = verdict(fenced(code))
+    assert result.verdict is Verdict.STATIC_REJECT
+    assert "calls the reference Model" in result.reason
+
+
+def test_glue_passes_and_torch_ops_next_to_the_kernel_are_warnings():
+    code = GOOD.replace(
+        "return self.ext.relu_cuda(x.contiguous())",
+        "y = torch.empty_like(x).view(-1)\n        n = x.size(0)\n        return torch.matmul(self.ext.relu_cuda(x.reshape(n, -1)), y)",
+    )
+    candidate = parse_candidate(fenced(code))
+    assert check_static(candidate) is None
+    assert [d.message for d in static_warnings(candidate)] == ["torch op torch.matmul runs next to the kernel in forward"]
+
+
+def test_kernel_reached_through_a_helper_and_an_autograd_function():
+    code = GOOD.replace(
+        "class ModelNew(nn.Module):",
+        "def run(x):\n    return ext.relu_cuda(x)\n\n\nclass Op(torch.autograd.Function):\n"
+        "    @staticmethod\n    def forward(ctx, x):\n        return run(x)\n\n\nclass ModelNew(nn.Module):",
+    ).replace("return self.ext.relu_cuda(x.contiguous())", "return Op.apply(x)")
+    assert verdict(fenced(code)) is None
+
+
+def test_cu_candidate_needs_a_kernel_and_a_binding():
+    cu = KERNEL.split('"""')[1] + '\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("forward", &relu_cuda); }\n'
+    assert verdict(f"```cpp\n{cu}```") is None
+    result = verdict(f"```cpp\n{cu.replace('PYBIND11_MODULE', 'MODULE')}```")
+    assert result.reason == "no PYBIND11_MODULE: the extension binds nothing"
+
+
+def test_result_is_json_serialisable():
+    result = verdict(fenced(GOOD.replace("class ModelNew", "class Fast")))
+    assert json.loads(json.dumps(result.model_dump(mode="json")))["verdict"] == "static_reject"
+
+
+@pytest.mark.shared_data
+def test_gpu_correct_kernelbench_answers_with_kernels_mostly_pass(shared_data):
+    import pandas as pd
+
+    answers = pd.read_parquet(shared_data / "kernelbench_sft_train.parquet").answer
+    with_kernel = [a for a in answers if "__global__" in a][:300]
+    rejected = [verdict(a) for a in with_kernel]
+    reasons = [r.reason for r in rejected if r is not None]
+    # GPU-correct answers are rejected only when forward never uses the kernel (a torch rewrite).
+    unexpected = [r for r in reasons if "never calls the compiled extension" not in r]
+    assert len(unexpected) <= 3, unexpected
