@@ -23,12 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from cuset_core.analysis.analyze import analyze_answer
 from cuset_core.analysis.categories import Category
 from cuset_core.analysis.tokens import align_tokens
+from cuset_core.data import IGNORE_INDEX, encode_record
 from cuset_core.generation.prompts import PromptStyle
 
 SCHEMA = "cuset.confidence-report/1"
 REPORT_JSON, REPORT_MD, REPORT_PNG = "report.json", "report.md", "confidence.png"
 SENSITIVE, NON_SENSITIVE = "sensitive", "non_sensitive"
-IGNORE_INDEX = -100
 
 
 class ReportSettings(BaseModel):
@@ -283,8 +283,6 @@ def run_report(
     settings: ReportSettings, model, tokenizer, records, progress: Callable[[int], None] | None = None
 ) -> dict:
     """Measure ``records`` (``cuset_core.data.Record``) with ``model`` and summarise them."""
-    from cuset_core.data import encode_record
-
     model.eval()
     measured = []
     for index, record in enumerate(records):

@@ -194,26 +194,49 @@ class _Resolver:
             left.extend(right)
             return left
         if isinstance(node, (ast.List, ast.Tuple)):
-            out = _Builder()
-            for i, element in enumerate(node.elts):
-                part = self.resolve(element, depth + 1)
-                if part is None:
-                    return None
-                if i:
-                    out.add("\n", None)
-                out.extend(part)
-            return out
+            # load_inline joins a list of sources with newlines.
+            return self._joined(node.elts, "\n", depth)
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "join"
+            and isinstance(node.func.value, ast.Constant)
+            and isinstance(node.func.value.value, str)
+            and len(node.args) == 1
+        ):
+            items = node.args[0]
+            if isinstance(items, ast.Name) and items.id in self.assignments:
+                items = self.assignments[items.id]
+            if isinstance(items, (ast.List, ast.Tuple)):
+                return self._joined(items.elts, node.func.value.value, depth)
         if isinstance(node, ast.JoinedStr):
-            # f-strings: keep the literal parts, mark interpolations as opaque.
+            # f-strings: literal parts keep no origin (their escapes are pre-decoded by the
+            # parser); interpolated names are resolved, anything else stays opaque.
             out = _Builder()
             for value in node.values:
                 if isinstance(value, ast.Constant) and isinstance(value.value, str):
                     out.add(value.value, None)
+                elif isinstance(value, ast.FormattedValue) and value.format_spec is None:
+                    part = self.resolve(value.value, depth + 1)
+                    if part is None:
+                        return None
+                    out.extend(part)
                 else:
-                    out.add(" ", None)
+                    return None
             return out
         self.unresolved.append(ast.unparse(node)[:80])
         return None
+
+    def _joined(self, elements: list[ast.expr], separator: str, depth: int) -> _Builder | None:
+        out = _Builder()
+        for i, element in enumerate(elements):
+            part = self.resolve(element, depth + 1)
+            if part is None:
+                return None
+            if i:
+                out.add(separator, None)
+            out.extend(part)
+        return out
 
     def _literal(self, node: ast.Constant) -> _Builder:
         start, end = self.node_span(node)

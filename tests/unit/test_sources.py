@@ -77,3 +77,19 @@ def test_sources_built_at_run_time_are_listed_as_unresolved():
     sources = find_kernel_sources(answer)
     assert sources.unresolved == ("open('k.cu').read()",)
     assert not sources.has_kernel
+
+
+def test_join_and_f_strings_resolve_through_names():
+    answer = (
+        "```python\n"
+        'a = "__global__ void k1() {}"\n'
+        'b = "__global__ void k2() {}"\n'
+        'both = "\\n".join([a, b])\n'
+        'src = f"#include <cuda.h>\\n{both}"\n'
+        "ext = load_inline(name='x', cpp_sources='', cuda_sources=src)\n"
+        "```"
+    )
+    (ext,) = find_kernel_sources(answer).extensions
+    assert ext.cuda == "#include <cuda.h>\n__global__ void k1() {}\n__global__ void k2() {}"
+    k2 = ext.cuda.index("k2")
+    assert answer[ext.cuda_map.to_answer(k2) :].startswith("k2")

@@ -3,6 +3,7 @@
 // torch/extension.h.
 #pragma once
 #include <cuset_torch_light.h>
+#include <cuda_runtime_api.h>
 
 namespace at {
 namespace cuda {
