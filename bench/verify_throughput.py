@@ -35,11 +35,11 @@ TARGET_COLD_S = {Tier.COMPILE: 1.5, Tier.CPU: 10.0}
 
 
 def timed_pass(pairs: list[tuple[str, str]], settings: VerifySettings, cache_dir: Path | None) -> tuple[list[float], list[str]]:
-    """Seconds and verdict per (problem, solution) pair, verified one after another."""
+    """Seconds and verdict per (problem, solution) pair, one after another; no cache when None."""
     seconds, verdicts = [], []
     for problem, solution in pairs:
         start = time.perf_counter()
-        result = verify(problem, solution, settings, cache_dir=cache_dir)
+        result = verify(problem, solution, settings, cache_dir=cache_dir, use_cache=cache_dir is not None)
         seconds.append(time.perf_counter() - start)
         verdicts.append(result.verdict.value)
     return seconds, verdicts
@@ -49,7 +49,7 @@ def bench_tier(tier: Tier, pairs: list[tuple[str, str]], setup_pair: tuple[str, 
     """Setup, cold and cached figures of one tier."""
     settings = VerifySettings(tier=tier)
     start = time.perf_counter()
-    verify(*setup_pair, settings, cache_dir=None)
+    verify(*setup_pair, settings, use_cache=False)
     setup_s = time.perf_counter() - start
     cold, verdicts = timed_pass(pairs, settings, None)
     with tempfile.TemporaryDirectory(prefix="cuset-bench-cache-") as folder:

@@ -119,7 +119,8 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--limit", type=int, default=None, help="verify this many kernels (balanced)")
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--cache-dir", type=Path, default=None, help="verification cache to reuse")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="verification cache (default: the user's)")
+    parser.add_argument("--no-cache", action="store_true", help="verify every kernel afresh")
     parser.add_argument("--rows-out", type=Path, default=None, help="write per-kernel results (JSONL)")
     args = parser.parse_args()
     if not args.data.is_file():
@@ -133,7 +134,8 @@ def main() -> int:
 
     def check(row: dict) -> VerifyResult:
         nonlocal done
-        result = verify(row["PyTorch_Code_Module"], row["CUDA_Code"], settings, cache_dir=args.cache_dir)
+        result = verify(row["PyTorch_Code_Module"], row["CUDA_Code"], settings, cache_dir=args.cache_dir,
+                        use_cache=not args.no_cache)
         done += 1
         print(f"[{done}/{len(rows)}] row {row['row']} label={row['Correct']} -> {result.verdict.value} "
               f"({result.tier.value}) {result.reason[:100]}", file=sys.stderr, flush=True)

@@ -1,1 +1,9 @@
-"""CUDA sensitivity: find CUDA code in answers, parse it, mark sensitive spans and regions, align to tokens."""
+"""CUDA sensitivity: find CUDA code in answers, parse it, mark sensitive spans and regions, align to tokens.
+
+- ``sources``: the CUDA/C++ sources of an answer and their offsets in it;
+- ``categories``: the categories and the names that identify them;
+- ``scan``: tree-sitter-cuda parse of one source and its sensitive spans;
+- ``analyze``: ``analyze_answer(answer) -> Analysis`` (types in ``spans``);
+- ``tokens``: ``align_tokens`` maps an analysis onto tokenizer offsets;
+- ``confidence``: the per-category confidence report of a model on a dataset.
+"""

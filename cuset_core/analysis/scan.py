@@ -179,7 +179,7 @@ class _Scanner:
             if cat.is_full_mask(self.text(node)):
                 self.emit(node, Category.WARP)
             return True
-        if kind in _INDEX_EXPRESSIONS and self.is_index(node, scope):
+        if kind in _INDEX_EXPRESSIONS and self.is_index(node, scope.index_vars):
             self.emit(node, Category.INDEXING)
             return True
         if kind in _CONDITION_OWNERS or (kind == "condition_clause" and _is_orphan(node)):
@@ -252,12 +252,12 @@ class _Scanner:
             function = inner
         return self.text(function) if function.type == "identifier" else None
 
-    def is_index(self, node: Node, scope: _Scope) -> bool:
+    def is_index(self, node: Node, index_vars: frozenset[str] | set[str]) -> bool:
         """True for thread-index built-ins, index variables and arithmetic built on them."""
         kind = node.type
         if kind == "identifier":
             word = self.text(node)
-            return word == cat.WARP_SIZE or word in scope.index_vars
+            return word == cat.WARP_SIZE or word in index_vars
         if kind == "field_expression":
             argument = node.child_by_field_name("argument")
             return argument is not None and argument.type == "identifier" and (
@@ -267,11 +267,11 @@ class _Scanner:
             operator = node.child_by_field_name("operator")
             if operator is None or operator.type not in _ARITHMETIC_OPS:
                 return False
-            return any(self.is_index(child, scope) for child in _operands(node))
+            return any(self.is_index(child, index_vars) for child in _operands(node))
         if kind in ("parenthesized_expression", "unary_expression", "cast_expression"):
             inner = node.child_by_field_name("value") or node.child_by_field_name("argument")
             children = [inner] if inner is not None else node.named_children
-            return any(self.is_index(child, scope) for child in children)
+            return any(self.is_index(child, index_vars) for child in children)
         return False
 
     def is_guard(self, node: Node, scope: _Scope) -> bool:
@@ -287,7 +287,7 @@ class _Scanner:
         if op in _LOGICAL_OPS:
             return any(self.is_guard(child, scope) for child in _operands(node))
         if op in _COMPARISON_OPS:
-            return any(self.is_index(child, scope) for child in _operands(node))
+            return any(self.is_index(child, scope.index_vars) for child in _operands(node))
         return False
 
     def declared_names(self, declaration: Node) -> list[str]:
@@ -316,7 +316,7 @@ class _Scanner:
                 target = node.child_by_field_name("declarator" if kind == "init_declarator" else "left")
                 value = node.child_by_field_name("value" if kind == "init_declarator" else "right")
                 if target is not None and value is not None and target.type == "identifier":
-                    if self.is_index(value, _Scope(frozenset(index_vars))):
+                    if self.is_index(value, index_vars):
                         index_vars.add(self.text(target))
             elif kind == "kernel_call_syntax":
                 for child in node.named_children:

@@ -42,6 +42,8 @@ class Analysis:
     """Sensitive spans and regions of one answer.
 
     ``spans`` are sorted by start and do not overlap; every span belongs to exactly one region.
+    ``regions`` are sorted by start and ``regions[k].id == k``. Regions do not overlap, except
+    that an ``AT_DISPATCH_*`` statement's region holds the statements of its lambda.
     ``parse_coverage`` is the share (0..1) of the parsed CUDA/C++ source characters that lie
     outside tree-sitter ERROR nodes and outside the nodes tree-sitter had to complete with a
     MISSING token; it is 0.0 when the answer holds no CUDA code (``cuda_chars == 0``).

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from cuset_core.generation.prompts import PromptStyle
 from cuset_core.verify.result import Tier
 
-PROBLEMS_HELP = 'Folder of KernelBench .py problems, a .py file, a .jsonl of {"id","problem"} rows, or "demo".'
+PROBLEMS_HELP = 'Folder of KernelBench .py problems, a .py file, a .jsonl of {"id","problem"} rows, "demo" or "demo:held-out".'
 ANSWERS_HELP = 'JSONL of {"problem_id","answer"} or {"id","samples":[...]} rows to score instead of generating.'
 
 
@@ -34,7 +34,8 @@ def evaluate(
     prompt_style: PromptStyle = typer.Option("kernelbench", "--prompt-style"),
     seed: int = typer.Option(0, "--seed"),
     batch_size: int = typer.Option(4, "--batch-size", help="Problems per generation batch."),
-    cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Reuse verification results here."),
+    cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Verification cache folder (default ~/.cache/cuset/verify)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Verify every sample afresh."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
     """Generate K samples per problem (or read --answers), verify them, report pass@k metrics."""
@@ -46,7 +47,7 @@ def evaluate(
         config = EvalConfig(
             model=model, answers=answers, problems=problems, samples=samples, temperature=temperature,
             top_p=top_p, greedy_first=greedy_first, max_new_tokens=max_new_tokens, tier=tier,
-            prompt_style=prompt_style, seed=seed, batch_size=batch_size, cache_dir=cache_dir,
+            prompt_style=prompt_style, seed=seed, batch_size=batch_size, cache=not no_cache, cache_dir=cache_dir,
         )
         if config.model is not None:
             resolve_model(config.model)

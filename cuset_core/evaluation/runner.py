@@ -1,7 +1,8 @@
 """Run a model (or score given answers) over a KernelBench-format problem set.
 
 Problems come from a folder of ``.py`` files (id = file stem), a single ``.py`` file, a
-``.jsonl`` file of ``{"id", "problem"}`` rows, or ``"demo"`` (the bundled demo set). Answers to
+``.jsonl`` file of ``{"id", "problem"}`` rows, ``"demo"`` (the bundled demo set) or
+``"demo:held-out"`` (its problems kept out of training data). Answers to
 score without a model come from a ``.jsonl`` file of ``{"problem_id", "answer"}`` rows (one
 per sample, several rows per problem allowed) or ``{"id", "samples": [...]}`` rows.
 
@@ -23,9 +24,11 @@ from tqdm import tqdm
 
 from cuset_core.evaluation.metrics import Aggregate, ProblemRow, aggregate, problem_row
 from cuset_core.verify.result import Tier, VerifyResult
+from cuset_core.verify.run import verify
 from cuset_core.verify.settings import VerifySettings
 
 DEMO_PROBLEMS = "demo"
+DEMO_HELD_OUT = "demo:held-out"
 
 
 class EvalInputError(ValueError):
@@ -39,7 +42,7 @@ class EvalConfig(BaseModel):
 
     model: str | None = Field(None, description="model spec (see cuset_core.models); None with answers")
     answers: Path | None = Field(None, description="JSONL answers to score instead of generating")
-    problems: str = Field(description='folder of .py problems, a .py file, a .jsonl file, or "demo"')
+    problems: str = Field(description='folder of .py problems, a .py file, a .jsonl file, "demo", "demo:held-out"')
     samples: int = Field(1, ge=1, le=1000, description="K: samples per problem")
     temperature: float = Field(0.8, ge=0.0, description="for sampled answers (not the greedy one)")
     top_p: float = Field(0.95, gt=0.0, le=1.0)
@@ -49,7 +52,8 @@ class EvalConfig(BaseModel):
     prompt_style: Literal["kernelbench", "compact"] = "kernelbench"
     seed: int = 0
     batch_size: int = Field(4, ge=1, description="problems per generation batch")
-    cache_dir: Path | None = Field(None, description="verification cache; None disables it")
+    cache: bool = Field(True, description="reuse cached verification results")
+    cache_dir: Path | None = Field(None, description="verification cache folder; None: the default one")
 
     @model_validator(mode="after")
     def _one_source(self) -> "EvalConfig":
@@ -97,10 +101,11 @@ class EvalReport(BaseModel):
 
 def load_problems(spec: str) -> list[Problem]:
     """The problem set named by ``spec`` (see the module docstring), in a stable order."""
-    if spec == DEMO_PROBLEMS:
-        from cuset_core.demo import demo_problems
+    if spec in (DEMO_PROBLEMS, DEMO_HELD_OUT):
+        from cuset_core.demo import HELD_OUT, demo_problems
 
-        return [Problem(p.id, p.problem_code) for p in demo_problems()]
+        chosen = [p for p in demo_problems() if spec == DEMO_PROBLEMS or p.id in HELD_OUT]
+        return [Problem(p.id, p.problem_code) for p in chosen]
     path = Path(spec).expanduser()
     if path.is_dir():
         files = sorted(path.glob("*.py"))
@@ -111,7 +116,9 @@ def load_problems(spec: str) -> list[Problem]:
         return [Problem(path.stem, path.read_text())]
     if path.is_file() and path.suffix == ".jsonl":
         return _problems_from_jsonl(path)
-    raise EvalInputError(f'problems: {spec} is not a folder of .py files, a .py file, a .jsonl file or "demo"')
+    raise EvalInputError(
+        f'problems: {spec} is not a folder of .py files, a .py file, a .jsonl file, "demo" or "demo:held-out"'
+    )
 
 
 def _problems_from_jsonl(path: Path) -> list[Problem]:
@@ -220,15 +227,14 @@ def run_eval(config: EvalConfig, *, progress: bool = True) -> EvalReport:
         samples = {pid: [_Sample(text) for text in texts] for pid, texts in answers.items()}
     else:
         samples = _generate_samples(config, problems, progress)
-    from cuset_core.verify.run import verify  # the verification stack loads only once inputs are good
-
     settings = config.verify_settings()
     total = sum(len(s) for s in samples.values())
     records: list[SampleRecord] = []
     with tqdm(total=total, desc=f"verify ({config.tier.value})", unit="sample", disable=not progress) as bar:
         for problem in problems:
             for index, sample in enumerate(samples[problem.id]):
-                result = verify(problem.code, sample.answer, settings, cache_dir=config.cache_dir)
+                result = verify(problem.code, sample.answer, settings, cache_dir=config.cache_dir,
+                                use_cache=config.cache)
                 records.append(SampleRecord(problem_id=problem.id, index=index, answer=sample.answer,
                                             prompt_tokens=sample.prompt_tokens,
                                             completion_tokens=sample.completion_tokens,

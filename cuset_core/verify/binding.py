@@ -33,7 +33,6 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
-import torch
 from torch import nn
 
 ParamKind = Literal["tensor", "optional_tensor", "tensor_list", "int", "float", "bool", "int_list", "other"]
@@ -328,7 +327,3 @@ def _split_top_level(params: str) -> list[str]:
         pieces.append("".join(current))
     return [p for p in pieces if p.strip()]
 
-
-def to_device(values: list[Any], device: torch.device | str) -> list[Any]:
-    """Move the tensors in ``values`` to ``device``, leaving other values as they are."""
-    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]

@@ -1,22 +1,25 @@
 """Run untrusted candidate code (compilers, extensions, kernels) in a contained child process.
 
-What is enforced, strongest first, each where the machine allows it (``isolation`` in the
-outcome says which ones held for a run):
+What is enforced, each where the machine allows it (``isolation`` in the outcome says which
+held for a run; all of them do when running as root with ``unshare`` and cgroups, as here):
 
-- ``pid_ns``: own PID namespace (``unshare --pid --fork``). The command is PID 1 there, so
-  when it exits or is killed every process it started dies with it, daemons included.
+- ``pid_ns``: own PID namespace (``unshare --pid --fork``) under a shell that is its PID 1, so
+  when the command ends or is killed, every process it started dies with it, daemons included.
 - ``net_ns``: own network namespace with only a loopback that is down: no connection to
   anything, 127.0.0.1 included.
 - ``ro_fs``: own mount namespace in which every mount is re-bound read-only except the work
-  folder (and ``writable`` extras); writes elsewhere fail with EROFS.
-- ``no_caps``: all capabilities dropped and ``no_new_privs`` set before the command runs, so
-  it cannot undo the above even when it runs as root.
-- ``pids_cgroup``: a pids cgroup caps processes and threads (RLIMIT_NPROC does not bind root).
+  folder (and ``writable`` extras); writes elsewhere fail with EROFS. ``/dev`` is a fresh tmpfs
+  holding only null, zero, full, random, urandom, tty and the GPU's nodes (a read-only mount
+  does not stop writes to device nodes such as disks), plus a small writable ``/dev/shm``;
+  ``/proc/sys``, ``/proc/sysrq-trigger`` and friends are read-only.
+- ``no_caps``: every capability dropped and ``no_new_privs`` set before the command runs, so
+  it cannot undo the above although its uid is 0.
+- ``pids_cgroup``: a pids cgroup caps processes and threads together (RLIMIT_NPROC does not
+  bind root); ``memory_cgroup``: a memory cgroup caps the memory of all of them together
+  (RLIMIT_AS is per process). Both are created inside the caller's own cgroups.
 - Always: a new session (process group) killed as a whole at the end, rlimits on CPU time,
   address space, file size and core dumps, cwd/HOME/TMPDIR in the work folder, a minimal
   environment built from scratch (nothing of the parent's is inherited), bounded output.
-
-Without root (or without ``unshare``/``setpriv``) only the "Always" line holds.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -37,24 +41,38 @@ from pathlib import Path
 from cuset_core.verify.settings import SandboxLimits
 
 OUTPUT_TAIL_BYTES = 20_000
-_PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Messages by which common runtimes report a refused allocation or an oversized write.
 _MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory")
 _FILE_SIZE_MARKERS = ("File too large", "EFBIG")
 
-# Runs inside the new namespaces as root: make every mount read-only except the writable
-# folders (bound onto themselves first so they are mounts of their own), then run the command
-# with every capability dropped. ``remount,bind`` changes only this namespace's view.
+# Runs inside the new namespaces as root, then runs the command with every capability dropped.
+# ``remount,bind`` changes only this namespace's view. Steps: writable folders become mounts of
+# their own; a fresh /dev with harmless nodes (major/minor copied from the real ones) and a
+# small /dev/shm; every other mount read-only; the writable parts of /proc read-only.
 _INIT_SCRIPT = r"""
 n="$1"; shift
-workdir="$1"; keep=""
+workdir="$1"; keep="|/dev/shm"
 while [ "$n" -gt 0 ]; do mount --bind "$1" "$1" || exit 111; keep="$keep|$1"; shift; n=$((n - 1)); done
+nodes=""
+for d in /dev/null /dev/zero /dev/full /dev/random /dev/urandom /dev/tty /dev/nvidia*; do
+  [ -c "$d" ] && nodes="$nodes $d:$(stat -c '%t:%T:%a' "$d")"
+done
+make_node() { mknod -m "$4" "$1" c "$((0x$2))" "$((0x$3))"; }
+mount -t tmpfs -o mode=755,size=1m cuset-dev /dev || exit 111
+for spec in $nodes; do IFS=:; make_node $spec; IFS=' '; done
+mkdir /dev/shm && mount -t tmpfs -o mode=1777,size=64m cuset-shm /dev/shm
+ln -s /proc/self/fd /dev/fd; ln -s /proc/self/fd/0 /dev/stdin
+ln -s /proc/self/fd/1 /dev/stdout; ln -s /proc/self/fd/2 /dev/stderr
 while read -r _dev mp _rest; do
   case "$mp" in /proc|/proc/*) continue;; esac
   case "$keep|" in *"|$mp|"*) continue;; esac
   mount -o remount,bind,ro "$mp" 2>/dev/null
 done < /proc/self/mounts
+for p in sys sysrq-trigger irq bus fs; do
+  [ -e "/proc/$p" ] && mount --bind "/proc/$p" "/proc/$p" && mount -o remount,bind,ro "/proc/$p"
+done
 cd "$workdir" || exit 111  # the inherited cwd still points into the read-only mount
 setpriv --no-new-privs --bounding-set=-all --inh-caps=-all -- "$@"
 """
@@ -88,39 +106,70 @@ class SandboxOutcome:
 
 @functools.lru_cache(maxsize=1)
 def namespaces_available() -> bool:
-    """Whether this process can create PID, network and mount namespaces and drop caps."""
+    """Whether the full isolation works here: the namespace launcher runs ``true`` cleanly."""
     if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("setpriv")):
         return False
-    probe = subprocess.run(
-        ["unshare", "--pid", "--fork", "--net", "--mount", "--propagation", "private", "true"],
-        capture_output=True,
-        timeout=10,
-    )
+    with tempfile.TemporaryDirectory(prefix="cuset-probe-") as folder:
+        try:
+            probe = subprocess.run(_command(["true"], [Path(folder)]), cwd=folder, capture_output=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return False
     return probe.returncode == 0
 
 
-def _pids_cgroup(max_processes: int) -> Path | None:
-    """A fresh pids cgroup capped at ``max_processes`` tasks, or None where we cannot make one."""
-    if os.geteuid() != 0 or not os.access(_PIDS_CGROUP_ROOT, os.W_OK):
-        return None
-    group = _PIDS_CGROUP_ROOT / "cuset" / uuid.uuid4().hex
+@dataclass(frozen=True)
+class _Cgroups:
+    """The sandbox's own cgroups (v1), None where one could not be made."""
+
+    pids: Path | None
+    memory: Path | None
+
+    def folders(self) -> list[Path]:
+        return [g for g in (self.pids, self.memory) if g is not None]
+
+
+def _own_cgroup(controller: str) -> Path | None:
+    """This process's cgroup folder for ``controller`` (v1 hierarchy), if mounted here."""
+    root = _CGROUP_ROOT / controller
     try:
-        group.mkdir(parents=True)
-        (group / "pids.max").write_text(str(max_processes))
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controller in controllers.split(","):
+                return root / path.lstrip("/")
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _make_cgroup(controller: str, settings: dict[str, int]) -> Path | None:
+    parent = _own_cgroup(controller)
+    if os.geteuid() != 0 or parent is None or not os.access(parent, os.W_OK):
+        return None
+    group = parent / f"cuset-sandbox-{uuid.uuid4().hex}"
+    try:
+        group.mkdir()
     except OSError:
+        return None
+    try:
+        for name, value in settings.items():
+            (group / name).write_text(str(value))
+    except OSError:
+        _release(group)
         return None
     return group
 
 
-def _release_cgroup(group: Path) -> bool:
-    """Kill whatever is left in ``group``, remove it; True if it ever refused a fork."""
-    hit = False
-    try:
-        events = (group / "pids.events").read_text()
-        hit = int(events.split()[-1]) > 0
-    except (OSError, ValueError, IndexError):
-        pass
-    for _ in range(50):
+def _make_cgroups(limits: SandboxLimits) -> _Cgroups:
+    memory = limits.memory_mb * 1024 * 1024
+    return _Cgroups(
+        pids=_make_cgroup("pids", {"pids.max": limits.max_processes}),
+        memory=_make_cgroup("memory", {"memory.limit_in_bytes": memory}),
+    )
+
+
+def _release(group: Path) -> None:
+    """Kill whatever is left in ``group`` and remove it."""
+    for _ in range(100):
         try:
             pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
         except OSError:
@@ -137,7 +186,27 @@ def _release_cgroup(group: Path) -> bool:
         group.rmdir()
     except OSError:
         pass
-    return hit
+
+
+def _counter(path: Path, key: str) -> int:
+    """The value of ``key`` in a cgroup ``key value`` file, 0 when absent."""
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _release_cgroups(groups: _Cgroups) -> tuple[bool, bool]:
+    """Remove the cgroups; whether a fork was refused, whether the OOM killer struck."""
+    forks_refused = groups.pids is not None and _counter(groups.pids / "pids.events", "max") > 0
+    oom_killed = groups.memory is not None and _counter(groups.memory / "memory.oom_control", "oom_kill") > 0
+    for group in groups.folders():
+        _release(group)
+    return forks_refused, oom_killed
 
 
 def _user_tasks(uid: int) -> int:
@@ -152,7 +221,7 @@ def _user_tasks(uid: int) -> int:
     return count
 
 
-def _preexec(limits: SandboxLimits, cgroup: Path | None):
+def _preexec(limits: SandboxLimits, groups: _Cgroups):
     """The child-side setup, run between fork and exec: cgroup first, then rlimits.
 
     RLIMIT_NPROC counts all of a user's tasks and never binds root, so it is the cap only for
@@ -161,11 +230,11 @@ def _preexec(limits: SandboxLimits, cgroup: Path | None):
     memory = limits.memory_mb * 1024 * 1024
     file_size = limits.file_size_mb * 1024 * 1024
     uid = os.geteuid()
-    nproc = None if cgroup is not None or uid == 0 else _user_tasks(uid) + limits.max_processes
+    nproc = None if groups.pids is not None or uid == 0 else _user_tasks(uid) + limits.max_processes
 
     def setup() -> None:
-        if cgroup is not None:
-            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+        for group in groups.folders():
+            (group / "cgroup.procs").write_text(str(os.getpid()))
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
@@ -221,15 +290,17 @@ def _command(argv: list[str], writable: Iterable[Path]) -> list[str]:
 
 
 def _limit_hit(
-    returncode: int | None, timed_out: bool, forks_refused: bool, stderr: str, cpu_spent: bool
+    returncode: int | None, timed_out: bool, forks_refused: bool, oom_killed: bool, stderr: str, cpu_spent: bool
 ) -> str | None:
     """Name the limit that stopped the command, most specific first.
 
     ``cpu_spent``: the run lasted at least the CPU limit, so a bare SIGKILL is the hard
-    RLIMIT_CPU (a process that ignored the SIGXCPU warning).
+    RLIMIT_CPU (a process that ignored the SIGXCPU warning) rather than the OOM killer.
     """
     if forks_refused:
         return "processes"
+    if oom_killed:
+        return "memory"
     if timed_out:
         return "wall"
     if returncode is None or returncode == 0:
@@ -259,11 +330,11 @@ def run_sandboxed(
     names folders besides ``workdir`` the command may write (e.g. a shared build cache).
     """
     workdir = Path(workdir).resolve()
-    cgroup = _pids_cgroup(limits.max_processes)
+    groups = _make_cgroups(limits)
     isolated = namespaces_available()
     command = _command(argv, (workdir, *writable)) if isolated else list(argv)
-    isolation = (("pid_ns", "net_ns", "ro_fs", "no_caps") if isolated else ()) + (
-        ("pids_cgroup",) if cgroup is not None else ()
+    isolation = (("pid_ns", "net_ns", "ro_fs", "no_caps") if isolated else ()) + tuple(
+        name for name, group in (("pids_cgroup", groups.pids), ("memory_cgroup", groups.memory)) if group
     )
     start = time.monotonic()
     try:
@@ -275,11 +346,10 @@ def run_sandboxed(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=_preexec(limits, cgroup),
+            preexec_fn=_preexec(limits, groups),
         )
-    except OSError as exc:
-        if cgroup is not None:
-            _release_cgroup(cgroup)
+    except (OSError, subprocess.SubprocessError) as exc:
+        _release_cgroups(groups)
         return SandboxOutcome(None, "", f"could not start {argv[0]!r}: {exc}", 0.0, False, None, None, isolation)
     out, err = _Tail(process.stdout), _Tail(process.stderr)
     if stdin is not None:
@@ -291,7 +361,7 @@ def run_sandboxed(
         timed_out = True
     _kill_group(process.pid)
     process.wait()
-    forks_refused = _release_cgroup(cgroup) if cgroup is not None else False
+    forks_refused, oom_killed = _release_cgroups(groups)
     wall_s = time.monotonic() - start
     stdout, stderr = out.text(timeout=2.0), err.text(timeout=2.0)
     returncode = None if timed_out else _status(process.returncode, isolated)
@@ -305,7 +375,7 @@ def run_sandboxed(
         wall_s=wall_s,
         timed_out=timed_out,
         signal=sig,
-        limit_hit=_limit_hit(returncode, timed_out, forks_refused, stderr, wall_s >= limits.cpu_s),
+        limit_hit=_limit_hit(returncode, timed_out, forks_refused, oom_killed, stderr, wall_s >= limits.cpu_s),
         isolation=isolation,
     )
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from cuset_core.analysis.sources import find_kernel_sources
+from cuset_core.data.load import load_records
 from cuset_core.demo import CATEGORIES, HELD_OUT, DemoProblem, demo_problems, write_demo_dataset
 from cuset_core.generation.prompts import compact_prompt
 
@@ -131,6 +132,16 @@ def test_demo_dataset_is_written_as_chat_jsonl_without_held_out_problems(tmp_pat
     assert [m["role"] for m in first["messages"]] == ["user", "assistant"]
     assert first["messages"][0]["content"] == compact_prompt(problem.problem_code)
     assert first["messages"][1]["content"] == f"```python\n{problem.solution_code.strip()}\n```"
+
+
+def test_demo_dataset_loads_without_any_data_issue(tmp_path):
+    path = tmp_path / "demo.jsonl"
+    write_demo_dataset(path)
+
+    loaded = load_records(path)
+
+    assert loaded.issues == []
+    assert len(loaded.records) == loaded.total == len(PROBLEMS)
 
 
 def test_writing_every_problem_by_default(tmp_path):

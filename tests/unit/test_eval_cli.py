@@ -15,11 +15,16 @@ from cuset_core.evaluation.runner import EvalConfig, EvalReport, SampleRecord, l
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 
 DEMO = Path(__file__).resolve().parents[2] / "cuset_core" / "demo"
-BROKEN_ANSWER = "```cuda\n__global__ void k(float* x) { x[0] = undefined_name; }\n```"
 
 
 def fenced(code: str) -> str:
     return f"Here is the kernel.\n```python\n{code}```\n"
+
+
+def broken_vector_add() -> str:
+    """The demo solution with an undeclared identifier inside its kernel."""
+    code = (DEMO / "solutions" / "01_vector_add.py").read_text()
+    return fenced(code.replace("    if (i < n) {", "    if (i < n) { undeclared_name = 1;", 1))
 
 
 @pytest.fixture
@@ -40,11 +45,11 @@ def test_scoring_one_right_and_one_wrong_answer_at_the_compile_tier(tmp_path, pr
     answers = tmp_path / "answers.jsonl"
     answers.write_text(
         json.dumps({"problem_id": "02_relu", "answer": fenced((DEMO / "solutions" / "02_relu.py").read_text())})
-        + "\n" + json.dumps({"id": "01_vector_add", "samples": [BROKEN_ANSWER]}) + "\n"
+        + "\n" + json.dumps({"id": "01_vector_add", "samples": [broken_vector_add()]}) + "\n"
     )
     out = tmp_path / "out"
     outcome = run_cli("--answers", str(answers), "--problems", str(problem_dir), "--tier", "compile",
-                      "--out", str(out), "--quiet")
+                      "--out", str(out), "--quiet", "--cache-dir", str(tmp_path / "cache"))
     assert outcome.exit_code == 0, outcome.output
     results = json.loads((out / "results.json").read_text())
     assert results["aggregate"]["metrics"] == {"compile@1": 0.5}
@@ -58,7 +63,7 @@ def test_scoring_one_right_and_one_wrong_answer_at_the_compile_tier(tmp_path, pr
 def test_generating_with_a_model_scores_every_sample(tmp_path, problem_dir, tiny_model_dir):
     out = tmp_path / "out"
     outcome = run_cli("--model", str(tiny_model_dir), "--problems", str(problem_dir), "--samples", "2",
-                      "--tier", "static", "--max-new-tokens", "4", "--out", str(out), "--quiet")
+                      "--tier", "static", "--max-new-tokens", "4", "--out", str(out), "--quiet", "--no-cache")
     assert outcome.exit_code == 0, outcome.output
     results = json.loads((out / "results.json").read_text())
     assert results["aggregate"]["samples"] == 4

@@ -360,3 +360,22 @@ def test_mismatched_masks_are_rejected():
     batch.region_ids = batch.region_ids[:, :5]
     with pytest.raises(ValueError, match=r"region_ids must have token_loss's shape \(2, 6\)"):
         compute_objective(MethodConfig(), batch)
+
+
+@pytest.mark.gpu
+def test_cuda_tensors_give_the_cpu_result():
+    config = MethodConfig(type="cuset", mask_ratio=0.4, region_quantile=0.5)
+    on_cpu = compute_objective(config, make_batch())
+    cpu_batch = make_batch(num_items_in_batch=torch.tensor(SUPERVISED_COUNT))
+    batch = ObjectiveBatch(
+        token_loss=cpu_batch.token_loss.detach().cuda().requires_grad_(),
+        supervised=cpu_batch.supervised.cuda(),
+        sensitive=cpu_batch.sensitive.cuda(),
+        region_ids=cpu_batch.region_ids.cuda(),
+        num_items_in_batch=cpu_batch.num_items_in_batch.cuda(),
+    )
+    on_gpu = compute_objective(config, batch)
+    on_gpu.loss.backward()
+    assert on_gpu.loss.item() == pytest.approx(on_cpu.loss.item(), rel=1e-5)
+    assert kept(on_gpu) == kept(on_cpu)
+    assert on_gpu.metrics == pytest.approx(on_cpu.metrics, rel=1e-5)

@@ -26,61 +26,23 @@ PROGRESS_FIELDS = {
     "trained_tokens", "eta_s", "time",
 }  # fmt: skip
 OPS = {"add": "a[i] + b[i]", "mul": "a[i] * b[i]", "sub": "a[i] - b[i]", "max": "fmaxf(a[i], b[i])"}
-PROBLEM = """import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, a, b):
-        return torch.{op}(a, b)
-
-
-def get_inputs():
-    return [torch.randn(1024), torch.randn(1024)]
-
-
-def get_init_inputs():
-    return []
-"""
-ANSWER = '''```python
-import torch
-import torch.nn as nn
-from torch.utils.cpp_extension import load_inline
-
-source = r"""
-#include <torch/extension.h>
-
+# Short answers keep the tiny model's steps fast (the 49k-token vocabulary dominates the cost).
+ANSWER = """```cuda
 __global__ void {op}_kernel(const float* a, const float* b, float* out, int n) {{
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {{
         out[i] = {expr};
     }}
 }}
-
-torch::Tensor {op}_cuda(torch::Tensor a, torch::Tensor b) {{
-    auto out = torch::empty_like(a);
-    int n = a.numel();
-    {op}_kernel<<<(n + 255) / 256, 256>>>(a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), n);
-    return out;
-}}
-"""
-
-module = load_inline(name="{op}_ext", cpp_sources="torch::Tensor {op}_cuda(torch::Tensor a, torch::Tensor b);",
-                     cuda_sources=source, functions=["{op}_cuda"])
-
-
-class ModelNew(nn.Module):
-    def forward(self, a, b):
-        return module.{op}_cuda(a, b)
-```'''
+```"""
 
 
 def write_dataset(path: Path) -> Path:
-    """Four chat records, each a KernelBench-style elementwise problem with a CUDA answer."""
+    """Four chat records: an elementwise op asked for, a CUDA kernel answered."""
     rows = [
         {
             "messages": [
-                {"role": "user", "content": "Write a CUDA kernel for:\n```python\n" + PROBLEM.format(op=op) + "```"},
+                {"role": "user", "content": f"Write a CUDA kernel computing out = {expr}."},
                 {"role": "assistant", "content": ANSWER.format(op=op, expr=expr)},
             ]
         }
@@ -91,7 +53,7 @@ def write_dataset(path: Path) -> Path:
 
 
 def make_job(tmp_path: Path, model_dir: Path, **changes) -> dict:
-    hyper = {"learning_rate": 3e-3, "batch_size": 2, "max_steps": 4, "max_seq_len": 512, **changes.pop("hp", {})}
+    hyper = {"learning_rate": 3e-3, "batch_size": 2, "max_steps": 4, "max_seq_len": 256, **changes.pop("hp", {})}
     return {
         "model": str(model_dir),
         "train_file": str(write_dataset(tmp_path / "train.jsonl")),

@@ -137,3 +137,39 @@ def test_a_crash_reports_its_signal(tmp_path):
 def test_a_missing_program_is_reported_not_raised(tmp_path):
     outcome = run_sandboxed(["/nonexistent/cc"], workdir=tmp_path, limits=LIMITS)
     assert not outcome.ok
+
+
+def test_without_namespaces_or_cgroups_limits_and_timeouts_still_hold(tmp_path, monkeypatch):
+    from cuset_core.verify import sandbox
+
+    monkeypatch.setattr(sandbox, "namespaces_available", lambda: False)
+    monkeypatch.setattr(sandbox, "_make_cgroups", lambda limits: sandbox._Cgroups(None, None))
+    assert run_python("print('plain')", tmp_path / "w").stdout == "plain\n"
+    limits = LIMITS.model_copy(update={"wall_s": 1.0})
+    slept = run_python("import time; time.sleep(60)", tmp_path / "w", limits)
+    assert (slept.timed_out, slept.isolation) == (True, ())
+    assert run_python("x = bytearray(1 << 30)", tmp_path / "w").limit_hit == "memory"
+
+
+def test_memory_is_capped_across_processes_where_a_memory_cgroup_exists(tmp_path):
+    code = (
+        "import os, time\nfor _ in range(3):\n    if os.fork() == 0:\n        break\n"
+        "x = b'x' * (250 << 20)\ntime.sleep(1)\n"
+    )
+    outcome = run_python(code, tmp_path / "w")  # 4 x 250 MiB > 512 MiB in all, < 512 MiB each
+    if "memory_cgroup" not in outcome.isolation:
+        pytest.skip("no memory cgroup here: memory is limited per process only")
+    assert outcome.limit_hit == "memory"
+
+
+def test_dev_holds_only_harmless_nodes_and_proc_sys_is_read_only(tmp_path):
+    code = (
+        "import os\nprint(sorted(d for d in os.listdir('/dev') if not d.startswith('nvidia')))\n"
+        "print([l.split()[3].split(',')[0] for l in open('/proc/self/mounts') if l.split()[1] == '/proc/sys'])\n"
+    )
+    outcome = run_python(code, tmp_path / "w")
+    if "ro_fs" not in outcome.isolation:
+        pytest.skip("no mount namespace here")
+    devices, proc_sys = outcome.stdout.splitlines()
+    assert devices == str(["fd", "full", "null", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"])
+    assert proc_sys == "['ro']"

@@ -43,7 +43,7 @@ _EXTERN_SHARED = re.compile(
 )
 _SHARED_DECL = re.compile(r"(?<![\w])__shared__\s+[^;(){}]*;")
 _VOLATILE_PTR = re.compile(
-    r"\bvolatile\s+((?:(?:unsigned|signed|long|short|const)\s+)*[A-Za-z_][\w:]*)\s*\*"
+    r"\bvolatile\s+((?:(?:unsigned|signed|long|short|const)\s+)*[A-Za-z_][\w:]*)\s*\*\s*"
 )
 _CUDA_STRING = re.compile(r"\"cuda(?::\d+)?\"")
 
@@ -148,7 +148,7 @@ def rewrite_launches(code: str) -> str:
         call += f", {args})" if args.strip() else ")"
         # Keep the newlines of the original statement so later lines keep their numbers.
         original = code[match.start() : close + 1]
-        call += "\n" * original.count("\n")
+        call += "\n" * (original.count("\n") - args.count("\n"))
         out.append(code[pos : match.start()])
         out.append(call)
         pos = close + 1

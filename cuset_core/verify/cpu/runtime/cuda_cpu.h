@@ -21,11 +21,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <unordered_map>
 #include <string>
 #include <type_traits>
 #include <vector>
 #include <math.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
 #include <unistd.h>
 
 #if !defined(__x86_64__)
@@ -468,6 +473,82 @@ inline void poison_shared(void* address, size_t bytes, unsigned long long& seen)
   }
 }
 
+}  // namespace cuset
+
+namespace cuset {
+namespace detail {
+
+// Every CPU tensor allocated after the extension loads (inputs and outputs included) ends
+// 16-byte aligned right before a PROT_NONE page, so a kernel that runs past the end of a
+// tensor faults instead of silently corrupting the heap. Layout: [data pages][guard page];
+// torch's raw_allocate needs the context to be the data pointer, so mappings are kept in a
+// table keyed by it.
+struct GuardedAllocator final : c10::Allocator {
+  static constexpr size_t kAlign = 16;
+  static std::mutex& lock() { static std::mutex m; return m; }
+  static std::unordered_map<void*, std::pair<void*, size_t>>& mappings() {
+    static auto* table = new std::unordered_map<void*, std::pair<void*, size_t>>();
+    return *table;
+  }
+  c10::DataPtr allocate(size_t bytes) override {
+    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    size_t data = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+    size_t body = (data + page - 1) / page * page;
+    size_t total = body + page;
+    void* memory = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) throw std::bad_alloc();
+    char* base = static_cast<char*>(memory);
+    mprotect(base + body, page, PROT_NONE);
+    void* ptr = base + body - data;
+    {
+      std::lock_guard<std::mutex> guard(lock());
+      mappings()[ptr] = {base, total};
+    }
+    return {ptr, ptr, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  static void release(void* ptr) {
+    std::pair<void*, size_t> mapping;
+    {
+      std::lock_guard<std::mutex> guard(lock());
+      auto found = mappings().find(ptr);
+      if (found == mappings().end()) return;
+      mapping = found->second;
+      mappings().erase(found);
+    }
+    munmap(mapping.first, mapping.second);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, size_t count) const override { std::memcpy(dest, src, count); }
+};
+
+inline void on_fault(int) {
+  Runtime& r = rt();
+  const char* message = r.current ? "cuset runtime: invalid memory access (segmentation fault) in a kernel: an index runs outside its tensor or buffer\n"
+                                  : "cuset runtime: invalid memory access (segmentation fault) in host code\n";
+  ssize_t ignored = write(2, message, std::strlen(message));
+  (void)ignored;
+  _exit(87);
+}
+
+// Runs once when the extension is loaded.
+inline int install() {
+  static GuardedAllocator allocator;
+  c10::SetCPUAllocator(&allocator, 100);
+  static char alternate_stack[64 * 1024];
+  stack_t ss{};
+  ss.ss_sp = alternate_stack;
+  ss.ss_size = sizeof alternate_stack;
+  sigaltstack(&ss, nullptr);
+  struct sigaction action {};
+  action.sa_handler = &on_fault;
+  action.sa_flags = SA_ONSTACK;
+  sigaction(SIGSEGV, &action, nullptr);
+  sigaction(SIGBUS, &action, nullptr);
+  return 0;
+}
+inline int installed = install();
+
+}  // namespace detail
 }  // namespace cuset
 
 extern "C" __attribute__((visibility("default"), weak, used)) const char* cuset_launch_report() {

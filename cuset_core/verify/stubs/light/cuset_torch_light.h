@@ -688,6 +688,7 @@ CUSET_BINARY(&&)
 CUSET_BINARY(||)
 #undef CUSET_BINARY
 std::ostream& operator<<(std::ostream& stream, const Tensor& tensor);
+std::optional<Device> device_of(const Tensor& tensor);
 
 // A result that is a tensor and, for reductions with indices, a (values, indices) pair.
 struct OpResult : Tensor, std::tuple<Tensor, Tensor> {

@@ -1,0 +1,72 @@
+"""Verification results cached on disk by content hash, one JSON file per result.
+
+The key covers everything a verdict depends on: the problem, the candidate text, the tier, the
+settings and ``CODE_VERSION`` (bump it whenever a tier's behaviour changes, so stale verdicts
+are never served). Writes are atomic (temp file + rename), so concurrent verifiers sharing a
+folder never read half a file; an unreadable entry is a miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from cuset_core.verify.result import Tier, VerifyResult
+from cuset_core.verify.settings import VerifySettings
+
+CODE_VERSION = "verify-1"
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/cuset/verify``, by default ``~/.cache/cuset/verify``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "cuset" / "verify"
+
+
+def cache_key(problem_code: str, candidate_text: str, tier: Tier, settings: VerifySettings) -> str:
+    """sha256 (hex) of everything the verdict depends on."""
+    payload = json.dumps(
+        {
+            "version": CODE_VERSION,
+            "problem": problem_code,
+            "candidate": candidate_text,
+            "tier": tier.value,
+            "settings": settings.model_dump(mode="json"),
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+class VerifyCache:
+    """A folder of cached results, ``<key[:2]>/<key>.json``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+
+    def _path(self, key: str) -> Path:
+        return self.folder / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> VerifyResult | None:
+        """The stored result marked ``cached=True``, or None on a miss."""
+        try:
+            data = self._path(key).read_text(encoding="utf-8")
+            return VerifyResult.model_validate_json(data).model_copy(update={"cached": True})
+        except (OSError, ValueError, ValidationError):
+            return None
+
+    def put(self, key: str, result: VerifyResult) -> None:
+        """Store ``result`` (as not cached); failures to write are ignored, the cache is optional."""
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False, encoding="utf-8") as f:
+                f.write(result.model_copy(update={"cached": False}).model_dump_json())
+            os.replace(f.name, path)
+        except OSError:
+            return

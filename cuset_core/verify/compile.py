@@ -1,0 +1,354 @@
+"""Tier 1: compile a candidate's extension with real nvcc for a real target, in the sandbox.
+
+Each extension becomes up to two translation units, built as ``load_inline`` would build them:
+the CUDA sources (after the includes ``load_inline`` adds) go through
+``nvcc -cubin -arch=<arch> -Xptxas -v``, so the front end checks host and device code and
+ptxas reports per-kernel resources; the C++ sources plus the ``PYBIND11_MODULE`` that
+``load_inline`` generates from ``functions=`` go through ``g++ -fsyntax-only``. By default the
+torch headers are a light stand-in (``stubs/light``, about a second per unit); with
+``settings.strict_headers`` they are the installed wheel's own, with stand-ins only for what a
+CPU wheel lacks (``stubs/strict``). Both modes get ``stubs/common`` for the CUDA math
+libraries missing here. ``#line`` directives name each source, so every diagnostic maps back
+to its line in the candidate file through the source offset maps.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sysconfig
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from cuset_core.analysis.sources import InlineExtension, OffsetMap
+from cuset_core.verify.candidate import Candidate
+from cuset_core.verify.result import Diagnostic, KernelResources
+from cuset_core.verify.sandbox import SandboxOutcome, describe, run_sandboxed
+from cuset_core.verify.settings import VerifySettings
+
+STUBS = Path(__file__).parent / "stubs"
+MAX_DIAGNOSTICS = 50
+# Flags torch.utils.cpp_extension passes to nvcc: they decide what half-precision code compiles.
+TORCH_NVCC_FLAGS = (
+    "-D__CUDA_NO_HALF_OPERATORS__",
+    "-D__CUDA_NO_HALF_CONVERSIONS__",
+    "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
+    "-D__CUDA_NO_HALF2_OPERATORS__",
+    "--expt-relaxed-constexpr",
+)
+# What load_inline puts before the CUDA sources of a Python candidate.
+_INLINE_CUDA_PRELUDE = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
+
+_EDG = re.compile(
+    r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?P<severity>catastrophic error|error|warning|remark)"
+    r"(?: #[\w-]+)?: (?P<message>.*)$"
+)
+_GCC = re.compile(
+    r"^(?P<file>[^:\s][^:]*):(?P<line>\d+):(?:(?P<column>\d+):)? "
+    r"(?P<severity>fatal error|error|warning|note): (?P<message>.*)$"
+)
+_TOOL_ERROR = re.compile(r"^(?P<tool>ptxas|nvcc|nvlink)\s*(?:error|fatal)\s*: (?P<message>.*)$")
+_ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)'")
+_PROPERTIES = re.compile(r"Function properties for (?P<name>\S+)")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (?P<registers>\d+) registers(?P<rest>.*)$")
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    """What tier 1 found: ``ok`` when every unit compiled; ``seconds`` of wall time in all;
+    ``command`` the compiler command lines (one per unit); ``log`` the compilers' output;
+    ``timed_out`` when a compiler ran past the sandbox's wall-clock limit."""
+
+    ok: bool
+    diagnostics: list[Diagnostic]
+    resources: list[KernelResources]
+    seconds: float
+    command: str
+    log: str
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class _Source:
+    """One candidate source inside a unit: its ``#line`` file name, text and origin map."""
+
+    file: str
+    text: str
+    origin: OffsetMap | None  # None: generated code, mapped to ``anchor``
+    anchor: int | None = None  # answer offset that generated code is attributed to
+
+
+@dataclass(frozen=True)
+class _Unit:
+    path: Path
+    argv: list[str]
+    sources: tuple[_Source, ...]
+
+
+def nvcc_path() -> str | None:
+    """The nvcc on PATH, or None."""
+    return shutil.which("nvcc")
+
+
+def compile_candidate(candidate: Candidate, settings: VerifySettings, workdir: Path) -> CompileReport:
+    """Compile every extension of ``candidate`` in ``workdir`` (an empty folder it may fill)."""
+    start = time.monotonic()
+    nvcc = nvcc_path()
+    if nvcc is None:
+        diagnostic = Diagnostic(severity="error", message="nvcc is not on PATH: tier 1 cannot run")
+        return CompileReport(False, [diagnostic], [], 0.0, "", "")
+    units = _units(candidate, settings, Path(workdir), nvcc)
+    with ThreadPoolExecutor(max_workers=max(1, len(units))) as pool:
+        outcomes = list(pool.map(lambda unit: _run(unit, settings, Path(workdir)), units))
+    diagnostics: list[Diagnostic] = []
+    resources: list[KernelResources] = []
+    logs: list[str] = []
+    ok = True
+    for unit, outcome in zip(units, outcomes):
+        output = outcome.stdout + outcome.stderr
+        logs.append(f"$ {shlex.join(unit.argv)}\n{output}")
+        unit_diagnostics = _diagnostics(output, unit, candidate)
+        if not outcome.ok:
+            ok = False
+            if not any(d.severity == "error" for d in unit_diagnostics):
+                message = f"{Path(unit.argv[0]).name} {describe(outcome)}"
+                unit_diagnostics.append(Diagnostic(severity="error", message=message))
+        diagnostics.extend(unit_diagnostics)
+        resources.extend(parse_resources(output))
+    return CompileReport(
+        ok=ok,
+        diagnostics=_dedupe(diagnostics)[:MAX_DIAGNOSTICS],
+        resources=resources,
+        seconds=time.monotonic() - start,
+        command="\n".join(shlex.join(unit.argv) for unit in units),
+        log="\n".join(logs),
+        timed_out=any(outcome.timed_out for outcome in outcomes),
+    )
+
+
+def include_dirs(strict: bool, nvcc: str) -> list[Path]:
+    """Include folders for the torch headers (stand-in or real) and the stand-ins both need."""
+    cuda_include = cuda_include_dir(nvcc)
+    if not strict:
+        return [STUBS / "light", STUBS / "common", cuda_include]
+    from torch.utils.cpp_extension import include_paths
+
+    python_include = Path(sysconfig.get_paths()["include"])
+    return [*map(Path, include_paths()), python_include, STUBS / "strict", STUBS / "common", cuda_include]
+
+
+def cuda_include_dir(nvcc: str) -> Path:
+    """The CUDA toolkit's include folder: from CUDA_HOME/CUDA_PATH, next to nvcc, or the usual
+    /usr/local/cuda (nvcc on PATH is often a wrapper script elsewhere)."""
+    candidates = [Path(os.environ[v]) / "include" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    candidates += [Path(nvcc).resolve().parent.parent / "include", Path("/usr/local/cuda/include")]
+    return next((c for c in candidates if (c / "cuda_runtime.h").is_file()), candidates[-1])
+
+
+def _units(candidate: Candidate, settings: VerifySettings, workdir: Path, nvcc: str) -> list[_Unit]:
+    includes = [f"-I{folder}" for folder in include_dirs(settings.strict_headers, nvcc)]
+    units: list[_Unit] = []
+    for index, ext in enumerate(candidate.sources.extensions):
+        name = ext.name or f"cuset_ext{index}"
+        defines = [f"-DTORCH_EXTENSION_NAME={_identifier(name)}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
+        if ext.cuda.strip():
+            prelude = _INLINE_CUDA_PRELUDE if candidate.kind == "python" else ""
+            source = _Source(f"ext{index}.cu", ext.cuda, ext.cuda_map)
+            path = workdir / f"ext{index}_cuda.cu"
+            path.write_text(prelude + _with_line(source))
+            argv = [
+                nvcc, "-cubin", f"-arch={settings.arch}", "-Xptxas", "-v", "-std=c++17",
+                *TORCH_NVCC_FLAGS, *defines, *includes, "-o", f"ext{index}.cubin", path.name,
+            ]  # fmt: skip
+            units.append(_Unit(path, argv, (source,)))
+        if candidate.kind == "python" and (ext.cpp.strip() or ext.functions):
+            units.append(_cpp_unit(ext, index, workdir, defines, includes))
+    return units
+
+
+def _cpp_unit(ext: InlineExtension, index: int, workdir: Path, defines: list[str], includes: list[str]) -> _Unit:
+    """The host translation unit ``load_inline`` writes: its header, the C++ sources, bindings."""
+    sources = [_Source(f"ext{index}.cpp", ext.cpp, ext.cpp_map)]
+    if ext.functions:
+        anchor = next((start for key, start, _ in ext.keyword_spans if key == "functions"), None)
+        if anchor is None and ext.call_span is not None:
+            anchor = ext.call_span[0]
+        bindings = "\n".join(
+            ["PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"]
+            + [f'm.def("{f}", torch::wrap_pybind_function({f}), "{f}");' for f in ext.functions]
+            + ["}"]
+        )
+        sources.append(_Source(f"ext{index}_bindings.cpp", bindings, None, anchor))
+    path = workdir / f"ext{index}_main.cpp"
+    path.write_text("#include <torch/extension.h>\n" + "\n".join(_with_line(s) for s in sources) + "\n")
+    compiler = shutil.which("g++") or shutil.which("c++") or "g++"
+    argv = [compiler, "-fsyntax-only", "-std=c++17", *defines, *includes, path.name]
+    return _Unit(path, argv, tuple(sources))
+
+
+def _with_line(source: _Source) -> str:
+    return f'#line 1 "{source.file}"\n{source.text}\n'
+
+
+def _identifier(name: str) -> str:
+    return re.sub(r"\W", "_", name) or "cuset_ext"
+
+
+def _run(unit: _Unit, settings: VerifySettings, workdir: Path) -> SandboxOutcome:
+    return run_sandboxed(unit.argv, workdir=workdir, limits=settings.limits)
+
+
+def _diagnostics(output: str, unit: _Unit, candidate: Candidate) -> list[Diagnostic]:
+    """Compiler messages of one unit, with lines in the candidate file where they have one."""
+    by_file = {source.file: source for source in unit.sources}
+    diagnostics: list[Diagnostic] = []
+    for raw in output.splitlines():
+        line = raw.rstrip()
+        match = _EDG.match(line) or _GCC.match(line)
+        if match:
+            severity = _severity(match.group("severity"))
+            message = match.group("message").strip()
+            source = by_file.get(match.group("file"))
+            if source is None:
+                if severity != "error":
+                    continue  # warnings and notes inside the (torch) headers are not the candidate's
+                message = f"{Path(match.group('file')).name}: {message}"
+                diagnostics.append(Diagnostic(severity=severity, message=message))
+                continue
+            column = int(match.group("column")) if "column" in match.groupdict() and match.group("column") else None
+            answer_line, answer_column = _answer_position(candidate, source, int(match.group("line")), column)
+            diagnostics.append(Diagnostic(severity=severity, message=message, line=answer_line, column=answer_column))
+            continue
+        tool = _TOOL_ERROR.match(line)
+        if tool:
+            message = f"{tool.group('tool')}: {tool.group('message').strip()}"
+            diagnostics.append(Diagnostic(severity="error", message=message, line=_kernel_line(message, unit, candidate)))
+    return diagnostics
+
+
+def _severity(word: str) -> str:
+    if "error" in word:
+        return "error"
+    return "warning" if word == "warning" else "note"
+
+
+def _answer_position(
+    candidate: Candidate, source: _Source, line: int, column: int | None
+) -> tuple[int | None, int | None]:
+    """Line and column in the candidate file of ``line``/``column`` (1-based) of ``source``."""
+    if source.origin is None:
+        offset = source.anchor
+    else:
+        offset = _origin_of_line(source, line, column)
+    if offset is None:
+        return None, None
+    text = candidate.text
+    answer_line = text.count("\n", 0, offset) + 1
+    answer_column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+    return answer_line, answer_column if column is not None else None
+
+
+def _origin_of_line(source: _Source, line: int, column: int | None) -> int | None:
+    """Answer offset of a position in ``source``; the first mapped character of the line if
+    that position itself came from nowhere (e.g. the newline joining two list items)."""
+    lines = source.text.split("\n")
+    if not 1 <= line <= len(lines):
+        return None
+    line_start = sum(len(text) + 1 for text in lines[: line - 1])
+    line_end = line_start + len(lines[line - 1])
+    first = line_start + (column - 1 if column else 0)
+    assert source.origin is not None
+    for index in [first, *range(line_start, line_end + 1)]:
+        offset = source.origin.to_answer(index)
+        if offset is not None:
+            return offset
+    return None
+
+
+def _kernel_line(message: str, unit: _Unit, candidate: Candidate) -> int | None:
+    """Line of the kernel a ptxas message names (``Entry function '_Z...'``), if found."""
+    mangled = re.search(r"'(_Z\w+)'", message)
+    if not mangled:
+        return None
+    name = _base_name(demangle([mangled.group(1)])[0])
+    for source in unit.sources:
+        found = re.search(rf"__global__[^;{{]*?\b{re.escape(name)}\s*\(", source.text)
+        if found and source.origin is not None:
+            line = source.text.count("\n", 0, found.start()) + 1
+            return _answer_position(candidate, source, line, None)[0]
+    return None
+
+
+def _base_name(demangled: str) -> str:
+    """``void ns::kernel<float>(float*, int)`` -> ``kernel``."""
+    head = demangled.split("(")[0]
+    head = re.sub(r"<.*>$", "", head)
+    return head.split("::")[-1].split()[-1] if head.split() else head
+
+
+def _dedupe(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    seen: set[tuple] = set()
+    unique = []
+    for d in diagnostics:
+        key = (d.severity, d.message, d.line)
+        if key not in seen:
+            seen.add(key)
+            unique.append(d)
+    return unique
+
+
+def parse_resources(ptxas_output: str) -> list[KernelResources]:
+    """Per-kernel resources from ``ptxas -v`` output (registers; shared, constant and stack
+    bytes; spill stores and loads in bytes), kernel names demangled."""
+    found: dict[str, dict[str, int]] = {}
+    frames: dict[str, tuple[int, int, int]] = {}
+    current: str | None = None
+    properties_of: str | None = None
+    for line in ptxas_output.splitlines():
+        if entry := _ENTRY.search(line):
+            current = entry.group("name")
+            found.setdefault(current, {})
+        elif props := _PROPERTIES.search(line):
+            properties_of = props.group("name")
+        elif (frame := _FRAME.search(line)) and properties_of is not None:
+            frames[properties_of] = (int(frame.group(1)), int(frame.group(2)), int(frame.group(3)))
+        elif (used := _USED.search(line)) and current is not None:
+            rest = used.group("rest")
+            smem = re.search(r"(\d+) bytes smem", rest)
+            found[current] = {
+                "registers": int(used.group("registers")),
+                "shared_bytes": int(smem.group(1)) if smem else 0,
+                "constant_bytes": sum(int(n) for n in re.findall(r"(\d+) bytes cmem\[\d+\]", rest)),
+            }
+    names = list(found)
+    readable = demangle(names)
+    resources = []
+    for name, pretty in zip(names, readable):
+        stack, spill_stores, spill_loads = frames.get(name, (0, 0, 0))
+        resources.append(
+            KernelResources(
+                kernel=pretty, stack_bytes=stack, spill_store_bytes=spill_stores,
+                spill_load_bytes=spill_loads, **found[name],
+            )
+        )  # fmt: skip
+    return resources
+
+
+def demangle(names: list[str]) -> list[str]:
+    """C++ names demangled by ``c++filt`` when it is installed, else returned as they are."""
+    tool = shutil.which("c++filt")
+    if not names or tool is None:
+        return list(names)
+    try:
+        done = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return list(names)
+    lines = done.stdout.splitlines()
+    return lines if done.returncode == 0 and len(lines) == len(names) else list(names)
+

@@ -1,0 +1,367 @@
+"""Tier 2 harness: runs the reference and the candidate on the CPU runtime, inside the sandbox.
+
+``python -m cuset_core.verify.cpu.harness JOB_JSON`` reads a job written by
+``cuset_core.verify.cpu`` and writes ``result.json`` next to it (the tier-2 fields of a
+``VerifyResult``). Steps, the first failure decides:
+
+1. CUDA is mapped to the CPU for Python code: ``device="cuda"`` arguments, ``.to("cuda")``
+   and ``.cuda()`` give CPU tensors; ``load_inline``/``load`` build with g++ and the runtime.
+2. Problem sizes shrink (module-level int constants, measured on the meta device) until the
+   inputs and weights hold at most ``max_elements`` elements.
+3. The candidate is imported (its ``load_inline`` builds here); a failed build is
+   ``compile_error`` even when the candidate catches the exception.
+4. Weights: reference and candidate are built after the same ``torch.manual_seed``.
+5. One trial per seed, each under a different fiber schedule (forward, reverse, odd threads
+   first), comparing shapes then values with ``allclose``.
+6. At least one kernel must have been launched through the runtime.
+"""
+
+from __future__ import annotations
+
+import ast
+import ctypes
+import importlib.machinery
+import importlib.util
+import json
+import os
+import re
+import sys
+import time
+import traceback
+import types
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+from cuset_core.verify.gpu_harness import (
+    INIT_SEED,
+    INPUT_SEED_BASE,
+    Decided,
+    Outcome,
+    compare_outputs,
+    flatten_outputs,
+)
+
+LOG_CHARS = 4000
+SCHEDULES = ("ascending thread order", "descending thread order", "odd threads first")
+_FACTORIES = ("randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "linspace",
+              "eye", "tensor", "randperm", "normal", "as_tensor")
+
+
+# ---------------------------------------------------------------- CUDA -> CPU for Python
+
+
+def _is_cuda(value: Any) -> bool:
+    import torch
+
+    if isinstance(value, str):
+        return value.startswith("cuda")
+    return isinstance(value, torch.device) and value.type == "cuda"
+
+
+def _retarget(args: tuple, kwargs: dict, device: str) -> tuple[tuple, dict]:
+    """Replace CUDA devices among ``args``/``kwargs`` by ``device``."""
+    args = tuple(device if _is_cuda(a) else a for a in args)
+    if _is_cuda(kwargs.get("device")):
+        kwargs = {**kwargs, "device": device}
+    return args, kwargs
+
+
+def device_mode(target: str):
+    """A torch function mode that runs CUDA requests on ``target`` ("cpu" or "meta").
+
+    With "meta" every factory call lands on the meta device too (nothing is allocated), which
+    is how problem sizes are measured.
+    """
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    factories = {getattr(torch, name) for name in _FACTORIES}
+
+    class DeviceMode(TorchFunctionMode):
+        def __torch_function__(self, func, types_, args=(), kwargs=None):
+            args, kwargs = _retarget(tuple(args), dict(kwargs or {}), target)
+            if target == "meta" and func in factories:
+                kwargs["device"] = "meta"
+            return func(*args, **kwargs)
+
+    return DeviceMode()
+
+
+def map_cuda_to_cpu() -> None:
+    """Patch torch so CUDA-only calls of problem and candidate code work on the CPU."""
+    import torch
+
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self
+    torch.nn.Module.cuda = lambda self, *args, **kwargs: self
+    torch.cuda.synchronize = lambda *args, **kwargs: None
+    torch.cuda.current_device = lambda: 0
+    torch.cuda.set_device = lambda *args, **kwargs: None
+    torch.cuda.empty_cache = lambda: None
+
+
+# ---------------------------------------------------------------- extension builds
+
+
+class Builder:
+    """Stands in for ``torch.utils.cpp_extension.load_inline``/``load`` inside the harness."""
+
+    def __init__(self, workdir: Path, pch_dir: Path):
+        from cuset_core.verify.cpu.build import toolchain
+
+        self.workdir = workdir
+        self.pch_dir = pch_dir
+        self.chain = toolchain()
+        self.libraries: list[Path] = []
+        self.failure: Outcome | None = None
+        self.seconds = 0.0
+
+    def build(self, name: str, cuda: str, cpp: str, functions: list[str] | None) -> types.ModuleType:
+        from cuset_core.verify.cpu.build import BuildError, compile_extension, translation_unit
+        from cuset_core.verify.cpu.rewrite import unsupported_feature
+
+        feature = unsupported_feature(cuda + "\n" + cpp)
+        if feature:
+            self.failure = Outcome("unsupported", f"uses {feature}", log=feature)
+            raise Decided(self.failure)
+        module_name = re.sub(r"\W", "_", name or "ext") + f"_cuset{len(self.libraries)}"
+        clock = time.perf_counter()
+        try:
+            library = compile_extension(module_name, translation_unit(module_name, cuda, cpp, functions),
+                                        self.workdir, self.pch_dir, self.chain)
+        except BuildError as exc:
+            self.failure = Outcome("compile_error", f"g++ rejected the extension: {_first_error(str(exc))}",
+                                   log=str(exc)[-LOG_CHARS:])
+            raise
+        finally:
+            self.seconds += time.perf_counter() - clock
+        self.libraries.append(library)
+        loader = importlib.machinery.ExtensionFileLoader(module_name, str(library))
+        spec = importlib.util.spec_from_file_location(module_name, library, loader=loader)
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+        return module
+
+    def load_inline(self, name, cpp_sources, cuda_sources=None, functions=None, **_ignored):
+        """``load_inline``'s signature; compiler flags and include paths are ignored."""
+        if isinstance(functions, str):
+            functions = [functions]
+        elif isinstance(functions, dict):
+            functions = list(functions)
+        return self.build(name, _joined(cuda_sources), _joined(cpp_sources), functions)
+
+    def load(self, name, sources, **_ignored):
+        """``load``'s signature: the sources are files; ``.cu``/``.cpp`` are compiled alike."""
+        texts = [Path(source).read_text() for source in ([sources] if isinstance(sources, str) else sources)]
+        return self.build(name, "\n".join(texts), "", None)
+
+    def launches(self) -> dict[str, int]:
+        """Kernel launches counted by the runtime of every built extension."""
+        counts: dict[str, int] = {}
+        for library in self.libraries:
+            report = ctypes.CDLL(str(library)).cuset_launch_report
+            report.restype = ctypes.c_char_p
+            for kernel, count in json.loads(report().decode()).items():
+                counts[kernel] = counts.get(kernel, 0) + count
+        return counts
+
+
+def _joined(sources: Any) -> str:
+    if sources is None:
+        return ""
+    return sources if isinstance(sources, str) else "\n".join(sources)
+
+
+def _first_error(log: str) -> str:
+    for line in log.splitlines():
+        if "error" in line:
+            return line.strip()[:200]
+    return (log.strip().splitlines() or ["no output"])[0][:200]
+
+
+# ---------------------------------------------------------------- modules and sizes
+
+
+def load_source(source: str, name: str, overrides: dict[str, int], filename: str) -> types.ModuleType:
+    """Execute ``source`` as module ``name`` with its int constants overridden."""
+    from cuset_core.verify.cpu.sizes import with_constants
+
+    tree = with_constants(ast.parse(source, filename), overrides)
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    sys.modules[name] = module
+    exec(compile(tree, filename, "exec"), module.__dict__)  # noqa: S102 - sandboxed by design
+    return module
+
+
+def measured_elements(problem_source: str, overrides: dict[str, int]) -> int:
+    """Elements of the problem's inputs and reference weights, measured on the meta device."""
+    import torch
+
+    with device_mode("meta"):
+        module = load_source(problem_source, "cuset_measure", overrides, "problem.py")
+        inputs = module.get_inputs()
+        model = module.Model(*module.get_init_inputs())
+    total = sum(t.numel() for t in inputs if isinstance(t, torch.Tensor))
+    total += sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
+    return total
+
+
+def size_overrides(problem_source: str, max_elements: int) -> dict[str, int]:
+    """Constant overrides that shrink the problem; none when sizes cannot be measured."""
+    from cuset_core.verify.cpu.sizes import int_constants, plan_reduction
+
+    constants = int_constants(ast.parse(problem_source))
+    try:
+        return plan_reduction(constants, lambda o: measured_elements(problem_source, o), max_elements)
+    except Exception:  # noqa: BLE001 - a problem that cannot run on meta keeps its sizes
+        return {}
+
+
+def candidate_overrides(candidate_source: str, problem_constants: dict[str, int], overrides: dict[str, int]) -> dict[str, int]:
+    """The overrides that also apply to the candidate: same name, same original value."""
+    from cuset_core.verify.cpu.sizes import int_constants
+
+    own = int_constants(ast.parse(candidate_source))
+    return {name: value for name, value in overrides.items() if own.get(name) == problem_constants.get(name)}
+
+
+# ---------------------------------------------------------------- the protocol
+
+
+def _tail(text: str) -> str:
+    return text[-LOG_CHARS:]
+
+
+def _call(model: Any, inputs: list[Any], what: str) -> list[Any]:
+    try:
+        return flatten_outputs(model(*inputs))
+    except Decided:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a crash of either side decides the verdict
+        first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise Decided(Outcome("runtime_error", f"{what} forward failed: {first}", log=_tail(traceback.format_exc()))) from exc
+
+
+def _clone(values: list[Any]) -> list[Any]:
+    import torch
+
+    return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _import_candidate(job: dict, workdir: Path, builder: Builder, problem: types.ModuleType,
+                      overrides: dict[str, int], constants: dict[str, int]) -> Callable[[], Any]:
+    """Build the candidate; return a factory for the module under test (seed it first)."""
+    source = (workdir / job["candidate"]).read_text()
+    init_inputs = problem.get_init_inputs()
+    try:
+        if job["kind"] == "cu":
+            extension = builder.build("cuset_cu_candidate", source, "", None)
+        else:
+            module = load_source(source, "cuset_candidate", candidate_overrides(source, constants, overrides),
+                                 "candidate.py")
+    except Decided:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure to build or import decides the verdict
+        if builder.failure:
+            raise Decided(builder.failure) from exc
+        raise Decided(Outcome("runtime_error", f"importing the candidate failed: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}",
+                              log=_tail(traceback.format_exc()))) from exc
+    if builder.failure:
+        raise Decided(builder.failure)
+    if job["kind"] == "cu":
+        from cuset_core.verify.binding import BindingError, bind_extension
+
+        n_inputs = len(problem.get_inputs())
+
+        def bound():
+            try:
+                return bind_extension(problem.Model, init_inputs, n_inputs, source, extension.forward)
+            except BindingError as exc:
+                raise Decided(Outcome("runtime_error", f"cannot bind the .cu forward: {exc}")) from exc
+
+        return bound
+    if not hasattr(module, "ModelNew"):
+        raise Decided(Outcome("runtime_error", "the candidate defines no ModelNew"))
+    return lambda: module.ModelNew(*init_inputs)
+
+
+def run_protocol(job: dict, workdir: Path) -> Outcome:
+    """The whole tier-2 protocol for one job; the first failure raises ``Decided``."""
+    import torch
+
+    from cuset_core.verify.cpu.sizes import int_constants
+
+    torch.set_num_threads(1)
+    map_cuda_to_cpu()
+    builder = Builder(workdir, Path(job["pch_dir"]))
+    torch.utils.cpp_extension.load_inline = builder.load_inline
+    torch.utils.cpp_extension.load = builder.load
+    problem_source = (workdir / job["problem"]).read_text()
+    constants = int_constants(ast.parse(problem_source))
+    overrides = size_overrides(problem_source, job["max_elements"]) if job["reduce_sizes"] else {}
+    timings: dict[str, float] = {}
+    with device_mode("cpu"), torch.no_grad():
+        problem = load_source(problem_source, "cuset_reference", overrides, "problem.py")
+        make_candidate = _import_candidate(job, workdir, builder, problem, overrides, constants)
+        timings["build"] = builder.seconds
+        clock = time.perf_counter()
+        init_inputs = problem.get_init_inputs()
+        torch.manual_seed(INIT_SEED)
+        reference = problem.Model(*init_inputs)
+        torch.manual_seed(INIT_SEED)
+        try:
+            candidate = make_candidate()
+        except Decided:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise Decided(Outcome("runtime_error", f"constructing ModelNew failed: {exc}",
+                                  log=_tail(traceback.format_exc()))) from exc
+        outcome = Outcome("pass")
+        for trial in range(job["seeds"]):
+            os.environ["CUSET_SCHEDULE"] = str(trial)
+            torch.manual_seed(INPUT_SEED_BASE + trial)
+            inputs = problem.get_inputs()
+            ref_out = _call(reference, _clone(inputs), "reference")
+            new_out = _call(candidate, _clone(inputs), "candidate")
+            compared = compare_outputs(ref_out, new_out, job["atol"], job["rtol"])
+            if compared.verdict != "pass":
+                compared.trials = trial + 1
+                compared.launches = builder.launches()
+                schedule = SCHEDULES[trial % len(SCHEDULES)]
+                compared.reason = f"trial {trial + 1} (seed {INPUT_SEED_BASE + trial}, {schedule}): {compared.reason}"
+                raise Decided(compared)
+            outcome.max_abs_diff = max(outcome.max_abs_diff or 0.0, compared.max_abs_diff or 0.0)
+            outcome.mean_abs_diff = max(outcome.mean_abs_diff or 0.0, compared.mean_abs_diff or 0.0)
+            outcome.trials = trial + 1
+        timings["run"] = time.perf_counter() - clock
+    outcome.launches = builder.launches()
+    outcome.timings_s = timings
+    shrunk = ", ".join(f"{name}={constants[name]}->{value}" for name, value in overrides.items())
+    if not outcome.launches:
+        outcome.verdict = "runtime_error"
+        outcome.reason = "no custom kernel ran: the outputs match but no kernel was launched"
+    else:
+        outcome.reason = f"{outcome.trials} trials within tolerance" + (f"; sizes reduced: {shrunk}" if shrunk else "")
+    return outcome
+
+
+def main(argv: list[str]) -> int:
+    """Entry point: ``harness JOB_JSON``; always writes ``result.json`` unless killed."""
+    job_path = Path(argv[0]).resolve()
+    workdir = job_path.parent
+    job = json.loads(job_path.read_text())
+    try:
+        outcome = run_protocol(job, workdir)
+    except Decided as decided:
+        outcome = decided.outcome
+    except Exception:  # noqa: BLE001 - report, never crash without a result
+        outcome = Outcome("runtime_error", "the CPU harness failed", log=_tail(traceback.format_exc()))
+    partial = workdir / (job["result"] + ".tmp")
+    partial.write_text(json.dumps(asdict(outcome)))
+    partial.replace(workdir / job["result"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

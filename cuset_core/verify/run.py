@@ -1,0 +1,175 @@
+"""The verification pipeline: tier 0 (static) -> 1 (compile) -> 2 (CPU) -> 3 (GPU), each tier
+run only when the cheaper ones did not reject the candidate, up to ``settings.tier``.
+
+A tier that cannot judge (tier 2 ``unsupported``) lets the next one run. The result of the last
+tier that ran decides, carrying the timings, diagnostics and resources of the ones before it.
+Problems with the candidate are verdicts, never exceptions; a failure of the verifier itself
+becomes ``runtime_error`` with the traceback in ``log`` and is not cached.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from cuset_core.verify.cache import VerifyCache, cache_key, default_cache_dir
+from cuset_core.verify.candidate import Candidate, parse_candidate
+from cuset_core.verify.compile import CompileReport, compile_candidate, nvcc_path
+from cuset_core.verify.result import Diagnostic, Tier, Verdict, VerifyResult
+from cuset_core.verify.settings import VerifySettings
+from cuset_core.verify.static import check_static, static_warnings
+
+LOG_TAIL_CHARS = 8000
+_CONTINUE = {Verdict.PASS, Verdict.UNSUPPORTED}
+
+TierRunner = Callable[[str, Candidate, VerifySettings], VerifyResult]
+
+
+def verify(
+    problem_code: str,
+    answer: str,
+    settings: VerifySettings = VerifySettings(),
+    cache_dir: Path | None = None,
+    use_cache: bool = True,
+) -> VerifyResult:
+    """Verify ``answer`` (a raw model answer, a ``ModelNew`` file or a ``.cu`` extension)
+    against the KernelBench problem ``problem_code``, up to ``settings.tier``.
+
+    Results are cached in ``cache_dir`` (default :func:`default_cache_dir`) unless
+    ``use_cache`` is False; a cached result comes back with ``cached=True``.
+    """
+    cache = VerifyCache(cache_dir or default_cache_dir()) if use_cache else None
+    key = cache_key(problem_code, answer, settings.tier, settings)
+    if cache is not None and (hit := cache.get(key)) is not None:
+        return hit
+    start = time.monotonic()
+    result, internal = _pipeline(problem_code, answer, settings)
+    timings = {**result.timings_s, "total": round(time.monotonic() - start, 4)}
+    result = result.model_copy(update={"timings_s": timings})
+    if cache is not None and not internal:
+        cache.put(key, result)
+    return result
+
+
+def _pipeline(problem_code: str, answer: str, settings: VerifySettings) -> tuple[VerifyResult, bool]:
+    """The verdict and whether it came from a failure of the verifier (not to be cached)."""
+    candidate = parse_candidate(answer)
+    started = time.monotonic()
+    rejection = check_static(candidate)
+    static_s = time.monotonic() - started
+    if rejection is not None:
+        return _with_timing(rejection, "static", static_s), False
+    result = VerifyResult(
+        verdict=Verdict.PASS, tier=Tier.STATIC, tiers_run=[Tier.STATIC],
+        reason="static checks passed", diagnostics=static_warnings(candidate),
+        timings_s={"static": round(static_s, 4)},
+    )  # fmt: skip
+    if settings.tier.rank >= Tier.COMPILE.rank:
+        result, internal = _compile_tier(candidate, settings, result)
+        if internal or result.verdict not in _CONTINUE:
+            return result, internal
+    for tier, runner in ((Tier.CPU, _cpu_runner), (Tier.GPU, _gpu_runner)):
+        if settings.tier.rank < tier.rank:
+            break
+        result, internal = _external_tier(tier, runner, problem_code, candidate, settings, result)
+        if internal or result.verdict not in _CONTINUE:
+            return result, internal
+    return result, False
+
+
+def _compile_tier(candidate: Candidate, settings: VerifySettings, before: VerifyResult) -> tuple[VerifyResult, bool]:
+    if nvcc_path() is None:
+        note = Diagnostic(severity="note", message="tier 1 skipped: nvcc is not on PATH")
+        if settings.tier is Tier.COMPILE:
+            return _internal_error(Tier.COMPILE, before, "nvcc is not on PATH: tier 1 cannot run", ""), True
+        return before.model_copy(update={"diagnostics": [*before.diagnostics, note]}), False
+    try:
+        with tempfile.TemporaryDirectory(prefix="cuset-compile-") as folder:
+            report = compile_candidate(candidate, settings, Path(folder))
+    except Exception:  # noqa: BLE001 - a verifier bug must not crash the caller
+        return _internal_error(Tier.COMPILE, before, "internal error in tier 1", traceback.format_exc()), True
+    return _compile_result(report, before), False
+
+
+def _compile_result(report: CompileReport, before: VerifyResult) -> VerifyResult:
+    errors = [d for d in report.diagnostics if d.severity == "error"]
+    verdict = Verdict.PASS if report.ok else Verdict.TIMEOUT if report.timed_out else Verdict.COMPILE_ERROR
+    if report.ok:
+        reason = f"compiled ({len(report.resources)} kernels)"
+    elif errors:
+        first = errors[0]
+        reason = f"line {first.line}: {first.message}" if first.line else first.message
+    else:
+        reason = "compilation failed"
+    return VerifyResult(
+        verdict=verdict,
+        tier=Tier.COMPILE,
+        tiers_run=[*before.tiers_run, Tier.COMPILE],
+        reason=reason,
+        timings_s={**before.timings_s, "compile": round(report.seconds, 4)},
+        diagnostics=[*before.diagnostics, *report.diagnostics],
+        resources=report.resources,
+        log="" if report.ok else report.log[-LOG_TAIL_CHARS:],
+    )
+
+
+def _cpu_runner() -> TierRunner:
+    from cuset_core.verify.cpu import run_cpu_tier
+
+    return run_cpu_tier
+
+
+def _gpu_runner() -> TierRunner:
+    from cuset_core.verify.gpu import run_gpu_tier
+
+    return run_gpu_tier
+
+
+def _external_tier(
+    tier: Tier,
+    runner: Callable[[], TierRunner],
+    problem_code: str,
+    candidate: Candidate,
+    settings: VerifySettings,
+    before: VerifyResult,
+) -> tuple[VerifyResult, bool]:
+    """Run tier 2 or 3 (implemented in their own packages) and merge in what came before."""
+    started = time.monotonic()
+    try:
+        later = runner()(problem_code, candidate, settings)
+    except Exception:  # noqa: BLE001 - a verifier bug must not crash the caller
+        return _internal_error(tier, before, f"internal error in tier {tier.value}", traceback.format_exc()), True
+    timings = {tier.value: round(time.monotonic() - started, 4), **later.timings_s}
+    return _merge(before, later, timings), False
+
+
+def _merge(before: VerifyResult, later: VerifyResult, timings: dict[str, float]) -> VerifyResult:
+    tiers = [*before.tiers_run, *(t for t in later.tiers_run or [later.tier] if t not in before.tiers_run)]
+    return later.model_copy(
+        update={
+            "tiers_run": tiers,
+            "timings_s": {**before.timings_s, **timings},
+            "diagnostics": [*before.diagnostics, *later.diagnostics],
+            "resources": later.resources or before.resources,
+        }
+    )
+
+
+def _internal_error(tier: Tier, before: VerifyResult, reason: str, log: str) -> VerifyResult:
+    return VerifyResult(
+        verdict=Verdict.RUNTIME_ERROR,
+        tier=tier,
+        tiers_run=[*before.tiers_run, tier],
+        reason=reason,
+        timings_s=before.timings_s,
+        diagnostics=before.diagnostics,
+        resources=before.resources,
+        log=log[-LOG_TAIL_CHARS:],
+    )
+
+
+def _with_timing(result: VerifyResult, stage: str, seconds: float) -> VerifyResult:
+    return result.model_copy(update={"timings_s": {**result.timings_s, stage: round(seconds, 4)}})

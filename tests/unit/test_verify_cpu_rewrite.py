@@ -1,0 +1,109 @@
+"""Tier 2 source rewrite and problem-size reduction: pure text/AST transformations."""
+
+from __future__ import annotations
+
+import ast
+
+from cuset_core.verify.cpu.rewrite import (
+    poison_static_shared,
+    rewrite_extern_shared,
+    rewrite_launches,
+    rewrite_source,
+    rewrite_torch_device,
+    rewrite_volatile_pointers,
+    unsupported_feature,
+)
+from cuset_core.verify.cpu.sizes import int_constants, plan_reduction, with_constants
+
+
+def test_launch_becomes_a_counted_runtime_call_on_the_same_lines():
+    code = "k<<<grid, 256, 0, stream>>>(\n    a, b);\nnext();"
+    out = rewrite_launches(code)
+    assert out.startswith('cuset::launch("k", dim3(grid), dim3( 256), (size_t)( 0), ')
+    assert "k(cuset_a...)" in out
+    assert out.count("\n") == code.count("\n")
+    assert out.endswith("\nnext();")
+
+
+def test_templated_launch_keeps_its_template_arguments():
+    out = rewrite_launches("reduce<scalar_t, 256><<<n, 256, smem>>>(x, y);")
+    assert 'cuset::launch("reduce", dim3(n), dim3( 256), (size_t)( smem)' in out
+    assert "reduce<scalar_t, 256>(cuset_a...)" in out
+    assert out.endswith(", x, y);")
+
+
+def test_launch_without_arguments():
+    assert rewrite_launches("k<<<1, 1>>>();").endswith("{ k(cuset_a...); });")
+
+
+def test_extern_shared_points_into_the_dynamic_buffer():
+    out = rewrite_extern_shared("extern __shared__ __align__(16) float smem[];")
+    assert out == "float* smem = reinterpret_cast<float*>(cuset::dynamic_shared());"
+
+
+def test_static_shared_inside_a_kernel_is_filled_once_per_block():
+    code = "__global__ void k() {\n  __shared__ float a[32], b[4][4];\n}"
+    out = poison_static_shared(code)
+    assert "cuset::poison_shared(&a, sizeof(a), cuset_shared_seen_1);" in out
+    assert "cuset::poison_shared(&b, sizeof(b), cuset_shared_seen_2);" in out
+    assert out.count("\n") == 2
+
+
+def test_shared_at_namespace_scope_is_left_alone():
+    code = "__shared__ float g[8];\nnamespace x { __shared__ int h; }"
+    assert poison_static_shared(code) == code
+
+
+def test_volatile_pointer_becomes_a_lockstep_pointer():
+    assert rewrite_volatile_pointers("volatile float* vs = s;") == "cuset::VolatilePtr<float> vs = s;"
+    assert rewrite_volatile_pointers("volatile unsigned int *p") == "cuset::VolatilePtr<unsigned int> p"
+
+
+def test_torch_device_checks_map_to_the_cpu():
+    code = 'TORCH_CHECK(x.is_cuda()); auto o = x.options().device(torch::kCUDA); y.to("cuda:0");'
+    assert rewrite_torch_device(code) == (
+        'TORCH_CHECK(x.is_cpu()); auto o = x.options().device(torch::kCPU); y.to("cpu");'
+    )
+
+
+def test_comments_cannot_hide_or_fake_a_launch():
+    out = rewrite_source("// k<<<1, 1>>>();\nk<<<1, 1>>>(); /* \"x\" */")
+    assert out.count("cuset::launch") == 1
+    assert out.count("\n") == 1
+
+
+def test_unsupported_features_are_named():
+    assert unsupported_feature('asm volatile("mov.u32 %0, %%laneid;" : "=r"(x));') == "inline PTX (asm)"
+    assert unsupported_feature("wmma::fragment<wmma::matrix_a, 16, 16, 16, half> a;") == "tensor cores (wmma/mma)"
+    assert unsupported_feature("#include <cub/cub.cuh>") == "cub"
+    assert unsupported_feature("namespace cg = cooperative_groups;") == "cooperative groups"
+    assert unsupported_feature("float v = tex1Dfetch<float>(t, i);") == "textures/surfaces"
+    assert unsupported_feature("// asm(\"trap;\") in a comment only\nint x;") is None
+
+
+PROBLEM = "batch_size = 16\ndim = 16384\nkernel_size = 3\nflag = True\nscale = 2.0\n"
+
+
+def test_int_constants_are_the_module_level_int_literals():
+    assert int_constants(ast.parse(PROBLEM)) == {"batch_size": 16, "dim": 16384, "kernel_size": 3}
+
+
+def test_reduction_halves_the_largest_constant_until_the_budget_fits():
+    def elements(overrides: dict[str, int]) -> int:
+        sizes = {"batch_size": 16, "dim": 16384, "kernel_size": 3} | overrides
+        return sizes["batch_size"] * sizes["dim"]
+
+    plan = plan_reduction(int_constants(ast.parse(PROBLEM)), elements, 1 << 16)
+    assert plan == {"dim": 4096}
+
+
+def test_reduction_never_touches_small_or_odd_constants():
+    plan = plan_reduction({"k": 3, "odd": 1001, "c": 8}, lambda o: 10**9, 10)
+    assert plan == {}
+
+
+def test_overrides_rewrite_the_literals():
+    tree = with_constants(ast.parse(PROBLEM), {"dim": 512})
+    namespace: dict = {}
+    exec(compile(tree, "problem.py", "exec"), namespace)
+    assert (namespace["dim"], namespace["batch_size"]) == (512, 16)

@@ -1,0 +1,157 @@
+"""Tier 2 end to end: small problems and candidates (right and broken) through the CPU runtime.
+
+Each case builds a real extension with g++ (a few seconds with the cached precompiled header;
+the first run of a machine builds that header, ~1 min), so these tests are marked slow.
+Broken candidates are the correct kernels of ``cpu_cases/`` with one mutation each.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cuset_core.verify.candidate import parse_candidate
+from cuset_core.verify.cpu import run_cpu_tier
+from cuset_core.verify.result import Tier, Verdict
+from cuset_core.verify.settings import SandboxLimits, VerifySettings
+
+CASES = Path(__file__).parent / "cpu_cases"
+SETTINGS = VerifySettings(tier=Tier.CPU, limits=SandboxLimits(wall_s=120, cpu_s=120))
+
+pytestmark = pytest.mark.slow
+
+
+def case(name: str) -> str:
+    return (CASES / name).read_text()
+
+
+def mutate(source: str, old: str, new: str) -> str:
+    assert old in source, f"mutation target {old!r} not in the case"
+    return source.replace(old, new)
+
+
+def python_candidate(cuda: str, signature: str, args: str, forward: str | None = None, prelude: str = "") -> str:
+    """A ``ModelNew`` answer that builds ``cuda`` with ``load_inline`` and calls ``run``."""
+    body = forward or f"return ext.run({args})"
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+{prelude}
+cuda_src = r"""
+{cuda}
+"""
+
+ext = load_inline(name="case_ext", cpp_sources="torch::Tensor run({signature});",
+                  cuda_sources=cuda_src, functions=["run"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, {args}):
+        {body}
+'''
+
+
+def verify(problem: str, candidate: str, settings: VerifySettings = SETTINGS):
+    return run_cpu_tier(case(problem), parse_candidate(candidate), settings)
+
+
+def add_candidate(cuda: str, **kwargs) -> str:
+    return python_candidate(cuda, "torch::Tensor a, torch::Tensor b", "a, b", **kwargs)
+
+
+def rowsum_candidate(cuda: str) -> str:
+    return python_candidate(cuda, "torch::Tensor x", "x")
+
+
+def test_right_kernel_passes_and_counts_its_launches():
+    result = verify("add_problem.py", add_candidate(case("add_kernel.cu")))
+    assert result.verdict is Verdict.PASS, result.reason + result.log
+    assert result.tier is Tier.CPU
+    assert result.trials == SETTINGS.seeds
+    assert result.launches == {"add_kernel": SETTINGS.seeds}
+    assert result.max_abs_diff == 0.0
+    assert set(result.timings_s) >= {"build", "run"}
+
+
+def test_wrong_index_is_a_value_mismatch():
+    wrong = mutate(case("add_kernel.cu"), "int i = blockIdx.x * blockDim.x + threadIdx.x;", "int i = threadIdx.x;")
+    result = verify("add_problem.py", add_candidate(wrong))
+    assert result.verdict is Verdict.VALUE_MISMATCH
+    assert result.max_abs_diff is not None and result.max_abs_diff > 0
+
+
+def test_missing_bounds_guard_faults_on_the_guard_page():
+    # N = 1000 floats end exactly at a protected page; thread 1000 reads past it.
+    unguarded = mutate(case("add_kernel.cu"), "if (i < n) out[i]", "out[i]")
+    result = verify("add_problem.py", add_candidate(unguarded))
+    assert result.verdict is Verdict.RUNTIME_ERROR
+    assert "invalid memory access" in result.reason
+
+
+def test_shared_memory_reduction_passes():
+    result = verify("rowsum_problem.py", rowsum_candidate(case("rowsum_shared.cu")))
+    assert result.verdict is Verdict.PASS, result.reason + result.log
+
+
+def test_missing_syncthreads_is_exposed_by_the_fiber_order():
+    # Thread 0 runs first and reads sdata[128] before thread 128 has written it: the
+    # shared array still holds the 0xFF fill (NaN), so the row sums come out NaN.
+    racy = mutate(case("rowsum_shared.cu"), "sdata[tid] = v;\n    __syncthreads();", "sdata[tid] = v;")
+    result = verify("rowsum_problem.py", rowsum_candidate(racy))
+    assert result.verdict is Verdict.VALUE_MISMATCH
+
+
+def test_extern_shared_with_a_warp_synchronous_tail_passes():
+    result = verify("rowsum_problem.py", rowsum_candidate(case("rowsum_extern_shared.cu")))
+    assert result.verdict is Verdict.PASS, result.reason + result.log
+
+
+def test_warp_shuffle_reduction_passes():
+    result = verify("rowsum_problem.py", rowsum_candidate(case("rowsum_shuffle.cu")))
+    assert result.verdict is Verdict.PASS, result.reason + result.log
+    assert result.launches == {"rowsum_kernel": SETTINGS.seeds}
+
+
+def test_warp_shuffle_with_a_bad_offset_is_a_value_mismatch():
+    wrong = mutate(case("rowsum_shuffle.cu"), "int offset = 16;", "int offset = 8;")
+    result = verify("rowsum_problem.py", rowsum_candidate(wrong))
+    assert result.verdict is Verdict.VALUE_MISMATCH
+
+
+def test_atomics_histogram_passes():
+    candidate = python_candidate(case("histogram_atomics.cu"), "torch::Tensor x", "x")
+    result = verify("histogram_problem.py", candidate)
+    assert result.verdict is Verdict.PASS, result.reason + result.log
+
+
+def test_kernel_that_never_runs_is_not_a_pass():
+    torch_fallback = add_candidate(case("add_kernel.cu"), forward="return a + b")
+    result = verify("add_problem.py", torch_fallback)
+    assert result.verdict is Verdict.RUNTIME_ERROR
+    assert result.reason.startswith("no custom kernel ran")
+    assert result.launches == {}
+
+
+def test_compile_error_is_reported_with_the_compiler_message():
+    broken = mutate(case("add_kernel.cu"), "out[i] = a[i] + b[i];", "out[i] = a[i] + b[i]")
+    result = verify("add_problem.py", add_candidate(broken))
+    assert result.verdict is Verdict.COMPILE_ERROR
+    assert "error" in result.reason
+
+
+def test_kernel_that_never_ends_times_out():
+    endless = mutate(case("add_kernel.cu"), "if (i < n) out[i] = a[i] + b[i];", "for (;;) out[0] += 1.0f;")
+    settings = SETTINGS.model_copy(update={"limits": SandboxLimits(wall_s=45, cpu_s=45)})
+    result = verify("add_problem.py", add_candidate(endless), settings)
+    assert result.verdict is Verdict.TIMEOUT
+
+
+def test_fork_bomb_in_candidate_python_is_contained():
+    bomb = add_candidate(case("add_kernel.cu"), prelude="import os\nwhile True:\n    os.fork()\n")
+    settings = SETTINGS.model_copy(update={"limits": SandboxLimits(wall_s=30, cpu_s=30, max_processes=32)})
+    result = verify("add_problem.py", bomb, settings)
+    assert result.verdict in (Verdict.RUNTIME_ERROR, Verdict.TIMEOUT)

@@ -1,0 +1,173 @@
+"""The verify pipeline: tiers in order, merged evidence, the cache, and `cuset verify`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cuset_core.cli import app
+from cuset_core.verify import run as run_module
+from cuset_core.verify.result import Tier, Verdict, VerifyResult
+from cuset_core.verify.run import verify
+from cuset_core.verify.settings import SandboxLimits, VerifySettings
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_verify_static import GOOD, fenced, line_of  # noqa: E402
+
+PROBLEM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(1024)]
+
+
+def get_init_inputs():
+    return []
+"""
+STATIC = VerifySettings(tier=Tier.STATIC)
+COMPILE = VerifySettings(tier=Tier.COMPILE)
+BROKEN = GOOD.replace("if (i < n) y[i] = x[i]", "if (i < n) y[i] = undefined_name[i]")
+
+
+def test_a_static_reject_stops_the_pipeline(tmp_path):
+    result = verify(PROBLEM, "no code here", VerifySettings(), cache_dir=tmp_path)
+    assert (result.verdict, result.tier, result.tiers_run) == (Verdict.NO_CODE, Tier.STATIC, [Tier.STATIC])
+    assert set(result.timings_s) == {"static", "total"}
+
+
+def test_static_tier_only_passes_a_good_candidate(tmp_path):
+    result = verify(PROBLEM, fenced(GOOD), STATIC, cache_dir=tmp_path)
+    assert (result.verdict, result.tier, result.tiers_run) == (Verdict.PASS, Tier.STATIC, [Tier.STATIC])
+
+
+@pytest.mark.nvcc
+def test_compile_tier_passes_with_resources(tmp_path):
+    result = verify(PROBLEM, fenced(GOOD), COMPILE, cache_dir=tmp_path)
+    assert (result.verdict, result.tier, result.tiers_run) == (Verdict.PASS, Tier.COMPILE, [Tier.STATIC, Tier.COMPILE])
+    assert [r.kernel for r in result.resources] == ["relu_kernel(float const*, float*, int)"]
+    assert result.timings_s["compile"] > 0
+
+
+@pytest.mark.nvcc
+def test_a_compile_error_is_the_verdict_with_the_candidate_line(tmp_path):
+    text = fenced(BROKEN)
+    result = verify(PROBLEM, text, VerifySettings(), cache_dir=tmp_path)
+    line = line_of(text, "    if (i < n) y[i] = undefined_name")
+    assert (result.verdict, result.tier) == (Verdict.COMPILE_ERROR, Tier.COMPILE)
+    assert result.reason == f'line {line}: identifier "undefined_name" is undefined'
+    assert "undefined_name" in result.log
+
+
+@pytest.mark.nvcc
+def test_a_cache_hit_is_marked_and_fast(tmp_path):
+    first = verify(PROBLEM, fenced(GOOD), COMPILE, cache_dir=tmp_path)
+    start = time.monotonic()
+    second = verify(PROBLEM, fenced(GOOD), COMPILE, cache_dir=tmp_path)
+    assert time.monotonic() - start < 0.2
+    assert (first.cached, second.cached) == (False, True)
+    assert second.model_copy(update={"cached": False}) == first
+
+
+def test_the_cache_key_covers_settings_and_can_be_bypassed(tmp_path):
+    verify(PROBLEM, fenced(GOOD), STATIC, cache_dir=tmp_path)
+    assert verify(PROBLEM, fenced(GOOD), STATIC, cache_dir=tmp_path).cached
+    assert not verify(PROBLEM, fenced(GOOD), STATIC.model_copy(update={"seeds": 5}), cache_dir=tmp_path).cached
+    assert not verify(PROBLEM, fenced(GOOD), STATIC, cache_dir=tmp_path, use_cache=False).cached
+
+
+def _fake_tier(verdict: Verdict, tier: Tier):
+    def run_tier(problem_code, candidate, settings):
+        return VerifyResult(verdict=verdict, tier=tier, tiers_run=[tier], reason=f"fake {tier.value}",
+                            timings_s={f"{tier.value}_run": 0.5}, max_abs_diff=0.25)
+    return lambda: run_tier
+
+
+def test_later_tiers_merge_with_earlier_evidence(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_module, "nvcc_path", lambda: None)  # tier 1 is skipped with a note
+    monkeypatch.setattr(run_module, "_cpu_runner", _fake_tier(Verdict.VALUE_MISMATCH, Tier.CPU))
+    result = verify(PROBLEM, fenced(GOOD), VerifySettings(tier=Tier.CPU), cache_dir=tmp_path)
+    assert (result.verdict, result.tier, result.max_abs_diff) == (Verdict.VALUE_MISMATCH, Tier.CPU, 0.25)
+    assert result.tiers_run == [Tier.STATIC, Tier.CPU]
+    assert {"static", "cpu", "cpu_run", "total"} <= set(result.timings_s)
+    assert result.diagnostics[-1].message == "tier 1 skipped: nvcc is not on PATH"
+
+
+def test_unsupported_on_cpu_lets_the_gpu_tier_decide(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_module, "nvcc_path", lambda: None)
+    monkeypatch.setattr(run_module, "_cpu_runner", _fake_tier(Verdict.UNSUPPORTED, Tier.CPU))
+    monkeypatch.setattr(run_module, "_gpu_runner", _fake_tier(Verdict.PASS, Tier.GPU))
+    result = verify(PROBLEM, fenced(GOOD), VerifySettings(tier=Tier.GPU), cache_dir=tmp_path)
+    assert (result.verdict, result.tiers_run) == (Verdict.PASS, [Tier.STATIC, Tier.CPU, Tier.GPU])
+
+
+def test_a_verifier_crash_is_a_runtime_error_and_not_cached(tmp_path, monkeypatch):
+    def broken():
+        raise ImportError("tier 2 is not installed")
+
+    monkeypatch.setattr(run_module, "nvcc_path", lambda: None)
+    monkeypatch.setattr(run_module, "_cpu_runner", broken)
+    result = verify(PROBLEM, fenced(GOOD), VerifySettings(), cache_dir=tmp_path)
+    assert (result.verdict, result.tier, result.reason) == (Verdict.RUNTIME_ERROR, Tier.CPU, "internal error in tier cpu")
+    assert "ImportError: tier 2 is not installed" in result.log
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def _write(tmp_path: Path, text: str, name: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_cli_json_output_and_exit_codes(tmp_path):
+    problem = _write(tmp_path, PROBLEM, "problem.py")
+    good = _write(tmp_path, fenced(GOOD), "answer.md")
+    bad = _write(tmp_path, "no code", "bad.md")
+    runner = CliRunner()
+    ok = runner.invoke(app, ["verify", str(problem), str(good), "--tier", "static", "--json", "--no-cache"])
+    assert ok.exit_code == 0, ok.output
+    data = json.loads(ok.output)
+    assert (data["verdict"], data["tier"], data["tiers_run"], data["cached"]) == ("pass", "static", ["static"], False)
+    assert set(data) == set(VerifyResult.model_fields)
+    rejected = runner.invoke(app, ["verify", str(problem), str(bad), "--tier", "static", "--no-cache"])
+    assert rejected.exit_code == 1
+    assert rejected.output.startswith("no_code at tier static: ")
+
+
+def test_cli_bad_usage_exits_2_with_one_line(tmp_path):
+    problem = _write(tmp_path, PROBLEM, "problem.py")
+    runner = CliRunner()
+    missing = runner.invoke(app, ["verify", str(problem), str(tmp_path / "nope.py")])
+    assert missing.exit_code == 2
+    assert "CANDIDATE" in missing.output and "Traceback" not in missing.output
+    arch = runner.invoke(app, ["verify", str(problem), str(problem), "--arch", "ampere"])
+    assert arch.exit_code == 2
+    assert "--arch" in arch.output
+    tier = runner.invoke(app, ["verify", str(problem), str(problem), "--tier", "fastest"])
+    assert tier.exit_code == 2
+
+
+@pytest.mark.nvcc
+def test_a_compiler_past_the_wall_clock_limit_is_a_timeout(tmp_path):
+    settings = VerifySettings(tier=Tier.COMPILE, limits=SandboxLimits(wall_s=0.05))
+    result = verify(PROBLEM, fenced(GOOD), settings, cache_dir=tmp_path)
+    assert (result.verdict, result.tier) == (Verdict.TIMEOUT, Tier.COMPILE)
+    assert "wall-clock limit" in result.reason
+
+
+def test_compile_tier_without_nvcc_is_an_uncached_runtime_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_module, "nvcc_path", lambda: None)
+    result = verify(PROBLEM, fenced(GOOD), COMPILE, cache_dir=tmp_path)
+    assert (result.verdict, result.tier, result.reason) == (
+        Verdict.RUNTIME_ERROR, Tier.COMPILE, "nvcc is not on PATH: tier 1 cannot run")
+    assert not list(tmp_path.rglob("*.json"))
