@@ -64,14 +64,17 @@ def map_span(offsets: OffsetMap, start: int, end: int, answer: str) -> list[tupl
     """
     joined: list[tuple[int, int]] = []
     for piece_start, piece_end in offsets.span_to_answer(start, end):
-        if joined and 0 <= piece_start - joined[-1][1] and not _QUOTES & set(answer[joined[-1][1] : piece_start]):
+        gap = answer[joined[-1][1] : piece_start] if joined else ""
+        if joined and piece_start >= joined[-1][1] and not _QUOTES & set(gap):
             joined[-1] = (joined[-1][0], piece_end)
         else:
             joined.append((piece_start, piece_end))
     return [(a, b) for a, b in joined if a < b and answer[a:b].strip()]
 
 
-def _map_unit(offsets: OffsetMap, start: int, end: int, kind: str, answer: str) -> tuple[int, int, str] | None:
+def _map_unit(
+    offsets: OffsetMap, start: int, end: int, kind: str, answer: str
+) -> tuple[int, int, str] | None:
     pieces = map_span(offsets, start, end, answer)
     if not pieces:
         return None

@@ -20,10 +20,10 @@ from cuset_core.analysis.categories import Category
 _ARITHMETIC_OPS = frozenset({"+", "-", "*", "/", "%", "<<", ">>", "&", "|", "^"})
 _COMPARISON_OPS = frozenset({"<", "<=", ">", ">=", "==", "!="})
 _LOGICAL_OPS = frozenset({"&&", "||", "and", "or"})
-_INDEX_EXPRESSIONS = frozenset(
-    {"field_expression", "binary_expression", "parenthesized_expression", "unary_expression",
-     "cast_expression"}
+_ARITHMETIC_NODES = frozenset(
+    {"binary_expression", "parenthesized_expression", "unary_expression", "cast_expression"}
 )
+_INDEX_EXPRESSIONS = _ARITHMETIC_NODES | {"field_expression"}
 _CONDITION_OWNERS = frozenset(
     {"if_statement", "while_statement", "do_statement", "for_statement", "conditional_expression"}
 )
@@ -183,7 +183,8 @@ class _Scanner:
             self.emit(node, Category.INDEXING)
             return True
         if kind in _CONDITION_OWNERS or (kind == "condition_clause" and _is_orphan(node)):
-            condition = _unwrap(node if kind == "condition_clause" else node.child_by_field_name("condition"))
+            owned = node if kind == "condition_clause" else node.child_by_field_name("condition")
+            condition = _unwrap(owned)
             if condition is not None and self.is_guard(condition, scope):
                 self.emit(condition, Category.BOUNDS_GUARD)
                 self.claimed.add(condition.id)
@@ -337,7 +338,7 @@ class _Scanner:
         """Identifiers an expression reads through arithmetic only (not via calls or members)."""
         if node.type == "identifier":
             return [self.text(node)]
-        if node.type in ("binary_expression", "parenthesized_expression", "unary_expression", "cast_expression"):
+        if node.type in _ARITHMETIC_NODES:
             return [name for child in node.named_children for name in self.arithmetic_names(child)]
         return []
 

@@ -67,14 +67,16 @@ def analyze(
 
 
 def confidence_report(
-    data: Annotated[Path, typer.Option(help="Records: chat/prompt-completion JSONL or KernelBench parquet/JSONL.")],
+    data: Annotated[Path, typer.Option(help="Records: chat or KernelBench JSONL/parquet.")],
     out: Annotated[Path, typer.Option(help="Folder for report.json, report.md and confidence.png.")],
-    model: Annotated[str, typer.Option(help="Model spec: smollm2-135m, a .gguf file or a model folder.")] = "smollm2-135m",
+    model: Annotated[str, typer.Option(help="smollm2-135m, a .gguf file or a model folder.")] = "smollm2-135m",
     limit: Annotated[int, typer.Option(min=1, help="Records to analyse (the first N kept).")] = 32,
-    prompt_style: Annotated[PromptStyle, typer.Option(help="Prompt format of the records.")] = PromptStyle.kernelbench,
+    prompt_style: Annotated[PromptStyle, typer.Option(help="Prompt format.")] = PromptStyle.kernelbench,
     max_tokens: Annotated[int, typer.Option(min=8, help="Truncate records to this many tokens.")] = 4096,
 ) -> None:
     """Per-category confidence of a model on CUDA-sensitive tokens, and its least confident regions."""
+    import torch
+
     from cuset_core.analysis.confidence import ReportSettings, run_report, write_report
     from cuset_core.data import DataFileError, LoadOptions, load_records
     from cuset_core.models import ModelNotFoundError, load_model, resolve_model
@@ -100,11 +102,15 @@ def confidence_report(
     records = loaded.records[: settings.limit]
     if not records:
         codes = ", ".join(f"{code} x{count}" for code, count in loaded.counts().items()) or "none"
-        raise fail(f"--data: no usable records with a CUDA kernel in {data} ({loaded.total} rows; issues: {codes})")
+        raise fail(
+            f"--data: no usable records with a CUDA kernel in {data} ({loaded.total} rows; issues: {codes})"
+        )
 
     console = Console(stderr=True)
     console.print(f"loading {model} ...")
     network, tokenizer = load_model(model)
+    if torch.cuda.is_available():
+        network = network.to("cuda")
     with Progress(
         TextColumn("confidence"), BarColumn(), MofNCompleteColumn(), console=console, transient=True
     ) as progress:
@@ -118,7 +124,8 @@ def confidence_report(
     typer.echo(
         f"{summary['records']} records, {summary['tokens']['sensitive']} sensitive of "
         f"{summary['tokens']['supervised']} tokens; mean p sensitive "
-        f"{_number(groups['sensitive']['mean_p'])}, non-sensitive {_number(groups['non_sensitive']['mean_p'])}; "
+        f"{_number(groups['sensitive']['mean_p'])}, "
+        f"non-sensitive {_number(groups['non_sensitive']['mean_p'])}; "
         f"low-confidence regions {summary['regions']['low_confidence']}/{summary['regions']['count']}"
     )
     typer.echo("wrote " + ", ".join(str(path) for path in paths))

@@ -2,7 +2,7 @@
 
 Each extension becomes up to two translation units, built as ``load_inline`` would build them:
 the CUDA sources (after the includes ``load_inline`` adds) go through
-``nvcc -cubin -arch=<arch> -Xptxas -v``, so the front end checks host and device code and
+``nvcc -cubin -arch=<arch> -Xptxas -v`` (with torch's own flags and C++ standard), so the front end checks host and device code and
 ptxas reports per-kernel resources; the C++ sources plus the ``PYBIND11_MODULE`` that
 ``load_inline`` generates from ``functions=`` go through ``g++ -fsyntax-only``. By default the
 torch headers are a light stand-in (``stubs/light``, about a second per unit); with
@@ -33,6 +33,8 @@ from cuset_core.verify.settings import VerifySettings
 
 STUBS = Path(__file__).parent / "stubs"
 MAX_DIAGNOSTICS = 50
+# The language standard torch.utils.cpp_extension (torch 2.10+) builds extensions with.
+CXX_STANDARD = "-std=c++20"
 # Flags torch.utils.cpp_extension passes to nvcc: they decide what half-precision code compiles.
 TORCH_NVCC_FLAGS = (
     "-D__CUDA_NO_HALF_OPERATORS__",
@@ -163,7 +165,7 @@ def _units(candidate: Candidate, settings: VerifySettings, workdir: Path, nvcc: 
             path = workdir / f"ext{index}_cuda.cu"
             path.write_text(prelude + _with_line(source))
             argv = [
-                nvcc, "-cubin", f"-arch={settings.arch}", "-Xptxas", "-v", "-std=c++17",
+                nvcc, "-cubin", f"-arch={settings.arch}", "-Xptxas", "-v", CXX_STANDARD,
                 *TORCH_NVCC_FLAGS, *defines, *includes, "-o", f"ext{index}.cubin", path.name,
             ]  # fmt: skip
             units.append(_Unit(path, argv, (source,)))
@@ -188,7 +190,7 @@ def _cpp_unit(ext: InlineExtension, index: int, workdir: Path, defines: list[str
     path = workdir / f"ext{index}_main.cpp"
     path.write_text("#include <torch/extension.h>\n" + "\n".join(_with_line(s) for s in sources) + "\n")
     compiler = shutil.which("g++") or shutil.which("c++") or "g++"
-    argv = [compiler, "-fsyntax-only", "-std=c++17", *defines, *includes, path.name]
+    argv = [compiler, "-fsyntax-only", CXX_STANDARD, *defines, *includes, path.name]
     return _Unit(path, argv, tuple(sources))
 
 

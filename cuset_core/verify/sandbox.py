@@ -24,6 +24,7 @@ held for a run; all of them do when running as root with ``unshare`` and cgroups
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import resource
@@ -41,6 +42,7 @@ from pathlib import Path
 from cuset_core.verify.settings import SandboxLimits
 
 OUTPUT_TAIL_BYTES = 20_000
+_PR_SET_PDEATHSIG = 1
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Messages by which common runtimes report a refused allocation or an oversized write.
@@ -222,7 +224,7 @@ def _user_tasks(uid: int) -> int:
 
 
 def _preexec(limits: SandboxLimits, groups: _Cgroups):
-    """The child-side setup, run between fork and exec: cgroup first, then rlimits.
+    """The child-side setup, run between fork and exec: death signal, cgroups, rlimits.
 
     RLIMIT_NPROC counts all of a user's tasks and never binds root, so it is the cap only for
     a non-root user without a cgroup, set to what that user already runs plus the allowance.
@@ -232,7 +234,12 @@ def _preexec(limits: SandboxLimits, groups: _Cgroups):
     uid = os.geteuid()
     nproc = None if groups.pids is not None or uid == 0 else _user_tasks(uid) + limits.max_processes
 
+    libc = ctypes.CDLL(None, use_errno=True)
+
     def setup() -> None:
+        # If the verifier dies, the kernel kills the sandbox (unshare --kill-child takes the
+        # namespace with it) instead of leaving it to run unwatched.
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         for group in groups.folders():
             (group / "cgroup.procs").write_text(str(os.getpid()))
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))

@@ -36,7 +36,7 @@ _TENSOR_WORK = {
     "sub", "sub_", "mul", "mul_", "div", "div_", "sort", "topk", "masked_fill", "where", "tril",
     "triu", "diag", "addcmul", "lerp", "hardtanh", "softplus", "leaky_relu", "elu", "selu",
 }  # fmt: skip
-_TORCH_ROOTS = {"torch", "F", "nn", "functional", "math_ops"}
+_TORCH_ROOTS = {"torch", "F", "nn", "functional"}
 
 
 @dataclass
@@ -74,11 +74,11 @@ def _check(candidate: Candidate) -> tuple[VerifyResult | None, list[Diagnostic]]
         return _reject(Verdict.NO_CODE, "the answer holds no code"), []
     if candidate.kind == "cu":
         return _check_cu(candidate), []
+    if not candidate.fenced and not _looks_like_code(code):
+        return _reject(Verdict.NO_CODE, "the answer holds no fenced code block"), []
     try:
         tree = ast.parse(code)
     except SyntaxError as exc:
-        if not candidate.fenced and not _looks_like_code(code):
-            return _reject(Verdict.NO_CODE, "the answer holds no fenced code block"), []
         line = _line(candidate, exc.lineno or 1)
         message = f"Python does not parse: {exc.msg}"
         return _reject(Verdict.STATIC_REJECT, f"line {line}: {message}", line, exc.offset), []
@@ -203,8 +203,11 @@ def _is_extension_expr(value: ast.expr, module: _Module, builders: set[str]) -> 
     """Whether ``value`` evaluates to an extension module or one of its functions."""
     if _is_load_inline(value):
         return True
-    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in builders:
-        return True
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+        if value.func.id in builders:
+            return True
+        if value.func.id == "getattr":
+            return _refers_to_extension(value, module)
     if isinstance(value, ast.Name):
         return value.id in module.ext_names
     if isinstance(value, ast.Attribute):
@@ -227,7 +230,8 @@ def _refers_to_extension(node: ast.expr, module: _Module) -> bool:
 
 
 def _is_kernel_call(call: ast.Call, module: _Module) -> bool:
-    return _refers_to_extension(call.func, module)
+    """A call into the extension, or into a custom op it registered (``torch.ops.ns.op``)."""
+    return _refers_to_extension(call.func, module) or _dotted(call.func).startswith("torch.ops.")
 
 
 def _is_load_inline(node: ast.AST) -> bool:
@@ -321,7 +325,7 @@ def _torch_work(call: ast.Call, module: _Module) -> str | None:
     root = name.split(".")[0] if name else ""
     if root in _TORCH_ROOTS and name not in {"torch", "F"}:
         last = name.split(".")[-1]
-        if last in _TORCH_GLUE or name.startswith("torch.cuda") or name.startswith("torch.utils"):
+        if last in _TORCH_GLUE or name.startswith(("torch.cuda", "torch.utils", "torch.ops.")):
             return None
         return name
     attr = _self_attr(call.func)

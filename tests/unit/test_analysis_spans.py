@@ -440,3 +440,16 @@ def test_json_form_is_stable():
     assert data["schema"] == SCHEMA
     assert data["spans"][0] == {"start": 26, "end": 36, "category": "qualifier", "text": "__global__"}
     assert list(data["regions"][0]) == ["id", "start", "end", "kind", "category", "span_indices"]
+
+
+def test_mapped_spans_join_across_escapes_but_not_across_literals():
+    from cuset_core.analysis.analyze import map_span
+    from cuset_core.analysis.sources import OffsetMap
+
+    answer = 'x = "ab\\ncd" + "ef"'
+    # source "ab\ncdef": a, b from 5..6, the newline from the backslash at 7, c, d from 9..10,
+    # e, f from the second literal at 16..17
+    offsets = OffsetMap(((0, 5, 2), (2, 7, 1), (3, 9, 2), (5, 16, 2)))
+    assert map_span(offsets, 0, 5, answer) == [(5, 11)]
+    assert answer[5:11] == "ab\\ncd"
+    assert map_span(offsets, 3, 7, answer) == [(9, 11), (16, 18)]

@@ -76,14 +76,14 @@ def progress(lines: list[dict]) -> list[dict]:
 
 
 @pytest.mark.parametrize("method", ["sft", "cuset"])
-def test_loss_falls_over_thirty_steps(tmp_path, tiny_model_dir, method):
-    job = make_job(tmp_path, tiny_model_dir, method={"type": method}, lora=None, hp={"max_steps": 30})
+def test_loss_falls_over_a_dozen_steps(tmp_path, tiny_model_dir, method):
+    job = make_job(tmp_path, tiny_model_dir, method={"type": method}, lora=None, hp={"max_steps": 12, "learning_rate": 1e-2})
 
     outcome, lines = train(job)
 
     losses = [line["ce"] for line in progress(lines)]
-    assert outcome.steps == 30 and len(losses) == 30
-    assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5
+    assert outcome.steps == 12 and len(losses) == 12
+    assert sum(losses[-3:]) / 3 < 0.7 * sum(losses[:3]) / 3
 
 
 @pytest.mark.parametrize("method", ["sft", "dft", "focal", "profit", "cuset", "cuset_mask", "cuset_reweight"])
@@ -107,7 +107,6 @@ def test_progress_lines_carry_every_metric(tmp_path, tiny_model_dir):
     assert 0 < first["kept_ratio"] < 1  # cuset masks 30 % of the non-sensitive tokens
     assert first["weight_mean"] == pytest.approx(1.0)
     assert [line["type"] for line in lines][-2:] == ["checkpoint", "done"]  # the Trainer saves at the end
-    print(first)
 
 
 def test_adapter_is_saved_in_peft_format_and_reloads(tmp_path, tiny_model_dir):

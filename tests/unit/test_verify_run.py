@@ -171,3 +171,13 @@ def test_compile_tier_without_nvcc_is_an_uncached_runtime_error(tmp_path, monkey
     assert (result.verdict, result.tier, result.reason) == (
         Verdict.RUNTIME_ERROR, Tier.COMPILE, "nvcc is not on PATH: tier 1 cannot run")
     assert not list(tmp_path.rglob("*.json"))
+
+
+def test_a_crash_while_reading_the_candidate_is_a_runtime_error(tmp_path, monkeypatch):
+    def explode(text):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(run_module, "parse_candidate", explode)
+    result = verify(PROBLEM, fenced(GOOD), STATIC, cache_dir=tmp_path)
+    assert (result.verdict, result.tier, result.tiers_run) == (Verdict.RUNTIME_ERROR, Tier.STATIC, [Tier.STATIC])
+    assert "RecursionError" in result.log

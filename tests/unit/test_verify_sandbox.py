@@ -173,3 +173,25 @@ def test_dev_holds_only_harmless_nodes_and_proc_sys_is_read_only(tmp_path):
     devices, proc_sys = outcome.stdout.splitlines()
     assert devices == str(["fd", "full", "null", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"])
     assert proc_sys == "['ro']"
+
+
+def test_the_sandbox_dies_with_the_verifier_that_started_it(tmp_path):
+    import subprocess
+
+    marker = f"sleep {os.getpid() % 1000 + 5000}"
+    script = (
+        "import sys\nfrom pathlib import Path\nfrom cuset_core.verify.sandbox import run_sandboxed\n"
+        "from cuset_core.verify.settings import SandboxLimits\n"
+        f"run_sandboxed({marker.split()!r}, workdir=Path(sys.argv[1]), limits=SandboxLimits(wall_s=600))\n"
+    )
+    (tmp_path / "w").mkdir()
+    verifier = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "w")], cwd=Path(__file__).parents[2])
+    for _ in range(100):
+        if marker in _running_commands():
+            break
+        time.sleep(0.05)
+    assert marker in _running_commands()
+    verifier.kill()
+    verifier.wait()
+    time.sleep(0.3)
+    assert marker not in _running_commands()

@@ -62,7 +62,7 @@ def test_a_proper_candidate_passes_fenced_or_as_a_file():
     assert verdict(GOOD) is None
 
 
-@pytest.mark.parametrize("text", ["", "   \n", "I cannot write this kernel, sorry."])
+@pytest.mark.parametrize("text", ["", "   \n", "I cannot write this kernel, sorry.", "Sorry", "```python\n```"])
 def test_no_code(text):
     result = verdict(text)
     assert (result.verdict, result.tier, result.tiers_run) == (Verdict.NO_CODE, Tier.STATIC, [Tier.STATIC])

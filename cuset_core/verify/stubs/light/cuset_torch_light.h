@@ -713,8 +713,8 @@ struct std::tuple_element<I, at::OpResult> {
 
 namespace at {
 
-// Free functions of at:: / torch::: any arguments; a leading braced list may be sizes,
-// tensors or indices.
+// Free functions of at:: / torch::: any arguments; a leading braced list may be sizes or
+// tensors (an empty one picks the tensor overload, which is as good for type-checking).
 #define CUSET_GENERIC_FUNCTIONS(X)                                                                \
   X(empty) X(empty_like) X(empty_strided) X(zeros) X(zeros_like) X(ones) X(ones_like) X(full)     \
   X(full_like) X(rand) X(rand_like) X(randn) X(randn_like) X(randint) X(randint_like) X(randperm) \
@@ -747,7 +747,7 @@ namespace at {
   template <class... Args>                             \
   OpResult name(IntArrayRef first, Args&&... args);    \
   template <class... Args>                             \
-  OpResult name(TensorList first, Args&&... args);
+  OpResult name(std::initializer_list<Tensor> first, Args&&... args);
 CUSET_GENERIC_FUNCTIONS(CUSET_FUNCTION)
 #undef CUSET_FUNCTION
 
