@@ -1,23 +1,25 @@
 """Overhead of the CuSeT objective over plain SFT: one training step, same model, same batches.
 
-Usage: python bench/objective_overhead.py [--tiny] [--seq-len 512] [--batch 2] [--reps 4]
+Usage: python bench/objective_overhead.py [--tiny] [--seq-len 512] [--batch 2] [--reps 3]
 
-One run prints ONE JSON line:
-- time: one process holds the model and alternates full training steps (forward,
-  ``per_token_loss``, ``compute_objective``, backward, AdamW step on LoRA adapters of rank 16
-  on every linear projection) with ``sft`` and ``cuset`` (online confidence), swapping the
-  order every repetition; ``time_ratio`` = median cuset step / median sft step.
-- memory: each method runs in a fresh child process with the same model and batches; after a
-  warm-up step the child resets the kernel's resident-set high-water mark
-  (``/proc/self/clear_refs``), runs steps and reads ``VmHWM``. ``memory_ratio`` compares the
-  peak growth over the post-warm-up baseline (the training step's own memory); the ratio of
-  absolute peaks is reported too. Children use a fixed glibc mmap threshold so large tensors
-  are returned to the OS when freed and RSS follows live memory.
+One process holds the model and alternates full training steps (forward, ``per_token_loss``,
+``compute_objective``, backward, AdamW step on LoRA adapters of rank 16 on every linear
+projection, fp32 on the CPU) between ``sft`` and ``cuset`` (online confidence) on the same
+fixed batches, swapping the order every repetition after one untimed warm-up step. It prints
+ONE JSON line:
+- ``time_ratio``: median cuset step / median sft step (wall clock, so noisy on a shared CPU;
+  ``objective_share`` is the noise-free part: the extra ``compute_objective`` time of cuset
+  over sft as a share of the sft step).
+- ``memory_ratio``: median peak RSS growth of a cuset step / of an sft step. Before every step
+  freed memory goes back to the OS and the kernel's resident-set high-water mark is reset
+  (``/proc/self/clear_refs``); growth = ``VmHWM`` after the step - ``VmRSS`` before it. A
+  fixed glibc mmap threshold makes large tensors unmap on free, so RSS follows live memory.
 
 Both methods go through the same ``per_token_loss`` + ``compute_objective`` path, so the
 figures isolate the objective. Sensitivity here is a stand-in (a regex over CUDA identifiers,
 one region per line): the overhead depends on the masks' sizes, not on how they were found.
 Targets (issue 2): time_ratio <= 1.05 and memory_ratio <= 1.05 on this CPU with SmolLM2-135M.
+Linux only (reads /proc/self).
 """
 
 from __future__ import annotations
@@ -26,10 +28,8 @@ import argparse
 import ctypes
 import gc
 import json
-import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -53,8 +53,8 @@ METHODS = ("sft", "cuset")
 TARGET = 1.05
 PROMPT_TOKENS = 64
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-# Large allocations go through mmap and are unmapped on free, so RSS tracks live tensors.
-CHILD_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
+MMAP_THRESHOLD_BYTES = 128 * 1024
 
 PROMPT = "Write a CUDA kernel for the following PyTorch operation, as a load_inline extension.\n"
 CUDA_ANSWER = r'''
@@ -119,7 +119,8 @@ __global__ void tiled_matmul_kernel(const float* A, const float* B, float* C, in
     }
 }
 
-__global__ void histogram_kernel(const int* __restrict__ values, int* __restrict__ bins, int n, int num_bins) {
+__global__ void histogram_kernel(const int* __restrict__ values, int* __restrict__ bins,
+                                 int n, int num_bins) {
     int stride = gridDim.x * blockDim.x;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         int b = values[i] % num_bins;
@@ -211,44 +212,46 @@ def token_stream(tokenizer) -> tuple[list[int], list[bool], list[int]]:
     return encoded["input_ids"], sensitive, lines
 
 
+FIELDS = ("input_ids", "attention_mask", "labels", "sensitive", "region_ids")
+
+
+def build_row(
+    prompt, ids, flags, lines, length: int, region_base: int, pad_id: int
+) -> dict[str, list]:
+    """One sequence of ``length`` tokens: the prompt (not supervised), the answer tokens, then
+    padding. Sensitive answer tokens get region ``region_base + line``."""
+    padding = length - len(prompt) - len(ids)
+    regions = [region_base + line if flag else -1 for line, flag in zip(lines, flags)]
+    return {
+        "input_ids": prompt + ids + [pad_id] * padding,
+        "attention_mask": [1] * (len(prompt) + len(ids)) + [0] * padding,
+        "labels": [IGNORE_INDEX] * len(prompt) + ids + [IGNORE_INDEX] * padding,
+        "sensitive": [False] * len(prompt) + flags + [False] * padding,
+        "region_ids": [-1] * len(prompt) + regions + [-1] * padding,
+    }
+
+
 def build_batches(tokenizer, count: int, batch_size: int, seq_len: int) -> list[Batch]:
-    """Fixed micro-batches: a ``PROMPT_TOKENS`` prompt (not supervised) then a window of the
-    repeated answer; every second row is padded to three quarters of ``seq_len``. Region ids
-    are unique across each micro-batch."""
-    prompt = tokenizer(PROMPT * PROMPT_TOKENS, add_special_tokens=False)["input_ids"][:PROMPT_TOKENS]
+    """Fixed micro-batches: a ``PROMPT_TOKENS`` prompt then a window of the repeated answer;
+    every second row is padded after three quarters of ``seq_len``. Region ids are unique
+    across each micro-batch."""
+    prompt = tokenizer(PROMPT * PROMPT_TOKENS, add_special_tokens=False)["input_ids"]
+    prompt = prompt[:PROMPT_TOKENS]
     ids, flags, lines = token_stream(tokenizer)
     answer_len = seq_len - len(prompt)
     repeats = (answer_len * (count * batch_size + 1)) // len(ids) + 1
     line_count = lines[-1] + 1
     ids, flags = ids * repeats, flags * repeats
     lines = [line + copy * line_count for copy in range(repeats) for line in lines]
-    pad = tokenizer.pad_token_id
     batches = []
     for b in range(count):
-        rows = {name: [] for name in ("input_ids", "attention_mask", "labels", "sensitive", "region_ids")}
+        rows = []
         for r in range(batch_size):
             start = (b * batch_size + r) * (answer_len // 2)
-            valid = answer_len if r % 2 == 0 else (3 * seq_len) // 4 - len(prompt)
-            padding = seq_len - len(prompt) - valid
-            answer = ids[start : start + valid]
-            rows["input_ids"].append(prompt + answer + [pad] * padding)
-            rows["attention_mask"].append([1] * (len(prompt) + valid) + [0] * padding)
-            rows["labels"].append([IGNORE_INDEX] * len(prompt) + answer + [IGNORE_INDEX] * padding)
-            rows["sensitive"].append([False] * len(prompt) + flags[start : start + valid] + [False] * padding)
-            region = [
-                r * 100_000 + line if flag else -1
-                for line, flag in zip(lines[start : start + valid], flags[start : start + valid])
-            ]
-            rows["region_ids"].append([-1] * len(prompt) + region + [-1] * padding)
-        batches.append(
-            Batch(
-                input_ids=torch.tensor(rows["input_ids"]),
-                attention_mask=torch.tensor(rows["attention_mask"]),
-                labels=torch.tensor(rows["labels"]),
-                sensitive=torch.tensor(rows["sensitive"]),
-                region_ids=torch.tensor(rows["region_ids"]),
-            )
-        )
+            end = start + (answer_len if r % 2 == 0 else (3 * seq_len) // 4 - len(prompt))
+            window = (ids[start:end], flags[start:end], lines[start:end])
+            rows.append(build_row(prompt, *window, seq_len, r * len(lines), tokenizer.pad_token_id))
+        batches.append(Batch(**{f: torch.tensor([row[f] for row in rows]) for f in FIELDS}))
     return batches
 
 
@@ -268,7 +271,9 @@ def prepare(tiny: bool, seq_len: int, batch_size: int, count: int):
     return model, optimizer, build_batches(tokenizer, count, batch_size, seq_len)
 
 
-def train_step(model, optimizer, batch: Batch, config: MethodConfig, step: int) -> tuple[float, float]:
+def train_step(
+    model, optimizer, batch: Batch, config: MethodConfig, step: int
+) -> tuple[float, float]:
     """One full optimizer step; returns (step seconds, compute_objective seconds)."""
     start = time.perf_counter()
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
@@ -300,65 +305,39 @@ def proc_status_kib(field: str) -> int:
     raise RuntimeError(f"/proc/self/status has no {field}")
 
 
-def release_memory() -> None:
-    """Return freed heap pages to the OS so the RSS baseline is live memory only."""
+def fix_mmap_threshold() -> None:
+    """Serve allocations above 128 KiB by mmap, unmapped on free, so RSS tracks live tensors
+    (glibc otherwise raises the threshold as tensors are freed and keeps them in the heap)."""
+    ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+
+
+def reset_peak_rss() -> int:
+    """Return freed memory to the OS, reset the RSS high-water mark; the current RSS in KiB."""
     gc.collect()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
-def memory_child(args) -> dict:
-    """Peak RSS of ``args.memory_child``'s training steps, after one warm-up step (KiB)."""
-    config = MethodConfig(type=args.memory_child)
-    model, optimizer, batches = prepare(args.tiny, args.seq_len, args.batch, args.batches)
-    train_step(model, optimizer, batches[0], config, 0)
-    release_memory()
     Path("/proc/self/clear_refs").write_text("5")
-    baseline = proc_status_kib("VmRSS")
-    for step in range(1, args.mem_steps + 1):
-        train_step(model, optimizer, batches[step % len(batches)], config, step)
-    peak = proc_status_kib("VmHWM")
-    return {"method": args.memory_child, "baseline_kib": baseline, "peak_kib": peak}
+    return proc_status_kib("VmRSS")
 
 
-def measure_memory(args) -> dict[str, dict]:
-    """Run each method's memory child in turn, each in a fresh process."""
-    results = {}
-    for method in METHODS:
-        command = [sys.executable, __file__, "--memory-child", method, *forwarded_args(args)]
-        done = subprocess.run(
-            command, env={**os.environ, **CHILD_ENV}, capture_output=True, text=True, check=False
-        )
-        if done.returncode != 0:
-            raise SystemExit(f"memory child for {method} failed: {done.stderr.strip().splitlines()[-1:]}")
-        results[method] = json.loads(done.stdout.strip().splitlines()[-1])
-    return results
-
-
-def forwarded_args(args) -> list[str]:
-    """The options a memory child needs to rebuild the same model and batches."""
-    options = ["--seq-len", str(args.seq_len), "--batch", str(args.batch), "--batches", str(args.batches)]
-    options += ["--mem-steps", str(args.mem_steps)]
-    return options + (["--tiny"] if args.tiny else [])
-
-
-def measure_time(args) -> dict[str, dict[str, float]]:
-    """Median step and objective seconds per method, alternating methods on one model."""
+def measure(args) -> dict[str, dict[str, float]]:
+    """Per method: median step seconds, median compute_objective ms, median peak growth KiB."""
+    fix_mmap_threshold()
     model, optimizer, batches = prepare(args.tiny, args.seq_len, args.batch, args.batches)
     configs = {method: MethodConfig(type=method) for method in METHODS}
-    for method in METHODS:
-        train_step(model, optimizer, batches[0], configs[method], 0)
-    steps = {method: [] for method in METHODS}
-    objectives = {method: [] for method in METHODS}
+    train_step(model, optimizer, batches[0], configs["sft"], 0)
+    samples = {method: {"step_s": [], "objective_ms": [], "growth_kib": []} for method in METHODS}
     for rep in range(args.reps):
         order = METHODS if rep % 2 == 0 else METHODS[::-1]
         batch = batches[rep % len(batches)]
         for method in order:
+            baseline = reset_peak_rss()
             step_s, objective_s = train_step(model, optimizer, batch, configs[method], rep + 1)
-            steps[method].append(step_s)
-            objectives[method].append(objective_s)
+            samples[method]["growth_kib"].append(proc_status_kib("VmHWM") - baseline)
+            samples[method]["step_s"].append(step_s)
+            samples[method]["objective_ms"].append(1e3 * objective_s)
     return {
-        method: {"step_s": statistics.median(steps[method]), "objective_ms": 1e3 * statistics.median(objectives[method])}
-        for method in METHODS
+        method: {name: statistics.median(values) for name, values in figures.items()}
+        for method, figures in samples.items()
     }
 
 
@@ -368,19 +347,13 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=512, help="tokens per sequence")
     parser.add_argument("--batch", type=int, default=2, help="sequences per micro-batch")
     parser.add_argument("--batches", type=int, default=3, help="distinct fixed micro-batches")
-    parser.add_argument("--reps", type=int, default=4, help="timed steps per method")
-    parser.add_argument("--mem-steps", type=int, default=2, help="steps per memory child")
-    parser.add_argument("--memory-child", choices=METHODS, help=argparse.SUPPRESS)
+    parser.add_argument("--reps", type=int, default=3, help="timed steps per method")
     args = parser.parse_args()
-    if args.memory_child:
-        print(json.dumps(memory_child(args)))
-        return
 
-    memory = measure_memory(args)
-    timing = measure_time(args)
-    growth = {m: memory[m]["peak_kib"] - memory[m]["baseline_kib"] for m in METHODS}
-    time_ratio = timing["cuset"]["step_s"] / timing["sft"]["step_s"]
-    memory_ratio = growth["cuset"] / max(growth["sft"], 1)
+    figures = measure(args)
+    sft, cuset = figures["sft"], figures["cuset"]
+    time_ratio = cuset["step_s"] / sft["step_s"]
+    memory_ratio = cuset["growth_kib"] / sft["growth_kib"]
     result = {
         "bench": "objective_overhead",
         "model": "tiny" if args.tiny else BUNDLED_MODEL,
@@ -389,15 +362,17 @@ def main() -> None:
         "batch": args.batch,
         "reps": args.reps,
         "threads": torch.get_num_threads(),
-        "sft_step_s": round(timing["sft"]["step_s"], 4),
-        "cuset_step_s": round(timing["cuset"]["step_s"], 4),
-        "sft_objective_ms": round(timing["sft"]["objective_ms"], 3),
-        "cuset_objective_ms": round(timing["cuset"]["objective_ms"], 3),
+        "sft_step_s": round(sft["step_s"], 3),
+        "cuset_step_s": round(cuset["step_s"], 3),
         "time_ratio": round(time_ratio, 4),
-        "sft_step_peak_growth_mib": round(growth["sft"] / 1024, 1),
-        "cuset_step_peak_growth_mib": round(growth["cuset"] / 1024, 1),
+        "sft_objective_ms": round(sft["objective_ms"], 2),
+        "cuset_objective_ms": round(cuset["objective_ms"], 2),
+        "objective_share": round(
+            (cuset["objective_ms"] - sft["objective_ms"]) / (1e3 * sft["step_s"]), 5
+        ),
+        "sft_step_peak_growth_mib": round(sft["growth_kib"] / 1024, 1),
+        "cuset_step_peak_growth_mib": round(cuset["growth_kib"] / 1024, 1),
         "memory_ratio": round(memory_ratio, 4),
-        "peak_rss_ratio": round(memory["cuset"]["peak_kib"] / memory["sft"]["peak_kib"], 4),
         "target": TARGET,
         "pass": time_ratio <= TARGET and memory_ratio <= TARGET,
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from types import MappingProxyType
 
 import tree_sitter_cuda
 from tree_sitter import Language, Node, Parser
@@ -27,21 +28,21 @@ _INDEX_EXPRESSIONS = _ARITHMETIC_NODES | {"field_expression"}
 _CONDITION_OWNERS = frozenset(
     {"if_statement", "while_statement", "do_statement", "for_statement", "conditional_expression"}
 )
-_HEADER_KINDS = {
+_HEADER_KINDS = MappingProxyType({
     "if_statement": "if_header",
     "while_statement": "loop_header",
     "do_statement": "loop_header",
     "for_statement": "loop_header",
     "for_range_loop": "loop_header",
     "switch_statement": "switch_header",
-}
+})
 _BODY_FIELDS = ("body", "consequence", "alternative")
-_UNIT_KINDS = {
+_UNIT_KINDS = MappingProxyType({
     "declaration": "declaration",
     "field_declaration": "declaration",
     "expression_statement": "statement",
     "return_statement": "statement",
-}
+})
 _SCOPE_ENDS = frozenset(
     {"compound_statement", "translation_unit", "declaration_list", "field_declaration_list"}
 )

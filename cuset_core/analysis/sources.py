@@ -100,6 +100,7 @@ class InlineExtension:
     functions: tuple[str, ...] | None = None
     call_span: tuple[int, int] | None = None  # the call expression, in answer offsets
     keyword_spans: tuple[tuple[str, int, int], ...] = ()  # (keyword, start, end) in the answer
+    keyword_values: tuple[tuple[str, int, int], ...] = ()  # (keyword, value start, value end)
 
 
 @dataclass(frozen=True)
@@ -126,10 +127,7 @@ class KernelSources:
 def find_kernel_sources(answer: str) -> KernelSources:
     """Locate the CUDA and C++ sources of an answer (Python with ``load_inline``, or ``.cu``)."""
     block = answer_code(answer)
-    looks_cuda = block.language in _CUDA_LANGS or (
-        block.language not in _PY_LANGS or _looks_like_cu(block.code)
-    )
-    if block.language in _CUDA_LANGS or (looks_cuda and "load_inline" not in block.code):
+    if block.language in _CUDA_LANGS or (block.language in _PY_LANGS and _looks_like_cu(block.code)):
         builder = _Builder()
         builder.add(block.code, block.start)
         text, omap = builder.build()
@@ -139,7 +137,10 @@ def find_kernel_sources(answer: str) -> KernelSources:
 
 
 def _looks_like_cu(code: str) -> bool:
-    return bool(re.search(r"^\s*#include\s*[<\"]", code, re.MULTILINE)) and "import " not in code
+    """Unlabelled code is CUDA when it has C includes or kernels and nothing of Python's."""
+    if "load_inline" in code or re.search(r"^\s*(import|from)\s+\w", code, re.MULTILINE):
+        return False
+    return "__global__" in code or bool(re.search(r"^\s*#include\s*[<\"]", code, re.MULTILINE))
 
 
 class _Resolver:
@@ -323,7 +324,11 @@ def _python_sources(code: str, code_start: int) -> KernelSources:
     try:
         tree = ast.parse(code)
     except SyntaxError as exc:
-        return KernelSources("python", code, code_start, (), syntax_error=f"line {exc.lineno}: {exc.msg}")
+        # Truncated generations do not parse; their kernels still sit in triple-quoted strings.
+        return KernelSources(
+            "python", code, code_start, _kernel_strings(code, code_start),
+            syntax_error=f"line {exc.lineno}: {exc.msg}",
+        )
     resolver = _Resolver(code, code_start, tree)
     extensions: list[InlineExtension] = []
     for node in ast.walk(tree):
@@ -338,11 +343,13 @@ def _python_sources(code: str, code_start: int) -> KernelSources:
         cuda_text, cuda_map = (cuda or _Builder()).build()
         cpp_text, cpp_map = (cpp or _Builder()).build()
         start, end = resolver.node_span(node)
-        keyword_spans = []
+        keyword_spans, keyword_values = [], []
         for kw in node.keywords:
             if kw.arg:
                 kw_start = resolver.char_offset(kw.lineno, kw.col_offset)
                 keyword_spans.append((kw.arg, code_start + kw_start, code_start + kw_start + len(kw.arg)))
+                value_start, value_end = resolver.node_span(kw.value)
+                keyword_values.append((kw.arg, code_start + value_start, code_start + value_end))
         extensions.append(
             InlineExtension(
                 cuda=cuda_text,
@@ -353,6 +360,7 @@ def _python_sources(code: str, code_start: int) -> KernelSources:
                 functions=_const_str_list(args.get("functions"), resolver),
                 call_span=(code_start + start, code_start + end),
                 keyword_spans=tuple(keyword_spans),
+                keyword_values=tuple(keyword_values),
             )
         )
     return KernelSources(
@@ -382,3 +390,20 @@ def _const_str_list(node: ast.expr | None, resolver: _Resolver) -> tuple[str, ..
         if all(name is not None for name in names):
             return tuple(names)  # type: ignore[arg-type]
     return None
+
+
+_TRIPLE_QUOTED = re.compile(r'[rR]?("""|\'\'\')(.*?)(?:\1|\Z)', re.DOTALL)
+
+
+def _kernel_strings(code: str, code_start: int) -> tuple[InlineExtension, ...]:
+    """Triple-quoted strings holding a kernel, from code that does not parse (origins kept)."""
+    builder = _Builder()
+    for match in _TRIPLE_QUOTED.finditer(code):
+        if "__global__" in match.group(2):
+            if builder.length:
+                builder.add("\n", None)
+            builder.add(match.group(2), code_start + match.start(2))
+    if not builder.length:
+        return ()
+    text, omap = builder.build()
+    return (InlineExtension(cuda=text, cpp="", cuda_map=omap, cpp_map=OffsetMap()),)

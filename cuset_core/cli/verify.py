@@ -78,7 +78,8 @@ def _print_human(result: VerifyResult, candidate: Path) -> None:
     if result.launches:
         console.print("launches: " + ", ".join(f"{k} x{v}" for k, v in result.launches.items()), markup=False)
     if result.speedup is not None:
-        console.print(f"{result.runtime_ms:.3f} ms vs eager {result.reference_ms:.3f} ms: speedup {result.speedup:.2f}x")
+        console.print(f"{result.runtime_ms:.3f} ms vs eager {result.reference_ms:.3f} ms: "
+                      f"speedup {result.speedup:.2f}x")
     if result.resources:
         console.print(_resource_table(result))
     timings = ", ".join(f"{stage} {seconds:.2f} s" for stage, seconds in result.timings_s.items())
@@ -89,9 +90,16 @@ def _print_human(result: VerifyResult, candidate: Path) -> None:
 
 
 def _resource_table(result: VerifyResult) -> Table:
-    table = Table("kernel", "regs", "smem B", "cmem B", "stack B", "spill st B", "spill ld B")
-    table.columns[0].overflow = "fold"
+    table = Table("kernel", "regs", "smem B", "cmem B", "stack B", "spill st/ld B")
+    table.columns[0].min_width = min(40, max(len(_short_kernel_name(r.kernel)) for r in result.resources))
     for r in result.resources:
-        numbers = (r.registers, r.shared_bytes, r.constant_bytes, r.stack_bytes, r.spill_store_bytes, r.spill_load_bytes)
-        table.add_row(r.kernel, *map(str, numbers))
+        numbers = (r.registers, r.shared_bytes, r.constant_bytes, r.stack_bytes)
+        spills = f"{r.spill_store_bytes}/{r.spill_load_bytes}"
+        table.add_row(_short_kernel_name(r.kernel), *map(str, numbers), spills)
     return table
+
+
+def _short_kernel_name(demangled: str) -> str:
+    """``void scale<float>(float*, int)`` -> ``scale<float>``: the table has no room for signatures."""
+    head = demangled.split("(")[0]
+    return head.removeprefix("void ").strip() or demangled

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from cuset_core.evaluation.metrics import METRIC_TIERS
 from cuset_core.evaluation.runner import EvalReport
+from cuset_core.verify.result import Tier
 
 RESULTS_JSON = "results.json"
 RESULTS_MD = "results.md"
@@ -16,7 +18,10 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 
 def render_markdown(report: EvalReport) -> str:
-    """Markdown summary: run settings, metrics, failures by verdict, one row per problem."""
+    """Markdown summary: run settings, metrics, failures by verdict, one row per problem.
+
+    Per-problem columns stop at the tier the run reached (no "correct" column below GPU).
+    """
     config, agg = report.config, report.aggregate
     source = f"model `{config.model}`" if config.model else f"answers `{config.answers}`"
     lines = [
@@ -35,17 +40,16 @@ def render_markdown(report: EvalReport) -> str:
     lines += [f"| fast_{p} | {value:.3f} |" for p, value in agg.fast_p.items()]
     lines += ["", "| verdict | samples |", "|---|---|"]
     lines += [f"| {verdict} | {count} |" for verdict, count in agg.verdicts.items()]
-    lines += [
-        "",
-        "| problem | n | compiled | cpu_correct | correct | best speedup | verdicts |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    columns = [(name, field) for name, (tier, field) in METRIC_TIERS.items() if tier.rank <= agg.tier.rank]
+    gpu = agg.tier is Tier.GPU
+    header = ["problem", "n", *(field for _, field in columns), *(["best speedup"] if gpu else []), "verdicts"]
+    lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in report.problems:
-        verdicts = ", ".join(f"{v} {c}" for v, c in row.verdicts.items()) or "-"
-        lines.append(
-            f"| {row.id} | {row.n} | {row.compiled} | {row.cpu_correct} | {row.correct} | "
-            f"{_fmt(row.best_speedup, 2)} | {verdicts} |"
-        )
+        cells = [row.id, str(row.n), *(str(getattr(row, field)) for _, field in columns)]
+        if gpu:
+            cells.append(_fmt(row.best_speedup, 2))
+        cells.append(", ".join(f"{v} {c}" for v, c in row.verdicts.items()) or "-")
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

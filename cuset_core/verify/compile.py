@@ -2,14 +2,15 @@
 
 Each extension becomes up to two translation units, built as ``load_inline`` would build them:
 the CUDA sources (after the includes ``load_inline`` adds) go through
-``nvcc -cubin -arch=<arch> -Xptxas -v`` (with torch's own flags and C++ standard), so the front end checks host and device code and
-ptxas reports per-kernel resources; the C++ sources plus the ``PYBIND11_MODULE`` that
-``load_inline`` generates from ``functions=`` go through ``g++ -fsyntax-only``. By default the
-torch headers are a light stand-in (``stubs/light``, about a second per unit); with
-``settings.strict_headers`` they are the installed wheel's own, with stand-ins only for what a
-CPU wheel lacks (``stubs/strict``). Both modes get ``stubs/common`` for the CUDA math
-libraries missing here. ``#line`` directives name each source, so every diagnostic maps back
-to its line in the candidate file through the source offset maps.
+``nvcc -cubin -arch=<arch> -Xptxas -v`` with torch's own nvcc flags and C++ standard, so the
+front end checks host and device code and ptxas reports per-kernel resources; the C++ sources
+plus the ``PYBIND11_MODULE`` that ``load_inline`` generates from ``functions=`` go through
+``g++ -fsyntax-only``. By default the torch headers are a light stand-in (``stubs/light``,
+about a second per unit); with ``settings.strict_headers`` they are the installed wheel's own,
+with stand-ins only for what a CPU wheel lacks (``stubs/strict``). Both modes get
+``stubs/common`` for the CUDA math libraries missing here. ``#line`` directives name each
+source, so every diagnostic maps back to its line in the candidate file through the source
+offset maps.
 """
 
 from __future__ import annotations
@@ -230,7 +231,8 @@ def _diagnostics(output: str, unit: _Unit, candidate: Candidate) -> list[Diagnos
         tool = _TOOL_ERROR.match(line)
         if tool:
             message = f"{tool.group('tool')}: {tool.group('message').strip()}"
-            diagnostics.append(Diagnostic(severity="error", message=message, line=_kernel_line(message, unit, candidate)))
+            line_of_kernel = _kernel_line(message, unit, candidate)
+            diagnostics.append(Diagnostic(severity="error", message=message, line=line_of_kernel))
     return diagnostics
 
 

@@ -50,7 +50,8 @@ def verify(
         result, internal = _pipeline(problem_code, answer, settings)
     except Exception:  # noqa: BLE001 - a verifier bug must not crash the caller
         empty = VerifyResult(verdict=Verdict.RUNTIME_ERROR, tier=Tier.STATIC)
-        result, internal = _internal_error(Tier.STATIC, empty, "internal error in tier static", traceback.format_exc()), True
+        result = _internal_error(Tier.STATIC, empty, "internal error in tier static", traceback.format_exc())
+        internal = True
     timings = {**result.timings_s, "total": round(time.monotonic() - start, 4)}
     result = result.model_copy(update={"timings_s": timings})
     if cache is not None and not internal:

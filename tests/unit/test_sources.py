@@ -93,3 +93,24 @@ def test_join_and_f_strings_resolve_through_names():
     assert ext.cuda == "#include <cuda.h>\n__global__ void k1() {}\n__global__ void k2() {}"
     k2 = ext.cuda.index("k2")
     assert answer[ext.cuda_map.to_answer(k2) :].startswith("k2")
+
+
+def test_unfenced_cuda_without_includes_is_cuda():
+    sources = find_kernel_sources("__global__ void k(float* a) { a[0] = 1; }\n")
+    assert sources.language == "cu"
+
+
+def test_truncated_python_still_yields_its_kernel_strings():
+    answer = '```python\nimport torch\nsrc = """\n__global__ void k(float* a) {\n  a[threadIdx.x] = 0;\n'
+    sources = find_kernel_sources(answer)
+    assert sources.syntax_error is not None
+    (ext,) = sources.extensions
+    i = ext.cuda.index("threadIdx")
+    assert answer[ext.cuda_map.to_answer(i) :].startswith("threadIdx.x")
+
+
+def test_keyword_values_span_the_argument_expression():
+    (ext,) = find_kernel_sources(PY_ANSWER).extensions
+    spans = {name: PY_ANSWER[start:end] for name, start, end in ext.keyword_values}
+    assert spans["functions"] == '["scale"]'
+    assert spans["cuda_sources"] == "cuda_src"

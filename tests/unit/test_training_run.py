@@ -191,3 +191,30 @@ def test_sft_loss_equals_the_models_own_loss(tiny_model_dir, tokenizer):
 
     assert ours.item() == pytest.approx(theirs.item(), rel=1e-5)
     assert trainer.stash.drain()["ce"] == pytest.approx(theirs.item(), rel=1e-5)
+
+
+def test_reference_confidence_is_computed_once_then_read_from_the_cache(tmp_path, tiny_model_dir):
+    job = make_job(
+        tmp_path, tiny_model_dir, method={"type": "cuset", "confidence": "reference"}, hp={"max_steps": 1},
+        reference_cache_dir=str(tmp_path / "cache"),
+    )  # fmt: skip
+
+    _, first = train(job)
+    _, second = train({**job, "output_dir": str(tmp_path / "again")})
+
+    assert len(list((tmp_path / "cache").glob("reference-*.npz"))) == 1
+    assert {"reference confidence computed and cached"} <= {line.get("message") for line in first}
+    assert {"reference confidence read from cache"} <= {line.get("message") for line in second}
+    assert progress(first)[0]["p_sensitive_mean"] == pytest.approx(progress(second)[0]["p_sensitive_mean"])
+
+
+def test_validation_file_reports_eval_loss_at_every_save(tmp_path, tiny_model_dir):
+    job = make_job(tmp_path, tiny_model_dir, hp={"max_steps": 2}, save_steps=1)
+    job["validation_file"] = job["train_file"]
+
+    _, lines = train(job)
+
+    evals = [line for line in lines if line["type"] == "eval"]
+    assert [line["step"] for line in evals] == [1, 2]
+    assert all(line["eval_loss"] > 0 for line in evals)
+    assert [line["step"] for line in lines if line["type"] == "checkpoint"] == [1, 2]

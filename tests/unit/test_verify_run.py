@@ -118,7 +118,8 @@ def test_a_verifier_crash_is_a_runtime_error_and_not_cached(tmp_path, monkeypatc
     monkeypatch.setattr(run_module, "nvcc_path", lambda: None)
     monkeypatch.setattr(run_module, "_cpu_runner", broken)
     result = verify(PROBLEM, fenced(GOOD), VerifySettings(), cache_dir=tmp_path)
-    assert (result.verdict, result.tier, result.reason) == (Verdict.RUNTIME_ERROR, Tier.CPU, "internal error in tier cpu")
+    expected = (Verdict.RUNTIME_ERROR, Tier.CPU, "internal error in tier cpu")
+    assert (result.verdict, result.tier, result.reason) == expected
     assert "ImportError: tier 2 is not installed" in result.log
     assert not list(tmp_path.rglob("*.json"))
 

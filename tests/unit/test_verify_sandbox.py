@@ -171,7 +171,8 @@ def test_dev_holds_only_harmless_nodes_and_proc_sys_is_read_only(tmp_path):
     if "ro_fs" not in outcome.isolation:
         pytest.skip("no mount namespace here")
     devices, proc_sys = outcome.stdout.splitlines()
-    assert devices == str(["fd", "full", "null", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"])
+    expected = ["fd", "full", "null", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"]
+    assert devices == str(expected)
     assert proc_sys == "['ro']"
 
 

@@ -108,7 +108,8 @@ def test_unresolvable_sources():
 def test_try_except_fallback_around_the_kernel_call():
     code = GOOD.replace(
         "        return self.ext.relu_cuda(x.contiguous())",
-        "        try:\n            return self.ext.relu_cuda(x)\n        except RuntimeError:\n            return torch.relu(x)",
+        "        try:\n            return self.ext.relu_cuda(x)\n"
+        "        except RuntimeError:\n            return torch.relu(x)",
     )
     text = fenced(code)
     result = verdict(text)
@@ -120,7 +121,8 @@ def test_try_except_fallback_around_the_kernel_call():
 def test_try_except_that_reraises_is_not_a_fallback():
     code = GOOD.replace(
         'ext = load_inline(name="relu", cpp_sources=cpp_src, cuda_sources=cuda_src, functions=["relu_cuda"])',
-        'try:\n    ext = load_inline(name="relu", cpp_sources=cpp_src, cuda_sources=cuda_src, functions=["relu_cuda"])\n'
+        "try:\n    "
+        'ext = load_inline(name="relu", cpp_sources=cpp_src, cuda_sources=cuda_src, functions=["relu_cuda"])\n'
         "except Exception as exc:\n    raise RuntimeError('build failed') from exc",
     )
     assert verdict(fenced(code)) is None
@@ -149,11 +151,13 @@ def test_calling_the_reference_model():
 def test_glue_passes_and_torch_ops_next_to_the_kernel_are_warnings():
     code = GOOD.replace(
         "return self.ext.relu_cuda(x.contiguous())",
-        "y = torch.empty_like(x).view(-1)\n        n = x.size(0)\n        return torch.matmul(self.ext.relu_cuda(x.reshape(n, -1)), y)",
+        "y = torch.empty_like(x).view(-1)\n        n = x.size(0)\n"
+        "        return torch.matmul(self.ext.relu_cuda(x.reshape(n, -1)), y)",
     )
     candidate = parse_candidate(fenced(code))
     assert check_static(candidate) is None
-    assert [d.message for d in static_warnings(candidate)] == ["torch op torch.matmul runs next to the kernel in forward"]
+    warnings = [d.message for d in static_warnings(candidate)]
+    assert warnings == ["torch op torch.matmul runs next to the kernel in forward"]
 
 
 def test_kernel_reached_through_a_helper_and_an_autograd_function():

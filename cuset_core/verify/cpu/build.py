@@ -9,11 +9,11 @@ folder (``prepare_pch``, run by the trusted parent, never inside the sandbox).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
 import subprocess
-
 import sysconfig
 import tempfile
 from dataclasses import dataclass
@@ -75,9 +75,13 @@ def pch_key(chain: Toolchain) -> str:
     return digest.hexdigest()[:16]
 
 
-def prepare_pch(chain: Toolchain | None = None) -> Path:
-    """Folder holding ``cuset_pch.h`` and its ``.gch``; builds it on first use (~30-60 s)."""
-    chain = chain or toolchain()
+@functools.cache
+def prepare_pch() -> Path:
+    """Folder holding ``cuset_pch.h`` and its ``.gch``; builds it on first use (~1-3 min).
+
+    Cached per process: the key needs torch's version and the compiler's, both slow to ask.
+    """
+    chain = toolchain()
     folder = _cache_root() / pch_key(chain)
     if (folder / (PCH_NAME + ".gch")).is_file():
         return folder
