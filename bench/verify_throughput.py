@@ -78,10 +78,12 @@ def main() -> int:
         return 2
     pairs = [(p.problem_code, p.solution_code) for p in problems[: args.problems]]
     setup_pair = (problems[args.problems].problem_code, problems[args.problems].solution_code)
-    figures = {"candidates": len(pairs), "cpus": os.cpu_count()}
+    # Other work on the machine inflates every figure; the load average says how much there was.
+    figures = {"candidates": len(pairs), "cpus": os.cpu_count(), "load_1min_before": os.getloadavg()[0]}
     for name in args.tiers:
         tier = Tier(name)
         figures[f"tier{tier.rank}_{tier.value}"] = bench_tier(tier, pairs, setup_pair)
+    figures["load_1min_after"] = os.getloadavg()[0]
     print(json.dumps(figures))
     return 0
 

@@ -34,6 +34,7 @@ from cuset_core.verify.settings import VerifySettings
 
 STUBS = Path(__file__).parent / "stubs"
 MAX_DIAGNOSTICS = 50
+MAX_LOG_BYTES = 1 << 20  # compiler output read per unit
 # The language standard torch.utils.cpp_extension (torch 2.10+) builds extensions with.
 CXX_STANDARD = "-std=c++20"
 # Flags torch.utils.cpp_extension passes to nvcc: they decide what half-precision code compiles.
@@ -108,13 +109,13 @@ def compile_candidate(candidate: Candidate, settings: VerifySettings, workdir: P
         return CompileReport(False, [diagnostic], [], 0.0, "", "")
     units = _units(candidate, settings, Path(workdir), nvcc)
     with ThreadPoolExecutor(max_workers=max(1, len(units))) as pool:
-        outcomes = list(pool.map(lambda unit: _run(unit, settings, Path(workdir)), units))
+        runs = list(pool.map(lambda unit: _run(unit, settings, Path(workdir)), units))
+    outcomes = [outcome for outcome, _ in runs]
     diagnostics: list[Diagnostic] = []
     resources: list[KernelResources] = []
     logs: list[str] = []
     ok = True
-    for unit, outcome in zip(units, outcomes):
-        output = outcome.stdout + outcome.stderr
+    for unit, (outcome, output) in zip(units, runs):
         logs.append(f"$ {shlex.join(unit.argv)}\n{output}")
         unit_diagnostics = _diagnostics(output, unit, candidate)
         if not outcome.ok:
@@ -203,8 +204,18 @@ def _identifier(name: str) -> str:
     return re.sub(r"\W", "_", name) or "cuset_ext"
 
 
-def _run(unit: _Unit, settings: VerifySettings, workdir: Path) -> SandboxOutcome:
-    return run_sandboxed(unit.argv, workdir=workdir, limits=settings.limits)
+def _run(unit: _Unit, settings: VerifySettings, workdir: Path) -> tuple[SandboxOutcome, str]:
+    """Compile one unit; its whole output goes to a file, because the sandbox keeps only the
+    tail of a pipe and the first errors are the ones that matter."""
+    log = workdir / f"{unit.path.stem}.log"
+    argv = ["sh", "-c", 'exec "$@" > "$0" 2>&1', log.name, *unit.argv]
+    outcome = run_sandboxed(argv, workdir=workdir, limits=settings.limits)
+    try:
+        with log.open("rb") as f:
+            output = f.read(MAX_LOG_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        output = ""
+    return outcome, output + outcome.stdout + outcome.stderr
 
 
 def _diagnostics(output: str, unit: _Unit, candidate: Candidate) -> list[Diagnostic]:

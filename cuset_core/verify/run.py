@@ -22,7 +22,7 @@ from cuset_core.verify.result import Diagnostic, Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import VerifySettings
 from cuset_core.verify.static import check_static, static_warnings
 
-LOG_TAIL_CHARS = 8000
+LOG_CHARS = 8000
 _CONTINUE = {Verdict.PASS, Verdict.UNSUPPORTED}
 
 TierRunner = Callable[[str, Candidate, VerifySettings], VerifyResult]
@@ -117,7 +117,7 @@ def _compile_result(report: CompileReport, before: VerifyResult) -> VerifyResult
         timings_s={**before.timings_s, "compile": round(report.seconds, 4)},
         diagnostics=[*before.diagnostics, *report.diagnostics],
         resources=report.resources,
-        log="" if report.ok else report.log[-LOG_TAIL_CHARS:],
+        log="" if report.ok else report.log[:LOG_CHARS],  # the first errors explain the rest
     )
 
 
@@ -172,7 +172,7 @@ def _internal_error(tier: Tier, before: VerifyResult, reason: str, log: str) -> 
         timings_s=before.timings_s,
         diagnostics=before.diagnostics,
         resources=before.resources,
-        log=log[-LOG_TAIL_CHARS:],
+        log=log[-LOG_CHARS:],
     )
 
 

@@ -137,9 +137,10 @@ def _check_python(candidate: Candidate, tree: ast.Module) -> tuple[VerifyResult 
         reason = f"line {line}: try/except around the extension build or call (a fallback)"
         return _reject(Verdict.STATIC_REJECT, reason, line), []
     reached = _reachable(module, model_new)
+    inherits_reference = any(_dotted(base) == "Model" for base in model_new.bases)
     for function in [model_new, *reached]:
         for node in ast.walk(function):
-            if _calls_reference(node):
+            if _calls_reference(node, inherits_reference and function is model_new):
                 line = _line(candidate, node.lineno)
                 return _reject(Verdict.STATIC_REJECT, f"line {line}: ModelNew calls the reference Model", line), []
     calls = [node for function in reached for node in ast.walk(function) if isinstance(node, ast.Call)]
@@ -306,15 +307,15 @@ def _callees(call: ast.Call, owner: ast.ClassDef, module: _Module) -> Iterator[t
             yield init, cls
 
 
-def _calls_reference(node: ast.AST) -> bool:
+def _calls_reference(node: ast.AST, inherits_reference: bool) -> bool:
+    """``Model(...)``, or ``super().forward(...)`` in a ModelNew that subclasses ``Model``."""
     if not isinstance(node, ast.Call):
         return False
     if isinstance(node.func, ast.Name) and node.func.id == "Model":
         return True
-    # super().forward(...) in a ModelNew that subclasses the reference.
     func = node.func
     return (
-        isinstance(func, ast.Attribute) and func.attr == "forward"
+        inherits_reference and isinstance(func, ast.Attribute) and func.attr == "forward"
         and isinstance(func.value, ast.Call) and _dotted(func.value.func) == "super"
     )  # fmt: skip
 

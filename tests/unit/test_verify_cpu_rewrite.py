@@ -97,9 +97,17 @@ def test_reduction_halves_the_largest_constant_until_the_budget_fits():
     assert plan == {"dim": 4096}
 
 
-def test_reduction_never_touches_small_or_odd_constants():
+def test_reduction_never_touches_small_constants_and_rounds_odd_ones_up():
     plan = plan_reduction({"k": 3, "odd": 1001, "c": 8}, lambda o: 10**9, 10)
-    assert plan == {}
+    assert plan == {"odd": 8}
+
+
+def test_odd_sizes_shrink_too():
+    def elements(overrides: dict[str, int]) -> int:
+        sizes = {"M": 8205, "K": 2949} | overrides
+        return sizes["M"] * sizes["K"]
+
+    assert plan_reduction({"M": 8205, "K": 2949}, elements, 1 << 18) == {"M": 513, "K": 369}
 
 
 def test_overrides_rewrite_the_literals():

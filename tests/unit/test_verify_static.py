@@ -192,3 +192,18 @@ def test_gpu_correct_kernelbench_answers_with_kernels_mostly_pass(shared_data):
     # GPU-correct answers are rejected only when forward never uses the kernel (a torch rewrite).
     unexpected = [r for r in reasons if "never calls the compiled extension" not in r]
     assert len(unexpected) <= 3, unexpected
+
+
+def test_super_forward_is_a_reference_call_only_in_a_model_new_that_subclasses_model():
+    inherits = GOOD.replace("class ModelNew(nn.Module):", "class ModelNew(Model):").replace(
+        "return self.ext.relu_cuda(x.contiguous())", "return self.ext.relu_cuda(super().forward(x))"
+    )
+    assert "calls the reference Model" in verdict(fenced(inherits)).reason
+    submodule = GOOD.replace(
+        "class ModelNew(nn.Module):",
+        "class Scaled(nn.Linear):\n    def forward(self, x):\n        return super().forward(x)\n\n\n"
+        "class ModelNew(nn.Module):",
+    ).replace("        self.ext = ext\n", "        self.ext = ext\n        self.fc = Scaled(4, 4)\n").replace(
+        "return self.ext.relu_cuda(x.contiguous())", "return self.ext.relu_cuda(self.fc(x))"
+    )
+    assert verdict(fenced(submodule)) is None

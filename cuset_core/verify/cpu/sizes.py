@@ -2,9 +2,10 @@
 
 KernelBench problems size their tensors with module-level constants (``batch_size = 16``,
 ``dim = 16384``, ``M = 1024``). Tier 2 runs on a CPU, so it shrinks them: the largest
-constant is halved (only while it stays even and at least ``MIN_VALUE``, so powers of two
-keep dividing each other and small settings such as kernel sizes are never touched) until
-the measured element count fits the budget.
+constant of at least ``2 * MIN_VALUE`` is halved (odd values round up, so an odd size stays
+odd-ish and still exercises the kernels' bounds guards; powers of two keep dividing each
+other; small settings such as kernel sizes are never touched) until the measured element
+count fits the budget.
 """
 
 from __future__ import annotations
@@ -53,10 +54,10 @@ def plan_reduction(
     for _ in range(MAX_STEPS):
         if measure(changed) <= max_elements:
             break
-        shrinkable = [name for name, value in current.items() if value >= 2 * MIN_VALUE and value % 2 == 0]
+        shrinkable = [name for name, value in current.items() if value >= 2 * MIN_VALUE]
         if not shrinkable:
             break
         name = max(shrinkable, key=lambda n: current[n])
-        current[name] //= 2
+        current[name] = (current[name] + 1) // 2
         changed[name] = current[name]
     return changed

@@ -185,55 +185,31 @@ struct alignas(2) BFloat16 {
 #endif
 };
 
-#define CUSET_REDUCED_FLOAT_OPS(T)                                                              \
-  inline C10_HOST_DEVICE T operator+(const T& a, const T& b) { return float(a) + float(b); }  \
-  inline C10_HOST_DEVICE T operator-(const T& a, const T& b) { return float(a) - float(b); }  \
-  inline C10_HOST_DEVICE T operator*(const T& a, const T& b) { return float(a) * float(b); }  \
-  inline C10_HOST_DEVICE T operator/(const T& a, const T& b) { return float(a) / float(b); }  \
-  inline C10_HOST_DEVICE T operator-(const T& a) { return -float(a); }                        \
-  inline C10_HOST_DEVICE T& operator+=(T& a, const T& b) { return a = a + b; }                \
-  inline C10_HOST_DEVICE T& operator-=(T& a, const T& b) { return a = a - b; }                \
-  inline C10_HOST_DEVICE T& operator*=(T& a, const T& b) { return a = a * b; }                \
-  inline C10_HOST_DEVICE T& operator/=(T& a, const T& b) { return a = a / b; }                \
-  inline C10_HOST_DEVICE float operator+(T a, float b) { return float(a) + b; }               \
-  inline C10_HOST_DEVICE float operator-(T a, float b) { return float(a) - b; }               \
-  inline C10_HOST_DEVICE float operator*(T a, float b) { return float(a) * b; }               \
-  inline C10_HOST_DEVICE float operator/(T a, float b) { return float(a) / b; }               \
-  inline C10_HOST_DEVICE float operator+(float a, T b) { return a + float(b); }               \
-  inline C10_HOST_DEVICE float operator-(float a, T b) { return a - float(b); }               \
-  inline C10_HOST_DEVICE float operator*(float a, T b) { return a * float(b); }               \
-  inline C10_HOST_DEVICE float operator/(float a, T b) { return a / float(b); }               \
-  inline C10_HOST_DEVICE float& operator+=(float& a, const T& b) { return a += float(b); }     \
-  inline C10_HOST_DEVICE float& operator-=(float& a, const T& b) { return a -= float(b); }     \
-  inline C10_HOST_DEVICE float& operator*=(float& a, const T& b) { return a *= float(b); }     \
-  inline C10_HOST_DEVICE float& operator/=(float& a, const T& b) { return a /= float(b); }     \
-  inline C10_HOST_DEVICE double operator+(T a, double b) { return float(a) + b; }             \
-  inline C10_HOST_DEVICE double operator-(T a, double b) { return float(a) - b; }             \
-  inline C10_HOST_DEVICE double operator*(T a, double b) { return float(a) * b; }             \
-  inline C10_HOST_DEVICE double operator/(T a, double b) { return float(a) / b; }             \
-  inline C10_HOST_DEVICE double operator+(double a, T b) { return a + float(b); }             \
-  inline C10_HOST_DEVICE double operator-(double a, T b) { return a - float(b); }             \
-  inline C10_HOST_DEVICE double operator*(double a, T b) { return a * float(b); }             \
-  inline C10_HOST_DEVICE double operator/(double a, T b) { return a / float(b); }             \
-  inline C10_HOST_DEVICE T operator+(T a, int b) { return float(a) + b; }                     \
-  inline C10_HOST_DEVICE T operator-(T a, int b) { return float(a) - b; }                     \
-  inline C10_HOST_DEVICE T operator*(T a, int b) { return float(a) * b; }                     \
-  inline C10_HOST_DEVICE T operator/(T a, int b) { return float(a) / b; }                     \
-  inline C10_HOST_DEVICE T operator+(int a, T b) { return a + float(b); }                     \
-  inline C10_HOST_DEVICE T operator-(int a, T b) { return a - float(b); }                     \
-  inline C10_HOST_DEVICE T operator*(int a, T b) { return a * float(b); }                     \
-  inline C10_HOST_DEVICE T operator/(int a, T b) { return a / float(b); }                     \
-  inline C10_HOST_DEVICE T operator+(T a, int64_t b) { return float(a) + b; }                 \
-  inline C10_HOST_DEVICE T operator-(T a, int64_t b) { return float(a) - b; }                 \
-  inline C10_HOST_DEVICE T operator*(T a, int64_t b) { return float(a) * b; }                 \
-  inline C10_HOST_DEVICE T operator/(T a, int64_t b) { return float(a) / b; }                 \
-  inline C10_HOST_DEVICE T operator+(int64_t a, T b) { return a + float(b); }                 \
-  inline C10_HOST_DEVICE T operator-(int64_t a, T b) { return a - float(b); }                 \
-  inline C10_HOST_DEVICE T operator*(int64_t a, T b) { return a * float(b); }                 \
-  inline C10_HOST_DEVICE T operator/(int64_t a, T b) { return a / float(b); }
-CUSET_REDUCED_FLOAT_OPS(Half)
-CUSET_REDUCED_FLOAT_OPS(BFloat16)
-#undef CUSET_REDUCED_FLOAT_OPS
+// Arithmetic as c10 defines it: in float, back to T with T or an integer, float or double
+// with a float or double. One operator per line keeps compiler messages short.
+#define CUSET_REDUCED_OP(T, op)                                                                        \
+  inline C10_HOST_DEVICE T operator op(const T& a, const T& b) { return float(a) op float(b); }      \
+  inline C10_HOST_DEVICE float operator op(T a, float b) { return float(a) op b; }                    \
+  inline C10_HOST_DEVICE float operator op(float a, T b) { return a op float(b); }                    \
+  inline C10_HOST_DEVICE double operator op(T a, double b) { return float(a) op b; }                  \
+  inline C10_HOST_DEVICE double operator op(double a, T b) { return a op float(b); }                  \
+  inline C10_HOST_DEVICE T operator op(T a, int b) { return float(a) op b; }                          \
+  inline C10_HOST_DEVICE T operator op(int a, T b) { return a op float(b); }                          \
+  inline C10_HOST_DEVICE T operator op(T a, int64_t b) { return float(a) op b; }                      \
+  inline C10_HOST_DEVICE T operator op(int64_t a, T b) { return a op float(b); }                      \
+  inline C10_HOST_DEVICE T& operator op##=(T& a, const T& b) { return a = a op b; }                   \
+  inline C10_HOST_DEVICE float& operator op##=(float& a, const T& b) { return a op##= float(b); }
+CUSET_REDUCED_OP(Half, +)
+CUSET_REDUCED_OP(Half, -)
+CUSET_REDUCED_OP(Half, *)
+CUSET_REDUCED_OP(Half, /)
+CUSET_REDUCED_OP(BFloat16, +)
+CUSET_REDUCED_OP(BFloat16, -)
+CUSET_REDUCED_OP(BFloat16, *)
+CUSET_REDUCED_OP(BFloat16, /)
+#undef CUSET_REDUCED_OP
+inline C10_HOST_DEVICE Half operator-(const Half& a) { return -float(a); }
+inline C10_HOST_DEVICE BFloat16 operator-(const BFloat16& a) { return -float(a); }
 
 template <class T>
 struct complex {
@@ -505,30 +481,7 @@ struct DeprecatedTypeProperties {
   bool operator==(const DeprecatedTypeProperties& other) const;
 };
 
-// Tensor methods that compute: any arguments, a tensor (or pair) back.
-#define CUSET_GENERIC_METHODS(X)                                                                  \
-  X(abs) X(abs_) X(acos) X(add) X(add_) X(addcmul) X(addcdiv) X(addmm) X(all) X(any) X(amax)   \
-  X(amin) X(argmax) X(argmin) X(argsort) X(as_strided) X(asin) X(atan) X(baddbmm) X(bmm)       \
-  X(ceil) X(clamp) X(clamp_) X(clamp_max) X(clamp_min) X(clamp_min_) X(clamp_max_) X(clip)     \
-  X(clone) X(copy_) X(cos) X(cosh) X(cumsum) X(cumprod) X(detach) X(diag) X(div) X(div_)       \
-  X(dot) X(eq) X(erf) X(exp) X(exp_) X(expand) X(expand_as) X(fill_) X(flatten) X(flip)        \
-  X(floor) X(fmod) X(gather) X(ge) X(gelu) X(gt) X(index) X(index_select) X(index_put_)         \
-  X(le) X(lerp) X(log) X(log_) X(log1p) X(log_softmax) X(logsumexp) X(lt) X(masked_fill)        \
-  X(masked_fill_) X(matmul) X(maximum) X(mean) X(minimum) X(mm) X(mul) X(mul_) X(mv) X(narrow)  \
-  X(ne) X(neg) X(neg_) X(new_empty) X(new_full) X(new_ones) X(new_zeros) X(norm) X(normal_)     \
-  X(permute) X(pow) X(pow_) X(prod) X(reciprocal) X(relu) X(relu_) X(repeat) X(reshape)        \
-  X(reshape_as) X(round) X(rsqrt) X(scatter) X(scatter_) X(scatter_add) X(select) X(sigmoid)   \
-  X(sigmoid_) X(sign) X(sin) X(sinh) X(slice) X(softmax) X(sqrt) X(sqrt_) X(square) X(squeeze) \
-  X(squeeze_) X(std) X(sub) X(sub_) X(sum) X(t) X(t_) X(tanh) X(tanh_) X(tile) X(to)            \
-  X(transpose) X(transpose_) X(tril) X(triu) X(trunc) X(uniform_) X(unsqueeze) X(unsqueeze_)    \
-  X(var) X(view) X(view_as) X(where) X(zero_) X(contiguous) X(cuda) X(cpu) X(half) X(bfloat16)  \
-  X(float_) X(double_) X(long_) X(int_) X(bool_) X(type_as) X(pin_memory) X(to_dense)           \
-  X(requires_grad_) X(set_requires_grad) X(retain_grad) X(backward) X(grad) X(item_tensor)      \
-  X(chunk_tensor) X(unfold) X(movedim) X(swapaxes) X(logical_and) X(logical_or) X(logical_not) \
-  X(bitwise_and) X(bitwise_or) X(hardtanh) X(softplus) X(leaky_relu) X(elu) X(selu) X(silu)     \
-  X(mish) X(hardswish) X(hardsigmoid) X(einsum) X(conv2d) X(nan_to_num) X(isnan) X(isinf)       \
-  X(fill_diagonal_) X(roll) X(sort_tensor) X(resize_) X(set_) X(as_strided_) X(numpy_T)         \
-  X(mT) X(mH) X(contiguous_) X(exponential_) X(bernoulli_) X(random_) X(sub_tensor) X(rsub)
+// Tensor methods that compute are declared below, one per line, taking any arguments.
 
 class Tensor {
  public:
@@ -647,10 +600,208 @@ class Tensor {
   Tensor new_ones(IntArrayRef size, TensorOptions options = {}) const;
   Tensor new_full(IntArrayRef size, Scalar value, TensorOptions options = {}) const;
 
-#define CUSET_METHOD(name)   \
-  template <class... Args> \
-  Tensor name(Args&&... args) const;
-  CUSET_GENERIC_METHODS(CUSET_METHOD)
+// One declaration set per line, so that a compiler message quoting a line stays short. A
+// braced list may stand first or second (sizes, dims).
+#define CUSET_METHOD(name)                                                      \
+  template <class... Args>                                                      \
+  Tensor name(Args&&... args) const;                                            \
+  template <class... Args>                                                      \
+  Tensor name(IntArrayRef first, Args&&... args) const;                         \
+  template <class A, class... Args>                                             \
+  Tensor name(A&& first, IntArrayRef second, Args&&... args) const;
+  CUSET_METHOD(abs)
+  CUSET_METHOD(abs_)
+  CUSET_METHOD(acos)
+  CUSET_METHOD(add)
+  CUSET_METHOD(add_)
+  CUSET_METHOD(addcmul)
+  CUSET_METHOD(addcdiv)
+  CUSET_METHOD(addmm)
+  CUSET_METHOD(all)
+  CUSET_METHOD(any)
+  CUSET_METHOD(amax)
+  CUSET_METHOD(amin)
+  CUSET_METHOD(argmax)
+  CUSET_METHOD(argmin)
+  CUSET_METHOD(argsort)
+  CUSET_METHOD(as_strided)
+  CUSET_METHOD(asin)
+  CUSET_METHOD(atan)
+  CUSET_METHOD(baddbmm)
+  CUSET_METHOD(bmm)
+  CUSET_METHOD(ceil)
+  CUSET_METHOD(clamp)
+  CUSET_METHOD(clamp_)
+  CUSET_METHOD(clamp_max)
+  CUSET_METHOD(clamp_min)
+  CUSET_METHOD(clamp_min_)
+  CUSET_METHOD(clamp_max_)
+  CUSET_METHOD(clip)
+  CUSET_METHOD(clone)
+  CUSET_METHOD(copy_)
+  CUSET_METHOD(cos)
+  CUSET_METHOD(cosh)
+  CUSET_METHOD(cumsum)
+  CUSET_METHOD(cumprod)
+  CUSET_METHOD(detach)
+  CUSET_METHOD(diag)
+  CUSET_METHOD(div)
+  CUSET_METHOD(div_)
+  CUSET_METHOD(dot)
+  CUSET_METHOD(eq)
+  CUSET_METHOD(erf)
+  CUSET_METHOD(exp)
+  CUSET_METHOD(exp_)
+  CUSET_METHOD(expand)
+  CUSET_METHOD(expand_as)
+  CUSET_METHOD(fill_)
+  CUSET_METHOD(flatten)
+  CUSET_METHOD(flip)
+  CUSET_METHOD(floor)
+  CUSET_METHOD(fmod)
+  CUSET_METHOD(gather)
+  CUSET_METHOD(ge)
+  CUSET_METHOD(gelu)
+  CUSET_METHOD(gt)
+  CUSET_METHOD(index)
+  CUSET_METHOD(index_select)
+  CUSET_METHOD(index_put_)
+  CUSET_METHOD(le)
+  CUSET_METHOD(lerp)
+  CUSET_METHOD(log)
+  CUSET_METHOD(log_)
+  CUSET_METHOD(log1p)
+  CUSET_METHOD(log_softmax)
+  CUSET_METHOD(logsumexp)
+  CUSET_METHOD(lt)
+  CUSET_METHOD(masked_fill)
+  CUSET_METHOD(masked_fill_)
+  CUSET_METHOD(matmul)
+  CUSET_METHOD(maximum)
+  CUSET_METHOD(mean)
+  CUSET_METHOD(minimum)
+  CUSET_METHOD(mm)
+  CUSET_METHOD(mul)
+  CUSET_METHOD(mul_)
+  CUSET_METHOD(mv)
+  CUSET_METHOD(narrow)
+  CUSET_METHOD(ne)
+  CUSET_METHOD(neg)
+  CUSET_METHOD(neg_)
+  CUSET_METHOD(new_empty)
+  CUSET_METHOD(new_full)
+  CUSET_METHOD(new_ones)
+  CUSET_METHOD(new_zeros)
+  CUSET_METHOD(norm)
+  CUSET_METHOD(normal_)
+  CUSET_METHOD(permute)
+  CUSET_METHOD(pow)
+  CUSET_METHOD(pow_)
+  CUSET_METHOD(prod)
+  CUSET_METHOD(reciprocal)
+  CUSET_METHOD(relu)
+  CUSET_METHOD(relu_)
+  CUSET_METHOD(repeat)
+  CUSET_METHOD(reshape)
+  CUSET_METHOD(reshape_as)
+  CUSET_METHOD(round)
+  CUSET_METHOD(rsqrt)
+  CUSET_METHOD(scatter)
+  CUSET_METHOD(scatter_)
+  CUSET_METHOD(scatter_add)
+  CUSET_METHOD(select)
+  CUSET_METHOD(sigmoid)
+  CUSET_METHOD(sigmoid_)
+  CUSET_METHOD(sign)
+  CUSET_METHOD(sin)
+  CUSET_METHOD(sinh)
+  CUSET_METHOD(slice)
+  CUSET_METHOD(softmax)
+  CUSET_METHOD(sqrt)
+  CUSET_METHOD(sqrt_)
+  CUSET_METHOD(square)
+  CUSET_METHOD(squeeze)
+  CUSET_METHOD(squeeze_)
+  CUSET_METHOD(std)
+  CUSET_METHOD(sub)
+  CUSET_METHOD(sub_)
+  CUSET_METHOD(sum)
+  CUSET_METHOD(t)
+  CUSET_METHOD(t_)
+  CUSET_METHOD(tanh)
+  CUSET_METHOD(tanh_)
+  CUSET_METHOD(tile)
+  CUSET_METHOD(to)
+  CUSET_METHOD(transpose)
+  CUSET_METHOD(transpose_)
+  CUSET_METHOD(tril)
+  CUSET_METHOD(triu)
+  CUSET_METHOD(trunc)
+  CUSET_METHOD(uniform_)
+  CUSET_METHOD(unsqueeze)
+  CUSET_METHOD(unsqueeze_)
+  CUSET_METHOD(var)
+  CUSET_METHOD(view)
+  CUSET_METHOD(view_as)
+  CUSET_METHOD(where)
+  CUSET_METHOD(zero_)
+  CUSET_METHOD(contiguous)
+  CUSET_METHOD(cuda)
+  CUSET_METHOD(cpu)
+  CUSET_METHOD(half)
+  CUSET_METHOD(bfloat16)
+  CUSET_METHOD(float_)
+  CUSET_METHOD(double_)
+  CUSET_METHOD(long_)
+  CUSET_METHOD(int_)
+  CUSET_METHOD(bool_)
+  CUSET_METHOD(type_as)
+  CUSET_METHOD(pin_memory)
+  CUSET_METHOD(to_dense)
+  CUSET_METHOD(requires_grad_)
+  CUSET_METHOD(set_requires_grad)
+  CUSET_METHOD(retain_grad)
+  CUSET_METHOD(backward)
+  CUSET_METHOD(grad)
+  CUSET_METHOD(item_tensor)
+  CUSET_METHOD(chunk_tensor)
+  CUSET_METHOD(unfold)
+  CUSET_METHOD(movedim)
+  CUSET_METHOD(swapaxes)
+  CUSET_METHOD(logical_and)
+  CUSET_METHOD(logical_or)
+  CUSET_METHOD(logical_not)
+  CUSET_METHOD(bitwise_and)
+  CUSET_METHOD(bitwise_or)
+  CUSET_METHOD(hardtanh)
+  CUSET_METHOD(softplus)
+  CUSET_METHOD(leaky_relu)
+  CUSET_METHOD(elu)
+  CUSET_METHOD(selu)
+  CUSET_METHOD(silu)
+  CUSET_METHOD(mish)
+  CUSET_METHOD(hardswish)
+  CUSET_METHOD(hardsigmoid)
+  CUSET_METHOD(einsum)
+  CUSET_METHOD(conv2d)
+  CUSET_METHOD(nan_to_num)
+  CUSET_METHOD(isnan)
+  CUSET_METHOD(isinf)
+  CUSET_METHOD(fill_diagonal_)
+  CUSET_METHOD(roll)
+  CUSET_METHOD(sort_tensor)
+  CUSET_METHOD(resize_)
+  CUSET_METHOD(set_)
+  CUSET_METHOD(as_strided_)
+  CUSET_METHOD(numpy_T)
+  CUSET_METHOD(mT)
+  CUSET_METHOD(mH)
+  CUSET_METHOD(contiguous_)
+  CUSET_METHOD(exponential_)
+  CUSET_METHOD(bernoulli_)
+  CUSET_METHOD(random_)
+  CUSET_METHOD(sub_tensor)
+  CUSET_METHOD(rsub)
 #undef CUSET_METHOD
   Tensor operator[](int64_t index) const;
   Tensor operator[](const Tensor& index) const;
@@ -713,42 +864,218 @@ struct std::tuple_element<I, at::OpResult> {
 
 namespace at {
 
-// Free functions of at:: / torch::: any arguments; a leading braced list may be sizes or
-// tensors (an empty one picks the tensor overload, which is as good for type-checking).
-#define CUSET_GENERIC_FUNCTIONS(X)                                                                \
-  X(empty) X(empty_like) X(empty_strided) X(zeros) X(zeros_like) X(ones) X(ones_like) X(full)     \
-  X(full_like) X(rand) X(rand_like) X(randn) X(randn_like) X(randint) X(randint_like) X(randperm) \
-  X(arange) X(linspace) X(logspace) X(eye) X(tensor) X(from_blob) X(scalar_tensor) X(cat)        \
-  X(concat) X(stack) X(hstack) X(vstack) X(matmul) X(mm) X(bmm) X(addmm) X(baddbmm) X(linear)     \
-  X(conv1d) X(conv2d) X(conv3d) X(conv_transpose1d) X(conv_transpose2d) X(conv_transpose3d)      \
-  X(convolution) X(relu) X(relu_) X(gelu) X(sigmoid) X(tanh) X(softmax) X(log_softmax) X(exp)    \
-  X(log) X(sqrt) X(rsqrt) X(abs) X(sum) X(mean) X(var) X(std) X(clamp) X(clamp_min) X(clamp_max) \
-  X(where) X(batch_norm) X(layer_norm) X(group_norm) X(instance_norm) X(max_pool1d)              \
-  X(max_pool2d) X(max_pool3d) X(avg_pool1d) X(avg_pool2d) X(avg_pool3d) X(adaptive_avg_pool1d)   \
-  X(adaptive_avg_pool2d) X(adaptive_avg_pool3d) X(adaptive_max_pool2d) X(dropout) X(pad)        \
-  X(constant_pad_nd) X(cumsum) X(cumprod) X(einsum) X(add) X(sub) X(mul) X(div) X(pow) X(neg)    \
-  X(maximum) X(minimum) X(max) X(min) X(amax) X(amin) X(argmax) X(argmin) X(logsumexp) X(norm)   \
-  X(sort) X(topk) X(gather) X(index_select) X(masked_fill) X(transpose) X(permute) X(reshape)    \
-  X(flatten) X(unsqueeze) X(squeeze) X(narrow) X(tril) X(triu) X(erf) X(sin) X(cos) X(floor)     \
-  X(ceil) X(round) X(sign) X(hardtanh) X(softplus) X(leaky_relu) X(elu) X(selu) X(silu) X(mish)  \
-  X(hardswish) X(hardsigmoid) X(prelu) X(log1p) X(expm1) X(reciprocal) X(square) X(allclose)     \
-  X(equal) X(isnan) X(isinf) X(nan_to_num) X(embedding) X(lstm) X(gru) X(rnn_tanh) X(upsample_nearest2d) \
-  X(upsample_bilinear2d) X(interpolate) X(pixel_shuffle) X(cosine_similarity) X(pairwise_distance) \
-  X(cross_entropy) X(nll_loss) X(mse_loss) X(l1_loss) X(smooth_l1_loss) X(kl_div) X(triplet_margin_loss) \
-  X(hinge_embedding_loss) X(binary_cross_entropy) X(_weight_norm) X(native_layer_norm)           \
-  X(native_batch_norm) X(mv) X(outer) X(addcmul) X(addcdiv) X(lerp) X(flip) X(roll) X(repeat_interleave) \
-  X(split) X(chunk) X(unbind) X(var_mean) X(std_mean) X(prod) X(all) X(any) X(eq) X(ne) X(lt) X(le) \
-  X(gt) X(ge) X(logical_and) X(logical_or) X(logical_not) X(bernoulli) X(multinomial) X(normal)   \
-  X(empty_cuda) X(zeros_cuda) X(im2col) X(col2im) X(unfold) X(fold) X(bilinear) X(clone) X(view_as_real)
-
-#define CUSET_FUNCTION(name)                           \
-  template <class... Args>                             \
-  OpResult name(Args&&... args);                       \
-  template <class... Args>                             \
-  OpResult name(IntArrayRef first, Args&&... args);    \
-  template <class... Args>                             \
-  OpResult name(std::initializer_list<Tensor> first, Args&&... args);
-CUSET_GENERIC_FUNCTIONS(CUSET_FUNCTION)
+// Free functions of at:: / torch::, one per line: any arguments; a braced list may stand
+// first (sizes or tensors; an empty one picks the tensor overload, as good for type-checking),
+// second or third (sizes, dims).
+#define CUSET_FUNCTION(name)                                                                 \
+  template <class... Args>                                                                   \
+  OpResult name(Args&&... args);                                                             \
+  template <class... Args>                                                                   \
+  OpResult name(IntArrayRef first, Args&&... args);                                          \
+  template <class... Args>                                                                   \
+  OpResult name(std::initializer_list<Tensor> first, Args&&... args);                        \
+  template <class... Args>                                                                   \
+  OpResult name(IntArrayRef first, IntArrayRef second, Args&&... args);                      \
+  template <class A, class... Args>                                                          \
+  OpResult name(A&& first, IntArrayRef second, Args&&... args);                              \
+  template <class A, class B, class... Args>                                                 \
+  OpResult name(A&& first, B&& second, IntArrayRef third, Args&&... args);
+CUSET_FUNCTION(empty)
+CUSET_FUNCTION(empty_like)
+CUSET_FUNCTION(empty_strided)
+CUSET_FUNCTION(zeros)
+CUSET_FUNCTION(zeros_like)
+CUSET_FUNCTION(ones)
+CUSET_FUNCTION(ones_like)
+CUSET_FUNCTION(full)
+CUSET_FUNCTION(full_like)
+CUSET_FUNCTION(rand)
+CUSET_FUNCTION(rand_like)
+CUSET_FUNCTION(randn)
+CUSET_FUNCTION(randn_like)
+CUSET_FUNCTION(randint)
+CUSET_FUNCTION(randint_like)
+CUSET_FUNCTION(randperm)
+CUSET_FUNCTION(arange)
+CUSET_FUNCTION(linspace)
+CUSET_FUNCTION(logspace)
+CUSET_FUNCTION(eye)
+CUSET_FUNCTION(tensor)
+CUSET_FUNCTION(from_blob)
+CUSET_FUNCTION(scalar_tensor)
+CUSET_FUNCTION(cat)
+CUSET_FUNCTION(concat)
+CUSET_FUNCTION(stack)
+CUSET_FUNCTION(hstack)
+CUSET_FUNCTION(vstack)
+CUSET_FUNCTION(matmul)
+CUSET_FUNCTION(mm)
+CUSET_FUNCTION(bmm)
+CUSET_FUNCTION(addmm)
+CUSET_FUNCTION(baddbmm)
+CUSET_FUNCTION(linear)
+CUSET_FUNCTION(conv1d)
+CUSET_FUNCTION(conv2d)
+CUSET_FUNCTION(conv3d)
+CUSET_FUNCTION(conv_transpose1d)
+CUSET_FUNCTION(conv_transpose2d)
+CUSET_FUNCTION(conv_transpose3d)
+CUSET_FUNCTION(convolution)
+CUSET_FUNCTION(relu)
+CUSET_FUNCTION(relu_)
+CUSET_FUNCTION(gelu)
+CUSET_FUNCTION(sigmoid)
+CUSET_FUNCTION(tanh)
+CUSET_FUNCTION(softmax)
+CUSET_FUNCTION(log_softmax)
+CUSET_FUNCTION(exp)
+CUSET_FUNCTION(log)
+CUSET_FUNCTION(sqrt)
+CUSET_FUNCTION(rsqrt)
+CUSET_FUNCTION(abs)
+CUSET_FUNCTION(sum)
+CUSET_FUNCTION(mean)
+CUSET_FUNCTION(var)
+CUSET_FUNCTION(std)
+CUSET_FUNCTION(clamp)
+CUSET_FUNCTION(clamp_min)
+CUSET_FUNCTION(clamp_max)
+CUSET_FUNCTION(where)
+CUSET_FUNCTION(batch_norm)
+CUSET_FUNCTION(layer_norm)
+CUSET_FUNCTION(group_norm)
+CUSET_FUNCTION(instance_norm)
+CUSET_FUNCTION(max_pool1d)
+CUSET_FUNCTION(max_pool2d)
+CUSET_FUNCTION(max_pool3d)
+CUSET_FUNCTION(avg_pool1d)
+CUSET_FUNCTION(avg_pool2d)
+CUSET_FUNCTION(avg_pool3d)
+CUSET_FUNCTION(adaptive_avg_pool1d)
+CUSET_FUNCTION(adaptive_avg_pool2d)
+CUSET_FUNCTION(adaptive_avg_pool3d)
+CUSET_FUNCTION(adaptive_max_pool2d)
+CUSET_FUNCTION(dropout)
+CUSET_FUNCTION(pad)
+CUSET_FUNCTION(constant_pad_nd)
+CUSET_FUNCTION(cumsum)
+CUSET_FUNCTION(cumprod)
+CUSET_FUNCTION(einsum)
+CUSET_FUNCTION(add)
+CUSET_FUNCTION(sub)
+CUSET_FUNCTION(mul)
+CUSET_FUNCTION(div)
+CUSET_FUNCTION(pow)
+CUSET_FUNCTION(neg)
+CUSET_FUNCTION(maximum)
+CUSET_FUNCTION(minimum)
+CUSET_FUNCTION(max)
+CUSET_FUNCTION(min)
+CUSET_FUNCTION(amax)
+CUSET_FUNCTION(amin)
+CUSET_FUNCTION(argmax)
+CUSET_FUNCTION(argmin)
+CUSET_FUNCTION(logsumexp)
+CUSET_FUNCTION(norm)
+CUSET_FUNCTION(sort)
+CUSET_FUNCTION(topk)
+CUSET_FUNCTION(gather)
+CUSET_FUNCTION(index_select)
+CUSET_FUNCTION(masked_fill)
+CUSET_FUNCTION(transpose)
+CUSET_FUNCTION(permute)
+CUSET_FUNCTION(reshape)
+CUSET_FUNCTION(flatten)
+CUSET_FUNCTION(unsqueeze)
+CUSET_FUNCTION(squeeze)
+CUSET_FUNCTION(narrow)
+CUSET_FUNCTION(tril)
+CUSET_FUNCTION(triu)
+CUSET_FUNCTION(erf)
+CUSET_FUNCTION(sin)
+CUSET_FUNCTION(cos)
+CUSET_FUNCTION(floor)
+CUSET_FUNCTION(ceil)
+CUSET_FUNCTION(round)
+CUSET_FUNCTION(sign)
+CUSET_FUNCTION(hardtanh)
+CUSET_FUNCTION(softplus)
+CUSET_FUNCTION(leaky_relu)
+CUSET_FUNCTION(elu)
+CUSET_FUNCTION(selu)
+CUSET_FUNCTION(silu)
+CUSET_FUNCTION(mish)
+CUSET_FUNCTION(hardswish)
+CUSET_FUNCTION(hardsigmoid)
+CUSET_FUNCTION(prelu)
+CUSET_FUNCTION(log1p)
+CUSET_FUNCTION(expm1)
+CUSET_FUNCTION(reciprocal)
+CUSET_FUNCTION(square)
+CUSET_FUNCTION(allclose)
+CUSET_FUNCTION(equal)
+CUSET_FUNCTION(isnan)
+CUSET_FUNCTION(isinf)
+CUSET_FUNCTION(nan_to_num)
+CUSET_FUNCTION(embedding)
+CUSET_FUNCTION(lstm)
+CUSET_FUNCTION(gru)
+CUSET_FUNCTION(rnn_tanh)
+CUSET_FUNCTION(upsample_nearest2d)
+CUSET_FUNCTION(upsample_bilinear2d)
+CUSET_FUNCTION(interpolate)
+CUSET_FUNCTION(pixel_shuffle)
+CUSET_FUNCTION(cosine_similarity)
+CUSET_FUNCTION(pairwise_distance)
+CUSET_FUNCTION(cross_entropy)
+CUSET_FUNCTION(nll_loss)
+CUSET_FUNCTION(mse_loss)
+CUSET_FUNCTION(l1_loss)
+CUSET_FUNCTION(smooth_l1_loss)
+CUSET_FUNCTION(kl_div)
+CUSET_FUNCTION(triplet_margin_loss)
+CUSET_FUNCTION(hinge_embedding_loss)
+CUSET_FUNCTION(binary_cross_entropy)
+CUSET_FUNCTION(_weight_norm)
+CUSET_FUNCTION(native_layer_norm)
+CUSET_FUNCTION(native_batch_norm)
+CUSET_FUNCTION(mv)
+CUSET_FUNCTION(outer)
+CUSET_FUNCTION(addcmul)
+CUSET_FUNCTION(addcdiv)
+CUSET_FUNCTION(lerp)
+CUSET_FUNCTION(flip)
+CUSET_FUNCTION(roll)
+CUSET_FUNCTION(repeat_interleave)
+CUSET_FUNCTION(split)
+CUSET_FUNCTION(chunk)
+CUSET_FUNCTION(unbind)
+CUSET_FUNCTION(var_mean)
+CUSET_FUNCTION(std_mean)
+CUSET_FUNCTION(prod)
+CUSET_FUNCTION(all)
+CUSET_FUNCTION(any)
+CUSET_FUNCTION(eq)
+CUSET_FUNCTION(ne)
+CUSET_FUNCTION(lt)
+CUSET_FUNCTION(le)
+CUSET_FUNCTION(gt)
+CUSET_FUNCTION(ge)
+CUSET_FUNCTION(logical_and)
+CUSET_FUNCTION(logical_or)
+CUSET_FUNCTION(logical_not)
+CUSET_FUNCTION(bernoulli)
+CUSET_FUNCTION(multinomial)
+CUSET_FUNCTION(normal)
+CUSET_FUNCTION(empty_cuda)
+CUSET_FUNCTION(zeros_cuda)
+CUSET_FUNCTION(im2col)
+CUSET_FUNCTION(col2im)
+CUSET_FUNCTION(unfold)
+CUSET_FUNCTION(fold)
+CUSET_FUNCTION(bilinear)
+CUSET_FUNCTION(clone)
+CUSET_FUNCTION(view_as_real)
 #undef CUSET_FUNCTION
 
 }  // namespace at
@@ -790,30 +1117,52 @@ struct Module {
   at::Tensor forward(Args&&... args);
 };
 namespace functional {
-#define CUSET_NN_FUNCTION(name)                         \
-  template <class... Args>                              \
-  at::OpResult name(Args&&... args);                    \
-  struct name##_options_any {                           \
-    template <class... Args>                            \
-    name##_options_any(Args&&... args);                 \
-  };
-CUSET_NN_FUNCTION(conv1d) CUSET_NN_FUNCTION(conv2d) CUSET_NN_FUNCTION(conv3d)
-CUSET_NN_FUNCTION(linear) CUSET_NN_FUNCTION(relu) CUSET_NN_FUNCTION(gelu) CUSET_NN_FUNCTION(softmax)
-CUSET_NN_FUNCTION(log_softmax) CUSET_NN_FUNCTION(pad) CUSET_NN_FUNCTION(batch_norm)
-CUSET_NN_FUNCTION(layer_norm) CUSET_NN_FUNCTION(group_norm) CUSET_NN_FUNCTION(instance_norm)
-CUSET_NN_FUNCTION(max_pool1d) CUSET_NN_FUNCTION(max_pool2d) CUSET_NN_FUNCTION(max_pool3d)
-CUSET_NN_FUNCTION(avg_pool1d) CUSET_NN_FUNCTION(avg_pool2d) CUSET_NN_FUNCTION(avg_pool3d)
-CUSET_NN_FUNCTION(adaptive_avg_pool1d) CUSET_NN_FUNCTION(adaptive_avg_pool2d)
-CUSET_NN_FUNCTION(adaptive_avg_pool3d) CUSET_NN_FUNCTION(dropout) CUSET_NN_FUNCTION(interpolate)
-CUSET_NN_FUNCTION(conv_transpose1d) CUSET_NN_FUNCTION(conv_transpose2d)
-CUSET_NN_FUNCTION(conv_transpose3d) CUSET_NN_FUNCTION(normalize) CUSET_NN_FUNCTION(silu)
-CUSET_NN_FUNCTION(mish) CUSET_NN_FUNCTION(hardtanh) CUSET_NN_FUNCTION(leaky_relu)
-CUSET_NN_FUNCTION(elu) CUSET_NN_FUNCTION(selu) CUSET_NN_FUNCTION(softplus)
-CUSET_NN_FUNCTION(cosine_similarity) CUSET_NN_FUNCTION(cross_entropy) CUSET_NN_FUNCTION(mse_loss)
+#define CUSET_NN_FUNCTION(name) \
+  template <class... Args>       \
+  at::OpResult name(Args&&... args);
+CUSET_NN_FUNCTION(conv1d)
+CUSET_NN_FUNCTION(conv2d)
+CUSET_NN_FUNCTION(conv3d)
+CUSET_NN_FUNCTION(linear)
+CUSET_NN_FUNCTION(relu)
+CUSET_NN_FUNCTION(gelu)
+CUSET_NN_FUNCTION(softmax)
+CUSET_NN_FUNCTION(log_softmax)
+CUSET_NN_FUNCTION(pad)
+CUSET_NN_FUNCTION(batch_norm)
+CUSET_NN_FUNCTION(layer_norm)
+CUSET_NN_FUNCTION(group_norm)
+CUSET_NN_FUNCTION(instance_norm)
+CUSET_NN_FUNCTION(max_pool1d)
+CUSET_NN_FUNCTION(max_pool2d)
+CUSET_NN_FUNCTION(max_pool3d)
+CUSET_NN_FUNCTION(avg_pool1d)
+CUSET_NN_FUNCTION(avg_pool2d)
+CUSET_NN_FUNCTION(avg_pool3d)
+CUSET_NN_FUNCTION(adaptive_avg_pool1d)
+CUSET_NN_FUNCTION(adaptive_avg_pool2d)
+CUSET_NN_FUNCTION(adaptive_avg_pool3d)
+CUSET_NN_FUNCTION(dropout)
+CUSET_NN_FUNCTION(interpolate)
+CUSET_NN_FUNCTION(conv_transpose1d)
+CUSET_NN_FUNCTION(conv_transpose2d)
+CUSET_NN_FUNCTION(conv_transpose3d)
+CUSET_NN_FUNCTION(normalize)
+CUSET_NN_FUNCTION(silu)
+CUSET_NN_FUNCTION(mish)
+CUSET_NN_FUNCTION(hardtanh)
+CUSET_NN_FUNCTION(leaky_relu)
+CUSET_NN_FUNCTION(elu)
+CUSET_NN_FUNCTION(selu)
+CUSET_NN_FUNCTION(softplus)
+CUSET_NN_FUNCTION(cosine_similarity)
+CUSET_NN_FUNCTION(cross_entropy)
+CUSET_NN_FUNCTION(mse_loss)
 #undef CUSET_NN_FUNCTION
 struct AnyOptions {
   template <class... Args>
   AnyOptions(Args&&... args);
+  AnyOptions(at::IntArrayRef sizes);
   template <class T>
   AnyOptions& operator()(T&&);
   template <class... Args>

@@ -47,10 +47,6 @@ struct OptionalCUDAGuard {
   void set_index(DeviceIndex device);
   void reset();
 };
-struct CUDAStreamGuard {
-  explicit CUDAStreamGuard(CUDAStream stream);
-  void reset_stream(CUDAStream stream);
-};
 struct CUDAEvent {
   CUDAEvent();
   explicit CUDAEvent(unsigned int flags);
@@ -75,7 +71,11 @@ namespace cuda {
 using at::cuda::CUDAEvent;
 using at::cuda::CUDAGuard;
 using at::cuda::CUDAStream;
-using at::cuda::CUDAStreamGuard;
+// Only c10::cuda has it (GPU builds reject at::cuda::CUDAStreamGuard).
+struct CUDAStreamGuard {
+  explicit CUDAStreamGuard(CUDAStream stream);
+  void reset_stream(CUDAStream stream);
+};
 using at::cuda::current_device;
 using at::cuda::device_count;
 using at::cuda::device_synchronize;

@@ -1,0 +1,44 @@
+"""Tier 2 on real answers of the shared KernelBench SFT set (they passed KernelBench on a GPU)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from cuset_core.verify.candidate import parse_candidate
+from cuset_core.verify.cpu import run_cpu_tier
+from cuset_core.verify.result import Verdict
+from cuset_core.verify.settings import SandboxLimits, VerifySettings
+
+pytestmark = [pytest.mark.shared_data, pytest.mark.slow]
+
+SETTINGS = VerifySettings(limits=SandboxLimits(wall_s=300, cpu_s=300))
+_ARCHITECTURE = re.compile(r"You are given the following architecture:\s*```(?:python)?\n(.*?)```", re.S)
+
+
+def first_answer(shared_data: Path, level: int, problem: int) -> tuple[str, str]:
+    """(problem code, answer) of the first answer with a ``__global__`` kernel for a problem."""
+    import pandas as pd
+
+    frame = pd.read_parquet(shared_data / "kernelbench_sft_train.parquet")
+    rows = frame[(frame.level == level) & (frame.problem == str(problem)) & frame.answer.str.contains("__global__")]
+    row = rows.iloc[0]
+    return _ARCHITECTURE.search(row.question).group(1), row.answer
+
+
+@pytest.mark.parametrize("problem", [2, 3])
+def test_correct_matmul_answers_pass_on_reduced_sizes(shared_data, problem):
+    problem_code, answer = first_answer(shared_data, 1, problem)
+    result = run_cpu_tier(problem_code, parse_candidate(answer), SETTINGS)
+    assert result.verdict is Verdict.PASS, result.reason + result.log
+    assert "sizes reduced" in result.reason
+
+
+def test_answer_whose_kernel_is_never_called_is_caught(shared_data):
+    # Level 1 problem 1's first answer builds the a + b example kernel but returns torch.matmul.
+    problem_code, answer = first_answer(shared_data, 1, 1)
+    result = run_cpu_tier(problem_code, parse_candidate(answer), SETTINGS)
+    assert result.verdict is Verdict.RUNTIME_ERROR
+    assert result.reason.startswith("no custom kernel ran")
