@@ -34,7 +34,9 @@ from cuset_core.verify.settings import VerifySettings  # noqa: E402
 TARGET_COLD_S = {Tier.COMPILE: 1.5, Tier.CPU: 10.0}
 
 
-def timed_pass(pairs: list[tuple[str, str]], settings: VerifySettings, cache_dir: Path | None) -> tuple[list[float], list[str]]:
+def timed_pass(
+    pairs: list[tuple[str, str]], settings: VerifySettings, cache_dir: Path | None
+) -> tuple[list[float], list[str]]:
     """Seconds and verdict per (problem, solution) pair, one after another; no cache when None."""
     seconds, verdicts = [], []
     for problem, solution in pairs:

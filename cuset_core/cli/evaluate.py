@@ -11,7 +11,9 @@ from pydantic import ValidationError
 from cuset_core.generation.prompts import PromptStyle
 from cuset_core.verify.result import Tier
 
-PROBLEMS_HELP = 'Folder of KernelBench .py problems, a .py file, a .jsonl of {"id","problem"} rows, "demo" or "demo:held-out".'
+PROBLEMS_HELP = (
+    'Folder of KernelBench .py problems, a .py file, a .jsonl of {"id","problem"} rows, "demo" or "demo:held-out".'
+)
 ANSWERS_HELP = 'JSONL of {"problem_id","answer"} or {"id","samples":[...]} rows to score instead of generating.'
 
 
@@ -34,7 +36,9 @@ def evaluate(
     prompt_style: PromptStyle = typer.Option("kernelbench", "--prompt-style"),
     seed: int = typer.Option(0, "--seed"),
     batch_size: int = typer.Option(4, "--batch-size", help="Problems per generation batch."),
-    cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Verification cache folder (default ~/.cache/cuset/verify)."),
+    cache_dir: Path | None = typer.Option(
+        None, "--cache-dir", help="Verification cache folder (default ~/.cache/cuset/verify)."
+    ),
     no_cache: bool = typer.Option(False, "--no-cache", help="Verify every sample afresh."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:

@@ -180,7 +180,9 @@ def compare_outputs(reference: list[Any], candidate: list[Any], atol: float, rto
         if not isinstance(new, torch.Tensor):
             return Outcome("shape_mismatch", f"output {index} is {type(new).__name__}, not a tensor")
         if tuple(ref.shape) != tuple(new.shape):
-            return Outcome("shape_mismatch", f"output {index}: expected shape {tuple(ref.shape)}, got {tuple(new.shape)}")
+            return Outcome(
+                "shape_mismatch", f"output {index}: expected shape {tuple(ref.shape)}, got {tuple(new.shape)}"
+            )
         diff = (ref.detach().double() - new.detach().double()).abs()
         max_diff = float(diff.max()) if diff.numel() else 0.0
         mean_diff = float(diff.mean()) if diff.numel() else 0.0
@@ -218,7 +220,8 @@ def _set_tf32_off() -> None:
 
 def _check_tf32(expected: tuple[bool, bool, str]) -> None:
     if _tf32_state() != expected:
-        raise Decided(Outcome("runtime_error", f"anti-hacking: the candidate changed TF32 settings to {_tf32_state()}"))
+        changed = _tf32_state()
+        raise Decided(Outcome("runtime_error", f"anti-hacking: the candidate changed TF32 settings to {changed}"))
 
 
 def _load_module(path: Path, name: str) -> types.ModuleType:
@@ -294,7 +297,8 @@ def _call(model: Any, inputs: list[Any], what: str) -> list[Any]:
     except Decided:
         raise
     except Exception as exc:  # noqa: BLE001 - a crash of either side decides the verdict
-        raise Decided(Outcome("runtime_error", f"{what} forward failed: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}",
+        message = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise Decided(Outcome("runtime_error", f"{what} forward failed: {message}",
                               log=_tail(traceback.format_exc()))) from exc
     return flatten_outputs(output)
 
@@ -327,7 +331,9 @@ def _check_correctness(reference: Any, candidate: Any, module: types.ModuleType,
     return outcome
 
 
-def _profile_candidate(candidate: Any, module: types.ModuleType, extension_kernels: list[str], device: Any) -> tuple[dict[str, int], float]:
+def _profile_candidate(
+    candidate: Any, module: types.ModuleType, extension_kernels: list[str], device: Any
+) -> tuple[dict[str, int], float]:
     """Kernel launch counts during one candidate forward, and the candidate kernels' time share."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile

@@ -7,7 +7,7 @@
 1. CUDA is mapped to the CPU for Python code: ``device="cuda"`` arguments, ``.to("cuda")``
    and ``.cuda()`` give CPU tensors; ``load_inline``/``load`` build with g++ and the runtime.
 2. Problem sizes shrink (module-level int constants, measured on the meta device) until the
-   inputs and weights hold at most ``max_elements`` elements.
+   inputs, outputs and weights hold at most ``max_elements`` elements.
 3. The candidate is imported (its ``load_inline`` builds here); a failed build is
    ``compile_error`` even when the candidate catches the exception.
 4. Weights: reference and candidate are built after the same ``torch.manual_seed``.
@@ -195,16 +195,19 @@ def load_source(source: str, name: str, overrides: dict[str, int], filename: str
 
 
 def measured_elements(problem_source: str, overrides: dict[str, int]) -> int:
-    """Elements of the problem's inputs and reference weights, measured on the meta device."""
+    """Elements of the problem's inputs, outputs and weights, measured on the meta device."""
     import torch
 
     with device_mode("meta"):
         module = load_source(problem_source, "cuset_measure", overrides, "problem.py")
         inputs = module.get_inputs()
         model = module.Model(*module.get_init_inputs())
-    total = sum(t.numel() for t in inputs if isinstance(t, torch.Tensor))
-    total += sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
-    return total
+        try:
+            outputs = flatten_outputs(model(*inputs))
+        except Exception:  # noqa: BLE001 - an op without a meta kernel: count inputs and weights only
+            outputs = []
+    tensors = [*inputs, *outputs, *model.parameters(), *model.buffers()]
+    return sum(t.numel() for t in tensors if isinstance(t, torch.Tensor))
 
 
 def size_overrides(problem_source: str, max_elements: int) -> dict[str, int]:
