@@ -46,6 +46,7 @@ def job_document(
     batch_size: int | None,
     lora: bool | None,
     prompt_style: PromptStyle | None,
+    resume: bool = False,
 ) -> dict:
     """A job config: ``base`` (from --config) overridden by the options given on the command line."""
     job = json.loads(json.dumps(base))  # deep copy of plain JSON
@@ -58,6 +59,8 @@ def job_document(
         job["method"] = {**job.get("method", {}), "type": method.value}
     if prompt_style is not None:
         job["prompt_style"] = prompt_style.value
+    if resume:
+        job["resume"] = True
     if lora is False:
         job["lora"] = None
     elif lora is True and job.get("lora") is None:
@@ -83,7 +86,9 @@ def follow(process: subprocess.Popen, console: Console) -> int:
             kind = record.get("type")
             if kind == "progress":
                 eta = record.get("eta_s")
-                info = f"loss {record['loss']:.4f}  {record.get('tokens_per_s') or 0:.0f} tok/s"
+                loss = record.get("loss")
+                info = f"loss {loss:.4f}" if loss is not None else "loss nan"
+                info += f"  {record.get('tokens_per_s') or 0:.0f} tok/s"
                 info += f"  eta {eta:.0f}s" if eta is not None else ""
                 bar.update(task, total=record["max_steps"], completed=record["step"], info=info)
             elif kind == "event":
@@ -112,6 +117,7 @@ def tune(
     lora: Annotated[bool | None, typer.Option("--lora/--full", help="LoRA adapter or full fine-tuning")] = None,
     prompt_style: Annotated[PromptStyle | None, typer.Option(help="prompt format of the records")] = None,
     config: Annotated[Path | None, typer.Option(help="job config JSON; options given here override it")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="continue from the last checkpoint in --output")] = False,
 ) -> None:
     """Fine-tune a model on CUDA answers with one objective; Ctrl-C stops after a checkpoint."""
     base: dict = {}
@@ -124,7 +130,7 @@ def tune(
             raise fail(f"--config {config}: expected a JSON object")
     job = job_document(
         base, data=data, model=model, method=method, output=output, max_steps=max_steps, epochs=epochs,
-        lr=lr, batch_size=batch_size, lora=lora, prompt_style=prompt_style,
+        lr=lr, batch_size=batch_size, lora=lora, prompt_style=prompt_style, resume=resume,
     )
     try:
         parse_config(job).validate_paths()

@@ -61,6 +61,7 @@ class TuneConfig(BaseModel):
     hyperparameters: Hyperparameters = Field(default_factory=Hyperparameters)
     prompt_style: Literal["kernelbench", "compact"] = "compact"
     require_kernel: bool = True
+    truncate_long: bool = False  # cut records over max_seq_len instead of dropping them
     seed: int = 0
     output_dir: Path
     save_steps: int = Field(100, ge=1)

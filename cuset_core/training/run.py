@@ -45,7 +45,11 @@ def load_examples(path: Path, config: TuneConfig, tokenizer, writer: ProgressWri
     from cuset_core.training.collator import encode_example
 
     max_len = config.hyperparameters.max_seq_len
-    options = LoadOptions(prompt_style=config.prompt_style, require_kernel=config.require_kernel, max_tokens=max_len)
+    options = LoadOptions(
+        prompt_style=config.prompt_style,
+        require_kernel=config.require_kernel,
+        max_tokens=None if config.truncate_long else max_len,
+    )
     try:
         loaded = load_records(path, options, tokenizer)
     except DataFileError as exc:

@@ -44,6 +44,7 @@ from cuset_core.verify.settings import SandboxLimits
 OUTPUT_TAIL_BYTES = 20_000
 _PR_SET_PDEATHSIG = 1
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
+_CGROUP_PREFIX = "cuset-sandbox-"
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Messages by which common runtimes report a refused allocation or an oversized write.
 _MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory")
@@ -144,10 +145,12 @@ def _own_cgroup(controller: str) -> Path | None:
 
 
 def _make_cgroup(controller: str, settings: dict[str, int]) -> Path | None:
+    """A fresh cgroup named after this process, under this process's own; None if impossible."""
     parent = _own_cgroup(controller)
     if os.geteuid() != 0 or parent is None or not os.access(parent, os.W_OK):
         return None
-    group = parent / f"cuset-sandbox-{uuid.uuid4().hex}"
+    _remove_orphans(parent)
+    group = parent / f"{_CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}"
     try:
         group.mkdir()
     except OSError:
@@ -159,6 +162,17 @@ def _make_cgroup(controller: str, settings: dict[str, int]) -> Path | None:
         _release(group)
         return None
     return group
+
+
+def _remove_orphans(parent: Path) -> None:
+    """Remove sandbox cgroups whose verifier died before it could (its PID is in the name)."""
+    for group in parent.glob(f"{_CGROUP_PREFIX}*"):
+        try:
+            os.kill(int(group.name[len(_CGROUP_PREFIX) :].split("-")[0]), 0)
+        except ProcessLookupError:
+            _release(group)
+        except (ValueError, PermissionError):
+            continue
 
 
 def _make_cgroups(limits: SandboxLimits) -> _Cgroups:

@@ -218,3 +218,18 @@ def test_validation_file_reports_eval_loss_at_every_save(tmp_path, tiny_model_di
     assert [line["step"] for line in evals] == [1, 2]
     assert all(line["eval_loss"] > 0 for line in evals)
     assert [line["step"] for line in lines if line["type"] == "checkpoint"] == [1, 2]
+
+
+def test_records_over_max_seq_len_are_dropped_or_truncated(tmp_path, tiny_model_dir, tokenizer):
+    from cuset_core.training.config import ConfigError
+    from cuset_core.training.run import load_examples
+
+    job = make_job(tmp_path, tiny_model_dir, hp={"max_seq_len": 40})
+    writer = ProgressWriter(None, stream=open(os.devnull, "w"), enabled=False)
+
+    with pytest.raises(ConfigError, match=r"^train_file: no usable record among 4 \(first: line 1: error over_token_limit"):
+        load_examples(Path(job["train_file"]), parse_config(job), tokenizer, writer, "train_file")
+    examples = load_examples(Path(job["train_file"]), parse_config({**job, "truncate_long": True}), tokenizer, writer, "train_file")
+
+    assert [len(example.input_ids) for example in examples] == [40, 40, 40, 40]
+    assert all(len(example.sensitive) == len(example.region_ids) == 40 for example in examples)

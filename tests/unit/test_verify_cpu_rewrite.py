@@ -115,3 +115,20 @@ def test_overrides_rewrite_the_literals():
     namespace: dict = {}
     exec(compile(tree, "problem.py", "exec"), namespace)
     assert (namespace["dim"], namespace["batch_size"]) == (512, 16)
+
+
+def test_tier_reports_an_unsupported_feature_without_building():
+    from cuset_core.verify.candidate import parse_candidate
+    from cuset_core.verify.cpu import run_cpu_tier
+    from cuset_core.verify.result import Tier, Verdict
+    from cuset_core.verify.settings import VerifySettings
+
+    answer = (
+        "```cpp\n#include <torch/extension.h>\n#include <mma.h>\nusing namespace nvcuda;\n"
+        "__global__ void k(half* a) { wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> f; }\n"
+        "torch::Tensor forward(torch::Tensor x) { return x; }\n"
+        'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("forward", &forward); }\n```'
+    )
+    result = run_cpu_tier("", parse_candidate(answer), VerifySettings())
+    assert (result.verdict, result.tier) == (Verdict.UNSUPPORTED, Tier.CPU)
+    assert result.unsupported_feature == "tensor cores (wmma/mma)"

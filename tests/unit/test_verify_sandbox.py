@@ -196,3 +196,16 @@ def test_the_sandbox_dies_with_the_verifier_that_started_it(tmp_path):
     verifier.wait()
     time.sleep(0.3)
     assert marker not in _running_commands()
+
+
+def test_cgroups_left_by_a_dead_verifier_are_removed_by_the_next_run(tmp_path):
+    from cuset_core.verify import sandbox
+
+    parent = sandbox._own_cgroup("pids")
+    if parent is None or not os.access(parent, os.W_OK) or os.geteuid() != 0:
+        pytest.skip("no writable pids cgroup here")
+    orphan = parent / f"{sandbox._CGROUP_PREFIX}999999999-deadbeef"  # no such PID
+    orphan.mkdir()
+    run_python("pass", tmp_path / "w")
+    assert not orphan.exists()
+    assert not [g for g in parent.glob(f"{sandbox._CGROUP_PREFIX}{os.getpid()}-*")]

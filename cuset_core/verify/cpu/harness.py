@@ -7,7 +7,7 @@
 1. CUDA is mapped to the CPU for Python code: ``device="cuda"`` arguments, ``.to("cuda")``
    and ``.cuda()`` give CPU tensors; ``load_inline``/``load`` build with g++ and the runtime.
 2. Problem sizes shrink (module-level int constants, measured on the meta device) until the
-   inputs, outputs and weights hold at most ``max_elements`` elements.
+   inputs plus weights, and the outputs, each hold at most ``max_elements`` elements.
 3. The candidate is imported (its ``load_inline`` builds here); a failed build is
    ``compile_error`` even when the candidate catches the exception.
 4. Weights: reference and candidate are built after the same ``torch.manual_seed``.
@@ -44,6 +44,7 @@ from cuset_core.verify.gpu_harness import (
 
 LOG_CHARS = 4000
 SCHEDULES = ("ascending thread order", "descending thread order", "odd threads first")
+_MISSING_HEADER = re.compile(r"fatal error: ([\w./]+): No such file or directory")
 _FACTORIES = ("randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "linspace",
               "eye", "tensor", "randperm", "normal", "as_tensor")
 
@@ -106,7 +107,7 @@ def map_cuda_to_cpu() -> None:
 class Builder:
     """Stands in for ``torch.utils.cpp_extension.load_inline``/``load`` inside the harness."""
 
-    def __init__(self, workdir: Path, pch_dir: Path):
+    def __init__(self, workdir: Path, pch_dir: Path, timings: dict[str, float]):
         from cuset_core.verify.cpu.build import toolchain
 
         self.workdir = workdir
@@ -114,7 +115,7 @@ class Builder:
         self.chain = toolchain()
         self.libraries: list[Path] = []
         self.failure: Outcome | None = None
-        self.seconds = 0.0
+        self.timings = timings  # "build": seconds spent in g++, summed over extensions
 
     def build(self, name: str, cuda: str, cpp: str, functions: list[str] | None) -> types.ModuleType:
         from cuset_core.verify.cpu.build import BuildError, compile_extension, translation_unit
@@ -130,11 +131,15 @@ class Builder:
             library = compile_extension(module_name, translation_unit(module_name, cuda, cpp, functions),
                                         self.workdir, self.pch_dir, self.chain)
         except BuildError as exc:
-            self.failure = Outcome("compile_error", f"g++ rejected the extension: {_first_error(str(exc))}",
-                                   log=str(exc)[-LOG_CHARS:])
+            missing = _MISSING_HEADER.search(str(exc))
+            if missing:  # a CUDA header the runtime has no stand-in for (a library, PTX helpers...)
+                self.failure = Outcome("unsupported", f"uses header <{missing.group(1)}>", log=str(exc)[-LOG_CHARS:])
+            else:
+                self.failure = Outcome("compile_error", f"g++ rejected the extension: {_first_error(str(exc))}",
+                                       log=str(exc)[-LOG_CHARS:])
             raise
         finally:
-            self.seconds += time.perf_counter() - clock
+            self.timings["build"] = self.timings.get("build", 0.0) + time.perf_counter() - clock
         self.libraries.append(library)
         loader = importlib.machinery.ExtensionFileLoader(module_name, str(library))
         spec = importlib.util.spec_from_file_location(module_name, library, loader=loader)
@@ -195,7 +200,8 @@ def load_source(source: str, name: str, overrides: dict[str, int], filename: str
 
 
 def measured_elements(problem_source: str, overrides: dict[str, int]) -> int:
-    """Elements of the problem's inputs, outputs and weights, measured on the meta device."""
+    """Elements the problem holds, measured on the meta device: its inputs plus weights, or its
+    outputs, whichever is larger (an elementwise op counts once, an outer product by its output)."""
     import torch
 
     with device_mode("meta"):
@@ -206,8 +212,8 @@ def measured_elements(problem_source: str, overrides: dict[str, int]) -> int:
             outputs = flatten_outputs(model(*inputs))
         except Exception:  # noqa: BLE001 - an op without a meta kernel: count inputs and weights only
             outputs = []
-    tensors = [*inputs, *outputs, *model.parameters(), *model.buffers()]
-    return sum(t.numel() for t in tensors if isinstance(t, torch.Tensor))
+    held = [*inputs, *model.parameters(), *model.buffers()]
+    return max(sum(t.numel() for t in tensors if isinstance(t, torch.Tensor)) for tensors in (held, outputs))
 
 
 def size_overrides(problem_source: str, max_elements: int) -> dict[str, int]:
@@ -289,25 +295,27 @@ def _import_candidate(job: dict, workdir: Path, builder: Builder, problem: types
     return lambda: module.ModelNew(*init_inputs)
 
 
-def run_protocol(job: dict, workdir: Path) -> Outcome:
-    """The whole tier-2 protocol for one job; the first failure raises ``Decided``."""
+def run_protocol(job: dict, workdir: Path, timings: dict[str, float]) -> Outcome:
+    """The whole tier-2 protocol for one job; the first failure raises ``Decided``.
+
+    ``timings`` receives seconds per stage ("build", "run") as they finish.
+    """
     import torch
+    import torch.utils.cpp_extension
 
     from cuset_core.verify.cpu.sizes import int_constants
 
     torch.set_num_threads(1)
     map_cuda_to_cpu()
-    builder = Builder(workdir, Path(job["pch_dir"]))
+    builder = Builder(workdir, Path(job["pch_dir"]), timings)
     torch.utils.cpp_extension.load_inline = builder.load_inline
     torch.utils.cpp_extension.load = builder.load
     problem_source = (workdir / job["problem"]).read_text()
     constants = int_constants(ast.parse(problem_source))
     overrides = size_overrides(problem_source, job["max_elements"]) if job["reduce_sizes"] else {}
-    timings: dict[str, float] = {}
     with device_mode("cpu"), torch.no_grad():
         problem = load_source(problem_source, "cuset_reference", overrides, "problem.py")
         make_candidate = _import_candidate(job, workdir, builder, problem, overrides, constants)
-        timings["build"] = builder.seconds
         clock = time.perf_counter()
         init_inputs = problem.get_init_inputs()
         torch.manual_seed(INIT_SEED)
@@ -333,13 +341,13 @@ def run_protocol(job: dict, workdir: Path) -> Outcome:
                 compared.launches = builder.launches()
                 schedule = SCHEDULES[trial % len(SCHEDULES)]
                 compared.reason = f"trial {trial + 1} (seed {INPUT_SEED_BASE + trial}, {schedule}): {compared.reason}"
+                timings["run"] = time.perf_counter() - clock
                 raise Decided(compared)
             outcome.max_abs_diff = max(outcome.max_abs_diff or 0.0, compared.max_abs_diff or 0.0)
             outcome.mean_abs_diff = max(outcome.mean_abs_diff or 0.0, compared.mean_abs_diff or 0.0)
             outcome.trials = trial + 1
         timings["run"] = time.perf_counter() - clock
     outcome.launches = builder.launches()
-    outcome.timings_s = timings
     shrunk = ", ".join(f"{name}={constants[name]}->{value}" for name, value in overrides.items())
     if not outcome.launches:
         outcome.verdict = "runtime_error"
@@ -354,12 +362,14 @@ def main(argv: list[str]) -> int:
     job_path = Path(argv[0]).resolve()
     workdir = job_path.parent
     job = json.loads(job_path.read_text())
+    timings: dict[str, float] = {}
     try:
-        outcome = run_protocol(job, workdir)
+        outcome = run_protocol(job, workdir, timings)
     except Decided as decided:
         outcome = decided.outcome
     except Exception:  # noqa: BLE001 - report, never crash without a result
         outcome = Outcome("runtime_error", "the CPU harness failed", log=_tail(traceback.format_exc()))
+    outcome.timings_s = timings
     partial = workdir / (job["result"] + ".tmp")
     partial.write_text(json.dumps(asdict(outcome)))
     partial.replace(workdir / job["result"])

@@ -12,7 +12,8 @@
 //   So the scheduler never deadlocks; divergent barriers behave leniently.
 // Shared memory (static and dynamic) is filled with 0xFF bytes (NaN for floats) at the start
 // of every block, so reading shared memory nobody wrote gives wrong values.
-#pragma once
+#ifndef CUSET_CUDA_CPU_H
+#define CUSET_CUDA_CPU_H
 
 #include <algorithm>
 #include <cmath>
@@ -33,7 +34,12 @@
 #include <c10/core/CPUAllocator.h>
 #include <unistd.h>
 
-#if !defined(__x86_64__)
+// The hand-written x86-64 stack switch saves only callee-saved registers and never enters the
+// kernel; elsewhere (or with -DCUSET_UCONTEXT) fibers use ucontext, whose swapcontext makes a
+// sigprocmask system call per switch.
+#if defined(__x86_64__) && !defined(CUSET_UCONTEXT)
+#define CUSET_ASM_SWITCH 1
+#else
 #include <ucontext.h>
 #endif
 
@@ -101,7 +107,7 @@ struct Runtime {
   int schedule = 0;
   std::map<std::string, long> launches;
   std::string report;
-#if !defined(__x86_64__)
+#if !defined(CUSET_ASM_SWITCH)
   std::vector<ucontext_t> contexts;
   ucontext_t scheduler_context;
 #endif
@@ -120,7 +126,7 @@ inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 constexpr int warpSize = 32;
 
 // ---------------------------------------------------------------- context switch
-#if defined(__x86_64__)
+#if defined(CUSET_ASM_SWITCH)
 // cuset_swap(void** save_sp, void* next_sp): saves callee-saved registers, MXCSR and the x87
 // control word on the current stack, stores rsp in *save_sp, switches to next_sp, restores.
 // A fresh fiber's stack is laid out so that the final `ret` enters cuset_fiber_start, which
@@ -179,7 +185,7 @@ inline void fiber_main(void* arg) {
   r.entry(r.entry_arg);
   fiber->state = State::done;
   r.live -= 1;
-#if defined(__x86_64__)
+#if defined(CUSET_ASM_SWITCH)
   void* dead;
   cuset_swap(&dead, r.scheduler_sp);
 #else
@@ -187,6 +193,10 @@ inline void fiber_main(void* arg) {
 #endif
   fail("a finished fiber was resumed");
 }
+
+#if !defined(CUSET_ASM_SWITCH)
+inline void fiber_main_trampoline() { fiber_main(rt().current); }
+#endif
 
 inline void ensure_stacks(size_t count) {
   Runtime& r = rt();
@@ -199,7 +209,7 @@ inline void ensure_stacks(size_t count) {
   r.stacks = static_cast<char*>(memory);
   r.stack_count = count;
   for (size_t i = 0; i < count; ++i) mprotect(r.stacks + i * kStackBytes, page, PROT_NONE);
-#if !defined(__x86_64__)
+#if !defined(CUSET_ASM_SWITCH)
   r.contexts.resize(count);
 #endif
 }
@@ -207,7 +217,7 @@ inline void ensure_stacks(size_t count) {
 inline void start_fiber(Fiber& fiber, size_t slot) {
   Runtime& r = rt();
   fiber.stack = r.stacks + slot * kStackBytes;
-#if defined(__x86_64__)
+#if defined(CUSET_ASM_SWITCH)
   auto* top = reinterpret_cast<uint64_t*>(fiber.stack + kStackBytes);
   uint64_t* sp = top - 10;  // 8 saved words below 16-byte aligned top-16
   uint32_t mxcsr;
@@ -235,7 +245,7 @@ inline void switch_in(Fiber& fiber) {
   Runtime& r = rt();
   r.current = &fiber;
   threadIdx = fiber.tid;
-#if defined(__x86_64__)
+#if defined(CUSET_ASM_SWITCH)
   cuset_swap(&r.scheduler_sp, fiber.sp);
 #else
   swapcontext(&r.scheduler_context, &r.contexts[&fiber - r.fibers.data()]);
@@ -250,7 +260,7 @@ inline void park(State state) {
   if (!fiber) fail("a device barrier or warp operation ran outside a kernel");
   fiber->state = state;
   dim3 saved = fiber->tid;
-#if defined(__x86_64__)
+#if defined(CUSET_ASM_SWITCH)
   cuset_swap(&fiber->sp, r.scheduler_sp);
 #else
   swapcontext(&r.contexts[fiber - r.fibers.data()], &r.scheduler_context);
@@ -336,10 +346,6 @@ inline T collective(unsigned mask, Op op, T value, int param, int width) {
   std::memcpy(&out, w.result[lane], sizeof(T));
   return out;
 }
-
-#if !defined(__x86_64__)
-inline void fiber_main_trampoline() { fiber_main(rt().current); }
-#endif
 
 // One pass of the scheduler over the block; returns whether any fiber ran.
 inline bool run_round() {
@@ -732,3 +738,5 @@ inline void __trap() { cuset::detail::fail("__trap() called in a kernel"); }
 
 // ---------------------------------------------------------------- torch binding helpers
 #include "cuset_cuda_torch.h"
+
+#endif  // CUSET_CUDA_CPU_H

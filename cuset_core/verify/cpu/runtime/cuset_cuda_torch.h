@@ -1,7 +1,8 @@
 // CPU stand-ins for the CUDA parts of PyTorch's C++ API and for cuda_fp16/cuda_bf16: half
 // types are c10::Half/c10::BFloat16 (so `data_ptr<at::Half>()` casts work), streams and
 // guards are tokens, and the launch check macros read the runtime's last error.
-#pragma once
+#ifndef CUSET_CUSET_CUDA_TORCH_H
+#define CUSET_CUSET_CUDA_TORCH_H
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -109,3 +110,5 @@ inline cudaDeviceProp* getDeviceProperties(c10::DeviceIndex) { return getCurrent
 #define CUDART_SQRT_2PI_F 2.506628275f
 #define CUDART_MAX_NORMAL_F 3.40282347e+38f
 #define CUDART_MIN_DENORM_F 1.40129846e-45f
+
+#endif  // CUSET_CUSET_CUDA_TORCH_H

@@ -1,6 +1,7 @@
 // CUDA runtime types and the host memory API of the CuSeT CPU runtime: device memory is host
 // memory, copies are memcpy, streams and events exist only as tokens.
-#pragma once
+#ifndef CUSET_CUSET_CUDA_TYPES_H
+#define CUSET_CUSET_CUDA_TYPES_H
 
 #include <chrono>
 #include <cstddef>
@@ -175,3 +176,5 @@ template <class F> inline cudaError_t cudaOccupancyMaxPotentialBlockSize(int* gr
   *block = 256;
   return cudaSuccess;
 }
+
+#endif  // CUSET_CUSET_CUDA_TYPES_H
