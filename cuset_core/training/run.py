@@ -59,7 +59,7 @@ def load_examples(path: Path, config: TuneConfig, tokenizer, writer: ProgressWri
     if len(loaded.issues) > MAX_REPORTED_ISSUES:
         writer.event(f"{field}: {len(loaded.issues) - MAX_REPORTED_ISSUES} more problems", level="warning")
     if not loaded.records:
-        first = f" (first: {loaded.issues[0]})" if loaded.issues else ""
+        first = f" (first: {loaded.errors[0]})" if loaded.errors else ""
         raise ConfigError(f"{field}: no usable record among {loaded.total}{first}")
     writer.event(f"{field}: {len(loaded.records)} of {loaded.total} records usable")
     return [encode_example(record, tokenizer, max_len) for record in loaded.records]

@@ -57,7 +57,6 @@
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
 #define __shared__ static
-#define CUSET_CPU_RUNTIME 1
 
 namespace cuset {
 namespace detail {
@@ -75,7 +74,6 @@ struct Fiber {
   State state = State::runnable;
   unsigned index = 0;  // linear thread index in the block
   dim3 tid;
-  int barrier_pred = 0;
 };
 
 struct Warp {
