@@ -109,12 +109,30 @@ def load_model(spec: str | Path, dtype: torch.dtype = torch.float32, with_adapte
 
     source = resolve_model(spec)
     model = AutoModelForCausalLM.from_pretrained(source.folder, dtype=dtype, **source.hf_kwargs())
+    if source.gguf_file:
+        drop_dequantized_marker(model)
     if source.adapter is not None and with_adapter:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, source.adapter)
     tokenizer = load_tokenizer(spec)
     return model, tokenizer
+
+
+def drop_dequantized_marker(model) -> None:
+    """Make a GGUF-loaded model trainable: transformers dequantises its weights to plain float
+    tensors yet keeps the GGUF quantizer attached, and the Trainer refuses any quantized model.
+    Models whose weights really stay quantized keep the marker (and the Trainer's refusal)."""
+    if getattr(model, "hf_quantizer", None) is None:
+        return
+    if not all(param.dtype.is_floating_point for param in model.parameters()):
+        return
+    if any(type(module).__module__.startswith("transformers.integrations") for module in model.modules()):
+        return
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if getattr(model.config, "quantization_config", None) is not None:
+        del model.config.quantization_config
 
 
 def tiny_model(vocab_size: int, *, layers: int = 2, hidden: int = 64, seed: int = 0):

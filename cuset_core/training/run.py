@@ -116,30 +116,11 @@ def resume_checkpoint(config: TuneConfig) -> str | None:
     return None
 
 
-def drop_dequantized_marker(model) -> None:
-    """Make a GGUF-loaded model trainable: transformers dequantises its weights to plain float
-    tensors yet keeps the GGUF quantizer attached, and the Trainer refuses any quantized model.
-    Models whose weights really stay quantized keep the marker (and the Trainer's refusal)."""
-    import torch
-
-    if getattr(model, "hf_quantizer", None) is None:
-        return
-    if not all(param.dtype.is_floating_point for param in model.parameters()):
-        return
-    if any(type(module).__module__.startswith("transformers.integrations") for module in model.modules()):
-        return
-    model.hf_quantizer = None
-    model.is_quantized = False
-    if getattr(model.config, "quantization_config", None) is not None:
-        del model.config.quantization_config
-
-
 def prepare_model(config: TuneConfig):
     """Load the base model and wrap it in a LoRA adapter (or leave it whole for full fine-tuning)."""
     from cuset_core.models import load_model
 
     model, _ = load_model(config.model, with_adapter=False)
-    drop_dequantized_marker(model)
     if config.hyperparameters.gradient_checkpointing:
         # Enabled on the model rather than through TrainingArguments, whose flag is being renamed.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
