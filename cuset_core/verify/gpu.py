@@ -12,21 +12,18 @@ metrics treat it like any other feature this machine cannot model (never a pass 
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
-import cuset_core
 from cuset_core.verify.candidate import Candidate
 from cuset_core.verify.gpu_harness import kernel_names
+from cuset_core.verify.protocol import harness_env, run_harness, write_job
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
-from cuset_core.verify.sandbox import SandboxOutcome, describe, run_sandboxed
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
 HARNESS_MODULE = "cuset_core.verify.gpu_harness"
-RESULT_FILE = "result.json"
 NO_GPU_REASON = "no CUDA GPU on this machine"
 
 # Floors for a GPU job's sandbox; a caller's larger limits are kept.
@@ -56,50 +53,16 @@ def gpu_limits(limits: SandboxLimits) -> SandboxLimits:
     )
 
 
-def write_job(workdir: Path, problem_code: str, candidate: Candidate, settings: VerifySettings) -> Path:
-    """Write the problem, the candidate and the job description into ``workdir``."""
-    (workdir / "problem.py").write_text(problem_code)
-    candidate_file = "candidate.cu" if candidate.kind == "cu" else "candidate.py"
-    (workdir / candidate_file).write_text(candidate.code)
+def job_fields(candidate: Candidate, settings: VerifySettings) -> dict[str, Any]:
+    """The tier-3 fields of ``job.json``: timed calls per side and the candidate's kernel names."""
     cuda = candidate.sources.cuda + "\n" + "\n".join(ext.cpp for ext in candidate.sources.extensions)
-    job = {
-        "problem": "problem.py",
-        "candidate": candidate_file,
-        "kind": candidate.kind,
-        "seeds": settings.seeds,
-        "atol": settings.atol,
-        "rtol": settings.rtol,
-        "timing_trials": settings.timing_trials,
-        "kernel_names": kernel_names(cuda),
-        "result": RESULT_FILE,
-    }
-    path = workdir / "job.json"
-    path.write_text(json.dumps(job))
-    return path
+    return {"timing_trials": settings.timing_trials, "kernel_names": kernel_names(cuda)}
 
 
-def harness_env(workdir: Path) -> dict[str, str]:
-    """Environment for the harness: where to import cuset_core from and where to build."""
-    env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
-    env["PYTHONPATH"] = str(Path(cuset_core.__file__).resolve().parent.parent)
-    env["TORCH_EXTENSIONS_DIR"] = str(workdir / "torch_extensions")
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
-
-
-def result_from_run(outcome: SandboxOutcome, result_path: Path) -> VerifyResult:
-    """The tier-3 result: the harness's ``result.json``, or why the harness left none."""
-    base = {"tier": Tier.GPU, "tiers_run": [Tier.GPU]}
-    if result_path.is_file():
-        data = json.loads(result_path.read_text())
-        verdict = Verdict(data.pop("verdict"))
-        feature = "gpu" if verdict is Verdict.UNSUPPORTED else None
-        return VerifyResult(verdict=verdict, unsupported_feature=feature, **base, **data)
-    log = (outcome.stderr or outcome.stdout)[-4000:]
-    if outcome.timed_out or outcome.limit_hit in ("wall", "cpu"):
-        return VerifyResult(verdict=Verdict.TIMEOUT, reason=f"GPU harness {describe(outcome)}", log=log, **base)
-    return VerifyResult(verdict=Verdict.RUNTIME_ERROR, reason=f"GPU harness {describe(outcome)} without a result",
-                        log=log, **base)
+def gpu_env(workdir: Path) -> dict[str, str]:
+    """Environment for the harness: the CUDA variables of this process and where to build."""
+    passed = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
+    return harness_env(**passed, TORCH_EXTENSIONS_DIR=str(workdir / "torch_extensions"))
 
 
 def run_gpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettings) -> VerifyResult:
@@ -109,13 +72,5 @@ def run_gpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettin
                             unsupported_feature="gpu", reason=NO_GPU_REASON)
     with tempfile.TemporaryDirectory(prefix="cuset-gpu-") as folder:
         workdir = Path(folder)
-        job = write_job(workdir, problem_code, candidate, settings)
-        outcome = run_sandboxed(
-            [sys.executable, "-m", HARNESS_MODULE, str(job)],
-            workdir=workdir,
-            limits=gpu_limits(settings.limits),
-            env=harness_env(workdir),
-        )
-        result = result_from_run(outcome, workdir / RESULT_FILE)
-    result.timings_s.setdefault("gpu_total", outcome.wall_s)
-    return result
+        job = write_job(workdir, problem_code, candidate, settings, **job_fields(candidate, settings))
+        return run_harness(HARNESS_MODULE, job, Tier.GPU, gpu_limits(settings.limits), gpu_env(workdir))

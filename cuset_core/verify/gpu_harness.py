@@ -31,21 +31,29 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import re
 import statistics
 import sys
 import time
 import traceback
 import types
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-INIT_SEED = 42  # KernelBench seeds weight initialisation with 42
-INPUT_SEED_BASE = 1000  # trial i draws its inputs under seed INPUT_SEED_BASE + i
+from cuset_core.verify.protocol import (
+    INIT_SEED,
+    INPUT_SEED_BASE,
+    Decided,
+    Outcome,
+    candidate_factory,
+    compare_outputs,
+    flatten_outputs,
+    read_job,
+    tail,
+    write_outcome,
+)
+
 WARMUP_CALLS = 5
-LOG_CHARS = 4000
 
 _LIBRARY_KERNEL = re.compile(
     r"at::|\bcublas|cutlass|cudnn|xmma|\bgemm|gemv|\bcub::|triton_|\bnvjet|"
@@ -55,31 +63,6 @@ _LIBRARY_KERNEL = re.compile(
 )
 _GLOBAL_KERNEL = re.compile(r"__global__\s+[\w:<>\s*]*?\b(\w+)\s*\(", re.S)
 _LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")
-
-
-@dataclass
-class Outcome:
-    """What the harness decided; the tier-3 fields of ``VerifyResult``."""
-
-    verdict: str
-    reason: str = ""
-    log: str = ""
-    max_abs_diff: float | None = None
-    mean_abs_diff: float | None = None
-    trials: int = 0
-    runtime_ms: float | None = None
-    reference_ms: float | None = None
-    speedup: float | None = None
-    launches: dict[str, int] = field(default_factory=dict)
-    timings_s: dict[str, float] = field(default_factory=dict)
-
-
-class Decided(Exception):
-    """Raised inside the protocol to stop at the first failure with its outcome."""
-
-    def __init__(self, outcome: Outcome):
-        super().__init__(outcome.reason)
-        self.outcome = outcome
 
 
 # ---------------------------------------------------------------- pure checks (unit-tested)
@@ -125,13 +108,6 @@ def timing_stats(samples_ms: list[float]) -> dict[str, float]:
     }
 
 
-def flatten_outputs(output: Any) -> list[Any]:
-    """A forward's result as a flat list: a tensor becomes ``[tensor]``, tuples/lists unpack."""
-    if isinstance(output, (tuple, list)):
-        return [item for element in output for item in flatten_outputs(element)]
-    return [output]
-
-
 def storage_span(tensor: Any) -> tuple[int, int] | None:
     """Byte range ``[start, end)`` of the storage behind ``tensor``; None when it is empty."""
     storage = tensor.untyped_storage()
@@ -167,34 +143,6 @@ def looks_cached(ref_first: list[Any], ref_second: list[Any], new_first: list[An
         )
 
     return not same(ref_first, ref_second) and same(new_first, new_second)
-
-
-def compare_outputs(reference: list[Any], candidate: list[Any], atol: float, rtol: float) -> Outcome | None:
-    """None when every output matches; else a ``shape_mismatch``/``value_mismatch`` outcome."""
-    import torch
-
-    if len(reference) != len(candidate):
-        return Outcome("shape_mismatch", f"expected {len(reference)} outputs, got {len(candidate)}")
-    worst_max, worst_mean = 0.0, 0.0
-    for index, (ref, new) in enumerate(zip(reference, candidate)):
-        if not isinstance(new, torch.Tensor):
-            return Outcome("shape_mismatch", f"output {index} is {type(new).__name__}, not a tensor")
-        if tuple(ref.shape) != tuple(new.shape):
-            return Outcome(
-                "shape_mismatch", f"output {index}: expected shape {tuple(ref.shape)}, got {tuple(new.shape)}"
-            )
-        diff = (ref.detach().double() - new.detach().double()).abs()
-        max_diff = float(diff.max()) if diff.numel() else 0.0
-        mean_diff = float(diff.mean()) if diff.numel() else 0.0
-        worst_max, worst_mean = max(worst_max, max_diff), max(worst_mean, mean_diff)
-        if not torch.allclose(new.detach().to(ref.dtype), ref.detach(), atol=atol, rtol=rtol):
-            return Outcome(
-                "value_mismatch",
-                f"output {index}: max abs diff {max_diff:.3g} exceeds atol {atol:g} / rtol {rtol:g}",
-                max_abs_diff=max_diff if math.isfinite(max_diff) else None,
-                mean_abs_diff=mean_diff if math.isfinite(mean_diff) else None,
-            )
-    return Outcome("pass", max_abs_diff=worst_max, mean_abs_diff=worst_mean)
 
 
 # ---------------------------------------------------------------- GPU protocol
@@ -237,42 +185,23 @@ def _is_build_failure(exc: BaseException) -> bool:
     return "Error building extension" in text or "undefined symbol" in text or isinstance(exc, ImportError)
 
 
-def _tail(text: str) -> str:
-    return text[-LOG_CHARS:]
-
-
-def _build_candidate(job: dict, reference_module: types.ModuleType, workdir: Path) -> Callable[[], Any]:
-    """Compile the candidate; return a factory that builds the candidate module (seed it first)."""
+def _build_candidate(job: dict, reference_module: types.ModuleType, workdir: Path, device: Any) -> Callable[[], Any]:
+    """Compile the candidate; return a factory that builds the candidate module on ``device`` (seed it first)."""
     from torch.utils.cpp_extension import load
-
-    from cuset_core.verify.binding import BindingError, bind_extension
 
     candidate_path = workdir / job["candidate"]
     init_inputs = reference_module.get_init_inputs()
     try:
         if job["kind"] == "cu":
-            extension = load(name="cuset_cu_candidate", sources=[str(candidate_path)],
-                             extra_cuda_cflags=["-O3"], verbose=False)
+            built = load(name="cuset_cu_candidate", sources=[str(candidate_path)],
+                         extra_cuda_cflags=["-O3"], verbose=False)
         else:
-            candidate_module = _load_module(candidate_path, "cuset_candidate")
+            built = _load_module(candidate_path, "cuset_candidate")
     except Exception as exc:  # noqa: BLE001 - any failure to build or import decides the verdict
         verdict = "compile_error" if _is_build_failure(exc) else "runtime_error"
         raise Decided(Outcome(verdict, f"building the candidate failed: {str(exc).splitlines()[0][:200]}",
-                              log=_tail(str(exc) or traceback.format_exc()))) from exc
-    if job["kind"] == "cu":
-        n_inputs = len(reference_module.get_inputs())
-        source = candidate_path.read_text()
-
-        def build_bound():
-            try:
-                return bind_extension(reference_module.Model, init_inputs, n_inputs, source, extension.forward)
-            except BindingError as exc:
-                raise Decided(Outcome("runtime_error", f"cannot bind the .cu forward: {exc}")) from exc
-
-        return build_bound
-    if not hasattr(candidate_module, "ModelNew"):
-        raise Decided(Outcome("runtime_error", "the candidate defines no ModelNew"))
-    return lambda: candidate_module.ModelNew(*init_inputs)
+                              log=tail(str(exc) or traceback.format_exc()))) from exc
+    return candidate_factory(job["kind"], reference_module, built, init_inputs, candidate_path.read_text(), device)
 
 
 def _inputs(reference_module: types.ModuleType, seed: int, device: Any) -> list[Any]:
@@ -299,7 +228,7 @@ def _call(model: Any, inputs: list[Any], what: str) -> list[Any]:
     except Exception as exc:  # noqa: BLE001 - a crash of either side decides the verdict
         message = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise Decided(Outcome("runtime_error", f"{what} forward failed: {message}",
-                              log=_tail(traceback.format_exc()))) from exc
+                              log=tail(traceback.format_exc()))) from exc
     return flatten_outputs(output)
 
 
@@ -399,7 +328,7 @@ def run_protocol(job: dict, workdir: Path, device: Any) -> Outcome:
     reference_module = _load_module(workdir / job["problem"], "cuset_reference")
 
     clock = time.perf_counter()
-    build = _build_candidate(job, reference_module, workdir)
+    build = _build_candidate(job, reference_module, workdir, device)
     timings["build"] = time.perf_counter() - clock
 
     init_inputs = reference_module.get_init_inputs()
@@ -407,13 +336,7 @@ def run_protocol(job: dict, workdir: Path, device: Any) -> Outcome:
         torch.manual_seed(INIT_SEED)
         reference = reference_module.Model(*init_inputs).to(device)
         torch.manual_seed(INIT_SEED)
-        try:
-            candidate = build().to(device)
-        except Decided:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise Decided(Outcome("runtime_error", f"constructing ModelNew failed: {exc}",
-                                  log=_tail(traceback.format_exc()))) from exc
+        candidate = build()
         _check_tf32(tf32)
 
         clock = time.perf_counter()
@@ -444,23 +367,19 @@ def run_protocol(job: dict, workdir: Path, device: Any) -> Outcome:
 
 def main(argv: list[str]) -> int:
     """Entry point: ``gpu_harness JOB_JSON``; always writes ``result.json`` unless killed."""
-    job_path = Path(argv[0]).resolve()
-    workdir = job_path.parent
-    job = json.loads(job_path.read_text())
+    job, workdir = read_job(argv)
     import torch
 
     try:
         if torch.cuda.is_available():
             outcome = run_protocol(job, workdir, torch.device("cuda"))
         else:
-            outcome = Outcome("unsupported", "no CUDA GPU on this machine")
+            outcome = Outcome("unsupported", "no CUDA GPU on this machine", unsupported_feature="gpu")
     except Decided as decided:
         outcome = decided.outcome
     except Exception:  # noqa: BLE001 - report, never crash without a result
-        outcome = Outcome("runtime_error", "the GPU harness failed", log=_tail(traceback.format_exc()))
-    partial = workdir / (job["result"] + ".tmp")
-    partial.write_text(json.dumps(asdict(outcome)))
-    partial.replace(workdir / job["result"])
+        outcome = Outcome("runtime_error", "the GPU harness failed", log=tail(traceback.format_exc()))
+    write_outcome(workdir, job, outcome)
     return 0
 
 

@@ -10,15 +10,8 @@ import torch
 
 from cuset_core.verify import gpu
 from cuset_core.verify.candidate import parse_candidate
-from cuset_core.verify.gpu_harness import (
-    aliased_pairs,
-    classify_kernels,
-    compare_outputs,
-    flatten_outputs,
-    kernel_names,
-    looks_cached,
-    timing_stats,
-)
+from cuset_core.verify.gpu_harness import aliased_pairs, classify_kernels, kernel_names, looks_cached, timing_stats
+from cuset_core.verify.protocol import compare_outputs, flatten_outputs, result_from_run, write_job
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.sandbox import SandboxOutcome
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
@@ -108,7 +101,8 @@ def test_gpu_limits_raise_only_what_a_gpu_job_needs():
 
 def test_job_file_names_the_candidates_kernels(tmp_path):
     candidate = parse_candidate((DEMO / "solutions" / "02_relu.py").read_text())
-    job = json.loads(gpu.write_job(tmp_path, "problem", candidate, VerifySettings(seeds=2)).read_text())
+    settings = VerifySettings(seeds=2)
+    job = json.loads(write_job(tmp_path, "problem", candidate, settings, **gpu.job_fields(candidate, settings)).read_text())
     assert job["kind"] == "python" and job["candidate"] == "candidate.py"
     assert (job["seeds"], job["kernel_names"]) == (2, ["relu_kernel"])
     assert (tmp_path / "problem.py").read_text() == "problem"
@@ -118,8 +112,8 @@ def test_a_harness_that_left_no_result_is_a_timeout_or_runtime_error(tmp_path):
     timed_out = SandboxOutcome(None, "", "", 901.0, True, 9, "wall")
     crashed = SandboxOutcome(-6, "", "CUDA error: an illegal memory access", 3.0, False, 6, None)
     missing = tmp_path / "result.json"
-    assert gpu.result_from_run(timed_out, missing).verdict is Verdict.TIMEOUT
-    result = gpu.result_from_run(crashed, missing)
+    assert result_from_run(timed_out, missing, Tier.GPU).verdict is Verdict.TIMEOUT
+    result = result_from_run(crashed, missing, Tier.GPU)
     assert (result.verdict, result.tier) == (Verdict.RUNTIME_ERROR, Tier.GPU)
     assert "illegal memory access" in result.log
 
@@ -128,7 +122,7 @@ def test_the_harness_result_becomes_a_verify_result(tmp_path):
     path = tmp_path / "result.json"
     path.write_text(json.dumps({"verdict": "pass", "reason": "ok", "speedup": 2.0, "runtime_ms": 1.0,
                                 "reference_ms": 2.0, "trials": 3, "launches": {"k": 1}}))
-    result = gpu.result_from_run(SandboxOutcome(0, "", "", 1.0, False, None, None), path)
+    result = result_from_run(SandboxOutcome(0, "", "", 1.0, False, None, None), path, Tier.GPU)
     assert (result.verdict, result.speedup, result.trials, result.launches) == (Verdict.PASS, 2.0, 3, {"k": 1})
 
 

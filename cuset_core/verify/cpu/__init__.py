@@ -10,68 +10,24 @@ features the runtime cannot model are reported as ``unsupported`` with the featu
 
 from __future__ import annotations
 
-import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-import cuset_core
 from cuset_core.verify.candidate import Candidate
 from cuset_core.verify.cpu.build import BuildError, prepare_pch
 from cuset_core.verify.cpu.rewrite import unsupported_feature
+from cuset_core.verify.protocol import harness_env, run_harness, tail, write_job
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
-from cuset_core.verify.sandbox import SandboxOutcome, describe, run_sandboxed
 from cuset_core.verify.settings import VerifySettings
 
 HARNESS_MODULE = "cuset_core.verify.cpu.harness"
-RESULT_FILE = "result.json"
-LOG_CHARS = 4000
 
 __all__ = ["run_cpu_tier"]
 
 
 def _result(verdict: Verdict, reason: str, **fields) -> VerifyResult:
     return VerifyResult(verdict=verdict, tier=Tier.CPU, tiers_run=[Tier.CPU], reason=reason, **fields)
-
-
-def write_job(workdir: Path, problem_code: str, candidate: Candidate, settings: VerifySettings, pch_dir: Path) -> Path:
-    """Write the problem, the candidate and the job description into ``workdir``."""
-    (workdir / "problem.py").write_text(problem_code)
-    candidate_file = "candidate.cu" if candidate.kind == "cu" else "candidate.py"
-    (workdir / candidate_file).write_text(candidate.code)
-    job = {
-        "problem": "problem.py",
-        "candidate": candidate_file,
-        "kind": candidate.kind,
-        "seeds": settings.seeds,
-        "atol": settings.atol,
-        "rtol": settings.rtol,
-        "reduce_sizes": settings.reduce_sizes,
-        "max_elements": settings.max_elements,
-        "pch_dir": str(pch_dir),
-        "result": RESULT_FILE,
-    }
-    path = workdir / "job.json"
-    path.write_text(json.dumps(job))
-    return path
-
-
-def result_from_run(outcome: SandboxOutcome, result_path: Path) -> VerifyResult:
-    """The tier-2 result: the harness's ``result.json``, or why the harness left none."""
-    if result_path.is_file():
-        data = json.loads(result_path.read_text())
-        verdict = Verdict(data.pop("verdict"))
-        for unused in ("runtime_ms", "reference_ms", "speedup"):
-            data.pop(unused, None)
-        feature = data["reason"].removeprefix("uses ") if verdict is Verdict.UNSUPPORTED else None
-        return _result(verdict, data.pop("reason"), unsupported_feature=feature, **data)
-    log = (outcome.stderr or outcome.stdout)[-LOG_CHARS:]
-    if outcome.timed_out or outcome.limit_hit in ("wall", "cpu"):
-        return _result(Verdict.TIMEOUT, f"CPU harness {describe(outcome)}", log=log)
-    runtime_line = next((line for line in log.splitlines() if line.startswith("cuset runtime:")), None)
-    reason = runtime_line or f"CPU harness {describe(outcome)} without a result"
-    return _result(Verdict.RUNTIME_ERROR, reason, log=log)
 
 
 def run_cpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettings) -> VerifyResult:
@@ -84,20 +40,12 @@ def run_cpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettin
     try:
         pch_dir = prepare_pch()
     except BuildError as exc:
-        return _result(Verdict.RUNTIME_ERROR, "the CPU runtime header does not build on this machine", log=str(exc)[-LOG_CHARS:])
+        return _result(Verdict.RUNTIME_ERROR, "the CPU runtime header does not build on this machine", log=tail(str(exc)))
     pch_s = time.perf_counter() - clock
     with tempfile.TemporaryDirectory(prefix="cuset-cpu-") as folder:
-        workdir = Path(folder)
-        job = write_job(workdir, problem_code, candidate, settings, pch_dir)
-        env = {
-            "PYTHONPATH": str(Path(cuset_core.__file__).resolve().parent.parent),
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "OMP_NUM_THREADS": "1",
-        }
-        outcome = run_sandboxed([sys.executable, "-m", HARNESS_MODULE, str(job)], workdir=workdir,
-                                limits=settings.limits, env=env)
-        result = result_from_run(outcome, workdir / RESULT_FILE)
-    result.timings_s.setdefault("cpu_total", outcome.wall_s)
+        job = write_job(Path(folder), problem_code, candidate, settings, reduce_sizes=settings.reduce_sizes,
+                        max_elements=settings.max_elements, pch_dir=str(pch_dir))
+        result = run_harness(HARNESS_MODULE, job, Tier.CPU, settings.limits, harness_env(OMP_NUM_THREADS="1"))
     if pch_s > 1.0:
         result.timings_s["pch"] = pch_s
     return result

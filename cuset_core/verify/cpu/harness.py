@@ -29,20 +29,22 @@ import sys
 import time
 import traceback
 import types
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
-from cuset_core.verify.gpu_harness import (
+from cuset_core.verify.protocol import (
     INIT_SEED,
     INPUT_SEED_BASE,
     Decided,
     Outcome,
+    candidate_factory,
     compare_outputs,
     flatten_outputs,
+    read_job,
+    tail,
+    write_outcome,
 )
 
-LOG_CHARS = 4000
 SCHEDULES = ("ascending thread order", "descending thread order", "odd threads first")
 _MISSING_HEADER = re.compile(r"fatal error: ([\w./]+): No such file or directory")
 _FACTORIES = ("randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "linspace",
@@ -123,7 +125,7 @@ class Builder:
 
         feature = unsupported_feature(cuda + "\n" + cpp)
         if feature:
-            self.failure = Outcome("unsupported", f"uses {feature}", log=feature)
+            self.failure = Outcome("unsupported", f"uses {feature}", log=feature, unsupported_feature=feature)
             raise Decided(self.failure)
         module_name = re.sub(r"\W", "_", name or "ext") + f"_cuset{len(self.libraries)}"
         clock = time.perf_counter()
@@ -133,10 +135,11 @@ class Builder:
         except BuildError as exc:
             missing = _MISSING_HEADER.search(str(exc))
             if missing:  # a CUDA header the runtime has no stand-in for (a library, PTX helpers...)
-                self.failure = Outcome("unsupported", f"uses header <{missing.group(1)}>", log=str(exc)[-LOG_CHARS:])
+                header = f"header <{missing.group(1)}>"
+                self.failure = Outcome("unsupported", f"uses {header}", log=tail(str(exc)), unsupported_feature=header)
             else:
                 self.failure = Outcome("compile_error", f"g++ rejected the extension: {_first_error(str(exc))}",
-                                       log=str(exc)[-LOG_CHARS:])
+                                       log=tail(str(exc)))
             raise
         finally:
             self.timings["build"] = self.timings.get("build", 0.0) + time.perf_counter() - clock
@@ -238,10 +241,6 @@ def candidate_overrides(candidate_source: str, problem_constants: dict[str, int]
 # ---------------------------------------------------------------- the protocol
 
 
-def _tail(text: str) -> str:
-    return text[-LOG_CHARS:]
-
-
 def _call(model: Any, inputs: list[Any], what: str) -> list[Any]:
     try:
         return flatten_outputs(model(*inputs))
@@ -249,7 +248,7 @@ def _call(model: Any, inputs: list[Any], what: str) -> list[Any]:
         raise
     except Exception as exc:  # noqa: BLE001 - a crash of either side decides the verdict
         first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        raise Decided(Outcome("runtime_error", f"{what} forward failed: {first}", log=_tail(traceback.format_exc()))) from exc
+        raise Decided(Outcome("runtime_error", f"{what} forward failed: {first}", log=tail(traceback.format_exc()))) from exc
 
 
 def _clone(values: list[Any]) -> list[Any]:
@@ -265,34 +264,20 @@ def _import_candidate(job: dict, workdir: Path, builder: Builder, problem: types
     init_inputs = problem.get_init_inputs()
     try:
         if job["kind"] == "cu":
-            extension = builder.build("cuset_cu_candidate", source, "", None)
+            built = builder.build("cuset_cu_candidate", source, "", None)
         else:
-            module = load_source(source, "cuset_candidate", candidate_overrides(source, constants, overrides),
-                                 "candidate.py")
+            built = load_source(source, "cuset_candidate", candidate_overrides(source, constants, overrides),
+                                "candidate.py")
     except Decided:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure to build or import decides the verdict
         if builder.failure:
             raise Decided(builder.failure) from exc
         raise Decided(Outcome("runtime_error", f"importing the candidate failed: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}",
-                              log=_tail(traceback.format_exc()))) from exc
+                              log=tail(traceback.format_exc()))) from exc
     if builder.failure:
         raise Decided(builder.failure)
-    if job["kind"] == "cu":
-        from cuset_core.verify.binding import BindingError, bind_extension
-
-        n_inputs = len(problem.get_inputs())
-
-        def bound():
-            try:
-                return bind_extension(problem.Model, init_inputs, n_inputs, source, extension.forward)
-            except BindingError as exc:
-                raise Decided(Outcome("runtime_error", f"cannot bind the .cu forward: {exc}")) from exc
-
-        return bound
-    if not hasattr(module, "ModelNew"):
-        raise Decided(Outcome("runtime_error", "the candidate defines no ModelNew"))
-    return lambda: module.ModelNew(*init_inputs)
+    return candidate_factory(job["kind"], problem, built, init_inputs, source)
 
 
 def run_protocol(job: dict, workdir: Path, timings: dict[str, float]) -> Outcome:
@@ -321,13 +306,7 @@ def run_protocol(job: dict, workdir: Path, timings: dict[str, float]) -> Outcome
         torch.manual_seed(INIT_SEED)
         reference = problem.Model(*init_inputs)
         torch.manual_seed(INIT_SEED)
-        try:
-            candidate = make_candidate()
-        except Decided:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise Decided(Outcome("runtime_error", f"constructing ModelNew failed: {exc}",
-                                  log=_tail(traceback.format_exc()))) from exc
+        candidate = make_candidate()
         outcome = Outcome("pass")
         for trial in range(job["seeds"]):
             os.environ["CUSET_SCHEDULE"] = str(trial)
@@ -359,20 +338,16 @@ def run_protocol(job: dict, workdir: Path, timings: dict[str, float]) -> Outcome
 
 def main(argv: list[str]) -> int:
     """Entry point: ``harness JOB_JSON``; always writes ``result.json`` unless killed."""
-    job_path = Path(argv[0]).resolve()
-    workdir = job_path.parent
-    job = json.loads(job_path.read_text())
+    job, workdir = read_job(argv)
     timings: dict[str, float] = {}
     try:
         outcome = run_protocol(job, workdir, timings)
     except Decided as decided:
         outcome = decided.outcome
     except Exception:  # noqa: BLE001 - report, never crash without a result
-        outcome = Outcome("runtime_error", "the CPU harness failed", log=_tail(traceback.format_exc()))
+        outcome = Outcome("runtime_error", "the CPU harness failed", log=tail(traceback.format_exc()))
     outcome.timings_s = timings
-    partial = workdir / (job["result"] + ".tmp")
-    partial.write_text(json.dumps(asdict(outcome)))
-    partial.replace(workdir / job["result"])
+    write_outcome(workdir, job, outcome)
     return 0
 
 
