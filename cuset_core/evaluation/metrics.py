@@ -1,9 +1,12 @@
 """Evaluation metrics: the unbiased pass@k estimator, per-problem rows and the aggregate.
 
-A sample "passes tier T" when verification got past T: the deciding tier is a later one (tiers
-run cheapest first and stop at the first failure), or T decided and the verdict is ``pass``.
-So ``compile@k`` counts samples that compiled, ``cpu_correct@k`` those that matched the
-reference on the CPU runtime and ``correct@k`` those that matched on a GPU.
+A sample "passes tier T" when T ran on it and concluded ``pass`` (``VerifyResult.tier_verdicts``).
+So ``compile@k`` counts samples that nvcc compiled, ``cpu_correct@k`` those that matched the
+reference on the CPU runtime and ``correct@k`` those that matched on a GPU; a sample the CPU
+tier could not judge (``unsupported``) is not CPU-correct even when the GPU tier passed it, and
+a tier that was skipped (no nvcc) passes nothing. Results from before ``tier_verdicts`` existed
+fall back to the deciding tier: T passed when a later tier decided (tiers run cheapest first
+and stop at the first failure), or T decided and the verdict is ``pass``.
 
 ``fast_p`` (GPU only) is KernelBench's: the share of samples that are correct *and* faster
 than eager PyTorch by more than ``p``, averaged per problem, then over problems.
@@ -51,7 +54,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def passed_tier(result: VerifyResult, tier: Tier) -> bool:
-    """Whether verification got past ``tier`` for this sample (see the module docstring)."""
+    """Whether ``tier`` passed this sample (see the module docstring)."""
+    if result.tier_verdicts:
+        return result.tier_verdicts.get(tier) is Verdict.PASS
     if result.tier.rank > tier.rank:
         return True
     return result.tier is tier and result.verdict is Verdict.PASS

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from cuset_core.verify.result import Tier, VerifyResult
 from cuset_core.verify.settings import VerifySettings
 
-CODE_VERSION = "verify-1"
+CODE_VERSION = "verify-2"
 
 
 def default_cache_dir() -> Path:

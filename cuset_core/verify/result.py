@@ -67,6 +67,11 @@ class VerifyResult(BaseModel):
     verdict: Verdict
     tier: Tier = Field(description="the tier that decided the verdict")
     tiers_run: list[Tier] = Field(default_factory=list)
+    tier_verdicts: dict[Tier, Verdict] = Field(
+        default_factory=dict,
+        description="what each tier that ran concluded, cheapest first; static and compile record pass "
+        "when they let the candidate through (empty in results from before this field)",
+    )
     reason: str = Field("", description="one line saying why, for humans")
     unsupported_feature: str | None = Field(None, description="named when verdict is unsupported")
     timings_s: dict[str, float] = Field(default_factory=dict, description="seconds per stage")

@@ -2,7 +2,8 @@
 run only when the cheaper ones did not reject the candidate, up to ``settings.tier``.
 
 A tier that cannot judge (tier 2 ``unsupported``) lets the next one run. The result of the last
-tier that ran decides, carrying the timings, diagnostics and resources of the ones before it.
+tier that ran decides, carrying the timings, diagnostics and resources of the ones before it, and
+``tier_verdicts``: what every tier that ran concluded (a skipped tier has no entry).
 Problems with the candidate are verdicts, never exceptions; a failure of the verifier itself
 becomes ``runtime_error`` with the traceback in ``log`` and is not cached.
 """
@@ -66,9 +67,10 @@ def _pipeline(problem_code: str, answer: str, settings: VerifySettings) -> tuple
     rejection = check_static(candidate)
     static_s = time.monotonic() - started
     if rejection is not None:
+        rejection = rejection.model_copy(update={"tier_verdicts": {Tier.STATIC: rejection.verdict}})
         return _with_timing(rejection, "static", static_s), False
     result = VerifyResult(
-        verdict=Verdict.PASS, tier=Tier.STATIC, tiers_run=[Tier.STATIC],
+        verdict=Verdict.PASS, tier=Tier.STATIC, tiers_run=[Tier.STATIC], tier_verdicts={Tier.STATIC: Verdict.PASS},
         reason="static checks passed", diagnostics=static_warnings(candidate),
         timings_s={"static": round(static_s, 4)},
     )  # fmt: skip
@@ -113,6 +115,7 @@ def _compile_result(report: CompileReport, before: VerifyResult) -> VerifyResult
         verdict=verdict,
         tier=Tier.COMPILE,
         tiers_run=[*before.tiers_run, Tier.COMPILE],
+        tier_verdicts={**before.tier_verdicts, Tier.COMPILE: verdict},
         reason=reason,
         timings_s={**before.timings_s, "compile": round(report.seconds, 4)},
         diagnostics=[*before.diagnostics, *report.diagnostics],
@@ -156,6 +159,7 @@ def _merge(before: VerifyResult, later: VerifyResult, timings: dict[str, float])
     return later.model_copy(
         update={
             "tiers_run": tiers,
+            "tier_verdicts": {**before.tier_verdicts, later.tier: later.verdict},
             "timings_s": {**before.timings_s, **timings},
             "diagnostics": [*before.diagnostics, *later.diagnostics],
             "resources": later.resources or before.resources,
@@ -168,6 +172,7 @@ def _internal_error(tier: Tier, before: VerifyResult, reason: str, log: str) -> 
         verdict=Verdict.RUNTIME_ERROR,
         tier=tier,
         tiers_run=[*before.tiers_run, tier],
+        tier_verdicts={**before.tier_verdicts, tier: Verdict.RUNTIME_ERROR},
         reason=reason,
         timings_s=before.timings_s,
         diagnostics=before.diagnostics,

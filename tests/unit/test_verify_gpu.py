@@ -102,7 +102,8 @@ def test_gpu_limits_raise_only_what_a_gpu_job_needs():
 def test_job_file_names_the_candidates_kernels(tmp_path):
     candidate = parse_candidate((DEMO / "solutions" / "02_relu.py").read_text())
     settings = VerifySettings(seeds=2)
-    job = json.loads(write_job(tmp_path, "problem", candidate, settings, **gpu.job_fields(candidate, settings)).read_text())
+    job_file = write_job(tmp_path, "problem", candidate, settings, **gpu.job_fields(candidate, settings))
+    job = json.loads(job_file.read_text())
     assert job["kind"] == "python" and job["candidate"] == "candidate.py"
     assert (job["seeds"], job["kernel_names"]) == (2, ["relu_kernel"])
     assert (tmp_path / "problem.py").read_text() == "problem"
@@ -118,12 +119,25 @@ def test_a_harness_that_left_no_result_is_a_timeout_or_runtime_error(tmp_path):
     assert "illegal memory access" in result.log
 
 
+def test_a_cpu_runtime_abort_gives_its_own_message_as_the_reason(tmp_path):
+    aborted = SandboxOutcome(-6, "", "x = 1\ncuset runtime: out-of-bounds read in add_kernel\n", 2.0, False, 6, None)
+    result = result_from_run(aborted, tmp_path / "result.json", Tier.CPU)
+    assert (result.verdict, result.tier, result.tiers_run) == (Verdict.RUNTIME_ERROR, Tier.CPU, [Tier.CPU])
+    assert result.reason == "cuset runtime: out-of-bounds read in add_kernel"
+
+
 def test_the_harness_result_becomes_a_verify_result(tmp_path):
     path = tmp_path / "result.json"
     path.write_text(json.dumps({"verdict": "pass", "reason": "ok", "speedup": 2.0, "runtime_ms": 1.0,
                                 "reference_ms": 2.0, "trials": 3, "launches": {"k": 1}}))
     result = result_from_run(SandboxOutcome(0, "", "", 1.0, False, None, None), path, Tier.GPU)
     assert (result.verdict, result.speedup, result.trials, result.launches) == (Verdict.PASS, 2.0, 3, {"k": 1})
+    path.write_text(json.dumps({"verdict": "unsupported", "reason": "uses header <cub/cub.cuh>",
+                                "unsupported_feature": "header <cub/cub.cuh>"}))
+    result = result_from_run(SandboxOutcome(0, "", "", 1.0, False, None, None), path, Tier.CPU)
+    assert (result.verdict, result.tier, result.unsupported_feature) == (
+        Verdict.UNSUPPORTED, Tier.CPU, "header <cub/cub.cuh>"
+    )
 
 
 def test_without_a_gpu_tier_3_is_unsupported_with_the_reason(monkeypatch):

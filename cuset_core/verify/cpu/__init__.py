@@ -40,7 +40,8 @@ def run_cpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettin
     try:
         pch_dir = prepare_pch()
     except BuildError as exc:
-        return _result(Verdict.RUNTIME_ERROR, "the CPU runtime header does not build on this machine", log=tail(str(exc)))
+        return _result(Verdict.RUNTIME_ERROR, "the CPU runtime header does not build on this machine",
+                       log=tail(str(exc)))
     pch_s = time.perf_counter() - clock
     with tempfile.TemporaryDirectory(prefix="cuset-cpu-") as folder:
         job = write_job(Path(folder), problem_code, candidate, settings, reduce_sizes=settings.reduce_sizes,
