@@ -11,7 +11,15 @@ from cuset_core.verify.result import Tier, Verdict, VerifyResult
 
 
 def result(verdict: str, tier: str, speedup: float | None = None) -> VerifyResult:
+    """A result as cached before ``tier_verdicts`` existed: only the deciding tier is known."""
     return VerifyResult(verdict=Verdict(verdict), tier=Tier(tier), speedup=speedup)
+
+
+def tiered(**verdicts: str) -> VerifyResult:
+    """A result with what each tier that ran concluded; the last one decided."""
+    last = list(verdicts)[-1]
+    return VerifyResult(verdict=Verdict(verdicts[last]), tier=Tier(last),
+                        tier_verdicts={Tier(t): Verdict(v) for t, v in verdicts.items()})
 
 
 @pytest.mark.parametrize(
@@ -45,13 +53,33 @@ def test_pass_at_k_rejects_impossible_counts():
         pass_at_k(3, 1, 0)
 
 
-def test_a_sample_passes_a_tier_when_a_later_tier_decided_or_it_passed_there():
+def test_without_tier_verdicts_a_sample_passes_a_tier_when_a_later_tier_decided_or_it_passed_there():
     assert passed_tier(result("value_mismatch", "cpu"), Tier.COMPILE)
     assert not passed_tier(result("value_mismatch", "cpu"), Tier.CPU)
     assert passed_tier(result("pass", "cpu"), Tier.CPU)
     assert not passed_tier(result("compile_error", "compile"), Tier.COMPILE)
     assert not passed_tier(result("unsupported", "cpu"), Tier.CPU)
     assert not passed_tier(result("pass", "cpu"), Tier.GPU)
+
+
+def test_a_sample_passes_exactly_the_tiers_that_concluded_pass():
+    unsupported_on_cpu = tiered(static="pass", compile="pass", cpu="unsupported", gpu="pass")
+    assert [passed_tier(unsupported_on_cpu, t) for t in Tier] == [True, True, False, True]
+    no_nvcc = tiered(static="pass", cpu="pass")  # tier 1 skipped: it compiled nothing
+    assert [passed_tier(no_nvcc, t) for t in Tier] == [True, False, True, False]
+    wrong_on_gpu = tiered(static="pass", compile="pass", cpu="pass", gpu="value_mismatch")
+    assert [passed_tier(wrong_on_gpu, t) for t in Tier] == [True, True, True, False]
+    rejected = tiered(static="static_reject")
+    assert [passed_tier(rejected, t) for t in Tier] == [False, False, False, False]
+
+
+def test_a_sample_unsupported_on_the_cpu_is_gpu_correct_but_not_cpu_correct():
+    row = problem_row("p1", [
+        tiered(static="pass", compile="pass", cpu="unsupported", gpu="pass"),
+        tiered(static="pass", compile="pass", cpu="pass", gpu="pass"),
+        tiered(static="pass", compile="compile_error"),
+    ])
+    assert (row.n, row.compiled, row.cpu_correct, row.correct) == (3, 2, 1, 2)
 
 
 def test_problem_rows_count_tiers_verdicts_and_speed():

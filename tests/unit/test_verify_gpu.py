@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import types
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,14 @@ import torch
 from cuset_core.verify import gpu
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.gpu_harness import aliased_pairs, classify_kernels, kernel_names, looks_cached, timing_stats
-from cuset_core.verify.protocol import compare_outputs, flatten_outputs, result_from_run, write_job
+from cuset_core.verify.protocol import (
+    Decided,
+    candidate_factory,
+    compare_outputs,
+    flatten_outputs,
+    result_from_run,
+    write_job,
+)
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.sandbox import SandboxOutcome
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
@@ -266,3 +274,39 @@ def test_the_harness_runs_in_the_sandbox_and_reports_back(monkeypatch):
         Verdict.UNSUPPORTED, "gpu", "no CUDA GPU on this machine"
     ), result.log
     assert result.timings_s["gpu_total"] > 0
+
+
+# ---------------------------------------------------------------- the candidate factory both tiers use
+
+CU_SOURCE = """
+torch::Tensor forward(torch::Tensor x) { return x; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("forward", &forward, "relu"); }
+"""
+
+
+def _module(name: str, code: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    exec(code, module.__dict__)  # noqa: S102 - the test's own code
+    return module
+
+
+def test_the_factory_binds_a_cu_forward_to_the_reference():
+    reference = _module("reference", RELU_PROBLEM)
+    extension = types.SimpleNamespace(forward=lambda x: torch.relu(x) * 3)
+    model = candidate_factory("cu", reference, extension, [], CU_SOURCE)()
+    assert torch.equal(model(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 6.0]))
+
+
+def test_the_factory_turns_a_missing_or_crashing_model_new_into_a_runtime_error():
+    reference = _module("reference", RELU_PROBLEM)
+    with pytest.raises(Decided) as missing:
+        candidate_factory("python", reference, _module("empty", ""), [], "")
+    assert (missing.value.outcome.verdict, missing.value.outcome.reason) == (
+        "runtime_error", "the candidate defines no ModelNew"
+    )
+    crashing = _module("crashing", "class ModelNew:\n    def __init__(self):\n        raise ValueError('bad size')\n")
+    with pytest.raises(Decided) as crashed:
+        candidate_factory("python", reference, crashing, [], "")()
+    assert (crashed.value.outcome.verdict, crashed.value.outcome.reason) == (
+        "runtime_error", "constructing ModelNew failed: bad size"
+    )

@@ -43,18 +43,21 @@ BROKEN = GOOD.replace("if (i < n) y[i] = x[i]", "if (i < n) y[i] = undefined_nam
 def test_a_static_reject_stops_the_pipeline(tmp_path):
     result = verify(PROBLEM, "no code here", VerifySettings(), cache_dir=tmp_path)
     assert (result.verdict, result.tier, result.tiers_run) == (Verdict.NO_CODE, Tier.STATIC, [Tier.STATIC])
+    assert result.tier_verdicts == {Tier.STATIC: Verdict.NO_CODE}
     assert set(result.timings_s) == {"static", "total"}
 
 
 def test_static_tier_only_passes_a_good_candidate(tmp_path):
     result = verify(PROBLEM, fenced(GOOD), STATIC, cache_dir=tmp_path)
     assert (result.verdict, result.tier, result.tiers_run) == (Verdict.PASS, Tier.STATIC, [Tier.STATIC])
+    assert result.tier_verdicts == {Tier.STATIC: Verdict.PASS}
 
 
 @pytest.mark.nvcc
 def test_compile_tier_passes_with_resources(tmp_path):
     result = verify(PROBLEM, fenced(GOOD), COMPILE, cache_dir=tmp_path)
     assert (result.verdict, result.tier, result.tiers_run) == (Verdict.PASS, Tier.COMPILE, [Tier.STATIC, Tier.COMPILE])
+    assert result.tier_verdicts == {Tier.STATIC: Verdict.PASS, Tier.COMPILE: Verdict.PASS}
     assert [r.kernel for r in result.resources] == ["relu_kernel(float const*, float*, int)"]
     assert result.timings_s["compile"] > 0
 
@@ -65,6 +68,7 @@ def test_a_compile_error_is_the_verdict_with_the_candidate_line(tmp_path):
     result = verify(PROBLEM, text, VerifySettings(), cache_dir=tmp_path)
     line = line_of(text, "    if (i < n) y[i] = undefined_name")
     assert (result.verdict, result.tier) == (Verdict.COMPILE_ERROR, Tier.COMPILE)
+    assert result.tier_verdicts == {Tier.STATIC: Verdict.PASS, Tier.COMPILE: Verdict.COMPILE_ERROR}
     assert result.reason == f'line {line}: identifier "undefined_name" is undefined'
     assert "undefined_name" in result.log
 
@@ -99,6 +103,7 @@ def test_later_tiers_merge_with_earlier_evidence(tmp_path, monkeypatch):
     result = verify(PROBLEM, fenced(GOOD), VerifySettings(tier=Tier.CPU), cache_dir=tmp_path)
     assert (result.verdict, result.tier, result.max_abs_diff) == (Verdict.VALUE_MISMATCH, Tier.CPU, 0.25)
     assert result.tiers_run == [Tier.STATIC, Tier.CPU]
+    assert result.tier_verdicts == {Tier.STATIC: Verdict.PASS, Tier.CPU: Verdict.VALUE_MISMATCH}  # tier 1 skipped
     assert {"static", "cpu", "cpu_run", "total"} <= set(result.timings_s)
     assert result.diagnostics[-1].message == "tier 1 skipped: nvcc is not on PATH"
 
@@ -109,6 +114,18 @@ def test_unsupported_on_cpu_lets_the_gpu_tier_decide(tmp_path, monkeypatch):
     monkeypatch.setattr(run_module, "_gpu_runner", _fake_tier(Verdict.PASS, Tier.GPU))
     result = verify(PROBLEM, fenced(GOOD), VerifySettings(tier=Tier.GPU), cache_dir=tmp_path)
     assert (result.verdict, result.tiers_run) == (Verdict.PASS, [Tier.STATIC, Tier.CPU, Tier.GPU])
+    assert result.tier_verdicts == {Tier.STATIC: Verdict.PASS, Tier.CPU: Verdict.UNSUPPORTED, Tier.GPU: Verdict.PASS}
+
+
+def test_tier_verdicts_survive_the_cache_as_json_keyed_by_tier(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_module, "nvcc_path", lambda: None)
+    monkeypatch.setattr(run_module, "_cpu_runner", _fake_tier(Verdict.UNSUPPORTED, Tier.CPU))
+    monkeypatch.setattr(run_module, "_gpu_runner", _fake_tier(Verdict.VALUE_MISMATCH, Tier.GPU))
+    first = verify(PROBLEM, fenced(GOOD), VerifySettings(tier=Tier.GPU), cache_dir=tmp_path)
+    second = verify(PROBLEM, fenced(GOOD), VerifySettings(tier=Tier.GPU), cache_dir=tmp_path)
+    assert second.cached and second.tier_verdicts == first.tier_verdicts
+    assert first.model_dump(mode="json")["tier_verdicts"] == {"static": "pass", "cpu": "unsupported",
+                                                              "gpu": "value_mismatch"}
 
 
 def test_a_verifier_crash_is_a_runtime_error_and_not_cached(tmp_path, monkeypatch):
@@ -120,6 +137,7 @@ def test_a_verifier_crash_is_a_runtime_error_and_not_cached(tmp_path, monkeypatc
     result = verify(PROBLEM, fenced(GOOD), VerifySettings(), cache_dir=tmp_path)
     expected = (Verdict.RUNTIME_ERROR, Tier.CPU, "internal error in tier cpu")
     assert (result.verdict, result.tier, result.reason) == expected
+    assert result.tier_verdicts == {Tier.STATIC: Verdict.PASS, Tier.CPU: Verdict.RUNTIME_ERROR}
     assert "ImportError: tier 2 is not installed" in result.log
     assert not list(tmp_path.rglob("*.json"))
 
@@ -139,6 +157,7 @@ def test_cli_json_output_and_exit_codes(tmp_path):
     assert ok.exit_code == 0, ok.output
     data = json.loads(ok.output)
     assert (data["verdict"], data["tier"], data["tiers_run"], data["cached"]) == ("pass", "static", ["static"], False)
+    assert data["tier_verdicts"] == {"static": "pass"}
     assert set(data) == set(VerifyResult.model_fields)
     rejected = runner.invoke(app, ["verify", str(problem), str(bad), "--tier", "static", "--no-cache"])
     assert rejected.exit_code == 1
