@@ -71,7 +71,7 @@ def tier_outcome(result: VerifyResult, tier: Tier) -> str:
     """``accepted``, ``rejected`` or ``unsupported`` for ``tier``, read off a deeper run."""
     if passed_tier(result, tier):
         return "accepted"
-    if result.tier is tier and result.verdict is Verdict.UNSUPPORTED:
+    if result.tier_verdicts.get(tier, result.verdict if result.tier is tier else None) is Verdict.UNSUPPORTED:
         return "unsupported"
     return "rejected"
 
