@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,7 @@ from cuset_core.verify.compile import compile_candidate, parse_resources
 from cuset_core.verify.result import KernelResources
 from cuset_core.verify.settings import VerifySettings
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_verify_static import GOOD, fenced, line_of  # noqa: E402
+from verify_cases import GOOD, fenced, line_of
 
 SETTINGS = VerifySettings()
 

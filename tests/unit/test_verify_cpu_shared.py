@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import re
+
 from pathlib import Path
 
 import pytest
 
+from cuset_core.generation.prompts import reference_from_question
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.cpu import run_cpu_tier
 from cuset_core.verify.result import Verdict
@@ -15,17 +16,17 @@ from cuset_core.verify.settings import SandboxLimits, VerifySettings
 pytestmark = [pytest.mark.shared_data, pytest.mark.slow]
 
 SETTINGS = VerifySettings(limits=SandboxLimits(wall_s=300, cpu_s=300))
-_ARCHITECTURE = re.compile(r"You are given the following architecture:\s*```(?:python)?\n(.*?)```", re.S)
 
 
 def first_answer(shared_data: Path, level: int, problem: int) -> tuple[str, str]:
     """(problem code, answer) of the first answer with a ``__global__`` kernel for a problem."""
-    import pandas as pd
+    import pyarrow.parquet as pq
 
-    frame = pd.read_parquet(shared_data / "kernelbench_sft_train.parquet")
-    rows = frame[(frame.level == level) & (frame.problem == str(problem)) & frame.answer.str.contains("__global__")]
-    row = rows.iloc[0]
-    return _ARCHITECTURE.search(row.question).group(1), row.answer
+    rows = pq.read_table(shared_data / "kernelbench_sft_train.parquet").to_pylist()
+    row = next(
+        r for r in rows if r["level"] == level and r["problem"] == str(problem) and "__global__" in r["answer"]
+    )
+    return reference_from_question(row["question"]), row["answer"]
 
 
 @pytest.mark.parametrize("problem", [2, 3])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -16,8 +15,7 @@ from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_verify_static import GOOD, fenced, line_of  # noqa: E402
+from verify_cases import GOOD, fenced, line_of
 
 PROBLEM = """import torch
 import torch.nn as nn

@@ -10,51 +10,11 @@ from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.static import check_static, static_warnings
 
-KERNEL = '''
-cuda_src = """
-#include <torch/extension.h>
-__global__ void relu_kernel(const float* x, float* y, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;
-}
-torch::Tensor relu_cuda(torch::Tensor x) {
-    auto y = torch::empty_like(x);
-    int n = x.numel();
-    relu_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
-    return y;
-}
-"""
-cpp_src = "torch::Tensor relu_cuda(torch::Tensor x);"
-'''
-
-GOOD = (
-    "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"
-    + KERNEL
-    + '''
-ext = load_inline(name="relu", cpp_sources=cpp_src, cuda_sources=cuda_src, functions=["relu_cuda"])
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ext = ext
-
-    def forward(self, x):
-        return self.ext.relu_cuda(x.contiguous())
-'''
-)
-
-
-def fenced(code: str, prose: str = "Here is the kernel.\n\n") -> str:
-    return f"{prose}```python\n{code}```\n"
+from verify_cases import GOOD, KERNEL, fenced, line_of  # noqa: F401  (shared candidates)
 
 
 def verdict(text: str):
     return check_static(parse_candidate(text))
-
-
-def line_of(text: str, needle: str) -> int:
-    return text[: text.index(needle)].count("\n") + 1
 
 
 def test_a_proper_candidate_passes_fenced_or_as_a_file():
@@ -183,9 +143,9 @@ def test_result_is_json_serialisable():
 
 @pytest.mark.shared_data
 def test_gpu_correct_kernelbench_answers_with_kernels_mostly_pass(shared_data):
-    import pandas as pd
+    import pyarrow.parquet as pq
 
-    answers = pd.read_parquet(shared_data / "kernelbench_sft_train.parquet").answer
+    answers = pq.read_table(shared_data / "kernelbench_sft_train.parquet", columns=["answer"]).column(0).to_pylist()
     with_kernel = [a for a in answers if "__global__" in a][:300]
     rejected = [verdict(a) for a in with_kernel]
     reasons = [r.reason for r in rejected if r is not None]
