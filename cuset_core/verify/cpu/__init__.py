@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from cuset_core.verify.candidate import Candidate
-from cuset_core.verify.cpu.build import BuildError, prepare_pch
+from cuset_core.verify.cpu.build import BuildError, prepare_pch, toolchain
 from cuset_core.verify.cpu.rewrite import unsupported_feature
 from cuset_core.verify.protocol import harness_env, run_harness, tail, write_job
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
@@ -28,6 +28,16 @@ __all__ = ["run_cpu_tier"]
 
 def _result(verdict: Verdict, reason: str, **fields) -> VerifyResult:
     return VerifyResult(verdict=verdict, tier=Tier.CPU, tiers_run=[Tier.CPU], reason=reason, **fields)
+
+
+def _prebuild(candidate: Candidate) -> list[dict]:
+    """The extensions the harness can start compiling before the candidate runs (Python only)."""
+    if candidate.kind != "python":
+        return []
+    return [
+        {"name": ext.name, "cuda": ext.cuda, "cpp": ext.cpp, "functions": list(ext.functions or []) or None}
+        for ext in candidate.sources.extensions
+    ]
 
 
 def run_cpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettings) -> VerifyResult:
@@ -44,8 +54,11 @@ def run_cpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettin
                        log=tail(str(exc)))
     pch_s = time.perf_counter() - clock
     with tempfile.TemporaryDirectory(prefix="cuset-cpu-") as folder:
+        chain = toolchain()
         job = write_job(Path(folder), problem_code, candidate, settings, reduce_sizes=settings.reduce_sizes,
-                        max_elements=settings.max_elements, pch_dir=str(pch_dir))
+                        max_elements=settings.max_elements, pch_dir=str(pch_dir),
+                        include_dirs=list(chain.include_dirs), library_dirs=list(chain.library_dirs),
+                        prebuild=_prebuild(candidate))
         result = run_harness(HARNESS_MODULE, job, Tier.CPU, settings.limits, harness_env(OMP_NUM_THREADS="1"))
     if pch_s > 1.0:
         result.timings_s["pch"] = pch_s

@@ -29,6 +29,7 @@ import sys
 import time
 import traceback
 import types
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -109,15 +110,14 @@ def map_cuda_to_cpu() -> None:
 class Builder:
     """Stands in for ``torch.utils.cpp_extension.load_inline``/``load`` inside the harness."""
 
-    def __init__(self, workdir: Path, pch_dir: Path, timings: dict[str, float]):
-        from cuset_core.verify.cpu.build import toolchain
-
+    def __init__(self, workdir: Path, pch_dir: Path, timings: dict[str, float], chain, prebuilt: dict):
         self.workdir = workdir
         self.pch_dir = pch_dir
-        self.chain = toolchain()
+        self.chain = chain
+        self.prebuilt = prebuilt  # (module name, translation unit) -> Future of the library path
         self.libraries: list[Path] = []
         self.failure: Outcome | None = None
-        self.timings = timings  # "build": seconds spent in g++, summed over extensions
+        self.timings = timings  # "build": seconds waiting for g++, summed over extensions
 
     def build(self, name: str, cuda: str, cpp: str, functions: list[str] | None) -> types.ModuleType:
         from cuset_core.verify.cpu.build import BuildError, compile_extension, translation_unit
@@ -129,9 +129,13 @@ class Builder:
             raise Decided(self.failure)
         module_name = re.sub(r"\W", "_", name or "ext") + f"_cuset{len(self.libraries)}"
         clock = time.perf_counter()
+        unit = translation_unit(module_name, cuda, cpp, functions)
         try:
-            library = compile_extension(module_name, translation_unit(module_name, cuda, cpp, functions),
-                                        self.workdir, self.pch_dir, self.chain)
+            started = self.prebuilt.get((module_name, unit))
+            if started is not None:
+                library = started.result()
+            else:
+                library = compile_extension(module_name, unit, self.workdir, self.pch_dir, self.chain)
         except BuildError as exc:
             missing = _MISSING_HEADER.search(str(exc))
             if missing:  # a CUDA header the runtime has no stand-in for (a library, PTX helpers...)
@@ -280,11 +284,37 @@ def _import_candidate(job: dict, workdir: Path, builder: Builder, problem: types
     return candidate_factory(job["kind"], problem, built, init_inputs, source)
 
 
+def start_prebuilds(job: dict, workdir: Path, chain, pool: ThreadPoolExecutor) -> dict:
+    """Start g++ on the statically known extensions before torch is imported.
+
+    Importing torch and the problem takes seconds that the compiler can use; ``Builder``
+    picks a prebuilt library only when the unit it is asked for is exactly this one.
+    """
+    from cuset_core.verify.cpu.build import compile_extension, translation_unit
+
+    pch_dir = Path(job["pch_dir"])
+    started = {}
+    for index, ext in enumerate(job.get("prebuild", [])):
+        module_name = re.sub(r"\W", "_", ext["name"] or "ext") + f"_cuset{index}"
+        unit = translation_unit(module_name, ext["cuda"], ext["cpp"], ext["functions"])
+        started[(module_name, unit)] = pool.submit(compile_extension, module_name, unit, workdir, pch_dir, chain)
+    return started
+
+
 def run_protocol(job: dict, workdir: Path, timings: dict[str, float]) -> Outcome:
     """The whole tier-2 protocol for one job; the first failure raises ``Decided``.
 
     ``timings`` receives seconds per stage ("build", "run") as they finish.
     """
+    from cuset_core.verify.cpu.build import Toolchain
+
+    chain = Toolchain(tuple(job["include_dirs"]), tuple(job["library_dirs"]))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        prebuilt = start_prebuilds(job, workdir, chain, pool)
+        return _run_protocol(job, workdir, timings, Builder(workdir, Path(job["pch_dir"]), timings, chain, prebuilt))
+
+
+def _run_protocol(job: dict, workdir: Path, timings: dict[str, float], builder: Builder) -> Outcome:
     import torch
     import torch.utils.cpp_extension
 
@@ -292,7 +322,6 @@ def run_protocol(job: dict, workdir: Path, timings: dict[str, float]) -> Outcome
 
     torch.set_num_threads(1)
     map_cuda_to_cpu()
-    builder = Builder(workdir, Path(job["pch_dir"]), timings)
     torch.utils.cpp_extension.load_inline = builder.load_inline
     torch.utils.cpp_extension.load = builder.load
     problem_source = (workdir / job["problem"]).read_text()
