@@ -92,37 +92,13 @@ def _extension_call_pieces(extension: InlineExtension, answer: str) -> list[_Pie
     name_at = answer.find("load_inline", call_start, call_end)
     if name_at >= 0:
         spans.append((name_at, name_at + len("load_inline")))
-    for keyword, start, end in extension.keyword_spans:
-        spans.append((start, end))
-        if keyword == "functions":
-            value = _bracketed_value(answer, end, call_end)
-            if value is not None:
-                spans.append(value)
+    spans.extend((start, end) for _, start, end in extension.keyword_spans)
+    spans.extend(
+        (start, end)
+        for keyword, start, end in extension.keyword_values
+        if keyword == "functions" and answer[start] in "[("  # a literal list, not a name
+    )
     return [_Piece(start, end, Category.BINDING, unit) for start, end in spans]
-
-
-def _bracketed_value(answer: str, keyword_end: int, limit: int) -> tuple[int, int] | None:
-    """The ``[...]``/``(...)`` literal after ``keyword=`` at ``keyword_end``, if it is one."""
-    position = keyword_end
-    while position < limit and answer[position] in " \t\n=":
-        position += 1
-    if position >= limit or answer[position] not in "[(":
-        return None
-    closing = {"[": "]", "(": ")"}[answer[position]]
-    depth, quote = 0, ""
-    for index in range(position, limit):
-        char = answer[index]
-        if quote:
-            quote = "" if char == quote else quote
-        elif char in _QUOTES:
-            quote = char
-        elif char == answer[position]:
-            depth += 1
-        elif char == closing:
-            depth -= 1
-            if depth == 0:
-                return position, index + 1
-    return None
 
 
 def _assemble(pieces: list[_Piece], answer: str) -> tuple[tuple[Span, ...], tuple[Region, ...]]:

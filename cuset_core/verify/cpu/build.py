@@ -46,6 +46,7 @@ class Toolchain:
         return [f"-I{d}" for d in (str(RUNTIME_DIR / "include"), str(RUNTIME_DIR), *self.include_dirs)]
 
 
+@functools.cache
 def toolchain() -> Toolchain:
     """Include and library folders of the installed torch and Python."""
     from torch.utils.cpp_extension import include_paths, library_paths

@@ -107,6 +107,11 @@ def map_cuda_to_cpu() -> None:
 # ---------------------------------------------------------------- extension builds
 
 
+def extension_module_name(name: str | None, index: int) -> str:
+    """Python module name of the ``index``-th extension a candidate builds."""
+    return re.sub(r"\W", "_", name or "ext") + f"_cuset{index}"
+
+
 class Builder:
     """Stands in for ``torch.utils.cpp_extension.load_inline``/``load`` inside the harness."""
 
@@ -127,7 +132,7 @@ class Builder:
         if feature:
             self.failure = Outcome("unsupported", f"uses {feature}", log=feature, unsupported_feature=feature)
             raise Decided(self.failure)
-        module_name = re.sub(r"\W", "_", name or "ext") + f"_cuset{len(self.libraries)}"
+        module_name = extension_module_name(name, len(self.libraries))
         clock = time.perf_counter()
         unit = translation_unit(module_name, cuda, cpp, functions)
         try:
@@ -295,7 +300,7 @@ def start_prebuilds(job: dict, workdir: Path, chain, pool: ThreadPoolExecutor) -
     pch_dir = Path(job["pch_dir"])
     started = {}
     for index, ext in enumerate(job.get("prebuild", [])):
-        module_name = re.sub(r"\W", "_", ext["name"] or "ext") + f"_cuset{index}"
+        module_name = extension_module_name(ext["name"], index)
         unit = translation_unit(module_name, ext["cuda"], ext["cpp"], ext["functions"])
         started[(module_name, unit)] = pool.submit(compile_extension, module_name, unit, workdir, pch_dir, chain)
     return started
