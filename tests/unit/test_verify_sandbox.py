@@ -49,13 +49,15 @@ def test_an_infinite_loop_is_stopped_by_the_cpu_limit(tmp_path):
 
 def test_a_fork_bomb_is_contained_and_reported(tmp_path):
     limits = LIMITS.model_copy(update={"wall_s": 5.0})
-    bomb = "import os\nwhile True:\n    os.fork()"
+    # A marker unique to this test run: other processes on the machine may hold "while True" too.
+    marker = f"fork_bomb_{os.getpid()}_{time.monotonic_ns()}"
+    bomb = f"import os\n{marker} = 1\nwhile True:\n    os.fork()"
     start = time.monotonic()
     outcome = run_python(bomb, tmp_path / "w", limits)
     assert time.monotonic() - start < 8
     assert outcome.limit_hit == "processes"
     # Nothing of it survives the sandbox.
-    assert "while True" not in _running_commands()
+    assert marker not in _running_commands()
 
 
 def _running_commands() -> str:
