@@ -1,0 +1,40 @@
+"""Request dependencies: settings, a database session per request, the caller's identity."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.orm import Session
+
+from db.models import DEFAULT_OWNER
+from db.session import session_factory
+from db.settings import Settings
+
+
+def get_settings(request: Request) -> Settings:
+    """The settings the app was created with."""
+    return request.app.state.settings
+
+
+def get_session(settings: Annotated[Settings, Depends(get_settings)]) -> Iterator[Session]:
+    """A session for one request: committed by the router, rolled back if anything raises."""
+    session = session_factory(settings.resolved_database_url)()
+    try:
+        yield session
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def current_owner() -> str:
+    """Who is calling; every query filters on it (API keys replace this default)."""
+    return DEFAULT_OWNER
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+SessionDep = Annotated[Session, Depends(get_session)]
+OwnerDep = Annotated[str, Depends(current_owner)]

@@ -1,0 +1,114 @@
+"""One error shape for every 4xx/5xx: ``{"error": {"message", "type", "param", "code"}}``.
+
+Routers raise ``APIError`` (or its helpers); the handlers here turn it, FastAPI's validation
+errors, unknown routes and unexpected exceptions into that shape.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from sqlalchemy.exc import DBAPIError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "service_unavailable_error",
+}
+
+
+class ErrorBody(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """The body of every error response."""
+
+    error: ErrorBody
+
+
+class APIError(Exception):
+    """An error a user should see: HTTP status, a plain-words message, the offending field."""
+
+    def __init__(self, status: int, message: str, *, code: str | None = None, param: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.code, self.param = status, message, code, param
+
+
+def not_found(kind: str, id_: str, param: str | None = None) -> APIError:
+    """404 for an id this owner cannot see (unknown and foreign ids look the same)."""
+    return APIError(404, f"No {kind} found with id '{id_}'.", code=f"{kind.replace(' ', '_')}_not_found", param=param)
+
+
+def bad_request(message: str, *, param: str | None = None, code: str = "invalid_value") -> APIError:
+    return APIError(400, message, code=code, param=param)
+
+
+def error_json(status: int, message: str, *, code: str | None = None, param: str | None = None,
+               headers: dict[str, str] | None = None) -> JSONResponse:
+    """The error shape as a response."""
+    body = {"error": {"message": message, "type": _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
+                      "param": param, "code": code}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _field(loc: tuple) -> str | None:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header", "form")]
+    return ".".join(parts) or None
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers that give every error the one shape."""
+
+    @app.exception_handler(APIError)
+    async def _api_error(_request: Request, exc: APIError) -> JSONResponse:
+        return error_json(exc.status, exc.message, code=exc.code, param=exc.param)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        param = _field(tuple(first.get("loc", ())))
+        message = "; ".join(f"{_field(tuple(e.get('loc', ()))) or 'body'}: {e.get('msg')}" for e in errors[:5])
+        return error_json(422, message, code="invalid_request", param=param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = exc.detail if isinstance(exc.detail, str) else "request failed"
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        return error_json(exc.status_code, message, code=code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(OperationalError)
+    async def _database_down(_request: Request, exc: OperationalError) -> JSONResponse:
+        log.warning("database unavailable: %s", exc)
+        return error_json(503, "The database is unavailable; retry shortly.", code="database_unavailable",
+                          headers={"Retry-After": "5"})
+
+    @app.exception_handler(DBAPIError)
+    async def _database_error(_request: Request, exc: DBAPIError) -> JSONResponse:
+        if exc.connection_invalidated:
+            return error_json(503, "The database connection was lost; retry shortly.", code="database_unavailable",
+                              headers={"Retry-After": "5"})
+        log.exception("database error")
+        return error_json(500, "Internal server error.", code="internal_error")
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", exc_info=exc)
+        return error_json(500, "Internal server error.", code="internal_error")

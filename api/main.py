@@ -1,0 +1,32 @@
+"""The application factory: ``create_app(settings)``; ``uvicorn api.main:app`` serves the default."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from api.errors import ErrorResponse, install_error_handlers
+from api.routers import health
+from db.settings import Settings, get_settings
+
+_ERROR_RESPONSES = {code: {"model": ErrorResponse} for code in (400, 404, 409, 413, 422, 429, 500, 503)}
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The API with every router, the dashboard and the error handlers."""
+    settings = settings or get_settings()
+    settings.artifacts.mkdir(parents=True, exist_ok=True)
+    app = FastAPI(
+        title="CuSeT",
+        version="0.1.0",
+        summary="CUDA-Sensitive Instruction Tuning as a service: datasets, tuning jobs, kernel generation with verification.",
+        responses=_ERROR_RESPONSES,
+    )
+    app.state.settings = settings
+    install_error_handlers(app)
+    app.include_router(health.router)
+    return app
+
+
+def app_factory() -> FastAPI:
+    """For ``uvicorn --factory api.main:app_factory``: settings from the environment."""
+    return create_app()

@@ -1,0 +1,1 @@
+"""One router per domain, all under /v1 except health."""

@@ -1,0 +1,61 @@
+"""Task names, queues and the Celery app both sides share: the API enqueues by name, the worker
+(worker/) registers the tasks. It lives in db/ because api/ and worker/ depend only on db/.
+
+Postgres is the source of truth; a message only says "look at row X". Tasks are acked late with
+prefetch 1, so a worker that dies mid-task leaves its message to be redelivered, and the reaper
+(worker/tasks/reaper.py) settles the database row either way.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from celery import Celery
+from kombu import Queue
+
+from db.settings import Settings
+
+GPU_QUEUE = "gpu"
+CPU_QUEUE = "cpu"
+
+# Task name -> queue. GPU work: training, decoding, tier-3 verification. CPU work: the rest.
+ROUTES: dict[str, str] = {
+    "cuset.tune": GPU_QUEUE,
+    "cuset.generate": GPU_QUEUE,
+    "cuset.verify_gpu": GPU_QUEUE,
+    "cuset.validate_job_files": CPU_QUEUE,
+    "cuset.verify_sample": CPU_QUEUE,
+    "cuset.eval": CPU_QUEUE,
+    "cuset.reap": CPU_QUEUE,
+}
+
+
+def make_celery(settings: Settings) -> Celery:
+    """A Celery app on the configured broker with the project's queues and routes."""
+    app = Celery("cuset", broker=settings.resolved_broker_url)
+    app.conf.update(
+        task_queues=[Queue(GPU_QUEUE), Queue(CPU_QUEUE)],
+        task_default_queue=CPU_QUEUE,
+        task_routes={name: {"queue": queue} for name, queue in ROUTES.items()},
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,  # results live in the database, never in a result backend
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        beat_schedule={"reap": {"task": "cuset.reap", "schedule": settings.reaper_interval_s}},
+    )
+    return app
+
+
+@lru_cache(maxsize=4)
+def _producer(broker_url: str, visibility_timeout_s: int) -> Celery:
+    return make_celery(Settings(broker_url=broker_url, visibility_timeout_s=visibility_timeout_s))
+
+
+def enqueue(settings: Settings, task: str, *args) -> None:
+    """Send ``task`` (a name in ROUTES) with ``args`` to its queue."""
+    if task not in ROUTES:
+        raise KeyError(f"unknown task {task!r}")
+    _producer(settings.resolved_broker_url, settings.visibility_timeout_s).send_task(task, args=list(args))

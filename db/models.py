@@ -1,0 +1,172 @@
+"""SQLAlchemy 2.0 models: the service's source of truth. The schema itself comes only from
+Alembic migrations (migrations/); a test checks that these models and the migrations agree.
+
+Times are Unix seconds (float), as the OpenAI API reports them. Every user-owned row carries
+``owner`` (the API key's owner); queries always filter on it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+DEFAULT_OWNER = "local"
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+def _now() -> float:
+    return time.time()
+
+
+class File(Base):
+    """An uploaded dataset (``purpose`` fine-tune or eval), stored under the artifact root."""
+
+    __tablename__ = "files"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64), index=True, default=DEFAULT_OWNER)
+    filename: Mapped[str] = mapped_column(String(255))
+    purpose: Mapped[str] = mapped_column(String(16))
+    format: Mapped[str] = mapped_column(String(16))  # jsonl | parquet
+    bytes: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(String(512))  # relative to the artifact root
+    records: Mapped[int] = mapped_column(Integer, default=0)  # rows kept
+    total_rows: Mapped[int] = mapped_column(Integer, default=0)
+    warnings: Mapped[list[Any]] = mapped_column(default=list)  # DataIssue dicts of kept rows
+    created_at: Mapped[float] = mapped_column(Float, default=_now, index=True)
+
+
+class Job(Base):
+    """A fine-tuning job in the OpenAI shape; ``status`` is authoritative (Celery only dispatches)."""
+
+    __tablename__ = "fine_tuning_jobs"
+    __table_args__ = (
+        UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
+        Index("ix_jobs_owner_created", "owner", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64), default=DEFAULT_OWNER)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    model: Mapped[str] = mapped_column(String(255))
+    training_file: Mapped[str] = mapped_column(ForeignKey("files.id", ondelete="RESTRICT"))
+    validation_file: Mapped[str | None] = mapped_column(ForeignKey("files.id", ondelete="RESTRICT"))
+    method: Mapped[dict[str, Any]] = mapped_column()  # {"type": ..., knobs...}
+    hyperparameters: Mapped[dict[str, Any]] = mapped_column()
+    suffix: Mapped[str | None] = mapped_column(String(64))
+    seed: Mapped[int] = mapped_column(Integer, default=0)
+    user_metadata: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
+    status: Mapped[str] = mapped_column(String(24), index=True, default="validating_files")
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # {"code","message","param"}
+    fine_tuned_model: Mapped[str | None] = mapped_column(String(255), index=True)
+    output_dir: Mapped[str | None] = mapped_column(String(512))  # relative to the artifact root
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # times a worker started it
+    step: Mapped[int] = mapped_column(Integer, default=0)
+    total_steps: Mapped[int | None] = mapped_column(Integer)
+    trained_tokens: Mapped[int | None] = mapped_column(Integer)
+    eta_s: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[float] = mapped_column(Float, default=_now)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float)
+    heartbeat_at: Mapped[float | None] = mapped_column(Float)
+
+    events: Mapped[list[JobEvent]] = relationship(back_populates="job", cascade="all, delete-orphan", passive_deletes=True)
+
+
+class JobEvent(Base):
+    """One line of a job's log (``GET .../events``)."""
+
+    __tablename__ = "fine_tuning_job_events"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("fine_tuning_jobs.id", ondelete="CASCADE"), index=True)
+    level: Mapped[str] = mapped_column(String(8), default="info")
+    message: Mapped[str] = mapped_column(Text)
+    data: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Float, default=_now)
+    seq: Mapped[int] = mapped_column(Integer, default=0)  # order within a job (times can tie)
+
+    job: Mapped[Job] = relationship(back_populates="events")
+
+
+class JobMetric(Base):
+    """The training metrics of one optimizer step (loss, ce, kept_ratio, learning_rate, ...)."""
+
+    __tablename__ = "fine_tuning_job_metrics"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("fine_tuning_jobs.id", ondelete="CASCADE"), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    values: Mapped[dict[str, Any]] = mapped_column()
+    created_at: Mapped[float] = mapped_column(Float, default=_now)
+
+
+class Checkpoint(Base):
+    """A saved training checkpoint (peft adapter folder) of a job."""
+
+    __tablename__ = "fine_tuning_job_checkpoints"
+    __table_args__ = (UniqueConstraint("job_id", "step", name="uq_checkpoints_job_step"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("fine_tuning_jobs.id", ondelete="CASCADE"), index=True)
+    step: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(String(512))  # relative to the artifact root
+    metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Float, default=_now)
+
+
+class Generation(Base):
+    """One inference request (/v1/generate, completions, chat): queued, decoded by a gpu worker,
+    its samples verified by cpu workers. ``samples`` holds, per sample, its text so far (while
+    streaming), extracted code and verification result."""
+
+    __tablename__ = "generations"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64), index=True, default=DEFAULT_OWNER)
+    model: Mapped[str] = mapped_column(String(255), index=True)
+    kind: Mapped[str] = mapped_column(String(16))  # generate | completion | chat
+    request: Mapped[dict[str, Any]] = mapped_column()
+    status: Mapped[str] = mapped_column(String(16), index=True, default="queued")  # queued|running|verifying|succeeded|failed
+    samples: Mapped[list[Any]] = mapped_column(default=list)
+    usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    timings: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Float, default=_now)
+    finished_at: Mapped[float | None] = mapped_column(Float)
+
+
+class Eval(Base):
+    """An evaluation of a model over the problems of an eval file (or the demo set)."""
+
+    __tablename__ = "evals"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64), index=True, default=DEFAULT_OWNER)
+    model: Mapped[str] = mapped_column(String(255))
+    eval_file: Mapped[str | None] = mapped_column(ForeignKey("files.id", ondelete="RESTRICT"))
+    problems: Mapped[str | None] = mapped_column(String(64))  # "demo" / "demo:held-out" when no file
+    config: Mapped[dict[str, Any]] = mapped_column()  # the core's EvalConfig fields
+    status: Mapped[str] = mapped_column(String(16), index=True, default="queued")
+    progress: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # {"done": n, "total": m}
+    aggregate: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Float, default=_now, index=True)
+    finished_at: Mapped[float | None] = mapped_column(Float)
+
+
+class EvalProblem(Base):
+    """One problem's row of an eval: pass counts per tier and every sample with its result."""
+
+    __tablename__ = "eval_problems"
+
+    eval_id: Mapped[str] = mapped_column(ForeignKey("evals.id", ondelete="CASCADE"), primary_key=True)
+    problem_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    row: Mapped[dict[str, Any]] = mapped_column()
+    samples: Mapped[list[Any]] = mapped_column()

@@ -1,0 +1,66 @@
+"""The service's one settings object, read from ``CUSET_*`` environment variables.
+
+It lives in db/ because both api/ and worker/ read it and both depend on db/ (never on each
+other). With nothing set, everything is embedded: SQLite and a SQLite-backed Celery broker
+under ``data_dir``, so ``cuset serve`` needs no server.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Service configuration; every field can be set as ``CUSET_<FIELD>`` (sizes in MiB, times in s)."""
+
+    model_config = SettingsConfigDict(env_prefix="CUSET_", extra="ignore")
+
+    data_dir: Path = Field(Path.home() / ".cuset", description="embedded database, broker and artifacts")
+    database_url: str | None = Field(None, description="SQLAlchemy URL; default SQLite in data_dir")
+    broker_url: str | None = Field(None, description="Celery broker URL; default SQLite in data_dir")
+    artifact_root: Path | None = Field(None, description="uploads, checkpoints, adapters, logs; default data_dir/artifacts")
+
+    base_models: dict[str, str] = Field(
+        default_factory=lambda: {"smollm2-135m": "smollm2-135m"},
+        description="model id served as a base -> its cuset_core model spec (name, GGUF file or HF folder)",
+    )
+
+    max_upload_mb: int = Field(512, ge=1)
+    max_records_per_file: int = Field(200_000, ge=1)
+    max_generation_tokens: int = Field(4096, ge=1, description="max_tokens ceiling per request")
+    max_samples_per_request: int = Field(16, ge=1)
+
+    heartbeat_interval_s: float = Field(5.0, gt=0, description="a running job's heartbeat period")
+    heartbeat_timeout_s: float = Field(60.0, gt=0, description="silence after which the reaper acts")
+    reaper_interval_s: float = Field(30.0, gt=0)
+    visibility_timeout_s: int = Field(7 * 24 * 3600, ge=60, description="longer than the longest job")
+    generation_timeout_s: float = Field(900.0, gt=0, description="how long a request waits for its generation")
+    generation_batch_max: int = Field(8, ge=1, description="queued requests for one model decoded together")
+    training_launcher: list[str] = Field(default_factory=list, description='e.g. ["accelerate", "launch"]; empty: python')
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'cuset.sqlite'}"
+
+    @property
+    def resolved_broker_url(self) -> str:
+        return self.broker_url or f"sqla+sqlite:///{self.data_dir / 'broker.sqlite'}"
+
+    @cached_property
+    def artifacts(self) -> Path:
+        """The artifact root; every stored file lives under it."""
+        return (self.artifact_root or self.data_dir / "artifacts").resolve()
+
+    @property
+    def embedded(self) -> bool:
+        """True when the database is SQLite (one machine, no servers)."""
+        return self.resolved_database_url.startswith("sqlite")
+
+
+def get_settings() -> Settings:
+    """Settings read from the environment now (tests change the environment between runs)."""
+    return Settings()

@@ -1,0 +1,22 @@
+"""Liveness and readiness against the real Postgres and Redis."""
+
+
+def test_healthz_answers_while_the_process_is_up(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_readyz_reports_database_and_broker_reachable(client):
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ready", "database": "ok", "broker": "ok"}
+
+
+def test_unknown_routes_use_the_error_shape(client):
+    body = client.get("/v1/nothing-here").json()
+    assert body["error"]["type"] == "not_found_error"
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+
+
+def test_worker_process_starts_and_serves_the_queues(worker):
+    assert worker.process.poll() is None
+    assert "cuset.reap" in worker.log() or "[queues]" in worker.log()

@@ -1,0 +1,1 @@
+"""Celery workers: thin tasks that call cuset_core and record to db/."""

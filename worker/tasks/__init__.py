@@ -1,0 +1,1 @@
+"""Task modules; importing this package registers every task with the worker's Celery app."""
