@@ -41,7 +41,8 @@ def make_celery(settings: Settings) -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         task_ignore_result=True,  # results live in the database, never in a result backend
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s}
+        | ({"global_keyprefix": settings.broker_key_prefix} if settings.broker_key_prefix else {}),
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         beat_schedule={"reap": {"task": "cuset.reap", "schedule": settings.reaper_interval_s}},
@@ -50,12 +51,14 @@ def make_celery(settings: Settings) -> Celery:
 
 
 @lru_cache(maxsize=4)
-def _producer(broker_url: str, visibility_timeout_s: int) -> Celery:
-    return make_celery(Settings(broker_url=broker_url, visibility_timeout_s=visibility_timeout_s))
+def _producer(broker_url: str, key_prefix: str, visibility_timeout_s: int) -> Celery:
+    return make_celery(Settings(broker_url=broker_url, broker_key_prefix=key_prefix,
+                                visibility_timeout_s=visibility_timeout_s))
 
 
 def enqueue(settings: Settings, task: str, *args) -> None:
     """Send ``task`` (a name in ROUTES) with ``args`` to its queue."""
     if task not in ROUTES:
         raise KeyError(f"unknown task {task!r}")
-    _producer(settings.resolved_broker_url, settings.visibility_timeout_s).send_task(task, args=list(args))
+    producer = _producer(settings.resolved_broker_url, settings.broker_key_prefix, settings.visibility_timeout_s)
+    producer.send_task(task, args=list(args))

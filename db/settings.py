@@ -22,6 +22,7 @@ class Settings(BaseSettings):
     data_dir: Path = Field(Path.home() / ".cuset", description="embedded database, broker and artifacts")
     database_url: str | None = Field(None, description="SQLAlchemy URL; default SQLite in data_dir")
     broker_url: str | None = Field(None, description="Celery broker URL; default SQLite in data_dir")
+    broker_key_prefix: str = Field("", description="prefix of every broker key (isolates services sharing a Redis)")
     artifact_root: Path | None = Field(None, description="uploads, checkpoints, adapters, logs; default data_dir/artifacts")
 
     base_models: dict[str, str] = Field(

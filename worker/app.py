@@ -6,4 +6,6 @@ from db.dispatch import make_celery
 from db.settings import get_settings
 
 app = make_celery(get_settings())
-app.autodiscover_tasks(["worker"], related_name="tasks", force=True)
+
+# Importing the modules registers their tasks with ``app``.
+from worker.tasks import evals, generate, reaper, tune, validate, verify  # noqa: E402,F401

@@ -1,5 +1,7 @@
 """The `cuset` command line. Each module here registers the commands of one domain."""
 
+from importlib.metadata import entry_points
+
 import typer
 
 from cuset_core.cli import analyze, data, demo, evaluate, train, verify
@@ -13,6 +15,10 @@ app = typer.Typer(
 )
 for module in (data, analyze, train, verify, evaluate, demo):
     module.register(app)
+# Packages built on the core (the service's `cuset serve`, `cuset keys`) add their commands
+# through this entry point group, so cuset_core never imports them.
+for plugin in entry_points(group="cuset.cli"):
+    plugin.load()(app)
 
 
 def main() -> None:

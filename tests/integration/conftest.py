@@ -66,22 +66,26 @@ def database_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def broker_url() -> Iterator[str]:
-    """A Redis database (1-15) picked for this run and flushed before and after."""
-    client = redis.Redis.from_url(REDIS_URL)
+def broker_key_prefix() -> Iterator[str]:
+    """A Redis key prefix of this run's own (runs share Redis db 1); its keys go at the end."""
+    client = redis.Redis.from_url(f"{REDIS_URL}/1")
     try:
         client.ping()
     except redis.RedisError as exc:
         pytest.skip(f"Redis not reachable at {REDIS_URL}: {exc}")
-    number = os.getpid() % 15 + 1
-    url = f"{REDIS_URL}/{number}"
-    redis.Redis.from_url(url).flushdb()
-    yield url
-    redis.Redis.from_url(url).flushdb()
+    prefix = f"cuset-test-{os.getpid()}-{secrets.token_hex(3)}:"
+    yield prefix
+    for key in client.scan_iter(match=f"{prefix}*"):
+        client.delete(key)
 
 
 @pytest.fixture(scope="session")
-def service_settings(database_url, broker_url, tmp_path_factory, tiny_model_dir) -> Settings:
+def broker_url(broker_key_prefix) -> str:
+    return f"{REDIS_URL}/1"
+
+
+@pytest.fixture(scope="session")
+def service_settings(database_url, broker_url, broker_key_prefix, tmp_path_factory, tiny_model_dir) -> Settings:
     """Settings of the service under test: Postgres, Redis, a temp artifact root, and a tiny
     config-built model served as the base ``tiny`` (fast enough to train in a test)."""
     data_dir = tmp_path_factory.mktemp("service")
@@ -89,6 +93,7 @@ def service_settings(database_url, broker_url, tmp_path_factory, tiny_model_dir)
         data_dir=data_dir,
         database_url=database_url,
         broker_url=broker_url,
+        broker_key_prefix=broker_key_prefix,
         base_models={"tiny": str(tiny_model_dir)},
         heartbeat_interval_s=0.5,
         heartbeat_timeout_s=6,

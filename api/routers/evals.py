@@ -1,0 +1,5 @@
+"""(placeholder: filled by its owner)"""
+
+from fastapi import APIRouter
+
+router = APIRouter()

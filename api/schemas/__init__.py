@@ -1,0 +1,1 @@
+"""Request and response models, one module per domain (the OpenAPI schema is built from them)."""
