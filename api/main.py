@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from api.errors import ErrorResponse, install_error_handlers
-from api.routers import evals, files, health, inference, jobs, models
+from api.routers import dashboard, evals, files, health, inference, jobs, models
 from db.settings import Settings, get_settings
 
 _ERROR_RESPONSES = {code: {"model": ErrorResponse} for code in (400, 404, 409, 413, 422, 429, 500, 503)}
@@ -26,6 +26,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     for domain in (files, jobs, models, inference, evals):
         app.include_router(domain.router, prefix="/v1")
+    app.include_router(dashboard.router)
+    dashboard.mount_static(app)
     return app
 
 
