@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
-from db.models import DEFAULT_OWNER
+from api.auth import authenticate
 from db.session import session_factory
 from db.settings import Settings
 
@@ -30,9 +30,9 @@ def get_session(settings: Annotated[Settings, Depends(get_settings)]) -> Iterato
         session.close()
 
 
-def current_owner() -> str:
-    """Who is calling; every query filters on it (API keys replace this default)."""
-    return DEFAULT_OWNER
+def current_owner(request: Request, settings: Annotated[Settings, Depends(get_settings)]) -> str:
+    """Who is calling (the API key's owner); every query on owned rows filters on it."""
+    return authenticate(request, settings)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
+from api.auth import KeyCache, RateLimiter
+from api.deps import current_owner
+from api.limits import BodySizeLimit
 from api.errors import ErrorResponse, install_error_handlers
 from api.routers import dashboard, evals, files, health, inference, jobs, models
 from db.settings import Settings, get_settings
@@ -22,10 +25,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         responses=_ERROR_RESPONSES,
     )
     app.state.settings = settings
+    app.state.key_cache = KeyCache()
+    app.state.rate_limiter = RateLimiter(settings)
     install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, settings=settings)
     app.include_router(health.router)
     for domain in (files, jobs, models, inference, evals):
-        app.include_router(domain.router, prefix="/v1")
+        # Every /v1 route needs a valid key, whether or not its handler asks who is calling.
+        app.include_router(domain.router, prefix="/v1", dependencies=[Depends(current_owner)])
     app.include_router(dashboard.router)
     dashboard.mount_static(app)
     return app

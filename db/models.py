@@ -24,6 +24,22 @@ def _now() -> float:
     return time.time()
 
 
+class ApiKey(Base):
+    """An API key: only its SHA-256 is stored (keys are 256 random bits, so a fast hash is enough);
+    ``prefix`` is the first characters, shown in listings so a user can tell keys apart."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64), index=True)
+    name: Mapped[str] = mapped_column(String(128))
+    prefix: Mapped[str] = mapped_column(String(24))
+    hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[float] = mapped_column(Float, default=_now)
+    last_used_at: Mapped[float | None] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float)
+
+
 class File(Base):
     """An uploaded dataset (``purpose`` fine-tune or eval), stored under the artifact root."""
 

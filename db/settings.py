@@ -30,6 +30,12 @@ class Settings(BaseSettings):
         description="model id served as a base -> its cuset_core model spec (name, GGUF file or HF folder)",
     )
 
+    auth: bool = Field(True, description="require `Authorization: Bearer <key>` on /v1 (off only on localhost)")
+    rate_limit_rps: float = Field(50.0, ge=0, description="requests per second per key; 0 turns it off")
+    rate_limit_burst: int = Field(100, ge=1, description="requests a key may make at once above the rate")
+    redis_url: str | None = Field(None, description="Redis for rate limits; default the broker when it is Redis")
+    max_request_mb: float = Field(8.0, gt=0, description="body size of requests other than uploads")
+    max_concurrent_jobs: int = Field(4, ge=1, description="queued or running tuning jobs per owner")
     max_upload_mb: int = Field(512, ge=1)
     max_records_per_file: int = Field(200_000, ge=1)
     max_generation_tokens: int = Field(4096, ge=1, description="max_tokens ceiling per request")
@@ -50,6 +56,14 @@ class Settings(BaseSettings):
     @property
     def resolved_broker_url(self) -> str:
         return self.broker_url or f"sqla+sqlite:///{self.data_dir / 'broker.sqlite'}"
+
+    @property
+    def resolved_redis_url(self) -> str | None:
+        """Redis for rate limits: the configured one, else the broker if it is Redis, else none."""
+        if self.redis_url:
+            return self.redis_url
+        broker = self.resolved_broker_url
+        return broker if broker.startswith(("redis://", "rediss://")) else None
 
     @cached_property
     def artifacts(self) -> Path:

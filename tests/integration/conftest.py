@@ -99,6 +99,7 @@ def service_settings(database_url, broker_url, broker_key_prefix, tmp_path_facto
         heartbeat_timeout_s=6,
         reaper_interval_s=2,
         generation_timeout_s=120,
+        auth=False,
     )
 
 

@@ -1,0 +1,58 @@
+"""`cuset keys create|list|revoke`: manage the service's API keys in its database."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from db import keys
+from db.migrate import upgrade
+from db.session import session_scope
+from db.settings import get_settings
+
+keys_app = typer.Typer(help="Create, list and revoke API keys (stored hashed; a key is shown once).",
+                       no_args_is_help=True)
+
+
+def _database_url() -> str:
+    url = get_settings().resolved_database_url
+    upgrade(url)  # a fresh embedded data dir has no schema yet
+    return url
+
+
+@keys_app.command("create")
+def create(name: str = typer.Option(..., "--name", help="a label for the key"),
+           owner: str | None = typer.Option(None, help="whose data the key reaches (default: the name)")) -> None:
+    """Create a key and print it once; only its hash is stored."""
+    with session_scope(_database_url()) as session:
+        new = keys.create_key(session, name, owner)
+    typer.echo(new.secret)
+    typer.echo(f"key {new.row.id} for owner '{new.row.owner}': store it now, it is not shown again.", err=True)
+
+
+@keys_app.command("list")
+def list_keys() -> None:
+    """Every key: id, owner, name, display prefix, created, revoked."""
+    with session_scope(_database_url()) as session:
+        rows = keys.list_keys(session)
+    table = Table("id", "owner", "name", "prefix", "state")
+    for row in rows:
+        table.add_row(row.id, row.owner, row.name, row.prefix + "…", "revoked" if row.revoked_at else "active")
+    Console().print(table)
+
+
+@keys_app.command("revoke")
+def revoke(key: str = typer.Argument(..., help="the key's id or display prefix")) -> None:
+    """Revoke a key: requests with it get 401 from now on (within a few seconds)."""
+    with session_scope(_database_url()) as session:
+        row = keys.revoke_key(session, key)
+    if row is None:
+        typer.echo(f"no active key with id or prefix '{key}'", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"revoked {row.id} ({row.name})")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `cuset keys` to the CLI."""
+    app.add_typer(keys_app, name="keys")
