@@ -1,5 +1,220 @@
-"""(placeholder: filled by its owner)"""
+"""``/v1/files``: OpenAI-compatible uploads (fine-tune and eval datasets), plus the records
+table and per-record sensitivity analysis the dashboard shows.
 
-from fastapi import APIRouter
+An upload is validated completely before it is kept: a file with any bad row is rejected with
+every problem's line, field and code, and leaves neither a row nor a file behind.
+"""
 
-router = APIRouter()
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse
+from sqlalchemy import or_, select, tuple_
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from api.deps import OwnerDep, SessionDep, SettingsDep
+from api.errors import APIError, ErrorResponse, not_found
+from api.file_contents import PURPOSES, check_file, excerpt, read_records
+from api.schemas.files import (
+    FileDeleted,
+    FileList,
+    FileObject,
+    FileRecord,
+    FileRecordPage,
+    FileUploadForm,
+    Purpose,
+    RecordAnalysis,
+    RecordWarning,
+)
+from api.storage import Upload, accept, receive_upload, remove_quietly, sanitize_filename, stored_path
+from cuset_core.analysis.analyze import analyze_answer
+from db.ids import new_id
+from db.models import Eval, File, Job
+from db.settings import Settings
+
+router = APIRouter(tags=["files"])
+
+_MEDIA_TYPES = {"jsonl": "application/jsonl", "parquet": "application/vnd.apache.parquet"}
+_UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"multipart/form-data": {
+            "schema": FileUploadForm.model_json_schema(),
+            "example": {"purpose": "fine-tune", "file": "(binary kernels.jsonl)"},
+        }},
+    }
+}
+
+
+def to_object(row: File) -> FileObject:
+    """The API shape of a file row."""
+    return FileObject(id=row.id, bytes=row.bytes, created_at=int(row.created_at), filename=row.filename,
+                      purpose=row.purpose, format=row.format, records=row.records, total_rows=row.total_rows,
+                      warnings=len(row.warnings or []))
+
+
+def owned_file(session: Session, owner: str, file_id: str, param: str | None = None) -> File:
+    """The owner's file ``file_id``; 404 when unknown or someone else's."""
+    row = session.get(File, file_id)
+    if row is None or row.owner != owner:
+        raise not_found("file", file_id, param=param)
+    return row
+
+
+@router.post("/files", response_model=FileObject, summary="Upload a dataset file",
+             openapi_extra=_UPLOAD_BODY,
+             responses={400: {"model": ErrorResponse,
+                              "description": "a bad form or a file with invalid rows (code invalid_file)"},
+                        413: {"model": ErrorResponse, "description": "larger than max_upload_mb (code file_too_large)"}})
+async def create_file(request: Request, settings: SettingsDep, session: SessionDep, owner: OwnerDep) -> FileObject:
+    """Stream the ``file`` part to disk, validate every row for ``purpose`` and keep it.
+
+    JSONL or parquet (recognised by content). Any row with an error rejects the whole file;
+    the message lists the first problems as ``line N, field: code — message``.
+    """
+    upload = await receive_upload(request.headers.get("content-type"), request.headers.get("content-length"),
+                                  request.stream(), settings.artifacts, settings.max_upload_mb)
+    try:
+        purpose = upload.fields.get("purpose")
+        if purpose is None:
+            raise APIError(400, "Missing required form field 'purpose' (fine-tune or eval).",
+                           code="missing_required_parameter", param="purpose")
+        if purpose not in PURPOSES:
+            raise APIError(400, f"purpose {purpose!r} is not one of {', '.join(PURPOSES)}.",
+                           code="invalid_value", param="purpose")
+        if upload.path is None:
+            raise APIError(400, "Missing required form part 'file'.", code="missing_required_parameter", param="file")
+        return await run_in_threadpool(_store, upload, purpose, settings, session, owner)
+    finally:
+        remove_quietly(upload.path)  # already moved when accepted; removed on every other path
+
+
+def _store(upload: Upload, purpose: str, settings: Settings, session: Session, owner: str) -> FileObject:
+    """Validate the temp file, move it into place and insert its row (or leave nothing)."""
+    checked = check_file(upload.path, purpose, settings.max_records_per_file)
+    file_id = new_id("file")
+    relative = accept(upload.path, settings.artifacts, file_id, checked.format)
+    try:
+        row = File(id=file_id, owner=owner, filename=sanitize_filename(upload.filename), purpose=purpose,
+                   format=checked.format, bytes=upload.bytes, path=relative, records=checked.records,
+                   total_rows=checked.total_rows, warnings=checked.warnings)
+        session.add(row)
+        session.commit()
+    except BaseException:
+        remove_quietly(stored_path(settings.artifacts, relative))
+        raise
+    return to_object(row)
+
+
+@router.get("/files", response_model=FileList, summary="List files, newest first")
+def list_files(
+    session: SessionDep,
+    owner: OwnerDep,
+    purpose: Annotated[Purpose | None, Query(description="only files of this purpose")] = None,
+    after: Annotated[str | None, Query(description="id of the last file of the previous page")] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    order: Annotated[Literal["asc", "desc"], Query(description="by creation time")] = "desc",
+) -> FileList:
+    query = select(File).where(File.owner == owner)
+    if purpose is not None:
+        query = query.where(File.purpose == purpose)
+    key = tuple_(File.created_at, File.id)
+    if after is not None:
+        anchor = owned_file(session, owner, after, param="after")
+        anchor_key = tuple_(anchor.created_at, anchor.id)
+        query = query.where(key < anchor_key if order == "desc" else key > anchor_key)
+    ordering = (File.created_at.desc(), File.id.desc()) if order == "desc" else (File.created_at, File.id)
+    rows = session.scalars(query.order_by(*ordering).limit(limit + 1)).all()
+    data = [to_object(row) for row in rows[:limit]]
+    return FileList(data=data, has_more=len(rows) > limit,
+                    first_id=data[0].id if data else None, last_id=data[-1].id if data else None)
+
+
+@router.get("/files/{file_id}", response_model=FileObject, summary="Retrieve a file")
+def retrieve_file(file_id: str, session: SessionDep, owner: OwnerDep) -> FileObject:
+    return to_object(owned_file(session, owner, file_id, param="file_id"))
+
+
+@router.delete("/files/{file_id}", response_model=FileDeleted, summary="Delete a file",
+               responses={409: {"model": ErrorResponse, "description": "a fine-tuning job or an eval uses it (code file_in_use)"}})
+def delete_file(file_id: str, session: SessionDep, owner: OwnerDep, settings: SettingsDep) -> FileDeleted:
+    """Remove the file's row and its stored content; refused while a job or eval references it."""
+    row = owned_file(session, owner, file_id, param="file_id")
+    user = session.scalar(select(Job.id).where(or_(Job.training_file == file_id, Job.validation_file == file_id))
+                          .limit(1)) or session.scalar(select(Eval.id).where(Eval.eval_file == file_id).limit(1))
+    if user is not None:
+        raise _in_use(file_id, user)
+    relative = row.path
+    session.delete(row)
+    try:
+        session.commit()
+    except IntegrityError:
+        session.rollback()  # a job referencing it was created meanwhile (the foreign key says so)
+        raise _in_use(file_id, "a fine-tuning job") from None
+    remove_quietly(stored_path(settings.artifacts, relative))
+    return FileDeleted(id=file_id)
+
+
+def _in_use(file_id: str, user: str) -> APIError:
+    return APIError(409, f"File '{file_id}' is used by {user}; delete that first.", code="file_in_use",
+                    param="file_id")
+
+
+@router.get("/files/{file_id}/content", summary="Download a file's content",
+            response_class=FileResponse,
+            responses={200: {"content": {"application/jsonl": {}, "application/vnd.apache.parquet": {}},
+                             "description": "the file as uploaded, streamed"}})
+def file_content(file_id: str, session: SessionDep, owner: OwnerDep, settings: SettingsDep) -> FileResponse:
+    row = owned_file(session, owner, file_id, param="file_id")
+    path = stored_path(settings.artifacts, row.path)
+    if not path.is_file():
+        raise APIError(404, f"The content of file '{file_id}' is missing from storage.",
+                       code="file_content_missing", param="file_id")
+    return FileResponse(path, media_type=_MEDIA_TYPES.get(row.format, "application/octet-stream"),
+                        filename=row.filename)
+
+
+@router.get("/files/{file_id}/records", response_model=FileRecordPage, summary="A page of a file's records")
+def file_records(
+    file_id: str,
+    session: SessionDep,
+    owner: OwnerDep,
+    settings: SettingsDep,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> FileRecordPage:
+    """Records with prompt and answer excerpts and their validation warnings (the dashboard table)."""
+    row = owned_file(session, owner, file_id, param="file_id")
+    records = read_records(stored_path(settings.artifacts, row.path), row.purpose)
+    warnings_by_line: dict[int, list[RecordWarning]] = {}
+    for warning in row.warnings or []:
+        warnings_by_line.setdefault(warning["line"], []).append(RecordWarning(**warning))
+    data = [
+        FileRecord(index=index, line=record.line, prompt=excerpt(record.prompt), answer=excerpt(record.answer),
+                   warnings=warnings_by_line.get(record.line, []))
+        for index, record in enumerate(records[offset:offset + limit], start=offset)
+    ]
+    return FileRecordPage(file_id=file_id, offset=offset, limit=limit, total=len(records), data=data)
+
+
+@router.get("/files/{file_id}/records/{n}/analysis", response_model=RecordAnalysis,
+            summary="Sensitive spans and regions of record n's answer")
+def record_analysis(file_id: str, n: int, session: SessionDep, owner: OwnerDep,
+                    settings: SettingsDep) -> RecordAnalysis:
+    """``analyze_answer`` of the answer of record ``n`` (0-based): spans and regions with their
+    categories, as answer character offsets."""
+    row = owned_file(session, owner, file_id, param="file_id")
+    records = read_records(stored_path(settings.artifacts, row.path), row.purpose)
+    if not 0 <= n < len(records):
+        raise APIError(404, f"File '{file_id}' has no record {n} (it has {len(records)}).",
+                       code="record_not_found", param="n")
+    record = records[n]
+    if record.answer is None:
+        raise APIError(400, f"File '{file_id}' holds eval problems, which have no answer to analyse.",
+                       code="no_answer", param="file_id")
+    return RecordAnalysis(file_id=file_id, index=n, line=record.line, answer=record.answer,
+                          analysis=analyze_answer(record.answer).to_json())

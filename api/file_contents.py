@@ -1,0 +1,179 @@
+"""What an uploaded file holds: validation for each purpose and its records for the dashboard.
+
+- ``fine-tune``: JSONL or parquet rows read by ``cuset_core.data.load_records`` with
+  ``require_kernel=True``; one row with an error rejects the whole file.
+- ``eval``: JSONL rows ``{"id": str | int, "problem": str}`` with unique ids, the shape
+  ``cuset_core.evaluation.runner`` reads as a problem set (it reads ``.jsonl`` only).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from api.errors import APIError
+from cuset_core.data import LoadOptions, load_records
+
+PARQUET_MAGIC = b"PAR1"
+FINE_TUNE, EVAL = "fine-tune", "eval"
+PURPOSES = (FINE_TUNE, EVAL)
+SHOWN_ISSUES = 5  # problems spelled out in a rejection message; the rest are counted
+EXCERPT_CHARS = 240
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One problem of an uploaded file: 1-based line (or parquet row; 0 = whole file), field."""
+
+    line: int
+    field: str
+    code: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"line {self.line}" if self.line else "file"
+        return f"{where}{', ' + self.field if self.field else ''}: {self.code} — {self.message}"
+
+
+@dataclass(frozen=True)
+class Checked:
+    """An accepted file: its format, rows kept, rows read and the warnings of kept rows."""
+
+    format: str  # jsonl | parquet
+    records: int
+    total_rows: int
+    warnings: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    """One record of a stored file as the dashboard lists it."""
+
+    line: int
+    prompt: str
+    answer: str | None  # None for eval problems (no answer)
+
+
+def detect_format(path: Path) -> str:
+    """``parquet`` when the file starts with the parquet magic ``PAR1``, else ``jsonl``."""
+    with path.open("rb") as handle:
+        return "parquet" if handle.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC else "jsonl"
+
+
+def rejection(issues: list[Issue]) -> APIError:
+    """The 400 for a rejected file: the first problems with line, field and code."""
+    shown = "; ".join(str(issue) for issue in issues[:SHOWN_ISSUES])
+    more = f" (and {len(issues) - SHOWN_ISSUES} more)" if len(issues) > SHOWN_ISSUES else ""
+    return APIError(400, f"The file was rejected: {shown}{more}", code="invalid_file", param="file")
+
+
+def check_file(path: Path, purpose: str, max_records: int) -> Checked:
+    """Validate an upload for ``purpose``; raises ``rejection`` on any problem."""
+    fmt = detect_format(path)
+    rows = _count_rows(path, fmt)
+    if rows is not None and rows > max_records:
+        raise rejection([Issue(max_records + 1, "", "too_many_records",
+                               f"the file has {rows} rows, more than the limit of {max_records}")])
+    if purpose == EVAL:
+        if fmt != "jsonl":
+            raise rejection([Issue(0, "", "unknown_format",
+                                   'eval files must be JSONL rows {"id", "problem"}, not parquet')])
+        problems, issues = _eval_rows(path)
+        if issues:
+            raise rejection(issues)
+        return Checked(fmt, len(problems), len(problems), [])
+    result = load_records(path, LoadOptions(require_kernel=True))
+    if result.errors:
+        raise rejection([Issue(i.line, i.field, i.code.value, i.message) for i in result.errors])
+    return Checked(fmt, len(result.records), result.total,
+                   [w.model_dump(mode="json", exclude={"severity"}) for w in result.warnings])
+
+
+def read_records(path: Path, purpose: str) -> list[StoredRecord]:
+    """The records of an accepted stored file, in file order (cached: stored files never change)."""
+    return _read_records(str(path), purpose)
+
+
+@lru_cache(maxsize=2)
+def _read_records(path: str, purpose: str) -> list[StoredRecord]:
+    if purpose == EVAL:
+        problems, _ = _eval_rows(Path(path))
+        return [StoredRecord(line, code, None) for line, _id, code in problems]
+    records = load_records(path, LoadOptions(require_kernel=True)).records
+    return [StoredRecord(r.line, r.prompt_messages[-1].content if r.prompt_messages else "", r.answer)
+            for r in records]
+
+
+def excerpt(text: str | None, limit: int = EXCERPT_CHARS) -> str | None:
+    """The first ``limit`` characters of ``text``, with an ellipsis when cut."""
+    if text is None or len(text) <= limit:
+        return text
+    return text[: limit - 1] + "…"
+
+
+def _count_rows(path: Path, fmt: str) -> int | None:
+    """Rows of the file without parsing them (None when parquet metadata is unreadable: the
+    loader then reports the file as unreadable)."""
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.ParquetFile(path).metadata.num_rows
+        except (pa.ArrowException, OSError):
+            return None
+    with path.open("rb") as handle:
+        return sum(1 for raw in handle if raw.strip())
+
+
+def _eval_rows(path: Path) -> tuple[list[tuple[int, str, str]], list[Issue]]:
+    """``(line, id, problem)`` of every eval row, and the issues of the rows that are not."""
+    problems: list[tuple[int, str, str]] = []
+    issues: list[Issue] = []
+    seen: set[str] = set()
+    for line, row in _jsonl_objects(path, issues):
+        problem_id, code = row.get("id"), row.get("problem")
+        row_issues = []
+        for name, value, kinds, wanted in (("id", problem_id, (str, int), "a string or integer"),
+                                           ("problem", code, (str,), "a string")):
+            if value is None:
+                row_issues.append(Issue(line, name, "missing_field", f"required field {name!r} is missing"))
+            elif not isinstance(value, kinds) or isinstance(value, bool):
+                row_issues.append(Issue(line, name, "wrong_type", f"expected {wanted}, got {type(value).__name__}"))
+        if not row_issues and not code.strip():
+            row_issues.append(Issue(line, "problem", "missing_field", "problem code is empty"))
+        if not row_issues and str(problem_id) in seen:
+            row_issues.append(Issue(line, "id", "duplicate_id", f"id {problem_id!r} appears twice"))
+        issues += row_issues
+        if not row_issues:
+            seen.add(str(problem_id))
+            problems.append((line, str(problem_id), code))
+    if not problems and not issues:
+        issues.append(Issue(0, "", "empty_file", "the file holds no rows"))
+    return problems, issues
+
+
+def _jsonl_objects(path: Path, issues: list[Issue]) -> Iterator[tuple[int, dict]]:
+    """JSON objects of the non-blank lines; unreadable lines become ``issues``."""
+    with path.open("rb") as handle:
+        for line, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                issues.append(Issue(line, "", "invalid_encoding", f"not UTF-8 (byte {error.start + 1})"))
+                continue
+            if not text.strip():
+                continue
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError as error:
+                issues.append(Issue(line, "", "invalid_json", f"not valid JSON: {error.msg} at column {error.colno}"))
+                continue
+            if not isinstance(row, dict):
+                issues.append(Issue(line, "", "wrong_type", f"expected a JSON object, got {type(row).__name__}"))
+                continue
+            yield line, row

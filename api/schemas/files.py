@@ -1,0 +1,168 @@
+"""Files API shapes: OpenAI's file object (plus our record counts), records and analysis."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.schemas.common import ListPage
+
+Purpose = Literal["fine-tune", "eval"]
+
+_FILE_EXAMPLE = {
+    "id": "file-3f2a9c0d1e2b4a5968778695",
+    "object": "file",
+    "bytes": 48213,
+    "created_at": 1764439200,
+    "filename": "kernels.jsonl",
+    "purpose": "fine-tune",
+    "status": "processed",
+    "status_details": None,
+    "format": "jsonl",
+    "records": 46,
+    "total_rows": 46,
+    "warnings": 2,
+}
+
+
+class FileUploadForm(BaseModel):
+    """The multipart form of ``POST /v1/files`` (documented; the body is parsed as it streams)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"file": "(binary kernels.jsonl)", "purpose": "fine-tune"}]})
+
+    file: bytes = Field(description="JSONL (one record per line) or parquet (recognised by the PAR1 magic)",
+                        json_schema_extra={"format": "binary"})
+    purpose: Purpose = Field(description="fine-tune: chat/prompt-completion/question-answer rows whose answer "
+                                         'defines a __global__ kernel; eval: JSONL rows {"id", "problem"}')
+
+
+class FileObject(BaseModel):
+    """An uploaded file (OpenAI's file object) with what validation found."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [_FILE_EXAMPLE]})
+
+    id: str
+    object: Literal["file"] = "file"
+    bytes: int = Field(description="size in bytes")
+    created_at: int = Field(description="Unix seconds")
+    filename: str
+    purpose: Purpose
+    status: Literal["processed"] = "processed"
+    status_details: str | None = None
+    format: Literal["jsonl", "parquet"]
+    records: int = Field(description="records (or eval problems) the file holds")
+    total_rows: int = Field(description="rows read")
+    warnings: int = Field(description="warnings about kept records (e.g. no fenced code block)")
+
+
+class FileList(ListPage[FileObject]):
+    """A page of files, newest first."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "object": "list", "data": [_FILE_EXAMPLE], "has_more": False,
+        "first_id": _FILE_EXAMPLE["id"], "last_id": _FILE_EXAMPLE["id"]}]})
+
+
+class FileDeleted(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"id": _FILE_EXAMPLE["id"], "object": "file", "deleted": True}]})
+
+    id: str
+    object: Literal["file"] = "file"
+    deleted: bool = True
+
+
+class RecordWarning(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"line": 3, "field": "messages[1].content", "code": "no_code_block", "message": "answer has no fenced code block"}]})
+
+    line: int
+    field: str
+    code: str
+    message: str
+
+
+class FileRecord(BaseModel):
+    """One record of a file as the dashboard's table shows it (excerpts, not whole texts)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "index": 0, "line": 1, "prompt": "Write a CUDA kernel for: class Model(nn.Module): ...",
+        "answer": "```python\nimport torch\nfrom torch.utils.cpp_extension import load_inline ...", "warnings": []}]})
+
+    index: int = Field(description="0-based position among the file's records")
+    line: int = Field(description="1-based JSONL line or parquet row")
+    prompt: str = Field(description="excerpt of the last user message (eval files: the problem code)")
+    answer: str | None = Field(description="excerpt of the answer; null for eval problems")
+    warnings: list[RecordWarning]
+
+
+class FileRecordPage(BaseModel):
+    """``limit`` records from ``offset``; ``total`` is the file's record count."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "object": "list", "file_id": _FILE_EXAMPLE["id"], "offset": 0, "limit": 1, "total": 46,
+        "data": [FileRecord.model_config["json_schema_extra"]["examples"][0]]}]})
+
+    object: Literal["list"] = "list"
+    file_id: str
+    offset: int
+    limit: int
+    total: int
+    data: list[FileRecord]
+
+
+_SPAN = {"start": 0, "end": 10, "category": "qualifier", "text": "__global__"}
+_REGION = {"id": 0, "start": 0, "end": 27, "kind": "kernel_signature", "category": "qualifier", "span_indices": [0]}
+_ANALYSIS = {"schema": "cuset.analysis/1", "language": "cu", "cuda_chars": 51, "parse_coverage": 1.0,
+             "spans": [_SPAN], "regions": [_REGION]}
+
+
+class AnalysisSpan(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [_SPAN]})
+
+    start: int = Field(description="answer character offset, inclusive")
+    end: int = Field(description="answer character offset, exclusive")
+    category: str
+    text: str
+
+
+class AnalysisRegion(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [_REGION]})
+
+    id: int
+    start: int
+    end: int
+    kind: str = Field(description="statement, launch, declaration, kernel_signature, extension_call, ...")
+    category: str
+    span_indices: list[int]
+
+
+class Analysis(BaseModel):
+    """``cuset_core.analysis.analyze.analyze_answer(answer).to_json()`` (schema cuset.analysis/1)."""
+
+    schema_: str = Field(alias="schema")
+    language: str
+    cuda_chars: int
+    parse_coverage: float
+    spans: list[AnalysisSpan]
+    regions: list[AnalysisRegion]
+
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True,
+                              json_schema_extra={"examples": [_ANALYSIS]})
+
+
+class RecordAnalysis(BaseModel):
+    """The sensitive spans and regions of one record's answer, in answer character offsets."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "object": "file.record.analysis", "file_id": _FILE_EXAMPLE["id"], "index": 0, "line": 1,
+        "answer": "__global__ void k(float* x) { x[threadIdx.x] = 0; }",
+        "analysis": _ANALYSIS}]})
+
+    object: Literal["file.record.analysis"] = "file.record.analysis"
+    file_id: str
+    index: int
+    line: int
+    answer: str
+    analysis: Analysis
