@@ -1,5 +1,279 @@
-"""(placeholder: filled by its owner)"""
+"""``/v1/fine_tuning/jobs``: create (idempotent), list, retrieve, cancel, events, checkpoints and
+per-step metrics. The API only writes rows and enqueues; workers move jobs along."""
 
-from fastapi import APIRouter
+from __future__ import annotations
 
-router = APIRouter()
+import math
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from api.deps import OwnerDep, SessionDep, SettingsDep
+from api.errors import APIError, bad_request, not_found
+from api.schemas.common import ListPage
+from api.schemas.jobs import (
+    CheckpointObject,
+    JobCreate,
+    JobEventObject,
+    JobObject,
+    JobProgress,
+    MetricPoint,
+    MetricSeries,
+    resolve_hyperparameters,
+    resolve_method,
+    split_method,
+)
+from db.dispatch import enqueue
+from db.ids import new_id
+from db.models import Checkpoint, File, Job, JobEvent, JobMetric
+from db.settings import Settings
+
+router = APIRouter(prefix="/fine_tuning/jobs", tags=["fine-tuning"])
+
+FINISHED = ("succeeded", "failed", "cancelled")
+NOT_STARTED = ("validating_files", "queued")
+Limit = Annotated[int, Query(ge=1, le=100)]
+
+
+def job_object(job: Job) -> JobObject:
+    """The API view of a job row."""
+    percent = round(100 * job.step / job.total_steps, 1) if job.total_steps else None
+    running = job.status == "running" and job.eta_s is not None
+    return JobObject(
+        id=job.id,
+        created_at=int(job.created_at),
+        finished_at=int(job.finished_at) if job.finished_at else None,
+        model=job.model,
+        fine_tuned_model=job.fine_tuned_model,
+        status=job.status,
+        validation_file=job.validation_file,
+        training_file=job.training_file,
+        hyperparameters=job.hyperparameters,
+        trained_tokens=job.trained_tokens,
+        error=job.error,
+        seed=job.seed,
+        metadata=job.user_metadata,
+        method=job.method,
+        estimated_finish=int(time.time() + job.eta_s) if running else None,
+        progress=JobProgress(step=job.step, total_steps=job.total_steps, percent=percent,
+                             eta_s=job.eta_s if running else None),
+        user_provided_suffix=job.suffix,
+    )
+
+
+def _owned_job(session: Session, owner: str, job_id: str) -> Job:
+    job = session.scalar(select(Job).where(Job.id == job_id, Job.owner == owner))
+    if job is None:
+        raise not_found("fine-tuning job", job_id)
+    return job
+
+
+def _add_event(session: Session, job_id: str, message: str, level: str = "info") -> None:
+    seq = session.scalar(select(func.coalesce(func.max(JobEvent.seq), 0)).where(JobEvent.job_id == job_id)) + 1
+    session.add(JobEvent(id=new_id("ftevent"), job_id=job_id, level=level, message=message, seq=seq))
+
+
+def _check_file(session: Session, owner: str, file_id: str | None, param: str) -> None:
+    if file_id is None:
+        return
+    file = session.scalar(select(File).where(File.id == file_id, File.owner == owner))
+    if file is None:
+        raise bad_request(f"No file found with id '{file_id}'.", param=param, code="file_not_found")
+    if file.purpose != "fine-tune":
+        raise bad_request(f"File '{file_id}' has purpose '{file.purpose}'; a tuning job needs purpose 'fine-tune'.",
+                          param=param, code="invalid_file_purpose")
+
+
+def _check_model(session: Session, settings: Settings, owner: str, model: str) -> None:
+    if model in settings.base_models:
+        return
+    tuned = session.scalar(select(Job.id).where(Job.owner == owner, Job.fine_tuned_model == model,
+                                                Job.status == "succeeded"))
+    if tuned is None:
+        known = ", ".join(sorted(settings.base_models))
+        raise bad_request(f"Model '{model}' is not a base model ({known}) or one of your fine-tuned models.",
+                          param="model", code="model_not_found")
+
+
+def _resolved(body: JobCreate) -> dict[str, Any]:
+    """The row fields a request stands for; equal dicts mean the same request (idempotency)."""
+    knobs, nested_hp = split_method(body.method)
+    return {
+        "model": body.model,
+        "training_file": body.training_file,
+        "validation_file": body.validation_file,
+        "method": resolve_method(knobs),
+        "hyperparameters": resolve_hyperparameters({**(body.hyperparameters or {}), **nested_hp}),
+        "suffix": body.suffix,
+        "seed": body.seed if body.seed is not None else 0,
+        "user_metadata": body.metadata,
+    }
+
+
+def _same_request(job: Job, fields: dict[str, Any]) -> bool:
+    return all(getattr(job, name) == value for name, value in fields.items())
+
+
+def _replay(session: Session, owner: str, key: str, fields: dict[str, Any]) -> Job | None:
+    """The job an earlier request with this Idempotency-Key created, or None; 409 when the
+    key was used for a different request."""
+    job = session.scalar(select(Job).where(Job.owner == owner, Job.idempotency_key == key))
+    if job is not None and not _same_request(job, fields):
+        raise APIError(409, "This Idempotency-Key was already used with a different request body.",
+                       code="idempotency_key_reused", param="Idempotency-Key")
+    return job
+
+
+@router.post("", response_model=JobObject)
+def create_job(body: JobCreate, session: SessionDep, settings: SettingsDep, owner: OwnerDep,
+               idempotency_key: Annotated[str | None, Header(max_length=255)] = None) -> JobObject:
+    """Validate the request, create the job (status ``validating_files``) and enqueue its file check."""
+    fields = _resolved(body)
+    if idempotency_key and (earlier := _replay(session, owner, idempotency_key, fields)):
+        return job_object(earlier)
+    _check_model(session, settings, owner, body.model)
+    _check_file(session, owner, body.training_file, "training_file")
+    _check_file(session, owner, body.validation_file, "validation_file")
+    job = Job(id=new_id("ftjob"), owner=owner, idempotency_key=idempotency_key, status="validating_files",
+              created_at=time.time(), **fields)
+    session.add(job)
+    try:
+        session.flush()
+    except IntegrityError:
+        # A concurrent retry with the same key won the insert: answer with its job.
+        session.rollback()
+        earlier = _replay(session, owner, idempotency_key, fields) if idempotency_key else None
+        if earlier is None:
+            raise
+        return job_object(earlier)
+    _add_event(session, job.id, "Job created")
+    session.commit()
+    enqueue(settings, "cuset.validate_job_files", job.id)
+    return job_object(job)
+
+
+def _page_after(session: Session, owner: str, after: str | None) -> Any:
+    if after is None:
+        return None
+    anchor = session.scalar(select(Job).where(Job.id == after, Job.owner == owner))
+    if anchor is None:
+        raise bad_request(f"No fine-tuning job found with id '{after}'.", param="after", code="invalid_cursor")
+    return anchor
+
+
+@router.get("", response_model=ListPage[JobObject])
+def list_jobs(session: SessionDep, owner: OwnerDep, after: str | None = None, limit: Limit = 20,
+              ) -> ListPage[JobObject]:
+    """This owner's jobs, newest first; ``after`` is the last id of the previous page."""
+    query = select(Job).where(Job.owner == owner)
+    if (anchor := _page_after(session, owner, after)) is not None:
+        query = query.where((Job.created_at < anchor.created_at)
+                            | ((Job.created_at == anchor.created_at) & (Job.id < anchor.id)))
+    rows = session.scalars(query.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit + 1)).all()
+    data = [job_object(job) for job in rows[:limit]]
+    return ListPage(data=data, has_more=len(rows) > limit, first_id=data[0].id if data else None,
+                    last_id=data[-1].id if data else None)
+
+
+@router.get("/{job_id}", response_model=JobObject)
+def retrieve_job(job_id: str, session: SessionDep, owner: OwnerDep) -> JobObject:
+    return job_object(_owned_job(session, owner, job_id))
+
+
+@router.post("/{job_id}/cancel", response_model=JobObject)
+def cancel_job(job_id: str, session: SessionDep, owner: OwnerDep) -> JobObject:
+    """Ask a job to stop. One not yet running is cancelled at once; a running one stops after
+    its worker saves a checkpoint (the worker sets ``cancelled``)."""
+    job = _owned_job(session, owner, job_id)
+    if job.status in FINISHED:
+        raise APIError(409, f"Job {job_id} is already {job.status} and cannot be cancelled.",
+                       code="job_not_cancellable", param="job_id")
+    now = time.time()
+    # Conditional updates: the worker may be moving the job along at the same moment.
+    stopped = session.execute(
+        update(Job).where(Job.id == job_id, Job.status.in_(NOT_STARTED))
+        .values(status="cancelled", cancel_requested=True, finished_at=now)
+    ).rowcount
+    if stopped:
+        _add_event(session, job_id, "Job cancelled")
+    else:
+        session.execute(update(Job).where(Job.id == job_id, Job.status == "running").values(cancel_requested=True))
+        _add_event(session, job_id, "Cancellation requested; stopping after a checkpoint")
+    session.commit()
+    session.refresh(job)
+    return job_object(job)
+
+
+def _event_object(event: JobEvent) -> JobEventObject:
+    metrics = bool(event.data) and "step" in event.data
+    return JobEventObject(id=event.id, created_at=int(event.created_at), level=event.level, message=event.message,
+                          data=event.data, type="metrics" if metrics else "message")
+
+
+@router.get("/{job_id}/events", response_model=ListPage[JobEventObject])
+def list_events(job_id: str, session: SessionDep, owner: OwnerDep, after: str | None = None, limit: Limit = 20,
+                ) -> ListPage[JobEventObject]:
+    """A job's events, newest first (as OpenAI lists them); ``after`` is an event id."""
+    _owned_job(session, owner, job_id)
+    query = select(JobEvent).where(JobEvent.job_id == job_id)
+    if after is not None:
+        anchor = session.scalar(select(JobEvent).where(JobEvent.id == after, JobEvent.job_id == job_id))
+        if anchor is None:
+            raise bad_request(f"No event found with id '{after}' in job {job_id}.", param="after",
+                              code="invalid_cursor")
+        # The id breaks ties: the API and a worker can give two events the same seq.
+        query = query.where((JobEvent.seq < anchor.seq) | ((JobEvent.seq == anchor.seq) & (JobEvent.id < anchor.id)))
+    rows = session.scalars(query.order_by(JobEvent.seq.desc(), JobEvent.id.desc()).limit(limit + 1)).all()
+    data = [_event_object(event) for event in rows[:limit]]
+    return ListPage(data=data, has_more=len(rows) > limit, first_id=data[0].id if data else None,
+                    last_id=data[-1].id if data else None)
+
+
+def _checkpoint_model_name(job: Job) -> str:
+    """The name the tuned model has (or will have) when the job succeeds."""
+    if job.fine_tuned_model:
+        return job.fine_tuned_model
+    base = job.model.split(":")[1] if job.model.startswith("ft:") else job.model
+    return ":".join(["ft", base, *([job.suffix] if job.suffix else []), job.id])
+
+
+@router.get("/{job_id}/checkpoints", response_model=ListPage[CheckpointObject])
+def list_checkpoints(job_id: str, session: SessionDep, owner: OwnerDep, after: str | None = None,
+                     limit: Limit = 10) -> ListPage[CheckpointObject]:
+    """A job's saved checkpoints, newest (highest step) first."""
+    job = _owned_job(session, owner, job_id)
+    query = select(Checkpoint).where(Checkpoint.job_id == job_id)
+    if after is not None:
+        anchor = session.scalar(select(Checkpoint).where(Checkpoint.id == after, Checkpoint.job_id == job_id))
+        if anchor is None:
+            raise bad_request(f"No checkpoint found with id '{after}' in job {job_id}.", param="after",
+                              code="invalid_cursor")
+        query = query.where(Checkpoint.step < anchor.step)
+    rows = session.scalars(query.order_by(Checkpoint.step.desc()).limit(limit + 1)).all()
+    name = _checkpoint_model_name(job)
+    data = [
+        CheckpointObject(id=row.id, created_at=int(row.created_at), step_number=row.step, fine_tuning_job_id=job_id,
+                         fine_tuned_model_checkpoint=f"{name}:ckpt-step-{row.step}",
+                         metrics={"step": row.step, **(row.metrics or {})})
+        for row in rows[:limit]
+    ]
+    return ListPage(data=data, has_more=len(rows) > limit, first_id=data[0].id if data else None,
+                    last_id=data[-1].id if data else None)
+
+
+@router.get("/{job_id}/metrics", response_model=MetricSeries)
+def job_metrics(job_id: str, session: SessionDep, owner: OwnerDep,
+                after_step: Annotated[int, Query(ge=-1)] = -1,
+                limit: Annotated[int, Query(ge=1, le=10_000)] = 1000) -> MetricSeries:
+    """Per-step training metrics in step order, for charts; page with ``after_step``."""
+    _owned_job(session, owner, job_id)
+    rows = session.scalars(select(JobMetric).where(JobMetric.job_id == job_id, JobMetric.step > after_step)
+                           .order_by(JobMetric.step).limit(limit + 1)).all()
+    points = [MetricPoint(step=row.step, **{k: v for k, v in row.values.items()
+                                             if not (isinstance(v, float) and not math.isfinite(v))})
+              for row in rows[:limit]]
+    return MetricSeries(job_id=job_id, data=points, has_more=len(rows) > limit)

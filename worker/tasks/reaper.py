@@ -1,1 +1,69 @@
-"""(placeholder: filled by its owner)"""
+"""``cuset.reap`` (cpu queue; on the beat schedule and once when a worker starts): settle work
+whose worker died. A running job silent for longer than ``heartbeat_timeout_s`` is requeued to
+resume from its last checkpoint (up to MAX_ATTEMPTS attempts) or failed with ``worker_lost``;
+a generation running longer than ``generation_timeout_s`` is failed."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from celery.signals import worker_ready
+from sqlalchemy import select, update
+
+from db.dispatch import enqueue
+from db.models import Generation, Job
+from db.session import session_scope
+from db.settings import get_settings
+from worker.app import app
+from worker.job_rows import add_event, finish_attempt, requeue_or_fail
+
+log = logging.getLogger(__name__)
+
+
+def _reap_jobs(settings) -> list[str]:
+    """Settle silent running jobs; returns the ids requeued (to enqueue after commit)."""
+    requeued = []
+    cutoff = time.time() - settings.heartbeat_timeout_s
+    with session_scope(settings.resolved_database_url) as session:
+        stale = session.scalars(
+            select(Job).where(Job.status == "running", Job.heartbeat_at < cutoff)
+            .with_for_update(skip_locked=True)
+        ).all()
+        for job in stale:
+            if job.cancel_requested:
+                # The user asked it to stop; the lost worker cannot finish that, so we do.
+                if finish_attempt(session, job.id, job.attempts, "cancelled"):
+                    add_event(session, job.id, "Job cancelled (its worker was lost)", level="warning")
+            elif requeue_or_fail(session, settings, job, "worker loss", "worker_lost"):
+                requeued.append(job.id)
+            log.warning("reaped job %s (attempt %d)", job.id, job.attempts)
+    return requeued
+
+
+def _reap_generations(settings) -> int:
+    cutoff = time.time() - settings.generation_timeout_s
+    error = {"code": "timeout", "message": "The generation did not finish in time; its worker may have been lost.",
+             "param": None}
+    with session_scope(settings.resolved_database_url) as session:
+        return session.execute(
+            update(Generation).where(Generation.status == "running", Generation.created_at < cutoff)
+            .values(status="failed", error=error, finished_at=time.time())
+        ).rowcount
+
+
+@app.task(name="cuset.reap")
+def reap() -> None:
+    """One pass over running jobs and generations."""
+    settings = get_settings()
+    for job_id in _reap_jobs(settings):
+        enqueue(settings, "cuset.tune", job_id)
+    failed = _reap_generations(settings)
+    if failed:
+        log.warning("failed %d stuck generation(s)", failed)
+
+
+@worker_ready.connect
+def _reap_on_start(sender=None, **_kwargs) -> None:
+    """A restarted worker settles what its predecessor left behind without waiting for beat."""
+    enqueue(get_settings(), "cuset.reap")

@@ -1,1 +1,186 @@
-"""(placeholder: filled by its owner)"""
+"""``cuset.tune`` (gpu queue): claim a queued job, run ``python -m cuset_core.training job.json``
+as a subprocess, follow it (worker/supervise.py) and record how it ended.
+
+The claim is one conditional UPDATE, so a redelivered message or a second worker cannot run a
+job twice. Every way out of the task leaves the job in a non-running state, except a worker
+killed outright; the reaper settles that one.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sqlalchemy import or_, update
+
+from cuset_core.objectives import MethodConfig
+from cuset_core.training.callbacks import CANCEL_FILE
+from cuset_core.training.config import Hyperparameters, LoraSettings, TuneConfig
+from db.dispatch import enqueue
+from db.models import File, Job
+from db.session import session_scope
+from db.settings import Settings, get_settings
+from worker.app import app
+from worker.job_rows import (
+    MAX_ATTEMPTS,
+    add_event,
+    finish_attempt,
+    fine_tuned_model_name,
+    job_dir,
+    latest_checkpoint,
+    model_spec,
+)
+from worker.supervise import ProgressFollower, RunReport, stop, supervise
+
+log = logging.getLogger(__name__)
+STDERR_TAIL_CHARS = 2000
+
+
+def claim(settings: Settings, job_id: str) -> int | None:
+    """Take a job: queued, or running with a heartbeat older than the timeout (its worker is
+    gone). Returns this attempt's number, or None when the job is not ours to run."""
+    now = time.time()
+    with session_scope(settings.resolved_database_url) as session:
+        row = session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.cancel_requested.is_(False),
+                   or_(Job.status == "queued",
+                       (Job.status == "running") & (Job.heartbeat_at < now - settings.heartbeat_timeout_s)
+                       & (Job.attempts < MAX_ATTEMPTS)))
+            .values(status="running", attempts=Job.attempts + 1, started_at=now, heartbeat_at=now,
+                    output_dir=str(Path("jobs") / job_id / "out"))
+            .returning(Job.attempts)
+        ).first()
+        return row[0] if row else None
+
+
+def _merged_base(adapter_dir: str, dest: Path) -> str:
+    """A full model folder of a tuned adapter merged into its base: the core tunes base models
+    only, so a fine-tuned model is tuned further as a plain model (written once per job)."""
+    if not (dest / "config.json").is_file():
+        from cuset_core.models import load_model
+
+        model, tokenizer = load_model(adapter_dir)
+        model.merge_and_unload().save_pretrained(dest)
+        tokenizer.save_pretrained(dest)
+    return str(dest)
+
+
+def write_config(settings: Settings, job: Job, spec: str, training: File, validation: File | None) -> TuneConfig:
+    """The job's TuneConfig, written to ``jobs/<id>/job.json``; resumes when a checkpoint exists."""
+    folder = job_dir(settings, job.id)
+    out = folder / "out"
+    hp = job.hyperparameters
+    config = TuneConfig(
+        model=spec,
+        train_file=settings.artifacts / training.path,
+        validation_file=settings.artifacts / validation.path if validation else None,
+        method=MethodConfig.model_validate(job.method),
+        lora=LoraSettings.model_validate(hp["lora"]) if hp.get("lora") is not None else None,
+        hyperparameters=Hyperparameters.model_validate({k: hp[k] for k in Hyperparameters.model_fields if k in hp}),
+        seed=job.seed,
+        output_dir=out,
+        save_steps=hp.get("save_steps", TuneConfig.model_fields["save_steps"].default),
+        resume=any(out.glob("checkpoint-*")),
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "job.json").write_text(config.model_dump_json(indent=2))
+    return config
+
+
+def _start(settings: Settings, job_id: str, attempt: int) -> tuple[subprocess.Popen, ProgressFollower, Path]:
+    """Write the config and launch the training subprocess; its stderr goes to a log file."""
+    with session_scope(settings.resolved_database_url) as session:
+        job = session.get(Job, job_id)
+        spec = model_spec(session, settings, job)
+        if job.model not in settings.base_models:
+            spec = _merged_base(spec, job_dir(settings, job_id) / "base")
+        training = session.get(File, job.training_file)
+        validation = session.get(File, job.validation_file) if job.validation_file else None
+        config = write_config(settings, job, spec, training, validation)
+        add_event(session, job_id, f"Fine-tuning job started (attempt {attempt})"
+                  + (", resuming from the last checkpoint" if config.resume else ""))
+    progress = config.progress_path
+    offset = progress.stat().st_size if progress.is_file() else 0  # earlier attempts' lines are recorded
+    log_path = job_dir(settings, job_id) / f"train-{attempt}.log"
+    command = [*(settings.training_launcher or [sys.executable]), "-m", "cuset_core.training",
+               str(job_dir(settings, job_id) / "job.json")]
+    with log_path.open("wb") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, stdin=subprocess.DEVNULL)
+    return process, ProgressFollower(progress, offset), log_path
+
+
+def _stderr_tail(log_path: Path) -> str:
+    text = log_path.read_text(errors="replace") if log_path.is_file() else ""
+    # Progress bars redraw with carriage returns; keep real lines only.
+    lines = [line.rsplit("\r", 1)[-1] for line in text.splitlines() if line.strip()]
+    return "\n".join(lines)[-STDERR_TAIL_CHARS:] or "no output"
+
+
+def _record_end(settings: Settings, job_id: str, attempt: int, report: RunReport, log_path: Path) -> bool:
+    """Settle the job after its subprocess exited; True when it was requeued."""
+    with session_scope(settings.resolved_database_url) as session:
+        job = session.get(Job, job_id)
+        if report.done is not None and report.returncode == 0:
+            name = fine_tuned_model_name(job)
+            if finish_attempt(session, job_id, attempt, "succeeded", fine_tuned_model=name,
+                              step=report.done.get("steps", job.step),
+                              trained_tokens=report.done.get("train_tokens", job.trained_tokens)):
+                add_event(session, job_id, f"New fine-tuned model created: {name}")
+                add_event(session, job_id, "The job has successfully completed")
+            return False
+        if report.returncode == 0 and report.cancel_sent:
+            if finish_attempt(session, job_id, attempt, "cancelled"):
+                add_event(session, job_id, f"Job cancelled at step {job.step}; checkpoint saved", level="warning")
+            return False
+        if report.returncode == 0:
+            # Stopped by a signal nobody here sent (the worker is shutting down): run it again later.
+            checkpoint = latest_checkpoint(session, settings, job_id)
+            if attempt < MAX_ATTEMPTS and checkpoint is not None:
+                if finish_attempt(session, job_id, attempt, "queued", heartbeat_at=None):
+                    add_event(session, job_id, f"interrupted; requeued to resume from step {checkpoint.step}",
+                              level="warning")
+                    return True
+                return False
+        code = "invalid_config" if report.returncode == 2 else "training_failed"
+        message = report.error or _stderr_tail(log_path)
+        if finish_attempt(session, job_id, attempt, "failed", error={"code": code, "message": message, "param": None}):
+            add_event(session, job_id, f"Job failed: {message.splitlines()[-1] if message else code}", level="error")
+        return False
+
+
+def _fail(settings: Settings, job_id: str, attempt: int, exc: BaseException) -> None:
+    error = {"code": "internal_error", "message": f"{type(exc).__name__}: {exc}", "param": None}
+    with session_scope(settings.resolved_database_url) as session:
+        if finish_attempt(session, job_id, attempt, "failed", error=error):
+            add_event(session, job_id, f"Job failed: {error['message']}", level="error")
+
+
+@app.task(name="cuset.tune")
+def tune(job_id: str) -> None:
+    """Run one attempt of a fine-tuning job, start to end."""
+    settings = get_settings()
+    attempt = claim(settings, job_id)
+    if attempt is None:
+        log.info("job %s is not claimable; skipping", job_id)
+        return
+    process = None
+    try:
+        process, follower, log_path = _start(settings, job_id, attempt)
+        report = supervise(process, follower, settings, job_id, attempt,
+                           job_dir(settings, job_id) / "out" / CANCEL_FILE)
+        if report.lost:
+            log.warning("job %s was taken from attempt %d", job_id, attempt)
+            return
+        requeued = _record_end(settings, job_id, attempt, report, log_path)
+    except BaseException as exc:
+        log.exception("job %s attempt %d failed", job_id, attempt)
+        if process is not None:
+            stop(process)
+        _fail(settings, job_id, attempt, exc)
+        raise
+    if requeued:
+        enqueue(settings, "cuset.tune", job_id)

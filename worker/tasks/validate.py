@@ -1,1 +1,86 @@
-"""(placeholder: filled by its owner)"""
+"""``cuset.validate_job_files`` (cpu queue): check a new job's data files with cuset_core before
+it waits for a GPU. Records over the token limit are warnings; a file with no usable record
+fails the job."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from sqlalchemy import update
+
+from cuset_core.data import DataFileError, LoadOptions, load_records
+from cuset_core.models import load_tokenizer
+from cuset_core.training.config import TuneConfig
+from db.dispatch import enqueue
+from db.models import File, Job
+from db.session import session_scope
+from db.settings import get_settings
+from worker.app import app
+from worker.job_rows import add_event, model_spec
+
+log = logging.getLogger(__name__)
+MAX_REPORTED_ISSUES = 5
+_PROMPT_STYLE = TuneConfig.model_fields["prompt_style"].default
+
+
+def _check_file(file: File, settings, tokenizer, max_seq_len: int, param: str) -> tuple[list[str], dict | None]:
+    """(warning messages, error dict or None) for one data file, loaded as training will load it."""
+    options = LoadOptions(prompt_style=_PROMPT_STYLE, max_tokens=max_seq_len)
+    try:
+        loaded = load_records(settings.artifacts / file.path, options, tokenizer)
+    except DataFileError as exc:
+        return [], {"code": "invalid_file", "message": f"{param} {file.id}: {exc}", "param": param}
+    notes = [f"{param}: {issue}" for issue in loaded.issues[:MAX_REPORTED_ISSUES]]
+    if len(loaded.issues) > MAX_REPORTED_ISSUES:
+        notes.append(f"{param}: {len(loaded.issues) - MAX_REPORTED_ISSUES} more problems")
+    if not loaded.records:
+        first = f"; first: {loaded.errors[0]}" if loaded.errors else ""
+        return notes, {"code": "invalid_file", "param": param,
+                       "message": f"{param} {file.id}: no usable record among {loaded.total} "
+                                  f"(max_seq_len {max_seq_len}{first})"}
+    notes.append(f"{param}: {len(loaded.records)} of {loaded.total} records usable")
+    return notes, None
+
+
+@app.task(name="cuset.validate_job_files")
+def validate_job_files(job_id: str) -> None:
+    """Move a ``validating_files`` job to ``queued`` (and enqueue training) or to ``failed``."""
+    settings = get_settings()
+    url = settings.resolved_database_url
+    with session_scope(url) as session:
+        job = session.get(Job, job_id)
+        if job is None or job.status != "validating_files":
+            return  # redelivered, or cancelled meanwhile
+        files = [(session.get(File, job.training_file), "training_file")]
+        if job.validation_file:
+            files.append((session.get(File, job.validation_file), "validation_file"))
+        max_seq_len = job.hyperparameters["max_seq_len"]
+        notes: list[str] = []
+        error = None
+        try:
+            tokenizer = load_tokenizer(model_spec(session, settings, job))
+            for file, param in files:
+                file_notes, error = _check_file(file, settings, tokenizer, max_seq_len, param)
+                notes += file_notes
+                if error:
+                    break
+        except Exception as exc:  # noqa: BLE001 - any failure to check is the job's failure, said in words
+            log.exception("validating job %s", job_id)
+            error = {"code": "validation_error", "message": f"{type(exc).__name__}: {exc}", "param": None}
+        status = "failed" if error else "queued"
+        moved = session.execute(
+            update(Job).where(Job.id == job_id, Job.status == "validating_files")
+            .values(status=status, error=error, **({"finished_at": time.time()} if error else {}))
+        ).rowcount
+        if not moved:
+            return
+        for note in notes:
+            add_event(session, job_id, note, level="warning" if " error " in note or " warning " in note else "info")
+        if error:
+            add_event(session, job_id, f"Validation failed: {error['message']}", level="error")
+        else:
+            add_event(session, job_id, "Validated training file; job queued")
+    if not error:
+        enqueue(settings, "cuset.tune", job_id)
+

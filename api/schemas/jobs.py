@@ -1,0 +1,216 @@
+"""Fine-tuning job shapes (OpenAI's ``fine_tuning.job`` and friends) and the mapping of a create
+request onto cuset_core's training config.
+
+A job row stores the *resolved* request: ``method`` as a full ``MethodConfig`` dump and
+``hyperparameters`` as OpenAI's three names plus every field of cuset_core's ``Hyperparameters``,
+``lora`` (a ``LoraSettings`` dump or null) and ``save_steps``; the worker reads the core fields
+back without knowing the OpenAI names.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from api.errors import APIError
+from cuset_core.objectives import MethodConfig
+from cuset_core.training.config import Hyperparameters, LoraSettings, TuneConfig, format_validation_error
+
+SUFFIX_PATTERN = re.compile(r"^[a-z0-9-]{1,40}$")
+MAX_METADATA_PAIRS = 16
+# OpenAI's "auto": the core's defaults (learning_rate_multiplier scales the default learning rate).
+_DEFAULT_HP = Hyperparameters()
+_LORA_KEYS = {f"lora_{name}": name for name in LoraSettings.model_fields}
+_OURS = set(Hyperparameters.model_fields) - {"epochs"} | set(_LORA_KEYS) | {"lora", "save_steps"}
+
+
+class JobCreate(BaseModel):
+    """``POST /v1/fine_tuning/jobs``; ``method`` and ``hyperparameters`` are checked by
+    ``resolve_method`` / ``resolve_hyperparameters`` so errors name the nested field."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1, max_length=255)
+    training_file: str = Field(min_length=1, max_length=40)
+    validation_file: str | None = Field(None, max_length=40)
+    method: dict[str, Any] | None = None
+    hyperparameters: dict[str, Any] | None = None
+    suffix: str | None = None
+    seed: int | None = Field(None, ge=0, le=2**31 - 1)
+    metadata: dict[str, str] | None = None
+    integrations: list[Any] | None = Field(None, description="accepted for OpenAI compatibility; ignored")
+
+    @field_validator("suffix")
+    @classmethod
+    def _suffix(cls, value: str | None) -> str | None:
+        if value is not None and not SUFFIX_PATTERN.match(value):
+            raise ValueError("must be 1-40 characters of a-z, 0-9 and '-'")
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return None
+        if len(value) > MAX_METADATA_PAIRS:
+            raise ValueError(f"at most {MAX_METADATA_PAIRS} key-value pairs")
+        if any(len(k) > 64 or len(v) > 512 for k, v in value.items()):
+            raise ValueError("keys are at most 64 characters and values at most 512")
+        return value
+
+
+def _invalid(exc: ValidationError, prefix: str) -> APIError:
+    first = ".".join(str(part) for part in exc.errors()[0]["loc"])
+    return APIError(400, f"{prefix}: {format_validation_error(exc)}", code="invalid_value",
+                    param=f"{prefix}.{first}" if first else prefix)
+
+
+def split_method(method: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(method knobs, hyperparameters nested in the method)``. OpenAI's
+    ``{"type": "supervised", "supervised": {"hyperparameters": {...}}}`` is plain SFT."""
+    method = dict(method or {})
+    if method.get("type") != "supervised":
+        return method, {}
+    nested = method.pop("supervised", None) or {}
+    if not isinstance(nested, dict) or set(nested) - {"hyperparameters"}:
+        raise APIError(400, "method.supervised: only 'hyperparameters' is supported", code="invalid_value",
+                       param="method.supervised")
+    knobs = {**{k: v for k, v in method.items() if k != "type"}, "type": "sft"}
+    return knobs, dict(nested.get("hyperparameters") or {})
+
+
+def resolve_method(knobs: dict[str, Any]) -> dict[str, Any]:
+    """The full MethodConfig of a request's method (every knob, defaults filled in)."""
+    try:
+        return MethodConfig.model_validate(knobs).model_dump()
+    except ValidationError as exc:
+        raise _invalid(exc, "method") from None
+
+
+def _auto(value: Any, default: Any) -> Any:
+    return default if value in (None, "auto") else value
+
+
+def resolve_hyperparameters(given: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's names (``n_epochs``, ``batch_size``, ``learning_rate_multiplier``, each maybe
+    ``"auto"``) and ours (any core Hyperparameters field, ``lora_rank``/``lora_alpha``/...,
+    ``lora: null`` for full fine-tuning, ``save_steps``) resolved to the stored form."""
+    unknown = sorted(set(given) - _OURS - {"n_epochs", "learning_rate_multiplier", "batch_size"})
+    if unknown:
+        raise APIError(400, f"hyperparameters.{unknown[0]}: unknown hyperparameter", code="invalid_value",
+                       param=f"hyperparameters.{unknown[0]}")
+    multiplier = _auto(given.get("learning_rate_multiplier"), 1.0)
+    core = {k: v for k, v in given.items() if k in Hyperparameters.model_fields}
+    core["epochs"] = _auto(given.get("n_epochs"), _DEFAULT_HP.epochs)
+    core["batch_size"] = _auto(given.get("batch_size"), _DEFAULT_HP.batch_size)
+    try:
+        if not isinstance(multiplier, (int, float)) or isinstance(multiplier, bool) or multiplier <= 0:
+            raise APIError(400, "hyperparameters.learning_rate_multiplier: must be a positive number or 'auto'",
+                           code="invalid_value", param="hyperparameters.learning_rate_multiplier")
+        core.setdefault("learning_rate", _DEFAULT_HP.learning_rate * multiplier)
+        hp = Hyperparameters.model_validate(core)
+    except ValidationError as exc:
+        error = _invalid(exc, "hyperparameters")
+        # Report OpenAI's name for the fields the request gave under it.
+        error.param = error.param.replace("hyperparameters.epochs", "hyperparameters.n_epochs")
+        raise error from None
+    lora: dict[str, Any] | None = None
+    if given.get("lora", {}) is not None:
+        lora_given = {_LORA_KEYS[k]: v for k, v in given.items() if k in _LORA_KEYS} | dict(given.get("lora") or {})
+        try:
+            lora = LoraSettings.model_validate(lora_given).model_dump()
+        except ValidationError as exc:
+            error = _invalid(exc, "hyperparameters")
+            error.param = error.param.replace("hyperparameters.", "hyperparameters.lora_", 1)
+            raise error from None
+    save_steps = given.get("save_steps", TuneConfig.model_fields["save_steps"].default)
+    if not isinstance(save_steps, int) or isinstance(save_steps, bool) or save_steps < 1:
+        raise APIError(400, "hyperparameters.save_steps: must be a positive integer", code="invalid_value",
+                       param="hyperparameters.save_steps")
+    dumped = hp.model_dump()
+    return {
+        "n_epochs": dumped["epochs"],
+        "batch_size": dumped["batch_size"],
+        "learning_rate_multiplier": dumped["learning_rate"] / _DEFAULT_HP.learning_rate,
+        **dumped,
+        "lora": lora,
+        "save_steps": save_steps,
+    }
+
+
+class JobError(BaseModel):
+    code: str
+    message: str
+    param: str | None = None
+
+
+class JobProgress(BaseModel):
+    """Where a job is: optimizer steps done of ``total_steps``; ``eta_s`` in seconds."""
+
+    step: int
+    total_steps: int | None
+    percent: float | None
+    eta_s: float | None
+
+
+class JobObject(BaseModel):
+    """OpenAI's fine-tuning job plus ``progress`` and ``user_provided_suffix``."""
+
+    id: str
+    object: Literal["fine_tuning.job"] = "fine_tuning.job"
+    created_at: int
+    finished_at: int | None
+    model: str
+    fine_tuned_model: str | None
+    organization_id: str = "org-local"
+    result_files: list[str] = []
+    status: str
+    validation_file: str | None
+    training_file: str
+    hyperparameters: dict[str, Any]
+    trained_tokens: int | None
+    error: JobError | None
+    seed: int
+    metadata: dict[str, str] | None
+    method: dict[str, Any]
+    estimated_finish: int | None
+    integrations: list[Any] = []
+    progress: JobProgress
+    user_provided_suffix: str | None
+
+
+class JobEventObject(BaseModel):
+    id: str
+    object: Literal["fine_tuning.job.event"] = "fine_tuning.job.event"
+    created_at: int
+    level: str
+    message: str
+    data: dict[str, Any] | None
+    type: Literal["message", "metrics"]
+
+
+class CheckpointObject(BaseModel):
+    id: str
+    object: Literal["fine_tuning.job.checkpoint"] = "fine_tuning.job.checkpoint"
+    created_at: int
+    fine_tuned_model_checkpoint: str
+    fine_tuning_job_id: str
+    step_number: int
+    metrics: dict[str, Any]
+
+
+class MetricPoint(BaseModel, extra="allow"):
+    """One optimizer step's metrics (loss, ce, kept_ratio, learning_rate, tokens_per_s, ...)."""
+
+    step: int
+
+
+class MetricSeries(BaseModel):
+    """Per-step metrics in step order; ``after_step`` of the next page is the last ``step``."""
+
+    object: Literal["list"] = "list"
+    job_id: str
+    data: list[MetricPoint]
+    has_more: bool

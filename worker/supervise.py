@@ -1,0 +1,186 @@
+"""Follow a training subprocess: copy its progress JSONL into the database as it grows, beat the
+job's heartbeat, and pass a cancel request on (CANCEL file + SIGTERM).
+
+Line types (cuset_core/training/callbacks.py): ``progress`` -> a JobMetric row and the job's
+step/total_steps/trained_tokens/eta_s; ``event`` -> a JobEvent; ``checkpoint`` -> a Checkpoint
+row (path relative to the artifact root); ``eval`` -> eval_loss on that step's metrics;
+``done`` and ``error`` end the run and are returned to the caller.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from db.ids import new_id
+from db.models import Checkpoint, Job, JobMetric
+from db.session import session_scope
+from db.settings import Settings
+from worker.job_rows import add_event
+
+POLL_S = 0.25  # how often the progress file and the process are looked at
+_NOT_METRICS = {"type", "time", "step", "max_steps", "trained_tokens", "eta_s"}
+
+
+class ProgressFollower:
+    """Complete lines appended to a JSONL file since ``offset`` (bytes); a partial last line
+    waits for its newline."""
+
+    def __init__(self, path: Path, offset: int = 0):
+        self.path, self.offset = path, offset
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.is_file():
+            return []
+        with self.path.open("rb") as handle:
+            handle.seek(self.offset)
+            chunk = handle.read()
+        end = chunk.rfind(b"\n") + 1
+        self.offset += end
+        lines = []
+        for raw in chunk[:end].splitlines():
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue  # a torn line (the writer was killed mid-write) carries nothing usable
+            if isinstance(line, dict):
+                lines.append(line)
+        return lines
+
+
+@dataclass
+class RunReport:
+    """What a supervised run ended with."""
+
+    returncode: int | None = None
+    done: dict[str, Any] | None = None
+    error: str | None = None
+    cancel_sent: bool = False
+    lost: bool = False  # the job was taken from this attempt (reaped); nothing more was written
+    last_step: int = 0
+    last_metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class Recorder:
+    """Writes progress lines of one job attempt to the database."""
+
+    def __init__(self, settings: Settings, job_id: str, attempt: int):
+        self.settings, self.job_id, self.attempt = settings, job_id, attempt
+
+    def record(self, session: Session, lines: list[dict[str, Any]], report: RunReport) -> None:
+        for line in lines:
+            kind = line.get("type")
+            if kind == "progress":
+                self._progress(session, line, report)
+            elif kind == "event":
+                add_event(session, self.job_id, str(line.get("message", "")), level=str(line.get("level", "info")))
+            elif kind == "checkpoint":
+                self._checkpoint(session, line, report)
+            elif kind == "eval":
+                self._eval(session, line)
+            elif kind == "done":
+                report.done = line
+            elif kind == "error":
+                report.error = str(line.get("message", "training failed"))
+                add_event(session, self.job_id, f"Error: {report.error}", level="error")
+
+    def _progress(self, session: Session, line: dict[str, Any], report: RunReport) -> None:
+        step = int(line["step"])
+        values = {k: v for k, v in line.items() if k not in _NOT_METRICS}
+        session.merge(JobMetric(job_id=self.job_id, step=step, values=values, created_at=line.get("time", time.time())))
+        session.execute(update(Job).where(Job.id == self.job_id, Job.attempts == self.attempt).values(
+            step=step, total_steps=line.get("max_steps"), trained_tokens=line.get("trained_tokens"),
+            eta_s=line.get("eta_s")))
+        loss = values.get("loss")
+        summary = f"Step {step}/{line.get('max_steps')}: training loss={loss:.4f}" if isinstance(loss, float) \
+            else f"Step {step}/{line.get('max_steps')}"
+        add_event(session, self.job_id, summary,
+                  data={"step": step, "train_loss": loss, "total_steps": line.get("max_steps"),
+                        **{k: values.get(k) for k in ("kept_ratio", "learning_rate", "tokens_per_s")}})
+        report.last_step, report.last_metrics = step, {"train_loss": loss, **values}
+
+    def _checkpoint(self, session: Session, line: dict[str, Any], report: RunReport) -> None:
+        step = int(line["step"])
+        path = Path(line["path"]).resolve()
+        relative = str(path.relative_to(self.settings.artifacts)) if path.is_relative_to(self.settings.artifacts) \
+            else str(path)
+        metrics = report.last_metrics if report.last_step == step else None
+        existing = session.scalar(select(Checkpoint).where(Checkpoint.job_id == self.job_id, Checkpoint.step == step))
+        if existing is None:
+            session.add(Checkpoint(id=new_id("ftckpt"), job_id=self.job_id, step=step, path=relative, metrics=metrics))
+        else:  # a resumed attempt saved the same step again
+            existing.path, existing.metrics = relative, metrics
+        add_event(session, self.job_id, f"Checkpoint saved at step {step}")
+
+    def _eval(self, session: Session, line: dict[str, Any]) -> None:
+        step = int(line["step"])
+        row = session.get(JobMetric, (self.job_id, step))
+        if row is not None:
+            row.values = {**row.values, "eval_loss": line.get("eval_loss")}
+        add_event(session, self.job_id, f"Step {step}: validation loss={line.get('eval_loss')}",
+                  data={"step": step, "valid_loss": line.get("eval_loss")})
+
+
+def _beat(session: Session, job_id: str, attempt: int) -> tuple[bool, bool]:
+    """Refresh the heartbeat; ``(still ours, cancel requested)``."""
+    owned = session.execute(update(Job).where(Job.id == job_id, Job.status == "running", Job.attempts == attempt)
+                            .values(heartbeat_at=time.time())).rowcount
+    cancel = session.scalar(select(Job.cancel_requested).where(Job.id == job_id))
+    return bool(owned), bool(cancel)
+
+
+def stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """SIGTERM (the run saves a checkpoint and exits), then SIGKILL after ``grace_s`` seconds."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def supervise(process: subprocess.Popen, follower: ProgressFollower, settings: Settings, job_id: str,
+              attempt: int, cancel_file: Path) -> RunReport:
+    """Follow ``process`` until it exits (or the job is taken from this attempt); never raises
+    with the process still running."""
+    report = RunReport()
+    recorder = Recorder(settings, job_id, attempt)
+    url = settings.resolved_database_url
+    last_beat = 0.0
+    try:
+        while True:
+            exited = process.poll() is not None
+            lines = follower.read()
+            if lines:
+                with session_scope(url) as session:
+                    recorder.record(session, lines, report)
+            if exited:
+                break
+            if time.monotonic() - last_beat >= settings.heartbeat_interval_s:
+                last_beat = time.monotonic()
+                with session_scope(url) as session:
+                    owned, cancel = _beat(session, job_id, attempt)
+                if not owned:
+                    report.lost = True
+                    stop(process)
+                    break
+                if cancel and not report.cancel_sent:
+                    cancel_file.parent.mkdir(parents=True, exist_ok=True)
+                    cancel_file.touch()
+                    process.send_signal(signal.SIGTERM)
+                    report.cancel_sent = True
+            time.sleep(POLL_S)
+    finally:
+        stop(process)
+    report.returncode = process.returncode
+    return report
