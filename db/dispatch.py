@@ -41,13 +41,23 @@ def make_celery(settings: Settings) -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         task_ignore_result=True,  # results live in the database, never in a result backend
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s}
-        | ({"global_keyprefix": settings.broker_key_prefix} if settings.broker_key_prefix else {}),
+        broker_transport_options=_transport_options(settings),
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         beat_schedule={"reap": {"task": "cuset.reap", "schedule": settings.reaper_interval_s}},
     )
     return app
+
+
+def _transport_options(settings: Settings) -> dict:
+    """Broker options. kombu's SQLAlchemy transport (the embedded broker) hands every option to
+    ``create_engine``, so it gets none; it has no visibility timeout to set anyway."""
+    if settings.resolved_broker_url.startswith("sqla+"):
+        return {}
+    options: dict = {"visibility_timeout": settings.visibility_timeout_s}
+    if settings.broker_key_prefix:
+        options["global_keyprefix"] = settings.broker_key_prefix
+    return options
 
 
 @lru_cache(maxsize=4)

@@ -1,5 +1,167 @@
-"""(placeholder: filled by its owner)"""
+"""``/v1/evals``: evaluate a model over an eval file or the demo problems.
 
-from fastapi import APIRouter
+Creating an eval validates everything up front (model, problem source, limits), stores an
+``Eval`` row ``queued`` and enqueues ``cuset.eval``; a cpu worker generates and verifies the
+samples, writing one ``EvalProblem`` row per finished problem. Cancelling marks the row
+``cancelled``; the worker stops before its next batch of problems.
+"""
 
-router = APIRouter()
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from sqlalchemy import select, tuple_
+from sqlalchemy.orm import Session
+
+from api.deps import OwnerDep, SessionDep, SettingsDep
+from api.errors import APIError, bad_request, not_found
+from api.routers.models import model_spec
+from api.schemas.common import ListPage
+from api.schemas.evals import EvalCreate, EvalObject, EvalProblemObject
+from cuset_core.evaluation.runner import EvalConfig, EvalInputError, load_problems
+from db.dispatch import enqueue
+from db.ids import new_id
+from db.models import Eval, EvalProblem, File
+from db.settings import Settings
+
+router = APIRouter(tags=["evals"])
+
+DEFAULT_MAX_TOKENS = 1024
+DEFAULT_BATCH_SIZE = 4
+LIMIT = Annotated[int, Query(ge=1, le=100, description="items per page")]
+
+
+def _eval_file_path(session: Session, settings: Settings, owner: str, file_id: str) -> Path:
+    """Where an eval file of ``owner`` lives; 400 naming ``eval_file`` when it is unusable."""
+    file = session.scalar(select(File).where(File.id == file_id, File.owner == owner))
+    if file is None:
+        raise bad_request(f"No file found with id '{file_id}'.", param="eval_file", code="file_not_found")
+    if file.purpose != "eval":
+        raise bad_request(f"File '{file_id}' has purpose '{file.purpose}'; an eval needs a file with purpose 'eval'.",
+                          param="eval_file", code="invalid_file_purpose")
+    if file.format != "jsonl":
+        raise bad_request(f"File '{file_id}' is {file.format}; eval files are JSONL rows of {{\"id\", \"problem\"}}.",
+                          param="eval_file", code="invalid_file_format")
+    return settings.artifacts / file.path
+
+
+def _config(body: EvalCreate, settings: Settings) -> dict:
+    """The EvalConfig knobs of this eval, with the service's limits applied (400 naming the field)."""
+    if body.samples > settings.max_samples_per_request:
+        raise bad_request(f"samples must be at most {settings.max_samples_per_request}.", param="samples")
+    max_tokens = body.max_tokens or min(DEFAULT_MAX_TOKENS, settings.max_generation_tokens)
+    if max_tokens > settings.max_generation_tokens:
+        raise bad_request(f"max_tokens must be at most {settings.max_generation_tokens}.", param="max_tokens")
+    batch_size = body.batch_size or min(DEFAULT_BATCH_SIZE, settings.generation_batch_max)
+    if batch_size > settings.generation_batch_max:
+        raise bad_request(f"batch_size must be at most {settings.generation_batch_max}.", param="batch_size")
+    return {
+        "samples": body.samples,
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "greedy_first": body.greedy_first,
+        "max_new_tokens": max_tokens,
+        "tier": body.tier.value,
+        "prompt_style": body.prompt_style,
+        "seed": body.seed,
+        "batch_size": batch_size,
+    }
+
+
+def _view(row: Eval) -> EvalObject:
+    return EvalObject(
+        id=row.id, model=row.model, status=row.status, eval_file=row.eval_file, problems=row.problems,
+        config=row.config, progress=row.progress, aggregate=row.aggregate, created_at=row.created_at,
+        finished_at=row.finished_at, error=row.error,
+    )
+
+
+def _owned(session: Session, owner: str, eval_id: str) -> Eval:
+    row = session.scalar(select(Eval).where(Eval.id == eval_id, Eval.owner == owner))
+    if row is None:
+        raise not_found("eval", eval_id)
+    return row
+
+
+@router.post("/evals", response_model=EvalObject)
+def create_eval(body: EvalCreate, session: SessionDep, settings: SettingsDep, owner: OwnerDep) -> EvalObject:
+    """Queue an evaluation of ``model`` over an eval file or the demo problems."""
+    if (body.eval_file is None) == (body.problems is None):
+        raise bad_request('Give exactly one of eval_file (a File id with purpose "eval") or problems '
+                          '("demo" or "demo:held-out").', param="eval_file" if body.eval_file is None else "problems")
+    config = _config(body, settings)
+    model_spec(session, settings, owner, body.model)  # 404 naming ``model`` when unknown
+    source = str(_eval_file_path(session, settings, owner, body.eval_file)) if body.eval_file else body.problems
+    try:
+        problems = load_problems(source)
+    except (EvalInputError, OSError) as exc:
+        reason = str(exc).replace(f"{settings.artifacts}/", "")  # no server paths in answers
+        raise bad_request(f"The eval file cannot be read as problems: {reason}", param="eval_file",
+                          code="invalid_eval_file") from None
+    # The worker builds the same EvalConfig with the resolved model spec; fail here, not there.
+    EvalConfig(model=body.model, problems=source, **config)
+    row = Eval(id=new_id("eval"), owner=owner, model=body.model, eval_file=body.eval_file, problems=body.problems,
+               config=config, status="queued", progress={"done": 0, "total": len(problems)})
+    session.add(row)
+    session.commit()
+    enqueue(settings, "cuset.eval", row.id)
+    return _view(row)
+
+
+@router.get("/evals", response_model=ListPage[EvalObject])
+def list_evals(session: SessionDep, owner: OwnerDep, after: str | None = None,
+               limit: LIMIT = 20) -> ListPage[EvalObject]:
+    """This owner's evals, newest first; ``after`` is the last id of the previous page."""
+    query = select(Eval).where(Eval.owner == owner)
+    if after is not None:
+        anchor = session.scalar(select(Eval).where(Eval.id == after, Eval.owner == owner))
+        if anchor is None:
+            raise bad_request(f"No eval found with id '{after}'.", param="after", code="eval_not_found")
+        query = query.where(tuple_(Eval.created_at, Eval.id) < tuple_(anchor.created_at, anchor.id))
+    rows = session.scalars(query.order_by(Eval.created_at.desc(), Eval.id.desc()).limit(limit + 1)).all()
+    data = [_view(row) for row in rows[:limit]]
+    return ListPage(data=data, has_more=len(rows) > limit,
+                    first_id=data[0].id if data else None, last_id=data[-1].id if data else None)
+
+
+@router.get("/evals/{eval_id}", response_model=EvalObject)
+def retrieve_eval(eval_id: str, session: SessionDep, owner: OwnerDep) -> EvalObject:
+    """One eval: status, progress and (when finished) the aggregate metrics."""
+    return _view(_owned(session, owner, eval_id))
+
+
+@router.get("/evals/{eval_id}/problems", response_model=ListPage[EvalProblemObject])
+def list_eval_problems(eval_id: str, session: SessionDep, owner: OwnerDep, after: str | None = None,
+                       limit: LIMIT = 20) -> ListPage[EvalProblemObject]:
+    """The finished problems of an eval in problem-id order, each with its samples and verdicts;
+    ``after`` is the last problem id of the previous page."""
+    _owned(session, owner, eval_id)
+    query = select(EvalProblem).where(EvalProblem.eval_id == eval_id)
+    if after is not None:
+        query = query.where(EvalProblem.problem_id > after)
+    rows = session.scalars(query.order_by(EvalProblem.problem_id).limit(limit + 1)).all()
+    data = [EvalProblemObject(id=row.problem_id, eval_id=row.eval_id, row=row.row, samples=row.samples)
+            for row in rows[:limit]]
+    return ListPage(data=data, has_more=len(rows) > limit,
+                    first_id=data[0].id if data else None, last_id=data[-1].id if data else None)
+
+
+@router.post("/evals/{eval_id}/cancel", response_model=EvalObject)
+def cancel_eval(eval_id: str, session: SessionDep, owner: OwnerDep) -> EvalObject:
+    """Cancel a queued or running eval (the worker stops before its next batch); finished
+    problems keep their rows. Cancelling a cancelled eval is a no-op."""
+    row = session.scalar(select(Eval).where(Eval.id == eval_id, Eval.owner == owner).with_for_update())
+    if row is None:
+        raise not_found("eval", eval_id)
+    if row.status in ("queued", "running"):
+        row.status, row.finished_at = "cancelled", time.time()
+        session.commit()
+    elif row.status != "cancelled":
+        session.rollback()
+        raise APIError(409, f"Eval '{eval_id}' already {row.status}; it cannot be cancelled.",
+                       code="eval_not_cancellable")
+    return _view(row)
+

@@ -1,5 +1,77 @@
-"""(placeholder: filled by its owner)"""
+"""``/v1/models``: the served base models and this owner's fine-tuned models (OpenAI shape).
+
+A model id resolves to a cuset_core model spec (``model_spec``): a base id to its configured
+spec, a fine-tuned model name to its job's adapter folder under the artifact root.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
 
 from fastapi import APIRouter
+from pydantic import BaseModel
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
-router = APIRouter()
+from api.deps import OwnerDep, SessionDep, SettingsDep
+from api.errors import not_found
+from db.models import Job
+from db.settings import Settings
+
+router = APIRouter(tags=["models"])
+
+BASE_OWNER = "cuset"
+
+
+class ModelObject(BaseModel):
+    """One model as OpenAI lists it; ``created`` in Unix seconds."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelObject]
+
+
+def _succeeded_jobs(owner: str):
+    return select(Job).where(Job.owner == owner, Job.status == "succeeded", Job.fine_tuned_model.is_not(None))
+
+
+def _tuned_object(job: Job) -> ModelObject:
+    return ModelObject(id=job.fine_tuned_model, created=int(job.finished_at or job.created_at), owned_by=job.owner)
+
+
+def _base_object(model_id: str) -> ModelObject:
+    # Base models are configuration, not rows: they have no creation time of their own.
+    return ModelObject(id=model_id, created=0, owned_by=BASE_OWNER)
+
+
+def model_spec(session: Session, settings: Settings, owner: str, model_id: str) -> str:
+    """The cuset_core model spec ``model_id`` names for ``owner``; 404 (param ``model``) if none."""
+    if model_id in settings.base_models:
+        return settings.base_models[model_id]
+    job = session.scalars(_succeeded_jobs(owner).where(Job.fine_tuned_model == model_id)).first()
+    if job is None or not job.output_dir:
+        raise not_found("model", model_id, param="model")
+    return str(settings.artifacts / job.output_dir)
+
+
+@router.get("/models", response_model=ModelList)
+def list_models(session: SessionDep, settings: SettingsDep, owner: OwnerDep) -> ModelList:
+    """Every base model, then this owner's succeeded fine-tuned models, newest first."""
+    jobs = session.scalars(_succeeded_jobs(owner).order_by(Job.created_at.desc())).all()
+    return ModelList(data=[_base_object(i) for i in settings.base_models] + [_tuned_object(j) for j in jobs])
+
+
+@router.get("/models/{model_id}", response_model=ModelObject)
+def retrieve_model(model_id: str, session: SessionDep, settings: SettingsDep, owner: OwnerDep) -> ModelObject:
+    if model_id in settings.base_models:
+        return _base_object(model_id)
+    job = session.scalars(_succeeded_jobs(owner).where(Job.fine_tuned_model == model_id)).first()
+    if job is None:
+        raise not_found("model", model_id, param="model")
+    return _tuned_object(job)

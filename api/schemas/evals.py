@@ -1,0 +1,93 @@
+"""Request and response shapes of ``/v1/evals``: evaluate a model over a problem set."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cuset_core.evaluation.runner import DEMO_HELD_OUT, DEMO_PROBLEMS
+from cuset_core.verify.result import Tier
+
+EvalStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+
+
+class EvalCreate(BaseModel):
+    """``POST /v1/evals``: a model, a problem source (an eval file or the demo set) and decoding knobs.
+
+    Limits that depend on the service settings (``samples``, ``max_tokens``, ``batch_size``) are
+    checked by the router.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1, description="a base model id or a fine_tuned_model of a succeeded job")
+    eval_file: str | None = Field(None, description='id of a File with purpose "eval" ({"id", "problem"} JSONL rows)')
+    problems: Literal[DEMO_PROBLEMS, DEMO_HELD_OUT] | None = Field(  # type: ignore[valid-type]
+        None, description="the bundled demo set instead of a file"
+    )
+    samples: int = Field(1, ge=1, description="K: samples per problem")
+    tier: Tier = Field(Tier.COMPILE, description="verify every sample up to this tier")
+    temperature: float = Field(0.8, ge=0.0, le=2.0, description="for sampled answers (sample 0 is greedy)")
+    top_p: float = Field(0.95, gt=0.0, le=1.0)
+    greedy_first: bool = Field(True, description="sample 0 of each problem is greedy")
+    max_tokens: int | None = Field(
+        None, ge=1, description="new tokens per answer; default min(1024, the service's ceiling)"
+    )
+    prompt_style: Literal["kernelbench", "compact"] = "kernelbench"
+    seed: int = 0
+    batch_size: int | None = Field(None, ge=1, description="problems generated together (progress advances per batch)")
+
+
+class EvalProgress(BaseModel):
+    """Problems finished (generated and verified) out of the problem set."""
+
+    done: int
+    total: int
+
+
+class EvalError(BaseModel):
+    code: str
+    message: str
+
+
+class EvalObject(BaseModel):
+    """One evaluation; ``aggregate`` is the core's ``Aggregate`` once it has succeeded."""
+
+    id: str
+    object: Literal["eval"] = "eval"
+    model: str
+    status: EvalStatus
+    eval_file: str | None = None
+    problems: str | None = None
+    config: dict[str, Any] = Field(description="the core's EvalConfig knobs this run uses")
+    progress: EvalProgress | None = None
+    aggregate: dict[str, Any] | None = Field(
+        None, description="problems, samples, tier, k_values, metrics (compile@k, cpu_correct@k, correct@k), "
+        "fast_p, verdicts (failures by verdict)"
+    )
+    created_at: float
+    finished_at: float | None = None
+    error: EvalError | None = None
+
+
+class EvalSample(BaseModel):
+    """One generated answer, the code extracted from it and its verification result."""
+
+    index: int
+    answer: str
+    code: str = Field(description="the code that was scored (first fenced block, or the whole answer)")
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    result: dict[str, Any] = Field(description="the core's VerifyResult: verdict, tier, reason, log, timings, ...")
+
+
+class EvalProblemObject(BaseModel):
+    """One problem of an eval: its counts (the core's ``ProblemRow``) and every sample."""
+
+    id: str = Field(description="the problem id")
+    object: Literal["eval.problem"] = "eval.problem"
+    eval_id: str
+    row: dict[str, Any] = Field(description="n, compiled, cpu_correct, correct, fast, best_speedup, verdicts")
+    samples: list[EvalSample]

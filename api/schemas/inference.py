@@ -1,0 +1,162 @@
+"""Requests and responses of ``/v1/completions``, ``/v1/chat/completions`` (OpenAI shapes) and
+``/v1/generate`` (ours: kernels with their verification). Token counts are tokens of the served
+model's tokenizer; times are seconds."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+VerifyTier = Literal["none", "static", "compile", "cpu", "gpu"]
+
+
+class Decoding(BaseModel):
+    """Decoding settings every inference request shares (``max_tokens`` is checked against the
+    server's ceiling by the router, so the error can name the configured limit)."""
+
+    # OpenAI clients send fields we do not serve (user, logprobs, ...): they are ignored.
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    temperature: float = Field(1.0, ge=0, le=2, description="0 decodes greedily")
+    top_p: float = Field(1.0, gt=0, le=1)
+    n: int = Field(1, ge=1, description="samples per prompt")
+    seed: int | None = Field(None, description="sampling seed; requests with a seed are never batched")
+    stream: bool = False
+    stop: str | list[str] | None = Field(None, description="text that ends a sample (not included)")
+
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [s for s in ([self.stop] if isinstance(self.stop, str) else self.stop) if s]
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class CompletionRequest(Decoding):
+    """Raw-text continuation: the prompt is fed to the model as is, with no chat template."""
+
+    prompt: str | list[str]
+    max_tokens: int = Field(16, ge=1)
+    stream_options: StreamOptions | None = None
+
+    def prompts(self) -> list[str]:
+        return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+
+    def text(self) -> str:
+        """The message's text; content parts other than text are not supported and dropped."""
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
+        return "".join(part.get("text", "") for part in self.content if part.get("type") == "text")
+
+
+class ChatCompletionRequest(Decoding):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1, description="the newer name of max_tokens")
+    stream_options: StreamOptions | None = None
+
+    def token_limit(self, default: int) -> int:
+        return self.max_completion_tokens or self.max_tokens or default
+
+    def chat(self) -> list[dict[str, str]]:
+        return [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in self.messages]
+
+
+class GenerateRequest(Decoding):
+    """A KernelBench ``problem`` (rendered with ``prompt_style``) or a raw user ``prompt``.
+
+    ``compact`` is the default style because it is the prompt tuned models were trained on.
+    """
+
+    problem: str | None = Field(None, description="KernelBench-format Python: class Model, get_inputs, get_init_inputs")
+    prompt: str | None = Field(None, description="a user message sent as is")
+    prompt_style: Literal["kernelbench", "compact"] = "compact"
+    temperature: float = Field(0.0, ge=0, le=2)
+    max_tokens: int = Field(1024, ge=1)
+    verify: VerifyTier = "none"
+
+    @model_validator(mode="after")
+    def _one_input(self) -> GenerateRequest:
+        if (self.problem is None) == (self.prompt is None):
+            raise ValueError("give exactly one of problem and prompt")
+        return self
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: None = None
+    finish_reason: str | None
+
+
+class CompletionResponse(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: AssistantMessage
+    logprobs: None = None
+    finish_reason: str | None
+
+
+class ChatCompletionResponse(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class GeneratedSample(BaseModel):
+    index: int
+    text: str
+    code: str = Field(description="the first fenced code block of text (all of text when unfenced)")
+    finish_reason: str | None
+    verification: dict[str, Any] | None = Field(None, description="cuset_core VerifyResult; null when not verified")
+
+
+class GenerateTimings(BaseModel):
+    queue_s: float | None = None
+    generate_s: float | None = None
+    verify_s: float | None = None
+    total_s: float | None = None
+    batch_size: int | None = Field(None, description="requests decoded together with this one (itself included)")
+
+
+class GenerateResponse(BaseModel):
+    id: str
+    object: Literal["generation"] = "generation"
+    created: int
+    model: str
+    samples: list[GeneratedSample]
+    usage: Usage
+    timings: GenerateTimings
