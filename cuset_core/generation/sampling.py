@@ -32,7 +32,7 @@ def render_prompt(tokenizer, messages: list[dict]) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-def _decoding_kwargs(temperature: float, top_p: float, max_new_tokens: int) -> dict:
+def decoding_kwargs(temperature: float, top_p: float, max_new_tokens: int) -> dict:
     """Arguments of ``model.generate`` for greedy (temperature 0) or nucleus sampling."""
     if temperature < 0 or not 0 < top_p <= 1 or max_new_tokens < 1:
         raise ValueError(
@@ -44,7 +44,7 @@ def _decoding_kwargs(temperature: float, top_p: float, max_new_tokens: int) -> d
     return {"do_sample": True, "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens}
 
 
-def _stop_ids(model, tokenizer) -> set[int]:
+def stop_token_ids(model, tokenizer) -> set[int]:
     """Token ids that end a completion: the tokenizer's EOS and the generation config's."""
     configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     ids = set(configured if isinstance(configured, list) else [configured] if configured is not None else [])
@@ -54,7 +54,7 @@ def _stop_ids(model, tokenizer) -> set[int]:
 
 
 @contextlib.contextmanager
-def _seeded(seed: int | None, device: torch.device):
+def seeded(seed: int | None, device: torch.device):
     """A context in which sampling draws from ``seed`` without disturbing the caller's RNG."""
     if seed is None:
         yield
@@ -64,7 +64,7 @@ def _seeded(seed: int | None, device: torch.device):
         yield
 
 
-def _completion(tokens: list[int], prompt_tokens: int, stop_ids: set[int], tokenizer) -> GeneratedText:
+def completion_from_tokens(tokens: list[int], prompt_tokens: int, stop_ids: set[int], tokenizer) -> GeneratedText:
     """Cut a generated id row at its first stop token and decode it."""
     end = next((i for i, token in enumerate(tokens) if token in stop_ids), None)
     kept = tokens if end is None else tokens[:end]
@@ -94,7 +94,7 @@ def generate(
         raise ValueError(f"n must be >= 1, got {n}")
     if not messages_batch:
         return []
-    kwargs = _decoding_kwargs(temperature, top_p, max_new_tokens)
+    kwargs = decoding_kwargs(temperature, top_p, max_new_tokens)
     device = next(model.parameters()).device
     prompts = [render_prompt(tokenizer, messages) for messages in messages_batch]
     encoded = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
@@ -102,18 +102,18 @@ def generate(
     per_prompt = n if kwargs["do_sample"] else 1
     was_training = model.training
     model.eval()
-    with _seeded(seed, device):
+    with seeded(seed, device):
         output = model.generate(
             **encoded, **kwargs, num_return_sequences=per_prompt, pad_token_id=tokenizer.pad_token_id
         )
     model.train(was_training)
     width = encoded["input_ids"].shape[1]
     prompt_lengths = encoded["attention_mask"].sum(dim=1).tolist()
-    stop_ids = _stop_ids(model, tokenizer)
+    stop_ids = stop_token_ids(model, tokenizer)
     rows = output[:, width:].tolist()
     results = []
     for i, prompt_tokens in enumerate(prompt_lengths):
-        samples = [_completion(rows[i * per_prompt + j], prompt_tokens, stop_ids, tokenizer) for j in range(per_prompt)]
+        samples = [completion_from_tokens(rows[i * per_prompt + j], prompt_tokens, stop_ids, tokenizer) for j in range(per_prompt)]
         results.append(samples * (n // per_prompt))
     return results
 
@@ -134,7 +134,7 @@ def stream_generate(
     """
     from transformers import TextIteratorStreamer
 
-    kwargs = _decoding_kwargs(temperature, top_p, max_new_tokens)
+    kwargs = decoding_kwargs(temperature, top_p, max_new_tokens)
     device = next(model.parameters()).device
     encoded = tokenizer([render_prompt(tokenizer, messages)], return_tensors="pt", add_special_tokens=False)
     encoded = {key: value.to(device) for key, value in encoded.items()}
@@ -143,7 +143,7 @@ def stream_generate(
 
     def work() -> None:
         try:
-            with torch.no_grad(), _seeded(seed, device):
+            with torch.no_grad(), seeded(seed, device):
                 model.generate(**encoded, **kwargs, streamer=streamer, pad_token_id=tokenizer.pad_token_id)
         except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
             failure.append(exc)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuset_core.generation.sampling import GeneratedText, _completion, generate, stream_generate
+from cuset_core.generation.sampling import GeneratedText, completion_from_tokens, generate, stream_generate
 
 SHORT = [{"role": "user", "content": "Write a CUDA kernel."}]
 LONG = [{"role": "user", "content": "Write a CUDA kernel that adds two float vectors of length n, one thread each."}]
@@ -57,8 +57,8 @@ def test_completion_stops_at_the_first_stop_token(tokenizer):
     ids = tokenizer.encode("int i = 0;", add_special_tokens=False)
     eos = tokenizer.eos_token_id
 
-    stopped = _completion(ids + [eos, eos], prompt_tokens=9, stop_ids={eos}, tokenizer=tokenizer)
-    cut = _completion(ids, prompt_tokens=9, stop_ids={eos}, tokenizer=tokenizer)
+    stopped = completion_from_tokens(ids + [eos, eos], prompt_tokens=9, stop_ids={eos}, tokenizer=tokenizer)
+    cut = completion_from_tokens(ids, prompt_tokens=9, stop_ids={eos}, tokenizer=tokenizer)
 
     assert stopped == GeneratedText("int i = 0;", 9, len(ids) + 1, "stop")
     assert cut == GeneratedText("int i = 0;", 9, len(ids), "length")

@@ -27,10 +27,10 @@ from transformers.generation.streamers import BaseStreamer
 from cuset_core.generation.extract import answer_code
 from cuset_core.generation.sampling import (
     GeneratedText,
-    _completion,
-    _decoding_kwargs,
-    _seeded,
-    _stop_ids,
+    completion_from_tokens,
+    decoding_kwargs,
+    seeded,
+    stop_token_ids,
     generate as generate_batch,
     render_prompt,
 )
@@ -210,9 +210,9 @@ def _stream(url: str, model, tokenizer, row: Claimed) -> list[dict]:
     samples: list[dict] = [{"index": p * n + j, "prompt_index": p, "text": "", "finish_reason": None}
                            for p in range(len(request["prompts"])) for j in range(n)]
     _write_samples(url, row.id, samples)
-    stop_ids = _stop_ids(model, tokenizer)
+    stop_ids = stop_token_ids(model, tokenizer)
     device = next(model.parameters()).device
-    kwargs = _decoding_kwargs(request["temperature"], request["top_p"], request["max_tokens"])
+    kwargs = decoding_kwargs(request["temperature"], request["top_p"], request["max_tokens"])
     holdback = max((len(s) for s in stops), default=1) - 1  # a partial stop string is not sent yet
     for sample in samples:
         prompt = request["prompts"][sample["prompt_index"]]
@@ -224,7 +224,7 @@ def _stream(url: str, model, tokenizer, row: Claimed) -> list[dict]:
             nonlocal last_flush
             if time.monotonic() - last_flush < FLUSH_S:
                 return
-            partial = _completion(tokens, 0, stop_ids, tokenizer).text.rstrip("\ufffd")  # no half characters
+            partial = completion_from_tokens(tokens, 0, stop_ids, tokenizer).text.rstrip("\ufffd")  # no half characters
             partial, stopped = _cut_at_stop(partial, stops)
             sample["text"] = partial if stopped else partial[: len(partial) - holdback]
             _write_samples(url, row.id, samples)
@@ -232,9 +232,9 @@ def _stream(url: str, model, tokenizer, row: Claimed) -> list[dict]:
 
         seed = None if request["seed"] is None else request["seed"] + sample["index"] % n
         streamer = _TokenStreamer(flush_partial)
-        with torch.no_grad(), _seeded(seed, device):
+        with torch.no_grad(), seeded(seed, device):
             model.generate(**encoded, **kwargs, streamer=streamer, pad_token_id=tokenizer.pad_token_id)
-        done = _completion(streamer.tokens, encoded["input_ids"].shape[1], stop_ids, tokenizer)
+        done = completion_from_tokens(streamer.tokens, encoded["input_ids"].shape[1], stop_ids, tokenizer)
         sample |= _sample(row, sample["index"], sample["prompt_index"], done)
         _write_samples(url, row.id, samples)
     return samples
