@@ -95,6 +95,17 @@ class Job(Base):
 
     events: Mapped[list[JobEvent]] = relationship(back_populates="job", cascade="all, delete-orphan", passive_deletes=True)
 
+    @property
+    def base_model(self) -> str:
+        """The base model id this job's model descends from (``ft:<base>:...`` names carry it)."""
+        return self.model.split(":")[1] if self.model.startswith("ft:") else self.model
+
+    @property
+    def tuned_model_name(self) -> str:
+        """``ft:<base>:<suffix>:<job id>`` (no suffix part when none was given): the name the
+        result has, known before the job ends so checkpoints can be named after it."""
+        return ":".join(["ft", self.base_model, *([self.suffix] if self.suffix else []), self.id])
+
 
 class JobEvent(Base):
     """One line of a job's log (``GET .../events``)."""
@@ -175,6 +186,7 @@ class Eval(Base):
     error: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[float] = mapped_column(Float, default=_now, index=True)
     finished_at: Mapped[float | None] = mapped_column(Float)
+    heartbeat_at: Mapped[float | None] = mapped_column(Float)  # while running; the reaper watches it
 
 
 class EvalProblem(Base):

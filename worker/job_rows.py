@@ -83,11 +83,3 @@ def model_spec(session: Session, settings: Settings, job: Job) -> str:
     return str(settings.artifacts / parent.output_dir)
 
 
-def root_base(model: str) -> str:
-    """The base model id a model descends from (``ft:<base>:...`` names carry it)."""
-    return model.split(":")[1] if model.startswith("ft:") else model
-
-
-def fine_tuned_model_name(job: Job) -> str:
-    """``ft:<base>:<suffix>:<job id>`` (without the suffix part when none was given)."""
-    return ":".join(["ft", root_base(job.model), *([job.suffix] if job.suffix else []), job.id])

@@ -233,14 +233,6 @@ def list_events(job_id: str, session: SessionDep, owner: OwnerDep, after: str | 
                     last_id=data[-1].id if data else None)
 
 
-def _checkpoint_model_name(job: Job) -> str:
-    """The name the tuned model has (or will have) when the job succeeds."""
-    if job.fine_tuned_model:
-        return job.fine_tuned_model
-    base = job.model.split(":")[1] if job.model.startswith("ft:") else job.model
-    return ":".join(["ft", base, *([job.suffix] if job.suffix else []), job.id])
-
-
 @router.get("/{job_id}/checkpoints", response_model=ListPage[CheckpointObject])
 def list_checkpoints(job_id: str, session: SessionDep, owner: OwnerDep, after: str | None = None,
                      limit: Limit = 10) -> ListPage[CheckpointObject]:
@@ -254,7 +246,7 @@ def list_checkpoints(job_id: str, session: SessionDep, owner: OwnerDep, after: s
                               code="invalid_cursor")
         query = query.where(Checkpoint.step < anchor.step)
     rows = session.scalars(query.order_by(Checkpoint.step.desc()).limit(limit + 1)).all()
-    name = _checkpoint_model_name(job)
+    name = job.fine_tuned_model or job.tuned_model_name
     data = [
         CheckpointObject(id=row.id, created_at=int(row.created_at), step_number=row.step, fine_tuning_job_id=job_id,
                          fine_tuned_model_checkpoint=f"{name}:ckpt-step-{row.step}",

@@ -38,6 +38,7 @@ from db.models import Eval, EvalProblem, File
 from db.session import session_scope
 from db.settings import Settings, get_settings
 from worker.app import app
+from worker.heartbeat import heartbeat
 from worker.job_rows import model_spec
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,8 @@ def run_eval_task(eval_id: str) -> None:
         # A requeued eval starts over: rows of an earlier, interrupted run would mix two runs.
         session.execute(delete(EvalProblem).where(EvalProblem.eval_id == eval_id))
     try:
-        _run(settings, eval_id)
+        with heartbeat(url, Eval, eval_id, settings.heartbeat_interval_s):
+            _run(settings, eval_id)
     except EvalStopped:
         log.info("eval %s stopped (cancelled)", eval_id)
     except EvalInputError as exc:

@@ -1,7 +1,8 @@
 """``cuset.reap`` (cpu queue; on the beat schedule and once when a worker starts): settle work
 whose worker died. A running job silent for longer than ``heartbeat_timeout_s`` is requeued to
 resume from its last checkpoint (up to MAX_ATTEMPTS attempts) or failed with ``worker_lost``;
-a generation running longer than ``generation_timeout_s`` is failed."""
+a running eval whose heartbeat stopped is failed (it starts over if resubmitted); a generation
+still decoding or verifying after ``generation_timeout_s`` is failed."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from celery.signals import worker_ready
 from sqlalchemy import select, update
 
 from db.dispatch import enqueue
-from db.models import Generation, Job
+from db.models import Eval, Generation, Job
 from db.session import session_scope
 from db.settings import get_settings
 from worker.app import app
@@ -47,7 +48,18 @@ def _reap_generations(settings) -> int:
              "param": None}
     with session_scope(settings.resolved_database_url) as session:
         return session.execute(
-            update(Generation).where(Generation.status == "running", Generation.created_at < cutoff)
+            update(Generation)
+            .where(Generation.status.in_(("running", "verifying")), Generation.created_at < cutoff)
+            .values(status="failed", error=error, finished_at=time.time())
+        ).rowcount
+
+
+def _reap_evals(settings) -> int:
+    cutoff = time.time() - settings.heartbeat_timeout_s
+    error = {"code": "worker_lost", "message": "The worker running this eval stopped; create the eval again."}
+    with session_scope(settings.resolved_database_url) as session:
+        return session.execute(
+            update(Eval).where(Eval.status == "running", Eval.heartbeat_at < cutoff)
             .values(status="failed", error=error, finished_at=time.time())
         ).rowcount
 
@@ -61,6 +73,9 @@ def reap() -> None:
     failed = _reap_generations(settings)
     if failed:
         log.warning("failed %d stuck generation(s)", failed)
+    lost = _reap_evals(settings)
+    if lost:
+        log.warning("failed %d eval(s) whose worker was lost", lost)
 
 
 @worker_ready.connect

@@ -28,7 +28,6 @@ from worker.job_rows import (
     MAX_ATTEMPTS,
     add_event,
     finish_attempt,
-    fine_tuned_model_name,
     job_dir,
     latest_checkpoint,
     model_spec,
@@ -125,7 +124,7 @@ def _record_end(settings: Settings, job_id: str, attempt: int, report: RunReport
     with session_scope(settings.resolved_database_url) as session:
         job = session.get(Job, job_id)
         if report.done is not None and report.returncode == 0:
-            name = fine_tuned_model_name(job)
+            name = job.tuned_model_name
             if finish_attempt(session, job_id, attempt, "succeeded", fine_tuned_model=name,
                               step=report.done.get("steps", job.step),
                               trained_tokens=report.done.get("train_tokens", job.trained_tokens)):
