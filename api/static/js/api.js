@@ -1,0 +1,207 @@
+/* CuSeT dashboard: the one way pages talk to the API, and small shared helpers.
+ *
+ * Every request goes through Cuset.api(), which adds the API key saved in localStorage as an
+ * `Authorization: Bearer` header and turns the API's error shape
+ * {"error": {"message", "type", "param", "code"}} into an ApiError with that plain message.
+ */
+"use strict";
+
+const Cuset = (() => {
+  const KEY_STORAGE = "cuset.apiKey";
+
+  class ApiError extends Error {
+    constructor(message, status, body) {
+      super(message);
+      this.status = status;
+      this.body = body;
+    }
+  }
+
+  function headers(extra) {
+    const h = new Headers(extra || {});
+    const key = localStorage.getItem(KEY_STORAGE);
+    if (key) h.set("Authorization", `Bearer ${key}`);
+    return h;
+  }
+
+  async function errorFrom(response) {
+    let body = null;
+    try { body = await response.json(); } catch (_) { /* not JSON */ }
+    const err = body && body.error;
+    let message = err && err.message ? err.message : `The server answered ${response.status} ${response.statusText}.`;
+    if (err && err.param && !message.includes(err.param)) message += ` (field: ${err.param})`;
+    return new ApiError(message, response.status, body);
+  }
+
+  /** fetch() against the API: JSON in and out; throws ApiError with the API's message. */
+  async function api(path, { method = "GET", body, form, query, raw = false, signal } = {}) {
+    let url = path;
+    if (query) {
+      const params = new URLSearchParams();
+      for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== null && v !== "") params.set(k, v);
+      const qs = params.toString();
+      if (qs) url += (url.includes("?") ? "&" : "?") + qs;
+    }
+    const init = { method, headers: headers(), signal };
+    if (body !== undefined) {
+      init.headers.set("Content-Type", "application/json");
+      init.body = JSON.stringify(body);
+    } else if (form) {
+      init.body = form; // the browser sets the multipart boundary
+    }
+    let response;
+    try {
+      response = await fetch(url, init);
+    } catch (e) {
+      if (e.name === "AbortError") throw e;
+      throw new ApiError("Cannot reach the CuSeT server. Is it running?", 0, null);
+    }
+    if (!response.ok) throw await errorFrom(response);
+    if (raw) return response;
+    if (response.status === 204) return null;
+    return response.json();
+  }
+
+  /** Every item of a list endpoint (OpenAI envelope), following `after` up to `max` items. */
+  async function listAll(path, { query = {}, max = 1000, pageSize = 100 } = {}) {
+    const items = [];
+    let after;
+    for (;;) {
+      const page = await api(path, { query: { ...query, limit: pageSize, after } });
+      const data = Array.isArray(page) ? page : page.data || [];
+      items.push(...data);
+      if (Array.isArray(page) || !page.has_more || !data.length || items.length >= max) break;
+      after = page.last_id || data[data.length - 1].id;
+    }
+    return items;
+  }
+
+  /* ---------- DOM helpers ---------- */
+
+  /** el("td", {class: "num", text: "3"}, child, ...) */
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === "text") node.textContent = v;
+      else if (k === "class") node.className = v;
+      else if (k === "dataset") Object.assign(node.dataset, v);
+      else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+      else node.setAttribute(k, v === true ? "" : v);
+    }
+    for (const child of children.flat()) {
+      if (child === undefined || child === null || child === false) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function $(selector, root = document) { return root.querySelector(selector); }
+
+  /** Show an error in the page's alert box (or in `target`); null clears it. */
+  function showError(error, target) {
+    const box = target || document.getElementById("page-error");
+    if (!box) return;
+    if (!error) { box.hidden = true; box.textContent = ""; return; }
+    box.textContent = error.message || String(error);
+    box.hidden = false;
+  }
+
+  /* ---------- formatting ---------- */
+
+  function fmtTime(seconds) {
+    if (!seconds) return "—";
+    const d = new Date(seconds * 1000);
+    const now = new Date();
+    const sameDay = d.toDateString() === now.toDateString();
+    return sameDay ? d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" })
+                   : d.toLocaleString([], { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+  }
+
+  function fmtDuration(seconds) {
+    if (seconds === null || seconds === undefined || !isFinite(seconds)) return "—";
+    seconds = Math.max(0, Math.round(seconds));
+    if (seconds < 60) return `${seconds} s`;
+    const m = Math.floor(seconds / 60), s = seconds % 60;
+    if (m < 60) return `${m} min ${String(s).padStart(2, "0")} s`;
+    const h = Math.floor(m / 60);
+    return `${h} h ${String(m % 60).padStart(2, "0")} min`;
+  }
+
+  function fmtNumber(n, digits = 0) {
+    if (n === null || n === undefined || n === "") return "—";
+    return Number(n).toLocaleString(undefined, { maximumFractionDigits: digits, minimumFractionDigits: digits });
+  }
+
+  function fmtBytes(n) {
+    if (n === null || n === undefined) return "—";
+    const units = ["B", "KB", "MB", "GB"];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
+  }
+
+  function statusBadge(status) {
+    const label = (status || "unknown").replace(/_/g, " ");
+    return el("span", { class: `badge status-${status || "unknown"}`, text: label });
+  }
+
+  const ACTIVE_JOB = new Set(["validating_files", "queued", "running"]);
+
+  /** Progress of a job (its `progress` object): {step, total, fraction (0..1 or null), eta (seconds or null)}. */
+  function jobProgress(job) {
+    const p = job.progress || {};
+    const step = p.step ?? 0;
+    const total = p.total_steps ?? null;
+    let fraction = p.percent !== null && p.percent !== undefined ? p.percent / 100 : total ? step / total : null;
+    if (job.status === "succeeded") fraction = 1;
+    const eta = ACTIVE_JOB.has(job.status) ? p.eta_s ?? null : null;
+    return { step, total, fraction: fraction === null ? null : Math.min(1, fraction), eta };
+  }
+
+  /** A progress bar with percent and ETA text. */
+  function progressBar(job) {
+    const { step, total, fraction, eta } = jobProgress(job);
+    const pct = fraction === null ? null : Math.round(fraction * 1000) / 10;
+    const label = pct === null ? (job.status === "running" ? "starting…" : "—") : `${pct.toFixed(pct < 100 ? 1 : 0)}%`;
+    const bar = el("div", {
+      class: `progress status-${job.status}`, role: "progressbar",
+      "aria-valuemin": 0, "aria-valuemax": 100, "aria-valuenow": pct ?? undefined,
+      "aria-label": `Progress of ${job.id}`,
+    }, el("div", { class: "progress-fill", style: `width:${pct ?? 0}%` }));
+    const detail = [label];
+    if (total) detail.push(`step ${fmtNumber(step)} / ${fmtNumber(total)}`);
+    if (eta !== null && eta !== undefined) detail.push(`ETA ${fmtDuration(eta)}`);
+    return el("div", { class: "progress-cell" }, bar, el("div", { class: "progress-text", text: detail.join(" · ") }));
+  }
+
+  /** Run `fn` every `ms` while it returns true; stops when it returns false. Errors are shown
+   * and polling continues (the server may be restarting). Returns a stop function. */
+  function poll(fn, ms) {
+    let timer = null, stopped = false;
+    async function tick() {
+      let again = true;
+      try { again = await fn(); showError(null); } catch (e) { showError(e); }
+      if (!stopped && again) timer = setTimeout(tick, ms);
+    }
+    tick();
+    return () => { stopped = true; clearTimeout(timer); };
+  }
+
+  function init() {
+    const form = document.getElementById("apikey-form");
+    if (!form) return;
+    const input = document.getElementById("apikey");
+    input.value = localStorage.getItem(KEY_STORAGE) || "";
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const v = input.value.trim();
+      if (v) localStorage.setItem(KEY_STORAGE, v); else localStorage.removeItem(KEY_STORAGE);
+      location.reload();
+    });
+  }
+  document.addEventListener("DOMContentLoaded", init);
+
+  return { api, listAll, ApiError, el, $, showError, fmtTime, fmtDuration, fmtNumber, fmtBytes,
+           statusBadge, jobProgress, progressBar, poll, ACTIVE_JOB };
+})();

@@ -1,0 +1,88 @@
+/* Eval page: aggregate metrics, failures by verdict, and every problem with its kernels and logs. */
+"use strict";
+(() => {
+  const { api, listAll, el, fmtTime, fmtDuration, statusBadge, poll } = Cuset;
+  const evalId = window.CUSET_EVAL_ID;
+  const path = `/v1/evals/${encodeURIComponent(evalId)}`;
+  const ACTIVE = new Set(["queued", "running"]);
+  const open = new Set(); // problems the reader unfolded survive refreshes
+
+  function fact(term, value) { return el("div", {}, el("dt", { text: term }), el("dd", {}, value)); }
+
+  function tile(label, value, hint) {
+    return el("div", { class: "tile" }, el("span", { class: "tile-value", text: value }), el("span", { class: "tile-label", text: label }),
+      hint ? el("span", { class: "tile-hint", text: hint }) : null);
+  }
+
+  function renderEval(e) {
+    document.getElementById("eval-status").replaceChildren(statusBadge(e.status));
+    const c = e.config || {};
+    const p = e.progress;
+    document.getElementById("eval-facts").replaceChildren(...[
+      fact("Model", el("code", { text: e.model })),
+      fact("Problems", e.eval_file ? el("a", { href: `/files/${encodeURIComponent(e.eval_file)}`, text: e.eval_file }) : (e.problems || "—")),
+      fact("Progress", p ? `${p.done} / ${p.total} problems` : "—"),
+      fact("Verified up to", c.tier || "—"),
+      fact("Samples per problem", c.samples ?? "—"),
+      fact("Created", fmtTime(e.created_at)),
+      fact("Finished", fmtTime(e.finished_at)),
+      fact("Took", e.finished_at ? fmtDuration(e.finished_at - e.created_at) : "—"),
+    
+    ]);
+    const err = document.getElementById("eval-error");
+    err.hidden = !e.error;
+    if (e.error) err.textContent = `${e.error.message} (${e.error.code})`;
+    const agg = e.aggregate;
+    if (agg) {
+      const tiles = Object.entries(agg.metrics || {}).map(([k, v]) => tile(k, `${(100 * v).toFixed(1)}%`));
+      for (const [pth, v] of Object.entries(agg.fast_p || {})) tiles.push(tile(`fast_${pth}`, `${(100 * v).toFixed(1)}%`, "correct and faster than PyTorch"));
+      tiles.push(tile("problems", String(agg.problems)), tile("samples", String(agg.samples)));
+      if (!Object.keys(agg.metrics || {}).length) {
+        tiles.push(el("p", { class: "muted small", text: `No pass@k metrics: verification stopped at the ${agg.tier || c.tier} tier; compile@k needs the compile tier or above.` }));
+      }
+      document.getElementById("metric-tiles").replaceChildren(...tiles);
+    }
+  }
+
+  function problemCard(pr) {
+    const row = pr.row || {};
+    const verdicts = Object.entries(row.verdicts || {});
+    const summary = el("summary", {},
+      el("strong", { class: "mono", text: pr.id }), " ",
+      ...verdicts.map(([v, n]) => [Verdict.badge(v), n > 1 ? ` ×${n} ` : " "]).flat(),
+      el("span", { class: "muted small", text: `compiled ${row.compiled ?? 0}/${row.n ?? 0} · cpu-correct ${row.cpu_correct ?? 0} · correct ${row.correct ?? 0}` }));
+    const samples = (pr.samples || []).map((s) => el("div", { class: "sample" },
+      el("h4", { text: `Sample ${s.index}${s.finish_reason === "length" ? " · stopped at max tokens" : ""}${s.completion_tokens ? ` · ${s.completion_tokens} tokens` : ""}` }),
+      Verdict.details(s.result),
+      el("pre", { class: "code small-code" }, el("code", { text: (s.code || s.answer || "").trim() ? (s.code || s.answer) : "(the model wrote only whitespace)" }))));
+    const details = el("details", { class: "problem", "data-problem": pr.id, open: open.has(pr.id) }, summary, ...samples);
+    details.addEventListener("toggle", () => (details.open ? open.add(pr.id) : open.delete(pr.id)));
+    return details;
+  }
+
+  async function refresh() {
+    const e = await api(path);
+    renderEval(e);
+    const problems = await listAll(`${path}/problems`, { max: 2000 });
+    if (problems.length) document.getElementById("problems").replaceChildren(...problems.map(problemCard));
+    const counts = (e.aggregate && e.aggregate.verdicts) || problems.reduce((acc, pr) => {
+      for (const [v, n] of Object.entries((pr.row || {}).verdicts || {})) acc[v] = (acc[v] || 0) + n;
+      return acc;
+    }, {});
+    document.getElementById("verdict-chart").replaceChildren(Verdict.bars(counts));
+    document.getElementById("eval-body").setAttribute("aria-busy", "false");
+    return ACTIVE.has(e.status);
+  }
+
+  poll(async () => {
+    try { return await refresh(); }
+    catch (e) {
+      if (e.status === 404) {
+        document.getElementById("eval-body").replaceChildren(el("div", { class: "empty" }, el("h2", { text: "Eval not found" }),
+          el("p", { text: e.message }), el("p", {}, el("a", { href: "/evals", text: "Back to all evals" }))));
+        return false;
+      }
+      throw e;
+    }
+  }, 3000);
+})();

@@ -1,0 +1,61 @@
+/* Evals page: start an evaluation and list them, polling while any is running. */
+"use strict";
+(() => {
+  const { api, el, fmtTime, statusBadge, poll, showError } = Cuset;
+  const ACTIVE = new Set(["queued", "running"]);
+
+  function metricsText(agg) {
+    if (!agg || !agg.metrics) return "—";
+    return Object.entries(agg.metrics).map(([k, v]) => `${k} ${(+v).toFixed(2)}`).join(" · ");
+  }
+
+  async function refresh() {
+    const evals = (await api("/v1/evals", { query: { limit: 100 } })).data || [];
+    document.getElementById("evals-empty").hidden = evals.length > 0;
+    document.getElementById("evals-table").hidden = evals.length === 0;
+    document.getElementById("evals-body").replaceChildren(...evals.map((e) => {
+      const p = e.progress;
+      return el("tr", { "data-eval": e.id },
+        el("td", {}, el("a", { href: `/evals/${encodeURIComponent(e.id)}`, class: "mono", text: e.id })),
+        el("td", {}, statusBadge(e.status)),
+        el("td", { class: "mono small", text: e.model }),
+        el("td", { text: e.eval_file || e.problems || "—" }),
+        el("td", { text: p ? `${p.done} / ${p.total}` : "—" }),
+        el("td", { class: "small", text: metricsText(e.aggregate) }),
+        el("td", { text: fmtTime(e.created_at) }));
+    }));
+    const active = evals.some((e) => ACTIVE.has(e.status));
+    document.getElementById("poll-state").textContent = active ? "Live: refreshing every 3 s" : "";
+    return active;
+  }
+
+  async function loadModels() {
+    const models = (await api("/v1/models")).data || [];
+    document.getElementById("eval-model").replaceChildren(...models.map((m) => el("option", { value: m.id, text: m.id })));
+  }
+
+  let stop = null;
+  document.getElementById("eval-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const status = document.getElementById("eval-form-status");
+    status.className = "small";
+    status.textContent = "Starting…";
+    try {
+      const created = await api("/v1/evals", { method: "POST", body: {
+        model: document.getElementById("eval-model").value,
+        problems: document.getElementById("eval-problems").value,
+        tier: document.getElementById("eval-tier").value,
+        samples: Number(document.getElementById("eval-samples").value) || 1,
+      } });
+      status.replaceChildren("Started ", el("a", { href: `/evals/${encodeURIComponent(created.id)}`, text: created.id }), ".");
+      if (stop) stop();
+      stop = poll(refresh, 3000);
+    } catch (e) {
+      status.className = "small alert error";
+      status.textContent = e.message;
+    }
+  });
+
+  loadModels().catch(showError);
+  stop = poll(refresh, 3000);
+})();

@@ -1,0 +1,113 @@
+/* File page: the file's facts, its records with validation warnings, and a form to start a job. */
+"use strict";
+(() => {
+  const { api, el, fmtTime, fmtNumber, fmtBytes, showError } = Cuset;
+  const fileId = window.CUSET_FILE_ID;
+  const filePath = `/v1/files/${encodeURIComponent(fileId)}`;
+  const PAGE = 50;
+  let offset = Number(new URLSearchParams(location.search).get("offset")) || 0;
+
+  function fact(term, value) { return el("div", {}, el("dt", { text: term }), el("dd", {}, value)); }
+
+  /** What a prompt asks for: the reference Model's docstring when the excerpt holds one. */
+  function promptGist(prompt) {
+    const at = prompt.indexOf("class Model");
+    if (at < 0) return prompt;
+    const doc = /"""\s*([^"\n]+)/.exec(prompt.slice(at));
+    return doc ? `Model: ${doc[1].trim()}` : prompt.slice(at);
+  }
+
+  /** The answer without its opening fence and import lines, which every record shares. */
+  function answerGist(answer) {
+    return answer.split("\n").filter((line) => !/^(```\w*|import .*|from \S+ import .*|\s*)$/.test(line)).join("\n") || answer;
+  }
+
+  function warningList(warnings) {
+    if (!warnings.length) return el("span", { class: "ok", text: "✓ valid" });
+    return el("ul", { class: "warnings" }, warnings.map((w) => el("li", {},
+      el("span", { class: "badge warn", text: w.code }), " ", w.message, w.field ? el("span", { class: "muted small", text: ` (${w.field})` }) : null)));
+  }
+
+  async function loadRecords() {
+    const page = await api(`${filePath}/records`, { query: { offset, limit: PAGE } });
+    const rows = page.data || [];
+    document.getElementById("records-count").textContent = `${fmtNumber(page.total)} in total`;
+    const body = document.getElementById("records-body");
+    if (!rows.length) {
+      body.replaceChildren(el("tr", {}, el("td", { colspan: 5, class: "muted", text: "This file holds no records." })));
+    } else {
+      body.replaceChildren(...rows.map((r) => el("tr", { "data-record": r.index },
+        el("td", { class: "num" }, r.answer !== null
+          ? el("a", { href: `/files/${encodeURIComponent(fileId)}/records/${r.index}`, "aria-label": `Open record ${r.index} in the kernel view`, text: r.index })
+          : String(r.index)),
+        el("td", { class: "num", text: r.line }),
+        el("td", {}, el("div", { class: "excerpt", title: r.prompt, text: promptGist(r.prompt) })),
+        el("td", {}, r.answer === null ? el("span", { class: "muted", text: "(eval problem)" }) : el("code", { class: "excerpt mono", text: answerGist(r.answer) })),
+        el("td", {}, warningList(r.warnings || [])))));
+    }
+    const prev = document.getElementById("prev-page"), next = document.getElementById("next-page");
+    prev.disabled = offset <= 0;
+    next.disabled = offset + PAGE >= page.total;
+    document.getElementById("page-info").textContent = page.total ? `${offset + 1}–${Math.min(offset + PAGE, page.total)} of ${fmtNumber(page.total)}` : "";
+  }
+
+  async function loadModels(file) {
+    if (file.purpose !== "fine-tune") return;
+    const models = (await api("/v1/models")).data || [];
+    const select = document.getElementById("job-model");
+    select.replaceChildren(...models.map((m) => el("option", { value: m.id, text: m.id })));
+    document.getElementById("job-form").hidden = false;
+  }
+
+  async function load() {
+    const file = await api(filePath);
+    document.getElementById("file-name").textContent = file.filename;
+    document.getElementById("file-facts").replaceChildren(...[
+      fact("Purpose", el("span", { class: "pill", text: file.purpose })),
+      fact("Format", file.format),
+      fact("Records", `${fmtNumber(file.records)} kept of ${fmtNumber(file.total_rows)} rows`),
+      fact("Warnings", file.warnings ? el("span", { class: "badge warn", text: fmtNumber(file.warnings) }) : "none"),
+      fact("Size", fmtBytes(file.bytes)),
+      fact("Uploaded", fmtTime(file.created_at)),
+    
+    ]);
+    document.getElementById("file-body").setAttribute("aria-busy", "false");
+    await Promise.all([loadRecords(), loadModels(file)]);
+  }
+
+  function go(delta) {
+    offset = Math.max(0, offset + delta);
+    const url = new URL(location.href);
+    url.searchParams.set("offset", offset);
+    history.replaceState(null, "", url);
+    loadRecords().catch(showError);
+  }
+  document.getElementById("prev-page").addEventListener("click", () => go(-PAGE));
+  document.getElementById("next-page").addEventListener("click", () => go(PAGE));
+
+  document.getElementById("job-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const status = document.getElementById("job-form-status");
+    status.className = "small";
+    status.textContent = "Creating the job…";
+    try {
+      const job = await api("/v1/fine_tuning/jobs", { method: "POST", body: {
+        model: document.getElementById("job-model").value,
+        training_file: fileId,
+        method: { type: document.getElementById("job-method").value },
+        hyperparameters: { n_epochs: Number(document.getElementById("job-epochs").value) || 1 },
+      } });
+      location.href = `/jobs/${encodeURIComponent(job.id)}`;
+    } catch (e) {
+      status.className = "small alert error";
+      status.textContent = e.message;
+    }
+  });
+
+  load().catch((e) => {
+    if (e.status === 404) {
+      document.getElementById("file-body").replaceChildren(el("div", { class: "empty" },
+        el("h2", { text: "File not found" }), el("p", { text: e.message }), el("p", {}, el("a", { href: "/files", text: "Back to all files" }))));
+    } else showError(e);
+  });
+})();

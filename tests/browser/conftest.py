@@ -1,0 +1,79 @@
+"""Browser tests: headless Debian Chromium driven by Playwright against the real service (the
+uvicorn ``server`` and Celery ``worker`` fixtures of the integration tests, on Postgres and Redis).
+
+Screenshots go to ``test-output/screenshots/`` (kept as CI artifacts).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.conftest import *  # noqa: F401,F403  (the service fixtures)
+from tests.integration.conftest import REPO
+
+CHROMIUM = os.environ.get("CUSET_CHROMIUM", "/usr/bin/chromium")
+SCREENSHOTS = REPO / "test-output" / "screenshots"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def pytest_collection_modifyitems(config, items):
+    missing = shutil.which(CHROMIUM) is None and not Path(CHROMIUM).exists()
+    for item in items:
+        if "/browser/" not in str(item.fspath):
+            continue
+        item.add_marker(pytest.mark.browser)
+        if missing:
+            item.add_marker(pytest.mark.skip(reason=f"no Chromium at {CHROMIUM} (apt install chromium)"))
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+class Page:
+    """A browser tab on the service: ``open(path)``, ``shot(name)``, and the JavaScript errors seen."""
+
+    def __init__(self, tab, base: str):
+        self.tab, self.base = tab, base
+        self.errors: list[str] = []
+        tab.on("pageerror", lambda error: self.errors.append(str(error)))
+        tab.on("response", lambda r: r.status >= 400 and self.errors.append(f"{r.status} {r.url}"))
+        tab.on("dialog", lambda dialog: dialog.accept())  # confirm() of the cancel button
+
+    def open(self, path: str):
+        self.tab.goto(self.base + path)
+        return self.tab
+
+    def shot(self, name: str) -> Path:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        path = SCREENSHOTS / f"{name}.png"
+        self.tab.screenshot(path=str(path), full_page=True)
+        return path
+
+
+@pytest.fixture()
+def page(browser, server) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(30_000)
+    yield Page(context.new_page(), server)
+    context.close()
+
+
+@pytest.fixture(scope="session")
+def api(server) -> Iterator[httpx.Client]:
+    """An HTTP client on the same server the browser uses (for setting up data)."""
+    with httpx.Client(base_url=server, timeout=60) as client:
+        yield client

@@ -1,0 +1,222 @@
+"""The dashboard in a real browser against the real service: empty states, a running job's
+progress and curves, cancelling from the page, the kernel view, an eval and the playground."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from cuset_core.analysis.analyze import analyze_answer
+from tests.integration.conftest import wait_for
+from tests.integration.job_support import FINISHED, job_request, upload_demo_dataset
+
+PAGES = ["/", "/files", "/evals", "/playground"]
+
+
+def test_every_page_loads_without_errors_and_explains_empty_lists(page, api):
+    empty = {
+        "/": not api.get("/v1/fine_tuning/jobs").json()["data"],
+        "/files": not api.get("/v1/files").json()["data"],
+        "/evals": not api.get("/v1/evals").json()["data"],
+    }
+    for path in PAGES:
+        tab = page.open(path)
+        tab.wait_for_load_state("networkidle")
+        expect(tab.locator("#page-error")).to_be_hidden()
+        if empty.get(path):
+            expect(tab.locator(".empty").first).to_be_visible()
+            if path == "/":
+                expect(tab.locator("#poll-state")).to_contain_text("Nothing running")
+            page.shot(f"empty-{path.strip('/') or 'jobs'}")
+    assert not page.errors
+
+
+def test_unknown_ids_and_api_errors_are_shown_in_plain_words(page):
+    tab = page.open("/jobs/ftjob-000000000000000000000000")
+    expect(tab.locator(".empty h2")).to_have_text("Job not found")
+    expect(tab.locator(".empty p").first).to_contain_text("No fine-tuning job found")
+    tab = page.open("/files/file-000000000000000000000000/records/0")
+    expect(tab.locator(".empty h2")).to_have_text("No kernel to show")
+
+
+def test_the_api_key_field_adds_a_bearer_header_to_every_api_call(page):
+    tab = page.open("/files")
+    tab.fill("#apikey", "sk-dashboard-test")
+    with tab.expect_request(lambda request: "/v1/files" in request.url) as first:
+        tab.click("#apikey-form button")
+    assert first.value.headers.get("authorization") == "Bearer sk-dashboard-test"
+    tab.fill("#apikey", "")
+    tab.click("#apikey-form button")
+    tab.wait_for_load_state("networkidle")
+    assert tab.evaluate("localStorage.getItem('cuset.apiKey')") is None
+
+
+@pytest.fixture(scope="module")
+def training_file(api) -> str:
+    return upload_demo_dataset(api)
+
+
+@pytest.fixture(scope="module")
+def long_job(api, worker, training_file) -> dict:
+    """A CuSeT job on the tiny model long enough to watch (it is cancelled by the tests)."""
+    body = job_request(training_file, max_steps=400)
+    body["hyperparameters"]["save_steps"] = 50
+    job = api.post("/v1/fine_tuning/jobs", json=body).json()
+    yield job
+    api.post(f"/v1/fine_tuning/jobs/{job['id']}/cancel")
+
+
+def _progress(tab, job_id: str) -> float:
+    value = tab.locator(f'tr[data-job="{job_id}"] [role="progressbar"]').get_attribute("aria-valuenow")
+    return float(value) if value else 0.0
+
+
+def test_jobs_page_shows_a_running_jobs_progress_advancing(page, long_job):
+    tab = page.open("/")
+    row = tab.locator(f'tr[data-job="{long_job["id"]}"]')
+    expect(row.locator(".badge")).to_have_text("running", timeout=90_000)
+    first = wait_for(lambda: _progress(tab, long_job["id"]), timeout=90, what="first progress")
+    later = wait_for(lambda: (p := _progress(tab, long_job["id"])) > first and p, timeout=60, what="progress to advance")
+    assert 0 < first < later <= 100
+    expect(row.locator(".progress-text")).to_contain_text("ETA")
+    expect(tab.locator("#poll-state")).to_contain_text("Live")
+    page.shot("jobs")
+    tab.select_option("#status-filter", "succeeded")
+    expect(row).to_have_count(0)
+    tab.select_option("#status-filter", "active")
+    expect(row).to_be_visible()
+    assert not page.errors
+
+
+def test_job_page_chart_gains_points_while_it_runs(page, long_job):
+    tab = page.open(f"/jobs/{long_job['id']}")
+    charts = tab.locator("#charts")
+    points = lambda: int(charts.get_attribute("data-points") or 0)  # noqa: E731
+    first = wait_for(points, timeout=90, what="first metric points")
+    wait_for(lambda: points() > first, timeout=60, what="the chart to gain points")
+    expect(tab.locator('[data-chart="loss"] canvas')).to_be_visible()
+    expect(tab.locator('[data-chart="kept"]')).to_be_visible()
+    expect(tab.locator("#events li").first).not_to_contain_text("No events yet")
+    page.shot("job-running")
+    assert not page.errors
+
+
+def test_job_charts_draw_ten_thousand_steps_quickly(page, service_settings, training_file):
+    """A finished long run: 10,000 logged steps are fetched in one call and drawn at once."""
+    from db.ids import new_id
+    from db.models import Job, JobMetric
+    from db.session import session_scope
+
+    steps = 10_000
+    job_id = new_id("ftjob")
+    with session_scope(service_settings.resolved_database_url) as session:
+        session.add(Job(id=job_id, model="tiny", training_file=training_file, method={"type": "cuset"},
+                        hyperparameters={}, status="succeeded", step=steps, total_steps=steps,
+                        finished_at=time.time()))
+        session.flush()
+        session.add_all(JobMetric(job_id=job_id, step=step, values={
+            "loss": 2.0 / step ** 0.3, "ce": 2.2 / step ** 0.3, "kept_ratio": 0.8, "learning_rate": 2e-4 * (1 - step / steps),
+            "tokens_per_s": 900.0 + step % 50}) for step in range(1, steps + 1))
+    started = time.monotonic()
+    tab = page.open(f"/jobs/{job_id}")
+    expect(tab.locator("#charts")).to_have_attribute("data-points", str(steps), timeout=20_000)
+    expect(tab.locator('[data-chart="loss"] canvas')).to_be_visible()
+    assert time.monotonic() - started < 10
+    # Hovering a chart updates its legend without the page stalling.
+    box = tab.locator('[data-chart="loss"] .u-over').bounding_box()
+    hover_started = time.monotonic()
+    for x in range(10):
+        tab.mouse.move(box["x"] + box["width"] * (x + 0.5) / 10, box["y"] + box["height"] / 2)
+    assert time.monotonic() - hover_started < 3
+    page.shot("job-10k-steps")
+    assert not page.errors
+
+
+def test_cancel_from_the_job_page_stops_the_job(page, api, long_job):
+    tab = page.open(f"/jobs/{long_job['id']}")
+    cancel = tab.locator("#cancel-btn")
+    expect(cancel).to_be_visible()
+    cancel.click()
+    expect(tab.locator("#job-status .badge")).to_have_text("cancelled", timeout=90_000)
+    expect(cancel).to_be_hidden()
+    assert api.get(f"/v1/fine_tuning/jobs/{long_job['id']}").json()["status"] == "cancelled"
+    expect(tab.locator("#checkpoints tr").first).not_to_contain_text("No checkpoints", timeout=30_000)
+    page.shot("job-cancelled")
+
+
+def test_kernel_view_outlines_the_sensitive_regions_of_a_demo_record(page, api, training_file):
+    analysis = api.get(f"/v1/files/{training_file}/records/0/analysis").json()
+    regions = analysis["analysis"]["regions"]
+    assert regions, "the demo answer has sensitive regions"
+    tab = page.open(f"/files/{training_file}/records/0")
+    expect(tab.locator("#code .region").first).to_be_visible()
+    assert tab.locator("#code .region").count() == len(regions)
+    assert tab.locator("#code .sspan").count() == len(analysis["analysis"]["spans"])
+    assert tab.locator("#region-list li").count() == len(regions)
+    # The code view shows the answer exactly; regions cover exactly their answer text.
+    assert tab.locator("#code").inner_text() == analysis["answer"]
+    first = regions[0]
+    assert tab.locator('#code .region[data-region="0"]').inner_text() == analysis["answer"][first["start"]:first["end"]]
+    # The legend counts the categories present; picking a region in the list focuses it in the code.
+    present = {r["category"] for r in regions}
+    for category in present:
+        expect(tab.locator(f"#cat-{category}")).to_be_enabled()
+    last = regions[-1]["id"]
+    tab.locator(f'#region-list [data-region="{last}"] button').click()
+    expect(tab.locator(f'#code .region[data-region="{last}"]')).to_have_class(re.compile(r"\bfocus\b"))
+    page.shot("kernel-view")
+    tab.set_viewport_size({"width": 760, "height": 900})
+    assert tab.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+    page.shot("kernel-view-narrow")
+    assert not page.errors
+
+
+def test_files_pages_list_the_upload_and_its_records(page, training_file):
+    tab = page.open("/files")
+    expect(tab.locator(f'tr[data-file="{training_file}"]')).to_be_visible()
+    page.shot("files")
+    tab = page.open(f"/files/{training_file}")
+    expect(tab.locator("#records-body tr").first).to_have_attribute("data-record", "0")
+    expect(tab.locator("#job-form")).to_be_visible()
+    page.shot("file")
+
+
+def test_an_eval_shows_metrics_and_failures_by_verdict(page, api, worker):
+    created = api.post("/v1/evals", json={"model": "tiny", "samples": 1, "max_tokens": 32, "tier": "static",
+                                          "problems": "demo:held-out"}).json()
+    wait_for(lambda: api.get(f"/v1/evals/{created['id']}").json()["status"] in FINISHED, timeout=240, what="the eval")
+    tab = page.open(f"/evals/{created['id']}")
+    expect(tab.locator("#eval-status .badge")).to_have_text("succeeded")
+    expect(tab.locator(".tile").first).to_be_visible()
+    expect(tab.locator(".bar-row").first).to_be_visible()
+    problems = tab.locator("details.problem")
+    expect(problems).to_have_count(4)
+    problems.first.locator("> summary").click()
+    expect(problems.first.locator(".verification .badge").first).to_be_visible()
+    page.shot("eval")
+    page.open("/evals")
+    expect(page.tab.locator(f'tr[data-eval="{created["id"]}"]')).to_be_visible()
+    assert not page.errors
+
+
+def test_playground_streams_a_kernel_and_shows_its_verdict(page, worker):
+    tab = page.open("/playground?model=tiny")
+    expect(tab.locator("#pg-model")).to_have_value("tiny")
+    tab.select_option("#pg-demo", "10_softplus")
+    assert "class Model" in tab.locator("#pg-problem").input_value()
+    tab.fill("#pg-max", "24")
+    tab.select_option("#pg-verify", "static")
+    started = time.monotonic()
+    tab.click("#pg-go")
+    sample = tab.locator('[data-sample="0"]')
+    expect(sample.locator(".verification .badge")).to_be_visible(timeout=120_000)
+    assert sample.locator(".sample-text").evaluate("node => node.textContent.length") > 0  # streamed text
+    assert sample.get_attribute("data-verdict")
+    expect(tab.locator("#pg-state")).to_have_text("Done.")
+    expect(tab.locator("#pg-summary")).to_contain_text("generated tokens")
+    assert time.monotonic() - started < 240
+    page.shot("playground")
+    assert not page.errors
