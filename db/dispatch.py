@@ -23,6 +23,7 @@ ROUTES: dict[str, str] = {
     "cuset.tune": GPU_QUEUE,
     "cuset.generate": GPU_QUEUE,
     "cuset.verify_gpu": GPU_QUEUE,
+    "cuset.confidence": GPU_QUEUE,
     "cuset.validate_job_files": CPU_QUEUE,
     "cuset.verify_sample": CPU_QUEUE,
     "cuset.eval": CPU_QUEUE,

@@ -8,4 +8,4 @@ from db.settings import get_settings
 app = make_celery(get_settings())
 
 # Importing the modules registers their tasks with ``app``.
-from worker.tasks import evals, generate, reaper, tune, validate, verify  # noqa: E402,F401
+from worker.tasks import confidence, evals, generate, reaper, tune, validate, verify  # noqa: E402,F401
