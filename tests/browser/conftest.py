@@ -14,8 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.conftest import *  # noqa: F401,F403  (the service fixtures)
-from tests.integration.conftest import REPO
+from tests.service import REPO
 
 CHROMIUM = os.environ.get("CUSET_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = REPO / "test-output" / "screenshots"

@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from cuset_core.analysis.analyze import analyze_answer
-from tests.integration.conftest import wait_for
+from tests.service import wait_for
 from tests.integration.job_support import FINISHED, job_request, upload_demo_dataset
 
 PAGES = ["/", "/files", "/evals", "/playground"]

@@ -15,7 +15,7 @@ from cuset_core.demo import demo_problems
 from cuset_core.verify.result import VerifyResult
 from db.models import File, Generation, Job
 from db.session import session_scope
-from tests.integration.conftest import wait_for
+from tests.service import wait_for
 
 HELLO = [{"role": "user", "content": "Write a CUDA kernel that adds two vectors."}]
 

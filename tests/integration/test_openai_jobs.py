@@ -6,7 +6,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.integration.conftest import wait_for
+from tests.service import wait_for
 from tests.integration.job_support import FINISHED, MAX_SEQ_LEN, demo_dataset_bytes
 
 

@@ -9,7 +9,7 @@ import time
 from db.ids import new_id
 from db.models import Generation, Job
 from db.session import session_scope
-from tests.integration.conftest import wait_for
+from tests.service import wait_for
 from tests.integration.job_support import FINISHED, event_messages, job_request, job_state, upload_demo_dataset
 
 

@@ -1,0 +1,218 @@
+"""Fixtures of the real service, for integration and browser tests (loaded once for the whole
+run by the root conftest, so both kinds share one database, worker and server): a fresh Postgres database migrated by Alembic, a
+Redis database of its own, Celery worker processes and (for the openai client) a uvicorn server.
+
+Each test run gets its own database (dropped at the end) and Redis db (flushed), so runs never
+see each other's rows or messages. Tests create their own files and jobs and never depend on
+what another test left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+from sqlalchemy import create_engine, text
+
+from db.migrate import upgrade
+from db.settings import Settings
+
+PG_ADMIN_URL = os.environ.get("CUSET_TEST_PG_ADMIN", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("CUSET_TEST_REDIS", "redis://127.0.0.1:6379")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    """A fresh Postgres database for this run, migrated to head; dropped afterwards."""
+    name = f"cuset_it_{os.getpid()}_{secrets.token_hex(3)}"
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as c:
+            c.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"Postgres not reachable at {PG_ADMIN_URL}: {exc}")
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    upgrade(url)
+    yield url
+    from db.session import engine_for
+
+    engine_for(url).dispose()
+    with admin.connect() as c:
+        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def broker_key_prefix() -> Iterator[str]:
+    """A Redis key prefix of this run's own (runs share Redis db 1); its keys go at the end."""
+    client = redis.Redis.from_url(f"{REDIS_URL}/1")
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        pytest.skip(f"Redis not reachable at {REDIS_URL}: {exc}")
+    prefix = f"cuset-test-{os.getpid()}-{secrets.token_hex(3)}:"
+    yield prefix
+    for key in client.scan_iter(match=f"{prefix}*"):
+        client.delete(key)
+
+
+@pytest.fixture(scope="session")
+def broker_url(broker_key_prefix) -> str:
+    return f"{REDIS_URL}/1"
+
+
+@pytest.fixture(scope="session")
+def service_settings(database_url, broker_url, broker_key_prefix, tmp_path_factory, tiny_model_dir) -> Settings:
+    """Settings of the service under test: Postgres, Redis, a temp artifact root, and a tiny
+    config-built model served as the base ``tiny`` (fast enough to train in a test)."""
+    data_dir = tmp_path_factory.mktemp("service")
+    return Settings(
+        data_dir=data_dir,
+        database_url=database_url,
+        broker_url=broker_url,
+        broker_key_prefix=broker_key_prefix,
+        base_models={"tiny": str(tiny_model_dir)},
+        heartbeat_interval_s=0.5,
+        heartbeat_timeout_s=6,
+        reaper_interval_s=2,
+        generation_timeout_s=120,
+        auth=False,
+    )
+
+
+def service_env(settings: Settings) -> dict[str, str]:
+    """The environment that gives a child process ``settings``."""
+    env = dict(os.environ)
+    for name, value in settings.model_dump(exclude_none=True).items():
+        env[f"CUSET_{name.upper()}"] = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class WorkerProcess:
+    """A real ``celery worker`` child process, with beat (the reaper's schedule) embedded."""
+
+    def __init__(self, settings: Settings, log_dir: Path, queues: str = "gpu,cpu", concurrency: int = 2):
+        self.settings, self.log_dir, self.queues, self.concurrency = settings, log_dir, queues, concurrency
+        self.process: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        log = open(self.log_dir / f"worker-{self.starts}.log", "w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "-B", "-Q", self.queues,
+             "-c", str(self.concurrency), "--pool", "prefork", "-l", "INFO",
+             "-s", str(self.log_dir / f"beat-{self.starts}"), "-n", f"test{self.starts}@%h"],
+            cwd=REPO, env=service_env(self.settings), stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 60
+        path = self.log_dir / f"worker-{self.starts}.log"
+        while time.monotonic() < deadline:
+            if " ready." in path.read_text(errors="replace"):
+                return
+            if self.process.poll() is not None:
+                raise RuntimeError(f"worker exited: {path.read_text()[-3000:]}")
+            time.sleep(0.2)
+        raise RuntimeError(f"worker not ready in 60 s: {path.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker process group (main process, pool children, training runs)."""
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return (self.log_dir / f"worker-{self.starts}.log").read_text(errors="replace")
+
+
+@pytest.fixture(scope="session")
+def worker(service_settings, tmp_path_factory) -> Iterator[WorkerProcess]:
+    """One worker process serving both queues for the whole run (tests may kill and restart it)."""
+    process = WorkerProcess(service_settings, tmp_path_factory.mktemp("worker-logs"))
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def app(service_settings):
+    from api.main import create_app
+
+    return create_app(service_settings)
+
+
+@pytest.fixture()
+def client(app) -> Iterator:
+    """An in-process HTTP client for the API (no worker needed for pure API behaviour)."""
+    from fastapi.testclient import TestClient
+
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+@pytest.fixture(scope="session")
+def server(service_settings, tmp_path_factory) -> Iterator[str]:
+    """A real uvicorn server on a free loopback port; yields its base URL."""
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("server-logs") / "server.log"
+    log = open(log_path, "w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--factory", "api.main:app_factory", "--host", "127.0.0.1",
+         "--port", str(port), "--log-level", "warning"],
+        cwd=REPO, env=service_env(service_settings), stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+        if process.poll() is not None:
+            raise RuntimeError(log_path.read_text())
+    else:
+        process.kill()
+        raise RuntimeError(f"server not up in 60 s: {log_path.read_text()}")
+    yield base
+    process.terminate()
+    process.wait(10)
+
+
+def wait_for(predicate, timeout: float = 60, interval: float = 0.2, what: str = "condition"):
+    """Poll ``predicate`` until it returns something truthy; return it, or fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout} s waiting for {what}")
