@@ -158,7 +158,7 @@ class Generation(Base):
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     owner: Mapped[str] = mapped_column(String(64), index=True, default=DEFAULT_OWNER)
     model: Mapped[str] = mapped_column(String(255), index=True)
-    kind: Mapped[str] = mapped_column(String(16))  # generate | completion | chat
+    kind: Mapped[str] = mapped_column(String(16))  # generate | completion | chat | confidence
     request: Mapped[dict[str, Any]] = mapped_column()
     status: Mapped[str] = mapped_column(String(16), index=True, default="queued")  # queued|running|verifying|succeeded|failed
     samples: Mapped[list[Any]] = mapped_column(default=list)

@@ -30,7 +30,7 @@ from db.settings import Settings
 
 PG_ADMIN_URL = os.environ.get("CUSET_TEST_PG_ADMIN", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("CUSET_TEST_REDIS", "redis://127.0.0.1:6379")
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _free_port() -> int:

@@ -19,7 +19,9 @@ from sqlalchemy.orm import Session
 from api.deps import OwnerDep, SessionDep, SettingsDep
 from api.errors import APIError, ErrorResponse, not_found
 from api.file_contents import PURPOSES, check_file, excerpt, read_records
+from api.routers.models import model_spec
 from api.schemas.files import (
+    AnswerConfidence,
     FileDeleted,
     FileList,
     FileObject,
@@ -31,13 +33,18 @@ from api.schemas.files import (
     RecordWarning,
 )
 from api.storage import Upload, accept, receive_upload, remove_quietly, sanitize_filename, stored_path
+from api.streaming import wait_final
 from cuset_core.analysis.analyze import analyze_answer
+from cuset_core.analysis.confidence import ReportSettings
+from db.dispatch import enqueue
 from db.ids import new_id
-from db.models import Eval, File, Job
+from db.models import Eval, File, Generation, Job
 from db.settings import Settings
 
 router = APIRouter(tags=["files"])
 
+# A region whose sensitive tokens have a mean p below this is "unsure" (the confidence report's own cut).
+LOW_CONFIDENCE: float = ReportSettings.model_fields["low"].default
 _MEDIA_TYPES = {"jsonl": "application/jsonl", "parquet": "application/vnd.apache.parquet"}
 _UPLOAD_BODY = {
     "requestBody": {
@@ -202,11 +209,34 @@ def file_records(
 
 
 @router.get("/files/{file_id}/records/{n}/analysis", response_model=RecordAnalysis,
-            summary="Sensitive spans and regions of record n's answer")
-def record_analysis(file_id: str, n: int, session: SessionDep, owner: OwnerDep,
-                    settings: SettingsDep) -> RecordAnalysis:
+            response_model_exclude_none=True,
+            summary="Sensitive spans and regions of record n's answer, and a model's confidence in it",
+            responses={404: {"model": ErrorResponse, "description": "unknown file, record (param n) or model"},
+                       500: {"model": ErrorResponse, "description": "the confidence pass failed (code generation_failed)"},
+                       504: {"model": ErrorResponse, "description": "no result within generation_timeout_s"}})
+async def record_analysis(
+    file_id: str,
+    n: int,
+    session: SessionDep,
+    owner: OwnerDep,
+    settings: SettingsDep,
+    model: Annotated[str | None, Query(description="a model id of /v1/models: also return its confidence in "
+                                                   "every answer token (one forward pass on a gpu worker)")] = None,
+) -> RecordAnalysis:
     """``analyze_answer`` of the answer of record ``n`` (0-based): spans and regions with their
-    categories, as answer character offsets."""
+    categories, as answer character offsets. With ``model``, ``confidence`` adds p (the model's
+    probability of each answer token, given the prompt) per token and mean/min p per region."""
+    analysis = await run_in_threadpool(_analysis, session, owner, settings, file_id, n)
+    if model is None:
+        return analysis
+    generation_id = await run_in_threadpool(_submit_confidence, session, settings, owner, file_id, n, model)
+    sample = (await wait_final(settings, generation_id)).samples[0]
+    analysis.confidence = AnswerConfidence(model=model, low_confidence_threshold=LOW_CONFIDENCE,
+                                           tokens=sample["tokens"], regions=sample["regions"])
+    return analysis
+
+
+def _analysis(session: Session, owner: str, settings: Settings, file_id: str, n: int) -> RecordAnalysis:
     row = owned_file(session, owner, file_id, param="file_id")
     records = read_records(stored_path(settings.artifacts, row.path), row.purpose)
     if not 0 <= n < len(records):
@@ -218,3 +248,14 @@ def record_analysis(file_id: str, n: int, session: SessionDep, owner: OwnerDep,
                        code="no_answer", param="file_id")
     return RecordAnalysis(file_id=file_id, index=n, line=record.line, answer=record.answer,
                           analysis=analyze_answer(record.answer).to_json())
+
+
+def _submit_confidence(session: Session, settings: Settings, owner: str, file_id: str, n: int, model: str) -> str:
+    """Create the queued confidence row for record ``n`` and enqueue it; returns its id."""
+    spec = model_spec(session, settings, owner, model)
+    row = Generation(id=new_id("gen"), owner=owner, model=model, kind="confidence",
+                     request={"file_id": file_id, "n": n, "model": model, "spec": spec}, status="queued", samples=[])
+    session.add(row)
+    session.commit()
+    enqueue(settings, "cuset.confidence", row.id)
+    return row.id

@@ -152,8 +152,50 @@ class Analysis(BaseModel):
                               json_schema_extra={"examples": [_ANALYSIS]})
 
 
+_TOKEN = {"start": 0, "end": 10, "p": 0.93}
+_REGION_CONFIDENCE = {"index": 0, "mean_p": 0.41, "min_p": 0.08, "tokens": 6}
+_CONFIDENCE = {"model": "smollm2-135m", "low_confidence_threshold": 0.5, "tokens": [_TOKEN],
+               "regions": [_REGION_CONFIDENCE]}
+
+
+class TokenConfidence(BaseModel):
+    """One answer token and the model's probability of it given everything before it."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [_TOKEN]})
+
+    start: int = Field(description="answer character offset, inclusive")
+    end: int = Field(description="answer character offset, exclusive")
+    p: float = Field(ge=0.0, le=1.0, description="probability of this (reference) token, 0..1")
+
+
+class RegionConfidence(BaseModel):
+    """How sure the model is of the sensitive tokens of one region."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [_REGION_CONFIDENCE]})
+
+    index: int = Field(description="the region's ``id`` in ``analysis.regions``")
+    mean_p: float = Field(ge=0.0, le=1.0, description="mean p of the region's sensitive tokens")
+    min_p: float = Field(ge=0.0, le=1.0, description="lowest p among them")
+    tokens: int = Field(description="sensitive tokens of the region that were scored")
+
+
+class AnswerConfidence(BaseModel):
+    """Per-token confidence of ``model`` on the answer (the record's prompt rendered as in
+    training), and per-region summaries; regions with ``mean_p`` below
+    ``low_confidence_threshold`` are the ones CuSeT up-weights."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [_CONFIDENCE]})
+
+    model: str
+    low_confidence_threshold: float = Field(description="a region with mean_p below it is low-confidence")
+    tokens: list[TokenConfidence] = Field(description="answer tokens in order; long answers stop at the "
+                                                      "confidence report's token limit")
+    regions: list[RegionConfidence] = Field(description="regions with at least one scored token")
+
+
 class RecordAnalysis(BaseModel):
-    """The sensitive spans and regions of one record's answer, in answer character offsets."""
+    """The sensitive spans and regions of one record's answer, in answer character offsets;
+    with ``?model=``, also the model's confidence in each answer token."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [{
         "object": "file.record.analysis", "file_id": _FILE_EXAMPLE["id"], "index": 0, "line": 1,
@@ -166,3 +208,4 @@ class RecordAnalysis(BaseModel):
     line: int
     answer: str
     analysis: Analysis
+    confidence: AnswerConfidence | None = Field(default=None, description="only when ``model`` is given")

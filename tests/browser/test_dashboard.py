@@ -220,3 +220,30 @@ def test_playground_streams_a_kernel_and_shows_its_verdict(page, worker):
     assert time.monotonic() - started < 240
     page.shot("playground")
     assert not page.errors
+
+
+def test_kernel_view_tints_tokens_by_the_confidence_of_a_picked_model(page, api, worker, training_file):
+    tab = page.open(f"/files/{training_file}/records/0")
+    expect(tab.locator("#code .region").first).to_be_visible()
+    expect(tab.locator("#code .tok")).to_have_count(0)
+    expect(tab.locator("#conf-legend")).to_be_hidden()
+    tab.select_option("#conf-model", "tiny")
+    # The tiny random model is unsure of everything: every token is tinted and every scored region is low.
+    expect(tab.locator("#code .tok").first).to_be_visible(timeout=120_000)
+    expect(tab.locator("#conf-state")).to_contain_text("confidence of tiny")
+    expect(tab.locator("#conf-legend")).to_be_visible()
+    expect(tab.locator("#conf-scale li")).to_have_count(6)
+    assert tab.locator("#code").inner_text() == api.get(f"/v1/files/{training_file}/records/0/analysis").json()["answer"]
+    first_token = tab.locator("#code .tok").first
+    assert 0 <= float(first_token.get_attribute("data-p")) <= 1
+    assert first_token.evaluate("node => getComputedStyle(node).backgroundColor") not in ("", "rgba(0, 0, 0, 0)")
+    expect(tab.locator("#code .region.low-conf").first).to_be_visible()
+    expect(tab.locator("#region-list li").first).to_have_class(re.compile(r"\blow-conf\b"))
+    expect(tab.locator("#region-list li").first.locator(".region-p")).to_contain_text("p̄")
+    assert "model=tiny" in tab.url  # the choice is kept in the address, so the view can be linked
+    page.shot("kernel-view-confidence")
+    # Back to no model: the tints go, the regions stay.
+    tab.select_option("#conf-model", "")
+    expect(tab.locator("#code .tok")).to_have_count(0)
+    expect(tab.locator("#code .region").first).to_be_visible()
+    assert not page.errors
