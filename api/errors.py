@@ -12,7 +12,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
@@ -23,6 +24,7 @@ _TYPES = {
     404: "not_found_error",
     405: "invalid_request_error",
     409: "conflict_error",
+    507: "server_error",
     413: "invalid_request_error",
     422: "invalid_request_error",
     429: "rate_limit_error",
@@ -99,6 +101,16 @@ def install_error_handlers(app: FastAPI) -> None:
         log.warning("database unavailable: %s", exc)
         return error_json(503, "The database is unavailable; retry shortly.", code="database_unavailable",
                           headers={"Retry-After": "5"})
+
+    @app.exception_handler(DataError)
+    async def _unstorable_value(_request: Request, exc: DataError) -> JSONResponse:
+        # e.g. a NUL byte in an id: the database refuses the value, so it names nothing stored.
+        return error_json(400, "A value in the request cannot be used (it holds characters the database refuses).",
+                          code="invalid_value")
+
+    @app.exception_handler(PoolTimeoutError)
+    async def _database_busy(_request: Request, exc: PoolTimeoutError) -> JSONResponse:
+        return error_json(503, "The database is busy; retry shortly.", code="database_busy", headers={"Retry-After": "1"})
 
     @app.exception_handler(DBAPIError)
     async def _database_error(_request: Request, exc: DBAPIError) -> JSONResponse:

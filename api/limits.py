@@ -12,10 +12,6 @@ from db.settings import Settings
 UPLOAD_PATH = "/v1/files"
 
 
-class BodyTooLarge(Exception):
-    pass
-
-
 class BodySizeLimit:
     """ASGI middleware: 413 in the error shape for bodies over the limit of their route
     (uploads: ``max_upload_mb``; everything else: ``max_request_mb``)."""
@@ -37,27 +33,33 @@ class BodySizeLimit:
             await self._reject(send, limit, upload)
             return
         seen = 0
-        started = False
+        rejected = False
 
         async def counted_receive() -> Message:
-            nonlocal seen
+            # Over the limit, answer 413 now and tell the app the client went away: raising here
+            # would be caught by the app's body parser and turned into a generic 400.
+            nonlocal seen, rejected
+            if rejected:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
-                    raise BodyTooLarge
+                    rejected = True
+                    await self._reject(send, limit, upload)
+                    return {"type": "http.disconnect"}
             return message
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
+        async def guarded_send(message: Message) -> None:
+            if not rejected:  # once the 413 is sent, nothing else may be
+                await send(message)
 
         try:
-            await self.app(scope, counted_receive, tracking_send)
-        except BodyTooLarge:
-            if not started:
-                await self._reject(send, limit, upload)
+            await self.app(scope, counted_receive, guarded_send)
+        except Exception:
+            if not rejected:
+                raise
+            # The app saw the disconnect we reported and gave up; the 413 has been sent.
 
     @staticmethod
     async def _reject(send: Send, limit: int, upload: bool) -> None:

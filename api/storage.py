@@ -8,6 +8,7 @@ file part written as it arrives, so the size limit is enforced before the upload
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import tempfile
@@ -217,7 +218,13 @@ class _PartSink:
             if self.upload.bytes > self.max_bytes:
                 self._fail(APIError(413, "too large", code="file_too_large", param="file"))
                 return
-            self._handle.write(data[start:end])
+            try:
+                self._handle.write(data[start:end])
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                self._fail(APIError(507, "The server has no space left to store this upload; nothing was kept.",
+                                    code="insufficient_storage", param="file"))
         else:
             self._text.extend(data[start:end])
             if len(self._text) > MAX_FIELD_BYTES:

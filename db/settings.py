@@ -7,7 +7,6 @@ under ``data_dir``, so ``cuset serve`` needs no server.
 
 from __future__ import annotations
 
-from functools import cached_property
 from pathlib import Path
 
 from pydantic import Field
@@ -65,10 +64,21 @@ class Settings(BaseSettings):
         broker = self.resolved_broker_url
         return broker if broker.startswith(("redis://", "rediss://")) else None
 
-    @cached_property
+    @property
     def artifacts(self) -> Path:
         """The artifact root; every stored file lives under it."""
         return (self.artifact_root or self.data_dir / "artifacts").resolve()
+
+    @property
+    def verify_cache(self) -> Path:
+        """Cached verification results (outside the artifact root, which candidates never see)."""
+        return self.data_dir.resolve() / "verify-cache"
+
+    def sandbox_hidden_paths(self) -> list[Path]:
+        """What verification candidates must not see: the artifact root and the SQLite files."""
+        data = self.data_dir.resolve()
+        databases = [data / f"{name}{end}" for name in ("cuset.sqlite", "broker.sqlite") for end in ("", "-wal", "-shm")]
+        return [self.artifacts, *databases]
 
     @property
     def embedded(self) -> bool:

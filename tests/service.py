@@ -29,6 +29,7 @@ from db.migrate import upgrade
 from db.settings import Settings
 
 PG_ADMIN_URL = os.environ.get("CUSET_TEST_PG_ADMIN", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+TEST_OWNER = "tester"  # owner of the run's API key; rows a test inserts directly belong to it
 REDIS_URL = os.environ.get("CUSET_TEST_REDIS", "redis://127.0.0.1:6379")
 REPO = Path(__file__).resolve().parents[1]
 
@@ -94,8 +95,22 @@ def service_settings(database_url, broker_url, broker_key_prefix, tmp_path_facto
         heartbeat_timeout_s=6,
         reaper_interval_s=2,
         generation_timeout_s=120,
-        auth=False,
     )
+
+
+@pytest.fixture(scope="session")
+def api_key(database_url) -> str:
+    """An API key (owner "tester") in this run's database; every client of the service uses it."""
+    from db.keys import create_key
+    from db.session import session_scope
+
+    with session_scope(database_url) as session:
+        return create_key(session, TEST_OWNER).secret
+
+
+@pytest.fixture(scope="session")
+def auth_headers(api_key) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"}
 
 
 def service_env(settings: Settings) -> dict[str, str]:
@@ -170,11 +185,12 @@ def app(service_settings):
 
 
 @pytest.fixture()
-def client(app) -> Iterator:
-    """An in-process HTTP client for the API (no worker needed for pure API behaviour)."""
+def client(app, auth_headers) -> Iterator:
+    """An in-process HTTP client for the API, sending the run's API key (no worker needed for
+    pure API behaviour)."""
     from fastapi.testclient import TestClient
 
-    with TestClient(app) as test_client:
+    with TestClient(app, headers=auth_headers) as test_client:
         yield test_client
 
 

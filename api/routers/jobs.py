@@ -8,7 +8,7 @@ import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -128,6 +128,21 @@ def _replay(session: Session, owner: str, key: str, fields: dict[str, Any]) -> J
     return job
 
 
+ACTIVE_STATUSES = ("validating_files", "queued", "running")
+
+
+def _check_active_jobs(session: Session, settings: Settings, owner: str) -> None:
+    """429 when the owner already has ``max_concurrent_jobs`` unfinished jobs. On Postgres an
+    advisory lock per owner (held until commit) makes concurrent creates count one at a time."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(hashtext(:owner))"), {"owner": owner})
+    active = session.scalar(select(func.count()).select_from(Job)
+                            .where(Job.owner == owner, Job.status.in_(ACTIVE_STATUSES)))
+    if active >= settings.max_concurrent_jobs:
+        raise APIError(429, f"You already have {active} unfinished tuning jobs (limit {settings.max_concurrent_jobs}); "
+                       "wait for one to finish or cancel one.", code="concurrent_jobs_limit")
+
+
 @router.post("", response_model=JobObject)
 def create_job(body: JobCreate, session: SessionDep, settings: SettingsDep, owner: OwnerDep,
                idempotency_key: Annotated[str | None, Header(max_length=255)] = None) -> JobObject:
@@ -138,6 +153,7 @@ def create_job(body: JobCreate, session: SessionDep, settings: SettingsDep, owne
     _check_model(session, settings, owner, body.model)
     _check_file(session, owner, body.training_file, "training_file")
     _check_file(session, owner, body.validation_file, "validation_file")
+    _check_active_jobs(session, settings, owner)
     job = Job(id=new_id("ftjob"), owner=owner, idempotency_key=idempotency_key, status="validating_files",
               created_at=time.time(), **fields)
     session.add(job)

@@ -45,6 +45,7 @@ OUTPUT_TAIL_BYTES = 20_000
 _PR_SET_PDEATHSIG = 1
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _CGROUP_PREFIX = "cuset-sandbox-"
+HIDE_ENV = "CUSET_SANDBOX_HIDE"
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Messages by which common runtimes report a refused allocation or an oversized write.
 _MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory")
@@ -53,11 +54,15 @@ _FILE_SIZE_MARKERS = ("File too large", "EFBIG")
 # Runs inside the new namespaces as root, then runs the command with every capability dropped.
 # ``remount,bind`` changes only this namespace's view. Steps: writable folders become mounts of
 # their own; a fresh /dev with harmless nodes (major/minor copied from the real ones) and a
-# small /dev/shm; every other mount read-only; the writable parts of /proc read-only.
+# small /dev/shm; hidden folders covered by an empty tmpfs and hidden files by /dev/null; every
+# other mount read-only; the writable parts of /proc read-only.
 _INIT_SCRIPT = r"""
 n="$1"; shift
 workdir="$1"; keep="|/dev/shm"
 while [ "$n" -gt 0 ]; do mount --bind "$1" "$1" || exit 111; keep="$keep|$1"; shift; n=$((n - 1)); done
+m="$1"; shift; hidden=""
+while [ "$m" -gt 0 ]; do hidden="$hidden
+$1"; shift; m=$((m - 1)); done
 nodes=""
 for d in /dev/null /dev/zero /dev/full /dev/random /dev/urandom /dev/tty /dev/nvidia*; do
   [ -c "$d" ] && nodes="$nodes $d:$(stat -c '%t:%T:%a' "$d")"
@@ -68,6 +73,10 @@ for spec in $nodes; do IFS=:; make_node $spec; IFS=' '; done
 mkdir /dev/shm && mount -t tmpfs -o mode=1777,size=64m cuset-shm /dev/shm
 ln -s /proc/self/fd /dev/fd; ln -s /proc/self/fd/0 /dev/stdin
 ln -s /proc/self/fd/1 /dev/stdout; ln -s /proc/self/fd/2 /dev/stderr
+echo "$hidden" | while IFS= read -r h; do
+  if [ -d "$h" ]; then mount -t tmpfs -o size=4k,mode=000 cuset-hidden "$h" || exit 111
+  elif [ -e "$h" ]; then mount --bind /dev/null "$h" || exit 111; fi
+done || exit 111
 while read -r _dev mp _rest; do
   case "$mp" in /proc|/proc/*) continue;; esac
   case "$keep|" in *"|$mp|"*) continue;; esac
@@ -300,13 +309,23 @@ class _Tail:
         return bytes(self._data[-OUTPUT_TAIL_BYTES:]).decode("utf-8", errors="replace")
 
 
+def hidden_paths() -> list[str]:
+    """Folders and files a candidate must not see at all, from ``CUSET_SANDBOX_HIDE``
+    (``os.pathsep``-separated). A service sets it to its artifact root and database files, which
+    are readable by the user the verifier runs as; read-only is not enough for them."""
+    listed = os.environ.get(HIDE_ENV, "")
+    return [str(Path(p).resolve()) for p in listed.split(os.pathsep) if p.strip()]
+
+
 def _command(argv: list[str], writable: Iterable[Path]) -> list[str]:
     """Wrap ``argv`` in the namespace launcher."""
     folders = [str(Path(w).resolve()) for w in writable]
+    # A hidden folder that holds a writable one would hide it too; such a pair is a setup error.
+    hidden = [h for h in hidden_paths() if not any(f == h or f.startswith(h + os.sep) for f in folders)]
     return [
         "unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--mount",
         "--propagation", "private",
-        "sh", "-c", _INIT_SCRIPT, "sandbox-init", str(len(folders)), *folders, *argv,
+        "sh", "-c", _INIT_SCRIPT, "sandbox-init", str(len(folders)), *folders, str(len(hidden)), *hidden, *argv,
     ]  # fmt: skip
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from tests.service import REPO
 
+KEY_STORAGE = "cuset.apiKey"  # where the dashboard keeps the key (api/static/js/api.js)
 CHROMIUM = os.environ.get("CUSET_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = REPO / "test-output" / "screenshots"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -64,15 +65,17 @@ class Page:
 
 
 @pytest.fixture()
-def page(browser, server) -> Iterator[Page]:
+def page(browser, server, api_key) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
+    # The dashboard sends the key saved in localStorage, as a user would have typed it.
+    context.add_init_script(f"localStorage.setItem({KEY_STORAGE!r}, {api_key!r})")
     context.set_default_timeout(30_000)
     yield Page(context.new_page(), server)
     context.close()
 
 
 @pytest.fixture(scope="session")
-def api(server) -> Iterator[httpx.Client]:
+def api(server, auth_headers) -> Iterator[httpx.Client]:
     """An HTTP client on the same server the browser uses (for setting up data)."""
-    with httpx.Client(base_url=server, timeout=60) as client:
+    with httpx.Client(base_url=server, timeout=60, headers=auth_headers) as client:
         yield client

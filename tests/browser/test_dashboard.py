@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from cuset_core.analysis.analyze import analyze_answer
-from tests.service import wait_for
+from tests.service import TEST_OWNER, wait_for
 from tests.integration.job_support import FINISHED, job_request, upload_demo_dataset
 
 PAGES = ["/", "/files", "/evals", "/playground"]
@@ -113,7 +113,7 @@ def test_job_charts_draw_ten_thousand_steps_quickly(page, service_settings, trai
     steps = 10_000
     job_id = new_id("ftjob")
     with session_scope(service_settings.resolved_database_url) as session:
-        session.add(Job(id=job_id, model="tiny", training_file=training_file, method={"type": "cuset"},
+        session.add(Job(id=job_id, owner=TEST_OWNER, model="tiny", training_file=training_file, method={"type": "cuset"},
                         hyperparameters={}, status="succeeded", step=steps, total_steps=steps,
                         finished_at=time.time()))
         session.flush()

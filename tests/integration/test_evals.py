@@ -13,7 +13,7 @@ from cuset_core.verify.result import Verdict
 from db.ids import new_id
 from db.models import File, Job
 from db.session import session_scope
-from tests.integration.conftest import wait_for
+from tests.service import TEST_OWNER, wait_for
 
 FAST = {"model": "tiny", "samples": 1, "max_tokens": 32, "tier": "static", "problems": "demo:held-out"}
 VERDICTS = {v.value for v in Verdict}
@@ -27,7 +27,7 @@ def _store_file(settings, purpose: str, rows: list[dict]) -> str:
     (settings.artifacts / "files").mkdir(parents=True, exist_ok=True)
     (settings.artifacts / relative).write_text(content)
     with session_scope(settings.resolved_database_url) as session:
-        session.add(File(id=file_id, filename="problems.jsonl", purpose=purpose, format="jsonl",
+        session.add(File(id=file_id, owner=TEST_OWNER, filename="problems.jsonl", purpose=purpose, format="jsonl",
                          bytes=len(content.encode()), path=relative, records=len(rows), total_rows=len(rows)))
     return file_id
 
@@ -202,7 +202,7 @@ def _succeeded_job(settings, fine_tuned_model: str, output_dir: str) -> None:
     """A succeeded tuning job whose output folder is ``output_dir`` (relative to the artifact root)."""
     training = _store_file(settings, "fine-tune", [{"messages": [{"role": "user", "content": "hi"}]}])
     with session_scope(settings.resolved_database_url) as session:
-        session.add(Job(id=new_id("ftjob"), model="tiny", training_file=training, method={"type": "supervised"},
+        session.add(Job(id=new_id("ftjob"), owner=TEST_OWNER, model="tiny", training_file=training, method={"type": "supervised"},
                         hyperparameters={}, status="succeeded", fine_tuned_model=fine_tuned_model,
                         output_dir=output_dir))
 

@@ -62,10 +62,10 @@ def file_rows(settings) -> int:
 
 
 @pytest.fixture()
-def small_client(service_settings):
+def small_client(service_settings, auth_headers):
     """The API with tiny limits: 1 MiB uploads and 3 rows per file."""
     app = create_app(service_settings.model_copy(update={"max_upload_mb": 1, "max_records_per_file": 3}))
-    with TestClient(app) as test_client:
+    with TestClient(app, headers=auth_headers) as test_client:
         yield test_client
 
 

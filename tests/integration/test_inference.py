@@ -15,7 +15,7 @@ from cuset_core.demo import demo_problems
 from cuset_core.verify.result import VerifyResult
 from db.models import File, Generation, Job
 from db.session import session_scope
-from tests.service import wait_for
+from tests.service import TEST_OWNER, wait_for
 
 HELLO = [{"role": "user", "content": "Write a CUDA kernel that adds two vectors."}]
 
@@ -198,7 +198,7 @@ def test_chat_max_tokens_over_the_limit_is_a_400(client):
     assert response.status_code == 400 and response.json()["error"]["param"] == "max_tokens"
 
 
-def _add_tuned_model(settings, name: str, output_dir: str, owner: str = "local") -> None:
+def _add_tuned_model(settings, name: str, output_dir: str, owner: str = TEST_OWNER) -> None:
     """A succeeded fine-tuning job whose adapter lives in ``output_dir`` (under the artifact root)."""
     with session_scope(settings.resolved_database_url) as session:
         file = File(id=f"file-{name}", owner=owner, filename="train.jsonl", purpose="fine-tune", format="jsonl",
@@ -225,7 +225,7 @@ def test_a_tuned_adapter_is_listed_and_serves_generations(client, worker, servic
     response = client.post("/v1/chat/completions", json={"model": "ft:tiny:lora1", "messages": HELLO,
                                                          "max_tokens": 8, "temperature": 0})
 
-    assert listed and listed[0]["owned_by"] == "local" and listed[0]["created"] > 0
+    assert listed and listed[0]["owned_by"] == TEST_OWNER and listed[0]["created"] > 0
     assert response.status_code == 200, response.text
     assert response.json()["model"] == "ft:tiny:lora1"
 
@@ -255,7 +255,7 @@ def test_a_model_that_fails_to_load_fails_the_request_with_its_reason(client, wo
     assert error["code"] == "generation_failed" and "could not load model" in error["message"]
 
 
-def test_concurrent_requests_for_one_model_are_decoded_in_one_batch(server, worker, service_settings):
+def test_concurrent_requests_for_one_model_are_decoded_in_one_batch(server, worker, service_settings, auth_headers):
     # With the worker stopped the requests pile up as queued rows; the first task to start then
     # takes the others into its batch.
     worker.stop()
@@ -263,7 +263,7 @@ def test_concurrent_requests_for_one_model_are_decoded_in_one_batch(server, work
     answers: dict[str, httpx.Response] = {}
 
     def ask(prompt: str) -> None:
-        answers[prompt] = httpx.post(f"{server}/v1/completions", timeout=120,
+        answers[prompt] = httpx.post(f"{server}/v1/completions", timeout=120, headers=auth_headers,
                                      json={"model": "tiny", "prompt": prompt, "max_tokens": 8, "temperature": 0})
 
     threads = [threading.Thread(target=ask, args=(p,)) for p in prompts]

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.integration.conftest import wait_for
+from tests.service import wait_for
 from tests.integration.job_support import (
     FINISHED,
     event_messages,
@@ -20,10 +20,10 @@ from tests.integration.job_support import (
 
 
 @pytest.fixture(scope="module")
-def training_file(app) -> str:
+def training_file(app, auth_headers) -> str:
     from fastapi.testclient import TestClient
 
-    with TestClient(app) as client:
+    with TestClient(app, headers=auth_headers) as client:
         return upload_demo_dataset(client)
 
 
@@ -143,18 +143,18 @@ def test_same_idempotency_key_returns_the_same_job(client, training_file):
     assert other.status_code == 409 and other.json()["error"]["code"] == "idempotency_key_reused"
 
 
-def test_concurrent_retries_with_one_key_create_one_job(server, training_file):
+def test_concurrent_retries_with_one_key_create_one_job(server, training_file, auth_headers):
     body = job_request(training_file)
 
     def post(_):
-        return httpx.post(f"{server}/v1/fine_tuning/jobs", json=body, headers={"Idempotency-Key": "race-key"},
+        return httpx.post(f"{server}/v1/fine_tuning/jobs", json=body, headers={"Idempotency-Key": "race-key", **auth_headers},
                           timeout=30)
 
     with ThreadPoolExecutor(10) as pool:
         responses = list(pool.map(post, range(10)))
     assert [r.status_code for r in responses] == [200] * 10, [r.text for r in responses]
     assert len({r.json()["id"] for r in responses}) == 1
-    httpx.post(f"{server}/v1/fine_tuning/jobs/{responses[0].json()['id']}/cancel")
+    httpx.post(f"{server}/v1/fine_tuning/jobs/{responses[0].json()['id']}/cancel", headers=auth_headers)
 
 
 def test_list_pages_newest_first_with_after_and_limit(client, training_file):

@@ -12,8 +12,8 @@ from cuset_core.demo import demo_problems, demo_record
 
 
 @pytest.fixture()
-def oai(server):
-    return openai.OpenAI(base_url=server + "/v1", api_key="test", max_retries=0)
+def oai(server, api_key):
+    return openai.OpenAI(base_url=server + "/v1", api_key=api_key, max_retries=0)
 
 
 def _dataset(n: int = 3) -> bytes:

@@ -10,8 +10,8 @@ HELLO = [{"role": "user", "content": "Write a CUDA kernel that adds two vectors.
 
 
 @pytest.fixture()
-def openai_client(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0, timeout=120)
+def openai_client(server, api_key) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server}/v1", api_key=api_key, max_retries=0, timeout=120)
 
 
 def test_models_list_and_retrieve(openai_client):

@@ -11,8 +11,8 @@ from tests.integration.job_support import FINISHED, MAX_SEQ_LEN, demo_dataset_by
 
 
 @pytest.fixture()
-def sdk(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server}/v1", api_key="local", max_retries=0)
+def sdk(server, api_key) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server}/v1", api_key=api_key, max_retries=0)
 
 
 @pytest.fixture()

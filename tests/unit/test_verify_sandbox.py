@@ -211,3 +211,26 @@ def test_cgroups_left_by_a_dead_verifier_are_removed_by_the_next_run(tmp_path):
     run_python("pass", tmp_path / "w")
     assert not orphan.exists()
     assert not [g for g in parent.glob(f"{sandbox._CGROUP_PREFIX}{os.getpid()}-*")]
+
+
+def test_hidden_folders_and_files_are_invisible_to_the_command(tmp_path, monkeypatch):
+    from cuset_core.verify.sandbox import HIDE_ENV, namespaces_available
+
+    if not namespaces_available():
+        pytest.skip("no mount namespaces here: hiding needs them")
+    secrets_dir = tmp_path / "artifacts"
+    secrets_dir.mkdir()
+    (secrets_dir / "adapter.bin").write_text("weights")
+    database = tmp_path / "cuset.sqlite"
+    database.write_text("rows")
+    monkeypatch.setenv(HIDE_ENV, os.pathsep.join([str(secrets_dir), str(database)]))
+    probe = (
+        f"import os\n"
+        f"print(os.access({str(secrets_dir)!r}, os.R_OK))\n"
+        f"print(repr(open({str(database)!r}).read()))"
+    )
+    outcome = run_python(probe, tmp_path / "w")
+    assert outcome.ok, outcome.stderr
+    assert outcome.stdout == "False\n''\n"
+    # Outside the sandbox nothing changed.
+    assert database.read_text() == "rows" and (secrets_dir / "adapter.bin").exists()

@@ -44,13 +44,14 @@ def locked_generation(session: Session, generation_id: str) -> Generation | None
 
 
 def _verify(generation_id: str, index: int) -> None:
-    url = get_settings().resolved_database_url
+    settings = get_settings()
+    url = settings.resolved_database_url
     with session_scope(url) as session:
         row = session.get(Generation, generation_id)
         if row is None or row.status != "verifying" or row.samples[index].get("verification") is not None:
             return  # finished, failed, or a redelivered message for a sample already verified
         problem, answer, tier = row.request["problem"], row.samples[index]["text"], row.request["verify"]
-    result = verify(problem, answer, VerifySettings(tier=Tier(tier)))
+    result = verify(problem, answer, VerifySettings(tier=Tier(tier)), cache_dir=settings.verify_cache)
     with session_scope(url) as session:
         row = locked_generation(session, generation_id)
         if row is None or row.status != "verifying":
