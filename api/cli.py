@@ -1,7 +1,86 @@
-"""The service's commands in the `cuset` CLI (placeholder: filled by its owner)."""
+"""The service's commands in the `cuset` CLI: ``serve`` (everything in one process), and the
+pieces compose runs separately: ``migrate`` and ``worker``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
 
 import typer
+
+from db.dispatch import ROUTES
+
+
+def _settings(data_dir: Path | None):
+    """Settings from the environment; ``--data-dir`` wins over ``CUSET_DATA_DIR`` and is
+    exported so that children (worker, training runs) see the same folder."""
+    from db.settings import get_settings
+
+    if data_dir is not None:
+        os.environ["CUSET_DATA_DIR"] = str(data_dir.resolve())
+    return get_settings()
+
+
+DataDirOption = Annotated[
+    Path | None,
+    typer.Option("--data-dir", help="embedded database, broker and artifacts (default: CUSET_DATA_DIR or ~/.cuset)"),
+]
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port")] = 8000,
+    worker: Annotated[bool, typer.Option("--worker/--no-worker", help="start a Celery worker child")] = True,
+    concurrency: Annotated[int, typer.Option(min=1, help="worker processes (a tune holds one)")] = 2,
+    data_dir: DataDirOption = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+) -> None:
+    """Run the API, a worker and the broker as one service (SQLite under the data dir unless
+    CUSET_DATABASE_URL / CUSET_BROKER_URL say otherwise). Ctrl-C or SIGTERM stops it all."""
+    from api.embedded import serve as run_service
+
+    try:
+        status = run_service(_settings(data_dir), host=host, port=port, with_worker=worker,
+                             concurrency=concurrency, log_level=log_level, echo=typer.echo)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--host") from None
+    raise typer.Exit(status)
+
+
+def migrate(data_dir: DataDirOption = None) -> None:
+    """Bring the configured database to the newest schema (Alembic upgrade head)."""
+    from db.migrate import upgrade
+
+    settings = _settings(data_dir)
+    upgrade(settings.resolved_database_url)
+    typer.echo("database at the newest schema")
+
+
+def worker(
+    queues: Annotated[str, typer.Option(help="comma-separated queues: gpu, cpu")] = "gpu,cpu",
+    concurrency: Annotated[int, typer.Option(min=1, help="pool processes; 1 per GPU on the gpu queue")] = 2,
+    beat: Annotated[bool, typer.Option("--beat/--no-beat", help="also schedule the reaper (run it in ONE worker)")] = False,
+    data_dir: DataDirOption = None,
+    log_level: Annotated[str, typer.Option(help="Celery log level")] = "INFO",
+) -> None:
+    """Run a Celery worker in the foreground (it replaces this process)."""
+    from api.embedded import child_env, worker_command
+
+    wanted = tuple(q.strip() for q in queues.split(",") if q.strip())
+    known = set(ROUTES.values())
+    if not wanted or set(wanted) - known:
+        raise typer.BadParameter(f"queues must be among {', '.join(sorted(known))}", param_hint="--queues")
+    settings = _settings(data_dir)
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    command = worker_command(wanted, concurrency, beat=beat, log_level=log_level,
+                             schedule_file=Path(settings.data_dir).resolve() / "celerybeat-schedule",
+                             hostname=f"{'-'.join(wanted)}@%h")
+    os.execve(command[0], command, child_env(settings))
 
 
 def register(app: typer.Typer) -> None:
     """Add the service's commands to ``app``."""
+    app.command("serve")(serve)
+    app.command("migrate")(migrate)
+    app.command("worker")(worker)

@@ -11,6 +11,7 @@ import json
 import re
 import secrets
 import time
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
