@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What the test suite needs besides the Python environment (idempotent):
-# Debian's Chromium for the dashboard's browser tests, and the local PostgreSQL and Redis
+# Debian's Chromium for the dashboard's browser tests, docker-compose to validate the compose
+# file, and the local PostgreSQL and Redis
 # servers the integration tests talk to (started if they are installed but stopped).
 set -euo pipefail
 
@@ -11,6 +12,12 @@ if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null; then
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null \
         || { as_root apt-get update -q >/dev/null && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; } \
         || echo "warning: chromium could not be installed; browser tests will be skipped" >&2
+fi
+
+if ! command -v docker-compose >/dev/null && ! docker compose version >/dev/null 2>&1 && command -v apt-get >/dev/null; then
+    echo "installing docker-compose (validates docker-compose.yml; no engine is needed)"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker-compose >/dev/null \
+        || echo "warning: docker-compose could not be installed; the compose check will be skipped" >&2
 fi
 
 if command -v pg_isready >/dev/null && ! pg_isready -h 127.0.0.1 -p 5432 -q; then

@@ -1,0 +1,231 @@
+"""The whole service as one foreground process: migrations, one Celery worker child (with the
+reaper's beat schedule embedded) and the API under uvicorn.
+
+With no configuration everything lives in ``settings.data_dir``: the SQLite database, the
+SQLite-backed Celery broker (kombu's SQLAlchemy transport) and the artifacts. Setting
+``CUSET_DATABASE_URL`` / ``CUSET_BROKER_URL`` points the same command at Postgres / Redis.
+
+Stopping: SIGINT (Ctrl-C) or SIGTERM ends uvicorn gracefully, then the worker's process group
+(its pool children and any training subprocess) gets SIGTERM, ``stop_timeout_s`` to finish
+(training saves a checkpoint on SIGTERM), and SIGKILL after that.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from db.dispatch import CPU_QUEUE, GPU_QUEUE
+from db.keys import create_key, has_keys
+from db.migrate import upgrade
+from db.models import DEFAULT_OWNER
+from db.session import session_scope
+from db.settings import Settings
+
+DEFAULT_QUEUES = (GPU_QUEUE, CPU_QUEUE)
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+class StopRequested(Exception):
+    """Raised by our SIGINT/SIGTERM handler so that every exit path stops the worker."""
+
+
+def worker_command(queues: tuple[str, ...] = DEFAULT_QUEUES, concurrency: int = 2, beat: bool = True,
+                   schedule_file: Path | None = None, hostname: str = "cuset@%h",
+                   log_level: str = "INFO") -> list[str]:
+    """The ``celery worker`` argv that serves ``queues``.
+
+    The pool is prefork: a long tuning task occupies one child while another child keeps
+    serving generation and verification, which a ``solo`` pool (one task at a time) cannot.
+    """
+    command = [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "-Q", ",".join(queues),
+               "-c", str(concurrency), "--pool", "prefork", "-n", hostname, "-l", log_level]
+    if beat:
+        # Beat in exactly one worker: it schedules the reaper (settings.reaper_interval_s).
+        command.append("-B")
+        if schedule_file is not None:
+            command += ["-s", str(schedule_file)]
+    return command
+
+
+def child_env(settings: Settings) -> dict[str, str]:
+    """This process's environment, with the data dir pinned to an absolute path so that a
+    child in any working directory reads the same database, broker and artifacts."""
+    env = dict(os.environ)
+    env["CUSET_DATA_DIR"] = str(Path(settings.data_dir).resolve())
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclass
+class WorkerChild:
+    """A ``celery worker`` child in a process group of its own (the terminal's Ctrl-C does not
+    reach it directly; we stop it ourselves, after the API)."""
+
+    process: subprocess.Popen
+    log_path: Path
+
+    @classmethod
+    def start(cls, settings: Settings, concurrency: int, log_path: Path) -> WorkerChild:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log: IO[bytes] = open(log_path, "ab")
+        command = worker_command(concurrency=concurrency, schedule_file=Path(settings.data_dir).resolve() / "celerybeat-schedule")
+        process = subprocess.Popen(command, env=child_env(settings), stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()  # the child holds its own descriptor
+        return cls(process, log_path)
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """Warm shutdown: SIGTERM to the Celery main process (it stops taking tasks and lets its
+        pool finish the running ones) and to the training runs below the pool (each saves a
+        checkpoint and exits, so its task requeues the job); SIGKILL what is left after
+        ``timeout_s`` seconds. The pool processes themselves get no SIGTERM: it would kill the
+        tasks that supervise those runs before they record the result."""
+        if self.running():
+            self.process.send_signal(signal.SIGTERM)
+            pool = set(_children(self.process.pid))
+            for pid in _group_members(self.process.pid) - pool - {self.process.pid}:
+                _signal(pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                self.process.wait(10)
+        # Pool children or a training run may outlive the main worker process.
+        self.kill()
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the worker's process group now."""
+        self._signal_group(signal.SIGKILL)
+
+    def _signal_group(self, signum: int) -> None:
+        try:
+            os.killpg(self.process.pid, signum)
+        except ProcessLookupError:
+            pass
+
+
+def _proc_stats() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, process group) of every process, from Linux's /proc (empty elsewhere)."""
+    stats = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        stats[int(entry.name)] = (int(fields[1]), int(fields[2]))
+    return stats
+
+
+def _children(pid: int) -> list[int]:
+    return [child for child, (parent, _) in _proc_stats().items() if parent == pid]
+
+
+def _group_members(pgid: int) -> set[int]:
+    return {pid for pid, (_, group) in _proc_stats().items() if group == pgid}
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _raise_stop(signum: int, _frame) -> None:
+    raise StopRequested(signal.Signals(signum).name)
+
+
+def urls(host: str, port: int) -> dict[str, str]:
+    """Where the service answers (a wildcard bind is shown as loopback)."""
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    base = f"http://{shown}:{port}"
+    return {"API": f"{base}/v1", "API docs": f"{base}/docs", "dashboard": f"{base}/"}
+
+
+def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8000, with_worker: bool = True,
+          concurrency: int = 2, log_level: str = "info", stop_timeout_s: float = 30.0,
+          echo=print) -> int:
+    """Migrate, start the worker, serve the API until a signal; returns the exit status
+    (0 after a requested stop, 1 when the worker died on its own)."""
+    import uvicorn
+
+    from api.main import create_app
+
+    if not settings.auth and host not in LOOPBACK:
+        raise ValueError(f"CUSET_AUTH=false serves every caller as one owner: bind a loopback address, not {host}")
+    previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    worker: WorkerChild | None = None
+    worker_died, stopping = threading.Event(), threading.Event()
+    try:
+        data_dir = Path(settings.data_dir).resolve()
+        data_dir.mkdir(parents=True, exist_ok=True)
+        echo(f"database:  {_redact(settings.resolved_database_url)}")
+        echo(f"broker:    {_redact(settings.resolved_broker_url)}")
+        upgrade(settings.resolved_database_url)
+        server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level=log_level))
+        if with_worker:
+            worker = WorkerChild.start(settings, concurrency, data_dir / "logs" / "worker.log")
+            echo(f"worker:    pid {worker.process.pid}, queues {','.join(DEFAULT_QUEUES)}, log {worker.log_path}")
+            threading.Thread(target=_watch, args=(worker, server, worker_died, stopping), daemon=True).start()
+        for name, url in urls(host, port).items():
+            echo(f"{name + ':':11}{url}")
+        if settings.auth:
+            first = _first_key(settings.resolved_database_url)
+            if first:
+                echo(f"API key:   {first}  (the first key, shown once: store it; `cuset keys create` makes more)")
+            else:
+                echo("API keys:  `cuset keys create --name NAME`; send `Authorization: Bearer <key>` to /v1")
+        server.run()  # returns after SIGINT/SIGTERM, then re-raises it into _raise_stop
+    except StopRequested:
+        pass
+    finally:
+        stopping.set()
+        if worker is not None:
+            # A second Ctrl-C / SIGTERM while the worker winds down kills it at once.
+            for sig in previous:
+                signal.signal(sig, lambda *_: worker.kill())
+            echo(f"stopping the worker (up to {stop_timeout_s:.0f} s; Ctrl-C again kills it)")
+            worker.stop(stop_timeout_s)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if worker_died.is_set():
+        echo(f"the worker exited with status {worker.process.returncode}; see {worker.log_path}")
+        return 1
+    return 0
+
+
+def _first_key(database_url: str) -> str | None:
+    """On a database without any active key, create one and return it (only then)."""
+    with session_scope(database_url) as session:
+        if has_keys(session):
+            return None
+        return create_key(session, "first", owner=DEFAULT_OWNER).secret
+
+
+def _watch(worker: WorkerChild, server, died: threading.Event, stopping: threading.Event) -> None:
+    """Stop the API when the worker exits on its own: a service without a worker only queues."""
+    worker.process.wait()
+    if not stopping.is_set() and not server.should_exit:
+        died.set()
+        server.should_exit = True
+
+
+def _redact(url: str) -> str:
+    """``url`` without its password."""
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest.split("/", 1)[0]:
+        credentials, _, host = rest.partition("@")
+        user, has_password, _ = credentials.partition(":")
+        return f"{scheme}{sep}{user}{':***' if has_password else ''}@{host}"
+    return url

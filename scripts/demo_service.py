@@ -1,0 +1,304 @@
+"""The CuSeT demo over HTTP, end to end, against the embedded service.
+
+Starts ``cuset serve`` on a fresh data dir (or uses ``--url``), then, as any client would:
+uploads the demo dataset (``POST /v1/files``), creates a short CuSeT LoRA job on the bundled
+SmolLM2-135M (``POST /v1/fine_tuning/jobs``), follows it with a progress bar until it succeeds,
+asks the tuned model for a kernel for a held-out problem with CPU verification
+(``POST /v1/generate``), prints the kernel and its verdict, and stops the service
+(``--keep-serving`` leaves it up for the dashboard until Ctrl-C).
+
+    .venv/bin/python scripts/demo_service.py [--steps 8] [--keep-serving]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from rich.console import Console
+from rich.panel import Panel
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.syntax import Syntax
+
+from cuset_core.demo import HELD_OUT, demo_problems, write_demo_dataset
+
+REPO = Path(__file__).resolve().parent.parent
+FINISHED = ("succeeded", "failed", "cancelled")
+console = Console()
+
+
+class DemoError(Exception):
+    """A step of the demo failed; the message says which and why."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", help="use a running service at this base URL instead of starting one")
+    parser.add_argument("--api-key", default=os.environ.get("CUSET_API_KEY") or os.environ.get("OPENAI_API_KEY"),
+                        help="key for --url (default: $CUSET_API_KEY or $OPENAI_API_KEY)")
+    parser.add_argument("--out", type=Path, default=REPO / "runs" / "demo-service",
+                        help="folder for the service's data dir (recreated) and the demo's outputs")
+    parser.add_argument("--port", type=int, default=8000, help="port for the started service (a free one if taken)")
+    parser.add_argument("--model", default="smollm2-135m", help="base model id served by the service")
+    parser.add_argument("--method", default="cuset", help="training objective (cuset, sft, ...)")
+    parser.add_argument("--steps", type=int, default=8, help="optimizer steps of the tuning job")
+    parser.add_argument("--problem", default=HELD_OUT[0], help="held-out demo problem to write a kernel for")
+    parser.add_argument("--max-tokens", type=int, default=768, help="generation budget, tokens")
+    parser.add_argument("--verify", default="cpu", choices=["static", "compile", "cpu", "gpu"],
+                        help="highest verification tier")
+    parser.add_argument("--keep-serving", action="store_true", help="leave the service up afterwards (Ctrl-C stops it)")
+    return parser.parse_args(argv)
+
+
+# ---------------------------------------------------------------- the service we start
+
+
+def free_port(preferred: int) -> int:
+    """``preferred`` when nothing listens on it, else any free loopback port."""
+    for port in (preferred, 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise DemoError("no free port")
+
+
+def service_env(data_dir: Path) -> dict[str, str]:
+    """The embedded defaults (SQLite and its broker in ``data_dir``), whatever the shell sets."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("CUSET_")}
+    env["CUSET_DATA_DIR"] = str(data_dir)
+    return env
+
+
+def start_service(data_dir: Path, port: int) -> subprocess.Popen:
+    """``cuset serve`` on a fresh ``data_dir`` as a child; its output goes to ``data_dir/serve.log``."""
+    if data_dir.exists():
+        shutil.rmtree(data_dir)
+    data_dir.mkdir(parents=True)
+    log = open(data_dir / "serve.log", "wb")
+    return subprocess.Popen([sys.executable, "-m", "cuset_core.cli", "serve", "--port", str(port)],
+                            cwd=REPO, env=service_env(data_dir), stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
+
+
+def create_key(data_dir: Path) -> str:
+    """A new API key for the started service (``cuset keys create``, as an operator would)."""
+    result = subprocess.run([sys.executable, "-m", "cuset_core.cli", "keys", "create", "--name", "demo"],
+                            cwd=REPO, env=service_env(data_dir), capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        raise DemoError(f"cuset keys create failed: {result.stderr[-2000:]}")
+    return result.stdout.strip()
+
+
+def wait_ready(base: str, service: subprocess.Popen | None, log: Path | None, timeout_s: float = 180) -> None:
+    """Poll ``/readyz`` until the database and broker answer."""
+    deadline = time.monotonic() + timeout_s
+    with console.status("starting the service (migrations, worker, API)..."):
+        while time.monotonic() < deadline:
+            if service is not None and service.poll() is not None:
+                raise DemoError(f"cuset serve exited with status {service.returncode}:\n{_tail(log)}")
+            try:
+                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+    raise DemoError(f"the service was not ready in {timeout_s:.0f} s:\n{_tail(log)}")
+
+
+def stop_service(service: subprocess.Popen) -> None:
+    """SIGTERM: ``cuset serve`` stops the API, then its worker."""
+    if service.poll() is None:
+        service.send_signal(signal.SIGTERM)
+        try:
+            service.wait(60)
+        except subprocess.TimeoutExpired:
+            service.kill()
+            service.wait(10)
+
+
+def _tail(path: Path | None, lines: int = 30) -> str:
+    if path is None or not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+# ---------------------------------------------------------------- the demo, over HTTP
+
+
+def check(response: httpx.Response, what: str) -> dict:
+    """The JSON body of a 2xx ``response``; DemoError with the API's error message otherwise."""
+    if response.is_success:
+        return response.json()
+    try:
+        message = response.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = response.text[:500]
+    raise DemoError(f"{what}: HTTP {response.status_code}: {message}")
+
+
+def upload_dataset(client: httpx.Client, out: Path) -> dict:
+    path = out / "demo_train.jsonl"
+    written = write_demo_dataset(path, held_out=HELD_OUT)
+    with open(path, "rb") as handle:
+        file = check(client.post("/v1/files", data={"purpose": "fine-tune"},
+                                 files={"file": (path.name, handle, "application/jsonl")}), "upload")
+    console.print(f"uploaded {written} demo records ({len(HELD_OUT)} problems held out) as [bold]{file['id']}[/]")
+    return file
+
+
+def create_job(client: httpx.Client, file_id: str, args: argparse.Namespace) -> dict:
+    body = {
+        "model": args.model,
+        "training_file": file_id,
+        "method": {"type": args.method},
+        "suffix": "demo",
+        "hyperparameters": {
+            "max_steps": args.steps,
+            "batch_size": 2,
+            "learning_rate": 3e-4,
+            "warmup_steps": min(2, args.steps - 1),
+            # Compact prompts keep most demo records under 1,024 tokens; longer ones are left out.
+            "max_seq_len": 1024,
+            "gradient_checkpointing": True,
+            "save_steps": args.steps,
+        },
+    }
+    job = check(client.post("/v1/fine_tuning/jobs", json=body), "create the job")
+    console.print(f"created job [bold]{job['id']}[/] ({args.method}, LoRA, {args.steps} steps on {args.model})")
+    return job
+
+
+def follow_job(client: httpx.Client, job_id: str) -> dict:
+    """Poll the job until it finishes, with a bar of optimizer steps and the server's ETA."""
+    seen: set[str] = set()
+    last: tuple = ()
+    columns = (SpinnerColumn(), TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("steps"), TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"))
+    with Progress(*columns, console=console) as progress:
+        bar = progress.add_task("validating_files", total=None, eta="-")
+        while True:
+            job = check(client.get(f"/v1/fine_tuning/jobs/{job_id}"), "poll the job")
+            for event in _new_events(client, job_id, seen):
+                progress.console.print(f"  [dim]{time.strftime('%H:%M:%S', time.localtime(event['created_at']))}[/] "
+                                       f"{event['message']}")
+            state = job["progress"]
+            eta = state.get("eta_s")
+            if not console.is_terminal and (job["status"], state.get("step")) != last:
+                # No live bar in a log file: one line per change instead.
+                last = (job["status"], state.get("step"))
+                progress.console.print(f"  {job['status']}: step {state.get('step')}/{state.get('total_steps')}"
+                                       + (f", ETA {eta:.0f} s" if eta is not None else ""))
+            progress.update(bar, description=job["status"], completed=state.get("step") or 0,
+                            total=state.get("total_steps"), eta=f"{eta:.0f} s" if eta is not None else "-")
+            if job["status"] in FINISHED:
+                return job
+            time.sleep(1.0)
+
+
+def _new_events(client: httpx.Client, job_id: str, seen: set[str]) -> list[dict]:
+    """Events not printed yet, oldest first (the API lists newest first)."""
+    response = client.get(f"/v1/fine_tuning/jobs/{job_id}/events", params={"limit": 50})
+    if not response.is_success:
+        return []
+    fresh = [event for event in response.json()["data"] if event["id"] not in seen and event.get("type") != "metrics"]
+    seen.update(event["id"] for event in fresh)
+    return sorted(fresh, key=lambda event: event["created_at"])
+
+
+def generate_kernel(client: httpx.Client, model: str, args: argparse.Namespace) -> dict:
+    problem = {p.id: p for p in demo_problems()}[args.problem]
+    body = {"model": model, "problem": problem.problem_code, "max_tokens": args.max_tokens,
+            "temperature": 0, "verify": args.verify}
+    with console.status(f"generating and verifying (tier {args.verify}) a kernel for {args.problem}..."):
+        return check(client.post("/v1/generate", json=body, timeout=1800), "generate")
+
+
+def show_generation(result: dict, problem: str, out: Path) -> None:
+    sample = result["samples"][0]
+    (out / f"generated_{problem}.md").write_text(sample["text"])
+    console.print(Panel(Syntax(sample["code"] or sample["text"], "python", word_wrap=True),
+                        title=f"generated for {problem} ({result['usage']['completion_tokens']} tokens, "
+                              f"{sample['finish_reason']})"))
+    verification = sample.get("verification") or {}
+    verdict = verification.get("verdict", "not verified")
+    colour = "green" if verdict == "pass" else "yellow"
+    console.print(f"[{colour}]verdict: {verdict}[/] (decided by tier {verification.get('tier', '-')})")
+    if verification.get("reason"):
+        console.print(f"reason: {verification['reason']}")
+    timings = result.get("timings") or {}
+    console.print("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()
+                                             if k.endswith("_s") and v is not None))
+
+
+def run_demo(base: str, api_key: str | None, args: argparse.Namespace) -> None:
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    with httpx.Client(base_url=base, headers=headers, timeout=60) as client:
+        console.rule("1. Upload the demo dataset")
+        file = upload_dataset(client, out)
+        console.rule("2. Tune")
+        job = create_job(client, file["id"], args)
+        started = time.monotonic()
+        job = follow_job(client, job["id"])
+        if job["status"] != "succeeded":
+            error = job.get("error") or {}
+            raise DemoError(f"job {job['id']} {job['status']}: {error.get('message', 'no error recorded')}")
+        console.print(f"[green]succeeded[/] in {time.monotonic() - started:.0f} s: model [bold]{job['fine_tuned_model']}[/]")
+        console.rule(f"3. Generate a kernel for held-out {args.problem}")
+        show_generation(generate_kernel(client, job["fine_tuned_model"], args), args.problem, out)
+        console.rule("Done")
+        console.print(f"dashboard: {base}/  (this job: {base}/jobs/{job['id']})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.out = args.out.resolve()
+    if args.problem not in HELD_OUT:
+        console.print(f"[yellow]note: {args.problem} is in the training data; held-out ones: {', '.join(HELD_OUT)}")
+    started = time.monotonic()
+    service, log = None, None
+    base, api_key = (args.url or "").rstrip("/"), args.api_key
+    try:
+        if not base:
+            port = free_port(args.port)
+            data_dir = args.out / "data"
+            log = data_dir / "serve.log"
+            service = start_service(data_dir, port)
+            base = f"http://127.0.0.1:{port}"
+        wait_ready(base, service, log)
+        if service is not None:
+            api_key = create_key(data_dir)
+        console.print(f"service ready at {base} (API docs: {base}/docs)")
+        run_demo(base, api_key, args)
+        console.print(f"the demo took {time.monotonic() - started:.0f} s")
+        if service is not None and args.keep_serving:
+            console.print(f"still serving at {base}/ (API key: {api_key}); Ctrl-C stops it")
+            service.wait()
+        return 0
+    except DemoError as exc:
+        console.print(f"[red]demo failed:[/] {exc}")
+        if log is not None:
+            console.print(f"service log: {log}; worker log: {log.parent / 'logs' / 'worker.log'}")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if service is not None:
+            with console.status("stopping the service..."):
+                stop_service(service)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

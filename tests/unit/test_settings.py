@@ -1,0 +1,106 @@
+"""The service settings: embedded defaults, CUSET_ overrides, and deployment files that parse."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from db.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch):
+    """No CUSET_ variable of the caller's shell leaks into these tests."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("CUSET_"):
+            monkeypatch.delenv(name)
+
+
+def test_defaults_embed_sqlite_database_and_broker_under_data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUSET_DATA_DIR", str(tmp_path))
+    settings = Settings()
+    assert settings.embedded
+    assert settings.resolved_database_url == f"sqlite:///{tmp_path / 'cuset.sqlite'}"
+    assert settings.resolved_broker_url == f"sqla+sqlite:///{tmp_path / 'broker.sqlite'}"
+    assert settings.artifacts == (tmp_path / "artifacts").resolve()
+    assert settings.base_models == {"smollm2-135m": "smollm2-135m"}
+
+
+def test_environment_switches_to_postgres_and_redis(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUSET_DATABASE_URL", "postgresql+psycopg://cuset:secret@db:5432/cuset")
+    monkeypatch.setenv("CUSET_BROKER_URL", "redis://redis:6379/0")
+    monkeypatch.setenv("CUSET_ARTIFACT_ROOT", str(tmp_path / "shared"))
+    monkeypatch.setenv("CUSET_MAX_UPLOAD_MB", "64")
+    monkeypatch.setenv("CUSET_HEARTBEAT_TIMEOUT_S", "12.5")
+    settings = Settings()
+    assert not settings.embedded
+    assert settings.resolved_database_url == "postgresql+psycopg://cuset:secret@db:5432/cuset"
+    assert settings.resolved_broker_url == "redis://redis:6379/0"
+    assert settings.artifacts == (tmp_path / "shared").resolve()
+    assert settings.max_upload_mb == 64
+    assert settings.heartbeat_timeout_s == 12.5
+
+
+def test_base_models_and_launcher_parse_json(monkeypatch):
+    monkeypatch.setenv("CUSET_BASE_MODELS", '{"smollm2-135m": "smollm2-135m", "mine": "/models/coder-1.5b"}')
+    monkeypatch.setenv("CUSET_TRAINING_LAUNCHER", '["accelerate", "launch", "--num_processes", "2"]')
+    settings = Settings()
+    assert settings.base_models == {"smollm2-135m": "smollm2-135m", "mine": "/models/coder-1.5b"}
+    assert settings.training_launcher == ["accelerate", "launch", "--num_processes", "2"]
+
+
+def test_invalid_values_are_rejected(monkeypatch):
+    from pydantic import ValidationError
+
+    monkeypatch.setenv("CUSET_MAX_UPLOAD_MB", "0")
+    with pytest.raises(ValidationError, match="max_upload_mb"):
+        Settings()
+
+
+def test_worker_command_serves_both_queues_with_beat_in_one_process(tmp_path):
+    from api.embedded import worker_command
+
+    command = worker_command(schedule_file=tmp_path / "beat")
+    assert command[1:6] == ["-m", "celery", "-A", "worker.app", "worker"]
+    assert command[command.index("-Q") + 1] == "gpu,cpu"
+    assert command[command.index("--pool") + 1] == "prefork"
+    assert "-B" in command and command[command.index("-s") + 1] == str(tmp_path / "beat")
+    assert "-B" not in worker_command(("gpu",), 1, beat=False)
+
+
+def _compose_command() -> list[str] | None:
+    """``docker compose`` (the plugin) or the standalone ``docker-compose``, whichever works."""
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    return None
+
+
+@pytest.mark.skipif(_compose_command() is None, reason="neither `docker compose` nor `docker-compose` is installed")
+def test_compose_file_is_valid():
+    result = subprocess.run([*_compose_command(), "config", "-q"], cwd=REPO, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def test_serve_refuses_auth_off_on_a_public_address(tmp_path):
+    from api.embedded import serve
+
+    with pytest.raises(ValueError, match="loopback"):
+        serve(Settings(data_dir=tmp_path, auth=False), host="0.0.0.0")
+    assert not (tmp_path / "cuset.sqlite").exists(), "nothing starts when the address is refused"
+
+
+def test_printed_urls_hide_passwords():
+    from api.embedded import _redact
+
+    assert _redact("postgresql+psycopg://cuset:secret@db:5432/cuset") == "postgresql+psycopg://cuset:***@db:5432/cuset"
+    assert _redact("redis://redis:6379/0") == "redis://redis:6379/0"
