@@ -38,6 +38,6 @@ def current_owner(request: Request, settings: Annotated[Settings, Depends(get_se
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 # Fewer concurrent sessions than the engine's pool holds (db/session.py: 10 + 20): otherwise,
 # under a burst, every worker thread can wait for a connection held by a request whose
-# teardown is itself waiting for a thread.
-SessionDep = Annotated[Session, Depends(get_session, max_concurrency=25)]
+# teardown is itself waiting for a thread. The rest of the pool serves API-key lookups.
+SessionDep = Annotated[Session, Depends(get_session, max_concurrency=20)]
 OwnerDep = Annotated[str, Depends(current_owner)]
