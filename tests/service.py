@@ -95,6 +95,8 @@ def service_settings(database_url, broker_url, broker_key_prefix, tmp_path_facto
         heartbeat_timeout_s=6,
         reaper_interval_s=2,
         generation_timeout_s=120,
+        max_concurrent_jobs=100,  # tests create many jobs; the cap has its own test
+        rate_limit_rps=0,  # likewise: the tests' bursts are not what the limiter is for
     )
 
 
