@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     max_generation_tokens: int = Field(4096, ge=1, description="max_tokens ceiling per request")
     max_samples_per_request: int = Field(16, ge=1)
 
+    verify_cache_dir: Path | None = Field(
+        None, description="verification results cache; default the core's (~/.cache/cuset/verify), "
+        "outside data_dir and the artifact root, which candidates never see")
     heartbeat_interval_s: float = Field(5.0, gt=0, description="a running job's heartbeat period")
     heartbeat_timeout_s: float = Field(60.0, gt=0, description="silence after which the reaper acts")
     reaper_interval_s: float = Field(30.0, gt=0)
@@ -69,16 +72,14 @@ class Settings(BaseSettings):
         """The artifact root; every stored file lives under it."""
         return (self.artifact_root or self.data_dir / "artifacts").resolve()
 
-    @property
-    def verify_cache(self) -> Path:
-        """Cached verification results (outside the artifact root, which candidates never see)."""
-        return self.data_dir.resolve() / "verify-cache"
-
     def sandbox_hidden_paths(self) -> list[Path]:
-        """What verification candidates must not see: the artifact root and the SQLite files."""
-        data = self.data_dir.resolve()
-        databases = [data / f"{name}{end}" for name in ("cuset.sqlite", "broker.sqlite") for end in ("", "-wal", "-shm")]
-        return [self.artifacts, *databases]
+        """What verification candidates must not see: the data dir, the artifact root and a
+        SQLite database kept elsewhere. (The verification cache must live outside them.)"""
+        hidden = [self.data_dir.resolve(), self.artifacts]
+        url = self.resolved_database_url
+        if url.startswith("sqlite:///"):
+            hidden.append(Path(url.removeprefix("sqlite:///")).resolve())
+        return hidden
 
     @property
     def embedded(self) -> bool:

@@ -16,6 +16,9 @@ SHARED_DATA = Path(os.environ.get("CUSET_SHARED_DATA", REPO.parent / "shared" / 
 
 
 def pytest_collection_modifyitems(config, items):
+    # Browser tests last: Playwright's sync API keeps an event loop running in the main thread
+    # until the session ends, and tests that call asyncio.run() cannot run after it starts.
+    items.sort(key=lambda item: "/browser/" in str(item.fspath))
     has_nvcc = shutil.which("nvcc") is not None
     try:
         import torch

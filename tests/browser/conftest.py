@@ -68,7 +68,10 @@ class Page:
 def page(browser, server, api_key) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     # The dashboard sends the key saved in localStorage, as a user would have typed it.
-    context.add_init_script(f"localStorage.setItem({KEY_STORAGE!r}, {api_key!r})")
+    # Seeded once per tab (a page that changes the key keeps its change across navigations).
+    context.add_init_script(
+        f"if (!sessionStorage.getItem('cuset.test.seeded')) {{ sessionStorage.setItem('cuset.test.seeded', '1');"
+        f" localStorage.setItem({KEY_STORAGE!r}, {api_key!r}); }}")
     context.set_default_timeout(30_000)
     yield Page(context.new_page(), server)
     context.close()

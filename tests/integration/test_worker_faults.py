@@ -9,7 +9,7 @@ import time
 from db.ids import new_id
 from db.models import Generation, Job
 from db.session import session_scope
-from tests.service import wait_for
+from tests.service import TEST_OWNER, wait_for
 from tests.integration.job_support import FINISHED, event_messages, job_request, job_state, upload_demo_dataset
 
 
@@ -37,7 +37,7 @@ def _insert_running_job(settings, training_file: str, heartbeat_age_s: float, **
     job_id = new_id("ftjob")
     now = time.time()
     with session_scope(settings.resolved_database_url) as session:
-        session.add(Job(id=job_id, model="tiny", training_file=training_file, method={"type": "cuset"},
+        session.add(Job(id=job_id, owner=TEST_OWNER, model="tiny", training_file=training_file, method={"type": "cuset"},
                         hyperparameters={}, status="running", attempts=1, started_at=now - heartbeat_age_s,
                         heartbeat_at=now - heartbeat_age_s, **values))
     return job_id

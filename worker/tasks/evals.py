@@ -89,7 +89,7 @@ def _run(settings: Settings, eval_id: str) -> None:
         except LookupError as exc:
             raise ModelNotFoundError(str(exc)) from exc
         config = EvalConfig(model=spec, problems=_problems_spec(session, settings, row),
-                            cache_dir=settings.verify_cache, **row.config)
+                            cache_dir=settings.verify_cache_dir, **row.config)
     rows: list[ProblemRow] = []
     k_values: list[int] = []
     with tempfile.TemporaryDirectory(prefix=f"cuset-{eval_id}-") as work:

@@ -51,7 +51,7 @@ def _verify(generation_id: str, index: int) -> None:
         if row is None or row.status != "verifying" or row.samples[index].get("verification") is not None:
             return  # finished, failed, or a redelivered message for a sample already verified
         problem, answer, tier = row.request["problem"], row.samples[index]["text"], row.request["verify"]
-    result = verify(problem, answer, VerifySettings(tier=Tier(tier)), cache_dir=settings.verify_cache)
+    result = verify(problem, answer, VerifySettings(tier=Tier(tier)), cache_dir=settings.verify_cache_dir)
     with session_scope(url) as session:
         row = locked_generation(session, generation_id)
         if row is None or row.status != "verifying":
