@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+import torch
 from tqdm import tqdm
 
 from cuset_core.evaluation.metrics import Aggregate, ProblemRow, aggregate, problem_row
@@ -194,6 +195,8 @@ def _generate_samples(config: EvalConfig, problems: list[Problem], progress: boo
     from cuset_core.models import load_model
 
     model, tokenizer = load_model(config.model)
+    if torch.cuda.is_available():
+        model = model.to("cuda")  # generation dominates an eval's time; the GPU is what it is for
     greedy = 1 if config.greedy_first else 0
     sampled = config.samples - greedy
     out: dict[str, list[_Sample]] = {p.id: [] for p in problems}
