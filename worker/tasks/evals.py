@@ -84,7 +84,6 @@ def _run(settings: Settings, eval_id: str) -> None:
     with session_scope(url) as session:
         row = session.get(Eval, eval_id)
         try:
-            # model_spec reads only .model and .owner, which an Eval row has as a Job does.
             spec = model_spec(session, settings, row)
         except LookupError as exc:
             raise ModelNotFoundError(str(exc)) from exc
