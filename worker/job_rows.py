@@ -16,6 +16,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from db.ids import new_id
+from db.model_specs import model_spec_for
 from db.models import Checkpoint, Eval, Job, JobEvent
 from db.settings import Settings
 
@@ -74,12 +75,9 @@ def requeue_or_fail(session: Session, settings: Settings, job: Job, reason: str,
 def model_spec(session: Session, settings: Settings, row: Job | Eval) -> str:
     """The cuset_core model spec of a row's ``model`` (a job's base or an eval's model): a
     configured base model, or the adapter folder of the owner's succeeded job that produced it."""
-    if row.model in settings.base_models:
-        return settings.base_models[row.model]
-    parent = session.scalar(select(Job).where(Job.owner == row.owner, Job.fine_tuned_model == row.model,
-                                              Job.status == "succeeded"))
-    if parent is None or parent.output_dir is None:
+    spec = model_spec_for(session, settings, row.owner, row.model)
+    if spec is None:
         raise LookupError(f"model {row.model!r} is no longer available")
-    return str(settings.artifacts / parent.output_dir)
+    return spec
 
 

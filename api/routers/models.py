@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from api.deps import OwnerDep, SessionDep, SettingsDep
 from api.errors import not_found
+from db.model_specs import model_spec_for
 from db.models import Job
 from db.settings import Settings
 
@@ -52,12 +53,10 @@ def _base_object(model_id: str) -> ModelObject:
 
 def model_spec(session: Session, settings: Settings, owner: str, model_id: str) -> str:
     """The cuset_core model spec ``model_id`` names for ``owner``; 404 (param ``model``) if none."""
-    if model_id in settings.base_models:
-        return settings.base_models[model_id]
-    job = session.scalars(_succeeded_jobs(owner).where(Job.fine_tuned_model == model_id)).first()
-    if job is None or not job.output_dir:
+    spec = model_spec_for(session, settings, owner, model_id)
+    if spec is None:
         raise not_found("model", model_id, param="model")
-    return str(settings.artifacts / job.output_dir)
+    return spec
 
 
 @router.get("/models", response_model=ModelList)

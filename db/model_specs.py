@@ -1,0 +1,21 @@
+"""Which cuset_core model spec a service model id names: a configured base model, or the adapter
+folder of the owner's succeeded job that produced a fine-tuned model (shared by api/ and worker/)."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from db.models import Job
+from db.settings import Settings
+
+
+def model_spec_for(session: Session, settings: Settings, owner: str, model_id: str) -> str | None:
+    """The spec ``model_id`` names for ``owner``, or None when it names nothing they may use."""
+    if model_id in settings.base_models:
+        return settings.base_models[model_id]
+    job = session.scalars(select(Job).where(Job.owner == owner, Job.fine_tuned_model == model_id,
+                                            Job.status == "succeeded")).first()
+    if job is None or not job.output_dir:
+        return None
+    return str(settings.artifacts / job.output_dir)
