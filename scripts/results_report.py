@@ -3,7 +3,8 @@
     .venv/bin/python scripts/results_report.py [--size small] [--out docs/results]
 
 Reads every finished run of one size (``experiments/comparison/<size>/<method>-s<seed>/``:
-progress.jsonl and eval/results.json; ``base/eval``; ``confidence/*/report.json``), writes
+progress.jsonl and eval/results.json; ``base/eval``; ``confidence/*/report.json``; the knob
+sweep's ``sweep/<variant>-s<seed>/`` and ``sweep/judge/*/report.json``), writes
 ``<out>/<size>_curves.png`` (loss, plain CE and kept ratio per step) and copies of the
 confidence histograms, and puts the tables into ``--doc`` between the markers
 ``<!-- generated:<size>:begin -->`` and ``<!-- generated:<size>:end -->`` (the prose around
@@ -297,6 +298,56 @@ def confidence_section(size_dir: Path, out: Path, size: str, link_base: Path) ->
     return lines
 
 
+SWEEP_CATEGORIES = ("indexing", "bounds_guard", "sync", "launch", "binding")
+
+
+def sweep_order(name: str) -> tuple:
+    """base, the sft and default-cuset runs the variants are compared with, then the variants."""
+    return (name != "base", not name.startswith("sft-"), not name.startswith("cuset-"), name)
+
+
+def sweep_section(size_dir: Path) -> list[str]:
+    """The knob sweep: each model's confidence on the sweep subset's held-out records (its
+    judge), next to its method knobs and training figures. Higher sensitive mean p is better."""
+    judges = {d.name: load_json(d / "report.json") for d in sorted((size_dir / "sweep" / "judge").glob("*"))}
+    judges = {name: report for name, report in judges.items() if report}
+    if not judges:
+        return ["The sweep has not run yet (`scripts/run_comparison.py --size SIZE --sweep`)."]
+    first = next(iter(judges.values()))
+    high, low = first["thresholds"].values()
+    lines = [f"Judge: `cuset confidence-report` on {first['records']} held-out records of the sweep "
+             "subset's problems (`runs/comparison-data/confidence_sweep.jsonl`, up to 3 per problem, "
+             f"<= 2,048 tokens); {first['tokens']['sensitive']} of {first['tokens']['supervised']} "
+             "answer tokens are CUDA-sensitive.", "",
+             "| model | method knobs | sensitive mean p | sensitive p < " + f"{low} | sensitive p >= {high} | "
+             f"non-sensitive mean p | regions with mean p < {low} | CE last 5 train steps | mean kept ratio | "
+             "mean low-conf. region share | max sample weight |", "|---|---|" + "---|" * 9]
+    for name in sorted(judges, key=sweep_order):
+        report = judges[name]
+        run_dir = size_dir / name if (size_dir / name).is_dir() else size_dir / "sweep" / name
+        config = load_json(run_dir / "job_base.json") or {}
+        method = config.get("method", {"type": "base model"})
+        knobs = ", ".join(f"{k}={v}" for k, v in method.items() if k != "type") or "defaults"
+        rows = progress_rows(run_dir) if name != "base" else []
+        train = ["-"] * 4
+        if rows:
+            train = [f"{statistics.fmean(r['ce'] for r in rows[-5:]):.4f}",
+                     f"{statistics.fmean(r['kept_ratio'] for r in rows):.3f}",
+                     f"{statistics.fmean(r.get('low_conf_region_share') or 0.0 for r in rows):.3f}",
+                     f"{max(r.get('weight_max') or 1.0 for r in rows):.3f}"]
+        sens, non = report["groups"]["sensitive"], report["groups"]["non_sensitive"]
+        lines.append(f"| {name} | {method['type']}: {knobs} | {sens['mean_p']:.4f} | {sens['share_low']:.3f} | "
+                     f"{sens['share_high']:.3f} | {non['mean_p']:.4f} | {report['regions']['low_confidence_share']:.3f} | "
+                     + " | ".join(train) + " |")
+    lines += ["", "Sensitive mean p by category on the same records:", "",
+              "| model | " + " | ".join(SWEEP_CATEGORIES) + " |", "|---|" + "---|" * len(SWEEP_CATEGORIES)]
+    for name in sorted(judges, key=sweep_order):
+        groups = judges[name]["groups"]
+        lines.append(f"| {name} | " + " | ".join(f"{groups[c]['mean_p']:.3f}" if groups.get(c, {}).get("tokens")
+                                                  else "-" for c in SWEEP_CATEGORIES) + " |")
+    return lines
+
+
 def plot_curves(runs: dict, path: Path) -> bool:
     trained = {name: run["progress"] for name, run in runs.items() if run["progress"]}
     if not trained:
@@ -345,6 +396,7 @@ def main() -> None:
                  *(first_errors(runs) or ["- none: no sample reached nvcc and failed there"])]
     sections += ["", "### Confidence report (validation records)", "",
                  *confidence_section(size_dir, args.out, args.size, link_base)]
+    sections += ["", "### Knob sweep (sweep subset; never the reported problems)", "", *sweep_section(size_dir)]
     sections += ["", "### Run status", "", "| stage | state | last recorded |", "|---|---|---|"]
     sections += [f"| {k} | {v['state']} | {v['time']} |" for k, v in status.items()]
     if in_doc:

@@ -4,6 +4,7 @@
     .venv/bin/python scripts/run_comparison.py --size small --pilot  # LoRA vs full fine-tuning pilot
     .venv/bin/python scripts/run_comparison.py --size tiny           # plumbing check (random tiny model)
     .venv/bin/python scripts/run_comparison.py --size full           # the GPU comparison (gpu_experiment.sh)
+    .venv/bin/python scripts/run_comparison.py --size small --sweep  # CuSeT knob sweep on the sweep subset
 
 Runs execute one at a time in priority order (base model, sft and cuset with seed 0, the
 other objectives, then the second seeds); each is trained, evaluated on the reported problems
@@ -90,14 +91,32 @@ SIZES = {
 
 @dataclass
 class Run:
-    """One trained model: an objective and a seed."""
+    """One trained model: an objective, a seed and (sweep variants only) knob overrides."""
 
     method: str
     seed: int
+    knobs: dict | None = None
+    label: str | None = None  # the sweep variant's name
 
     @property
     def name(self) -> str:
-        return f"{self.method}-s{self.seed}"
+        return f"{self.label or self.method}-s{self.seed}"
+
+
+# The knob sweep: CuSeT variants judged on the sweep subset (never on the reported problems),
+# each against sft and default cuset with the same seed. Each variant pushes one knob to where
+# it should bite harder than the DESIGN.md defaults did at this scale (see docs/results.md).
+SWEEP = {
+    "mask0.6": {"mask_ratio": 0.6},
+    "q0.5": {"region_quantile": 0.5},
+    "thr0.5": {"region_threshold": 0.5},
+    "thr0.5-lam3": {"region_threshold": 0.5, "reweight_lambda": 3.0},
+    "reference": {"confidence": "reference"},
+    "strong": {"mask_ratio": 0.6, "region_threshold": 0.5, "reweight_lambda": 3.0},
+}
+# The judge reads up to 3 records of each sweep problem, 48 at most, of up to 2,048 tokens
+# (longer than training's records: the judge is a forward pass, and more problems fit).
+SWEEP_RECORDS_PER_PROBLEM, SWEEP_RECORDS, SWEEP_MAX_TOKENS = 3, 48, 2048
 
 
 def schedule(size: Size) -> list[Run]:
@@ -205,12 +224,12 @@ def tiny_model_dir() -> Path:
 
 
 def job_config(size: Size, run: Run, model: str) -> dict:
-    """The tune job of one run; identical across methods except ``method.type``."""
+    """The tune job of one run; identical across methods except ``method`` (type and knobs)."""
     return {
         "model": model,
         "prompt_style": "compact",
         "seed": run.seed,
-        "method": {"type": run.method},
+        "method": {"type": run.method, **(run.knobs or {})},
         "lora": {} if size.lora else None,
         "hyperparameters": {
             "batch_size": size.batch_size,
@@ -358,13 +377,39 @@ def confidence_file() -> Path:
     return path
 
 
-def confidence(size: Size, model: str, out: Path) -> bool:
+def sweep_file() -> Path:
+    """The sweep judge's records: up to SWEEP_RECORDS_PER_PROBLEM validation records of each
+    sweep-subset problem that fit SWEEP_MAX_TOKENS (never a reported problem), SWEEP_RECORDS at most."""
+    from cuset_core.models import load_tokenizer
+
+    path = DATA_DIR / "confidence_sweep.jsonl"
+    if path.is_file():
+        return path
+    sweep = set(json.loads((EXPERIMENTS / "split.json").read_text())["eval_sweep"]["groups"])
+    tokenizer = load_tokenizer("smollm2-135m")
+    picked: dict[str, list[str]] = {}
+    for line in (DATA_DIR / "val.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        chosen = picked.setdefault(row["group"], [])
+        if row["group"] not in sweep or len(chosen) == SWEEP_RECORDS_PER_PROBLEM:
+            continue
+        text = "".join(m["content"] for m in row["messages"])
+        if len(tokenizer(text).input_ids) + 64 <= SWEEP_MAX_TOKENS:  # 64: chat template markup
+            chosen.append(line)
+    rows = [line for group in sorted(picked) for line in picked[group]][:SWEEP_RECORDS]
+    path.write_text("".join(line + "\n" for line in rows))
+    return path
+
+
+def confidence(size: Size, model: str, out: Path, data: Path | None = None, limit: int | None = None,
+               max_tokens: int | None = None) -> bool:
     """`cuset confidence-report` of one model on held-out validation records (never trained on)."""
     if (out / "report.json").is_file():
         return True
     command = [sys.executable, "-m", "cuset_core.cli", "confidence-report", "--model", model,
-               "--data", rel(confidence_file()), "--out", rel(out), "--limit", str(size.confidence_records),
-               "--prompt-style", "compact", "--max-tokens", str(size.max_seq_len)]
+               "--data", rel(data or confidence_file()), "--out", rel(out),
+               "--limit", str(limit or size.confidence_records),
+               "--prompt-style", "compact", "--max-tokens", str(max_tokens or size.max_seq_len)]
     log(f"confidence-report {model} -> {rel(out)}")
     code = call(command)
     return code == 0 and (out / "report.json").is_file()
@@ -418,6 +463,8 @@ def main() -> None:
     parser.add_argument("--pilot", type=int, nargs="?", const=3, default=None,
                         help="run the LoRA-vs-full pilot with this many steps (default 3) and stop")
     parser.add_argument("--only", nargs="*", help="run names to do (e.g. sft-s0 cuset-s0); default all")
+    parser.add_argument("--sweep", action="store_true",
+                        help="the CuSeT knob sweep (SWEEP), judged on the sweep subset, instead of the comparison")
     parser.add_argument("--generate", nargs=3, metavar=("MODEL", "PROBLEMS", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     size = SIZES[args.size]
@@ -463,8 +510,29 @@ def main() -> None:
         record(f"{run.name}/eval", evaluate(size, rel(run_dir), run_dir / "eval", problems))
         record(f"confidence/{run.name}", confidence(size, rel(run_dir), out / "confidence" / run.name))
 
-    tasks = [base_eval] if not args.only or "base" in args.only else []
-    tasks += [partial(one_run, run) for run in schedule(size) if not args.only or run.name in args.only]
+    def judge(name: str, model_path: str) -> None:
+        """The sweep's score of one model: its confidence report on the sweep subset's records."""
+        data = sweep_file()
+        records = sum(1 for _ in data.open())
+        record(f"sweep/judge/{name}", confidence(size, model_path, out / "sweep" / "judge" / name, data, records,
+                                                 SWEEP_MAX_TOKENS))
+
+    def sweep_run(run: Run, run_dir: Path) -> None:
+        ok = train(size, run, run_dir, model, data)
+        record(f"sweep/{run.name}/train", ok)
+        if ok:
+            judge(run.name, rel(run_dir))
+
+    if args.sweep:
+        seed = size.seeds[-1]
+        tasks = [partial(judge, "base", model)]
+        tasks += [partial(sweep_run, Run(m, seed), out / Run(m, seed).name) for m in ("sft", "cuset")]
+        variants = [Run("cuset", seed, knobs, label) for label, knobs in SWEEP.items()]
+        tasks += [partial(sweep_run, run, out / "sweep" / run.name) for run in variants
+                  if not args.only or run.name in args.only]
+    else:
+        tasks = [base_eval] if not args.only or "base" in args.only else []
+        tasks += [partial(one_run, run) for run in schedule(size) if not args.only or run.name in args.only]
     # One worker runs the tasks in priority order; more workers share a GPU.
     with ThreadPoolExecutor(max_workers=size.parallel) as pool:
         for future in [pool.submit(task) for task in tasks]:
