@@ -326,7 +326,7 @@ def sweep_section(size_dir: Path) -> list[str]:
         report = judges[name]
         run_dir = size_dir / name if (size_dir / name).is_dir() else size_dir / "sweep" / name
         config = load_json(run_dir / "job_base.json") or {}
-        method = config.get("method", {"type": "base model"})
+        method = config.get("method", {"type": "base model" if name == "base" else "(no job_base.json)"})
         knobs = ", ".join(f"{k}={v}" for k, v in method.items() if k != "type") or "defaults"
         rows = progress_rows(run_dir) if name != "base" else []
         train = ["-"] * 4

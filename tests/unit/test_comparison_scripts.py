@@ -1,0 +1,106 @@
+"""The issue-6 experiment scripts: runs differ only in their objective, and the sweep report
+reads what the sweep writes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def comparison():
+    return load_script("run_comparison")
+
+
+@pytest.fixture(scope="module")
+def report():
+    pytest.importorskip("matplotlib")
+    return load_script("results_report")
+
+
+def test_every_run_of_a_size_trains_the_same_way_except_the_objective(comparison):
+    size = comparison.SIZES["small"]
+    configs = [comparison.job_config(size, run, "smollm2-135m") for run in comparison.schedule(size)]
+    same_seed = [c for c in configs if c["seed"] == 0]
+
+    assert {c["method"]["type"] for c in same_seed} == set(comparison.METHODS)
+    for config in same_seed:
+        assert {k: v for k, v in config.items() if k != "method"} == {
+            k: v for k, v in same_seed[0].items() if k != "method"
+        }
+
+
+def test_the_schedule_puts_sft_and_cuset_first_and_second_seeds_last(comparison):
+    names = [run.name for run in comparison.schedule(comparison.SIZES["small"])]
+
+    assert names[:2] == ["sft-s0", "cuset-s0"]
+    assert names[7:9] == ["sft-s1", "cuset-s1"]
+    assert len(names) == len(set(names)) == 14
+
+
+def test_a_sweep_variant_changes_only_its_knobs(comparison):
+    size = comparison.SIZES["small"]
+    default = comparison.job_config(size, comparison.Run("cuset", 1), "smollm2-135m")
+    variant_run = comparison.Run("cuset", 1, {"region_threshold": 0.5, "reweight_lambda": 3.0}, "thr0.5-lam3")
+    variant = comparison.job_config(size, variant_run, "smollm2-135m")
+
+    assert variant_run.name == "thr0.5-lam3-s1"
+    assert variant["method"] == {"type": "cuset", "region_threshold": 0.5, "reweight_lambda": 3.0}
+    assert {k: v for k, v in variant.items() if k != "method"} == {k: v for k, v in default.items() if k != "method"}
+
+
+def test_every_sweep_variant_is_a_valid_method_config(comparison):
+    from cuset_core.objectives import MethodConfig
+
+    for knobs in comparison.SWEEP.values():
+        MethodConfig(type="cuset", **knobs)
+
+
+def judge_report(sensitive_p: float) -> dict:
+    group = {"tokens": 10, "mean_p": sensitive_p, "share_high": 0.2, "share_low": 0.4}
+    return {
+        "records": 3,
+        "thresholds": {"high": 0.9, "low": 0.5},
+        "tokens": {"supervised": 40, "sensitive": 10, "sensitive_share": 0.25},
+        "groups": {"sensitive": group, "non_sensitive": {**group, "mean_p": 0.7}, "indexing": group},
+        "regions": {"low_confidence_share": 0.3},
+    }
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def test_the_sweep_table_lists_base_then_the_baselines_then_the_variants(report, tmp_path):
+    for name, p in (("mask0.6-s1", 0.61), ("cuset-s1", 0.60), ("base", 0.50), ("sft-s1", 0.59)):
+        write_json(tmp_path / "sweep" / "judge" / name / "report.json", judge_report(p))
+    write_json(tmp_path / "sweep" / "mask0.6-s1" / "job_base.json", {"method": {"type": "cuset", "mask_ratio": 0.6}})
+    progress = [{"type": "progress", "step": s, "ce": 1.0, "kept_ratio": 0.5, "low_conf_region_share": 0.1,
+                 "weight_max": 1.2} for s in (1, 2)]
+    (tmp_path / "sweep" / "mask0.6-s1" / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in progress))
+
+    lines = report.sweep_section(tmp_path)
+    table = [line for line in lines if line.startswith("| ") and not line.startswith("| model")][:4]
+
+    assert [row.split(" | ")[0] for row in table] == ["| base", "| sft-s1", "| cuset-s1", "| mask0.6-s1"]
+    assert "cuset: mask_ratio=0.6 | 0.6100" in table[3]
+    assert table[3].endswith("| 1.0000 | 0.500 | 0.100 | 1.200 |")
+
+
+def test_the_sweep_section_says_when_the_sweep_has_not_run(report, tmp_path):
+    assert "has not run yet" in report.sweep_section(tmp_path)[0]
