@@ -134,7 +134,8 @@ def collect(size_dir: Path) -> dict:
     runs: dict[str, dict] = {}
     base = load_eval(size_dir / "base" / "eval")
     if base:
-        runs["base"] = {"method": "base", "seed": None, "eval": base, "progress": []}
+        runs["base"] = {"method": "base", "seed": None, "eval": base, "progress": [],
+                        "confidence": load_json(size_dir / "confidence" / "base" / "report.json")}
     for run_dir in sorted(size_dir.glob("*-s[0-9]*")):
         method, seed = run_dir.name.rsplit("-s", 1)
         runs[run_dir.name] = {
@@ -143,6 +144,7 @@ def collect(size_dir: Path) -> dict:
             "trained": finished(run_dir),
             "eval": load_eval(run_dir / "eval"),
             "progress": progress_rows(run_dir),
+            "confidence": load_json(size_dir / "confidence" / run_dir.name / "report.json"),
         }
     return runs
 
@@ -152,15 +154,16 @@ def metrics_table(runs: dict) -> list[str]:
     for run in runs.values():
         if run["eval"]:
             by_method[run["method"]].append(run)
-    lines = ["| model | seeds | " + " | ".join(METRICS) + " | samples | verdicts (all seeds) |",
-             "|---|---|" + "---|" * (len(METRICS) + 2)]
+    lines = ["| model | seeds | " + " | ".join(METRICS) + " | held-out sensitive mean p | samples "
+             "| verdicts (all seeds) |", "|---|---|" + "---|" * (len(METRICS) + 3)]
     for method in ("base", *METHODS):
         done = by_method.get(method, [])
         if not done:
-            lines.append(f"| {method} | - | " + " | ".join("not run" for _ in METRICS) + " | - | - |")
+            lines.append(f"| {method} | - | " + " | ".join("not run" for _ in METRICS) + " | - | - | - |")
             continue
         seeds = ",".join("-" if r["seed"] is None else str(r["seed"]) for r in done)
         cells = [spread([r["eval"]["aggregate"]["metrics"].get(m, 0.0) for r in done]) for m in METRICS]
+        cells.append(spread([r["confidence"]["groups"]["sensitive"]["mean_p"] for r in done if r.get("confidence")]))
         verdicts: Counter = Counter()
         for r in done:
             verdicts.update(r["eval"]["aggregate"]["verdicts"])
