@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -41,12 +42,21 @@ def reference_key(examples: list[TrainingExample], model_spec: str, max_seq_len:
     return digest.hexdigest()
 
 
+Progress = Callable[[int, int], None]  # (examples done, examples in all)
+
+
 @torch.no_grad()
 def compute_reference_confidence(
-    model, examples: list[TrainingExample], pad_token_id: int, device: torch.device, batch_size: int = 4
+    model,
+    examples: list[TrainingExample],
+    pad_token_id: int,
+    device: torch.device,
+    batch_size: int = 4,
+    on_progress: Progress | None = None,
 ) -> list[list[float]]:
     """p of every token under ``model`` (eval mode, no gradient): one list of length T per example,
-    position t holding p(token t | tokens < t), 1.0 where the token is not supervised."""
+    position t holding p(token t | tokens < t), 1.0 where the token is not supervised.
+    ``on_progress`` is called after every batch (a pass over a whole dataset takes minutes on a CPU)."""
     collate = CusetCollator(pad_token_id)
     was_training = model.training
     model.eval()
@@ -57,6 +67,8 @@ def compute_reference_confidence(
         logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)).logits
         p = torch.exp(-per_token_loss(logits, batch["labels"].to(device))).cpu()
         result.extend(p[row, : len(example.input_ids)].tolist() for row, example in enumerate(chunk))
+        if on_progress is not None:
+            on_progress(len(result), len(examples))
     model.train(was_training)
     return result
 
@@ -95,12 +107,13 @@ def attach_reference(
     pad_token_id: int,
     device: torch.device,
     batch_size: int,
+    on_progress: Progress | None = None,
 ) -> tuple[list[TrainingExample], bool]:
     """Examples carrying the base model's confidences, and whether they came from the cache."""
     path = cache_dir / f"reference-{reference_key(examples, model_spec, max_seq_len)}.npz"
     confidences = load_cached(path, examples)
     from_cache = confidences is not None
     if confidences is None:
-        confidences = compute_reference_confidence(model, examples, pad_token_id, device, batch_size)
+        confidences = compute_reference_confidence(model, examples, pad_token_id, device, batch_size, on_progress)
         save_cache(path, confidences)
     return [e.with_reference(c) for e, c in zip(examples, confidences, strict=True)], from_cache

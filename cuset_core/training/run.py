@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,6 +162,25 @@ def run_job(config: TuneConfig, writer: ProgressWriter) -> JobOutcome:
         cancel.close()
 
 
+class ReferenceProgress:
+    """Reports the reference-confidence pass as events at every tenth of the examples, with an
+    ETA, so a job's event stream (and the dashboard) shows it moving before training starts."""
+
+    def __init__(self, writer: ProgressWriter):
+        self.writer = writer
+        self.started = time.monotonic()
+        self.reported = 0  # tenths reported so far
+
+    def __call__(self, done: int, total: int) -> None:
+        tenths = 10 * done // total
+        if tenths <= self.reported and done < total:
+            return
+        self.reported = tenths
+        elapsed = time.monotonic() - self.started
+        eta = elapsed * (total - done) / done
+        self.writer.event(f"reference confidence: {done}/{total} examples, {elapsed:.0f} s, ETA {eta:.0f} s")
+
+
 def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) -> JobOutcome:
     """Load tokenizer, data and model (in that order, cheapest first), then train and save."""
     from transformers import PrinterCallback, set_seed
@@ -193,6 +213,7 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
                 pad_token_id=tokenizer.pad_token_id,
                 device=args.device,
                 batch_size=config.hyperparameters.batch_size,
+                on_progress=ReferenceProgress(writer),
             )
         writer.event("reference confidence " + ("read from cache" if cached else "computed and cached"))
     stash = MetricStash()

@@ -204,6 +204,8 @@ def test_reference_confidence_is_computed_once_then_read_from_the_cache(tmp_path
 
     assert len(list((tmp_path / "cache").glob("reference-*.npz"))) == 1
     assert {"reference confidence computed and cached"} <= {line.get("message") for line in first}
+    passes = [line["message"] for line in first if line.get("message", "").startswith("reference confidence: ")]
+    assert passes and passes[-1].startswith("reference confidence: 4/4 examples")
     assert {"reference confidence read from cache"} <= {line.get("message") for line in second}
     assert progress(first)[0]["p_sensitive_mean"] == pytest.approx(progress(second)[0]["p_sensitive_mean"])
 
