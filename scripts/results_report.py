@@ -342,6 +342,18 @@ def sweep_section(size_dir: Path) -> list[str]:
         lines.append(f"| {name} | {method['type']}: {knobs} | {sens['mean_p']:.4f} | {sens['share_low']:.3f} | "
                      f"{sens['share_high']:.3f} | {non['mean_p']:.4f} | {report['regions']['low_confidence_share']:.3f} | "
                      + " | ".join(train) + " |")
+    picked = [d for d in sorted((size_dir / "sweep").glob("*-s[0-9]*")) if load_eval(d / "eval")]
+    if picked:
+        lines += ["", "The sweep's pick, evaluated on the reported problems like every run above:", "",
+                  "| model | " + " | ".join(METRICS) + " | held-out sensitive mean p | verdicts |",
+                  "|---|" + "---|" * (len(METRICS) + 2)]
+        for run_dir in picked:
+            aggregate = load_eval(run_dir / "eval")["aggregate"]
+            held_out = load_json(run_dir / "confidence" / "report.json")
+            p = f"{held_out['groups']['sensitive']['mean_p']:.3f}" if held_out else "-"
+            verdicts = ", ".join(f"{v} {c}" for v, c in Counter(aggregate["verdicts"]).most_common())
+            lines.append(f"| {run_dir.name} | " + " | ".join(f"{aggregate['metrics'].get(m, 0.0):.3f}" for m in METRICS)
+                         + f" | {p} | {verdicts} |")
     lines += ["", "Sensitive mean p by category on the same records:", "",
               "| model | " + " | ".join(SWEEP_CATEGORIES) + " |", "|---|" + "---|" * len(SWEEP_CATEGORIES)]
     for name in sorted(judges, key=sweep_order):

@@ -5,6 +5,7 @@
     .venv/bin/python scripts/run_comparison.py --size tiny           # plumbing check (random tiny model)
     .venv/bin/python scripts/run_comparison.py --size full           # the GPU comparison (gpu_experiment.sh)
     .venv/bin/python scripts/run_comparison.py --size small --sweep  # CuSeT knob sweep on the sweep subset
+    .venv/bin/python scripts/run_comparison.py --size small --sweep --pick thr0.5-lam3  # + its reported eval
 
 Runs execute one at a time in priority order (base model, sft and cuset with seed 0, the
 other objectives, then the second seeds); each is trained, evaluated on the reported problems
@@ -465,6 +466,8 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="run names to do (e.g. sft-s0 cuset-s0); default all")
     parser.add_argument("--sweep", action="store_true",
                         help="the CuSeT knob sweep (SWEEP), judged on the sweep subset, instead of the comparison")
+    parser.add_argument("--pick", choices=sorted(SWEEP), help="with --sweep: also evaluate this variant (the "
+                        "sweep's choice) on the reported problems, as the comparison evaluates every run")
     parser.add_argument("--generate", nargs=3, metavar=("MODEL", "PROBLEMS", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     size = SIZES[args.size]
@@ -520,8 +523,12 @@ def main() -> None:
     def sweep_run(run: Run, run_dir: Path) -> None:
         ok = train(size, run, run_dir, model, data)
         record(f"sweep/{run.name}/train", ok)
-        if ok:
-            judge(run.name, rel(run_dir))
+        if not ok:
+            return
+        judge(run.name, rel(run_dir))
+        if run.label is not None and run.label == args.pick:
+            record(f"sweep/{run.name}/eval", evaluate(size, rel(run_dir), run_dir / "eval", problems))
+            record(f"sweep/confidence/{run.name}", confidence(size, rel(run_dir), run_dir / "confidence"))
 
     if args.sweep:
         seed = size.seeds[-1]
