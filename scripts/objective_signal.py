@@ -1,6 +1,7 @@
 """How different is each objective's update from SFT's, on the same batches and the same model?
 
-    .venv/bin/python scripts/objective_signal.py [--batches 4] [--methods sft cuset ...] [--knobs '{"region_threshold": 0.5}']
+    .venv/bin/python scripts/objective_signal.py [--batches 4] [--methods sft cuset ...]
+        [--knobs '{"region_threshold": 0.5}']
 
 For the first ``--batches`` micro-batches of the comparison's training data (seeded order, 2
 records each, as `--size small` trains) this runs the bundled SmolLM2-135M with a fresh LoRA

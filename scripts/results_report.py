@@ -340,7 +340,8 @@ def sweep_section(size_dir: Path) -> list[str]:
                      f"{max(r.get('weight_max') or 1.0 for r in rows):.3f}"]
         sens, non = report["groups"]["sensitive"], report["groups"]["non_sensitive"]
         lines.append(f"| {name} | {method['type']}: {knobs} | {sens['mean_p']:.4f} | {sens['share_low']:.3f} | "
-                     f"{sens['share_high']:.3f} | {non['mean_p']:.4f} | {report['regions']['low_confidence_share']:.3f} | "
+                     f"{sens['share_high']:.3f} | {non['mean_p']:.4f} | "
+                     f"{report['regions']['low_confidence_share']:.3f} | "
                      + " | ".join(train) + " |")
     picked = [d for d in sorted((size_dir / "sweep").glob("*-s[0-9]*")) if load_eval(d / "eval")]
     if picked:

@@ -11,9 +11,12 @@ Runs execute one at a time in priority order (base model, sft and cuset with see
 other objectives, then the second seeds); each is trained, evaluated on the reported problems
 and given a confidence report on held-out validation records (one per validation problem).
 Every finished stage is kept on disk, so rerunning the same command skips what is done and
-resumes a training run from its last checkpoint; SIGTERM or Ctrl-C stops it after a checkpoint. Outputs: ``experiments/comparison/split.json`` (shared by every
+resumes a training run from its last checkpoint; SIGTERM or Ctrl-C stops it after a checkpoint.
+Outputs: ``experiments/comparison/split.json`` (shared by every
 size) and ``experiments/comparison/<size>/<run>/`` (job.json, progress.jsonl, eval/results.*),
 ``<size>/status.json`` (what finished, when). Data files and weights go to gitignored places.
+``--sweep`` trains the CuSeT variants of SWEEP instead and judges each (and sft, cuset with the
+same seed) by a confidence report on the sweep subset's held-out records (``<size>/sweep/``).
 
 Every method gets the same data order (seed), steps, tokens, learning-rate schedule and
 evaluation; only ``method.type`` differs. Needs ``../shared/data`` (the KernelBench parquet).
