@@ -3,19 +3,28 @@ folder of the owner's succeeded job that produced a fine-tuned model (shared by 
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from db.models import Job
 from db.settings import Settings
 
 
+def succeeded_tuned_jobs(owner: str) -> Select[tuple[Job]]:
+    """The owner's succeeded jobs that produced a fine-tuned model: the models they may use."""
+    return select(Job).where(Job.owner == owner, Job.status == "succeeded", Job.fine_tuned_model.is_not(None))
+
+
+def tuned_job(session: Session, owner: str, model_id: str) -> Job | None:
+    """The owner's succeeded job that produced the fine-tuned model ``model_id``, if any."""
+    return session.scalars(succeeded_tuned_jobs(owner).where(Job.fine_tuned_model == model_id)).first()
+
+
 def model_spec_for(session: Session, settings: Settings, owner: str, model_id: str) -> str | None:
     """The spec ``model_id`` names for ``owner``, or None when it names nothing they may use."""
     if model_id in settings.base_models:
         return settings.base_models[model_id]
-    job = session.scalars(select(Job).where(Job.owner == owner, Job.fine_tuned_model == model_id,
-                                            Job.status == "succeeded")).first()
+    job = tuned_job(session, owner, model_id)
     if job is None or not job.output_dir:
         return None
     return str(settings.artifacts / job.output_dir)

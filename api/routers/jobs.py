@@ -29,6 +29,7 @@ from api.schemas.jobs import (
 )
 from db.dispatch import enqueue
 from db.ids import new_id
+from db.model_specs import tuned_job
 from db.models import Checkpoint, File, Job, JobEvent, JobMetric
 from db.settings import Settings
 
@@ -91,9 +92,7 @@ def _check_file(session: Session, owner: str, file_id: str | None, param: str) -
 def _check_model(session: Session, settings: Settings, owner: str, model: str) -> None:
     if model in settings.base_models:
         return
-    tuned = session.scalar(select(Job.id).where(Job.owner == owner, Job.fine_tuned_model == model,
-                                                Job.status == "succeeded"))
-    if tuned is None:
+    if tuned_job(session, owner, model) is None:
         known = ", ".join(sorted(settings.base_models))
         raise bad_request(f"Model '{model}' is not a base model ({known}) or one of your fine-tuned models.",
                           param="model", code="model_not_found")

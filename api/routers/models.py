@@ -10,12 +10,11 @@ from typing import Literal
 
 from fastapi import APIRouter
 from pydantic import BaseModel
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.deps import OwnerDep, SessionDep, SettingsDep
 from api.errors import not_found
-from db.model_specs import model_spec_for
+from db.model_specs import model_spec_for, succeeded_tuned_jobs, tuned_job
 from db.models import Job
 from db.settings import Settings
 
@@ -38,10 +37,6 @@ class ModelList(BaseModel):
     data: list[ModelObject]
 
 
-def _succeeded_jobs(owner: str):
-    return select(Job).where(Job.owner == owner, Job.status == "succeeded", Job.fine_tuned_model.is_not(None))
-
-
 def _tuned_object(job: Job) -> ModelObject:
     return ModelObject(id=job.fine_tuned_model, created=int(job.finished_at or job.created_at), owned_by=job.owner)
 
@@ -62,7 +57,7 @@ def model_spec(session: Session, settings: Settings, owner: str, model_id: str) 
 @router.get("/models", response_model=ModelList)
 def list_models(session: SessionDep, settings: SettingsDep, owner: OwnerDep) -> ModelList:
     """Every base model, then this owner's succeeded fine-tuned models, newest first."""
-    jobs = session.scalars(_succeeded_jobs(owner).order_by(Job.created_at.desc())).all()
+    jobs = session.scalars(succeeded_tuned_jobs(owner).order_by(Job.created_at.desc())).all()
     return ModelList(data=[_base_object(i) for i in settings.base_models] + [_tuned_object(j) for j in jobs])
 
 
@@ -70,7 +65,7 @@ def list_models(session: SessionDep, settings: SettingsDep, owner: OwnerDep) -> 
 def retrieve_model(model_id: str, session: SessionDep, settings: SettingsDep, owner: OwnerDep) -> ModelObject:
     if model_id in settings.base_models:
         return _base_object(model_id)
-    job = session.scalars(_succeeded_jobs(owner).where(Job.fine_tuned_model == model_id)).first()
+    job = tuned_job(session, owner, model_id)
     if job is None:
         raise not_found("model", model_id, param="model")
     return _tuned_object(job)
