@@ -22,6 +22,7 @@ drop confident tokens barely change training (docs/results.md, "What the numbers
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import random
 import statistics
@@ -33,38 +34,45 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from run_comparison import DATA_DIR, EXPERIMENTS, METHODS, SIZES  # noqa: E402
+from run_comparison import DATA_DIR, EXPERIMENTS, METHODS, SIZES, Run, job_config, write_split  # noqa: E402
 
-from cuset_core.data import LoadOptions, load_records  # noqa: E402
-from cuset_core.models import load_model  # noqa: E402
+from cuset_core.models import load_tokenizer  # noqa: E402
 from cuset_core.objectives import MethodConfig, ObjectiveBatch, compute_objective  # noqa: E402
+from cuset_core.objectives.rules import token_factor  # noqa: E402
 from cuset_core.objectives.token_loss import per_token_loss, supervised_mask  # noqa: E402
-from cuset_core.training.collator import CusetCollator, as_item, encode_example  # noqa: E402
-from cuset_core.training.config import LoraSettings  # noqa: E402
+from cuset_core.training.callbacks import ProgressWriter  # noqa: E402
+from cuset_core.training.collator import CusetCollator, as_item  # noqa: E402
+from cuset_core.training.config import TuneConfig, parse_config  # noqa: E402
+from cuset_core.training.run import load_examples, prepare_model  # noqa: E402
 
 
-def batches(size_name: str, count: int, seed: int, tokenizer) -> list[dict]:
-    """``count`` micro-batches of the size's batch size, records in a seeded order."""
-    size = SIZES[size_name]
-    loaded = load_records(DATA_DIR / "train.jsonl", LoadOptions(prompt_style="compact", require_kernel=True,
-                                                                max_tokens=size.max_seq_len), tokenizer=tokenizer)
-    records = list(loaded.records)
-    random.Random(seed).shuffle(records)
+def signal_config(size_name: str, seed: int) -> TuneConfig:
+    """The comparison's ``sft`` job of this size, with LoRA dropout off (deterministic gradients)
+    and no gradient checkpointing (one forward pass serves every objective's backward)."""
+    data = job_config(SIZES[size_name], Run("sft", seed), "smollm2-135m")
+    if data["lora"] is not None:
+        data["lora"] = {**data["lora"], "dropout": 0.0}
+    data["hyperparameters"]["gradient_checkpointing"] = False
+    return parse_config({**data, "train_file": DATA_DIR / "train.jsonl", "output_dir": ROOT / "runs" / "signal"})
+
+
+def batches(config: TuneConfig, count: int, tokenizer) -> list[dict]:
+    """``count`` micro-batches of the job's batch size, examples in a seeded order."""
+    quiet = ProgressWriter(None, stream=io.StringIO())
+    examples = load_examples(config.train_file, config, tokenizer, quiet, "train_file")
+    random.Random(config.seed).shuffle(examples)
+    size = config.hyperparameters.batch_size
     collate = CusetCollator(pad_token_id=tokenizer.pad_token_id)
-    items = [as_item(encode_example(r, tokenizer, size.max_seq_len)) for r in records[: count * size.batch_size]]
-    return [collate(items[i : i + size.batch_size]) for i in range(0, len(items), size.batch_size)]
+    items = [as_item(example) for example in examples[: count * size]]
+    return [collate(items[i : i + size]) for i in range(0, len(items), size)]
 
 
 def signal_share(config: MethodConfig, out, p: torch.Tensor, supervised: torch.Tensor) -> float:
     """sum of w * keep * factor * (1 - p) over sum of (1 - p): the objective's share of SFT's
     per-token gradient scale (the factor is p for dft, (1 - p)^gamma for focal, else 1)."""
-    factor = torch.ones_like(p)
-    if config.type == "dft":
-        factor = p
-    elif config.type == "focal":
-        factor = (1 - p) ** config.focal_gamma
+    factor = token_factor(config.type, p, config.focal_gamma)
     scale = (1 - p) * supervised
-    kept = out.sample_weights[:, None] * out.keep * factor * scale
+    kept = out.sample_weights[:, None] * out.keep * scale * (1.0 if factor is None else factor)
     return float(kept.sum() / scale.sum())
 
 
@@ -77,18 +85,17 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS,
                         help="objectives to compare (sft is always included: it is the reference)")
     args = parser.parse_args()
+    if not (DATA_DIR / "train.jsonl").is_file():
+        write_split()  # deterministic: rebuilds the committed split's JSONL files
     torch.manual_seed(args.seed)
-    from peft import LoraConfig, get_peft_model
-
-    model, tokenizer = load_model("smollm2-135m", with_adapter=False)
-    lora = LoraSettings()
-    model = get_peft_model(model, LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=0.0,
-                                             target_modules=lora.target_modules, task_type="CAUSAL_LM"))
+    config = signal_config(args.size, args.seed)
+    tokenizer = load_tokenizer(config.model)
+    model = prepare_model(config)
     params = [p for p in model.parameters() if p.requires_grad]
     methods = ["sft", *(m for m in args.methods if m != "sft")]
     configs = {m: MethodConfig(type=m, **(args.knobs if m.startswith("cuset") else {})) for m in methods}
     rows: dict[str, list[dict]] = {m: [] for m in methods}
-    for index, batch in enumerate(batches(args.size, args.batches, args.seed, tokenizer)):
+    for index, batch in enumerate(batches(config, args.batches, tokenizer)):
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
         token_loss = per_token_loss(model(**inputs).logits, batch["labels"])
         supervised = supervised_mask(batch["labels"])

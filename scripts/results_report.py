@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import statistics
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -29,7 +30,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-METHODS = ("sft", "cuset", "dft", "focal", "profit", "cuset_mask", "cuset_reweight")
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from run_comparison import METHODS, SWEEP_MAX_TOKENS, SWEEP_RECORDS_PER_PROBLEM  # noqa: E402
+
 METRICS = ("compile@1", "compile@2", "cpu_correct@1", "cpu_correct@2")
 CURVES = (("loss", "objective loss"), ("ce", "plain cross-entropy"), ("kept_ratio", "kept-token ratio"))
 
@@ -319,8 +323,8 @@ def sweep_section(size_dir: Path) -> list[str]:
     first = next(iter(judges.values()))
     high, low = first["thresholds"].values()
     lines = [f"Judge: `cuset confidence-report` on {first['records']} held-out records of the sweep "
-             "subset's problems (`runs/comparison-data/confidence_sweep.jsonl`, up to 3 per problem, "
-             f"<= 2,048 tokens); {first['tokens']['sensitive']} of {first['tokens']['supervised']} "
+             f"subset's problems (`runs/comparison-data/confidence_sweep.jsonl`, up to {SWEEP_RECORDS_PER_PROBLEM} "
+             f"per problem, <= {SWEEP_MAX_TOKENS:,} tokens); {first['tokens']['sensitive']} of {first['tokens']['supervised']} "
              "answer tokens are CUDA-sensitive.", "",
              "| model | method knobs | sensitive mean p | sensitive p < " + f"{low} | sensitive p >= {high} | "
              f"non-sensitive mean p | regions with mean p < {low} | CE last 5 train steps | mean kept ratio | "

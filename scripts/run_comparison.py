@@ -398,7 +398,10 @@ def sweep_file() -> Path:
         if row["group"] not in sweep or len(chosen) == SWEEP_RECORDS_PER_PROBLEM:
             continue
         text = "".join(m["content"] for m in row["messages"])
-        if len(tokenizer(text).input_ids) + 64 <= SWEEP_MAX_TOKENS:  # 64: chat template markup
+        # 64 over-counts the chat markup (32 tokens with SmolLM2's template), so no judged record is
+        # truncated. Counting the rendered chat exactly would pick other records; the committed
+        # sweep judges were run on this selection, so the margin stays.
+        if len(tokenizer(text).input_ids) + 64 <= SWEEP_MAX_TOKENS:
             chosen.append(line)
     rows = [line for group in sorted(picked) for line in picked[group]][:SWEEP_RECORDS]
     path.write_text("".join(line + "\n" for line in rows))
@@ -518,10 +521,8 @@ def main() -> None:
 
     def judge(name: str, model_path: str) -> None:
         """The sweep's score of one model: its confidence report on the sweep subset's records."""
-        data = sweep_file()
-        records = sum(1 for _ in data.open())
-        record(f"sweep/judge/{name}", confidence(size, model_path, out / "sweep" / "judge" / name, data, records,
-                                                 SWEEP_MAX_TOKENS))
+        record(f"sweep/judge/{name}", confidence(size, model_path, out / "sweep" / "judge" / name, sweep_file(),
+                                                 SWEEP_RECORDS, SWEEP_MAX_TOKENS))
 
     def sweep_run(run: Run, run_dir: Path) -> None:
         ok = train(size, run, run_dir, model, data)

@@ -38,6 +38,7 @@ from cuset_core.objectives.rules import (
     low_confidence_tokens,
     profit_keep,
     region_sample_weights,
+    token_factor,
 )
 from cuset_core.objectives.token_loss import online_confidence
 
@@ -117,10 +118,9 @@ def compute_objective(
             thresholds["tau_lo"] = tau_lo
 
     per_token = torch.where(keep, token_loss, torch.zeros_like(token_loss))
-    if config.type == "dft":
-        per_token = per_token * p
-    elif config.type == "focal":
-        per_token = per_token * (1.0 - p) ** config.focal_gamma
+    factor = token_factor(config.type, p, config.focal_gamma)
+    if factor is not None:
+        per_token = per_token * factor
     denominator = _denominator(batch.num_items_in_batch, supervised)
     loss = (per_token.sum(dim=1) * weights).sum() / denominator
 

@@ -44,6 +44,16 @@ def profit_keep(p: Tensor, supervised: Tensor, threshold: float) -> Tensor:
     return supervised & (p >= threshold)
 
 
+def token_factor(method: str, p: Tensor, focal_gamma: float) -> Tensor | None:
+    """The per-token loss factor: p for ``dft``, (1 - p)^gamma for ``focal``, None (a factor of 1)
+    for every other method. Float [B, T] like ``p``, which is detached, so the factor is a weight."""
+    if method == "dft":
+        return p
+    if method == "focal":
+        return (1.0 - p) ** focal_gamma
+    return None
+
+
 def low_confidence_tokens(
     p: Tensor, sensitive: Tensor, region_ids: Tensor, tau_lo: Tensor | float | None
 ) -> tuple[Tensor, Tensor]:
