@@ -13,6 +13,7 @@ import pytest
 
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.cpu import run_cpu_tier
+from cuset_core.verify.cpu.build import BuildError, compile_extension, prepare_preludes, toolchain, translation_unit
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
@@ -75,6 +76,30 @@ def test_right_kernel_passes_and_counts_its_launches():
     assert result.launches == {"add_kernel": SETTINGS.seeds}
     assert result.max_abs_diff == 0.0
     assert set(result.timings_s) >= {"build", "run"}
+
+
+def nn_functional(source: str) -> str:
+    """The case with its output passed through ``torch::nn::Identity``, from torch's C++ frontend."""
+    return mutate(source, "return out;", "torch::nn::Identity identity;\n    return identity(out);")
+
+
+def test_a_typical_extension_builds_with_the_light_prelude(tmp_path):
+    unit = translation_unit("light_ext", case("add_kernel.cu"), "", ["run"])
+    light = prepare_preludes()[:1]
+    assert compile_extension("light_ext", unit, tmp_path, light, toolchain()).is_file()
+
+
+def test_an_extension_using_the_cpp_frontend_falls_back_to_the_full_prelude(tmp_path):
+    unit = translation_unit("nn_ext", nn_functional(case("add_kernel.cu")), "", ["run"])
+    preludes = prepare_preludes()
+    with pytest.raises(BuildError, match="nn"):
+        compile_extension("nn_ext", unit, tmp_path, preludes[:1], toolchain())
+    assert compile_extension("nn_ext", unit, tmp_path, preludes, toolchain()).is_file()
+
+
+def test_a_candidate_using_the_cpp_frontend_still_passes():
+    result = verify("add_problem.py", add_candidate(nn_functional(case("add_kernel.cu"))))
+    assert result.verdict is Verdict.PASS, result.reason + result.log
 
 
 def test_wrong_index_is_a_value_mismatch():

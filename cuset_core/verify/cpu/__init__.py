@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from cuset_core.verify.candidate import Candidate
-from cuset_core.verify.cpu.build import BuildError, prepare_pch, toolchain
+from cuset_core.verify.cpu.build import BuildError, prepare_preludes, toolchain
 from cuset_core.verify.cpu.rewrite import unsupported_feature
 from cuset_core.verify.protocol import harness_env, run_harness, tail, write_job
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
@@ -48,7 +48,7 @@ def run_cpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettin
         return _result(Verdict.UNSUPPORTED, f"uses {feature}", unsupported_feature=feature)
     clock = time.perf_counter()
     try:
-        pch_dir = prepare_pch()
+        preludes = prepare_preludes()
     except BuildError as exc:
         return _result(Verdict.RUNTIME_ERROR, "the CPU runtime header does not build on this machine",
                        log=tail(str(exc)))
@@ -56,7 +56,7 @@ def run_cpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettin
     with tempfile.TemporaryDirectory(prefix="cuset-cpu-") as folder:
         chain = toolchain()
         job = write_job(Path(folder), problem_code, candidate, settings, reduce_sizes=settings.reduce_sizes,
-                        max_elements=settings.max_elements, pch_dir=str(pch_dir),
+                        max_elements=settings.max_elements, preludes=[str(folder) for folder in preludes],
                         include_dirs=list(chain.include_dirs), library_dirs=list(chain.library_dirs),
                         prebuild=_prebuild(candidate))
         result = run_harness(HARNESS_MODULE, job, Tier.CPU, settings.limits, harness_env(OMP_NUM_THREADS="1"))

@@ -115,9 +115,9 @@ def extension_module_name(name: str | None, index: int) -> str:
 class Builder:
     """Stands in for ``torch.utils.cpp_extension.load_inline``/``load`` inside the harness."""
 
-    def __init__(self, workdir: Path, pch_dir: Path, timings: dict[str, float], chain, prebuilt: dict):
+    def __init__(self, workdir: Path, preludes: list[Path], timings: dict[str, float], chain, prebuilt: dict):
         self.workdir = workdir
-        self.pch_dir = pch_dir
+        self.preludes = preludes
         self.chain = chain
         self.prebuilt = prebuilt  # (module name, translation unit) -> Future of the library path
         self.libraries: list[Path] = []
@@ -140,7 +140,7 @@ class Builder:
             if started is not None:
                 library = started.result()
             else:
-                library = compile_extension(module_name, unit, self.workdir, self.pch_dir, self.chain)
+                library = compile_extension(module_name, unit, self.workdir, self.preludes, self.chain)
         except BuildError as exc:
             missing = _MISSING_HEADER.search(str(exc))
             if missing:  # a CUDA header the runtime has no stand-in for (a library, PTX helpers...)
@@ -297,12 +297,12 @@ def start_prebuilds(job: dict, workdir: Path, chain, pool: ThreadPoolExecutor) -
     """
     from cuset_core.verify.cpu.build import compile_extension, translation_unit
 
-    pch_dir = Path(job["pch_dir"])
+    preludes = [Path(folder) for folder in job["preludes"]]
     started = {}
     for index, ext in enumerate(job.get("prebuild", [])):
         module_name = extension_module_name(ext["name"], index)
         unit = translation_unit(module_name, ext["cuda"], ext["cpp"], ext["functions"])
-        started[(module_name, unit)] = pool.submit(compile_extension, module_name, unit, workdir, pch_dir, chain)
+        started[(module_name, unit)] = pool.submit(compile_extension, module_name, unit, workdir, preludes, chain)
     return started
 
 
@@ -316,7 +316,7 @@ def run_protocol(job: dict, workdir: Path, timings: dict[str, float]) -> Outcome
     chain = Toolchain(tuple(job["include_dirs"]), tuple(job["library_dirs"]))
     with ThreadPoolExecutor(max_workers=1) as pool:
         prebuilt = start_prebuilds(job, workdir, chain, pool)
-        return _run_protocol(job, workdir, timings, Builder(workdir, Path(job["pch_dir"]), timings, chain, prebuilt))
+        return _run_protocol(job, workdir, timings, Builder(workdir, [Path(f) for f in job["preludes"]], timings, chain, prebuilt))
 
 
 def _run_protocol(job: dict, workdir: Path, timings: dict[str, float], builder: Builder) -> Outcome:
