@@ -1,7 +1,7 @@
 """Tier 2 end to end: small problems and candidates (right and broken) through the CPU runtime.
 
-Each case builds a real extension with g++ (a few seconds with the cached precompiled header;
-the first run of a machine builds that header, ~1 min), so these tests are marked slow.
+Each case builds a real extension with g++ (seconds with the cached precompiled preludes; the
+first run of a machine builds them, ~2 min), so these tests are marked slow.
 Broken candidates are the correct kernels of ``cpu_cases/`` with one mutation each.
 """
 

@@ -2,8 +2,8 @@
 
 The runtime (``runtime/cuda_cpu.h``) runs each CUDA thread as a user-space fiber and the
 blocks of a grid in turn; ``rewrite`` turns launches and shared-memory declarations into
-runtime calls; ``build`` compiles the extension with g++ against the CPU torch wheel using a
-cached precompiled header; ``harness`` runs reference and candidate in the sandbox.
+runtime calls; ``build`` compiles the extension with g++ against the CPU torch wheel starting from
+cached precompiled preludes; ``harness`` runs reference and candidate in the sandbox.
 It is a filter, not an oracle: real concurrency, races and timing are not modelled, and
 features the runtime cannot model are reported as ``unsupported`` with the feature named.
 """
