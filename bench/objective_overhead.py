@@ -1,6 +1,6 @@
 """Overhead of the CuSeT objective over plain SFT: one training step, same model, same batches.
 
-Usage: python bench/objective_overhead.py [--tiny] [--seq-len 512] [--batch 2] [--reps 3]
+Usage: python bench/objective_overhead.py [--tiny] [--seq-len 512] [--batch 2] [--reps 8]
 
 One process holds the model and alternates full training steps (forward, ``per_token_loss``,
 ``compute_objective``, backward, AdamW step on LoRA adapters of rank 16 on every linear
@@ -350,7 +350,7 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=512, help="tokens per sequence")
     parser.add_argument("--batch", type=int, default=2, help="sequences per micro-batch")
     parser.add_argument("--batches", type=int, default=3, help="distinct fixed micro-batches")
-    parser.add_argument("--reps", type=int, default=3, help="timed steps per method")
+    parser.add_argument("--reps", type=int, default=8, help="timed steps per method (fewer leave the ratio within this CPU's +-7% noise)")
     args = parser.parse_args()
 
     figures = measure(args)
