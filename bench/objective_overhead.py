@@ -350,7 +350,7 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=512, help="tokens per sequence")
     parser.add_argument("--batch", type=int, default=2, help="sequences per micro-batch")
     parser.add_argument("--batches", type=int, default=3, help="distinct fixed micro-batches")
-    parser.add_argument("--reps", type=int, default=8, help="timed steps per method (fewer leave the ratio within this CPU's +-7% noise)")
+    parser.add_argument("--reps", type=int, default=8, help="timed steps per method (fewer leave the ratio within this CPU's +-7%% noise)")
     args = parser.parse_args()
 
     figures = measure(args)
