@@ -347,13 +347,14 @@ def sweep_section(size_dir: Path) -> list[str]:
                      f"{sens['share_high']:.3f} | {non['mean_p']:.4f} | "
                      f"{report['regions']['low_confidence_share']:.3f} | "
                      + " | ".join(train) + " |")
-    picked = [d for d in sorted((size_dir / "sweep").glob("*-s[0-9]*")) if load_eval(d / "eval")]
+    evals = {d: load_eval(d / "eval") for d in sorted((size_dir / "sweep").glob("*-s[0-9]*"))}
+    picked = {run_dir: result for run_dir, result in evals.items() if result}
     if picked:
         lines += ["", "The sweep's pick, evaluated on the reported problems like every run above:", "",
                   "| model | " + " | ".join(METRICS) + " | held-out sensitive mean p | verdicts |",
                   "|---|" + "---|" * (len(METRICS) + 2)]
-        for run_dir in picked:
-            aggregate = load_eval(run_dir / "eval")["aggregate"]
+        for run_dir, result in picked.items():
+            aggregate = result["aggregate"]
             held_out = load_json(run_dir / "confidence" / "report.json")
             p = f"{held_out['groups']['sensitive']['mean_p']:.3f}" if held_out else "-"
             verdicts = ", ".join(f"{v} {c}" for v, c in Counter(aggregate["verdicts"]).most_common())

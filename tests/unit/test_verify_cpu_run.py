@@ -78,7 +78,7 @@ def test_right_kernel_passes_and_counts_its_launches():
     assert set(result.timings_s) >= {"build", "run"}
 
 
-def nn_functional(source: str) -> str:
+def with_cpp_frontend(source: str) -> str:
     """The case with its output passed through ``torch::nn::Identity``, from torch's C++ frontend."""
     return mutate(source, "return out;", "torch::nn::Identity identity;\n    return identity(out);")
 
@@ -90,7 +90,7 @@ def test_a_typical_extension_builds_with_the_light_prelude(tmp_path):
 
 
 def test_an_extension_using_the_cpp_frontend_falls_back_to_the_full_prelude(tmp_path):
-    unit = translation_unit("nn_ext", nn_functional(case("add_kernel.cu")), "", ["run"])
+    unit = translation_unit("nn_ext", with_cpp_frontend(case("add_kernel.cu")), "", ["run"])
     preludes = prepare_preludes()
     with pytest.raises(BuildError, match="nn"):
         compile_extension("nn_ext", unit, tmp_path, preludes[:1], toolchain())
@@ -98,7 +98,7 @@ def test_an_extension_using_the_cpp_frontend_falls_back_to_the_full_prelude(tmp_
 
 
 def test_a_candidate_using_the_cpp_frontend_still_passes():
-    result = verify("add_problem.py", add_candidate(nn_functional(case("add_kernel.cu"))))
+    result = verify("add_problem.py", add_candidate(with_cpp_frontend(case("add_kernel.cu"))))
     assert result.verdict is Verdict.PASS, result.reason + result.log
 
 

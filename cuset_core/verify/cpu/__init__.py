@@ -56,7 +56,7 @@ def run_cpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettin
     with tempfile.TemporaryDirectory(prefix="cuset-cpu-") as folder:
         chain = toolchain()
         job = write_job(Path(folder), problem_code, candidate, settings, reduce_sizes=settings.reduce_sizes,
-                        max_elements=settings.max_elements, preludes=[str(folder) for folder in preludes],
+                        max_elements=settings.max_elements, preludes=[str(prelude) for prelude in preludes],
                         include_dirs=list(chain.include_dirs), library_dirs=list(chain.library_dirs),
                         prebuild=_prebuild(candidate))
         result = run_harness(HARNESS_MODULE, job, Tier.CPU, settings.limits, harness_env(OMP_NUM_THREADS="1"))

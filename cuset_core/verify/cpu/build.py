@@ -10,8 +10,9 @@ Two preludes, tried in order. GCC instantiates a header's pending templates agai
 unit that uses its precompiled form, so the prelude's size sets the floor of every build:
 a unit built on the light one (tensors, ATen ops and factories, pybind11) takes about 60% of
 the time of one built on the full ``torch/extension.h``, which adds the C++ frontend
-(``torch::nn``, optimizers, data loaders). The light prelude shadows ``torch/extension.h`` and its siblings with itself; a
-candidate that needs more fails that build and is rebuilt with the full prelude.
+(``torch::nn``, optimizers, data loaders). The light prelude shadows ``torch/extension.h`` and
+its siblings with itself; a candidate that needs more fails that build and is rebuilt with the
+full prelude.
 """
 
 from __future__ import annotations
@@ -91,8 +92,8 @@ def _cache_root() -> Path:
     return Path(base) / "cuset" / "cpu_pch"
 
 
-def pch_key(chain: Toolchain, prelude: Prelude) -> str:
-    """Hash of everything a precompiled prelude depends on."""
+def toolchain_digest(chain: Toolchain) -> str:
+    """Hash of what every precompiled prelude depends on: the runtime, torch, compiler and flags."""
     import torch
 
     digest = hashlib.sha256()
@@ -100,8 +101,15 @@ def pch_key(chain: Toolchain, prelude: Prelude) -> str:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     compiler = subprocess.run(["g++", "--version"], capture_output=True, text=True).stdout
-    for part in (torch.__version__, compiler, " ".join(CXX_FLAGS), " ".join(chain.include_flags),
-                 prelude.header, *prelude.shadows, SHADOW_HEADER):
+    for part in (torch.__version__, compiler, " ".join(CXX_FLAGS), " ".join(chain.include_flags)):
+        digest.update(part.encode())
+    return digest.hexdigest()
+
+
+def pch_key(toolchain_hash: str, prelude: Prelude) -> str:
+    """Cache folder name of one prelude: a hash of the toolchain's hash and the prelude's text."""
+    digest = hashlib.sha256()
+    for part in (toolchain_hash, prelude.header, *prelude.shadows, SHADOW_HEADER):
         digest.update(part.encode())
     return f"{prelude.name}-{digest.hexdigest()[:16]}"
 
@@ -115,11 +123,11 @@ def prepare_preludes() -> tuple[Path, ...]:
     slow to ask.
     """
     chain = toolchain()
-    return tuple(_prepare(chain, prelude) for prelude in PRELUDES)
+    toolchain_hash = toolchain_digest(chain)
+    return tuple(_prepare(chain, _cache_root() / pch_key(toolchain_hash, prelude), prelude) for prelude in PRELUDES)
 
 
-def _prepare(chain: Toolchain, prelude: Prelude) -> Path:
-    folder = _cache_root() / pch_key(chain, prelude)
+def _prepare(chain: Toolchain, folder: Path, prelude: Prelude) -> Path:
     if (folder / (PCH_NAME + ".gch")).is_file():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -171,8 +179,8 @@ def compile_extension(name: str, source: str, workdir: Path, preludes: Sequence[
                 *[f"-L{d}" for d in chain.library_dirs], *[f"-Wl,-rpath,{d}" for d in chain.library_dirs],
                 "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
     for attempt, prelude in enumerate(preludes, start=1):
-        compile_cmd = ["g++", "-Winvalid-pch", "-include", str(Path(prelude) / PCH_NAME), *CXX_FLAGS,
-                       f"-DTORCH_EXTENSION_NAME={name}", *extra_flags, f"-I{Path(prelude) / 'include'}",
+        compile_cmd = ["g++", "-Winvalid-pch", "-include", str(prelude / PCH_NAME), *CXX_FLAGS,
+                       f"-DTORCH_EXTENSION_NAME={name}", *extra_flags, f"-I{prelude / 'include'}",
                        *chain.include_flags, "-c", str(source_path), "-o", str(workdir / f"{name}.o")]
         try:
             _run(compile_cmd, workdir)

@@ -289,7 +289,7 @@ def _import_candidate(job: dict, workdir: Path, builder: Builder, problem: types
     return candidate_factory(job["kind"], problem, built, init_inputs, source)
 
 
-def start_prebuilds(job: dict, workdir: Path, chain, pool: ThreadPoolExecutor) -> dict:
+def start_prebuilds(job: dict, workdir: Path, preludes: list[Path], chain, pool: ThreadPoolExecutor) -> dict:
     """Start g++ on the statically known extensions before torch is imported.
 
     Importing torch and the problem takes seconds that the compiler can use; ``Builder``
@@ -297,7 +297,6 @@ def start_prebuilds(job: dict, workdir: Path, chain, pool: ThreadPoolExecutor) -
     """
     from cuset_core.verify.cpu.build import compile_extension, translation_unit
 
-    preludes = [Path(folder) for folder in job["preludes"]]
     started = {}
     for index, ext in enumerate(job.get("prebuild", [])):
         module_name = extension_module_name(ext["name"], index)
@@ -314,9 +313,10 @@ def run_protocol(job: dict, workdir: Path, timings: dict[str, float]) -> Outcome
     from cuset_core.verify.cpu.build import Toolchain
 
     chain = Toolchain(tuple(job["include_dirs"]), tuple(job["library_dirs"]))
+    preludes = [Path(folder) for folder in job["preludes"]]
     with ThreadPoolExecutor(max_workers=1) as pool:
-        prebuilt = start_prebuilds(job, workdir, chain, pool)
-        return _run_protocol(job, workdir, timings, Builder(workdir, [Path(f) for f in job["preludes"]], timings, chain, prebuilt))
+        prebuilt = start_prebuilds(job, workdir, preludes, chain, pool)
+        return _run_protocol(job, workdir, timings, Builder(workdir, preludes, timings, chain, prebuilt))
 
 
 def _run_protocol(job: dict, workdir: Path, timings: dict[str, float], builder: Builder) -> Outcome:
