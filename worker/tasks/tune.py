@@ -32,6 +32,7 @@ from worker.job_rows import (
     latest_checkpoint,
     model_spec,
 )
+from worker.model_cache import models
 from worker.supervise import ProgressFollower, RunReport, stop, supervise
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,8 @@ def _start(settings: Settings, job_id: str, attempt: int) -> tuple[subprocess.Po
         config = write_config(settings, job, spec, training, validation)
         add_event(session, job_id, f"Fine-tuning job started (attempt {attempt})"
                   + (", resuming from the last checkpoint" if config.resume else ""))
+    # This worker's GPU goes to the training run: the models it kept for generation leave it first.
+    models.release()
     progress = config.progress_path
     offset = progress.stat().st_size if progress.is_file() else 0  # earlier attempts' lines are recorded
     log_path = job_dir(settings, job_id) / f"train-{attempt}.log"
