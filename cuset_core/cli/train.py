@@ -200,7 +200,47 @@ def generate(
         typer.echo(answer_code(answer.text).code if code_only else answer.text)
 
 
+class ExportDtype(str, Enum):
+    auto = "auto"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    float32 = "float32"
+
+
+def export(
+    run: Annotated[Path, typer.Argument(help="a tuned output folder (the --output of `cuset tune`)")],
+    out: Annotated[Path, typer.Option("--out", help="folder to write (created; must be empty or absent)")],
+    merge: Annotated[bool, typer.Option("--merge", help="merge the LoRA adapter into its base: a plain "
+                                        "Hugging Face model folder any engine serves")] = False,
+    dtype: Annotated[ExportDtype, typer.Option(help="weights of the merged folder; auto = the base's own")] =
+        ExportDtype.auto,
+) -> None:
+    """Write a run's model for an inference engine: its adapter files (vLLM --enable-lora), or with
+    --merge a merged Hugging Face folder (safetensors, config, tokenizer)."""
+    import torch
+
+    from cuset_core.models import ModelNotFoundError, read_base_spec
+    from cuset_core.training.export import ExportError, export_adapter, export_merged, model_files
+
+    try:
+        files = model_files(run)
+    except ExportError as exc:
+        raise fail(f"RUN: {exc}") from None
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise fail(f"--out {out}: exists and is not an empty folder")
+    try:
+        if merge:
+            export_merged(run, out, None if dtype is ExportDtype.auto else getattr(torch, dtype.value))
+        else:
+            adapter = files[0].name == "adapter_config.json"
+            export_adapter(run, out, base_model=read_base_spec(run) if adapter else None)
+    except ModelNotFoundError as exc:
+        raise fail(f"RUN: {exc}") from None
+    typer.echo(f"{'merged model' if merge else 'model files'} written to {out}")
+
+
 def register(app: typer.Typer) -> None:
-    """Add `tune` and `generate` to the `cuset` app."""
+    """Add `tune`, `generate` and `export` to the `cuset` app."""
     app.command("tune")(tune)
     app.command("generate")(generate)
+    app.command("export")(export)
