@@ -25,6 +25,8 @@ LOG_FILE = "train.log"
 
 Method = Enum("Method", {name: name for name in get_args(MethodName)}, type=str)
 PromptStyle = Enum("PromptStyle", {name: name for name in get_args(PromptStyleName)}, type=str)
+# Trackers that need no settings; W&B needs a project: give it in --config's "integrations".
+Tracker = Enum("Tracker", {name: name for name in ("tensorboard", "mlflow")}, type=str)
 
 
 def fail(message: str, code: int = EXIT_BAD_USAGE) -> typer.Exit:
@@ -47,6 +49,7 @@ def job_document(
     lora: bool | None,
     prompt_style: PromptStyle | None,
     resume: bool = False,
+    report_to: list[Tracker] | None = None,
 ) -> dict:
     """A job config: ``base`` (from --config) overridden by the options given on the command line."""
     job = json.loads(json.dumps(base))  # deep copy of plain JSON
@@ -61,6 +64,11 @@ def job_document(
         job["prompt_style"] = prompt_style.value
     if resume:
         job["resume"] = True
+    if report_to:
+        known = {integration.get("type") for integration in job.get("integrations", [])}
+        job["integrations"] = job.get("integrations", []) + [
+            {"type": tracker.value} for tracker in report_to if tracker.value not in known
+        ]
     if lora is False:
         job["lora"] = None
     elif lora is True and job.get("lora") is None:
@@ -118,6 +126,8 @@ def tune(
     prompt_style: Annotated[PromptStyle | None, typer.Option(help="prompt format of the records")] = None,
     config: Annotated[Path | None, typer.Option(help="job config JSON; options given here override it")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="continue from the last checkpoint in --output")] = False,
+    report_to: Annotated[list[Tracker] | None, typer.Option(
+        help="log metrics to a tracker too (repeatable); TensorBoard events go to OUTPUT/tensorboard")] = None,
 ) -> None:
     """Fine-tune a model on CUDA answers with one objective; Ctrl-C stops after a checkpoint."""
     base: dict = {}
@@ -130,7 +140,7 @@ def tune(
             raise fail(f"--config {config}: expected a JSON object")
     job = job_document(
         base, data=data, model=model, method=method, output=output, max_steps=max_steps, epochs=epochs,
-        lr=lr, batch_size=batch_size, lora=lora, prompt_style=prompt_style, resume=resume,
+        lr=lr, batch_size=batch_size, lora=lora, prompt_style=prompt_style, resume=resume, report_to=report_to,
     )
     try:
         parse_config(job).validate_paths()
