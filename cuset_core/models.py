@@ -124,6 +124,12 @@ def inference_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
+def inference_dtype() -> torch.dtype:
+    """Weights for inference: bfloat16 on a GPU that supports it (half the memory of float32,
+    the precision models are trained in), float32 on a CPU."""
+    return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
+
+
 def place_for_inference(model, device: torch.device | None = None):
     """Put a loaded model on ``device`` (default ``inference_device()``) in eval mode.
 

@@ -25,6 +25,7 @@ import torch
 from cuset_core.models import (
     ModelSource,
     inference_device,
+    inference_dtype,
     load_model,
     place_for_inference,
     read_base_spec,
@@ -96,7 +97,7 @@ class ModelCache:
         if self._base is not None and self._base.key == key:
             return self._base
         self.release()  # one base per device: a second would not fit next to a 7B model
-        model, tokenizer = load_model(base_spec, with_adapter=False)
+        model, tokenizer = load_model(base_spec, inference_dtype(), with_adapter=False)
         self._base = _Base(key, place_for_inference(model, self.device or inference_device()), tokenizer)
         return self._base
 
@@ -109,10 +110,14 @@ class ModelCache:
         if name not in base.adapters:
             if len(base.adapters) >= self.max_adapters:
                 self._drop_adapter(base, next(iter(base.adapters)))
-            if isinstance(base.model, PeftModel):
-                base.model.load_adapter(folder, adapter_name=name)
-            else:
-                base.model = PeftModel.from_pretrained(base.model, folder, adapter_name=name)
+            try:
+                if isinstance(base.model, PeftModel):
+                    base.model.load_adapter(folder, adapter_name=name)
+                else:
+                    base.model = PeftModel.from_pretrained(base.model, folder, adapter_name=name)
+            except BaseException:
+                self.release()  # a half-attached adapter may have changed the base: load it afresh next time
+                raise
             # Adapter weights load on the CPU first; they follow the base onto its device.
             base.model = place_for_inference(base.model, next(base.model.parameters()).device)
         base.adapters[name] = folder

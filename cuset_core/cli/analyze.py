@@ -77,7 +77,7 @@ def confidence_report(
     """Per-category confidence of a model on CUDA-sensitive tokens, and its least confident regions."""
     from cuset_core.analysis.confidence import ReportSettings, run_report, write_report
     from cuset_core.data import DataFileError, LoadOptions, load_records
-    from cuset_core.models import ModelNotFoundError, load_model, place_for_inference, resolve_model
+    from cuset_core.models import ModelNotFoundError, inference_dtype, load_model, place_for_inference, resolve_model
 
     try:
         settings = ReportSettings(
@@ -106,7 +106,7 @@ def confidence_report(
 
     console = Console(stderr=True)
     console.print(f"loading {model} ...")
-    network, tokenizer = load_model(model)
+    network, tokenizer = load_model(model, inference_dtype())
     network = place_for_inference(network)
     with Progress(
         TextColumn("confidence"), BarColumn(), MofNCompleteColumn(), console=console, transient=True

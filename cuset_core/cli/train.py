@@ -187,7 +187,7 @@ def generate(
     from cuset_core.generation.extract import answer_code
     from cuset_core.generation.prompts import build_messages
     from cuset_core.generation.sampling import generate as sample
-    from cuset_core.models import ModelNotFoundError, load_model, place_for_inference, resolve_model
+    from cuset_core.models import ModelNotFoundError, inference_dtype, load_model, place_for_inference, resolve_model
 
     try:
         resolve_model(model)
@@ -197,7 +197,7 @@ def generate(
         problem_code = problem.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise fail(f"--problem {problem}: {exc}") from None
-    loaded, tokenizer = load_model(model)
+    loaded, tokenizer = load_model(model, inference_dtype())
     loaded = place_for_inference(loaded)
     messages = build_messages(problem_code, prompt_style.value)
     [answers] = sample(

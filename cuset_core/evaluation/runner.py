@@ -191,9 +191,9 @@ def _generate_samples(config: EvalConfig, problems: list[Problem], progress: boo
     """K samples per problem from the configured model, batched over problems."""
     from cuset_core.generation.prompts import build_messages
     from cuset_core.generation.sampling import generate
-    from cuset_core.models import load_model, place_for_inference
+    from cuset_core.models import inference_dtype, load_model, place_for_inference
 
-    model, tokenizer = load_model(config.model)
+    model, tokenizer = load_model(config.model, inference_dtype())
     model = place_for_inference(model)  # generation dominates an eval's time; the GPU is what it is for
     greedy = 1 if config.greedy_first else 0
     sampled = config.samples - greedy
