@@ -167,11 +167,14 @@ def _adapter_archive(settings: Settings, job: Job) -> File:
     """Write the job's LoRA adapter (adapter_config.json + adapter_model.safetensors) into one tar
     file in the job's folder; returns its ``files`` row (purpose fine-tune-results), not yet added.
 
-    The adapter config names the base by the model id the job tuned, as the user knows it."""
+    The adapter config names its base as engines and peft can find it: the Hugging Face repo id
+    when the base is served from one, else the model id the job tuned (never a server path)."""
     file_id = new_id("file")
     relative = Path("jobs") / job.id / f"{file_id}.tar"
+    spec = settings.base_models.get(job.model)
+    base_model = spec if spec is not None and not Path(spec).expanduser().exists() else job.model
     size = write_archive(job_dir(settings, job.id) / "out", settings.artifacts / relative, folder=job.id,
-                         base_model=job.model)
+                         base_model=base_model)
     return File(id=file_id, owner=job.owner, filename=f"{job.id}-adapter.tar", purpose=RESULTS_PURPOSE,
                 format="tar", bytes=size, path=relative.as_posix(), records=0, total_rows=0, warnings=[])
 
