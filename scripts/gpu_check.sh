@@ -15,8 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ASSETS=.gpu_check
 # The packages cuset_core needs beyond the GPU machine's image; bitsandbytes is QLoRA's.
-WHEELS="pydantic==2.14.4 pydantic-core annotated-types typing-inspection pydantic-settings==2.16.3
-python-dotenv tree-sitter==0.26.1 tree-sitter-cuda==0.21.2 bitsandbytes"
+WHEELS="pydantic==2.14.4 pydantic-core annotated-types typing-inspection tree-sitter==0.26.1
+tree-sitter-cuda==0.21.2 bitsandbytes"
 
 if [ "${1:-}" = prepare ]; then
   PY=.venv/bin/python
