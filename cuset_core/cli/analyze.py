@@ -75,11 +75,9 @@ def confidence_report(
     max_tokens: Annotated[int, typer.Option(min=8, help="Truncate records to this many tokens.")] = 4096,
 ) -> None:
     """Per-category confidence of a model on CUDA-sensitive tokens, and its least confident regions."""
-    import torch
-
     from cuset_core.analysis.confidence import ReportSettings, run_report, write_report
     from cuset_core.data import DataFileError, LoadOptions, load_records
-    from cuset_core.models import ModelNotFoundError, load_model, resolve_model
+    from cuset_core.models import ModelNotFoundError, inference_dtype, load_model, place_for_inference, resolve_model
 
     try:
         settings = ReportSettings(
@@ -108,9 +106,8 @@ def confidence_report(
 
     console = Console(stderr=True)
     console.print(f"loading {model} ...")
-    network, tokenizer = load_model(model)
-    if torch.cuda.is_available():
-        network = network.to("cuda")
+    network, tokenizer = load_model(model, inference_dtype())
+    network = place_for_inference(network)
     with Progress(
         TextColumn("confidence"), BarColumn(), MofNCompleteColumn(), console=console, transient=True
     ) as progress:

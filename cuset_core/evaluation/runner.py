@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-import torch
 from tqdm import tqdm
 
 from cuset_core.evaluation.metrics import Aggregate, ProblemRow, aggregate, problem_row
@@ -192,11 +191,10 @@ def _generate_samples(config: EvalConfig, problems: list[Problem], progress: boo
     """K samples per problem from the configured model, batched over problems."""
     from cuset_core.generation.prompts import build_messages
     from cuset_core.generation.sampling import generate
-    from cuset_core.models import load_model
+    from cuset_core.models import inference_dtype, load_model, place_for_inference
 
-    model, tokenizer = load_model(config.model)
-    if torch.cuda.is_available():
-        model = model.to("cuda")  # generation dominates an eval's time; the GPU is what it is for
+    model, tokenizer = load_model(config.model, inference_dtype())
+    model = place_for_inference(model)  # generation dominates an eval's time; the GPU is what it is for
     greedy = 1 if config.greedy_first else 0
     sampled = config.samples - greedy
     out: dict[str, list[_Sample]] = {p.id: [] for p in problems}

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cuset_core.models import ModelNotFoundError, resolve_model
 from cuset_core.objectives import MethodConfig
+from cuset_core.training.tracking import Integration, missing_packages
 
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -70,6 +71,7 @@ class TuneConfig(BaseModel):
     progress_file: Path | None = None
     resume: bool | Path = False
     reference_cache_dir: Path | None = None  # default: ``<output_dir>/../.cache``
+    integrations: list[Integration] = Field(default_factory=list, max_length=8)  # trackers (training/tracking.py)
 
     @property
     def progress_path(self) -> Path:
@@ -82,7 +84,8 @@ class TuneConfig(BaseModel):
         return self.reference_cache_dir or self.output_dir.resolve().parent / ".cache"
 
     def validate_paths(self) -> None:
-        """Check that the data files and the model exist, without loading anything heavy.
+        """Check that the data files, the model and the trackers' packages exist, without loading
+        anything heavy.
 
         Raises ConfigError with a one-line message naming the field.
         """
@@ -96,6 +99,9 @@ class TuneConfig(BaseModel):
             raise ConfigError(f"model: {exc}") from None
         if isinstance(self.resume, Path) and not self.resume.is_dir():
             raise ConfigError(f"resume: checkpoint folder not found: {self.resume}")
+        missing = missing_packages(self.integrations)
+        if missing:
+            raise ConfigError(f"integrations: tracker not installed on this machine ({'; '.join(missing)})")
 
 
 def format_validation_error(exc: ValidationError) -> str:

@@ -9,6 +9,7 @@ distributed set-up; only rank 0 writes progress and final files).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
@@ -67,6 +68,8 @@ def training_arguments(config: TuneConfig):
     import torch
     from transformers import TrainingArguments
 
+    from cuset_core.training.tracking import report_to
+
     hp = config.hyperparameters
     return TrainingArguments(
         output_dir=str(config.output_dir),
@@ -93,7 +96,7 @@ def training_arguments(config: TuneConfig):
         include_num_input_tokens_seen="non_padding",
         remove_unused_columns=False,
         label_names=["labels"],
-        report_to="none",
+        report_to=report_to(config.integrations) or "none",
         disable_tqdm=True,
         dataloader_num_workers=0,
         dataloader_pin_memory=torch.cuda.is_available(),
@@ -184,9 +187,12 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
     from cuset_core.models import BUNDLED_MODEL, load_tokenizer, write_base_spec
     from cuset_core.training.collator import CusetCollator, ExampleDataset
     from cuset_core.training.reference import attach_reference
+    from cuset_core.training.tracking import tracking_env
     from cuset_core.training.trainer import CusetTrainer
 
     set_seed(config.seed)
+    # The Trainer's tracker callbacks read their settings from the environment (this process is the run's own).
+    os.environ.update(tracking_env(config.integrations, config.output_dir))
     args = training_arguments(config)
     tokenizer = load_tokenizer(config.model)
     train_examples = load_examples(config.train_file, config, tokenizer, writer, "train_file")

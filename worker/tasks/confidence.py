@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import ExitStack
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -66,11 +67,12 @@ def confidence(generation_id: str) -> None:
         if relative is None:
             raise ConfidenceError("file_not_found", f"file {request['file_id']!r} no longer exists")
         record = _record(_stored_path(settings.artifacts, relative), request["n"])
-        try:
-            model, tokenizer = models.get(request["spec"])
-        except Exception as exc:  # noqa: BLE001 - any load failure is the request's failure
-            raise ConfidenceError("model_load_failed", f"could not load model {request['spec']!r}: {exc}") from exc
-        sample = token_confidence(model, tokenizer, record)
+        with ExitStack() as in_use:
+            try:
+                model, tokenizer = in_use.enter_context(models.use(request["spec"], request["model"]))
+            except Exception as exc:  # noqa: BLE001 - any load failure is the request's failure
+                raise ConfidenceError("model_load_failed", f"could not load model {request['spec']!r}: {exc}") from exc
+            sample = token_confidence(model, tokenizer, record)
     except ConfidenceError as exc:
         _finish(url, generation_id, status="failed", error={"code": exc.code, "message": str(exc)})
         return
