@@ -104,3 +104,16 @@ def test_the_sweep_table_lists_base_then_the_baselines_then_the_variants(report,
 
 def test_the_sweep_section_says_when_the_sweep_has_not_run(report, tmp_path):
     assert "has not run yet" in report.sweep_section(tmp_path)[0]
+
+
+def test_the_metrics_table_reads_evals_from_before_and_after_the_greedy_split(report):
+    legacy = {"metrics": {"compile@1": 0.5, "compile@2": 0.75}, "verdicts": {"pass": 1}, "samples": 2}
+    split = {"greedy": {"metrics": {"compile@1": 1.0}}, "sampled": {"metrics": {"compile@1": 0.25, "compile@2": 0.5}},
+             "verdicts": {"pass": 2}, "samples": 3}
+    assert report.metrics_of(legacy) == {"compile@1": 0.5, "compile@2": 0.75}
+    # pass@k keeps the plain names; the greedy sample's metrics are named apart
+    assert report.metrics_of(split) == {"greedy compile@1": 1.0, "compile@1": 0.25, "compile@2": 0.5}
+    runs = {"sft-s0": {"method": "sft", "seed": 0, "eval": {"aggregate": split}},
+            "sft-s1": {"method": "sft", "seed": 1, "eval": {"aggregate": legacy}}}
+    row = next(line for line in report.metrics_table(runs) if line.startswith("| sft |"))
+    assert row.startswith("| sft | 0,1 | 0.375 ± 0.125 (n=2) | 0.625 ± 0.125 (n=2) |")
