@@ -80,8 +80,9 @@ def evaluate(
 
 
 def eval_compare(
-    a: Path = typer.Argument(..., help="Model A's results.json (or the folder holding it)."),
-    b: Path = typer.Argument(..., help="Model B's results.json, over the same problems."),
+    a: str = typer.Argument(..., help="Model A's results.json or the folder holding it; several (its seeds), "
+                            "comma-separated, are averaged per problem."),
+    b: str = typer.Argument(..., help="Model B's, likewise, over the same problems."),
     resamples: int = typer.Option(10_000, "--resamples", min=1, help="Bootstrap resamples."),
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap draws."),
     confidence: float = typer.Option(0.95, "--confidence", min=0.5, max=0.999, help="Interval coverage."),
@@ -91,7 +92,9 @@ def eval_compare(
     from cuset_core.evaluation.compare import CompareInputError, compare_runs, read_run, render_comparison
 
     try:
-        comparison = compare_runs(read_run(a), read_run(b), resamples=resamples, seed=seed, confidence=confidence)
+        comparison = compare_runs([read_run(Path(part)) for part in a.split(",")],
+                                  [read_run(Path(part)) for part in b.split(",")],
+                                  resamples=resamples, seed=seed, confidence=confidence)
     except CompareInputError as exc:
         _fail(str(exc))
     text = render_comparison(comparison)

@@ -4,6 +4,8 @@ Each metric has one score per problem (:func:`.metrics.greedy_scores`, :func:`.m
 0/1 for the greedy sample, the unbiased pass@k of the i.i.d. samples). The difference A - B is
 averaged over problems; its interval comes from resampling problems with replacement, the same
 draw for both models (paired), so problem difficulty, which dominates the spread, cancels.
+A side may hold several runs (the seeds of one method): a problem's score is then the mean of
+its scores over those runs, so the interval covers seeds and problems but resamples problems only.
 
 Results files are read as ``cuset eval`` writes them; files written before the greedy sample was
 drawn apart (``config.greedy_first``: sample 0 greedy) are read with sample 0 as the greedy
@@ -113,37 +115,38 @@ def read_run(path: Path) -> EvalRun:
 
 
 def compare_runs(
-    a: EvalRun, b: EvalRun, *, resamples: int = 10_000, seed: int = 0, confidence: float = 0.95
+    a: list[EvalRun], b: list[EvalRun], *, resamples: int = 10_000, seed: int = 0, confidence: float = 0.95
 ) -> Comparison:
-    """A paired bootstrap interval of A - B for every greedy and pass@k metric both runs have.
+    """A paired bootstrap interval of A - B for every greedy and pass@k metric both sides have.
 
-    Both runs must cover the same problems. Metrics stop at the lower of the two tiers; pass@k
-    is kept for the k of either run that every problem's i.i.d. samples allow on both sides.
+    ``a`` and ``b`` each hold one run or several (seeds of one method, averaged per problem).
+    Every run must cover the same problems. Metrics stop at the lowest tier of all runs; pass@k
+    is kept for the k that every problem's i.i.d. samples allow in every run.
     """
-    ids_a, ids_b = [row.id for row in a.rows], [row.id for row in b.rows]
-    if set(ids_a) != set(ids_b):
-        only_a, only_b = sorted(set(ids_a) - set(ids_b)), sorted(set(ids_b) - set(ids_a))
-        raise CompareInputError(
-            f"the runs cover different problems: only in A {only_a[:5]}, only in B {only_b[:5]}"
-            + (" ..." if len(only_a) > 5 or len(only_b) > 5 else "")
-        )
-    tier = min(a.tier, b.tier, key=lambda t: t.rank)
-    fewest = min((row.n for row in [*a.rows, *b.rows]), default=0)
-    k_values = sorted(k for k in set(a.k_values) | set(b.k_values) if k <= fewest)
-    skipped = [f"{SAMPLED}:*@{k}: a problem has fewer than {k} i.i.d. samples"
-               for k in sorted(set(a.k_values) | set(b.k_values)) if k > fewest]
-    rows_b = {row.id: row for row in b.rows}
-    pairs = [(row, rows_b[row.id]) for row in sorted(a.rows, key=lambda row: row.id)]
+    runs = [*a, *b]
+    if not a or not b:
+        raise CompareInputError("need at least one run on each side")
+    ids = [sorted(row.id for row in run.rows) for run in runs]
+    for run, run_ids in zip(runs[1:], ids[1:]):
+        if set(run_ids) != set(ids[0]):
+            only_first, only_this = sorted(set(ids[0]) - set(run_ids)), sorted(set(run_ids) - set(ids[0]))
+            raise CompareInputError(
+                f"the runs cover different problems: only in {runs[0].name} {only_first[:5]}, "
+                f"only in {run.name} {only_this[:5]}"
+                + (" ..." if len(only_first) > 5 or len(only_this) > 5 else "")
+            )
+    tier = min((run.tier for run in runs), key=lambda t: t.rank)
+    asked = sorted({k for run in runs for k in run.k_values})
+    fewest = min((row.n for run in runs for row in run.rows), default=0)
+    k_values = [k for k in asked if k <= fewest]
+    skipped = [f"{SAMPLED}:*@{k}: a problem has fewer than {k} i.i.d. samples" for k in asked if k > fewest]
+    scores_a, scores_b = _side_scores(a, tier, k_values), _side_scores(b, tier, k_values)
     per_metric: dict[str, tuple[list[float], list[float]]] = {}
-    for row_a, row_b in pairs:
-        for block, score_a, score_b in (
-            (GREEDY, greedy_scores(row_a, tier), greedy_scores(row_b, tier)),
-            (SAMPLED, sampled_scores(row_a, tier, k_values), sampled_scores(row_b, tier, k_values)),
-        ):
-            for name in score_a.keys() & score_b.keys():
-                values = per_metric.setdefault(f"{block}:{name}", ([], []))
-                values[0].append(score_a[name])
-                values[1].append(score_b[name])
+    for problem in ids[0]:
+        for name in scores_a[problem].keys() & scores_b[problem].keys():
+            values = per_metric.setdefault(name, ([], []))
+            values[0].append(scores_a[problem][name])
+            values[1].append(scores_b[problem][name])
     intervals = []
     for metric in sorted(per_metric, key=lambda m: (not m.startswith(GREEDY), m)):
         scores_a, scores_b = per_metric[metric]
@@ -151,8 +154,20 @@ def compare_runs(
                                                  confidence=confidence)
         intervals.append(Interval(metric=metric, problems=len(scores_a), a=float(np.mean(scores_a)),
                                   b=float(np.mean(scores_b)), difference=difference, low=low, high=high))
-    return Comparison(a=a.name, b=b.name, tier=tier, confidence=confidence, resamples=resamples, seed=seed,
+    return Comparison(a=" + ".join(run.name for run in a), b=" + ".join(run.name for run in b), tier=tier, confidence=confidence, resamples=resamples, seed=seed,
                       intervals=intervals, skipped=skipped)
+
+
+def _side_scores(runs: list[EvalRun], tier: Tier, k_values: list[int]) -> dict[str, dict[str, float]]:
+    """problem id -> "block:metric" -> score, the mean over ``runs`` that have it."""
+    collected: dict[str, dict[str, list[float]]] = {}
+    for run in runs:
+        for row in run.rows:
+            scores = collected.setdefault(row.id, {})
+            for block, values in ((GREEDY, greedy_scores(row, tier)), (SAMPLED, sampled_scores(row, tier, k_values))):
+                for name, value in values.items():
+                    scores.setdefault(f"{block}:{name}", []).append(value)
+    return {pid: {name: float(np.mean(v)) for name, v in scores.items()} for pid, scores in collected.items()}
 
 
 def render_comparison(comparison: Comparison) -> str:

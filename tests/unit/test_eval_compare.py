@@ -74,7 +74,7 @@ def test_runs_are_compared_per_metric_on_the_same_problems(tmp_path):
     good = {f"p{i}": (PASS, [PASS, WRONG]) for i in range(8)}
     bad = {f"p{i}": (BROKEN, [BROKEN, BROKEN]) for i in range(8)}
     a, b = read_run(write_results(tmp_path / "a" / "results.json", good)), read_run(write_results(tmp_path / "b" / "results.json", bad))
-    comparison = compare_runs(a, b, resamples=2000)
+    comparison = compare_runs([a], [b], resamples=2000)
     by_metric = {item.metric: item for item in comparison.intervals}
     assert list(by_metric) == ["greedy:compile@1", "greedy:cpu_correct@1", "sampled:compile@1", "sampled:compile@2",
                                "sampled:cpu_correct@1", "sampled:cpu_correct@2"]
@@ -99,17 +99,29 @@ def test_results_from_before_the_greedy_split_read_sample_0_as_the_greedy_one(tm
     assert (row.greedy.n, row.greedy.cpu_correct, row.n, row.compiled) == (1, 1, 1, 0)
     assert EvalConfig.model_validate(legacy["config"]).samples == 1  # 1 greedy + 1 i.i.d.
     # only one i.i.d. sample per problem: pass@2 cannot be estimated and is skipped, not clamped
-    comparison = compare_runs(run, run)
+    comparison = compare_runs([run], [run])
     assert [item.metric for item in comparison.intervals if item.metric.startswith("sampled")] == [
         "sampled:compile@1", "sampled:cpu_correct@1"]
     assert comparison.skipped == ["sampled:*@2: a problem has fewer than 2 i.i.d. samples"]
+
+
+def test_the_seeds_of_a_side_are_averaged_per_problem(tmp_path):
+    # seed 0 solves p0 and p1 greedily, seed 1 only p0: per problem 1.0, 0.5, 0.0, 0.0 against B's zeros
+    seed0 = {"p0": (PASS, [PASS, PASS]), "p1": (PASS, [PASS, BROKEN]), "p2": (BROKEN, [BROKEN] * 2), "p3": (BROKEN, [BROKEN] * 2)}
+    seed1 = {**seed0, "p1": (BROKEN, [BROKEN] * 2)}
+    zeros = {pid: (BROKEN, [BROKEN] * 2) for pid in seed0}
+    a = [read_run(write_results(tmp_path / f"a{i}.json", scored)) for i, scored in enumerate((seed0, seed1))]
+    comparison = compare_runs(a, [read_run(write_results(tmp_path / "b.json", zeros))], resamples=1000)
+    greedy = next(item for item in comparison.intervals if item.metric == "greedy:cpu_correct@1")
+    assert (greedy.problems, greedy.a, greedy.b, greedy.difference) == (4, 0.375, 0.0, 0.375)
+    assert comparison.a == f"{tmp_path / 'a0.json'} + {tmp_path / 'a1.json'}"
 
 
 def test_eval_compare_prints_the_table_and_writes_it(tmp_path):
     a = write_results(tmp_path / "a" / "results.json", {f"p{i}": (PASS, [PASS, PASS]) for i in range(4)})
     b = write_results(tmp_path / "b" / "results.json", {f"p{i}": (PASS, [PASS, PASS]) for i in range(4)})
     out = tmp_path / "cmp"
-    outcome = CliRunner().invoke(app, ["eval-compare", str(a), str(b.parent), "--resamples", "500", "--out", str(out)])
+    outcome = CliRunner().invoke(app, ["eval-compare", str(a), f"{b.parent},{b}", "--resamples", "500", "--out", str(out)])
     assert outcome.exit_code == 0, outcome.output
     assert "| greedy:cpu_correct@1 | 4 | 1.000 | 1.000 | +0.000 | [+0.000, +0.000] |" in outcome.output
     saved = json.loads((out / "comparison.json").read_text())
@@ -122,6 +134,6 @@ def test_eval_compare_refuses_runs_over_different_problems(tmp_path):
     b = write_results(tmp_path / "b" / "results.json", {"p2": (PASS, [PASS, PASS])})
     outcome = CliRunner().invoke(app, ["eval-compare", str(a), str(b)])
     assert outcome.exit_code == 2
-    assert outcome.output.strip() == "error: the runs cover different problems: only in A ['p1'], only in B ['p2']"
+    assert outcome.output.strip() == f"error: the runs cover different problems: only in {a} ['p1'], only in {b} ['p2']"
     missing = CliRunner().invoke(app, ["eval-compare", str(tmp_path / "none"), str(b)])
     assert (missing.exit_code, missing.output.strip()) == (2, f"error: {tmp_path / 'none'}: no results.json found")
