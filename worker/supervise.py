@@ -80,7 +80,7 @@ class Recorder:
             kind = line.get("type")
             if kind == "progress":
                 self._progress(session, line, report)
-            elif kind == "event":
+            elif kind == "event" and line.get("topic") != "data":  # the validation step reported the data once
                 add_event(session, self.job_id, str(line.get("message", "")), level=str(line.get("level", "info")))
             elif kind == "checkpoint":
                 self._checkpoint(session, line, report)

@@ -64,8 +64,10 @@ class ProgressWriter:
         self.stream.write(line + "\n")
         self.stream.flush()
 
-    def event(self, message: str, level: str = "info") -> None:
-        self.write({"type": "event", "level": level, "message": message})
+    def event(self, message: str, level: str = "info", topic: str | None = None) -> None:
+        """A line for humans; ``topic`` lets a supervisor tell kinds apart (``"data"``: what loading
+        a data file found, which the service has already reported when it validated the file)."""
+        self.write({"type": "event", "level": level, "message": message, **({"topic": topic} if topic else {})})
 
     def error(self, message: str) -> None:
         self.write({"type": "error", "message": message})

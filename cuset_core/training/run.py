@@ -25,7 +25,6 @@ from cuset_core.training.callbacks import (
 from cuset_core.training.config import ConfigError, TuneConfig, read_config
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
-MAX_REPORTED_ISSUES = 5
 
 
 @dataclass(frozen=True)
@@ -55,14 +54,11 @@ def load_examples(path: Path, config: TuneConfig, tokenizer, writer: ProgressWri
         loaded = load_records(path, options, tokenizer)
     except DataFileError as exc:
         raise ConfigError(f"{field}: {exc}") from None
-    for issue in loaded.issues[:MAX_REPORTED_ISSUES]:
-        writer.event(f"{field}: {issue}", level="warning")
-    if len(loaded.issues) > MAX_REPORTED_ISSUES:
-        writer.event(f"{field}: {len(loaded.issues) - MAX_REPORTED_ISSUES} more problems", level="warning")
     if not loaded.records:
         first = f" (first: {loaded.errors[0]})" if loaded.errors else ""
         raise ConfigError(f"{field}: no usable record among {loaded.total}{first}")
-    writer.event(f"{field}: {len(loaded.records)} of {loaded.total} records usable")
+    for level, message in loaded.summary(field):
+        writer.event(message, level=level, topic="data")
     return [encode_example(record, tokenizer, max_len) for record in loaded.records]
 
 

@@ -53,6 +53,11 @@ def test_a_job_trains_the_tiny_model_to_an_adapter(client, worker, training_file
     assert done["fine_tuned_model"] == f"ft:tiny:demo:{job['id']}"
     assert done["progress"] == {"step": 8, "total_steps": 8, "percent": 100.0, "eta_s": None}
     assert done["trained_tokens"] > 0 and done["finished_at"] >= done["created_at"]
+    # The demo records over max_seq_len are reported once, by the validation step, as one line.
+    messages = event_messages(client, job["id"])
+    skipped = [m for m in messages if "skipped" in m]
+    assert len(skipped) == 1 and skipped[0].startswith("training_file: ") and "over_token_limit (lines " in skipped[0]
+    assert not any(m.startswith("train_file:") for m in messages)
     adapter = service_settings.artifacts / "jobs" / job["id"] / "out"
     assert (adapter / "adapter_config.json").is_file()
 
