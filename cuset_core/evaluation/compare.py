@@ -21,10 +21,10 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from cuset_core.evaluation.metrics import ProblemRow, greedy_scores, problem_row, sampled_scores
+from cuset_core.evaluation.report import RESULTS_JSON
 from cuset_core.verify.result import Tier, VerifyResult
 
 GREEDY, SAMPLED = "greedy", "sampled"
-RESULTS_JSON = "results.json"
 
 
 class CompareInputError(ValueError):
