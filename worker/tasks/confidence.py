@@ -4,7 +4,7 @@ The row (a Generation of kind ``confidence``, written by the files router's anal
 carries ``request = {"file_id", "n", "model", "spec"}``. One forward pass of the model over the
 record, rendered and encoded exactly as training sees it (``cuset_core.data.encode_record``),
 gives p, the model's probability of each reference answer token
-(``cuset_core.analysis.confidence.record_confidence``); the core's token alignment says which
+(``cuset_core.evaluation.confidence_report.record_confidence``); the core's token alignment says which
 sensitive region each token falls in. The row's ``samples`` becomes one entry::
 
     {"tokens": [{"start", "end", "p"}, ...],        # answer character offsets, half-open
@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import update
 
-from cuset_core.analysis.confidence import ReportSettings, record_confidence
+from cuset_core.evaluation.confidence_report import ReportSettings, record_confidence
 from cuset_core.data import IGNORE_INDEX, EncodedRecord, LoadOptions, Record, encode_record, load_records
 from db.models import File, Generation
 from db.session import session_scope
