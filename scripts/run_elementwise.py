@@ -153,10 +153,8 @@ def snapshot(run_dir: Path, step: int) -> Path | None:
 
 
 def metric(results: Path, name: str) -> float:
-    """One greedy metric of a ``cuset eval`` results.json (its greedy block; results written before
-    the greedy sample was drawn apart hold one flat map, greedy-only here since K = 1)."""
-    aggregate = json.loads(results.read_text())["aggregate"]
-    return (aggregate["greedy"] if "greedy" in aggregate else aggregate)["metrics"][name]
+    """One metric of the greedy block of a ``cuset eval`` results.json."""
+    return json.loads(results.read_text())["aggregate"]["greedy"]["metrics"][name]
 
 
 def gate(args) -> None:
