@@ -87,7 +87,8 @@ def toolchain() -> Toolchain:
     )
 
 
-def _cache_root() -> Path:
+def pch_root() -> Path:
+    """Where precompiled preludes are kept; the sandbox mounts it read-only for the harness."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "cuset" / "cpu_pch"
 
@@ -124,7 +125,7 @@ def prepare_preludes() -> tuple[Path, ...]:
     """
     chain = toolchain()
     toolchain_hash = toolchain_digest(chain)
-    return tuple(_prepare(chain, _cache_root() / pch_key(toolchain_hash, prelude), prelude) for prelude in PRELUDES)
+    return tuple(_prepare(chain, pch_root() / pch_key(toolchain_hash, prelude), prelude) for prelude in PRELUDES)
 
 
 def _prepare(chain: Toolchain, folder: Path, prelude: Prelude) -> Path:
