@@ -67,8 +67,8 @@ _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory")
 _FILE_SIZE_MARKERS = ("File too large", "EFBIG", "No space left on device", "ENOSPC")
 # What a compiler, Python and the CUDA runtime need of /etc; nothing else of it is mounted.
-_ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
-              "localtime", "nvidia")
+# (Not passwd: who the users are is none of its business; USER in its environment names it.)
+_ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "nsswitch.conf", "localtime", "nvidia")
 _COPY_OUT_FD, _COPY_IN_FD = 3, 4
 _READY = b"R"  # the wrapper's first byte on the copy-out pipe: set-up done, the command starts
 # Inside the sandbox, as the sandbox's user: unpack the caller's files into the tmpfs work
@@ -375,6 +375,8 @@ def sandbox_env(workdir: Path, extra: Mapping[str, str] | None = None) -> dict[s
         "PATH": os.environ.get("PATH", _DEFAULT_PATH),
         "HOME": str(workdir),
         "TMPDIR": str(workdir),
+        "USER": "cuset-sandbox",
+        "LOGNAME": "cuset-sandbox",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
     }
