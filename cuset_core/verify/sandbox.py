@@ -65,6 +65,8 @@ HIDE_ENV = "CUSET_SANDBOX_HIDE"
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Messages by which common runtimes report a refused allocation or an oversized write.
 _MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory")
+# How a refused fork reads under RLIMIT_NPROC (the process cap without a pids cgroup).
+_PROCESS_MARKERS = ("BlockingIOError: [Errno 11]", "fork: Resource temporarily unavailable", "Cannot fork")
 _FILE_SIZE_MARKERS = ("File too large", "EFBIG", "No space left on device", "ENOSPC")
 # What a compiler, Python and the CUDA runtime need of /etc; nothing else of it is mounted.
 # (Not passwd: who the users are is none of its business; USER in its environment names it.)
@@ -341,7 +343,7 @@ def _preexec(limits: SandboxLimits, groups: _Cgroups, fds: tuple[int, ...] = ())
     RLIMIT_NPROC counts all of a user's tasks and never binds root, so it is the cap only for
     a non-root user without a cgroup, set to what that user already runs plus the allowance.
     """
-    memory = limits.memory_mb * 1024 * 1024
+    memory = (limits.address_space_mb or limits.memory_mb) * 1024 * 1024
     file_size = limits.file_size_mb * 1024 * 1024
     uid = os.geteuid()
     nproc = None if groups.pids is not None or uid == 0 else _user_tasks(uid) + limits.max_processes
@@ -462,8 +464,11 @@ def _bwrap_args(workdir: Path, limits: SandboxLimits) -> list[str]:
     for name in _ETC_FILES:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(64 << 20), "--tmpfs", "/dev/shm"]
-    for node in sorted(Path("/dev").glob("nvidia*")):
+    gpu_nodes = sorted(Path("/dev").glob("nvidia*"))
+    for node in gpu_nodes:
         args += ["--dev-bind", str(node), str(node)]
+    if gpu_nodes:  # the CUDA driver reads the devices' PCI topology; read-only
+        args += ["--ro-bind-try", "/sys", "/sys"]
     for hidden in hidden_paths():
         if not _under(hidden, roots) or _under(str(workdir), [Path(hidden)]):
             continue
@@ -560,6 +565,8 @@ def _limit_hit(
         return None
     if returncode == -signal.SIGXCPU or (returncode == -signal.SIGKILL and cpu_spent):
         return "cpu"
+    if any(m in stderr for m in _PROCESS_MARKERS):
+        return "processes"
     if returncode == -signal.SIGXFSZ or any(m in stderr for m in _FILE_SIZE_MARKERS):
         return "file_size"
     if any(m in stderr for m in _MEMORY_MARKERS):

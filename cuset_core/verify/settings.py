@@ -15,7 +15,14 @@ class SandboxLimits(BaseModel):
 
     wall_s: float = Field(120.0, gt=0, description="wall-clock limit, seconds")
     cpu_s: int = Field(120, gt=0, description="CPU-time limit, seconds")
-    memory_mb: int = Field(4096, gt=0, description="address-space limit, MiB")
+    memory_mb: int = Field(
+        4096, gt=0,
+        description="memory of all its processes together (a memory cgroup, where the verifier can make one: "
+        "root), its tmpfs work folder included, MiB; also each process's address space unless address_space_mb",
+    )
+    address_space_mb: int | None = Field(
+        None, gt=0, description="per-process address-space limit (RLIMIT_AS), MiB; None: memory_mb"
+    )
     max_processes: int = Field(64, gt=0, description="processes/threads the sandbox may hold")
     file_size_mb: int = Field(256, gt=0, description="largest file it may write, MiB")
     workdir_mb: int = Field(
