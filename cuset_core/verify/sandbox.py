@@ -71,7 +71,9 @@ _FILE_SIZE_MARKERS = ("File too large", "EFBIG", "No space left on device", "ENO
 # What a compiler, Python and the CUDA runtime need of /etc; nothing else of it is mounted.
 # (Not passwd: who the users are is none of its business; USER in its environment names it.)
 _ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "nsswitch.conf", "localtime", "nvidia")
-_COPY_OUT_FD, _COPY_IN_FD = 3, 4
+# The child's extra descriptors, in this order from 3: the copy-out pipe (the wrapper's fd 3),
+# the caller's files as a tar archive (its fd 4), the seccomp program (bwrap's --seccomp).
+_SECCOMP_FD = 5
 _READY = b"R"  # the wrapper's first byte on the copy-out pipe: set-up done, the command starts
 # Inside the sandbox, as the sandbox's user: unpack the caller's files into the tmpfs work
 # folder, say ready, run the command (without the two pipes), kill whatever it left behind,
@@ -443,7 +445,8 @@ def _bwrap_args(workdir: Path, limits: SandboxLimits) -> list[str]:
     args = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session"]  # fmt: skip
     if os.geteuid() == 0:
-        # setpriv (the first command) needs these two to become the sandbox uid, then drops all.
+        # setpriv (the first command) needs these to become the sandbox's uid and to empty the
+        # bounding set; it drops them all before the wrapper runs.
         args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
     else:
         args += ["--unshare-user", "--disable-userns"]
@@ -478,9 +481,6 @@ def _bwrap_args(workdir: Path, limits: SandboxLimits) -> list[str]:
     args += ["--perms", "1777", "--size", str(limits.workdir_mb << 20), "--tmpfs", str(workdir),
              "--chdir", str(workdir), "--seccomp", str(_SECCOMP_FD)]  # fmt: skip
     return args
-
-
-_SECCOMP_FD = 5
 
 
 def _command(argv: list[str], workdir: Path, limits: SandboxLimits) -> list[str]:
