@@ -585,8 +585,9 @@ def run_sandboxed(
     """Run ``argv`` in ``workdir`` under ``limits`` and return how it ended; never raises for
     anything the command does and never waits longer than ``limits.wall_s`` (plus cleanup).
 
-    ``env`` entries are added to the minimal environment of :func:`sandbox_env`. Raises :class:`IsolationUnavailable` where the sandbox cannot isolate
-    and the operator did not opt out, :class:`SandboxSetupError` when setting it up failed.
+    ``env`` entries are added to the minimal environment of :func:`sandbox_env`. Raises
+    :class:`IsolationUnavailable` where the sandbox cannot isolate and the operator did not opt
+    out, :class:`SandboxSetupError` when setting it up failed.
     """
     isolated = isolation().available
     if not isolated and (reason := refusal()):

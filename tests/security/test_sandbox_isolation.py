@@ -49,9 +49,8 @@ def test_the_candidate_runs_as_a_non_root_user_without_capabilities(tmp_path):
 
 
 def test_etc_shadow_and_the_hosts_private_folders_are_not_there(tmp_path):
-    probe = "import os\n" + "".join(
-        f"print({path!r}, os.path.exists({path!r}))\n" for path in ("/etc/shadow", "/etc/passwd", "/run", "/home", "/root/.ssh", "/var")
-    )
+    paths = ("/etc/shadow", "/etc/passwd", "/run", "/home", "/root/.ssh", "/var")
+    probe = "import os\n" + "".join(f"print({path!r}, os.path.exists({path!r}))\n" for path in paths)
     outcome = run_python(probe, tmp_path / "w")
     assert outcome.ok, outcome.stderr
     assert all(line.endswith("False") for line in outcome.stdout.splitlines()), outcome.stdout
@@ -205,7 +204,8 @@ def test_tier_1_refuses_includes_outside_the_include_folders_with_their_line(tmp
     from verify_cases import GOOD, fenced, line_of
 
     passwd = Path("/etc/passwd").read_text().splitlines()[0]
-    for include in ('#include "/etc/passwd"', "#include <../../../../etc/passwd>", "#define P </etc/passwd>\n#include P"):
+    attacks = ('#include "/etc/passwd"', "#include <../../../../etc/passwd>", "#define P </etc/passwd>\n#include P")
+    for include in attacks:
         text = fenced(GOOD.replace("#include <torch/extension.h>", include))
         report = compile_candidate(parse_candidate(text), VerifySettings(), tmp_path)
         assert not report.ok
@@ -213,3 +213,31 @@ def test_tier_1_refuses_includes_outside_the_include_folders_with_their_line(tmp
         errors = [d for d in report.diagnostics if d.severity == "error"]
         assert "only headers of the include folders may be included" in errors[0].message
         assert errors[0].line == line_of(text, include.splitlines()[-1])
+
+
+def test_the_verification_cache_can_be_neither_read_nor_poisoned(tmp_path, monkeypatch):
+    from cuset_core.verify.cache import default_cache_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cache = default_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "entry.json").write_text('{"verdict": "value_mismatch"}')
+    code = attempt(f"open({str(cache / 'entry.json')!r}, 'w').write('{{\"verdict\": \"pass\"}}')")
+    outcome = run_python(code, tmp_path / "w")
+    assert outcome.stdout.strip() in {"FileNotFoundError", "PermissionError", "OSError"}
+    assert (cache / "entry.json").read_text() == '{"verdict": "value_mismatch"}'
+
+
+def test_no_other_process_and_so_no_others_environment_is_visible(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUSET_TEST_SECRET", "hunter2")
+    code = (
+        "import glob\nprint(len(glob.glob('/proc/[0-9]*')))\n"
+        "found = []\nfor f in glob.glob('/proc/*/environ'):\n    try:\n"
+        "        found += [f] if b'hunter2' in open(f, 'rb').read() else []\n    except OSError:\n        pass\n"
+        "print(found)\n"
+    )
+    outcome = run_python(code, tmp_path / "w")
+    assert outcome.ok, outcome.stderr
+    processes, found = outcome.stdout.splitlines()
+    assert int(processes) <= 4  # its own PID namespace: bwrap's init, the wrapper, python
+    assert found == "[]"
