@@ -511,12 +511,11 @@ def _unpack(data: bytes, folder: Path) -> None:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
             members = [m for m in archive.getmembers() if m.isreg() or m.isdir()]
             for member in members:
-                member.mode = 0o755 if member.isdir() else 0o644
-                member.uid = member.gid = os.geteuid()
                 target = folder / member.name
                 if target.is_symlink() or (target.exists() and target.is_dir() != member.isdir()):
                     continue
-                archive.extract(member, folder, filter="data", set_attrs=False)
+                # "data": no owner, no setuid/setgid/sticky bits, no group or other write.
+                archive.extract(member, folder, filter="data")
     except (tarfile.TarError, OSError, ValueError):
         pass  # a truncated or garbled archive: the command (or the cap) broke it; keep what came
 
