@@ -237,3 +237,16 @@ def test_hidden_folders_and_files_are_invisible_to_the_command(tmp_path, monkeyp
     assert outcome.stdout == "False\n''\n"
     # Outside the sandbox nothing changed.
     assert database.read_text() == "rows" and (secrets_dir / "adapter.bin").exists()
+
+
+def test_a_failed_set_up_step_aborts_the_run_before_the_command(tmp_path, monkeypatch):
+    from cuset_core.verify import sandbox
+
+    if not sandbox.isolation().available:
+        pytest.skip(f"no isolation here ({sandbox.isolation().reason})")
+    real_roots = sandbox._readable_roots()
+    monkeypatch.setattr(sandbox, "_readable_roots", lambda: [*real_roots, tmp_path / "vanished"])
+    (tmp_path / "w").mkdir()
+    with pytest.raises(sandbox.SandboxSetupError, match="vanished"):
+        run_sandboxed(["sh", "-c", "echo ran > ran"], workdir=tmp_path / "w", limits=LIMITS)
+    assert not (tmp_path / "w" / "ran").exists()
