@@ -38,6 +38,14 @@ fi
 # g++ builds tier-2 (CPU execution) extensions; nvcc (tier 1, compile) is optional.
 command -v g++ >/dev/null || need "g++ (tier 2 builds candidate kernels with it)" g++
 command -v nvcc >/dev/null || echo "setup: note: nvcc not found; tier 1 (compile) will report 'unsupported' (install the CUDA toolkit for it)"
+# The verification sandbox (cuset_core/verify/sandbox.py) needs bubblewrap and libseccomp; without
+# them tiers 1-3 refuse to run candidates (docs/deploy.md, "Verification sandbox").
+if ! command -v bwrap >/dev/null; then
+    echo "setup: installing bubblewrap and libseccomp2 (verification sandbox)"
+    { as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap libseccomp2 >/dev/null \
+        || { as_root apt-get update -q >/dev/null && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap libseccomp2 >/dev/null; }; } \
+        || echo "setup: warning: bubblewrap could not be installed; tiers 1-3 will refuse candidates (apt-get install bubblewrap libseccomp2)" >&2
+fi
 
 # Skip the installs when the dependency files have not changed since the last successful set-up.
 stamp=.venv/.cuset-setup

@@ -266,6 +266,10 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
                 message = f"not valid JSON: {error.msg} at column {error.colno}"
                 yield line, DataIssue(line=line, field="", code=ErrorCode.invalid_json,
                                       message=message)
+            except RecursionError:
+                # The parser recurses per nesting level; a record is a flat object of strings.
+                yield line, DataIssue(line=line, field="", code=ErrorCode.invalid_json,
+                                      message="not valid JSON for a record: arrays or objects nested too deeply")
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:

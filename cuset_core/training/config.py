@@ -24,26 +24,29 @@ class LoraSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    rank: int = Field(16, ge=1)
+    rank: int = Field(16, ge=1, le=1024)
     alpha: float = Field(32.0, gt=0)
     dropout: float = Field(0.05, ge=0.0, lt=1.0)
     target_modules: list[str] = Field(default_factory=lambda: list(DEFAULT_LORA_TARGETS), min_length=1)
 
 
 class Hyperparameters(BaseModel):
-    """Optimiser and schedule settings; ``batch_size`` is per device, in sequences."""
+    """Optimiser and schedule settings; ``batch_size`` is per device, in sequences.
+
+    Upper bounds catch typos and abuse (a job that would hold a GPU for months, a batch that
+    cannot fit any device) with an error naming the field, before anything is queued."""
 
     model_config = ConfigDict(extra="forbid")
 
     learning_rate: float = Field(2e-4, gt=0)
-    batch_size: int = Field(4, ge=1)
-    gradient_accumulation_steps: int = Field(1, ge=1)
-    epochs: float = Field(1.0, gt=0)
-    max_steps: int = Field(-1, ge=-1)  # optimizer steps; -1 means "run ``epochs`` epochs"
-    warmup_steps: int = Field(0, ge=0)
+    batch_size: int = Field(4, ge=1, le=1024)
+    gradient_accumulation_steps: int = Field(1, ge=1, le=1024)
+    epochs: float = Field(1.0, gt=0, le=100)
+    max_steps: int = Field(-1, ge=-1, le=1_000_000)  # optimizer steps; -1 means "run ``epochs`` epochs"
+    warmup_steps: int = Field(0, ge=0, le=1_000_000)
     lr_scheduler: Literal["linear", "cosine", "constant", "constant_with_warmup"] = "linear"
     weight_decay: float = Field(0.0, ge=0)
-    max_seq_len: int = Field(1024, ge=16)  # tokens, prompt + answer
+    max_seq_len: int = Field(1024, ge=16, le=131_072)  # tokens, prompt + answer
     max_grad_norm: float = Field(1.0, ge=0)
     gradient_checkpointing: bool = False
     bf16: bool = False  # bf16 autocast (GPUs that support it); weights stay float32

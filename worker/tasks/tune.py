@@ -143,6 +143,14 @@ def _record_end(settings: Settings, job_id: str, attempt: int, report: RunReport
             elif result:
                 (settings.artifacts / result.path).unlink(missing_ok=True)
             return False
+        if report.wall_clock_hit:
+            limit = settings.job_max_wall_s
+            message = (f"the job ran past its wall-clock limit of {limit:g} s (setting job_max_wall_s) and was "
+                       f"stopped at step {job.step}; its last checkpoint is kept")
+            error = {"code": "wall_clock_limit", "message": message, "param": None}
+            if finish_attempt(session, job_id, attempt, "failed", error=error):
+                add_event(session, job_id, f"Job failed: {message}", level="error")
+            return False
         if report.returncode == 0 and report.cancel_sent:
             if finish_attempt(session, job_id, attempt, "cancelled"):
                 add_event(session, job_id, f"Job cancelled at step {job.step}; checkpoint saved", level="warning")
