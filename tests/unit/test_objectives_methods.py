@@ -22,6 +22,7 @@ import torch
 
 from cuset_core.objectives import MethodConfig, ObjectiveBatch, compute_objective
 from cuset_core.objectives.config import V1_KNOBS
+from objective_cases import token_batch
 
 _ = None
 P = [[_, 0.9, 0.8, 0.3, 0.95, 0.6], [_, _, 0.7, 0.99, 0.05, _]]
@@ -34,20 +35,9 @@ def nll(p: float) -> float:
     return -math.log(p)
 
 
-def make_batch(
-    p_rows=P, sensitive=SENSITIVE, regions=REGIONS, num_items_in_batch=None, **extra
-) -> ObjectiveBatch:
-    """Token losses -log p (0 where unsupervised), with grad, and the masks of the table above."""
-    supervised = torch.tensor([[p is not None for p in row] for row in p_rows])
-    loss = torch.tensor([[nll(p) if p is not None else 0.0 for p in row] for row in p_rows])
-    return ObjectiveBatch(
-        token_loss=loss.requires_grad_(),
-        supervised=supervised,
-        sensitive=torch.tensor(sensitive, dtype=torch.bool),
-        region_ids=torch.tensor(regions),
-        num_items_in_batch=num_items_in_batch,
-        **extra,
-    )
+def make_batch(p_rows=P, sensitive=SENSITIVE, regions=REGIONS, **fields) -> ObjectiveBatch:
+    """The batch of the table above (or variations of it)."""
+    return token_batch(p_rows, sensitive, regions, **fields)
 
 
 def v1(method: str, **knobs) -> MethodConfig:

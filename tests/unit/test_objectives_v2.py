@@ -23,6 +23,7 @@ import torch
 from cuset_core.objectives import MethodConfig, ObjectiveBatch, ObjectiveState, compute_objective
 from cuset_core.objectives.objective import dataset_state
 from cuset_core.objectives.state import StepEMA
+from objective_cases import token_batch
 
 _ = None
 P = [[_, 0.9, 0.8, 0.3, 0.95, 0.6], [_, _, 0.7, 0.99, 0.05, _]]
@@ -39,22 +40,9 @@ def nll(p: float) -> float:
     return -math.log(p)
 
 
-def make_batch(p_rows=P, sensitive=SENSITIVE, regions=REGIONS, step=0, num_items_in_batch=None,
-               reference=False) -> ObjectiveBatch:
-    """Token losses -log p (0 where unsupervised), with grad; with ``reference`` the same p also
-    comes as the frozen model's confidence."""
-    supervised = torch.tensor([[p is not None for p in row] for row in p_rows])
-    p = torch.tensor([[1.0 if p is None else p for p in row] for row in p_rows])
-    loss = torch.where(supervised, -torch.log(p), torch.zeros_like(p))
-    return ObjectiveBatch(
-        token_loss=loss.requires_grad_(),
-        supervised=supervised,
-        sensitive=torch.tensor(sensitive, dtype=torch.bool),
-        region_ids=torch.tensor(regions),
-        num_items_in_batch=num_items_in_batch,
-        step=step,
-        reference_confidence=p if reference else None,
-    )
+def make_batch(p_rows=P, sensitive=SENSITIVE, regions=REGIONS, step=0, **fields) -> ObjectiveBatch:
+    """The batch of the table above (or variations of it)."""
+    return token_batch(p_rows, sensitive, regions, step=step, **fields)
 
 
 def kept(output) -> list[list[int]]:
