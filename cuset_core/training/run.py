@@ -213,6 +213,8 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
 
     set_seed(config.seed)
     args = training_arguments(config)
+    if args.world_size > 1:
+        writer.event(f"data parallel over {args.world_size} processes")
     tokenizer = load_tokenizer(config.model)
     train_examples = load_examples(config.train_file, config, tokenizer, writer, "train_file")
     eval_examples = (
