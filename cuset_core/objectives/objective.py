@@ -109,7 +109,7 @@ def compute_objective(
     region = region_tokens(config.region_extent, supervised, sensitive, batch.region_ids)
 
     keep = supervised.clone()
-    thresholds: dict[str, Tensor | float] = {}
+    statistics: dict[str, Tensor | float] = {}  # thresholds and normaliser used
     if config.type == "profit":
         keep = profit_keep(p, supervised, config.profit_threshold)
     mask_ratio = config.mask_ratio_at(batch.step)
@@ -118,7 +118,7 @@ def compute_objective(
         tau_hi = global_quantile(p[supervised & ~region], q, gather)
         keep = plain_keep(config.mask_rule, p, supervised, region, tau_hi)
         if tau_hi is not None:
-            thresholds["tau_hi"] = tau_hi
+            statistics["tau_hi"] = tau_hi
 
     weights = torch.ones(supervised.shape[0], dtype=token_loss.dtype, device=token_loss.device)
     region_low = None
@@ -127,7 +127,7 @@ def compute_objective(
         weights, region_low, reweighting = _reweight(config, batch.step, p, region, batch.region_ids,
                                                      supervised, gather, state)
         weights = weights.to(token_loss.dtype)
-        thresholds.update(reweighting)
+        statistics.update(reweighting)
 
     per_token = torch.where(keep, token_loss, torch.zeros_like(token_loss))
     factor = token_factor(config.type, p, config.focal_gamma)
@@ -136,7 +136,7 @@ def compute_objective(
     denominator = _denominator(batch.num_items_in_batch, supervised)
     loss = (per_token.sum(dim=1) * weights).sum() / denominator
 
-    metrics = _metrics(token_loss, p, supervised, sensitive, keep, weights, region_low, thresholds)
+    metrics = _metrics(token_loss, p, supervised, sensitive, keep, weights, region_low, statistics)
     if config.uses_masking:
         metrics["mask_ratio"] = mask_ratio
     return ObjectiveOutput(loss=loss, keep=keep, sample_weights=weights, metrics=metrics)
@@ -261,7 +261,7 @@ def _metrics(
     keep: Tensor,
     weights: Tensor,
     region_low: Tensor | None,
-    thresholds: dict[str, Tensor | float],
+    statistics: dict[str, Tensor | float],
 ) -> dict[str, float]:
     """Per-step metrics of DESIGN.md §3 for this micro-batch, read back in one device sync.
 
@@ -286,7 +286,7 @@ def _metrics(
         }
         if region_low is not None:
             pairs["low_conf_region_share"] = (region_low.sum(), torch.tensor(region_low.numel()))
-        for name, value in thresholds.items():
+        for name, value in statistics.items():
             pairs[name] = (torch.as_tensor(value), torch.tensor(1))
         device = token_loss.device
         values = torch.stack(
