@@ -4,8 +4,8 @@ The CUDA and C++ sources come from ``sources.find_kernel_sources`` (the ``load_i
 of a Python answer, or a ``.cu`` answer); each is scanned on its own and every finding is mapped
 back into the answer through the source's ``OffsetMap``. On the Python side the ``load_inline``
 call itself is binding code: its name, its keyword names, the extension's ``name=`` and its
-``functions=[...]`` list; the exported functions' names are binding code where the sources
-define or declare them.
+``functions=[...]`` list; the exported functions' names (that list, or a ``PYBIND11_MODULE``'s
+``m.def`` targets) are binding code where the sources define or declare them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuset_core.analysis.categories import DOMINANCE, Category
-from cuset_core.analysis.scan import new_parser, scan_source
+from cuset_core.analysis.scan import new_parser, pybind_exports, scan_source
 from cuset_core.analysis.sources import InlineExtension, OffsetMap, find_kernel_sources
 from cuset_core.analysis.spans import Analysis, Region, Span
 
@@ -40,7 +40,9 @@ def analyze_answer(answer: str) -> Analysis:
     pieces: list[_Piece] = []
     chars = unparsed = 0
     for extension in sources.extensions:
-        exported = frozenset(extension.functions or ())
+        exported = frozenset(extension.functions or ()) or pybind_exports(
+            extension.cpp + "\n" + extension.cuda, parser
+        )
         for source, offsets in ((extension.cuda, extension.cuda_map), (extension.cpp, extension.cpp_map)):
             if not source.strip():
                 continue

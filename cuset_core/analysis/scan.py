@@ -109,6 +109,30 @@ def scan_source(source: str, parser: Parser, binding_names: frozenset[str] = fro
     return SourceScan(findings, len(source), unparsed_chars)
 
 
+def pybind_exports(source: str, parser: Parser) -> frozenset[str]:
+    """Names of the functions a ``PYBIND11_MODULE`` exports: the ``&function`` of each
+    ``m.def("name", &function, ...)`` (the binding list of a ``.cu`` answer)."""
+    if "PYBIND11_MODULE" not in source:
+        return frozenset()
+    data = source.encode("utf-8")
+    names = set()
+    stack = [parser.parse(data).root_node]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        function = node.child_by_field_name("function") if node.type == "call_expression" else None
+        field = function.child_by_field_name("field") if function is not None else None
+        if field is None or data[field.start_byte : field.end_byte] != b"def":
+            continue
+        arguments = node.child_by_field_name("arguments")
+        target = arguments.named_children[1] if arguments is not None and arguments.named_child_count > 1 else None
+        if target is not None and target.type == "pointer_expression":
+            target = target.child_by_field_name("argument")
+        if target is not None and target.type == "identifier":
+            names.add(data[target.start_byte : target.end_byte].decode("utf-8", errors="replace"))
+    return frozenset(names)
+
+
 class _Scanner:
     """One walk over a parse tree, collecting ``(start, end, category, unit...)`` in bytes."""
 

@@ -290,6 +290,7 @@ def test_pytorch_binding():
     assert_consistent(analysis, BINDING)
     assert texts(analysis, Category.BINDING) == [
         "torch::Tensor",
+        "forward",  # the definition of the function m.def exports
         "torch::Tensor",
         'TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor")',
         "AT_DISPATCH_FLOATING_TYPES",
