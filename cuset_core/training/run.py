@@ -19,6 +19,7 @@ from pathlib import Path
 from cuset_core.training.callbacks import (
     CANCEL_FILE,
     MetricStash,
+    ObjectiveStateCallback,
     ProgressCallback,
     ProgressWriter,
     SigtermCallback,
@@ -180,6 +181,26 @@ class ReferenceProgress:
         self.writer.event(f"reference confidence: {done}/{total} examples, {elapsed:.0f} s, ETA {eta:.0f} s")
 
 
+def _objective_state(config: TuneConfig, examples, pad_token_id: int, writer: ProgressWriter):
+    """The objective's EMAs for this run; with dataset-wide reweighting (reference confidence),
+    tau_lo and the weight normaliser from one pass over the training examples, reported as an
+    event."""
+    from cuset_core.objectives import ObjectiveState
+    from cuset_core.training.reference import dataset_reweighting_state
+
+    method = config.method
+    if not method.dataset_reweighting:
+        return ObjectiveState.for_method(method.tau_lo_decay, method.normaliser_decay)
+    state = dataset_reweighting_state(method, examples, pad_token_id)
+    tau_lo = state.tau_lo.value
+    writer.event(
+        "dataset reweighting: tau_lo "
+        + ("none (no regions)" if tau_lo is None else f"{float(tau_lo):.4f}")
+        + f", weight normaliser {float(state.weight_mean.value):.4f}"
+    )
+    return state
+
+
 def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) -> JobOutcome:
     """Load tokenizer, data and model (in that order, cheapest first), then train and save."""
     from transformers import PrinterCallback, set_seed
@@ -194,6 +215,8 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
     # The Trainer's tracker callbacks read their settings from the environment (this process is the run's own).
     os.environ.update(tracking_env(config.integrations, config.output_dir))
     args = training_arguments(config)
+    if args.world_size > 1:
+        writer.event(f"data parallel over {args.world_size} processes")
     tokenizer = load_tokenizer(config.model)
     train_examples = load_examples(config.train_file, config, tokenizer, writer, "train_file")
     eval_examples = (
@@ -218,7 +241,9 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
                 on_progress=ReferenceProgress(writer),
             )
         writer.event("reference confidence " + ("read from cache" if cached else "computed and cached"))
+    objective_state = _objective_state(config, train_examples, tokenizer.pad_token_id, writer)
     stash = MetricStash()
+    state_callback = ObjectiveStateCallback(objective_state)
     trainer = CusetTrainer(
         model=model,
         args=args,
@@ -226,14 +251,17 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
         eval_dataset=ExampleDataset(eval_examples) if eval_examples else None,
         data_collator=CusetCollator(tokenizer.pad_token_id),
         processing_class=tokenizer,
-        callbacks=[ProgressCallback(writer, stash), cancel],
+        callbacks=[ProgressCallback(writer, stash), state_callback, cancel],
         method=config.method,
         stash=stash,
+        objective_state=objective_state,
     )
     trainer.remove_callback(PrinterCallback)
     checkpoint = resume_checkpoint(config)
     if checkpoint:
-        writer.event(f"resuming from {checkpoint}")
+        restored = state_callback.load(Path(checkpoint))
+        writer.event(f"resuming from {checkpoint}" + ("" if restored or not config.method.uses_reweighting
+                                                      else " (no saved objective state: its EMAs start over)"))
     trainer.train(resume_from_checkpoint=checkpoint)
     state = trainer.state
     outcome = JobOutcome(state.global_step, int(state.num_input_tokens_seen), cancel.cancelled)

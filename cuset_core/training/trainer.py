@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from transformers import Trainer
 
-from cuset_core.objectives import MethodConfig, ObjectiveBatch, compute_objective
+from cuset_core.objectives import MethodConfig, ObjectiveBatch, ObjectiveState, compute_objective
 from cuset_core.objectives.token_loss import per_token_loss, supervised_mask
 from cuset_core.training.callbacks import MetricStash
 
@@ -40,12 +40,19 @@ class CusetTrainer(Trainer):
     supervised tokens of the whole optimizer step (the Trainer's ``num_items_in_batch``, over all
     accumulation micro-batches and all ranks), so accumulation and data parallelism need no
     further scaling. Evaluation reports plain cross-entropy so that methods stay comparable.
+    ``objective_state`` holds the CuSeT EMAs of this run (None: fresh ones for ``method``).
     """
 
-    def __init__(self, *args, method: MethodConfig, stash: MetricStash, **kwargs):
+    def __init__(
+        self, *args, method: MethodConfig, stash: MetricStash, objective_state: ObjectiveState | None = None,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         self.method = method
         self.stash = stash
+        self.objective_state = objective_state or ObjectiveState.for_method(
+            method.tau_lo_decay, method.normaliser_decay
+        )
         # Makes the Trainer count supervised tokens over the step (num_items_in_batch) and leave the
         # loss undivided by the accumulation steps, since our loss is normalised by that count.
         self.model_accepts_loss_kwargs = True
@@ -68,7 +75,10 @@ class CusetTrainer(Trainer):
             step=self.state.global_step,
             reference_confidence=inputs.get("reference_confidence"),
         )
-        result = compute_objective(self.method if training else EVAL_METHOD, batch, gather=self._gather)
+        if training:
+            result = compute_objective(self.method, batch, gather=self._gather, state=self.objective_state)
+        else:
+            result = compute_objective(EVAL_METHOD, batch, gather=self._gather)
         loss = result.loss
         if (
             num_items_in_batch is not None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from cuset_core.objectives import MethodConfig
 from cuset_core.training.callbacks import CANCEL_FILE
 from cuset_core.training.config import Hyperparameters, LoraSettings, TuneConfig
 from cuset_core.training.export import write_archive
+from cuset_core.training.launch import training_command
 from db.dispatch import enqueue
 from db.ids import new_id
 from db.models import RESULTS_PURPOSE, File, Job
@@ -111,8 +111,7 @@ def _start(settings: Settings, job_id: str, attempt: int) -> tuple[subprocess.Po
     progress = config.progress_path
     offset = progress.stat().st_size if progress.is_file() else 0  # earlier attempts' lines are recorded
     log_path = job_dir(settings, job_id) / f"train-{attempt}.log"
-    command = [*(settings.training_launcher or [sys.executable]), "-m", "cuset_core.training",
-               str(job_dir(settings, job_id) / "job.json")]
+    command = training_command(settings.training_launcher, job_dir(settings, job_id) / "job.json")
     with log_path.open("wb") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, stdin=subprocess.DEVNULL)
     return process, ProgressFollower(progress, offset), log_path
