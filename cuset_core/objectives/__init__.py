@@ -8,6 +8,7 @@ from cuset_core.objectives.config import MethodConfig, MethodName
 from cuset_core.objectives.objective import ObjectiveBatch, ObjectiveOutput, compute_objective
 from cuset_core.objectives.token_loss import (
     IGNORE_INDEX,
+    chunked_token_loss,
     online_confidence,
     per_token_loss,
     supervised_mask,
@@ -15,6 +16,7 @@ from cuset_core.objectives.token_loss import (
 
 __all__ = [
     "IGNORE_INDEX",
+    "chunked_token_loss",
     "MethodConfig",
     "MethodName",
     "ObjectiveBatch",
