@@ -80,20 +80,39 @@ def bundled_gguf_path() -> Path:
     return path
 
 
-def resolve_model(spec: str | Path) -> ModelSource:
-    """Turn a model spec into file locations without loading anything (cheap, for validation)."""
+def spec_kind(spec: str | Path) -> SourceKind | None:
+    """Which form a model spec has, from its text and the files it names, without asking the
+    Hub or the HF cache; None when it has none of them."""
     if str(spec) == BUNDLED_MODEL:
-        gguf = bundled_gguf_path()
-        return ModelSource(gguf.parent, gguf.name, kind="bundled")
+        return "bundled"
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".gguf":
-        return ModelSource(path.parent, path.name, kind="gguf")
+        return "gguf"
     if path.is_dir() and (path / "adapter_config.json").is_file():
+        return "adapter"
+    if path.is_dir() and (path / "config.json").is_file():
+        return "folder"
+    if not path.exists() and REPO_ID.match(str(spec)):
+        return "hub"
+    return None
+
+
+def resolve_model(spec: str | Path) -> ModelSource:
+    """Turn a model spec into file locations without loading anything (cheap, for validation;
+    a repo id neither cached nor offline asks the Hub whether it exists)."""
+    kind = spec_kind(spec)
+    path = Path(spec).expanduser()
+    if kind == "bundled":
+        gguf = bundled_gguf_path()
+        return ModelSource(gguf.parent, gguf.name, kind="bundled")
+    if kind == "gguf":
+        return ModelSource(path.parent, path.name, kind="gguf")
+    if kind == "adapter":
         base = resolve_model(read_base_spec(path))
         return ModelSource(base.folder, base.gguf_file, adapter=path, repo_id=base.repo_id, kind="adapter")
-    if path.is_dir() and (path / "config.json").is_file():
+    if kind == "folder":
         return ModelSource(path, kind="folder")
-    if not path.exists() and REPO_ID.match(str(spec)):
+    if kind == "hub":
         return resolve_repo_id(str(spec))
     raise ModelNotFoundError(
         f"model not found: {spec!r} (expected {BUNDLED_MODEL!r}, a .gguf file, a Hugging Face "

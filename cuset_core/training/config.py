@@ -63,9 +63,9 @@ class Hyperparameters(BaseModel):
     loss_chunk_size: int = Field(1024, ge=0)
 
 
-def check_quantized_lora(hyperparameters: Hyperparameters, lora: LoraSettings | None) -> None:
+def check_quantized_lora(hyperparameters: Hyperparameters, has_lora: bool) -> None:
     """4-bit weights can only carry adapters; raises ValueError (naming the field) otherwise."""
-    if hyperparameters.quantization is not None and lora is None:
+    if hyperparameters.quantization is not None and not has_lora:
         raise ValueError("hyperparameters.quantization: 4-bit weights cannot be fully fine-tuned; keep lora (QLoRA)")
 
 
@@ -93,7 +93,7 @@ class TuneConfig(BaseModel):
 
     @model_validator(mode="after")
     def _quantized_weights_need_lora(self) -> TuneConfig:
-        check_quantized_lora(self.hyperparameters, self.lora)
+        check_quantized_lora(self.hyperparameters, self.lora is not None)
         return self
 
     @property
