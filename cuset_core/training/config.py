@@ -60,7 +60,7 @@ class Hyperparameters(BaseModel):
     attn_implementation: AttnImplementation = "sdpa"
     quantization: Quantization | None = None  # 4-bit base weights (QLoRA; CUDA and LoRA only)
     # Supervised positions per LM-head chunk of the loss; 0 materialises the full [B, T, V] logits.
-    loss_chunk_size: int = Field(1024, ge=0)
+    loss_chunk_size: int = Field(512, ge=0)
 
 
 def check_quantized_lora(hyperparameters: Hyperparameters, has_lora: bool) -> None:

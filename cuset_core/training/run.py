@@ -240,6 +240,7 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
                 device=args.device,
                 batch_size=config.hyperparameters.batch_size,
                 on_progress=ReferenceProgress(writer),
+                loss_chunk_size=config.hyperparameters.loss_chunk_size,
             )
         writer.event("reference confidence " + ("read from cache" if cached else "computed and cached"))
     stash = MetricStash()

@@ -97,3 +97,23 @@ def test_models_with_transformed_logits_keep_the_full_logits_path():
     assert lean_parts(model) is not None
     model.config.final_logit_softcapping = 30.0
     assert lean_parts(model) is None
+
+
+def test_reference_confidence_from_chunks_equals_the_full_logits_one():
+    from cuset_core.training.collator import TrainingExample
+    from cuset_core.training.reference import compute_reference_confidence
+
+    model = make_model(lora=False)
+    batch = make_batch()
+    examples = [
+        TrainingExample(ids[: int(mask.sum())].tolist(), labels[: int(mask.sum())].tolist(), [False] * int(mask.sum()),
+                        [-1] * int(mask.sum()))
+        for ids, labels, mask in zip(batch["input_ids"], batch["labels"], batch["attention_mask"])
+    ]  # fmt: skip
+
+    full = compute_reference_confidence(model, examples, 2, torch.device("cpu"), loss_chunk_size=0)
+    lean = compute_reference_confidence(model, examples, 2, torch.device("cpu"), loss_chunk_size=CHUNK)
+
+    assert [len(row) for row in lean] == [14, 9]
+    for lean_row, full_row in zip(lean, full):
+        assert lean_row == pytest.approx(full_row, abs=1e-6)

@@ -166,7 +166,8 @@ def test_sigterm_saves_a_checkpoint_and_exits_0(tmp_path, tiny_model_dir):
     assert not any(line["type"] in ("done", "error") for line in seen)
 
 
-def test_sft_loss_equals_the_models_own_loss(tiny_model_dir, tokenizer):
+@pytest.mark.parametrize("loss_chunk_size", [0, 4], ids=["full-logits", "chunked"])
+def test_sft_loss_equals_the_models_own_loss(tiny_model_dir, tokenizer, loss_chunk_size):
     from transformers import AutoModelForCausalLM, TrainingArguments
 
     from cuset_core.objectives import MethodConfig
@@ -176,7 +177,8 @@ def test_sft_loss_equals_the_models_own_loss(tiny_model_dir, tokenizer):
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).train()
     args = TrainingArguments(output_dir="unused", report_to="none", use_cpu=True)
-    trainer = CusetTrainer(model=model, args=args, method=MethodConfig(type="sft"), stash=MetricStash())
+    trainer = CusetTrainer(model=model, args=args, method=MethodConfig(type="sft"), stash=MetricStash(),
+                           loss_chunk_size=loss_chunk_size)
     rows = [[5, 6, 7, 8, 9, 10], [11, 12, 13]]
     labels = [[-100, -100, 7, 8, 9, 10], [-100, 12, 13]]
     batch = CusetCollator(tokenizer.pad_token_id)(
@@ -324,3 +326,30 @@ def test_a_repo_id_trains_offline_from_the_hf_cache(tmp_path, hf_home):
     out = tmp_path / "out"
     assert (out / "adapter_model.safetensors").is_file()
     assert json.loads((out / "cuset_base.json").read_text()) == {"base_model": "cuset-test/tiny-coder"}
+
+
+@pytest.mark.gpu
+def test_qlora_trains_4bit_nf4_weights_with_float32_adapters_on_the_gpu(tmp_path, tiny_model_dir):
+    pytest.importorskip("bitsandbytes")
+    import bitsandbytes as bnb
+
+    from cuset_core.training.run import prepare_model
+
+    qlora = {"quantization": {"bits": 4, "type": "nf4", "double_quant": True}, "gradient_checkpointing": True}
+    job = make_job(tmp_path, tiny_model_dir, hp={"max_steps": 2, **qlora})
+    model = prepare_model(parse_config(job))
+    assert any(isinstance(module, bnb.nn.Linear4bit) for module in model.modules())
+    assert {p.dtype for name, p in model.named_parameters() if "lora_" in name} == {torch.float32}
+
+    outcome, lines = train(job)
+
+    assert outcome.steps == 2 and all(0 < line["loss"] < 20 for line in progress(lines))
+    assert (tmp_path / "out" / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.gpu
+def test_auto_dtype_loads_bf16_weights_on_the_gpu(tmp_path, tiny_model_dir):
+    from cuset_core.training.run import prepare_model
+
+    model = prepare_model(parse_config(make_job(tmp_path, tiny_model_dir)))
+    assert {p.dtype for name, p in model.named_parameters() if "lora_" not in name} == {torch.bfloat16}
