@@ -1,6 +1,7 @@
 """Training objectives behind one interface: sft, dft, focal, profit and the CuSeT family.
 
-Use: ``token_loss = per_token_loss(logits, labels)``, then
+Use: ``token_loss = per_token_loss(logits, labels)`` (or ``chunked_token_loss(hidden, lm_head,
+labels, chunk_size)``, the same numbers without the full logits), then
 ``compute_objective(MethodConfig(...), ObjectiveBatch(token_loss, ...), gather)``.
 """
 
@@ -16,11 +17,11 @@ from cuset_core.objectives.token_loss import (
 
 __all__ = [
     "IGNORE_INDEX",
-    "chunked_token_loss",
     "MethodConfig",
     "MethodName",
     "ObjectiveBatch",
     "ObjectiveOutput",
+    "chunked_token_loss",
     "compute_objective",
     "online_confidence",
     "per_token_loss",
