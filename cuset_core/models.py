@@ -284,6 +284,29 @@ def load_model(
     return model, tokenizer
 
 
+def inference_device() -> torch.device:
+    """Where inference runs: the (first visible) GPU when there is one, else the CPU."""
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def inference_dtype() -> torch.dtype:
+    """Weights for inference: bfloat16 on a GPU that supports it (half the memory of float32,
+    the precision models are trained in), float32 on a CPU."""
+    return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
+
+
+def place_for_inference(model, device: torch.device | None = None):
+    """Put a loaded model on ``device`` (default ``inference_device()``) in eval mode.
+
+    A model that accelerate already placed (loaded with a ``device_map``, or quantized to
+    k-bit, which cannot be moved) stays where it is. Returns the model.
+    """
+    placed_by_accelerate = getattr(model, "hf_device_map", None) is not None or getattr(model, "is_quantized", False)
+    if not placed_by_accelerate:
+        model = model.to(device or inference_device())
+    return model.eval()
+
+
 def drop_dequantized_marker(model) -> None:
     """Make a GGUF-loaded model trainable: transformers dequantises its weights to plain float
     tensors yet keeps the GGUF quantizer attached, and the Trainer refuses any quantized model.

@@ -14,6 +14,7 @@ from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String,
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 DEFAULT_OWNER = "local"
+RESULTS_PURPOSE = "fine-tune-results"  # OpenAI's purpose of the files a tuning job produced
 
 
 class Base(DeclarativeBase):
@@ -41,14 +42,15 @@ class ApiKey(Base):
 
 
 class File(Base):
-    """An uploaded dataset (``purpose`` fine-tune or eval), stored under the artifact root."""
+    """An uploaded dataset (``purpose`` fine-tune or eval) or a job's result (``fine-tune-results``:
+    the adapter archive a tuning job wrote), stored under the artifact root."""
 
     __tablename__ = "files"
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     owner: Mapped[str] = mapped_column(String(64), index=True, default=DEFAULT_OWNER)
     filename: Mapped[str] = mapped_column(String(255))
-    purpose: Mapped[str] = mapped_column(String(16))
+    purpose: Mapped[str] = mapped_column(String(32))
     format: Mapped[str] = mapped_column(String(16))  # jsonl | parquet
     bytes: Mapped[int] = mapped_column(Integer)
     path: Mapped[str] = mapped_column(String(512))  # relative to the artifact root
@@ -92,6 +94,9 @@ class Job(Base):
     started_at: Mapped[float | None] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float)
     heartbeat_at: Mapped[float | None] = mapped_column(Float)
+    # Files the job produced (the adapter archive), ids of ``files`` rows of purpose fine-tune-results.
+    result_files: Mapped[list[Any]] = mapped_column(default=list)
+    integrations: Mapped[list[Any] | None] = mapped_column(JSON)  # trackers, as cuset_core's TuneConfig has them
 
     events: Mapped[list[JobEvent]] = relationship(back_populates="job", cascade="all, delete-orphan", passive_deletes=True)
 

@@ -49,6 +49,10 @@ class Settings(BaseSettings):
     reaper_interval_s: float = Field(30.0, gt=0)
     visibility_timeout_s: int = Field(7 * 24 * 3600, ge=60, description="longer than the longest job")
     generation_timeout_s: float = Field(900.0, gt=0, description="how long a request waits for its generation")
+    job_max_wall_s: float = Field(
+        3 * 24 * 3600.0, gt=0,
+        description="wall-clock limit of one attempt of a tuning job: it is stopped (checkpoint saved) and fails",
+    )
     generation_batch_max: int = Field(8, ge=1, description="queued requests for one model decoded together")
     training_launcher: list[str] = Field(default_factory=list, description='e.g. ["accelerate", "launch"]; empty: python')
 

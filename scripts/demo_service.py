@@ -3,11 +3,12 @@
 Starts ``cuset serve`` on a fresh data dir (or uses ``--url``), then, as any client would:
 uploads the demo dataset (``POST /v1/files``), creates a short CuSeT LoRA job on the bundled
 SmolLM2-135M (``POST /v1/fine_tuning/jobs``), follows it with a progress bar until it succeeds,
-asks the tuned model for a kernel for a held-out problem with CPU verification
-(``POST /v1/generate``), prints the kernel and its verdict, and stops the service
-(``--keep-serving`` leaves it up for the dashboard until Ctrl-C).
+asks the tuned model for several kernels for a held-out problem, each verified up to the CPU
+tier (``POST /v1/generate``: best-of-n with verification), prints the first that passes (or says
+plainly that none did) with what every tier concluded, and stops the service (``--keep-serving``
+leaves it up for the dashboard until Ctrl-C).
 
-    .venv/bin/python scripts/demo_service.py [--steps 8] [--keep-serving]
+    .venv/bin/python scripts/demo_service.py [--steps 4] [--samples 4] [--keep-serving]
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=8000, help="port for the started service (a free one if taken)")
     parser.add_argument("--model", default="smollm2-135m", help="base model id served by the service")
     parser.add_argument("--method", default="cuset", help="training objective (cuset, sft, ...)")
-    parser.add_argument("--steps", type=int, default=8, help="optimizer steps of the tuning job")
+    parser.add_argument("--steps", type=int, default=4, help="optimizer steps of the tuning job")
+    parser.add_argument("--samples", type=int, default=4, help="kernels sampled for the held-out problem (best-of-n)")
+    parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of the kernels")
     parser.add_argument("--problem", default=HELD_OUT[0], help="held-out demo problem to write a kernel for")
     parser.add_argument("--max-tokens", type=int, default=768, help="generation budget, tokens")
     parser.add_argument("--verify", default="cpu", choices=["static", "compile", "cpu", "gpu"],
@@ -168,8 +171,8 @@ def create_job(client: httpx.Client, file_id: str, args: argparse.Namespace) -> 
             "batch_size": 2,
             "learning_rate": 3e-4,
             "warmup_steps": min(2, args.steps - 1),
-            # Compact prompts keep most demo records under 1,024 tokens; longer ones are left out.
-            "max_seq_len": 1024,
+            # Every demo record fits (the longest, with its compact prompt, is ~1,650 tokens).
+            "max_seq_len": 2048,
             "gradient_checkpointing": True,
             "save_steps": args.steps,
         },
@@ -197,13 +200,20 @@ def follow_job(client: httpx.Client, job_id: str) -> dict:
             if not console.is_terminal and (job["status"], state.get("step")) != last:
                 # No live bar in a log file: one line per change instead.
                 last = (job["status"], state.get("step"))
-                progress.console.print(f"  {job['status']}: step {state.get('step')}/{state.get('total_steps')}"
-                                       + (f", ETA {eta:.0f} s" if eta is not None else ""))
+                progress.console.print(f"  {job['status']}" + _steps_text(state))
             progress.update(bar, description=job["status"], completed=state.get("step") or 0,
                             total=state.get("total_steps"), eta=f"{eta:.0f} s" if eta is not None else "-")
             if job["status"] in FINISHED:
                 return job
             time.sleep(1.0)
+
+
+def _steps_text(state: dict) -> str:
+    """", step 3/8, ETA 40 s" once the job knows its steps; nothing while it validates or queues."""
+    if state.get("total_steps") is None:
+        return ""
+    eta = state.get("eta_s")
+    return f": step {state.get('step') or 0}/{state['total_steps']}" + (f", ETA {eta:.0f} s" if eta is not None else "")
 
 
 def _new_events(client: httpx.Client, job_id: str, seen: set[str]) -> list[dict]:
@@ -219,21 +229,41 @@ def _new_events(client: httpx.Client, job_id: str, seen: set[str]) -> list[dict]
 def generate_kernel(client: httpx.Client, model: str, args: argparse.Namespace) -> dict:
     problem = {p.id: p for p in demo_problems()}[args.problem]
     body = {"model": model, "problem": problem.problem_code, "max_tokens": args.max_tokens,
-            "temperature": 0, "verify": args.verify}
-    with console.status(f"generating and verifying (tier {args.verify}) a kernel for {args.problem}..."):
+            "n": args.samples, "temperature": args.temperature if args.samples > 1 else 0, "verify": args.verify}
+    with console.status(f"generating {args.samples} kernel(s) for {args.problem} and verifying each "
+                        f"(up to tier {args.verify})..."):
         return check(client.post("/v1/generate", json=body, timeout=1800), "generate")
 
 
+def best_sample(samples: list[dict]) -> tuple[int, dict]:
+    """(index, sample): the first that passed, else the one that got furthest through the tiers."""
+    def progress(item: tuple[int, dict]) -> tuple[bool, int, int]:
+        verification = item[1].get("verification") or {}
+        return (verification.get("verdict") == "pass", len(verification.get("tiers_run") or []), -item[0])
+
+    return max(enumerate(samples), key=progress)
+
+
 def show_generation(result: dict, problem: str, out: Path) -> None:
-    sample = result["samples"][0]
-    (out / f"generated_{problem}.md").write_text(sample["text"])
-    console.print(Panel(Syntax(sample["code"] or sample["text"], "python", word_wrap=True),
-                        title=f"generated for {problem} ({result['usage']['completion_tokens']} tokens, "
-                              f"{sample['finish_reason']})"))
+    samples = result["samples"]
+    for index, sample in enumerate(samples):
+        (out / f"generated_{problem}_{index}.md").write_text(sample["text"])
+        verification = sample.get("verification") or {}
+        console.print(f"  sample {index}: {verification.get('verdict', 'not verified')} "
+                      f"(tier {verification.get('tier', '-')}) {verification.get('reason', '')[:100]}")
+    index, sample = best_sample(samples)
     verification = sample.get("verification") or {}
     verdict = verification.get("verdict", "not verified")
-    colour = "green" if verdict == "pass" else "yellow"
-    console.print(f"[{colour}]verdict: {verdict}[/] (decided by tier {verification.get('tier', '-')})")
+    console.print(Panel(Syntax(sample["code"] or sample["text"], "python", word_wrap=True),
+                        title=f"sample {index} of {len(samples)} for {problem} ({sample['finish_reason']})"))
+    tiers = verification.get("tier_verdicts") or {}
+    console.print("every tier run: " + (", ".join(f"{tier} {tier_verdict}" for tier, tier_verdict in tiers.items())
+                                        or "none"))
+    if verdict == "pass":
+        console.print(f"[green]verdict: pass[/] (decided by tier {verification.get('tier')}): a verified kernel")
+    else:
+        console.print(f"[yellow]no candidate passed[/]: the best of {len(samples)} stopped at "
+                      f"{verdict} (tier {verification.get('tier', '-')})")
     if verification.get("reason"):
         console.print(f"reason: {verification['reason']}")
     timings = result.get("timings") or {}

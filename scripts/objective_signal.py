@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from run_comparison import DATA_DIR, EXPERIMENTS, METHODS, SIZES, Run, job_config, write_split  # noqa: E402
 
 from cuset_core.models import load_tokenizer  # noqa: E402
-from cuset_core.objectives import MethodConfig, ObjectiveBatch, compute_objective  # noqa: E402
+from cuset_core.objectives import MethodConfig, ObjectiveBatch, ObjectiveState, compute_objective  # noqa: E402
 from cuset_core.objectives.rules import token_factor  # noqa: E402
 from cuset_core.objectives.token_loss import per_token_loss, supervised_mask  # noqa: E402
 from cuset_core.training.callbacks import ProgressWriter  # noqa: E402
@@ -82,7 +82,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--knobs", type=json.loads, default={}, help="extra knobs for the CuSeT-family objectives")
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS,
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=[*METHODS, "cuset_v1"],
                         help="objectives to compare (sft is always included: it is the reference)")
     args = parser.parse_args()
     if not (DATA_DIR / "train.jsonl").is_file():
@@ -95,6 +95,8 @@ def main() -> None:
     methods = ["sft", *(m for m in args.methods if m != "sft")]
     configs = {m: MethodConfig(type=m, **(args.knobs if m.startswith("cuset") else {})) for m in methods}
     rows: dict[str, list[dict]] = {m: [] for m in methods}
+    # One objective state per method, the batches as consecutive steps (the EMAs of v2 move).
+    states = {m: ObjectiveState.for_method(c.tau_lo_decay, c.normaliser_decay) for m, c in configs.items()}
     for index, batch in enumerate(batches(config, args.batches, tokenizer)):
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
         token_loss = per_token_loss(model(**inputs).logits, batch["labels"])
@@ -104,10 +106,12 @@ def main() -> None:
         for method, config in configs.items():
             out = compute_objective(config, ObjectiveBatch(token_loss=token_loss, supervised=supervised,
                                                            sensitive=batch["sensitive"], region_ids=batch["region_ids"],
-                                                           num_items_in_batch=None))
+                                                           num_items_in_batch=None, step=index),
+                                    state=states[method])
             grads[method] = torch.cat([g.reshape(-1).double()
                                        for g in torch.autograd.grad(out.loss, params, retain_graph=True)])
             rows[method].append({"kept": float(out.keep.sum() / supervised.sum()),
+                                 "dropped_grad_share": out.metrics.get("dropped_grad_share", 0.0),
                                  "signal": signal_share(config, out, p, supervised),
                                  "weight_max": float(out.sample_weights.max())})
         for method, grad in grads.items():
@@ -120,10 +124,11 @@ def main() -> None:
     suffix = "" if not args.knobs else "_" + "_".join(f"{k}{v}" for k, v in sorted(args.knobs.items()))
     out_path = EXPERIMENTS / args.size / f"objective_signal{suffix}.json"
     out_path.write_text(json.dumps(result, indent=1) + "\n")
-    print("| objective | kept | signal | cosine with sft | norm / sft | max weight |")
-    print("|---|---|---|---|---|---|")
+    print("| objective | kept | dropped grad share | signal | cosine with sft | norm / sft | max weight |")
+    print("|---|---|---|---|---|---|---|")
     for method, s in summary.items():
-        print(f"| {method} | {s['kept']:.3f} | {s['signal']:.3f} | {s['cosine']:.4f} | {s['norm']:.3f} | "
+        print(f"| {method} | {s['kept']:.3f} | {s['dropped_grad_share']:.3f} | {s['signal']:.3f} | {s['cosine']:.4f} | "
+              f"{s['norm']:.3f} | "
               f"{s['weight_max']:.3f} |")
     print(f"wrote {out_path.relative_to(ROOT)}")
 

@@ -78,6 +78,17 @@ def load_eval(eval_dir: Path) -> dict | None:
     return results
 
 
+def metrics_of(aggregate: dict) -> dict[str, float]:
+    """An eval's metrics by name: results written before the greedy sample was drawn apart have
+    one flat map (sample 0 greedy, mixed into pass@k); later ones a greedy block, shown as
+    ``greedy compile@1``, and pass@k from i.i.d. samples under the plain names."""
+    if "metrics" in aggregate:
+        return aggregate["metrics"]
+    greedy = (aggregate.get("greedy") or {}).get("metrics", {})
+    return {**{f"greedy {name}": value for name, value in greedy.items()},
+            **(aggregate.get("sampled") or {}).get("metrics", {})}
+
+
 def progress_rows(run_dir: Path) -> list[dict]:
     """The progress lines of a finished run, deduplicated by step (a resumed run logs again)."""
     path = run_dir / "progress.jsonl"
@@ -166,7 +177,7 @@ def metrics_table(runs: dict) -> list[str]:
             lines.append(f"| {method} | - | " + " | ".join("not run" for _ in METRICS) + " | - | - | - |")
             continue
         seeds = ",".join("-" if r["seed"] is None else str(r["seed"]) for r in done)
-        cells = [spread([r["eval"]["aggregate"]["metrics"].get(m, 0.0) for r in done]) for m in METRICS]
+        cells = [spread([metrics_of(r["eval"]["aggregate"]).get(m, 0.0) for r in done]) for m in METRICS]
         cells.append(spread([r["confidence"]["groups"]["sensitive"]["mean_p"] for r in done if r.get("confidence")]))
         verdicts: Counter = Counter()
         for r in done:
@@ -358,7 +369,7 @@ def sweep_section(size_dir: Path) -> list[str]:
             held_out = load_json(run_dir / "confidence" / "report.json")
             p = f"{held_out['groups']['sensitive']['mean_p']:.3f}" if held_out else "-"
             verdicts = ", ".join(f"{v} {c}" for v, c in Counter(aggregate["verdicts"]).most_common())
-            lines.append(f"| {run_dir.name} | " + " | ".join(f"{aggregate['metrics'].get(m, 0.0):.3f}" for m in METRICS)
+            lines.append(f"| {run_dir.name} | " + " | ".join(f"{metrics_of(aggregate).get(m, 0.0):.3f}" for m in METRICS)
                          + f" | {p} | {verdicts} |")
     lines += ["", "Sensitive mean p by category on the same records:", "",
               "| model | " + " | ".join(SWEEP_CATEGORIES) + " |", "|---|" + "---|" * len(SWEEP_CATEGORIES)]

@@ -335,7 +335,8 @@ def evaluate(size: Size, model: str, out: Path, problems: Path) -> bool:
             return False
         command += ["--answers", rel(answers)]
     else:
-        command += ["--model", model, "--samples", str(size.samples), "--max-new-tokens", str(size.max_new_tokens),
+        # K samples per problem: the greedy one, drawn apart, and K-1 i.i.d. ones for pass@k.
+        command += ["--model", model, "--samples", str(size.samples - 1), "--max-new-tokens", str(size.max_new_tokens),
                     "--prompt-style", "compact", "--seed", "0", "--batch-size", str(size.eval_batch_size)]
     log(f"eval {model} -> {rel(out)}")
     code = call(command)
@@ -347,8 +348,9 @@ def size_name(size: Size) -> str:
 
 
 def generate_answers(size: Size, model: str, problems: Path, out: Path) -> None:
-    """The same samples `cuset eval` would draw (sample 0 greedy, then K-1 at temperature 0.8,
-    top-p 0.95, seed 0, compact prompts), generated on the GPU in bf16; one JSONL row per sample."""
+    """The same samples `cuset eval` would draw (the greedy one, marked ``"greedy": true``, then K-1
+    i.i.d. at temperature 0.8, top-p 0.95, seed 0, compact prompts), generated on the GPU in bf16;
+    one JSONL row per sample."""
     import torch
 
     from cuset_core.generation.prompts import build_messages
@@ -366,8 +368,9 @@ def generate_answers(size: Size, model: str, problems: Path, out: Path) -> None:
                                              seed=0, **run)):
             answers[row["id"]] += texts
     out.parent.mkdir(parents=True, exist_ok=True)
-    _write_jsonl(out, [{"problem_id": pid, "answer": g.text, "finish_reason": g.finish_reason,
-                        "completion_tokens": g.completion_tokens} for pid, texts in answers.items() for g in texts])
+    _write_jsonl(out, [{"problem_id": pid, "answer": g.text, "greedy": index == 0, "finish_reason": g.finish_reason,
+                        "completion_tokens": g.completion_tokens}
+                       for pid, texts in answers.items() for index, g in enumerate(texts)])
 
 
 def confidence_file() -> Path:

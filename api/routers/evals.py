@@ -52,6 +52,10 @@ def _config(body: EvalCreate, settings: Settings) -> dict:
     """The EvalConfig knobs of this eval, with the service's limits applied (400 naming the field)."""
     if body.samples > settings.max_samples_per_request:
         raise bad_request(f"samples must be at most {settings.max_samples_per_request}.", param="samples")
+    if not body.greedy and body.samples == 0:
+        raise bad_request("Nothing to generate: set greedy or ask for samples >= 1.", param="samples")
+    if any(not 1 <= k <= body.samples for k in body.k or []):
+        raise bad_request(f"Every k of pass@k must be between 1 and samples ({body.samples}).", param="k")
     max_tokens = body.max_tokens or min(DEFAULT_MAX_TOKENS, settings.max_generation_tokens)
     if max_tokens > settings.max_generation_tokens:
         raise bad_request(f"max_tokens must be at most {settings.max_generation_tokens}.", param="max_tokens")
@@ -59,10 +63,11 @@ def _config(body: EvalCreate, settings: Settings) -> dict:
     if batch_size > settings.generation_batch_max:
         raise bad_request(f"batch_size must be at most {settings.generation_batch_max}.", param="batch_size")
     return {
+        "greedy": body.greedy,
         "samples": body.samples,
+        "k": body.k,
         "temperature": body.temperature,
         "top_p": body.top_p,
-        "greedy_first": body.greedy_first,
         "max_new_tokens": max_tokens,
         "tier": body.tier.value,
         "prompt_style": body.prompt_style,

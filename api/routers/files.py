@@ -7,6 +7,7 @@ every problem's line, field and code, and leaves neither a row nor a file behind
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -35,17 +36,17 @@ from api.schemas.files import (
 from api.storage import Upload, accept, receive_upload, remove_quietly, sanitize_filename, stored_path
 from api.streaming import wait_final
 from cuset_core.analysis.analyze import analyze_answer
-from cuset_core.analysis.confidence import ReportSettings
+from cuset_core.evaluation.confidence_report import ReportSettings
 from db.dispatch import enqueue
 from db.ids import new_id
-from db.models import Eval, File, Generation, Job
+from db.models import RESULTS_PURPOSE, Eval, File, Generation, Job
 from db.settings import Settings
 
 router = APIRouter(tags=["files"])
 
 # A region whose sensitive tokens have a mean p below this is "unsure" (the confidence report's own cut).
 LOW_CONFIDENCE: float = ReportSettings.model_fields["low"].default
-_MEDIA_TYPES = {"jsonl": "application/jsonl", "parquet": "application/vnd.apache.parquet"}
+_MEDIA_TYPES = {"jsonl": "application/jsonl", "parquet": "application/vnd.apache.parquet", "tar": "application/x-tar"}
 _UPLOAD_BODY = {
     "requestBody": {
         "required": True,
@@ -156,6 +157,8 @@ def delete_file(file_id: str, session: SessionDep, owner: OwnerDep, settings: Se
     if user is not None:
         raise _in_use(file_id, user)
     relative = row.path
+    if row.purpose == RESULTS_PURPOSE:
+        _forget_result(session, row)
     session.delete(row)
     try:
         session.commit()
@@ -166,6 +169,13 @@ def delete_file(file_id: str, session: SessionDep, owner: OwnerDep, settings: Se
     return FileDeleted(id=file_id)
 
 
+def _forget_result(session: Session, row: File) -> None:
+    """Take a deleted result file off its job's ``result_files`` (it lives in ``jobs/<job id>/``)."""
+    job = session.get(Job, PurePosixPath(row.path).parts[1], with_for_update=True)
+    if job is not None and row.id in (job.result_files or []):
+        job.result_files = [file_id for file_id in job.result_files if file_id != row.id]
+
+
 def _in_use(file_id: str, user: str) -> APIError:
     return APIError(409, f"File '{file_id}' is used by {user}; delete that first.", code="file_in_use",
                     param="file_id")
@@ -173,8 +183,9 @@ def _in_use(file_id: str, user: str) -> APIError:
 
 @router.get("/files/{file_id}/content", summary="Download a file's content",
             response_class=FileResponse,
-            responses={200: {"content": {"application/jsonl": {}, "application/vnd.apache.parquet": {}},
-                             "description": "the file as uploaded, streamed"}})
+            responses={200: {"content": {"application/jsonl": {}, "application/vnd.apache.parquet": {},
+                                         "application/x-tar": {}},
+                             "description": "the file as uploaded (or a job's result archive), streamed"}})
 def file_content(file_id: str, session: SessionDep, owner: OwnerDep, settings: SettingsDep) -> FileResponse:
     row = owned_file(session, owner, file_id, param="file_id")
     path = stored_path(settings.artifacts, row.path)
@@ -196,7 +207,7 @@ def file_records(
 ) -> FileRecordPage:
     """Records with prompt and answer excerpts and their validation warnings (the dashboard table)."""
     row = owned_file(session, owner, file_id, param="file_id")
-    records = read_records(stored_path(settings.artifacts, row.path), row.purpose)
+    records = _records(settings, row)
     warnings_by_line: dict[int, list[RecordWarning]] = {}
     for warning in row.warnings or []:
         warnings_by_line.setdefault(warning["line"], []).append(RecordWarning(**warning))
@@ -236,9 +247,17 @@ async def record_analysis(
     return analysis
 
 
+def _records(settings: Settings, row: File) -> list:
+    """The records of a dataset file; 400 for a job's result, which holds model files."""
+    if row.purpose == RESULTS_PURPOSE:
+        raise APIError(400, f"File '{row.id}' is a fine-tuning job's result (model files), not a dataset; "
+                       "download it with GET /v1/files/{file_id}/content.", code="not_a_dataset", param="file_id")
+    return read_records(stored_path(settings.artifacts, row.path), row.purpose)
+
+
 def _analysis(session: Session, owner: str, settings: Settings, file_id: str, n: int) -> RecordAnalysis:
     row = owned_file(session, owner, file_id, param="file_id")
-    records = read_records(stored_path(settings.artifacts, row.path), row.purpose)
+    records = _records(settings, row)
     if not 0 <= n < len(records):
         raise APIError(404, f"File '{file_id}' has no record {n} (it has {len(records)}).",
                        code="record_not_found", param="n")

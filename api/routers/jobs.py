@@ -28,6 +28,7 @@ from api.schemas.jobs import (
     split_method,
 )
 from cuset_core.models import ModelNotFoundError, ModelOptionError, Quantization, check_load_options, resolve_model
+from cuset_core.training.tracking import missing_packages
 from db.dispatch import enqueue
 from db.ids import new_id
 from db.model_specs import tuned_job
@@ -64,6 +65,8 @@ def job_object(job: Job) -> JobObject:
         progress=JobProgress(step=job.step, total_steps=job.total_steps, percent=percent,
                              eta_s=job.eta_s if running else None),
         user_provided_suffix=job.suffix,
+        result_files=job.result_files or [],
+        integrations=job.integrations or [],
     )
 
 
@@ -118,6 +121,13 @@ def _check_load_options(settings: Settings, hyperparameters: dict[str, Any]) -> 
     except ModelOptionError as exc:
         raise bad_request(f"hyperparameters.{exc.field}: {exc}", param=f"hyperparameters.{exc.field}",
                           code="unsupported_on_this_server") from None
+def _check_integrations(body: JobCreate) -> None:
+    """A tracker the service's machines cannot run fails now, not after the job's queue wait."""
+    missing = missing_packages(body.integrations or [])
+    if missing:
+        raise bad_request(f"Tracker not installed on this service ({'; '.join(missing)}); "
+                          "ask its operator, or leave that integration out.",
+                          param="integrations", code="integration_unavailable")
 
 
 def _resolved(body: JobCreate) -> dict[str, Any]:
@@ -132,6 +142,7 @@ def _resolved(body: JobCreate) -> dict[str, Any]:
         "suffix": body.suffix,
         "seed": body.seed if body.seed is not None else 0,
         "user_metadata": body.metadata,
+        "integrations": [i.model_dump(mode="json") for i in body.integrations] if body.integrations else None,
     }
 
 
@@ -173,6 +184,7 @@ def create_job(body: JobCreate, session: SessionDep, settings: SettingsDep, owne
         return job_object(earlier)
     _check_model(session, settings, owner, body.model)
     _check_load_options(settings, fields["hyperparameters"])
+    _check_integrations(body)
     _check_file(session, owner, body.training_file, "training_file")
     _check_file(session, owner, body.validation_file, "validation_file")
     _check_active_jobs(session, settings, owner)

@@ -26,11 +26,12 @@ class EvalCreate(BaseModel):
     problems: Literal[DEMO_PROBLEMS, DEMO_HELD_OUT] | None = Field(  # type: ignore[valid-type]
         None, description="the bundled demo set instead of a file"
     )
-    samples: int = Field(1, ge=1, description="K: samples per problem")
+    greedy: bool = Field(True, description="draw one greedy sample per problem, apart: greedy compile@1, cpu_correct@1")
+    samples: int = Field(0, ge=0, description="n: i.i.d. samples per problem at temperature, for pass@k")
+    k: list[int] | None = Field(None, description="the k of pass@k (each 1..samples); default 1 and samples")
     tier: Tier = Field(Tier.COMPILE, description="verify every sample up to this tier")
-    temperature: float = Field(0.8, ge=0.0, le=2.0, description="for sampled answers (sample 0 is greedy)")
+    temperature: float = Field(0.8, ge=0.0, le=2.0, description="of the i.i.d. samples")
     top_p: float = Field(0.95, gt=0.0, le=1.0)
-    greedy_first: bool = Field(True, description="sample 0 of each problem is greedy")
     max_tokens: int | None = Field(
         None, ge=1, description="new tokens per answer; default min(1024, the service's ceiling)"
     )
@@ -63,8 +64,9 @@ class EvalObject(BaseModel):
     config: dict[str, Any] = Field(description="the core's EvalConfig knobs this run uses")
     progress: EvalProgress | None = None
     aggregate: dict[str, Any] | None = Field(
-        None, description="problems, samples, tier, k_values, metrics (compile@k, cpu_correct@k, correct@k), "
-        "fast_p, verdicts (failures by verdict)"
+        None, description="problems, samples, tier, k_values; greedy (problems, metrics compile@1, cpu_correct@1, "
+        "correct@1, verdicts) and sampled (pass@k from the i.i.d. samples: metrics compile@k ..., fast_p, "
+        "verdicts), each null when no such sample was drawn; verdicts (all samples)"
     )
     created_at: float
     finished_at: float | None = None
@@ -75,6 +77,7 @@ class EvalSample(BaseModel):
     """One generated answer, the code extracted from it and its verification result."""
 
     index: int
+    greedy: bool = Field(False, description="the problem's greedy sample (scored apart from pass@k)")
     answer: str
     code: str = Field(description="the code that was scored (first fenced block, or the whole answer)")
     prompt_tokens: int | None = None
@@ -89,5 +92,6 @@ class EvalProblemObject(BaseModel):
     id: str = Field(description="the problem id")
     object: Literal["eval.problem"] = "eval.problem"
     eval_id: str
-    row: dict[str, Any] = Field(description="n, compiled, cpu_correct, correct, fast, best_speedup, verdicts")
+    row: dict[str, Any] = Field(description="over the i.i.d. samples: n, compiled, cpu_correct, correct, fast, "
+                                "best_speedup, verdicts; greedy: the same over the greedy sample (or null)")
     samples: list[EvalSample]

@@ -8,7 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.common import ListPage
 
-Purpose = Literal["fine-tune", "eval"]
+UploadPurpose = Literal["fine-tune", "eval"]
+# A tuning job's results (its adapter archive) are files too, written by the worker, never uploaded.
+Purpose = Literal["fine-tune", "eval", "fine-tune-results"]
 
 _FILE_EXAMPLE = {
     "id": "file-3f2a9c0d1e2b4a5968778695",
@@ -33,7 +35,7 @@ class FileUploadForm(BaseModel):
 
     file: bytes = Field(description="JSONL (one record per line) or parquet (recognised by the PAR1 magic)",
                         json_schema_extra={"format": "binary"})
-    purpose: Purpose = Field(description="fine-tune: chat/prompt-completion/question-answer rows whose answer "
+    purpose: UploadPurpose = Field(description="fine-tune: chat/prompt-completion/question-answer rows whose answer "
                                          'defines a __global__ kernel; eval: JSONL rows {"id", "problem"}')
 
 
@@ -50,8 +52,10 @@ class FileObject(BaseModel):
     purpose: Purpose
     status: Literal["processed"] = "processed"
     status_details: str | None = None
-    format: Literal["jsonl", "parquet"]
-    records: int = Field(description="records (or eval problems) the file holds")
+    format: Literal["jsonl", "parquet", "tar"] = Field(
+        description="tar: a job's result, its model files (a LoRA adapter: adapter_config.json and "
+                    "adapter_model.safetensors) in one folder named after the job")
+    records: int = Field(description="records (or eval problems) the file holds; 0 for a job's result")
     total_rows: int = Field(description="rows read")
     warnings: int = Field(description="warnings about kept records (e.g. no fenced code block)")
 

@@ -23,6 +23,7 @@ from cuset_core.training.config import (
     check_quantized_lora,
     format_validation_error,
 )
+from cuset_core.training.tracking import Integration
 
 SUFFIX_PATTERN = re.compile(r"^[a-z0-9-]{1,40}$")
 MAX_METADATA_PAIRS = 16
@@ -46,7 +47,12 @@ class JobCreate(BaseModel):
     suffix: str | None = None
     seed: int | None = Field(None, ge=0, le=2**31 - 1)
     metadata: dict[str, str] | None = None
-    integrations: list[Any] | None = Field(None, description="accepted for OpenAI compatibility; ignored")
+    integrations: list[Integration] | None = Field(
+        None, max_length=8,
+        description='experiment trackers: OpenAI\'s {"type": "wandb", "wandb": {"project", "name", "entity", "tags"}}, '
+                    '{"type": "tensorboard"} (event files among the job\'s artifacts) or '
+                    '{"type": "mlflow", "mlflow": {"experiment_name", "tracking_uri"}}; the tracker\'s package must be '
+                    "installed on the service's machines")
 
     @field_validator("suffix")
     @classmethod

@@ -4,6 +4,7 @@
 - ``categories``: the categories and the names that identify them;
 - ``scan``: tree-sitter-cuda parse of one source and its sensitive spans;
 - ``analyze``: ``analyze_answer(answer) -> Analysis`` (types in ``spans``);
-- ``tokens``: ``align_tokens`` maps an analysis onto tokenizer offsets;
-- ``confidence``: the per-category confidence report of a model on a dataset.
+- ``tokens``: ``align_tokens`` maps an analysis onto tokenizer offsets.
+
+A model's confidence on these regions (it runs a model) is ``cuset_core.evaluation.confidence_report``.
 """

@@ -3,7 +3,9 @@
 The CUDA and C++ sources come from ``sources.find_kernel_sources`` (the ``load_inline`` strings
 of a Python answer, or a ``.cu`` answer); each is scanned on its own and every finding is mapped
 back into the answer through the source's ``OffsetMap``. On the Python side the ``load_inline``
-call itself is binding code: its name, its keyword names and its ``functions=[...]`` list.
+call itself is binding code: its name, its keyword names, the extension's ``name=`` and its
+``functions=[...]`` list; the exported functions' names (that list, or a ``PYBIND11_MODULE``'s
+``m.def`` targets) are binding code where the sources define or declare them.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuset_core.analysis.categories import DOMINANCE, Category
-from cuset_core.analysis.scan import new_parser, scan_source
+from cuset_core.analysis.scan import new_parser, pybind_exports, scan_source
 from cuset_core.analysis.sources import InlineExtension, OffsetMap, find_kernel_sources
 from cuset_core.analysis.spans import Analysis, Region, Span
 
@@ -38,10 +40,13 @@ def analyze_answer(answer: str) -> Analysis:
     pieces: list[_Piece] = []
     chars = unparsed = 0
     for extension in sources.extensions:
+        exported = frozenset(extension.functions or ()) or pybind_exports(
+            extension.cpp + "\n" + extension.cuda, parser
+        )
         for source, offsets in ((extension.cuda, extension.cuda_map), (extension.cpp, extension.cpp_map)):
             if not source.strip():
                 continue
-            scan = scan_source(source, parser)
+            scan = scan_source(source, parser, exported)
             chars += scan.chars
             unparsed += scan.unparsed_chars
             for finding in scan.findings:
@@ -82,8 +87,9 @@ def _map_unit(
 
 
 def _extension_call_pieces(extension: InlineExtension, answer: str) -> list[_Piece]:
-    """Binding spans of the Python ``load_inline`` call: its name, keyword names and the
-    ``functions=[...]`` list (whose names must match the C++ declarations)."""
+    """Binding spans of the Python ``load_inline`` call: its name, keyword names, the literal
+    extension ``name=`` and the ``functions=[...]`` list (whose names must match the C++
+    declarations)."""
     if extension.call_span is None:
         return []
     call_start, call_end = extension.call_span
@@ -96,7 +102,8 @@ def _extension_call_pieces(extension: InlineExtension, answer: str) -> list[_Pie
     spans.extend(
         (start, end)
         for keyword, start, end in extension.keyword_values
-        if keyword == "functions" and answer[start] in "[("  # a literal list, not a name
+        if (keyword == "functions" and answer[start] in "[(")  # a literal list, not a name
+        or (keyword == "name" and answer[start] in _QUOTES)
     )
     return [_Piece(start, end, Category.BINDING, unit) for start, end in spans]
 

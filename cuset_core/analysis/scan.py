@@ -88,11 +88,16 @@ class _Scope:
     launch_vars: frozenset[str] = frozenset()
 
 
-def scan_source(source: str, parser: Parser) -> SourceScan:
-    """Find the sensitive spans of one CUDA/C++ source; never raises on broken code."""
+def scan_source(source: str, parser: Parser, binding_names: frozenset[str] = frozenset()) -> SourceScan:
+    """Find the sensitive spans of one CUDA/C++ source; never raises on broken code.
+
+    ``binding_names`` are the functions the extension exports to Python (``functions=[...]``):
+    where the source defines or declares one, its name is a binding span, since a name that
+    differs between the definition, the declaration and the list breaks the build.
+    """
     data = source.encode("utf-8")
     tree = parser.parse(data)
-    scanner = _Scanner(data)
+    scanner = _Scanner(data, binding_names)
     scanner.walk(tree.root_node)
     unparsed = _unparsed_ranges(tree.root_node) if tree.root_node.has_error else []
     to_char = _char_index(source, data)
@@ -104,11 +109,36 @@ def scan_source(source: str, parser: Parser) -> SourceScan:
     return SourceScan(findings, len(source), unparsed_chars)
 
 
+def pybind_exports(source: str, parser: Parser) -> frozenset[str]:
+    """Names of the functions a ``PYBIND11_MODULE`` exports: the ``&function`` of each
+    ``m.def("name", &function, ...)`` (the binding list of a ``.cu`` answer)."""
+    if "PYBIND11_MODULE" not in source:
+        return frozenset()
+    data = source.encode("utf-8")
+    names = set()
+    stack = [parser.parse(data).root_node]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        function = node.child_by_field_name("function") if node.type == "call_expression" else None
+        field = function.child_by_field_name("field") if function is not None else None
+        if field is None or data[field.start_byte : field.end_byte] != b"def":
+            continue
+        arguments = node.child_by_field_name("arguments")
+        target = arguments.named_children[1] if arguments is not None and arguments.named_child_count > 1 else None
+        if target is not None and target.type == "pointer_expression":
+            target = target.child_by_field_name("argument")
+        if target is not None and target.type == "identifier":
+            names.add(data[target.start_byte : target.end_byte].decode("utf-8", errors="replace"))
+    return frozenset(names)
+
+
 class _Scanner:
     """One walk over a parse tree, collecting ``(start, end, category, unit...)`` in bytes."""
 
-    def __init__(self, data: bytes):
+    def __init__(self, data: bytes, binding_names: frozenset[str] = frozenset()):
         self.data = data
+        self.binding_names = binding_names
         self.found: list[tuple[int, int, Category, int, int, str]] = []
         self.claimed: set[int] = set()  # node ids already inside an emitted span
 
@@ -175,6 +205,8 @@ class _Scanner:
             if name is not None and self.text(name) in cat.MODULE_MACROS:
                 self.emit(node, Category.BINDING)
                 return True
+            if name is not None and name.type == "identifier" and self.text(name) in self.binding_names:
+                self.emit(name, Category.BINDING)
             return False
         if kind == "number_literal":
             if cat.is_full_mask(self.text(node)):

@@ -12,11 +12,18 @@ from cuset_core.analysis.spans import Analysis
 
 @dataclass
 class TokenSensitivity:
-    """One entry per token: is it sensitive, its span's category, its region id (-1: none)."""
+    """One entry per token: is it sensitive, its span's category, the region of its span
+    (-1: none) and the region whose unit holds it (``unit_region``, -1: none).
+
+    ``region`` is set on sensitive tokens only (``region_extent: span``); ``unit_region`` also
+    on the other tokens of a region's syntactic unit (``region_extent: unit``), and equals
+    ``region`` on sensitive tokens.
+    """
 
     sensitive: list[bool]
     category: list[Category | None]
     region: list[int]
+    unit_region: list[int]
 
 
 def align_tokens(
@@ -27,7 +34,9 @@ def align_tokens(
     ``offsets[k]`` is the half-open character span of token k in the rendered text (a chat
     template, say) in which the analysed answer starts at character ``answer_start``. A token is
     sensitive when it overlaps a sensitive span; its category and region are those of the last
-    span it overlaps. Empty offsets (special tokens) are never sensitive.
+    span it overlaps. A token overlapping a region's unit belongs to that region, to the
+    innermost one where units nest (an ``AT_DISPATCH_*`` statement holds its lambda's
+    statements). Empty offsets (special tokens) are never sensitive and in no region.
     """
     spans = analysis.spans
     starts = [span.start for span in spans]
@@ -35,9 +44,11 @@ def align_tokens(
     for region in analysis.regions:
         for index in region.span_indices:
             region_of[index] = region.id
+    owner = _unit_owners(analysis)
     sensitive: list[bool] = []
     category: list[Category | None] = []
     region: list[int] = []
+    unit_region: list[int] = []
     for token_start, token_end in offsets:
         start, end = int(token_start) - answer_start, int(token_end) - answer_start
         # Spans are sorted and disjoint, so their ends are sorted too: only the last span that
@@ -47,8 +58,20 @@ def align_tokens(
             sensitive.append(True)
             category.append(spans[index].category)
             region.append(region_of[index])
+            unit_region.append(region_of[index])
         else:
             sensitive.append(False)
             category.append(None)
             region.append(-1)
-    return TokenSensitivity(sensitive, category, region)
+            inside = owner[max(start, 0) : max(end, 0)]
+            unit_region.append(next((r for r in inside if r >= 0), -1))
+    return TokenSensitivity(sensitive, category, region, unit_region)
+
+
+def _unit_owners(analysis: Analysis) -> list[int]:
+    """Region id per answer character (-1: none); where units nest, the innermost one wins."""
+    size = max((r.end for r in analysis.regions), default=0)
+    owner = [-1] * size
+    for region in sorted(analysis.regions, key=lambda r: r.start - r.end):  # largest first
+        owner[region.start : region.end] = [region.id] * (region.end - region.start)
+    return owner

@@ -1,25 +1,18 @@
-"""`cuset analyze` (sensitive spans and regions of one answer) and `cuset confidence-report`."""
+"""`cuset analyze`: the sensitive spans and regions of one answer."""
 
 from __future__ import annotations
 
 import json
-from enum import Enum
 from pathlib import Path
-from typing import Annotated, get_args
+from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from cuset_core.generation.prompts import PromptStyle as PromptStyleName
-
 EXIT_BAD_USAGE = 2
 ANSWER_SUFFIXES = (".py", ".cu", ".cuh", ".md", ".txt")
-
-PromptStyle = Enum("PromptStyle", {name: name for name in get_args(PromptStyleName)}, type=str)
 
 
 def fail(message: str) -> typer.Exit:
@@ -66,75 +59,9 @@ def analyze(
     console.print(regions)
 
 
-def confidence_report(
-    data: Annotated[Path, typer.Option(help="Records: chat or KernelBench JSONL/parquet.")],
-    out: Annotated[Path, typer.Option(help="Folder for report.json, report.md and confidence.png.")],
-    model: Annotated[str, typer.Option(help="smollm2-135m, a .gguf file or a model folder.")] = "smollm2-135m",
-    limit: Annotated[int, typer.Option(min=1, help="Records to analyse (the first N kept).")] = 32,
-    prompt_style: Annotated[PromptStyle, typer.Option(help="Prompt format.")] = PromptStyle.kernelbench,
-    max_tokens: Annotated[int, typer.Option(min=8, help="Truncate records to this many tokens.")] = 4096,
-) -> None:
-    """Per-category confidence of a model on CUDA-sensitive tokens, and its least confident regions."""
-    import torch
-
-    from cuset_core.analysis.confidence import ReportSettings, run_report, write_report
-    from cuset_core.data import DataFileError, LoadOptions, load_records
-    from cuset_core.models import ModelNotFoundError, load_model, resolve_model
-
-    try:
-        settings = ReportSettings(
-            model=model, data=data, out=out, limit=limit, prompt_style=prompt_style.value,
-            max_tokens=max_tokens,
-        )
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        raise fail(f"{'.'.join(map(str, error['loc']))}: {error['msg']}") from None
-    if not data.is_file():
-        raise fail(f"--data: file not found: {data}")
-    try:
-        resolve_model(model)
-    except ModelNotFoundError as exc:
-        raise fail(f"--model: {exc}") from None
-    try:
-        loaded = load_records(data, LoadOptions(prompt_style=settings.prompt_style, require_kernel=True))
-    except DataFileError as exc:
-        raise fail(f"--data: {exc}") from None
-    records = loaded.records[: settings.limit]
-    if not records:
-        codes = ", ".join(f"{code} x{count}" for code, count in loaded.counts().items()) or "none"
-        raise fail(
-            f"--data: no usable records with a CUDA kernel in {data} ({loaded.total} rows; issues: {codes})"
-        )
-
-    console = Console(stderr=True)
-    console.print(f"loading {model} ...")
-    network, tokenizer = load_model(model)
-    if torch.cuda.is_available():
-        network = network.to("cuda")
-    with Progress(
-        TextColumn("confidence"), BarColumn(), MofNCompleteColumn(), console=console, transient=True
-    ) as progress:
-        task = progress.add_task("records", total=len(records))
-        summary = run_report(
-            settings, network, tokenizer, records,
-            progress=lambda done: progress.update(task, completed=done),
-        )
-    paths = write_report(summary, out)
-    groups = summary["groups"]
-    typer.echo(
-        f"{summary['records']} records, {summary['tokens']['sensitive']} sensitive of "
-        f"{summary['tokens']['supervised']} tokens; mean p sensitive "
-        f"{_number(groups['sensitive']['mean_p'])}, "
-        f"non-sensitive {_number(groups['non_sensitive']['mean_p'])}; "
-        f"low-confidence regions {summary['regions']['low_confidence']}/{summary['regions']['count']}"
-    )
-    typer.echo("wrote " + ", ".join(str(path) for path in paths))
-
-
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the `cuset` app."""
+    """Add the `analyze` command to the `cuset` app."""
     app.command("analyze")(analyze)
-    app.command("confidence-report")(confidence_report)
 
 
 def _shown(text: str, limit: int = 120) -> Text:
@@ -142,6 +69,3 @@ def _shown(text: str, limit: int = 120) -> Text:
     flat = text.replace("\n", "⏎")
     return Text(flat if len(flat) <= limit else flat[: limit - 1] + "…")
 
-
-def _number(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"

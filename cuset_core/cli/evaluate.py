@@ -1,4 +1,5 @@
-"""`cuset eval`: run a model over a problem set, or score given answers, and write the results."""
+"""The judges: `cuset eval` (functional metrics), `cuset eval-compare` (two models, paired) and
+`cuset confidence-report` (proxies that explain, without running kernels)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,17 @@ from cuset_core.verify.result import Tier
 PROBLEMS_HELP = (
     'Folder of KernelBench .py problems, a .py file, a .jsonl of {"id","problem"} rows, "demo" or "demo:held-out".'
 )
-ANSWERS_HELP = 'JSONL of {"problem_id","answer"} or {"id","samples":[...]} rows to score instead of generating.'
+ANSWERS_HELP = (
+    'JSONL of {"problem_id","answer","greedy"?: bool} or {"id","samples":[...],"greedy"?: str} rows to score '
+    "instead of generating."
+)
 
 
 def register(app: typer.Typer) -> None:
-    """Add the `eval` command to the `cuset` app."""
+    """Add the `eval`, `eval-compare` and `confidence-report` commands to the `cuset` app."""
     app.command("eval")(evaluate)
+    app.command("eval-compare")(eval_compare)
+    app.command("confidence-report")(confidence_report)
 
 
 def evaluate(
@@ -27,10 +33,13 @@ def evaluate(
     out: Path = typer.Option(..., "--out", help="Folder for results.json and results.md."),
     model: str | None = typer.Option(None, "--model", help="Model spec: smollm2-135m, a folder, a .gguf, an adapter."),
     answers: Path | None = typer.Option(None, "--answers", help=ANSWERS_HELP),
-    samples: int = typer.Option(1, "--samples", help="K: samples per problem."),
-    temperature: float = typer.Option(0.8, "--temperature", help="Temperature of the sampled answers."),
+    greedy: bool = typer.Option(
+        True, "--greedy/--no-greedy", help="Draw one greedy sample per problem, apart: greedy compile@1, cpu_correct@1."
+    ),
+    samples: int = typer.Option(0, "--samples", help="n: i.i.d. samples per problem at --temperature, for pass@k."),
+    k: str | None = typer.Option(None, "--k", help="k of pass@k, comma-separated (e.g. 1,4); default 1 and n."),
+    temperature: float = typer.Option(0.8, "--temperature", help="Temperature of the i.i.d. samples."),
     top_p: float = typer.Option(0.95, "--top-p"),
-    greedy_first: bool = typer.Option(True, "--greedy-first/--no-greedy-first", help="Sample 0 is greedy."),
     max_new_tokens: int = typer.Option(1024, "--max-new-tokens"),
     tier: Tier = typer.Option(Tier.COMPILE, "--tier", help="Verify up to this tier."),
     prompt_style: PromptStyle = typer.Option("kernelbench", "--prompt-style"),
@@ -42,29 +51,140 @@ def evaluate(
     no_cache: bool = typer.Option(False, "--no-cache", help="Verify every sample afresh."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Generate K samples per problem (or read --answers), verify them, report pass@k metrics."""
+    """Score a greedy sample and n i.i.d. samples per problem (or --answers): greedy metrics and pass@k."""
     from cuset_core.evaluation.report import write_results
     from cuset_core.evaluation.runner import EvalConfig, EvalInputError, run_eval
     from cuset_core.models import ModelNotFoundError, resolve_model
 
     try:
         config = EvalConfig(
-            model=model, answers=answers, problems=problems, samples=samples, temperature=temperature,
-            top_p=top_p, greedy_first=greedy_first, max_new_tokens=max_new_tokens, tier=tier,
+            model=model, answers=answers, problems=problems, greedy=greedy, samples=samples, k=_k_values(k),
+            temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, tier=tier,
             prompt_style=prompt_style, seed=seed, batch_size=batch_size, cache=not no_cache, cache_dir=cache_dir,
         )
         if config.model is not None:
             resolve_model(config.model)
         report = run_eval(config, progress=not quiet)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(part) for part in error["loc"]) or "options"
-        _fail(f"{field}: {error['msg'].removeprefix('Value error, ')}")
+        _fail(_first_error(exc))
     except (EvalInputError, ModelNotFoundError) as exc:
         _fail(str(exc))
     json_path, md_path = write_results(report, out)
-    metrics = ", ".join(f"{name} {value:.3f}" for name, value in report.aggregate.metrics.items())
-    typer.echo(f"{metrics}\nwrote {json_path} and {md_path}")
+    agg = report.aggregate
+    blocks = [("greedy", agg.greedy.metrics if agg.greedy else {}),
+              ("pass@k", agg.sampled.metrics if agg.sampled else {})]
+    for name, metrics in blocks:
+        if metrics:
+            typer.echo(f"{name}: " + ", ".join(f"{metric} {value:.3f}" for metric, value in metrics.items()))
+    typer.echo(f"wrote {json_path} and {md_path}")
+
+
+def eval_compare(
+    a: str = typer.Argument(..., help="Model A's results.json or the folder holding it; several (its seeds), "
+                            "comma-separated, are averaged per problem."),
+    b: str = typer.Argument(..., help="Model B's, likewise, over the same problems."),
+    resamples: int = typer.Option(10_000, "--resamples", min=1, help="Bootstrap resamples."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap draws."),
+    confidence: float = typer.Option(0.95, "--confidence", min=0.5, max=0.999, help="Interval coverage."),
+    out: Path | None = typer.Option(None, "--out", help="Also write comparison.json and comparison.md here."),
+) -> None:
+    """A - B per metric (greedy compile@1, cpu_correct@1, pass@k) with a paired bootstrap interval over problems."""
+    from cuset_core.evaluation.compare import CompareInputError, compare_runs, read_run, render_comparison
+
+    try:
+        comparison = compare_runs([read_run(Path(part)) for part in a.split(",")],
+                                  [read_run(Path(part)) for part in b.split(",")],
+                                  resamples=resamples, seed=seed, confidence=confidence)
+    except CompareInputError as exc:
+        _fail(str(exc))
+    text = render_comparison(comparison)
+    typer.echo(text, nl=False)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "comparison.json").write_text(comparison.model_dump_json(indent=1) + "\n")
+        (out / "comparison.md").write_text(text)
+        typer.echo(f"wrote {out / 'comparison.json'} and {out / 'comparison.md'}")
+
+
+def confidence_report(
+    data: Path = typer.Option(..., "--data", help="Held-out records: chat or KernelBench JSONL/parquet."),
+    out: Path = typer.Option(..., "--out", help="Folder for report.json, report.md and confidence.png."),
+    model: str = typer.Option("smollm2-135m", "--model", help="smollm2-135m, a .gguf file or a model folder."),
+    limit: int = typer.Option(32, "--limit", min=1, help="Records to analyse (the first N kept)."),
+    prompt_style: PromptStyle = typer.Option("kernelbench", "--prompt-style", help="Prompt format."),
+    max_tokens: int = typer.Option(4096, "--max-tokens", min=8, help="Truncate records to this many tokens."),
+) -> None:
+    """Region-token NLL, top-1 accuracy and exact match per category (judges), and the paper's finding."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from cuset_core.data import DataFileError, LoadOptions, load_records
+    from cuset_core.evaluation.confidence_report import OVERALL, ReportSettings, run_report, write_report
+    from cuset_core.models import ModelNotFoundError, inference_dtype, load_model, place_for_inference, resolve_model
+
+    try:
+        settings = ReportSettings(
+            model=model, data=data, out=out, limit=limit, prompt_style=prompt_style, max_tokens=max_tokens
+        )
+    except ValidationError as exc:
+        _fail(_first_error(exc))
+    if not data.is_file():
+        _fail(f"--data: file not found: {data}")
+    try:
+        resolve_model(model)
+    except ModelNotFoundError as exc:
+        _fail(f"--model: {exc}")
+    try:
+        loaded = load_records(data, LoadOptions(prompt_style=settings.prompt_style, require_kernel=True))
+    except DataFileError as exc:
+        _fail(f"--data: {exc}")
+    records = loaded.records[: settings.limit]
+    if not records:
+        codes = ", ".join(f"{code} x{count}" for code, count in loaded.counts().items()) or "none"
+        _fail(f"--data: no usable records with a CUDA kernel in {data} ({loaded.total} rows; issues: {codes})")
+
+    console = Console(stderr=True)
+    console.print(f"loading {model} ...")
+    network, tokenizer = load_model(model, inference_dtype())
+    network = place_for_inference(network)
+    with Progress(
+        TextColumn("confidence"), BarColumn(), MofNCompleteColumn(), console=console, transient=True
+    ) as progress:
+        task = progress.add_task("records", total=len(records))
+        summary = run_report(
+            settings, network, tokenizer, records,
+            progress=lambda done: progress.update(task, completed=done),
+        )
+    paths = write_report(summary, out)
+    judged, groups = summary["judges"]["groups"][OVERALL], summary["groups"]
+    typer.echo(
+        f"{summary['records']} records, {judged['regions']} regions, {judged['tokens']} region tokens: "
+        f"NLL {_number(judged['nll'])}, top-1 {_number(judged['top1_accuracy'])}, "
+        f"exact match {_number(judged['region_exact_match'])}; "
+        f"mean p (the paper's finding, not a judge) sensitive {_number(groups['sensitive']['mean_p'])}, "
+        f"non-sensitive {_number(groups['non_sensitive']['mean_p'])}"
+    )
+    typer.echo("wrote " + ", ".join(str(path) for path in paths))
+
+
+def _k_values(text: str | None) -> list[int] | None:
+    """``--k 1,4`` as [1, 4]; None when not given."""
+    if text is None:
+        return None
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        _fail(f"--k: expected comma-separated integers such as 1,4, got {text!r}")
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    field = ".".join(str(part) for part in error["loc"]) or "options"
+    return f"{field}: {error['msg'].removeprefix('Value error, ')}"
+
+
+def _number(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 def _fail(message: str) -> NoReturn:

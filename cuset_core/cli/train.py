@@ -29,6 +29,8 @@ PromptStyle = Enum("PromptStyle", {name: name for name in get_args(PromptStyleNa
 Dtype = Enum("Dtype", {name: name for name in get_args(DtypeName)}, type=str)
 Truncation = Enum("Truncation", {name: name for name in ("drop", "cut")}, type=str)
 MODEL_HELP = "smollm2-135m, a .gguf file, a model folder or a Hugging Face repo id (org/name, from the HF cache)"
+# Trackers that need no settings; W&B needs a project: give it in --config's "integrations".
+Tracker = Enum("Tracker", {name: name for name in ("tensorboard", "mlflow")}, type=str)
 
 
 def fail(message: str, code: int = EXIT_BAD_USAGE) -> typer.Exit:
@@ -56,6 +58,7 @@ def job_document(
     gradient_checkpointing: bool | None = None,
     group_by_length: bool | None = None,
     truncation: Truncation | None = None,
+    report_to: list[Tracker] | None = None,
 ) -> dict:
     """A job config: ``base`` (from --config) overridden by the options given on the command line."""
     job = json.loads(json.dumps(base))  # deep copy of plain JSON
@@ -70,6 +73,11 @@ def job_document(
         job["prompt_style"] = prompt_style.value
     if resume:
         job["resume"] = True
+    if report_to:
+        known = {integration.get("type") for integration in job.get("integrations", [])}
+        job["integrations"] = job.get("integrations", []) + [
+            {"type": tracker.value} for tracker in report_to if tracker.value not in known
+        ]
     if lora is False:
         job["lora"] = None
     elif lora is True and job.get("lora") is None:
@@ -139,6 +147,8 @@ def tune(
     group_by_length: Annotated[bool | None, typer.Option(
         "--group-by-length/--no-group-by-length", help="batch records of similar length (less padding)")] = None,
     truncation: Annotated[Truncation | None, typer.Option(help="records over max_seq_len: drop or cut")] = None,
+    report_to: Annotated[list[Tracker] | None, typer.Option(
+        help="log metrics to a tracker too (repeatable); TensorBoard events go to OUTPUT/tensorboard")] = None,
 ) -> None:
     """Fine-tune a model on CUDA answers with one objective; Ctrl-C stops after a checkpoint."""
     base: dict = {}
@@ -151,8 +161,9 @@ def tune(
             raise fail(f"--config {config}: expected a JSON object")
     job = job_document(
         base, data=data, model=model, method=method, output=output, max_steps=max_steps, epochs=epochs,
-        lr=lr, batch_size=batch_size, lora=lora, prompt_style=prompt_style, resume=resume, dtype=dtype, qlora=qlora,
-        gradient_checkpointing=gradient_checkpointing, group_by_length=group_by_length, truncation=truncation,
+        lr=lr, batch_size=batch_size, lora=lora, prompt_style=prompt_style, resume=resume, report_to=report_to,
+        dtype=dtype, qlora=qlora, gradient_checkpointing=gradient_checkpointing, group_by_length=group_by_length,
+        truncation=truncation,
     )
     try:
         parse_config(job).validate_paths()
@@ -199,7 +210,7 @@ def generate(
     from cuset_core.generation.extract import answer_code
     from cuset_core.generation.prompts import build_messages
     from cuset_core.generation.sampling import generate as sample
-    from cuset_core.models import ModelNotFoundError, load_model, resolve_model
+    from cuset_core.models import ModelNotFoundError, inference_dtype, load_model, place_for_inference, resolve_model
 
     try:
         resolve_model(model)
@@ -209,7 +220,8 @@ def generate(
         problem_code = problem.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise fail(f"--problem {problem}: {exc}") from None
-    loaded, tokenizer = load_model(model)
+    loaded, tokenizer = load_model(model, inference_dtype())
+    loaded = place_for_inference(loaded)
     messages = build_messages(problem_code, prompt_style.value)
     [answers] = sample(
         loaded, tokenizer, [messages], n=samples, temperature=temperature, top_p=top_p,
@@ -221,7 +233,47 @@ def generate(
         typer.echo(answer_code(answer.text).code if code_only else answer.text)
 
 
+class ExportDtype(str, Enum):
+    auto = "auto"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    float32 = "float32"
+
+
+def export(
+    run: Annotated[Path, typer.Argument(help="a tuned output folder (the --output of `cuset tune`)")],
+    out: Annotated[Path, typer.Option("--out", help="folder to write (created; must be empty or absent)")],
+    merge: Annotated[bool, typer.Option("--merge", help="merge the LoRA adapter into its base: a plain "
+                                        "Hugging Face model folder any engine serves")] = False,
+    dtype: Annotated[ExportDtype, typer.Option(help="weights of the merged folder; auto = the base's own")] =
+        ExportDtype.auto,
+) -> None:
+    """Write a run's model for an inference engine: its adapter files (vLLM --enable-lora), or with
+    --merge a merged Hugging Face folder (safetensors, config, tokenizer)."""
+    import torch
+
+    from cuset_core.models import ModelNotFoundError, read_base_spec
+    from cuset_core.training.export import ExportError, export_adapter, export_merged, model_files
+
+    try:
+        files = model_files(run)
+    except ExportError as exc:
+        raise fail(f"RUN: {exc}") from None
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise fail(f"--out {out}: exists and is not an empty folder")
+    try:
+        if merge:
+            export_merged(run, out, None if dtype is ExportDtype.auto else getattr(torch, dtype.value))
+        else:
+            adapter = files[0].name == "adapter_config.json"
+            export_adapter(run, out, base_model=read_base_spec(run) if adapter else None)
+    except ModelNotFoundError as exc:
+        raise fail(f"RUN: {exc}") from None
+    typer.echo(f"{'merged model' if merge else 'model files'} written to {out}")
+
+
 def register(app: typer.Typer) -> None:
-    """Add `tune` and `generate` to the `cuset` app."""
+    """Add `tune`, `generate` and `export` to the `cuset` app."""
     app.command("tune")(tune)
     app.command("generate")(generate)
+    app.command("export")(export)

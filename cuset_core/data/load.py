@@ -17,7 +17,7 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -72,6 +72,26 @@ class LoadResult(BaseModel):
     def counts(self) -> dict[str, int]:
         """Number of issues per error code, most frequent first."""
         return dict(Counter(issue.code.value for issue in self.issues).most_common())
+
+    def summary(self, field: str, lines_shown: int = 5) -> list[tuple[Literal["info", "warning"], str]]:
+        """What a user needs to hear about this file, once: one ``(level, message)`` per kind of
+        problem (skipped records, then records kept with a warning), with its count, the first
+        ``lines_shown`` line numbers and the first message, then how many records are usable."""
+        notes: list[tuple[Literal["info", "warning"], str]] = []
+        for severity, verb in (("error", "skipped"), ("warning", "kept with a warning")):
+            by_code: dict[ErrorCode, list[DataIssue]] = {}
+            for issue in self.issues:
+                if issue.severity == severity:
+                    by_code.setdefault(issue.code, []).append(issue)
+            for code, issues in by_code.items():
+                lines = sorted({issue.line for issue in issues if issue.line})
+                where = ", ".join(str(line) for line in lines[:lines_shown])
+                more = f" and {len(lines) - lines_shown} more" if len(lines) > lines_shown else ""
+                at = f" (line{'s' if len(lines) > 1 else ''} {where}{more})" if lines else ""
+                count = f"{len(lines)} record{'s' if len(lines) != 1 else ''} {verb}" if lines else "file"
+                notes.append(("warning", f"{field}: {count}, {code.value}{at}: {issues[0].message}"))
+        notes.append(("info", f"{field}: {len(self.records)} of {self.total} records usable"))
+        return notes
 
 
 def load_records(
@@ -246,6 +266,10 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
                 message = f"not valid JSON: {error.msg} at column {error.colno}"
                 yield line, DataIssue(line=line, field="", code=ErrorCode.invalid_json,
                                       message=message)
+            except RecursionError:
+                # The parser recurses per nesting level; a record is a flat object of strings.
+                yield line, DataIssue(line=line, field="", code=ErrorCode.invalid_json,
+                                      message="not valid JSON for a record: arrays or objects nested too deeply")
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:

@@ -1,5 +1,14 @@
 """Evaluation metrics: the unbiased pass@k estimator, per-problem rows and the aggregate.
 
+Two blocks, never mixed (DESIGN.md §3, "Functional metrics decide"):
+- greedy: one greedy sample per problem, drawn apart; ``compile@1``, ``cpu_correct@1`` (and
+  ``correct@1``, ``fast_<p>`` on a GPU) are the share of problems whose greedy sample passed.
+- sampled: n i.i.d. samples per problem, all at the same temperature; ``compile@k`` etc. are
+  the unbiased pass@k of Chen et al. (2021), averaged over problems.
+
+Per-problem scores (``greedy_scores``, ``sampled_scores``) are what the aggregate averages
+and what a paired comparison of two models resamples (:mod:`.compare`).
+
 A sample "passes tier T" when T ran on it and concluded ``pass`` (``VerifyResult.tier_verdicts``).
 So ``compile@k`` counts samples that nvcc compiled, ``cpu_correct@k`` those that matched the
 reference on the CPU runtime and ``correct@k`` those that matched on a GPU; a sample the CPU
@@ -17,6 +26,7 @@ are counted under their verdict so a reader can discount them.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 
@@ -62,11 +72,10 @@ def passed_tier(result: VerifyResult, tier: Tier) -> bool:
     return result.tier is tier and result.verdict is Verdict.PASS
 
 
-class ProblemRow(BaseModel):
-    """One problem's counts over its samples."""
+class SampleCounts(BaseModel):
+    """Counts over a set of samples of one problem, by tier passed, verdict and speed."""
 
-    id: str
-    n: int = Field(description="samples scored")
+    n: int = Field(description="samples counted")
     compiled: int = 0
     cpu_correct: int = 0
     correct: int = 0
@@ -75,24 +84,51 @@ class ProblemRow(BaseModel):
     verdicts: dict[str, int] = Field(default_factory=dict, description="verdict -> samples")
 
 
+class ProblemRow(SampleCounts):
+    """One problem: counts over its i.i.d. samples (the pass@k pool; ``n`` may be 0) and, apart,
+    over its greedy sample (``greedy.n`` is 1; None when none was drawn)."""
+
+    id: str
+    greedy: SampleCounts | None = None
+
+
+class GreedyBlock(BaseModel):
+    """Greedy metrics: the share of problems whose greedy sample passed each tier."""
+
+    problems: int = Field(description="problems with a greedy sample")
+    metrics: dict[str, float] = Field(default_factory=dict, description='e.g. "compile@1" -> 0.5')
+    verdicts: dict[str, int] = Field(default_factory=dict, description="verdict -> greedy samples")
+
+
+class SampledBlock(BaseModel):
+    """pass@k metrics from i.i.d. samples (no greedy sample among them)."""
+
+    problems: int = Field(description="problems with at least one i.i.d. sample")
+    samples: int = Field(description="i.i.d. samples counted")
+    k_values: list[int]
+    metrics: dict[str, float] = Field(default_factory=dict, description='e.g. "compile@4" -> 0.5')
+    fast_p: dict[str, float] = Field(default_factory=dict, description='"1.0" -> share (GPU tier)')
+    verdicts: dict[str, int] = Field(default_factory=dict, description="verdict -> i.i.d. samples")
+
+
 class Aggregate(BaseModel):
-    """Metrics over the whole problem set."""
+    """Metrics over the whole problem set: the greedy block and the pass@k block, each None when
+    the run drew no such sample."""
 
     problems: int
-    samples: int
+    samples: int = Field(description="every sample scored, greedy and i.i.d.")
     tier: Tier
-    k_values: list[int]
-    metrics: dict[str, float] = Field(default_factory=dict, description='e.g. "compile@1" -> 0.5')
-    fast_p: dict[str, float] = Field(default_factory=dict, description='"1.0" -> share (GPU tier)')
-    verdicts: dict[str, int] = Field(default_factory=dict, description="verdict -> samples")
+    k_values: list[int] = Field(default_factory=list, description="the k of the sampled block's pass@k")
+    greedy: GreedyBlock | None = None
+    sampled: SampledBlock | None = None
+    verdicts: dict[str, int] = Field(default_factory=dict, description="verdict -> samples, greedy and i.i.d.")
 
 
-def problem_row(problem_id: str, results: list[VerifyResult]) -> ProblemRow:
-    """Count one problem's samples by tier passed, verdict and speed."""
+def sample_counts(results: list[VerifyResult]) -> SampleCounts:
+    """Count ``results`` (the samples that count) by tier passed, verdict and speed."""
     correct = [r for r in results if passed_tier(r, Tier.GPU)]
     speedups = [r.speedup for r in correct if r.speedup is not None]
-    return ProblemRow(
-        id=problem_id,
+    return SampleCounts(
         n=len(results),
         compiled=sum(passed_tier(r, Tier.COMPILE) for r in results),
         cpu_correct=sum(passed_tier(r, Tier.CPU) for r in results),
@@ -103,29 +139,91 @@ def problem_row(problem_id: str, results: list[VerifyResult]) -> ProblemRow:
     )
 
 
-def aggregate(rows: list[ProblemRow], tier: Tier, k_values: list[int]) -> Aggregate:
-    """Mean pass@k per metric over problems, for the metrics the tier reached, plus fast_p."""
-    metrics: dict[str, float] = {}
-    for name, (metric_tier, count_field) in METRIC_TIERS.items():
-        if metric_tier.rank > tier.rank:
-            continue
-        for k in k_values:
-            values = [pass_at_k(row.n, getattr(row, count_field), k) for row in rows]
-            metrics[f"{name}@{k}"] = sum(values) / len(values) if values else 0.0
-    fast_p: dict[str, float] = {}
+def problem_row(problem_id: str, sampled: list[VerifyResult], greedy: VerifyResult | None = None) -> ProblemRow:
+    """One problem's row from its i.i.d. samples' results and its greedy sample's, if any."""
+    return ProblemRow(
+        id=problem_id,
+        **sample_counts(sampled).model_dump(),
+        greedy=None if greedy is None else sample_counts([greedy]),
+    )
+
+
+def _reached(tier: Tier) -> list[tuple[str, str]]:
+    """(metric name, count field) of the metrics a run verified up to ``tier`` can report."""
+    return [(name, field) for name, (metric_tier, field) in METRIC_TIERS.items() if metric_tier.rank <= tier.rank]
+
+
+def greedy_scores(row: ProblemRow, tier: Tier) -> dict[str, float]:
+    """1.0 or 0.0 per greedy metric (``compile@1`` ..., ``fast_<p>`` on a GPU); {} without a
+    greedy sample."""
+    greedy = row.greedy
+    if greedy is None or greedy.n == 0:
+        return {}
+    scores = {f"{name}@1": float(getattr(greedy, field) > 0) for name, field in _reached(tier)}
     if tier is Tier.GPU:
-        for p in FAST_P_THRESHOLDS:
-            shares = [row.fast.get(str(p), 0) / row.n if row.n else 0.0 for row in rows]
-            fast_p[str(p)] = sum(shares) / len(shares) if shares else 0.0
-    verdicts: Counter[str] = Counter()
-    for row in rows:
-        verdicts.update(row.verdicts)
+        scores.update({f"fast_{p}": float(greedy.fast.get(str(p), 0) > 0) for p in FAST_P_THRESHOLDS})
+    return scores
+
+
+def sampled_scores(row: ProblemRow, tier: Tier, k_values: list[int]) -> dict[str, float]:
+    """pass@k per metric and k from the row's i.i.d. samples (``compile@4`` ...), plus
+    ``fast_<p>`` (share of samples correct and faster than p) on a GPU; {} without samples."""
+    if row.n == 0:
+        return {}
+    scores = {
+        f"{name}@{k}": pass_at_k(row.n, getattr(row, field), k) for name, field in _reached(tier) for k in k_values
+    }
+    if tier is Tier.GPU:
+        scores.update({f"fast_{p}": row.fast.get(str(p), 0) / row.n for p in FAST_P_THRESHOLDS})
+    return scores
+
+
+def mean_scores(per_problem: list[dict[str, float]]) -> dict[str, float]:
+    """Mean over problems of each score, in first-seen key order."""
+    totals: dict[str, list[float]] = {}
+    for scores in per_problem:
+        for name, value in scores.items():
+            totals.setdefault(name, []).append(value)
+    return {name: sum(values) / len(values) for name, values in totals.items()}
+
+
+def aggregate(rows: list[ProblemRow], tier: Tier, k_values: list[int]) -> Aggregate:
+    """The greedy block and the pass@k block (for ``k_values``) over ``rows``."""
+    with_greedy = [row for row in rows if row.greedy is not None and row.greedy.n]
+    with_samples = [row for row in rows if row.n]
+    greedy = None
+    if with_greedy:
+        greedy = GreedyBlock(
+            problems=len(with_greedy),
+            metrics=mean_scores([greedy_scores(row, tier) for row in with_greedy]),
+            verdicts=_verdicts(row.greedy for row in with_greedy),
+        )
+    sampled = None
+    if with_samples:
+        scores = mean_scores([sampled_scores(row, tier, k_values) for row in with_samples])
+        sampled = SampledBlock(
+            problems=len(with_samples),
+            samples=sum(row.n for row in with_samples),
+            k_values=k_values,
+            metrics={name: value for name, value in scores.items() if not name.startswith("fast_")},
+            fast_p={name.removeprefix("fast_"): value for name, value in scores.items() if name.startswith("fast_")},
+            verdicts=_verdicts(with_samples),
+        )
+    everything = [*with_samples, *(row.greedy for row in with_greedy)]
     return Aggregate(
         problems=len(rows),
-        samples=sum(row.n for row in rows),
+        samples=sum(counts.n for counts in everything),
         tier=tier,
         k_values=k_values,
-        metrics=metrics,
-        fast_p=fast_p,
-        verdicts=dict(sorted(verdicts.items())),
+        greedy=greedy,
+        sampled=sampled,
+        verdicts=_verdicts(everything),
     )
+
+
+def _verdicts(counts: Iterable[SampleCounts]) -> dict[str, int]:
+    """Verdict counts summed over ``SampleCounts``, sorted by verdict."""
+    total: Counter[str] = Counter()
+    for item in counts:
+        total.update(item.verdicts)
+    return dict(sorted(total.items()))

@@ -4,11 +4,13 @@ Problems come from a folder of ``.py`` files (id = file stem), a single ``.py`` 
 ``.jsonl`` file of ``{"id", "problem"}`` rows, ``"demo"`` (the bundled demo set) or
 ``"demo:held-out"`` (its problems kept out of training data). Answers to
 score without a model come from a ``.jsonl`` file of ``{"problem_id", "answer"}`` rows (one
-per sample, several rows per problem allowed) or ``{"id", "samples": [...]}`` rows.
+per sample, several rows per problem allowed; ``"greedy": true`` marks a problem's greedy
+answer) or ``{"id", "samples": [...]}`` rows (optionally ``"greedy": "<answer>"``).
 
-With a model, K samples per problem are generated in batches of problems; when
-``greedy_first`` is on, sample 0 is greedy and the other K-1 are drawn at ``temperature``.
-Every sample is verified up to ``tier`` and the metrics of :mod:`.metrics` are computed.
+With a model, samples are generated in batches of problems: one greedy sample per problem
+when ``greedy`` is on, drawn apart, and ``samples`` i.i.d. samples at ``temperature``. Every
+sample is verified up to ``tier``; the greedy sample feeds the greedy metrics and the i.i.d.
+ones pass@k (:mod:`.metrics`), never the other way round.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-import torch
 from tqdm import tqdm
 
 from cuset_core.evaluation.metrics import Aggregate, ProblemRow, aggregate, problem_row
@@ -44,10 +45,11 @@ class EvalConfig(BaseModel):
     model: str | None = Field(None, description="model spec (see cuset_core.models); None with answers")
     answers: Path | None = Field(None, description="JSONL answers to score instead of generating")
     problems: str = Field(description='folder of .py problems, a .py file, a .jsonl file, "demo", "demo:held-out"')
-    samples: int = Field(1, ge=1, le=1000, description="K: samples per problem")
-    temperature: float = Field(0.8, ge=0.0, description="for sampled answers (not the greedy one)")
+    greedy: bool = Field(True, description="draw one greedy sample per problem, apart (greedy metrics)")
+    samples: int = Field(0, ge=0, le=1000, description="n: i.i.d. samples per problem at temperature (pass@k)")
+    k: list[int] | None = Field(None, description="the k of pass@k; None: 1 and n")
+    temperature: float = Field(0.8, ge=0.0, description="of the i.i.d. samples")
     top_p: float = Field(0.95, gt=0.0, le=1.0)
-    greedy_first: bool = Field(True, description="sample 0 is greedy, the rest sampled")
     max_new_tokens: int = Field(1024, ge=1)
     tier: Tier = Tier.COMPILE
     prompt_style: Literal["kernelbench", "compact"] = "kernelbench"
@@ -56,11 +58,35 @@ class EvalConfig(BaseModel):
     cache: bool = Field(True, description="reuse cached verification results")
     cache_dir: Path | None = Field(None, description="verification cache folder; None: the default one")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_greedy_first(cls, data: Any) -> Any:
+        """Configs recorded before the greedy sample was drawn apart: ``greedy_first`` made
+        sample 0 of ``samples`` greedy, so the same draws are 1 greedy + samples - 1 i.i.d."""
+        if isinstance(data, dict) and "greedy_first" in data:
+            data = dict(data)
+            first = bool(data.pop("greedy_first"))
+            data.setdefault("greedy", first)
+            data["samples"] = int(data.get("samples", 1)) - int(first)
+        return data
+
     @model_validator(mode="after")
     def _one_source(self) -> "EvalConfig":
         if (self.model is None) == (self.answers is None):
             raise ValueError("give exactly one of model (to generate answers) or answers (to score them)")
+        if self.model is not None and not self.greedy and self.samples == 0:
+            raise ValueError("nothing to generate: turn greedy on or ask for samples >= 1")
+        for k in self.k or []:
+            if k < 1 or (self.model is not None and k > self.samples):
+                raise ValueError(f"k={k}: pass@k needs 1 <= k <= samples ({self.samples} i.i.d. samples per problem)")
         return self
+
+    @property
+    def k_values(self) -> list[int]:
+        """The k of pass@k when generating: ``k`` sorted, or 1 and ``samples``; [] without samples."""
+        if self.k is not None:
+            return sorted(set(self.k))
+        return sorted({1, self.samples}) if self.samples else []
 
     def verify_settings(self) -> VerifySettings:
         """Verification settings of this run."""
@@ -76,10 +102,12 @@ class Problem:
 
 
 class SampleRecord(BaseModel):
-    """One scored sample: the answer text, generation facts when generated, and its result."""
+    """One scored sample: the answer text, generation facts when generated, and its result.
+    ``greedy`` marks the problem's greedy sample (index 0 when there is one)."""
 
     problem_id: str
     index: int
+    greedy: bool = False
     answer: str
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -138,28 +166,44 @@ def _problems_from_jsonl(path: Path) -> list[Problem]:
     return problems
 
 
-def load_answers(path: Path, problem_ids: list[str]) -> dict[str, list[str]]:
-    """Answers per problem id, in file order; every id must name a problem of the set."""
+@dataclass(frozen=True)
+class ProblemAnswers:
+    """A problem's answers: its greedy one (None: none) and its i.i.d. samples, in file order."""
+
+    greedy: str | None
+    sampled: list[str]
+
+
+def load_answers(path: Path, problem_ids: list[str]) -> dict[str, ProblemAnswers]:
+    """Answers per problem id; every id must name a problem of the set, and a problem has at
+    most one greedy answer."""
     if not path.is_file():
         raise EvalInputError(f"answers: file not found: {path}")
     known = set(problem_ids)
-    answers: dict[str, list[str]] = {pid: [] for pid in problem_ids}
+    greedy: dict[str, str] = {}
+    sampled: dict[str, list[str]] = {pid: [] for pid in problem_ids}
     for line_no, row in _jsonl_rows(path):
-        if "problem_id" in row and isinstance(row.get("answer"), str):
-            problem_id, texts = row["problem_id"], [row["answer"]]
-        elif "id" in row and isinstance(row.get("samples"), list) and all(isinstance(s, str) for s in row["samples"]):
-            problem_id, texts = row["id"], row["samples"]
+        if "problem_id" in row and isinstance(row.get("answer"), str) and isinstance(row.get("greedy", False), bool):
+            problem_id = str(row["problem_id"])
+            first, texts = (row["answer"], []) if row.get("greedy") else (None, [row["answer"]])
+        elif ("id" in row and isinstance(row.get("samples"), list) and all(isinstance(s, str) for s in row["samples"])
+              and isinstance(row.get("greedy", ""), str)):
+            problem_id, first, texts = str(row["id"]), row.get("greedy"), row["samples"]
         else:
             raise EvalInputError(
-                f'{path.name} line {line_no}: expected {{"problem_id", "answer": str}} '
-                f'or {{"id", "samples": [str, ...]}}'
+                f'{path.name} line {line_no}: expected {{"problem_id", "answer": str, "greedy"?: bool}} '
+                f'or {{"id", "samples": [str, ...], "greedy"?: str}}'
             )
-        if str(problem_id) not in known:
+        if problem_id not in known:
             raise EvalInputError(f"{path.name} line {line_no}: problem id {problem_id!r} is not in the problem set")
-        answers[str(problem_id)].extend(texts)
-    if not any(answers.values()):
+        if first is not None:
+            if problem_id in greedy:
+                raise EvalInputError(f"{path.name} line {line_no}: a second greedy answer for problem {problem_id!r}")
+            greedy[problem_id] = first
+        sampled[problem_id].extend(texts)
+    if not greedy and not any(sampled.values()):
         raise EvalInputError(f"{path.name}: no answers")
-    return answers
+    return {pid: ProblemAnswers(greedy.get(pid), sampled[pid]) for pid in problem_ids}
 
 
 def _jsonl_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
@@ -183,37 +227,36 @@ def _jsonl_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
 @dataclass(frozen=True)
 class _Sample:
     answer: str
+    greedy: bool = False
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     finish_reason: str | None = None
 
 
 def _generate_samples(config: EvalConfig, problems: list[Problem], progress: bool) -> dict[str, list[_Sample]]:
-    """K samples per problem from the configured model, batched over problems."""
+    """Per problem, the greedy sample (when ``config.greedy``) then ``config.samples`` i.i.d.
+    samples at ``config.temperature``, from the configured model, batched over problems."""
     from cuset_core.generation.prompts import build_messages
     from cuset_core.generation.sampling import generate
-    from cuset_core.models import load_model
+    from cuset_core.models import inference_dtype, load_model, place_for_inference
 
-    model, tokenizer = load_model(config.model)
-    if torch.cuda.is_available():
-        model = model.to("cuda")  # generation dominates an eval's time; the GPU is what it is for
-    greedy = 1 if config.greedy_first else 0
-    sampled = config.samples - greedy
+    model, tokenizer = load_model(config.model, inference_dtype())
+    model = place_for_inference(model)  # generation dominates an eval's time; the GPU is what it is for
+    runs = []
+    if config.greedy:
+        runs.append((True, dict(n=1, temperature=0.0, top_p=1.0)))
+    if config.samples:
+        runs.append((False, dict(n=config.samples, temperature=config.temperature, top_p=config.top_p)))
     out: dict[str, list[_Sample]] = {p.id: [] for p in problems}
     batches = [problems[i : i + config.batch_size] for i in range(0, len(problems), config.batch_size)]
     for batch in tqdm(batches, desc="generate", unit="batch", disable=not progress):
         messages = [build_messages(p.code, config.prompt_style) for p in batch]
-        runs = []
-        if greedy:
-            runs.append(dict(n=1, temperature=0.0, top_p=1.0))
-        if sampled:
-            runs.append(dict(n=sampled, temperature=config.temperature, top_p=config.top_p))
-        for run in runs:
+        for greedy, run in runs:
             generated = generate(model, tokenizer, messages, max_new_tokens=config.max_new_tokens,
                                  seed=config.seed, **run)
             for problem, texts in zip(batch, generated):
                 out[problem.id].extend(
-                    _Sample(g.text, g.prompt_tokens, g.completion_tokens, g.finish_reason) for g in texts
+                    _Sample(g.text, greedy, g.prompt_tokens, g.completion_tokens, g.finish_reason) for g in texts
                 )
     return out
 
@@ -227,8 +270,10 @@ def run_eval(config: EvalConfig, *, progress: bool = True) -> EvalReport:
     problems = load_problems(config.problems)
     if config.answers is not None:
         answers = load_answers(config.answers, [p.id for p in problems])
-        samples = {pid: [_Sample(text) for text in texts] for pid, texts in answers.items()}
+        k_values = _answer_k_values(config, answers)
+        samples = {pid: _answer_samples(a) for pid, a in answers.items()}
     else:
+        k_values = config.k_values
         samples = _generate_samples(config, problems, progress)
     settings = config.verify_settings()
     total = sum(len(s) for s in samples.values())
@@ -238,14 +283,16 @@ def run_eval(config: EvalConfig, *, progress: bool = True) -> EvalReport:
             for index, sample in enumerate(samples[problem.id]):
                 result = verify(problem.code, sample.answer, settings, cache_dir=config.cache_dir,
                                 use_cache=config.cache)
-                records.append(SampleRecord(problem_id=problem.id, index=index, answer=sample.answer,
-                                            prompt_tokens=sample.prompt_tokens,
+                records.append(SampleRecord(problem_id=problem.id, index=index, greedy=sample.greedy,
+                                            answer=sample.answer, prompt_tokens=sample.prompt_tokens,
                                             completion_tokens=sample.completion_tokens,
                                             finish_reason=sample.finish_reason, result=result))
                 bar.update(1)
-    rows = [problem_row(p.id, [r.result for r in records if r.problem_id == p.id]) for p in problems]
-    largest = config.samples if config.answers is None else max((row.n for row in rows), default=1)
-    k_values = sorted({1, max(largest, 1)})
+    rows = []
+    for problem in problems:
+        mine = [r for r in records if r.problem_id == problem.id]
+        greedy = next((r.result for r in mine if r.greedy), None)
+        rows.append(problem_row(problem.id, [r.result for r in mine if not r.greedy], greedy))
     return EvalReport(
         config=config,
         aggregate=aggregate(rows, config.tier, k_values),
@@ -253,3 +300,26 @@ def run_eval(config: EvalConfig, *, progress: bool = True) -> EvalReport:
         samples=records,
         elapsed_s=time.perf_counter() - start,
     )
+
+
+def _answer_samples(answers: ProblemAnswers) -> list[_Sample]:
+    """The greedy answer first (when given), then the i.i.d. ones."""
+    first = [] if answers.greedy is None else [_Sample(answers.greedy, greedy=True)]
+    return first + [_Sample(text) for text in answers.sampled]
+
+
+def _answer_k_values(config: EvalConfig, answers: dict[str, ProblemAnswers]) -> list[int]:
+    """The k of pass@k over given answers: ``config.k``, or 1 and the fewest i.i.d. answers
+    of a problem that has some; every such problem needs at least max(k) of them."""
+    counts = {pid: len(a.sampled) for pid, a in answers.items() if a.sampled}
+    if not counts:
+        return []
+    fewest = min(counts.values())
+    k_values = sorted(set(config.k)) if config.k is not None else sorted({1, fewest})
+    if k_values[-1] > fewest:
+        short = min(counts, key=counts.get)
+        raise EvalInputError(
+            f"k: pass@{k_values[-1]} needs at least {k_values[-1]} i.i.d. answers per problem; "
+            f"problem {short!r} has {fewest}"
+        )
+    return k_values

@@ -2,11 +2,13 @@
 
 Use: ``token_loss = per_token_loss(logits, labels)`` (or ``chunked_token_loss(hidden, lm_head,
 labels, chunk_size)``, the same numbers without the full logits), then
-``compute_objective(MethodConfig(...), ObjectiveBatch(token_loss, ...), gather)``.
+``compute_objective(MethodConfig(...), ObjectiveBatch(token_loss, ...), gather, state)``, with one
+``ObjectiveState`` per training run (the CuSeT EMAs).
 """
 
 from cuset_core.objectives.config import MethodConfig, MethodName
 from cuset_core.objectives.objective import ObjectiveBatch, ObjectiveOutput, compute_objective
+from cuset_core.objectives.state import ObjectiveState
 from cuset_core.objectives.token_loss import (
     IGNORE_INDEX,
     chunked_token_loss,
@@ -21,6 +23,7 @@ __all__ = [
     "MethodName",
     "ObjectiveBatch",
     "ObjectiveOutput",
+    "ObjectiveState",
     "chunked_token_loss",
     "compute_objective",
     "online_confidence",

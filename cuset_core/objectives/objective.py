@@ -1,8 +1,9 @@
 """One interface for every objective: per-token losses and masks in, loss, keep mask, sample
-weights and metrics out (DESIGN.md §3).
+weights and metrics out (DESIGN.md §3, definition v2; v1 through the knobs).
 
 Definitions, with p the detached probability of the gold token and l = -log p from the
-training forward pass:
+training forward pass, and "region tokens" the supervised tokens the configured
+``region_extent`` gives to regions:
 
 - ``sft``: keep every supervised token, weight 1.
 - ``dft``: per-token loss p * l (p detached, as in DFT's sg(p)).
@@ -11,10 +12,12 @@ training forward pass:
   differentiates through it. A detached factor is also the only form that works with
   ``reference`` confidence.
 - ``profit``: drop supervised tokens with p < profit_threshold.
-- ``cuset_mask``: keep every sensitive token; drop non-sensitive tokens with p > tau_hi, the
-  (1 - mask_ratio) quantile of non-sensitive p in the micro-batch, pooled over ranks.
-- ``cuset_reweight``: sample weights from low-confidence regions (see ``rules``).
-- ``cuset``: both.
+- ``cuset_mask``: keep every region token; drop plain (non-region) tokens by ``mask_rule``
+  against tau_hi, a quantile of plain-token p in the micro-batch, pooled over ranks.
+- ``cuset_reweight``: sample weights from low-confidence regions: c(r) < tau_lo, where tau_lo
+  is fixed or a quantile pooled over ranks and smoothed over steps; w = 1 + lambda * u divided
+  by a running mean of w, clipped.
+- ``cuset``: both; ``cuset_v1``: both with every v1 knob.
 
 Every objective uses the configured confidence source for p (``reference``: the frozen base
 model's p from the batch), while l always comes from the forward pass. The loss is
@@ -25,6 +28,7 @@ optimizer-step batch before masking, so all objectives share one denominator.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -33,13 +37,18 @@ from torch import Tensor
 from cuset_core.objectives.config import MethodConfig
 from cuset_core.objectives.rules import (
     Gather,
-    confidence_keep,
+    global_mean,
     global_quantile,
-    low_confidence_tokens,
+    low_region_share,
+    normalised_weights,
+    plain_keep,
     profit_keep,
-    region_sample_weights,
+    raw_weights,
+    region_table,
+    region_tokens,
     token_factor,
 )
+from cuset_core.objectives.state import ObjectiveState
 from cuset_core.objectives.token_loss import online_confidence
 
 
@@ -49,7 +58,8 @@ class ObjectiveBatch:
 
     ``token_loss``: float [B, T] from ``per_token_loss``, with grad. ``supervised``: bool [B, T].
     ``sensitive``: bool [B, T] (only supervised positions count). ``region_ids``: long [B, T],
-    -1 for no region. ``num_items_in_batch``: supervised tokens of the whole optimizer-step batch
+    the region whose syntactic unit holds the token (for sensitive tokens, their span's region),
+    -1 for none. ``num_items_in_batch``: supervised tokens of the whole optimizer-step batch
     (all accumulation steps, all ranks) before masking; None uses this micro-batch's count.
     ``step``: optimizer step, for the mask warmup. ``reference_confidence``: float [B, T], the
     frozen base model's p, required when ``confidence="reference"``.
@@ -77,45 +87,47 @@ class ObjectiveOutput:
 
 
 def compute_objective(
-    config: MethodConfig, batch: ObjectiveBatch, gather: Gather | None = None
+    config: MethodConfig,
+    batch: ObjectiveBatch,
+    gather: Gather | None = None,
+    state: ObjectiveState | None = None,
 ) -> ObjectiveOutput:
     """Apply the configured objective to one micro-batch.
 
     ``gather`` concatenates a 1-D tensor across data-parallel ranks (None: single process). It
-    is called for tau_hi (masking, when the effective mask ratio is above 0) and then for tau_lo
-    (reweighting, unless ``region_threshold`` is set); these conditions depend only on the config
-    and the step, so every rank makes the same calls.
+    is called for tau_hi (masking, when the effective mask ratio is above 0), then for tau_lo
+    (reweighting, unless ``region_threshold`` is set or the statistics come from the dataset)
+    and for the weight normaliser (unless from the dataset); these conditions depend only on the
+    config and the step, so every rank makes the same calls. ``state`` carries tau_lo's EMA and
+    the running mean weight across calls (None: a fresh state, as on a run's first step).
     """
     _check_batch(config, batch)
     token_loss = batch.token_loss
     supervised = batch.supervised
     sensitive = batch.sensitive & supervised
-    non_sensitive = supervised & ~sensitive
     p = _confidence(config, batch)
+    region = region_tokens(config.region_extent, supervised, sensitive, batch.region_ids)
 
     keep = supervised.clone()
-    thresholds: dict[str, Tensor | float] = {}
+    statistics: dict[str, Tensor | float] = {}  # thresholds and normaliser used
     if config.type == "profit":
         keep = profit_keep(p, supervised, config.profit_threshold)
     mask_ratio = config.mask_ratio_at(batch.step)
     if config.uses_masking and mask_ratio > 0:
-        tau_hi = global_quantile(p[non_sensitive], 1.0 - mask_ratio, gather)
-        keep = confidence_keep(p, supervised, sensitive, tau_hi)
+        q = 1.0 - mask_ratio if config.mask_rule == "confident_plain" else mask_ratio
+        tau_hi = global_quantile(p[supervised & ~region], q, gather)
+        keep = plain_keep(config.mask_rule, p, supervised, region, tau_hi)
         if tau_hi is not None:
-            thresholds["tau_hi"] = tau_hi
+            statistics["tau_hi"] = tau_hi
 
     weights = torch.ones(supervised.shape[0], dtype=token_loss.dtype, device=token_loss.device)
     region_low = None
     if config.uses_reweighting:
-        tau_lo = config.region_threshold
-        if tau_lo is None:
-            tau_lo = global_quantile(p[sensitive], config.region_quantile, gather)
-        token_low, region_low = low_confidence_tokens(p, sensitive, batch.region_ids, tau_lo)
-        weights = region_sample_weights(
-            token_low, sensitive, supervised, config.reweight_lambda, config.w_min, config.w_max
-        ).to(token_loss.dtype)
-        if tau_lo is not None:
-            thresholds["tau_lo"] = tau_lo
+        state = state if state is not None else _fresh_state(config)
+        weights, region_low, reweighting = _reweight(config, batch.step, p, region, batch.region_ids,
+                                                     supervised, gather, state)
+        weights = weights.to(token_loss.dtype)
+        statistics.update(reweighting)
 
     per_token = torch.where(keep, token_loss, torch.zeros_like(token_loss))
     factor = token_factor(config.type, p, config.focal_gamma)
@@ -124,10 +136,79 @@ def compute_objective(
     denominator = _denominator(batch.num_items_in_batch, supervised)
     loss = (per_token.sum(dim=1) * weights).sum() / denominator
 
-    metrics = _metrics(token_loss, p, supervised, sensitive, keep, weights, region_low, thresholds)
+    metrics = _metrics(token_loss, p, supervised, sensitive, keep, weights, region_low, statistics)
     if config.uses_masking:
         metrics["mask_ratio"] = mask_ratio
     return ObjectiveOutput(loss=loss, keep=keep, sample_weights=weights, metrics=metrics)
+
+
+def _fresh_state(config: MethodConfig) -> ObjectiveState:
+    if config.dataset_reweighting:
+        raise ValueError(
+            "method.reweight_scope is 'dataset' but no state from a pass over the dataset was given"
+        )
+    return ObjectiveState.for_method(config.tau_lo_decay, config.normaliser_decay)
+
+
+def _reweight(
+    config: MethodConfig,
+    step: int,
+    p: Tensor,
+    region: Tensor,
+    region_ids: Tensor,
+    supervised: Tensor,
+    gather: Gather | None,
+    state: ObjectiveState,
+) -> tuple[Tensor, Tensor, dict[str, Tensor | float]]:
+    """Sample weights float [B], region_low bool [R], and the statistics used (tau_lo and the
+    weight normaliser) for the metrics."""
+    table = region_table(p, region, region_ids, config.region_confidence)
+    tau_lo: Tensor | float | None = config.region_threshold
+    if tau_lo is None:
+        statistic = None
+        if not state.tau_lo.frozen:
+            values = table.confidence if config.tau_lo_from == "regions" else p[region]
+            statistic = global_quantile(values, config.region_quantile, gather)
+        tau_lo = state.tau_lo.use(step, statistic)
+    u, region_low = low_region_share(table, tau_lo)
+    raw = raw_weights(u, config.reweight_lambda)
+    active = supervised.any(dim=1)
+    observed = None if state.weight_mean.frozen else global_mean(raw[active], gather)
+    normaliser = state.weight_mean.use(step, observed)
+    weights = normalised_weights(raw, active, normaliser, config.w_min, config.w_max)
+    used: dict[str, Tensor | float] = {}
+    if tau_lo is not None:
+        used["tau_lo"] = tau_lo
+    if normaliser is not None:
+        used["weight_normaliser"] = normaliser
+    return weights, region_low, used
+
+
+def dataset_state(config: MethodConfig, batches: Iterable[ObjectiveBatch]) -> ObjectiveState:
+    """tau_lo and the weight normaliser from one pass over a whole dataset, frozen for training
+    (``reference`` confidence, whose p never changes): tau_lo is ``region_threshold`` or the
+    ``region_quantile`` of every region's confidence (of every region token's p with
+    ``tau_lo_from: tokens``), and the normaliser the mean raw weight 1 + lambda * u over every
+    sample. ``batches`` carry ``reference_confidence``; their token losses are not read."""
+    tables = []
+    statistics = []
+    for batch in batches:
+        _check_batch(config, batch)
+        supervised = batch.supervised
+        p = _confidence(config, batch)
+        region = region_tokens(config.region_extent, supervised, batch.sensitive & supervised, batch.region_ids)
+        table = region_table(p, region, batch.region_ids, config.region_confidence)
+        tables.append((table, supervised.any(dim=1)))
+        statistics.append(table.confidence if config.tau_lo_from == "regions" else p[region])
+    tau_lo: Tensor | float | None = config.region_threshold
+    if tau_lo is None and statistics:
+        tau_lo = global_quantile(torch.cat(statistics), config.region_quantile, None)
+    raws = [raw_weights(low_region_share(table, tau_lo)[0], config.reweight_lambda)[active]
+            for table, active in tables]
+    mean = global_mean(torch.cat(raws), None) if raws else None
+    return ObjectiveState.from_dataset(
+        None if tau_lo is None else float(tau_lo), 1.0 if mean is None else float(mean)
+    )
 
 
 def _check_batch(config: MethodConfig, batch: ObjectiveBatch) -> None:
@@ -180,7 +261,7 @@ def _metrics(
     keep: Tensor,
     weights: Tensor,
     region_low: Tensor | None,
-    thresholds: dict[str, Tensor | float],
+    statistics: dict[str, Tensor | float],
 ) -> dict[str, float]:
     """Per-step metrics of DESIGN.md §3 for this micro-batch, read back in one device sync.
 
@@ -194,6 +275,9 @@ def _metrics(
         pairs: dict[str, tuple[Tensor, Tensor]] = {
             "ce": ((token_loss.detach() * supervised).sum(), n_supervised),
             "kept_ratio": (keep.sum(), n_supervised),
+            # The share of SFT's gradient scale that masking removed: d(l)/d(logit of the gold
+            # token) = p - 1, so each token's pull on the model scales with 1 - p.
+            "dropped_grad_share": (((1.0 - p) * (supervised & ~keep)).sum(), ((1.0 - p) * supervised).sum()),
             "sensitive_share": (sensitive.sum(), n_supervised),
             "p_sensitive_mean": ((p * sensitive).sum(), sensitive.sum()),
             "p_nonsensitive_mean": ((p * non_sensitive).sum(), non_sensitive.sum()),
@@ -202,7 +286,7 @@ def _metrics(
         }
         if region_low is not None:
             pairs["low_conf_region_share"] = (region_low.sum(), torch.tensor(region_low.numel()))
-        for name, value in thresholds.items():
+        for name, value in statistics.items():
             pairs[name] = (torch.as_tensor(value), torch.tensor(1))
         device = token_loss.device
         values = torch.stack(

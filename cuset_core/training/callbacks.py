@@ -19,16 +19,24 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
+from cuset_core.objectives import ObjectiveState
+
 CANCEL_FILE = "CANCEL"
+OBJECTIVE_STATE_FILE = "objective_state.json"
 PROGRESS_METRICS = (
     "ce",
     "kept_ratio",
+    "dropped_grad_share",
+    "mask_ratio",
+    "tau_hi",
+    "tau_lo",
     "sensitive_share",
     "p_sensitive_mean",
     "p_nonsensitive_mean",
     "low_conf_region_share",
     "weight_mean",
     "weight_max",
+    "weight_normaliser",
 )
 
 
@@ -36,6 +44,11 @@ def is_main_process() -> bool:
     """Whether this process is rank 0 of a (possibly) distributed launch; decided from the
     launcher's environment, so it works before any process group exists."""
     return int(os.environ.get("RANK", "0")) == 0
+
+
+def checkpoint_dir(args, state) -> Path:
+    """The folder the Trainer saves the checkpoint of the current step in."""
+    return Path(args.output_dir) / f"checkpoint-{state.global_step}"
 
 
 def _distributed() -> bool:
@@ -64,8 +77,10 @@ class ProgressWriter:
         self.stream.write(line + "\n")
         self.stream.flush()
 
-    def event(self, message: str, level: str = "info") -> None:
-        self.write({"type": "event", "level": level, "message": message})
+    def event(self, message: str, level: str = "info", topic: str | None = None) -> None:
+        """A line for humans; ``topic`` lets a supervisor tell kinds apart (``"data"``: what loading
+        a data file found, which the service has already reported when it validated the file)."""
+        self.write({"type": "event", "level": level, "message": message, **({"topic": topic} if topic else {})})
 
     def error(self, message: str) -> None:
         self.write({"type": "error", "message": message})
@@ -161,8 +176,29 @@ class ProgressCallback(TrainerCallback):
             self.writer.write({"type": "eval", "step": state.global_step, "eval_loss": metrics["eval_loss"]})
 
     def on_save(self, args, state, control, **kwargs):
-        path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        path = checkpoint_dir(args, state)
         self.writer.write({"type": "checkpoint", "step": state.global_step, "path": str(path)})
+
+
+class ObjectiveStateCallback(TrainerCallback):
+    """Saves the objective's EMAs (tau_lo, weight normaliser) with every checkpoint, so a resumed
+    run continues them instead of starting over; ``load`` reads them back."""
+
+    def __init__(self, state: ObjectiveState):
+        self.state = state
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            path = checkpoint_dir(args, state) / OBJECTIVE_STATE_FILE
+            path.write_text(json.dumps(self.state.state_dict()))
+
+    def load(self, checkpoint: Path) -> bool:
+        """Restore the EMAs saved in ``checkpoint``; False when it holds none (an older run)."""
+        path = Path(checkpoint) / OBJECTIVE_STATE_FILE
+        if not path.is_file():
+            return False
+        self.state.load_state_dict(json.loads(path.read_text()))
+        return True
 
 
 class SigtermCallback(TrainerCallback):

@@ -1,7 +1,8 @@
 """Training examples, encoded once, and the collator that pads them into micro-batches.
 
 An example carries, per token position t of ``input_ids``: the label (-100 on the prompt), whether
-token t is CUDA-sensitive, the id of the sensitive region holding it (-1 for none) and, with
+token t is CUDA-sensitive, the id of the region whose syntactic unit holds it (-1 for none; the
+objective's ``region_extent`` decides whether the unit's non-sensitive tokens count) and, with
 ``confidence="reference"``, the frozen base model's probability of token t.
 """
 
@@ -49,7 +50,7 @@ def encode_example(record, tokenizer, max_seq_len: int | None) -> TrainingExampl
         input_ids=list(encoded.input_ids),
         labels=list(encoded.labels),
         sensitive=[bool(flag) for flag in sensitivity.sensitive],
-        region_ids=[int(region) if region is not None and region >= 0 else NO_REGION for region in sensitivity.region],
+        region_ids=[region if region >= 0 else NO_REGION for region in sensitivity.unit_region],
     )
 
 

@@ -18,6 +18,7 @@ from cuset_core.models import (
     resolve_model,
 )
 from cuset_core.objectives import MethodConfig
+from cuset_core.training.tracking import Integration, missing_packages
 
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -31,26 +32,29 @@ class LoraSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    rank: int = Field(16, ge=1)
+    rank: int = Field(16, ge=1, le=1024)
     alpha: float = Field(32.0, gt=0)
     dropout: float = Field(0.05, ge=0.0, lt=1.0)
     target_modules: list[str] = Field(default_factory=lambda: list(DEFAULT_LORA_TARGETS), min_length=1)
 
 
 class Hyperparameters(BaseModel):
-    """Optimiser and schedule settings; ``batch_size`` is per device, in sequences."""
+    """Optimiser and schedule settings; ``batch_size`` is per device, in sequences.
+
+    Upper bounds catch typos and abuse (a job that would hold a GPU for months, a batch that
+    cannot fit any device) with an error naming the field, before anything is queued."""
 
     model_config = ConfigDict(extra="forbid")
 
     learning_rate: float = Field(2e-4, gt=0)
-    batch_size: int = Field(4, ge=1)
-    gradient_accumulation_steps: int = Field(1, ge=1)
-    epochs: float = Field(1.0, gt=0)
-    max_steps: int = Field(-1, ge=-1)  # optimizer steps; -1 means "run ``epochs`` epochs"
-    warmup_steps: int = Field(0, ge=0)
+    batch_size: int = Field(4, ge=1, le=1024)
+    gradient_accumulation_steps: int = Field(1, ge=1, le=1024)
+    epochs: float = Field(1.0, gt=0, le=100)
+    max_steps: int = Field(-1, ge=-1, le=1_000_000)  # optimizer steps; -1 means "run ``epochs`` epochs"
+    warmup_steps: int = Field(0, ge=0, le=1_000_000)
     lr_scheduler: Literal["linear", "cosine", "constant", "constant_with_warmup"] = "linear"
     weight_decay: float = Field(0.0, ge=0)
-    max_seq_len: int = Field(1024, ge=16)  # tokens, prompt + answer
+    max_seq_len: int = Field(1024, ge=16, le=131_072)  # tokens, prompt + answer
     max_grad_norm: float = Field(1.0, ge=0)
     gradient_checkpointing: bool = False  # recompute activations in the backward: less memory, ~30% more time
     group_by_length: bool = False  # batch records of similar length together (less padding)
@@ -90,6 +94,7 @@ class TuneConfig(BaseModel):
     progress_file: Path | None = None
     resume: bool | Path = False
     reference_cache_dir: Path | None = None  # default: ``<output_dir>/../.cache``
+    integrations: list[Integration] = Field(default_factory=list, max_length=8)  # trackers (training/tracking.py)
 
     @model_validator(mode="after")
     def _quantized_weights_need_lora(self) -> TuneConfig:
@@ -107,8 +112,9 @@ class TuneConfig(BaseModel):
         return self.reference_cache_dir or self.output_dir.resolve().parent / ".cache"
 
     def validate_paths(self) -> None:
-        """Check that the data files and the model exist and that this machine can load the
-        model as asked (dtype, attention, quantization), without loading anything heavy.
+        """Check that the data files, the model and the trackers' packages exist and that this
+        machine can load the model as asked (dtype, attention, quantization), without loading
+        anything heavy.
 
         Raises ConfigError with a one-line message naming the field.
         """
@@ -127,6 +133,9 @@ class TuneConfig(BaseModel):
             raise ConfigError(f"hyperparameters.{exc.field}: {exc}") from None
         if isinstance(self.resume, Path) and not self.resume.is_dir():
             raise ConfigError(f"resume: checkpoint folder not found: {self.resume}")
+        missing = missing_packages(self.integrations)
+        if missing:
+            raise ConfigError(f"integrations: tracker not installed on this machine ({'; '.join(missing)})")
 
 
 def format_validation_error(exc: ValidationError) -> str:

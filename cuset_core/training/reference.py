@@ -15,6 +15,9 @@ import numpy as np
 import torch
 
 from cuset_core.models import resolve_model
+from cuset_core.objectives import MethodConfig, ObjectiveBatch, ObjectiveState
+from cuset_core.objectives.objective import dataset_state
+from cuset_core.objectives.token_loss import supervised_mask
 from cuset_core.training.lean_loss import lean_parts, model_token_loss
 from cuset_core.training.collator import CusetCollator, TrainingExample, as_item
 
@@ -128,3 +131,26 @@ def attach_reference(
         )
         save_cache(path, confidences)
     return [e.with_reference(c) for e, c in zip(examples, confidences, strict=True)], from_cache
+
+
+def dataset_reweighting_state(
+    method: MethodConfig, examples: list[TrainingExample], pad_token_id: int, batch_size: int = 64
+) -> ObjectiveState:
+    """The frozen tau_lo and weight normaliser of ``method`` over ``examples``, which carry
+    reference confidences (``attach_reference``). Every rank computes the same values from the
+    whole dataset, so no collective is needed."""
+    collate = CusetCollator(pad_token_id)
+
+    def batches():
+        for start in range(0, len(examples), batch_size):
+            batch = collate([as_item(example) for example in examples[start : start + batch_size]])
+            yield ObjectiveBatch(
+                token_loss=torch.zeros(batch["labels"].shape),  # not read: p is the reference's
+                supervised=supervised_mask(batch["labels"]),
+                sensitive=batch["sensitive"],
+                region_ids=batch["region_ids"],
+                num_items_in_batch=None,
+                reference_confidence=batch["reference_confidence"],
+            )
+
+    return dataset_state(method, batches())

@@ -9,6 +9,7 @@ distributed set-up; only rank 0 writes progress and final files).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
@@ -18,6 +19,7 @@ from pathlib import Path
 from cuset_core.training.callbacks import (
     CANCEL_FILE,
     MetricStash,
+    ObjectiveStateCallback,
     ProgressCallback,
     ProgressWriter,
     SigtermCallback,
@@ -25,7 +27,6 @@ from cuset_core.training.callbacks import (
 from cuset_core.training.config import ConfigError, TuneConfig, read_config
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
-MAX_REPORTED_ISSUES = 5
 
 
 @dataclass(frozen=True)
@@ -55,14 +56,11 @@ def load_examples(path: Path, config: TuneConfig, tokenizer, writer: ProgressWri
         loaded = load_records(path, options, tokenizer)
     except DataFileError as exc:
         raise ConfigError(f"{field}: {exc}") from None
-    for issue in loaded.issues[:MAX_REPORTED_ISSUES]:
-        writer.event(f"{field}: {issue}", level="warning")
-    if len(loaded.issues) > MAX_REPORTED_ISSUES:
-        writer.event(f"{field}: {len(loaded.issues) - MAX_REPORTED_ISSUES} more problems", level="warning")
     if not loaded.records:
         first = f" (first: {loaded.errors[0]})" if loaded.errors else ""
         raise ConfigError(f"{field}: no usable record among {loaded.total}{first}")
-    writer.event(f"{field}: {len(loaded.records)} of {loaded.total} records usable")
+    for level, message in loaded.summary(field):
+        writer.event(message, level=level, topic="data")
     return [encode_example(record, tokenizer, max_len) for record in loaded.records]
 
 
@@ -70,6 +68,8 @@ def training_arguments(config: TuneConfig):
     """transformers TrainingArguments for a job (checkpoints in ``output_dir/checkpoint-N``)."""
     import torch
     from transformers import TrainingArguments
+
+    from cuset_core.training.tracking import report_to
 
     hp = config.hyperparameters
     return TrainingArguments(
@@ -98,7 +98,7 @@ def training_arguments(config: TuneConfig):
         include_num_input_tokens_seen="non_padding",
         remove_unused_columns=False,
         label_names=["labels"],
-        report_to="none",
+        report_to=report_to(config.integrations) or "none",
         disable_tqdm=True,
         dataloader_num_workers=0,
         dataloader_pin_memory=torch.cuda.is_available(),
@@ -206,6 +206,26 @@ class ReferenceProgress:
         self.writer.event(f"reference confidence: {done}/{total} examples, {elapsed:.0f} s, ETA {eta:.0f} s")
 
 
+def _objective_state(config: TuneConfig, examples, pad_token_id: int, writer: ProgressWriter):
+    """The objective's EMAs for this run; with dataset-wide reweighting (reference confidence),
+    tau_lo and the weight normaliser from one pass over the training examples, reported as an
+    event."""
+    from cuset_core.objectives import ObjectiveState
+    from cuset_core.training.reference import dataset_reweighting_state
+
+    method = config.method
+    if not method.dataset_reweighting:
+        return ObjectiveState.for_method(method.tau_lo_decay, method.normaliser_decay)
+    state = dataset_reweighting_state(method, examples, pad_token_id)
+    tau_lo = state.tau_lo.value
+    writer.event(
+        "dataset reweighting: tau_lo "
+        + ("none (no regions)" if tau_lo is None else f"{float(tau_lo):.4f}")
+        + f", weight normaliser {float(state.weight_mean.value):.4f}"
+    )
+    return state
+
+
 def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) -> JobOutcome:
     """Load tokenizer, data and model (in that order, cheapest first), then train and save."""
     from transformers import PrinterCallback, set_seed
@@ -213,10 +233,15 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
     from cuset_core.models import load_tokenizer, resolve_model, write_base_spec
     from cuset_core.training.collator import CusetCollator, ExampleDataset
     from cuset_core.training.reference import attach_reference
+    from cuset_core.training.tracking import tracking_env
     from cuset_core.training.trainer import CusetTrainer
 
     set_seed(config.seed)
+    # The Trainer's tracker callbacks read their settings from the environment (this process is the run's own).
+    os.environ.update(tracking_env(config.integrations, config.output_dir))
     args = training_arguments(config)
+    if args.world_size > 1:
+        writer.event(f"data parallel over {args.world_size} processes")
     tokenizer = load_tokenizer(config.model)
     train_examples = load_examples(config.train_file, config, tokenizer, writer, "train_file")
     eval_examples = (
@@ -243,7 +268,9 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
                 loss_chunk_size=config.hyperparameters.loss_chunk_size,
             )
         writer.event("reference confidence " + ("read from cache" if cached else "computed and cached"))
+    objective_state = _objective_state(config, train_examples, tokenizer.pad_token_id, writer)
     stash = MetricStash()
+    state_callback = ObjectiveStateCallback(objective_state)
     trainer = CusetTrainer(
         model=model,
         args=args,
@@ -251,15 +278,18 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
         eval_dataset=ExampleDataset(eval_examples) if eval_examples else None,
         data_collator=CusetCollator(tokenizer.pad_token_id),
         processing_class=tokenizer,
-        callbacks=[ProgressCallback(writer, stash), cancel],
+        callbacks=[ProgressCallback(writer, stash), state_callback, cancel],
         method=config.method,
         stash=stash,
         loss_chunk_size=config.hyperparameters.loss_chunk_size,
+        objective_state=objective_state,
     )
     trainer.remove_callback(PrinterCallback)
     checkpoint = resume_checkpoint(config)
     if checkpoint:
-        writer.event(f"resuming from {checkpoint}")
+        restored = state_callback.load(Path(checkpoint))
+        writer.event(f"resuming from {checkpoint}" + ("" if restored or not config.method.uses_reweighting
+                                                      else " (no saved objective state: its EMAs start over)"))
     trainer.train(resume_from_checkpoint=checkpoint)
     state = trainer.state
     outcome = JobOutcome(state.global_step, int(state.num_input_tokens_seen), cancel.cancelled)

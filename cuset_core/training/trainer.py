@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from transformers import Trainer
 
-from cuset_core.objectives import MethodConfig, ObjectiveBatch, compute_objective
+from cuset_core.objectives import MethodConfig, ObjectiveBatch, ObjectiveState, compute_objective
 from cuset_core.objectives.token_loss import supervised_mask
 from cuset_core.training.callbacks import MetricStash
 from cuset_core.training.lean_loss import lean_parts, model_token_loss
@@ -41,6 +41,7 @@ class CusetTrainer(Trainer):
     supervised tokens of the whole optimizer step (the Trainer's ``num_items_in_batch``, over all
     accumulation micro-batches and all ranks), so accumulation and data parallelism need no
     further scaling. Evaluation reports plain cross-entropy so that methods stay comparable.
+    ``objective_state`` holds the CuSeT EMAs of this run (None: fresh ones for ``method``).
 
     ``loss_chunk_size`` >= 1 computes the per-token losses from the final hidden states, that
     many supervised positions at a time, never holding the batch's [B, T, V] logits (see
@@ -48,10 +49,16 @@ class CusetTrainer(Trainer):
     with transformed logits use the full logits.
     """
 
-    def __init__(self, *args, method: MethodConfig, stash: MetricStash, loss_chunk_size: int = 0, **kwargs):
+    def __init__(
+        self, *args, method: MethodConfig, stash: MetricStash, objective_state: ObjectiveState | None = None,
+        loss_chunk_size: int = 0, **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         self.method = method
         self.stash = stash
+        self.objective_state = objective_state or ObjectiveState.for_method(
+            method.tau_lo_decay, method.normaliser_decay
+        )
         self.loss_chunk_size = 0 if self.is_fsdp_enabled else loss_chunk_size
         self._lean_parts = lean_parts(self.accelerator.unwrap_model(self.model)) if self.loss_chunk_size else None
         # Makes the Trainer count supervised tokens over the step (num_items_in_batch) and leave the
@@ -75,7 +82,10 @@ class CusetTrainer(Trainer):
             step=self.state.global_step,
             reference_confidence=inputs.get("reference_confidence"),
         )
-        result = compute_objective(self.method if training else EVAL_METHOD, batch, gather=self._gather)
+        if training:
+            result = compute_objective(self.method, batch, gather=self._gather, state=self.objective_state)
+        else:
+            result = compute_objective(EVAL_METHOD, batch, gather=self._gather)
         loss = result.loss
         if (
             num_items_in_batch is not None

@@ -19,8 +19,8 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sysconfig
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,8 +29,8 @@ from pathlib import Path
 from cuset_core.analysis.sources import InlineExtension, OffsetMap
 from cuset_core.verify.candidate import Candidate
 from cuset_core.verify.result import Diagnostic, KernelResources
-from cuset_core.verify.sandbox import SandboxOutcome, describe, run_sandboxed
-from cuset_core.verify.settings import VerifySettings
+from cuset_core.verify.sandbox import IsolationUnavailable, SandboxOutcome, describe, run_sandboxed
+from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
 STUBS = Path(__file__).parent / "stubs"
 MAX_DIAGNOSTICS = 50
@@ -56,6 +56,10 @@ _GCC = re.compile(
     r"^(?P<file>[^:\s][^:]*):(?P<line>\d+):(?:(?P<column>\d+):)? "
     r"(?P<severity>fatal error|error|warning|note): (?P<message>.*)$"
 )
+# An #include that names a file by absolute path, climbs out with "..", or is computed by a macro
+# could make the compiler quote a file of the machine in its diagnostics.
+_INCLUDE = re.compile(r"^[ \t]*#[ \t]*(?:include|include_next|import|embed)\b[ \t]*(?P<target>.*)$", re.MULTILINE)
+_SAFE_TARGET = re.compile(r'^(?:"(?P<q>[^"\n]*)"|<(?P<a>[^>\n]*)>)')
 _TOOL_ERROR = re.compile(r"^(?P<tool>ptxas|nvcc|nvlink)\s*(?:error|fatal)\s*: (?P<message>.*)$")
 _ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)'")
 _PROPERTIES = re.compile(r"Function properties for (?P<name>\S+)")
@@ -107,6 +111,9 @@ def compile_candidate(candidate: Candidate, settings: VerifySettings, workdir: P
     if nvcc is None:
         diagnostic = Diagnostic(severity="error", message="nvcc is not on PATH: tier 1 cannot run")
         return CompileReport(False, [diagnostic], [], 0.0, "", "")
+    refused = unsafe_includes(candidate)
+    if refused:
+        return CompileReport(False, refused, [], time.monotonic() - start, "", "")
     units = _units(candidate, settings, Path(workdir), nvcc)
     with ThreadPoolExecutor(max_workers=max(1, len(units))) as pool:
         runs = list(pool.map(lambda unit: _run(unit, settings, Path(workdir)), units))
@@ -134,6 +141,26 @@ def compile_candidate(candidate: Candidate, settings: VerifySettings, workdir: P
         log="\n".join(logs),
         timed_out=any(outcome.timed_out for outcome in outcomes),
     )
+
+
+def unsafe_includes(candidate: Candidate) -> list[Diagnostic]:
+    """Errors for ``#include`` directives that could reach a file outside the include folders:
+    an absolute path, a ``..`` component, or a name computed by a macro; with their lines."""
+    found = []
+    for ext in candidate.sources.extensions:
+        for text, origin in ((ext.cuda, ext.cuda_map), (ext.cpp, ext.cpp_map)):
+            for match in _INCLUDE.finditer(text):
+                target = match.group("target").strip()
+                named = _SAFE_TARGET.match(target)
+                name = (named.group("q") if named.group("q") is not None else named.group("a")) if named else None
+                if name is not None and not name.startswith("/") and ".." not in Path(name).parts:
+                    continue
+                offset = origin.to_answer(match.start("target")) if origin is not None else None
+                line = candidate.text.count("\n", 0, offset) + 1 if offset is not None else None
+                message = f"#include {target[:80]}: only headers of the include folders may be included " \
+                          "(no absolute paths, '..' or computed names)"
+                found.append(Diagnostic(severity="error", message=message, line=line))
+    return found
 
 
 def include_dirs(strict: bool, nvcc: str) -> list[Path]:
@@ -356,14 +383,15 @@ def parse_resources(ptxas_output: str) -> list[KernelResources]:
 
 
 def demangle(names: list[str]) -> list[str]:
-    """C++ names demangled by ``c++filt`` when it is installed, else returned as they are."""
-    tool = shutil.which("c++filt")
-    if not names or tool is None:
+    """C++ names demangled by ``c++filt`` in the sandbox (the names are the candidate's), else
+    returned as they are (no ``c++filt``, or no sandbox here)."""
+    if not names or shutil.which("c++filt") is None:
         return list(names)
+    limits = SandboxLimits(wall_s=10, cpu_s=5, memory_mb=512, max_processes=8, file_size_mb=1, workdir_mb=1)
     try:
-        done = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
+        with tempfile.TemporaryDirectory(prefix="cuset-demangle-") as folder:
+            done = run_sandboxed(["c++filt"], workdir=Path(folder), limits=limits, stdin="\n".join(names).encode())
+    except IsolationUnavailable:
         return list(names)
     lines = done.stdout.splitlines()
-    return lines if done.returncode == 0 and len(lines) == len(names) else list(names)
-
+    return lines if done.ok and len(lines) == len(names) else list(names)

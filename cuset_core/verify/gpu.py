@@ -29,7 +29,8 @@ NO_GPU_REASON = "no CUDA GPU on this machine"
 # Floors for a GPU job's sandbox; a caller's larger limits are kept.
 _MIN_WALL_S = 900.0
 _MIN_CPU_S = 1800
-_MIN_MEMORY_MB = 1 << 30  # address space: the CUDA driver maps device + host memory into it
+_MIN_MEMORY_MB = 16 << 10  # host memory of the build (cicc, ptxas) and of torch with a CUDA context
+_ADDRESS_SPACE_MB = 1 << 30  # the CUDA driver maps device + host memory into the address space
 _MIN_PROCESSES = 512
 # Variables the build and the CUDA runtime need from the parent environment.
 _PASSED_ENV = ("CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST")
@@ -43,13 +44,19 @@ def gpu_available() -> bool:
 
 
 def gpu_limits(limits: SandboxLimits) -> SandboxLimits:
-    """``limits`` raised to what a real extension build and a CUDA context need."""
+    """``limits`` raised to what a real extension build and a CUDA context need.
+
+    The memory cap that holds is ``memory_mb`` of host memory for all the job's processes
+    together (the sandbox's memory cgroup); the per-process address space cannot be capped,
+    because the CUDA driver reserves device and host memory in it (docs/deploy.md)."""
     return SandboxLimits(
         wall_s=max(limits.wall_s, _MIN_WALL_S),
         cpu_s=max(limits.cpu_s, _MIN_CPU_S),
         memory_mb=max(limits.memory_mb, _MIN_MEMORY_MB),
+        address_space_mb=_ADDRESS_SPACE_MB,
         max_processes=max(limits.max_processes, _MIN_PROCESSES),
         file_size_mb=limits.file_size_mb,
+        workdir_mb=limits.workdir_mb,
     )
 
 

@@ -20,6 +20,7 @@ from cuset_core.verify.cache import VerifyCache, cache_key, default_cache_dir
 from cuset_core.verify.candidate import Candidate, parse_candidate
 from cuset_core.verify.compile import CompileReport, compile_candidate, nvcc_path
 from cuset_core.verify.result import Diagnostic, Tier, Verdict, VerifyResult
+from cuset_core.verify.sandbox import refusal
 from cuset_core.verify.settings import VerifySettings
 from cuset_core.verify.static import check_static, static_warnings
 
@@ -74,6 +75,10 @@ def _pipeline(problem_code: str, answer: str, settings: VerifySettings) -> tuple
         reason="static checks passed", diagnostics=static_warnings(candidate),
         timings_s={"static": round(static_s, 4)},
     )  # fmt: skip
+    if settings.tier.rank >= Tier.COMPILE.rank and (refused := refusal()):
+        # Fail closed: tiers 1-3 run the candidate's code (compilers included) in the sandbox.
+        first = Tier.COMPILE if nvcc_path() is not None or settings.tier is Tier.COMPILE else Tier.CPU
+        return _internal_error(first, result, refused, ""), True
     if settings.tier.rank >= Tier.COMPILE.rank:
         result, internal = _compile_tier(candidate, settings, result)
         if internal or result.verdict not in _CONTINUE:

@@ -1,36 +1,50 @@
 """Run untrusted candidate code (compilers, extensions, kernels) in a contained child process.
 
-What is enforced, each where the machine allows it (``isolation`` in the outcome says which
-held for a run; all of them do when running as root with ``unshare`` and cgroups, as here):
+Isolation is bubblewrap (``bwrap``) plus a seccomp filter built with libseccomp (``pyseccomp``);
+``isolation`` in the outcome lists what held. With isolation, each run gets:
 
-- ``pid_ns``: own PID namespace (``unshare --pid --fork``) under a shell that is its PID 1, so
-  when the command ends or is killed, every process it started dies with it, daemons included.
-- ``net_ns``: own network namespace with only a loopback that is down: no connection to
-  anything, 127.0.0.1 included.
-- ``ro_fs``: own mount namespace in which every mount is re-bound read-only except the work
-  folder (and ``writable`` extras); writes elsewhere fail with EROFS. ``/dev`` is a fresh tmpfs
-  holding only null, zero, full, random, urandom, tty and the GPU's nodes (a read-only mount
-  does not stop writes to device nodes such as disks), plus a small writable ``/dev/shm``;
-  ``/proc/sys``, ``/proc/sysrq-trigger`` and friends are read-only.
-- ``no_caps``: every capability dropped and ``no_new_privs`` set before the command runs, so
-  it cannot undo the above although its uid is 0.
-- ``pids_cgroup``: a pids cgroup caps processes and threads together (RLIMIT_NPROC does not
-  bind root); ``memory_cgroup``: a memory cgroup caps the memory of all of them together
-  (RLIMIT_AS is per process). Both are created inside the caller's own cgroups.
-- Always: a new session (process group) killed as a whole at the end, rlimits on CPU time,
-  address space, file size and core dumps, cwd/HOME/TMPDIR in the work folder, a minimal
-  environment built from scratch (nothing of the parent's is inherited), bounded output.
+- ``pid_ns``: its own PID namespace: when the command ends, every process it started dies.
+- ``net_ns``: its own network namespace (no interface but a downed loopback) and, by seccomp,
+  no ``socket()`` of any family: no TCP, no Unix sockets, no netlink. ``ipc_ns``, ``uts_ns`` too.
+- ``min_root``: a minimal read-only root: ``/usr``, a few files of ``/etc``, the Python
+  installation and venv, ``cuset_core``, the CUDA toolkit and the CPU tier's precompiled
+  preludes; a fresh ``/proc`` and a ``/dev`` of harmless nodes (plus the GPU's). Nothing of
+  ``/run``, ``/home``, ``/root``, ``/tmp`` (other jobs' folders) or ``/etc/shadow``.
+- ``capped_workdir``: the work folder is a tmpfs of ``limits.workdir_mb``; the caller's files
+  are copied in before the command and what the command left is copied back after it, under
+  the same cap, regular files and folders only (links and devices are dropped).
+- ``non_root``: the command runs as a non-zero uid with no capabilities and ``no_new_privs``
+  (``SandboxSettings.uid`` when the verifier is root; its own uid inside a user namespace
+  otherwise).
+- ``seccomp``: namespace creation (``unshare``, ``setns``, ``clone``/``clone3`` with namespace
+  flags), mounts, ``ptrace``, ``bpf``, keyrings, ``userfaultfd``, ``io_uring``,
+  ``perf_event_open`` and sockets fail with EPERM.
+- ``pids_cgroup``/``memory_cgroup``: processes and memory (tmpfs included) capped across all of
+  the command's processes, where the verifier may create cgroups (root).
+- Always: a new session killed as a whole at the end, rlimits on CPU time, address space, file
+  size and core dumps, cwd/HOME/TMPDIR in the work folder, an environment built from scratch,
+  bounded output.
+
+Fail closed: where isolation cannot be set up (bwrap or libseccomp missing, no user namespaces
+for a non-root verifier), :func:`run_sandboxed` raises :class:`IsolationUnavailable` unless the
+operator opted out with ``CUSET_SANDBOX_ALLOW_UNISOLATED=1``; a set-up step that fails raises
+:class:`SandboxSetupError`. Neither ever runs the command.
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
+import io
+import logging
 import os
 import resource
 import shutil
 import signal
 import subprocess
+import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -39,7 +53,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from cuset_core.verify.settings import SandboxLimits
+from cuset_core.verify.settings import SandboxLimits, SandboxSettings
+
+log = logging.getLogger(__name__)
 
 OUTPUT_TAIL_BYTES = 20_000
 _PR_SET_PDEATHSIG = 1
@@ -49,45 +65,49 @@ HIDE_ENV = "CUSET_SANDBOX_HIDE"
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Messages by which common runtimes report a refused allocation or an oversized write.
 _MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory")
-_FILE_SIZE_MARKERS = ("File too large", "EFBIG")
-
-# Runs inside the new namespaces as root, then runs the command with every capability dropped.
-# ``remount,bind`` changes only this namespace's view. Steps: writable folders become mounts of
-# their own; a fresh /dev with harmless nodes (major/minor copied from the real ones) and a
-# small /dev/shm; hidden folders covered by an empty tmpfs and hidden files by /dev/null; every
-# other mount read-only; the writable parts of /proc read-only.
-_INIT_SCRIPT = r"""
-n="$1"; shift
-workdir="$1"; keep="|/dev/shm"
-while [ "$n" -gt 0 ]; do mount --bind "$1" "$1" || exit 111; keep="$keep|$1"; shift; n=$((n - 1)); done
-m="$1"; shift; hidden=""
-while [ "$m" -gt 0 ]; do hidden="$hidden
-$1"; shift; m=$((m - 1)); done
-nodes=""
-for d in /dev/null /dev/zero /dev/full /dev/random /dev/urandom /dev/tty /dev/nvidia*; do
-  [ -c "$d" ] && nodes="$nodes $d:$(stat -c '%t:%T:%a' "$d")"
-done
-make_node() { mknod -m "$4" "$1" c "$((0x$2))" "$((0x$3))"; }
-mount -t tmpfs -o mode=755,size=1m cuset-dev /dev || exit 111
-for spec in $nodes; do IFS=:; make_node $spec; IFS=' '; done
-mkdir /dev/shm && mount -t tmpfs -o mode=1777,size=64m cuset-shm /dev/shm
-ln -s /proc/self/fd /dev/fd; ln -s /proc/self/fd/0 /dev/stdin
-ln -s /proc/self/fd/1 /dev/stdout; ln -s /proc/self/fd/2 /dev/stderr
-echo "$hidden" | while IFS= read -r h; do
-  if [ -d "$h" ]; then mount -t tmpfs -o size=4k,mode=000 cuset-hidden "$h" || exit 111
-  elif [ -e "$h" ]; then mount --bind /dev/null "$h" || exit 111; fi
-done || exit 111
-while read -r _dev mp _rest; do
-  case "$mp" in /proc|/proc/*) continue;; esac
-  case "$keep|" in *"|$mp|"*) continue;; esac
-  mount -o remount,bind,ro "$mp" 2>/dev/null
-done < /proc/self/mounts
-for p in sys sysrq-trigger irq bus fs; do
-  [ -e "/proc/$p" ] && mount --bind "/proc/$p" "/proc/$p" && mount -o remount,bind,ro "/proc/$p"
-done
-cd "$workdir" || exit 111  # the inherited cwd still points into the read-only mount
-setpriv --no-new-privs --bounding-set=-all --inh-caps=-all -- "$@"
+# How a refused fork reads under RLIMIT_NPROC (the process cap without a pids cgroup).
+_PROCESS_MARKERS = ("BlockingIOError: [Errno 11]", "fork: Resource temporarily unavailable", "Cannot fork")
+_FILE_SIZE_MARKERS = ("File too large", "EFBIG", "No space left on device", "ENOSPC")
+# What a compiler, Python and the CUDA runtime need of /etc; nothing else of it is mounted.
+# (Not passwd: who the users are is none of its business; USER in its environment names it.)
+_ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "nsswitch.conf", "localtime", "nvidia")
+# The child's extra descriptors, in this order from 3: the copy-out pipe (the wrapper's fd 3),
+# the caller's files as a tar archive (its fd 4), the seccomp program (bwrap's --seccomp).
+_SECCOMP_FD = 5
+_READY = b"R"  # the wrapper's first byte on the copy-out pipe: set-up done, the command starts
+# Inside the sandbox, as the sandbox's user: unpack the caller's files into the tmpfs work
+# folder, say ready, run the command (without the two pipes), kill whatever it left behind,
+# then pack the work folder back. A failed step exits 111 before the ready byte.
+_WRAPPER = r"""
+tar -x -f - -C "$0" <&4 || exit 111
+exec 4<&-
+printf R >&3 || exit 111
+"$@" 3>&-
+status=$?
+kill -KILL -1 2>/dev/null
+tar -c -f - -C "$0" . >&3
+exit $status
 """
+_BLOCKED_SYSCALLS = (
+    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
+    "fsconfig", "fsmount", "fspick", "mount_setattr", "ptrace", "process_vm_readv", "process_vm_writev", "bpf",
+    "keyctl", "add_key", "request_key", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
+    "perf_event_open", "kexec_load", "init_module", "finit_module", "delete_module", "socket",
+    "open_by_handle_at", "name_to_handle_at", "swapon", "swapoff", "reboot",
+)  # fmt: skip
+_NAMESPACE_FLAGS = {  # clone flags that create a namespace (linux/sched.h)
+    "CLONE_NEWTIME": 0x00000080, "CLONE_NEWNS": 0x00020000, "CLONE_NEWCGROUP": 0x02000000,
+    "CLONE_NEWUTS": 0x04000000, "CLONE_NEWIPC": 0x08000000, "CLONE_NEWUSER": 0x10000000,
+    "CLONE_NEWPID": 0x20000000, "CLONE_NEWNET": 0x40000000,
+}  # fmt: skip
+
+
+class IsolationUnavailable(RuntimeError):
+    """The sandbox cannot isolate candidates here and the operator did not opt out."""
+
+
+class SandboxSetupError(RuntimeError):
+    """A step of setting up the sandbox failed; the command did not run."""
 
 
 @dataclass(frozen=True)
@@ -116,17 +136,89 @@ class SandboxOutcome:
         return self.returncode == 0 and self.limit_hit is None
 
 
+@dataclass(frozen=True)
+class Isolation:
+    """Whether the sandbox isolates candidates on this machine, and if not, why (``reason``)."""
+
+    available: bool
+    reason: str = ""
+
+    def describe(self) -> str:
+        """One line for logs and ``/readyz``."""
+        return "isolated (bubblewrap + seccomp)" if self.available else f"NOT isolated: {self.reason}"
+
+
 @functools.lru_cache(maxsize=1)
-def namespaces_available() -> bool:
-    """Whether the full isolation works here: the namespace launcher runs ``true`` cleanly."""
-    if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("setpriv")):
-        return False
+def isolation() -> Isolation:
+    """Probe once per process whether the full isolation works: bwrap and libseccomp are here
+    and a sandboxed ``true`` runs cleanly (it fails, e.g., for a non-root verifier where user
+    namespaces are off, or in a container whose seccomp profile forbids them)."""
+    if shutil.which("bwrap") is None:
+        return Isolation(False, "bubblewrap (bwrap) is not installed")
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        return Isolation(False, "setpriv (util-linux) is not installed")
+    try:
+        _seccomp_program()
+    except (ImportError, OSError, RuntimeError) as exc:
+        return Isolation(False, f"libseccomp is not usable ({exc})")
     with tempfile.TemporaryDirectory(prefix="cuset-probe-") as folder:
         try:
-            probe = subprocess.run(_command(["true"], [Path(folder)]), cwd=folder, capture_output=True, timeout=30)
-        except (OSError, subprocess.SubprocessError):
-            return False
-    return probe.returncode == 0
+            probe = _launch(["true"], Path(folder), SandboxLimits(wall_s=30), _Cgroups(None, None), {}, None)
+        except (OSError, SandboxSetupError) as exc:
+            return Isolation(False, f"bubblewrap cannot set up a sandbox here: {_first_line(str(exc))}")
+    if probe.returncode != 0:
+        return Isolation(False, f"bubblewrap cannot set up a sandbox here: {_first_line(probe.stderr)}")
+    return Isolation(True)
+
+
+def _first_line(text: str) -> str:
+    return next((line for line in text.splitlines() if line.strip()), "no message")
+
+
+def refusal() -> str | None:
+    """Why tiers 1-3 must refuse to run a candidate here (None: isolated, or the operator opted
+    out); the message says how to fix it."""
+    state = isolation()
+    if state.available or SandboxSettings().allow_unisolated:
+        return None
+    return (
+        f"refused: the verification sandbox cannot isolate candidates on this machine ({state.reason}); "
+        "see docs/deploy.md, or set CUSET_SANDBOX_ALLOW_UNISOLATED=1 for single-user local use only"
+    )
+
+
+def log_isolation(logger: logging.Logger = log) -> Isolation:
+    """Probe isolation and log the result at start-up: a warning when candidates would run
+    unisolated because the operator opted out, an error when tiers 1-3 will refuse."""
+    state = isolation()
+    if state.available:
+        logger.info("verification sandbox: %s", state.describe())
+    elif SandboxSettings().allow_unisolated:
+        logger.warning("verification sandbox: %s; CUSET_SANDBOX_ALLOW_UNISOLATED is set, so candidates run "
+                       "WITHOUT isolation (single-user local use only)", state.describe())
+    else:
+        logger.error("verification sandbox: %s; tiers 1-3 will refuse every candidate", state.describe())
+    return state
+
+
+@functools.lru_cache(maxsize=1)
+def _seccomp_program() -> bytes:
+    """The seccomp BPF program (libseccomp, via pyseccomp) that bwrap loads for the command:
+    allow everything but the calls that could escape or attack the sandbox (see module doc)."""
+    import pyseccomp as seccomp
+
+    deny = seccomp.ERRNO(errno.EPERM)
+    program = seccomp.SyscallFilter(seccomp.ALLOW)
+    for name in _BLOCKED_SYSCALLS:
+        program.add_rule(deny, name)
+    for flag in _NAMESPACE_FLAGS.values():
+        program.add_rule(deny, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
+    # clone3 passes its flags in memory that seccomp cannot read; ENOSYS makes libc use clone.
+    program.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    with tempfile.TemporaryFile() as exported:
+        program.export_bpf(exported)
+        exported.seek(0)
+        return exported.read()
 
 
 @dataclass(frozen=True)
@@ -246,13 +338,14 @@ def _user_tasks(uid: int) -> int:
     return count
 
 
-def _preexec(limits: SandboxLimits, groups: _Cgroups):
-    """The child-side setup, run between fork and exec: death signal, cgroups, rlimits.
+def _preexec(limits: SandboxLimits, groups: _Cgroups, fds: tuple[int, ...] = ()):
+    """The child-side setup, run between fork and exec: death signal, cgroups, rlimits, and
+    ``fds`` moved to 3, 4, ... (the numbers bwrap and the wrapper expect).
 
     RLIMIT_NPROC counts all of a user's tasks and never binds root, so it is the cap only for
     a non-root user without a cgroup, set to what that user already runs plus the allowance.
     """
-    memory = limits.memory_mb * 1024 * 1024
+    memory = (limits.address_space_mb or limits.memory_mb) * 1024 * 1024
     file_size = limits.file_size_mb * 1024 * 1024
     uid = os.geteuid()
     nproc = None if groups.pids is not None or uid == 0 else _user_tasks(uid) + limits.max_processes
@@ -260,9 +353,10 @@ def _preexec(limits: SandboxLimits, groups: _Cgroups):
     libc = ctypes.CDLL(None, use_errno=True)
 
     def setup() -> None:
-        # If the verifier dies, the kernel kills the sandbox (unshare --kill-child takes the
-        # namespace with it) instead of leaving it to run unwatched.
+        # If the verifier dies, the kernel kills bwrap, whose --die-with-parent takes the whole
+        # PID namespace with it, instead of leaving the sandbox to run unwatched.
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        os.umask(0o022)  # bwrap makes the mount points' parent folders with it: the uid must pass
         for group in groups.folders():
             (group / "cgroup.procs").write_text(str(os.getpid()))
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
@@ -271,6 +365,10 @@ def _preexec(limits: SandboxLimits, groups: _Cgroups):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if nproc is not None:
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        high = [os.dup(fd) for fd in fds]  # first out of the way of 3, 4, ... which they may hold
+        for target, fd in enumerate(high, start=3):
+            os.dup2(fd, target)
+            os.close(fd)
 
     return setup
 
@@ -281,6 +379,8 @@ def sandbox_env(workdir: Path, extra: Mapping[str, str] | None = None) -> dict[s
         "PATH": os.environ.get("PATH", _DEFAULT_PATH),
         "HOME": str(workdir),
         "TMPDIR": str(workdir),
+        "USER": "cuset-sandbox",
+        "LOGNAME": "cuset-sandbox",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
     }
@@ -311,22 +411,139 @@ class _Tail:
 
 def hidden_paths() -> list[str]:
     """Folders and files a candidate must not see at all, from ``CUSET_SANDBOX_HIDE``
-    (``os.pathsep``-separated). A service sets it to its artifact root and database files, which
-    are readable by the user the verifier runs as; read-only is not enough for them."""
+    (``os.pathsep``-separated). A service sets it to its artifact root and database files; they
+    are covered wherever they lie inside a folder the sandbox mounts."""
     listed = os.environ.get(HIDE_ENV, "")
     return [str(Path(p).resolve()) for p in listed.split(os.pathsep) if p.strip()]
 
 
-def _command(argv: list[str], writable: Iterable[Path]) -> list[str]:
-    """Wrap ``argv`` in the namespace launcher."""
-    folders = [str(Path(w).resolve()) for w in writable]
-    # A hidden folder that holds a writable one would hide it too; such a pair is a setup error.
-    hidden = [h for h in hidden_paths() if not any(f == h or f.startswith(h + os.sep) for f in folders)]
-    return [
-        "unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--mount",
-        "--propagation", "private",
-        "sh", "-c", _INIT_SCRIPT, "sandbox-init", str(len(folders)), *folders, str(len(hidden)), *hidden, *argv,
-    ]  # fmt: skip
+def _readable_roots() -> list[Path]:
+    """Folders mounted read-only: the toolchain, Python and this package (nothing else of the
+    repository it lives in), the CUDA toolkit and the CPU tier's precompiled preludes."""
+    import cuset_core
+    from cuset_core.verify.cpu.build import pch_root
+
+    roots = [Path("/usr"), Path(sys.prefix), Path(sys.base_prefix), Path(cuset_core.__file__).parent, pch_root()]
+    for name in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(name):
+            roots.append(Path(os.environ[name]))
+    for tool in ("nvcc", "g++", "c++"):
+        if found := shutil.which(tool):
+            roots += [Path(found).parent, Path(found).resolve().parent.parent]
+    # Both the path as named and where its links lead (a venv reached through a link is run
+    # by the name, and its python links into the base installation).
+    roots = [path for root in roots if root.exists() for path in (Path(os.path.abspath(root)), root.resolve())]
+    return [root for root in sorted(set(roots)) if not any(o != root and o in root.parents for o in roots)]
+
+
+def _under(path: str, folders: Iterable[Path]) -> bool:
+    return any(path == str(f) or path.startswith(str(f) + os.sep) for f in folders)
+
+
+def _bwrap_args(workdir: Path, limits: SandboxLimits) -> list[str]:
+    """bwrap's options for one run: namespaces, the minimal root, the tmpfs work folder."""
+    args = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session"]  # fmt: skip
+    if os.geteuid() == 0:
+        # setpriv (the first command) needs these to become the sandbox's uid and to empty the
+        # bounding set; it drops them all before the wrapper runs.
+        args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+    else:
+        args += ["--unshare-user", "--disable-userns"]
+    roots = _readable_roots()
+    # bwrap would make the mount points' parents 0700, which the sandbox's uid could not pass.
+    parents = {p for dest in (*roots, workdir, Path("/etc/x")) for p in dest.parents if p != Path("/")}
+    for parent in sorted(parents, key=lambda p: len(p.parts)):
+        if not _under(str(parent), roots):
+            args += ["--perms", "0755", "--dir", str(parent)]
+    for root in roots:
+        args += ["--ro-bind", str(root.resolve()), str(root)]
+    for link in ("bin", "lib", "lib64", "sbin"):
+        target = Path("/") / link
+        if target.is_symlink():
+            args += ["--symlink", os.readlink(target), str(target)]
+        elif target.is_dir():
+            args += ["--ro-bind", str(target), str(target)]
+    for name in _ETC_FILES:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(64 << 20), "--tmpfs", "/dev/shm"]
+    gpu_nodes = sorted(Path("/dev").glob("nvidia*"))
+    for node in gpu_nodes:
+        args += ["--dev-bind", str(node), str(node)]
+    if gpu_nodes:  # the CUDA driver reads the devices' PCI topology; read-only
+        args += ["--ro-bind-try", "/sys", "/sys"]
+    for hidden in hidden_paths():
+        if not _under(hidden, roots) or _under(str(workdir), [Path(hidden)]):
+            continue
+        # An empty folder nobody may enter; for a file, the null device (a read gets nothing).
+        args += ["--perms", "0000", "--size", "4096", "--tmpfs", hidden] if Path(hidden).is_dir() else [
+            "--dev-bind", "/dev/null", hidden]
+    args += ["--perms", "1777", "--size", str(limits.workdir_mb << 20), "--tmpfs", str(workdir),
+             "--chdir", str(workdir), "--seccomp", str(_SECCOMP_FD)]  # fmt: skip
+    return args
+
+
+def _command(argv: list[str], workdir: Path, limits: SandboxLimits) -> list[str]:
+    """``argv`` wrapped in bwrap, the uid change (as root) and the copy-in/copy-out wrapper."""
+    drop: list[str] = []
+    if os.geteuid() == 0:
+        uid = str(SandboxSettings().uid)
+        drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+                "--bounding-set=-all", "--no-new-privs", "--"]  # fmt: skip
+    return [*_bwrap_args(workdir, limits), "--", *drop, "sh", "-c", _WRAPPER, str(workdir), *argv]
+
+
+def _pack(folder: Path) -> bytes:
+    """The caller's files in ``folder`` as a tar archive (regular files and folders)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for path in sorted(folder.rglob("*")):
+            if path.is_symlink() or not (path.is_file() or path.is_dir()):
+                continue
+            archive.add(path, arcname=str(path.relative_to(folder)), recursive=False)
+    return buffer.getvalue()
+
+
+def _unpack(data: bytes, folder: Path) -> None:
+    """Copy back what the command left in its work folder: regular files and folders only, each
+    inside ``folder`` (tarfile's ``data`` filter refuses absolute names and ``..``)."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
+            members = [m for m in archive.getmembers() if m.isreg() or m.isdir()]
+            for member in members:
+                target = folder / member.name
+                if target.is_symlink() or (target.exists() and target.is_dir() != member.isdir()):
+                    continue
+                # "data": no owner, no setuid/setgid/sticky bits, no group or other write.
+                archive.extract(member, folder, filter="data")
+    except (tarfile.TarError, OSError, ValueError):
+        pass  # a truncated or garbled archive: the command (or the cap) broke it; keep what came
+
+
+class _Pipe:
+    """Reads the copy-out pipe in a thread: the ready byte, then at most ``cap`` bytes of tar."""
+
+    def __init__(self, fd: int, cap: int) -> None:
+        self._stream = os.fdopen(fd, "rb", buffering=0)
+        self._data = bytearray()
+        self._cap = cap
+        self.overflow = False
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        with self._stream:
+            while chunk := self._stream.read(1 << 16):
+                if len(self._data) + len(chunk) > self._cap:
+                    self.overflow = True
+                    return
+                self._data += chunk
+
+    def result(self, timeout: float) -> tuple[bool, bytes]:
+        """Whether the command started, and the archive the wrapper sent back."""
+        self._thread.join(timeout)
+        data = bytes(self._data)
+        return data[:1] == _READY, data[1:]
 
 
 def _limit_hit(
@@ -347,6 +564,8 @@ def _limit_hit(
         return None
     if returncode == -signal.SIGXCPU or (returncode == -signal.SIGKILL and cpu_spent):
         return "cpu"
+    if any(m in stderr for m in _PROCESS_MARKERS):
+        return "processes"
     if returncode == -signal.SIGXFSZ or any(m in stderr for m in _FILE_SIZE_MARKERS):
         return "file_size"
     if any(m in stderr for m in _MEMORY_MARKERS):
@@ -361,21 +580,41 @@ def run_sandboxed(
     limits: SandboxLimits,
     env: dict[str, str] | None = None,
     stdin: bytes | None = None,
-    writable: tuple[Path, ...] = (),
 ) -> SandboxOutcome:
     """Run ``argv`` in ``workdir`` under ``limits`` and return how it ended; never raises for
     anything the command does and never waits longer than ``limits.wall_s`` (plus cleanup).
 
-    ``env`` entries are added to the minimal environment of :func:`sandbox_env`. ``writable``
-    names folders besides ``workdir`` the command may write (e.g. a shared build cache).
+    ``env`` entries are added to the minimal environment of :func:`sandbox_env`. Raises
+    :class:`IsolationUnavailable` where the sandbox cannot isolate and the operator did not opt
+    out, :class:`SandboxSetupError` when setting it up failed.
     """
-    workdir = Path(workdir).resolve()
+    isolated = isolation().available
+    if not isolated and (reason := refusal()):
+        raise IsolationUnavailable(reason)
     groups = _make_cgroups(limits)
-    isolated = namespaces_available()
-    command = _command(argv, (workdir, *writable)) if isolated else list(argv)
-    isolation = (("pid_ns", "net_ns", "ro_fs", "no_caps") if isolated else ()) + tuple(
-        name for name, group in (("pids_cgroup", groups.pids), ("memory_cgroup", groups.memory)) if group
-    )
+    return _launch(argv, Path(workdir).resolve(), limits, groups, env or {}, stdin, isolated)
+
+
+def _launch(
+    argv: list[str],
+    workdir: Path,
+    limits: SandboxLimits,
+    groups: _Cgroups,
+    env: dict[str, str],
+    stdin: bytes | None,
+    isolated: bool = True,
+) -> SandboxOutcome:
+    """Start the command (in bwrap when ``isolated``), wait for it within the limits, copy its
+    work folder back, release its cgroups."""
+    isolation_held = (
+        ("pid_ns", "net_ns", "ipc_ns", "min_root", "capped_workdir", "non_root", "seccomp") if isolated else ()
+    ) + tuple(name for name, group in (("pids_cgroup", groups.pids), ("memory_cgroup", groups.memory)) if group)
+    command, child_fds, copy_out = list(argv), [], None
+    if isolated:
+        read_end, write_end = os.pipe()
+        child_fds = [write_end, _memfd("cuset-in", _pack(workdir)), _memfd("cuset-seccomp", _seccomp_program())]
+        command = _command(argv, workdir, limits)
+        copy_out = _Pipe(read_end, (limits.workdir_mb << 20) + (limits.workdir_mb << 16) + (1 << 20))
     start = time.monotonic()
     try:
         process = subprocess.Popen(
@@ -386,11 +625,17 @@ def run_sandboxed(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=_preexec(limits, groups),
+            pass_fds=tuple(range(3, 3 + len(child_fds))),
+            preexec_fn=_preexec(limits, groups, tuple(child_fds)),
         )
     except (OSError, subprocess.SubprocessError) as exc:
         _release_cgroups(groups)
-        return SandboxOutcome(None, "", f"could not start {argv[0]!r}: {exc}", 0.0, False, None, None, isolation)
+        if isolated:
+            raise SandboxSetupError(f"could not start bwrap: {exc}") from exc
+        return SandboxOutcome(None, "", f"could not start {argv[0]!r}: {exc}", 0.0, False, None, None, ())
+    finally:
+        for fd in child_fds:
+            os.close(fd)
     out, err = _Tail(process.stdout), _Tail(process.stderr)
     if stdin is not None:
         threading.Thread(target=_feed, args=(process.stdin, stdin), daemon=True).start()
@@ -404,6 +649,11 @@ def run_sandboxed(
     forks_refused, oom_killed = _release_cgroups(groups)
     wall_s = time.monotonic() - start
     stdout, stderr = out.text(timeout=2.0), err.text(timeout=2.0)
+    if copy_out is not None:
+        started, archive = copy_out.result(timeout=10.0)
+        if not started and not timed_out:
+            raise SandboxSetupError(f"the sandbox could not be set up: {stderr.strip()[-2000:] or 'no message'}")
+        _unpack(archive, workdir)
     returncode = None if timed_out else _status(process.returncode, isolated)
     sig = -returncode if returncode is not None and returncode < 0 else None
     if timed_out:
@@ -416,8 +666,19 @@ def run_sandboxed(
         timed_out=timed_out,
         signal=sig,
         limit_hit=_limit_hit(returncode, timed_out, forks_refused, oom_killed, stderr, wall_s >= limits.cpu_s),
-        isolation=isolation,
+        isolation=isolation_held,
     )
+
+
+def _memfd(name: str, data: bytes) -> int:
+    """An anonymous in-memory file holding ``data``, positioned at its start."""
+    fd = os.memfd_create(name)
+    view = memoryview(data)
+    written = 0
+    while written < len(view):
+        written += os.write(fd, view[written:])
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _status(returncode: int, isolated: bool) -> int:

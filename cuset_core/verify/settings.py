@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cuset_core.verify.result import Tier
 
@@ -14,9 +15,19 @@ class SandboxLimits(BaseModel):
 
     wall_s: float = Field(120.0, gt=0, description="wall-clock limit, seconds")
     cpu_s: int = Field(120, gt=0, description="CPU-time limit, seconds")
-    memory_mb: int = Field(4096, gt=0, description="address-space limit, MiB")
+    memory_mb: int = Field(
+        4096, gt=0,
+        description="memory of all its processes together (a memory cgroup, where the verifier can make one: "
+        "root), its tmpfs work folder included, MiB; also each process's address space unless address_space_mb",
+    )
+    address_space_mb: int | None = Field(
+        None, gt=0, description="per-process address-space limit (RLIMIT_AS), MiB; None: memory_mb"
+    )
     max_processes: int = Field(64, gt=0, description="processes/threads the sandbox may hold")
     file_size_mb: int = Field(256, gt=0, description="largest file it may write, MiB")
+    workdir_mb: int = Field(
+        256, gt=0, description="all it may write to its work folder together, MiB (a tmpfs of this size)"
+    )
 
 
 class VerifySettings(BaseModel):
@@ -34,3 +45,17 @@ class VerifySettings(BaseModel):
     max_elements: int = Field(1 << 18, gt=0, description="tier 2: target tensor size after shrink")
     timing_trials: int = Field(100, ge=1, description="tier 3: timed calls after warmup")
     limits: SandboxLimits = SandboxLimits()
+
+
+class SandboxSettings(BaseSettings):
+    """How the operator runs the sandbox (``CUSET_SANDBOX_*`` environment variables); not part of
+    any cache key, because a verdict never depends on them: without isolation tiers 1-3 refuse."""
+
+    model_config = SettingsConfigDict(env_prefix="CUSET_SANDBOX_", extra="ignore")
+
+    allow_unisolated: bool = Field(
+        False,
+        description="run candidates without isolation where it cannot be set up; for single-user local "
+        "use only: a candidate can then read and write whatever the verifier's user can",
+    )
+    uid: int = Field(65534, gt=0, description="uid (and gid) candidates run as when the verifier is root")

@@ -15,7 +15,7 @@ from db.models import File, Job
 from db.session import session_scope
 from tests.service import TEST_OWNER, wait_for
 
-FAST = {"model": "tiny", "samples": 1, "max_tokens": 32, "tier": "static", "problems": "demo:held-out"}
+FAST = {"model": "tiny", "samples": 0, "max_tokens": 32, "tier": "static", "problems": "demo:held-out"}
 VERDICTS = {v.value for v in Verdict}
 
 
@@ -78,17 +78,20 @@ def test_demo_eval_progresses_to_succeeded_with_aggregate_and_a_row_per_problem(
     assert seen == sorted(seen), "progress never goes back"
     assert final["finished_at"] >= final["created_at"] and final["error"] is None
     aggregate = final["aggregate"]
-    assert aggregate["problems"] == 4 and aggregate["samples"] == 8 and aggregate["tier"] == "compile"
-    assert set(aggregate["metrics"]) == {"compile@1", "compile@2"}
-    assert all(0.0 <= value <= 1.0 for value in aggregate["metrics"].values())
-    assert sum(aggregate["verdicts"].values()) == 8
+    # a greedy sample apart and 2 i.i.d. samples per problem
+    assert aggregate["problems"] == 4 and aggregate["samples"] == 12 and aggregate["tier"] == "compile"
+    assert set(aggregate["greedy"]["metrics"]) == {"compile@1"} and aggregate["greedy"]["problems"] == 4
+    assert set(aggregate["sampled"]["metrics"]) == {"compile@1", "compile@2"} and aggregate["sampled"]["samples"] == 8
+    metrics = [*aggregate["greedy"]["metrics"].values(), *aggregate["sampled"]["metrics"].values()]
+    assert all(0.0 <= value <= 1.0 for value in metrics)
+    assert sum(aggregate["verdicts"].values()) == 12
 
     problems = _all_problems(client, body["id"], limit=3)
     assert sorted(p["id"] for p in problems) == sorted(HELD_OUT)
     verdicts: dict[str, int] = {}
     for problem in problems:
-        assert problem["object"] == "eval.problem" and problem["row"]["n"] == 2
-        assert [s["index"] for s in problem["samples"]] == [0, 1]
+        assert problem["object"] == "eval.problem" and problem["row"]["n"] == 2 and problem["row"]["greedy"]["n"] == 1
+        assert [(s["index"], s["greedy"]) for s in problem["samples"]] == [(0, True), (1, False), (2, False)]
         for sample in problem["samples"]:
             assert isinstance(sample["answer"], str) and isinstance(sample["code"], str)
             assert sample["result"]["verdict"] in VERDICTS and "log" in sample["result"]
@@ -120,7 +123,9 @@ def test_eval_over_an_uploaded_eval_file_scores_the_file_problems(client, worker
     ("change", "status", "param"),
     [
         ({"tier": "quantum"}, 422, "tier"),
-        ({"samples": 0}, 422, "samples"),
+        ({"samples": -1}, 422, "samples"),
+        ({"greedy": False, "samples": 0}, 400, "samples"),
+        ({"samples": 2, "k": [1, 4]}, 400, "k"),
         ({"samples": 10_000}, 400, "samples"),
         ({"max_tokens": 10**9}, 400, "max_tokens"),
         ({"temperature": -1}, 422, "temperature"),

@@ -264,6 +264,8 @@ MALFORMED = [
     # id, content, filename, purpose, status, code, param, fragments the message must name
     ("not_json", jsonl(GOOD, b'{"messages": ['), "d.jsonl", "fine-tune", 400, "invalid_file", "file",
      ["line 2", "invalid_json"]),
+    ("deeply_nested", jsonl(GOOD, b"[" * 200_000), "d.jsonl", "fine-tune", 400, "invalid_file", "file",
+     ["line 2", "invalid_json", "nested too deeply"]),
     ("wrong_role_order", jsonl(GOOD, chat(("assistant", ANSWER), ("user", PROMPT))), "d.jsonl", "fine-tune", 400,
      "invalid_file", "file", ["line 2", "messages[0].role", "wrong_role_order"]),
     ("empty_assistant", jsonl(chat(("user", PROMPT), ("assistant", "  "))), "d.jsonl", "fine-tune", 400,

@@ -8,7 +8,19 @@ def test_healthz_answers_while_the_process_is_up(client):
 def test_readyz_reports_database_and_broker_reachable(client):
     response = client.get("/readyz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ready", "database": "ok", "broker": "ok"}
+    assert {k: v for k, v in response.json().items() if k != "sandbox"} == {
+        "status": "ready", "database": "ok", "broker": "ok"}
+
+
+def test_readyz_reports_the_sandbox_isolation_each_worker_found_at_start(client, worker):
+    from cuset_core.verify.sandbox import isolation
+    from tests.service import wait_for
+
+    wait_for(lambda: client.get("/readyz").json()["sandbox"], timeout=60, what="a worker's sandbox entry")
+    entries = list(client.get("/readyz").json()["sandbox"].values())
+    expected = "isolated" if isolation().available else "refusing"
+    assert expected in [entry["state"] for entry in entries]
+    assert all((entry["reason"] == "") == (entry["state"] == "isolated") for entry in entries)
 
 
 def test_unknown_routes_use_the_error_shape(client):

@@ -53,6 +53,11 @@ def test_a_job_trains_the_tiny_model_to_an_adapter(client, worker, training_file
     assert done["fine_tuned_model"] == f"ft:tiny:demo:{job['id']}"
     assert done["progress"] == {"step": 8, "total_steps": 8, "percent": 100.0, "eta_s": None}
     assert done["trained_tokens"] > 0 and done["finished_at"] >= done["created_at"]
+    # The demo records over max_seq_len are reported once, by the validation step, as one line.
+    messages = event_messages(client, job["id"])
+    skipped = [m for m in messages if "skipped" in m]
+    assert len(skipped) == 1 and skipped[0].startswith("training_file: ") and "over_token_limit (lines " in skipped[0]
+    assert not any(m.startswith("train_file:") for m in messages)
     adapter = service_settings.artifacts / "jobs" / job["id"] / "out"
     assert (adapter / "adapter_config.json").is_file()
 
@@ -110,6 +115,32 @@ def test_cancel_mid_run_stops_with_a_checkpoint(client, worker, training_file):
 
     again = client.post(f"/v1/fine_tuning/jobs/{job['id']}/cancel")
     assert again.status_code == 409 and again.json()["error"]["code"] == "job_not_cancellable"
+
+
+def test_a_job_past_its_wall_clock_limit_is_stopped_and_fails_with_the_reason(
+    service_settings, auth_headers, training_file, tmp_path_factory
+):
+    from fastapi.testclient import TestClient
+
+    from api.main import create_app
+    from tests.service import WorkerProcess
+
+    # An API and a worker of their own (own broker keys) whose jobs may run 20 s.
+    settings = service_settings.model_copy(
+        update={"broker_key_prefix": f"{service_settings.broker_key_prefix}wallclock:", "job_max_wall_s": 20.0})
+    worker = WorkerProcess(settings, tmp_path_factory.mktemp("wallclock-worker"))
+    worker.start()
+    try:
+        with TestClient(create_app(settings), headers=auth_headers) as client:
+            job = created(client, job_request(training_file, max_steps=100_000))
+            done = wait_for(lambda: (s := job_state(client, job["id"]))["status"] in FINISHED and s, timeout=400,
+                            what="the wall-clock limit to stop the job")
+    finally:
+        worker.stop()
+    assert done["status"] == "failed"
+    assert done["error"]["code"] == "wall_clock_limit"
+    assert "wall-clock limit of 20 s" in done["error"]["message"]
+    assert done["progress"]["step"] < 100_000
 
 
 def test_a_job_not_yet_running_is_cancelled_at_once(client, training_file):
@@ -184,6 +215,11 @@ def test_list_pages_newest_first_with_after_and_limit(client, training_file):
         ({"hyperparameters": {"batch_size": "many"}}, 400, "hyperparameters.batch_size"),
         ({"hyperparameters": {"lora_rank": 0}}, 400, "hyperparameters.lora_rank"),
         ({"hyperparameters": {"warp_speed": 9}}, 400, "hyperparameters.warp_speed"),
+        ({"hyperparameters": {"n_epochs": 10**6}}, 400, "hyperparameters.n_epochs"),
+        ({"hyperparameters": {"max_steps": 10**9}}, 400, "hyperparameters.max_steps"),
+        ({"hyperparameters": {"max_seq_len": 10**7}}, 400, "hyperparameters.max_seq_len"),
+        ({"hyperparameters": {"batch_size": 10**6}}, 400, "hyperparameters.batch_size"),
+        ({"hyperparameters": {"lora_rank": 65536}}, 400, "hyperparameters.lora_rank"),
         ({"suffix": "Has Spaces"}, 422, "suffix"),
         ({"metadata": {f"k{i}": "v" for i in range(17)}}, 422, "metadata"),
         ({"seed": -1}, 422, "seed"),

@@ -6,7 +6,8 @@ import pytest
 
 from cuset_core.analysis.analyze import analyze_answer
 from cuset_core.analysis.categories import Category
-from cuset_core.analysis.spans import SCHEMA, Analysis, Region
+from cuset_core.analysis.spans import SCHEMA, Analysis, Region, Span
+from cuset_core.demo import demo_problems
 
 
 def texts(analysis: Analysis, category: Category) -> list[str]:
@@ -18,6 +19,11 @@ def region_at(analysis: Analysis, answer: str, text: str) -> Region:
     matches = [r for r in analysis.regions if answer[r.start : r.end] == text]
     assert len(matches) == 1, [answer[r.start : r.end] for r in analysis.regions]
     return matches[0]
+
+
+def region_of(analysis: Analysis, span: Span) -> Region:
+    index = analysis.spans.index(span)
+    return next(r for r in analysis.regions if index in r.span_indices)
 
 
 def assert_consistent(analysis: Analysis, answer: str) -> None:
@@ -284,6 +290,7 @@ def test_pytorch_binding():
     assert_consistent(analysis, BINDING)
     assert texts(analysis, Category.BINDING) == [
         "torch::Tensor",
+        "forward",  # the definition of the function m.def exports
         "torch::Tensor",
         'TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor")',
         "AT_DISPATCH_FLOATING_TYPES",
@@ -377,8 +384,31 @@ def test_python_answer_spans_point_into_the_answer():
         for i in region.span_indices
     ]
     assert call_spans == [
-        "load_inline", "name", "cpp_sources", "cuda_sources", "functions", '["add_cuda"]', "verbose"
+        "load_inline", "name", '"add_ext"', "cpp_sources", "cuda_sources", "functions", '["add_cuda"]',
+        "verbose",
     ]
+
+
+def test_binding_identifiers_of_a_demo_solution_are_binding_spans():
+    # A name that differs between the definition, the cpp declaration, functions=[...] or the
+    # module's use breaks the build, so every occurrence the extension binds is sensitive.
+    solution = next(p for p in demo_problems() if p.id == "06_sigmoid").solution_code
+    analysis = analyze_answer(solution)
+    assert_consistent(analysis, solution)
+    binding = [s for s in analysis.spans if s.category == Category.BINDING]
+    names = [s for s in binding if s.text == "sigmoid_cuda"]
+    definition_at = solution.index("torch::Tensor sigmoid_cuda(torch::Tensor x) {") + len("torch::Tensor ")
+    declaration_at = solution.index('"torch::Tensor sigmoid_cuda') + len('"torch::Tensor ')
+    assert [s.start for s in names] == [definition_at, declaration_at]
+    assert [region_of(analysis, s).kind for s in names] == ["function_signature", "declaration"]
+    assert '"sigmoid_ext"' in [s.text for s in binding]
+    assert '["sigmoid_cuda"]' in [s.text for s in binding]
+
+
+def test_only_exported_functions_are_binding_identifiers():
+    analysis = analyze_answer(PYTHON_ANSWER.replace('functions=["add_cuda"]', 'functions=["other"]'))
+    assert "add_cuda" not in [s.text for s in analysis.spans]
+    assert "add_kernel" not in [s.text for s in analyze_answer(PYTHON_ANSWER).spans]
 
 
 ESCAPED = (

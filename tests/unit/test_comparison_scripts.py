@@ -104,3 +104,36 @@ def test_the_sweep_table_lists_base_then_the_baselines_then_the_variants(report,
 
 def test_the_sweep_section_says_when_the_sweep_has_not_run(report, tmp_path):
     assert "has not run yet" in report.sweep_section(tmp_path)[0]
+
+
+def test_the_metrics_table_reads_evals_from_before_and_after_the_greedy_split(report):
+    legacy = {"metrics": {"compile@1": 0.5, "compile@2": 0.75}, "verdicts": {"pass": 1}, "samples": 2}
+    split = {"greedy": {"metrics": {"compile@1": 1.0}}, "sampled": {"metrics": {"compile@1": 0.25, "compile@2": 0.5}},
+             "verdicts": {"pass": 2}, "samples": 3}
+    assert report.metrics_of(legacy) == {"compile@1": 0.5, "compile@2": 0.75}
+    # pass@k keeps the plain names; the greedy sample's metrics are named apart
+    assert report.metrics_of(split) == {"greedy compile@1": 1.0, "compile@1": 0.25, "compile@2": 0.5}
+    runs = {"sft-s0": {"method": "sft", "seed": 0, "eval": {"aggregate": split}},
+            "sft-s1": {"method": "sft", "seed": 1, "eval": {"aggregate": legacy}}}
+    row = next(line for line in report.metrics_table(runs) if line.startswith("| sft |"))
+    assert row.startswith("| sft | 0,1 | 0.375 ± 0.125 (n=2) | 0.625 ± 0.125 (n=2) |")
+
+
+def test_an_experiment_eval_draws_the_greedy_sample_apart_and_k_minus_1_iid_ones(comparison, monkeypatch):
+    commands = []
+    monkeypatch.setattr(comparison, "call", lambda command, **_: commands.append(command) or 1)
+    size = comparison.SIZES["small"]
+    out = comparison.ROOT / "runs" / "never-written"
+    assert not comparison.evaluate(size, "smollm2-135m", out, comparison.ROOT / "cuset_core" / "demo")
+    command = commands[0]
+    assert command[command.index("--samples") + 1] == str(size.samples - 1)
+    assert "--no-greedy" not in command
+
+
+def test_the_gate_reads_greedy_metrics_before_and_after_the_greedy_split(tmp_path):
+    elementwise = load_script("run_elementwise")
+    legacy, split = tmp_path / "legacy.json", tmp_path / "split.json"
+    legacy.write_text(json.dumps({"aggregate": {"metrics": {"compile@1": 0.25}}}))
+    split.write_text(json.dumps({"aggregate": {"greedy": {"metrics": {"compile@1": 0.5}},
+                                               "sampled": {"metrics": {"compile@1": 0.125}}}}))
+    assert (elementwise.metric(legacy, "compile@1"), elementwise.metric(split, "compile@1")) == (0.25, 0.5)

@@ -130,3 +130,26 @@ def test_many_rows_load_with_their_line_numbers(tmp_path):
     result = load_records(write_jsonl(tmp_path / "many.jsonl", rows))
     assert (result.total, len(result.records), result.issues) == (500, 500, [])
     assert result.records[-1].line == 500
+
+
+def test_the_summary_reports_each_kind_of_skipped_record_once_with_its_first_lines(tmp_path):
+    good = {"messages": [{"role": "user", "content": "write it"}, {"role": "assistant", "content": ANSWER}]}
+    rows = [good if i % 3 else {"messages": [{"role": "user", "content": "no answer"}]} for i in range(1, 22)]
+    rows[1] = {"prompt": "x"}  # line 2: a row of no known format
+    path = write_jsonl(tmp_path / "data.jsonl", rows)
+    loaded = load_records(path)
+
+    notes = loaded.summary("training_file")
+
+    skipped = [message for level, message in notes if "skipped" in message]
+    assert len(skipped) == 2  # one line per kind of problem, not one per record
+    wrong_order = next(message for message in skipped if "wrong_role_order" in message)
+    assert wrong_order.startswith("training_file: 7 records skipped, wrong_role_order (lines 3, 6, 9, 12, 15 and 2 more)")
+    assert notes[-1] == ("info", f"training_file: {len(loaded.records)} of 21 records usable")
+    assert all(level == "warning" for level, _ in notes[:-1])
+
+
+def test_a_clean_file_summarises_to_one_line(tmp_path):
+    good = {"messages": [{"role": "user", "content": "write it"}, {"role": "assistant", "content": ANSWER}]}
+    loaded = load_records(write_jsonl(tmp_path / "data.jsonl", [good, good]))
+    assert loaded.summary("train_file") == [("info", "train_file: 2 of 2 records usable")]

@@ -96,6 +96,14 @@ def test_a_line_that_is_not_json_is_invalid_json_with_its_line(tmp_path):
     assert len(result.records) == 3
 
 
+@pytest.mark.parametrize("bad_line", ["[" * 200_000, '{"a": ' * 100_000])
+def test_deeply_nested_json_is_invalid_json_with_its_line_not_a_crash(tmp_path, bad_line):
+    result, issue = only_issue(tmp_path, bad_line)
+    assert (issue.line, issue.code) == (3, ErrorCode.invalid_json)
+    assert "nested too deeply" in issue.message
+    assert len(result.records) == 3
+
+
 def test_bytes_that_are_not_utf8_are_reported_not_raised(tmp_path):
     path = tmp_path / "data.jsonl"
     path.write_bytes(json.dumps(GOOD).encode() + b"\n\xff\xfe\n")

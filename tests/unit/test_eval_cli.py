@@ -52,13 +52,37 @@ def test_scoring_one_right_and_one_wrong_answer_at_the_compile_tier(tmp_path, pr
                       "--out", str(out), "--quiet", "--cache-dir", str(tmp_path / "cache"))
     assert outcome.exit_code == 0, outcome.output
     results = json.loads((out / "results.json").read_text())
-    assert results["aggregate"]["metrics"] == {"compile@1": 0.5}
+    assert results["aggregate"]["greedy"] is None
+    assert results["aggregate"]["sampled"]["metrics"] == {"compile@1": 0.5}
     assert results["aggregate"]["verdicts"] == {"compile_error": 1, "pass": 1}
     rows = {row["id"]: (row["n"], row["compiled"]) for row in results["problems"]}
     assert rows == {"01_vector_add": (1, 0), "02_relu": (1, 1)}
     assert [s["result"]["verdict"] for s in results["samples"]] == ["compile_error", "pass"]
-    assert "| problem | n | compiled | verdicts |\n|---|---|---|---|\n" in (out / "results.md").read_text()
-    assert "| 02_relu | 1 | 1 | pass 1 |" in (out / "results.md").read_text()
+    text = (out / "results.md").read_text()
+    assert "| problem | greedy | n | compiled | verdicts (i.i.d.) |\n|---|---|---|---|---|\n" in text
+    assert "| 02_relu | - | 1 | 1 | pass 1 |" in text
+
+
+@pytest.mark.nvcc
+def test_a_greedy_answer_is_scored_apart_from_the_samples(tmp_path, problem_dir):
+    relu = fenced((DEMO / "solutions" / "02_relu.py").read_text())
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text(
+        json.dumps({"id": "02_relu", "greedy": relu, "samples": [broken_vector_add(), relu]}) + "\n"
+        + json.dumps({"problem_id": "01_vector_add", "answer": broken_vector_add(), "greedy": True}) + "\n"
+        + json.dumps({"problem_id": "01_vector_add", "answer": broken_vector_add()}) + "\n"
+        + json.dumps({"problem_id": "01_vector_add", "answer": broken_vector_add()}) + "\n"
+    )
+    out = tmp_path / "out"
+    outcome = run_cli("--answers", str(answers), "--problems", str(problem_dir), "--tier", "compile", "--k", "1,2",
+                      "--out", str(out), "--quiet", "--cache-dir", str(tmp_path / "cache"))
+    assert outcome.exit_code == 0, outcome.output
+    aggregate = json.loads((out / "results.json").read_text())["aggregate"]
+    assert aggregate["greedy"]["metrics"] == {"compile@1": 0.5}
+    # relu: 1 of 2 i.i.d. answers compiles (pass@1 0.5, pass@2 1); vector add: 0 of 2
+    assert aggregate["sampled"]["metrics"] == {"compile@1": 0.25, "compile@2": 0.5}
+    assert aggregate["samples"] == 6
+    assert "greedy: compile@1 0.500" in outcome.output and "pass@k: compile@1 0.250, compile@2 0.500" in outcome.output
 
 
 def test_generating_with_a_model_scores_every_sample(tmp_path, problem_dir, tiny_model_dir):
@@ -67,21 +91,55 @@ def test_generating_with_a_model_scores_every_sample(tmp_path, problem_dir, tiny
                       "--tier", "static", "--max-new-tokens", "4", "--out", str(out), "--quiet", "--no-cache")
     assert outcome.exit_code == 0, outcome.output
     results = json.loads((out / "results.json").read_text())
-    assert results["aggregate"]["samples"] == 4
+    assert results["aggregate"]["samples"] == 6  # a greedy sample and 2 i.i.d. ones per problem
     assert results["aggregate"]["k_values"] == [1, 2]
-    assert [(s["problem_id"], s["index"]) for s in results["samples"]] == [
-        ("01_vector_add", 0), ("01_vector_add", 1), ("02_relu", 0), ("02_relu", 1),
+    assert (results["aggregate"]["greedy"]["problems"], results["aggregate"]["sampled"]["samples"]) == (2, 4)
+    assert [(s["problem_id"], s["index"], s["greedy"]) for s in results["samples"]] == [
+        ("01_vector_add", 0, True), ("01_vector_add", 1, False), ("01_vector_add", 2, False),
+        ("02_relu", 0, True), ("02_relu", 1, False), ("02_relu", 2, False),
     ]
     assert all(s["completion_tokens"] <= 4 for s in results["samples"])
+
+
+def test_greedy_only_by_default_and_no_greedy_draws_only_iid_samples(tmp_path, problem_dir, tiny_model_dir):
+    common = ("--model", str(tiny_model_dir), "--problems", str(problem_dir), "--tier", "static",
+              "--max-new-tokens", "2", "--quiet", "--no-cache")
+    assert run_cli(*common, "--out", str(tmp_path / "a")).exit_code == 0
+    default = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert [s["greedy"] for s in default["samples"]] == [True, True]
+    assert default["aggregate"]["sampled"] is None and default["aggregate"]["k_values"] == []
+    outcome = run_cli(*common, "--no-greedy", "--samples", "2", "--k", "2", "--out", str(tmp_path / "b"))
+    assert outcome.exit_code == 0, outcome.output
+    sampled = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert not any(s["greedy"] for s in sampled["samples"]) and len(sampled["samples"]) == 4
+    assert sampled["aggregate"]["greedy"] is None
+    assert list(sampled["aggregate"]["sampled"]["metrics"]) == []  # the static tier reaches no compile metric
+    assert sampled["aggregate"]["k_values"] == [2]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--samples", "2", "--k", "1,4"), "error: options: k=4: pass@k needs 1 <= k <= samples (2 i.i.d."),
+        (("--k", "1,x"), "error: --k: expected comma-separated integers"),
+        (("--no-greedy",), "error: options: nothing to generate"),
+    ],
+)
+def test_impossible_sampling_options_are_refused(problem_dir, args, message):
+    outcome = run_cli("--model", "smollm2-135m", "--problems", str(problem_dir), "--out", "o", *args)
+    assert outcome.exit_code == 2
+    assert outcome.output.startswith(message)
 
 
 @pytest.mark.parametrize(
     ("content", "message"),
     [
         ('{"problem_id": "02_relu", "answer": "x"}\nnot json\n', "error: answers.jsonl line 2: not valid JSON"),
-        ('{"problem_id": "02_relu"}\n', 'error: answers.jsonl line 1: expected {"problem_id", "answer": str}'),
+        ('{"problem_id": "02_relu"}\n', 'error: answers.jsonl line 1: expected {"problem_id", "answer": str, "greedy"?: bool}'),
         ('{"problem_id": "nope", "answer": "x"}\n', "error: answers.jsonl line 1: problem id 'nope' is not in"),
         ("\n", "error: answers.jsonl: no answers"),
+        ('{"problem_id": "02_relu", "answer": "x", "greedy": true}\n{"id": "02_relu", "samples": [], "greedy": "y"}\n',
+         "error: answers.jsonl line 2: a second greedy answer for problem '02_relu'"),
     ],
 )
 def test_a_bad_answers_file_is_one_clear_line_and_exit_2(tmp_path, problem_dir, content, message):
@@ -91,6 +149,17 @@ def test_a_bad_answers_file_is_one_clear_line_and_exit_2(tmp_path, problem_dir, 
     assert outcome.exit_code == 2
     assert outcome.output.startswith(message)
     assert len(outcome.output.strip().splitlines()) == 1
+
+
+def test_pass_at_k_over_answers_needs_k_answers_for_every_problem(tmp_path, problem_dir):
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text(json.dumps({"id": "02_relu", "samples": ["a", "b"]}) + "\n"
+                       + json.dumps({"id": "01_vector_add", "samples": ["c"]}) + "\n")
+    outcome = run_cli("--answers", str(answers), "--problems", str(problem_dir), "--k", "2", "--out", str(tmp_path / "o"))
+    assert (outcome.exit_code, outcome.output.strip()) == (
+        2, "error: k: pass@2 needs at least 2 i.i.d. answers per problem; problem '01_vector_add' has 1"
+    )
+    assert not (tmp_path / "o").exists()
 
 
 def test_model_and_answers_together_are_refused(tmp_path, problem_dir):
@@ -115,26 +184,37 @@ def test_problems_load_from_jsonl_with_line_numbers(tmp_path):
         load_problems(str(path))
 
 
-def test_the_markdown_report_has_metrics_verdicts_and_one_row_per_problem():
-    results = {"a": [VerifyResult(verdict=Verdict.PASS, tier=Tier.GPU, speedup=1.75)],
-               "b": [VerifyResult(verdict=Verdict.COMPILE_ERROR, tier=Tier.COMPILE)]}
-    rows = [problem_row(pid, rs) for pid, rs in results.items()]
+def test_the_markdown_report_shows_the_greedy_and_pass_at_k_blocks_apart():
+    fast = VerifyResult(verdict=Verdict.PASS, tier=Tier.GPU, speedup=1.75)
+    broken = VerifyResult(verdict=Verdict.COMPILE_ERROR, tier=Tier.COMPILE)
+    scored = {"a": (fast, [fast, broken]), "b": (broken, [broken, broken])}  # problem -> (greedy, i.i.d.)
+    rows = [problem_row(pid, sampled, greedy) for pid, (greedy, sampled) in scored.items()]
     report = EvalReport(
-        config=EvalConfig(answers=Path("answers.jsonl"), problems="demo", tier=Tier.GPU),
-        aggregate=aggregate(rows, Tier.GPU, [1]),
+        config=EvalConfig(model="m", problems="demo", tier=Tier.GPU, samples=2, temperature=0.7),
+        aggregate=aggregate(rows, Tier.GPU, [1, 2]),
         problems=rows,
-        samples=[SampleRecord(problem_id=pid, index=0, answer="...", result=rs[0]) for pid, rs in results.items()],
+        samples=[SampleRecord(problem_id=pid, index=i, greedy=i == 0, answer="...", result=result)
+                 for pid, (greedy, sampled) in scored.items() for i, result in enumerate([greedy, *sampled])],
         elapsed_s=1.25,
     )
     assert render_markdown(report) == (
         "# Evaluation results\n\n"
-        "answers `answers.jsonl` on `demo`: 2 problems, 2 samples, tier `gpu`, 1.2 s.\n\n"
+        "model `m` on `demo`: 2 problems, 6 samples, tier `gpu`, a greedy sample + 2 i.i.d. samples per problem "
+        "at temperature 0.7 (top-p 0.95), prompt `kernelbench`, 1.2 s.\n\n"
+        "## Greedy: one greedy sample per problem, drawn apart\n\n"
+        "Share of 2 problems whose greedy sample passed.\n\n"
         "| metric | value |\n|---|---|\n"
         "| compile@1 | 0.500 |\n| cpu_correct@1 | 0.500 |\n| correct@1 | 0.500 |\n"
         "| fast_1.0 | 0.500 |\n| fast_1.5 | 0.500 |\n\n"
-        "| verdict | samples |\n|---|---|\n| compile_error | 1 |\n| pass | 1 |\n\n"
-        "| problem | n | compiled | cpu_correct | correct | best speedup | verdicts |\n"
-        "|---|---|---|---|---|---|---|\n"
-        "| a | 1 | 1 | 1 | 1 | 1.75 | pass 1 |\n"
-        "| b | 1 | 0 | 0 | 0 | - | compile_error 1 |\n"
+        "## pass@k: i.i.d. samples at one temperature (unbiased estimator, Chen et al. 2021)\n\n"
+        "4 samples over 2 problems, k = 1, 2; no greedy sample among them.\n\n"
+        "| metric | value |\n|---|---|\n"
+        "| compile@1 | 0.250 |\n| compile@2 | 0.500 |\n| cpu_correct@1 | 0.250 |\n| cpu_correct@2 | 0.500 |\n"
+        "| correct@1 | 0.250 |\n| correct@2 | 0.500 |\n| fast_1.0 | 0.250 |\n| fast_1.5 | 0.250 |\n\n"
+        "## Verdicts\n\n| verdict | greedy | i.i.d. |\n|---|---|---|\n| compile_error | 1 | 3 |\n| pass | 1 | 1 |\n\n"
+        "## Problems\n\n"
+        "| problem | greedy | n | compiled | cpu_correct | correct | best speedup | verdicts (i.i.d.) |\n"
+        "|---|---|---|---|---|---|---|---|\n"
+        "| a | pass | 2 | 1 | 1 | 1 | 1.75 | compile_error 1, pass 1 |\n"
+        "| b | compile_error | 2 | 0 | 0 | 0 | - | compile_error 2 |\n"
     )

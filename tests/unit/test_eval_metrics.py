@@ -6,7 +6,14 @@ from math import comb
 
 import pytest
 
-from cuset_core.evaluation.metrics import aggregate, pass_at_k, passed_tier, problem_row
+from cuset_core.evaluation.metrics import (
+    aggregate,
+    greedy_scores,
+    pass_at_k,
+    passed_tier,
+    problem_row,
+    sampled_scores,
+)
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 
 
@@ -95,21 +102,22 @@ def test_problem_rows_count_tiers_verdicts_and_speed():
     assert row.verdicts == {"compile_error": 1, "pass": 2, "value_mismatch": 1}
 
 
-def test_aggregate_at_the_cpu_tier_reports_compile_and_cpu_metrics_only():
+def test_aggregate_at_the_cpu_tier_reports_compile_and_cpu_pass_at_k_only():
     rows = [
         problem_row("a", [result("pass", "cpu"), result("value_mismatch", "cpu")]),
         problem_row("b", [result("compile_error", "compile"), result("unsupported", "cpu")]),
     ]
     agg = aggregate(rows, Tier.CPU, [1, 2])
-    assert agg.metrics == {
+    assert agg.greedy is None
+    assert agg.sampled.metrics == {
         "compile@1": pytest.approx((1.0 + 0.5) / 2),
         "compile@2": 1.0,
         "cpu_correct@1": pytest.approx(0.25),
         "cpu_correct@2": 0.5,
     }
-    assert agg.fast_p == {}
+    assert agg.sampled.fast_p == {}
     assert agg.verdicts == {"compile_error": 1, "pass": 1, "unsupported": 1, "value_mismatch": 1}
-    assert (agg.problems, agg.samples) == (2, 4)
+    assert (agg.problems, agg.samples, agg.sampled.samples) == (2, 4, 4)
 
 
 def test_aggregate_at_the_gpu_tier_adds_correct_and_fast_p():
@@ -118,6 +126,41 @@ def test_aggregate_at_the_gpu_tier_adds_correct_and_fast_p():
         problem_row("b", [result("value_mismatch", "gpu"), result("pass", "gpu", 1.2)]),
     ]
     agg = aggregate(rows, Tier.GPU, [1, 2])
-    assert agg.metrics["correct@1"] == pytest.approx(0.75)
-    assert agg.metrics["correct@2"] == 1.0
-    assert agg.fast_p == {"1.0": pytest.approx((0.5 + 0.5) / 2), "1.5": pytest.approx(0.25)}
+    assert agg.sampled.metrics["correct@1"] == pytest.approx(0.75)
+    assert agg.sampled.metrics["correct@2"] == 1.0
+    assert agg.sampled.fast_p == {"1.0": pytest.approx((0.5 + 0.5) / 2), "1.5": pytest.approx(0.25)}
+
+
+def test_the_greedy_sample_is_scored_apart_and_never_enters_pass_at_k():
+    # Problem a: the greedy answer compiles, both i.i.d. samples fail; b: the other way round.
+    rows = [
+        problem_row("a", [result("compile_error", "compile")] * 2, greedy=result("value_mismatch", "cpu")),
+        problem_row("b", [result("pass", "cpu"), result("compile_error", "compile")],
+                    greedy=result("compile_error", "compile")),
+    ]
+    agg = aggregate(rows, Tier.CPU, [1, 2])
+    assert agg.greedy.problems == 2
+    assert agg.greedy.metrics == {"compile@1": 0.5, "cpu_correct@1": 0.0}
+    assert agg.greedy.verdicts == {"compile_error": 1, "value_mismatch": 1}
+    # pass@k sees only the i.i.d. samples: a 0/2 compiled, b 1/2 compiled and cpu-correct
+    assert agg.sampled.metrics == {"compile@1": 0.25, "compile@2": 0.5, "cpu_correct@1": 0.25, "cpu_correct@2": 0.5}
+    assert agg.sampled.verdicts == {"compile_error": 3, "pass": 1}
+    assert (agg.samples, agg.verdicts) == (6, {"compile_error": 4, "pass": 1, "value_mismatch": 1})
+    assert (rows[0].n, rows[0].greedy.n, rows[0].greedy.compiled) == (2, 1, 1)
+
+
+def test_a_greedy_only_run_has_no_pass_at_k_block():
+    rows = [problem_row("a", [], greedy=result("pass", "gpu", 1.7)), problem_row("b", [], greedy=result("pass", "cpu"))]
+    agg = aggregate(rows, Tier.GPU, [])
+    assert agg.sampled is None
+    assert agg.greedy.metrics == {"compile@1": 1.0, "cpu_correct@1": 1.0, "correct@1": 0.5,
+                                  "fast_1.0": 0.5, "fast_1.5": 0.5}
+
+
+def test_per_problem_scores_are_what_the_aggregate_averages():
+    row = problem_row("a", [result("pass", "cpu"), result("compile_error", "compile"), result("pass", "cpu")],
+                      greedy=result("compile_error", "compile"))
+    assert greedy_scores(row, Tier.CPU) == {"compile@1": 0.0, "cpu_correct@1": 0.0}
+    assert sampled_scores(row, Tier.COMPILE, [1, 2]) == {"compile@1": pytest.approx(2 / 3), "compile@2": 1.0}
+    assert greedy_scores(problem_row("b", [result("pass", "cpu")]), Tier.CPU) == {}
+    assert sampled_scores(problem_row("c", [], greedy=result("pass", "cpu")), Tier.CPU, [1]) == {}

@@ -12,9 +12,54 @@ def test_defaults_are_design_defaults():
     config = MethodConfig()
     assert config.type == "cuset"
     assert config.confidence == "online"
-    assert (config.mask_ratio, config.region_quantile, config.reweight_lambda) == (0.3, 0.2, 1.0)
-    assert (config.w_min, config.w_max) == (0.5, 3.0)
+    assert (config.mask_ratio, config.region_quantile, config.reweight_lambda) == (0.3, 0.2, 2.0)
+    assert (config.w_min, config.w_max) == (0.5, 4.0)
     assert (config.focal_gamma, config.profit_threshold) == (2.0, 0.1)
+    assert (config.region_extent, config.region_confidence, config.mask_rule) == ("unit", "geometric", "confident_plain")
+    assert (config.tau_lo_from, config.tau_lo_decay, config.normaliser_decay) == ("regions", 0.9, 0.9)
+    assert config.region_threshold is None and not config.dataset_reweighting
+
+
+def test_cuset_v1_has_every_v1_knob():
+    config = MethodConfig(type="cuset_v1")
+    assert (config.region_extent, config.region_confidence, config.tau_lo_from) == ("span", "mean", "tokens")
+    assert (config.tau_lo_decay, config.normaliser_decay, config.reweight_scope) == (0.0, 0.0, "step")
+    assert (config.reweight_lambda, config.w_min, config.w_max, config.mask_ratio) == (1.0, 0.5, 3.0, 0.3)
+    assert config.uses_masking and config.uses_reweighting
+
+
+def test_cuset_v1_knobs_set_in_the_config_win_and_survive_a_dump():
+    config = MethodConfig(type="cuset_v1", reweight_lambda=2.0)
+    assert (config.reweight_lambda, config.region_extent) == (2.0, "span")
+    assert MethodConfig.model_validate(config.model_dump()) == config
+
+
+def test_a_stored_v1_era_dump_still_loads():
+    # What the API stored for a cuset job before v2: every field of the v1 MethodConfig.
+    stored = {"type": "cuset", "confidence": "online", "mask_ratio": 0.3, "mask_warmup_steps": 0,
+              "region_quantile": 0.2, "region_threshold": None, "reweight_lambda": 1.0, "w_min": 0.5,
+              "w_max": 3.0, "focal_gamma": 2.0, "profit_threshold": 0.1}
+    config = MethodConfig.model_validate(stored)
+    assert (config.type, config.reweight_lambda, config.w_max) == ("cuset", 1.0, 3.0)
+
+
+def test_mask_rule_none_turns_masking_off():
+    assert not MethodConfig(type="cuset", mask_rule="none").uses_masking
+    assert MethodConfig(type="cuset", mask_rule="uncertain_plain").uses_masking
+
+
+def test_contradictory_knobs_are_rejected_with_a_reason():
+    with pytest.raises(ValidationError, match="mask_rule 'none' leaves cuset_mask nothing to do"):
+        MethodConfig(type="cuset_mask", mask_rule="none")
+    with pytest.raises(ValidationError, match="reweight_scope 'dataset' needs confidence 'reference'"):
+        MethodConfig(reweight_scope="dataset")
+
+
+def test_reference_confidence_reweights_over_the_dataset_unless_told_otherwise():
+    assert MethodConfig(confidence="reference").dataset_reweighting
+    assert not MethodConfig(confidence="reference", reweight_scope="step").dataset_reweighting
+    assert not MethodConfig(type="cuset_v1", confidence="reference").dataset_reweighting
+    assert not MethodConfig(type="cuset_mask", confidence="reference").dataset_reweighting
 
 
 @pytest.mark.parametrize(
@@ -34,6 +79,13 @@ def test_defaults_are_design_defaults():
         ("w_max", 0.9),
         ("focal_gamma", -2.0),
         ("profit_threshold", 1.0),
+        ("region_extent", "file"),
+        ("region_confidence", "harmonic"),
+        ("mask_rule", "random"),
+        ("tau_lo_from", "samples"),
+        ("tau_lo_decay", 1.0),
+        ("normaliser_decay", -0.1),
+        ("reweight_scope", "epoch"),
     ],
 )
 def test_invalid_values_are_rejected_naming_the_field(field, value):

@@ -7,6 +7,10 @@ The batch (p = probability of the gold token, "." = not supervised, S = sensitiv
     sample 1:  .    .    0.7  0.99S(r1) 0.05  .          (last position is padding)
 
 Non-sensitive p, sorted: 0.05 0.7 0.8 0.9 0.95; sensitive p: 0.3 0.6 0.99.
+
+Regions here hold only sensitive tokens, so both extents agree; the reweighting numbers below
+are definition v1's (``v1(...)``: mean region confidence, tau_lo a quantile of token p,
+micro-batch normalisation, lambda 1); test_objectives_v2.py covers v2's rules.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import pytest
 import torch
 
 from cuset_core.objectives import MethodConfig, ObjectiveBatch, compute_objective
+from cuset_core.objectives.config import V1_KNOBS
+from objective_cases import token_batch
 
 _ = None
 P = [[_, 0.9, 0.8, 0.3, 0.95, 0.6], [_, _, 0.7, 0.99, 0.05, _]]
@@ -29,20 +35,14 @@ def nll(p: float) -> float:
     return -math.log(p)
 
 
-def make_batch(
-    p_rows=P, sensitive=SENSITIVE, regions=REGIONS, num_items_in_batch=None, **extra
-) -> ObjectiveBatch:
-    """Token losses -log p (0 where unsupervised), with grad, and the masks of the table above."""
-    supervised = torch.tensor([[p is not None for p in row] for row in p_rows])
-    loss = torch.tensor([[nll(p) if p is not None else 0.0 for p in row] for row in p_rows])
-    return ObjectiveBatch(
-        token_loss=loss.requires_grad_(),
-        supervised=supervised,
-        sensitive=torch.tensor(sensitive, dtype=torch.bool),
-        region_ids=torch.tensor(regions),
-        num_items_in_batch=num_items_in_batch,
-        **extra,
-    )
+def make_batch(p_rows=P, sensitive=SENSITIVE, regions=REGIONS, **fields) -> ObjectiveBatch:
+    """The batch of the table above (or variations of it)."""
+    return token_batch(p_rows, sensitive, regions, **fields)
+
+
+def v1(method: str, **knobs) -> MethodConfig:
+    """``method`` with every definition-v1 knob: these tests pin v1's numbers."""
+    return MethodConfig(**{**V1_KNOBS, "type": method, **knobs})
 
 
 def kept(output) -> list[list[int]]:
@@ -115,7 +115,7 @@ def test_confident_sensitive_tokens_are_kept_even_above_tau_hi():
 def test_cuset_reweight_upweights_the_sample_holding_a_low_confidence_region():
     # tau_lo = median of sensitive p [0.3 0.6 0.99] = 0.6; region 0 (mean 0.45) is low,
     # region 1 (mean 0.99) is not. u = [1, 0], w = [2, 1] / 1.5 = [4/3, 2/3].
-    output = compute_objective(MethodConfig(type="cuset_reweight", region_quantile=0.5), make_batch())
+    output = compute_objective(v1("cuset_reweight", region_quantile=0.5), make_batch())
     assert output.metrics["tau_lo"] == pytest.approx(0.6, rel=1e-6)
     assert output.metrics["low_conf_region_share"] == 0.5
     assert kept(output) == ALL_SUPERVISED
@@ -131,7 +131,7 @@ def test_u_is_the_share_of_sensitive_tokens_in_low_confidence_regions():
     # w = [5/3, 1] / (4/3) = [5/4, 3/4].
     sensitive = [[0, 1, 0, 1, 0, 1], [0, 0, 0, 1, 0, 0]]
     regions = [[-1, 2, -1, 0, -1, 0], [-1, -1, -1, 1, -1, -1]]
-    config = MethodConfig(type="cuset_reweight", region_threshold=0.5)
+    config = v1("cuset_reweight", region_threshold=0.5)
     output = compute_objective(config, make_batch(sensitive=sensitive, regions=regions))
     assert output.metrics["tau_lo"] == 0.5
     assert output.sample_weights.tolist() == pytest.approx([5 / 4, 3 / 4])
@@ -140,34 +140,34 @@ def test_u_is_the_share_of_sensitive_tokens_in_low_confidence_regions():
 def test_sensitive_tokens_outside_any_region_count_in_u_s_denominator_only():
     sensitive = [[0, 1, 0, 1, 0, 1], [0, 0, 0, 1, 0, 0]]
     regions = [[-1, -1, -1, 0, -1, 0], [-1, -1, -1, 1, -1, -1]]
-    config = MethodConfig(type="cuset_reweight", region_threshold=0.5)
+    config = v1("cuset_reweight", region_threshold=0.5)
     output = compute_objective(config, make_batch(sensitive=sensitive, regions=regions))
     assert output.sample_weights.tolist() == pytest.approx([5 / 4, 3 / 4])
 
 
 def test_weights_are_clipped_after_normalising():
-    config = MethodConfig(type="cuset_reweight", region_quantile=0.5, reweight_lambda=4.0, w_max=1.5)
+    config = v1("cuset_reweight", region_quantile=0.5, reweight_lambda=4.0, w_max=1.5)
     # raw = [5, 1], normalised [5/3, 1/3], clipped to [0.5, 1.5].
     output = compute_objective(config, make_batch())
     assert output.sample_weights.tolist() == pytest.approx([1.5, 0.5])
 
 
 def test_lambda_zero_gives_unit_weights():
-    output = compute_objective(MethodConfig(type="cuset_reweight", reweight_lambda=0.0), make_batch())
+    output = compute_objective(v1("cuset_reweight", reweight_lambda=0.0), make_batch())
     assert output.sample_weights.tolist() == [1.0, 1.0]
 
 
 def test_region_ids_repeated_in_two_samples_are_separate_regions():
     regions = [[-1, -1, -1, 0, -1, 0], [-1, -1, -1, 0, -1, -1]]
     output = compute_objective(
-        MethodConfig(type="cuset_reweight", region_quantile=0.5), make_batch(regions=regions)
+        v1("cuset_reweight", region_quantile=0.5), make_batch(regions=regions)
     )
     assert output.metrics["low_conf_region_share"] == 0.5
     assert output.sample_weights.tolist() == pytest.approx([4 / 3, 2 / 3])
 
 
 def test_cuset_combines_masking_and_reweighting():
-    config = MethodConfig(type="cuset", mask_ratio=0.4, region_quantile=0.5)
+    config = v1("cuset_v1", mask_ratio=0.4, region_quantile=0.5)
     output = compute_objective(config, make_batch())
     assert kept(output) == [[0, 0, 1, 1, 0, 1], [0, 0, 1, 1, 1, 0]]
     assert output.sample_weights.tolist() == pytest.approx([4 / 3, 2 / 3])
@@ -178,12 +178,14 @@ def test_cuset_combines_masking_and_reweighting():
 
 
 def test_metrics_of_a_cuset_step():
-    config = MethodConfig(type="cuset", mask_ratio=0.4, region_quantile=0.5)
+    config = v1("cuset_v1", mask_ratio=0.4, region_quantile=0.5)
     metrics = compute_objective(config, make_batch()).metrics
     assert metrics == pytest.approx(
         {
             "ce": sum(nll(p) for row in P for p in row if p is not None) / SUPERVISED_COUNT,
             "kept_ratio": 6 / 8,
+            # dropped: 0.9 and 0.95; every supervised token's 1 - p sums to 2.71
+            "dropped_grad_share": (0.1 + 0.05) / 2.71,
             "sensitive_share": 3 / 8,
             "p_sensitive_mean": (0.3 + 0.6 + 0.99) / 3,
             "p_nonsensitive_mean": (0.9 + 0.8 + 0.95 + 0.7 + 0.05) / 5,
@@ -192,6 +194,7 @@ def test_metrics_of_a_cuset_step():
             "weight_max": 4 / 3,
             "tau_hi": 0.84,
             "tau_lo": 0.6,
+            "weight_normaliser": 1.5,
             "mask_ratio": 0.4,
         },
         rel=1e-6,
@@ -202,14 +205,15 @@ def test_metrics_of_a_cuset_step():
 def test_baselines_log_no_thresholds():
     metrics = compute_objective(MethodConfig(type="sft"), make_batch()).metrics
     assert set(metrics) == {
-        "ce", "kept_ratio", "sensitive_share", "p_sensitive_mean", "p_nonsensitive_mean",
-        "weight_mean", "weight_max",
+        "ce", "kept_ratio", "dropped_grad_share", "sensitive_share", "p_sensitive_mean",
+        "p_nonsensitive_mean", "weight_mean", "weight_max",
     }
+    assert metrics["dropped_grad_share"] == 0.0
 
 
 def test_sample_weights_carry_no_gradient():
     batch = make_batch()
-    config = MethodConfig(type="cuset_reweight", region_quantile=0.5)
+    config = v1("cuset_reweight", region_quantile=0.5)
     output = compute_objective(config, batch)
     assert not output.sample_weights.requires_grad
     output.loss.backward()
@@ -239,12 +243,14 @@ def test_gather_is_called_for_both_thresholds_and_moves_them():
         calls.append(values.clone())
         return torch.cat([values, other_rank])
 
-    config = MethodConfig(type="cuset", mask_ratio=0.4, region_quantile=0.5)
+    config = v1("cuset_v1", mask_ratio=0.4, region_quantile=0.5)
     local = compute_objective(config, make_batch())
     pooled = compute_objective(config, make_batch(), gather=gather)
-    assert len(calls) == 2
+    assert len(calls) == 3
     assert sorted(calls[0].tolist()) == pytest.approx([0.05, 0.7, 0.8, 0.9, 0.95])
     assert sorted(calls[1].tolist()) == pytest.approx([0.3, 0.6, 0.99])
+    # Pooled tau_lo 0.05 leaves no region low: raw weights [1, 1], gathered for the normaliser.
+    assert calls[2].tolist() == [1.0, 1.0]
     # Pooled non-sensitive p: 0.01 .. 0.06 then 0.7 .. 0.95; 0.6 quantile = 0.06 + 0.4 * 0.64.
     assert pooled.metrics["tau_hi"] == pytest.approx(0.316, rel=1e-5)
     assert pooled.metrics["tau_hi"] < local.metrics["tau_hi"]
@@ -253,11 +259,11 @@ def test_gather_is_called_for_both_thresholds_and_moves_them():
     assert pooled.metrics["tau_lo"] == pytest.approx(0.05, rel=1e-5)
 
 
-def test_a_fixed_region_threshold_needs_no_gather():
+def test_a_fixed_region_threshold_gathers_only_the_weight_normaliser():
     calls: list[torch.Tensor] = []
-    config = MethodConfig(type="cuset_reweight", region_threshold=0.5)
+    config = v1("cuset_reweight", region_threshold=0.5)
     compute_objective(config, make_batch(), gather=lambda v: calls.append(v) or v)
-    assert calls == []
+    assert [c.tolist() for c in calls] == [[2.0, 1.0]]
 
 
 def test_mask_ratio_zero_keeps_everything_and_gathers_nothing():
@@ -324,7 +330,7 @@ def test_a_padding_row_does_not_shift_the_weight_normalisation():
     sensitive = SENSITIVE + [[0] * 6]
     regions = REGIONS + [[-1] * 6]
     output = compute_objective(
-        MethodConfig(type="cuset_reweight", region_quantile=0.5),
+        v1("cuset_reweight", region_quantile=0.5),
         make_batch(p_rows=p_rows, sensitive=sensitive, regions=regions),
     )
     assert output.sample_weights.tolist() == pytest.approx([4 / 3, 2 / 3, 1.0])
@@ -364,7 +370,7 @@ def test_mismatched_masks_are_rejected():
 
 @pytest.mark.gpu
 def test_cuda_tensors_give_the_cpu_result():
-    config = MethodConfig(type="cuset", mask_ratio=0.4, region_quantile=0.5)
+    config = v1("cuset_v1", mask_ratio=0.4, region_quantile=0.5)
     on_cpu = compute_objective(config, make_batch())
     cpu_batch = make_batch(num_items_in_batch=torch.tensor(SUPERVISED_COUNT))
     batch = ObjectiveBatch(

@@ -59,6 +59,14 @@ def test_null_lora_means_full_fine_tuning(tmp_path, data_file):
         ({"hyperparameters": {"quantization": {"bits": 8}}}, "hyperparameters.quantization.bits: Input should be 4"),
         ({"lora": None, "hyperparameters": {"quantization": {}}},
          "hyperparameters.quantization: 4-bit weights cannot be fully fine-tuned; keep lora (QLoRA)"),
+        ({"hyperparameters": {"epochs": 1e9}}, "hyperparameters.epochs: Input should be less than or equal to 100"),
+        ({"hyperparameters": {"max_steps": 10**9}},
+         "hyperparameters.max_steps: Input should be less than or equal to 1000000"),
+        ({"hyperparameters": {"max_seq_len": 10**7}},
+         "hyperparameters.max_seq_len: Input should be less than or equal to 131072"),
+        ({"hyperparameters": {"batch_size": 10**6}},
+         "hyperparameters.batch_size: Input should be less than or equal to 1024"),
+        ({"lora": {"rank": 65536}}, "lora.rank: Input should be less than or equal to 1024"),
     ],
 )
 def test_invalid_fields_give_one_line_naming_the_field(tmp_path, data_file, changes, message):

@@ -21,9 +21,9 @@ from cuset_core.training.run import run_job
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRESS_FIELDS = {
-    "type", "step", "max_steps", "epoch", "loss", "ce", "kept_ratio", "sensitive_share", "p_sensitive_mean",
-    "p_nonsensitive_mean", "low_conf_region_share", "weight_mean", "weight_max", "learning_rate", "tokens_per_s",
-    "trained_tokens", "eta_s", "time",
+    "type", "step", "max_steps", "epoch", "loss", "ce", "kept_ratio", "dropped_grad_share", "mask_ratio", "tau_hi",
+    "tau_lo", "sensitive_share", "p_sensitive_mean", "p_nonsensitive_mean", "low_conf_region_share", "weight_mean",
+    "weight_max", "weight_normaliser", "learning_rate", "tokens_per_s", "trained_tokens", "eta_s", "time",
 }  # fmt: skip
 OPS = {"add": "a[i] + b[i]", "mul": "a[i] * b[i]", "sub": "a[i] - b[i]", "max": "fmaxf(a[i], b[i])"}
 # Short answers keep the tiny model's steps fast (the 49k-token vocabulary dominates the cost).
@@ -86,7 +86,9 @@ def test_loss_falls_over_a_dozen_steps(tmp_path, tiny_model_dir, method):
     assert sum(losses[-3:]) / 3 < 0.7 * sum(losses[:3]) / 3
 
 
-@pytest.mark.parametrize("method", ["sft", "dft", "focal", "profit", "cuset", "cuset_mask", "cuset_reweight"])
+@pytest.mark.parametrize(
+    "method", ["sft", "dft", "focal", "profit", "cuset", "cuset_mask", "cuset_reweight", "cuset_v1"]
+)
 def test_every_method_trains_a_few_steps_with_lora(tmp_path, tiny_model_dir, method):
     outcome, lines = train(make_job(tmp_path, tiny_model_dir, method={"type": method}, hp={"max_steps": 2}))
 
@@ -104,8 +106,12 @@ def test_progress_lines_carry_every_metric(tmp_path, tiny_model_dir):
     assert PROGRESS_FIELDS <= set(first)
     assert first["max_steps"] == 2 and first["trained_tokens"] > 0 and first["tokens_per_s"] > 0
     assert 0 < first["sensitive_share"] < 1
-    assert 0 < first["kept_ratio"] < 1  # cuset masks 30 % of the non-sensitive tokens
-    assert first["weight_mean"] == pytest.approx(1.0)
+    assert 0 < first["kept_ratio"] < 1  # cuset masks 30 % of the non-region tokens
+    assert 0 < first["dropped_grad_share"] < 1
+    assert 0 < first["tau_hi"] <= 1 and 0 < first["tau_lo"] <= 1
+    # The first step has no history: each micro-batch is normalised by its own mean (up to clipping).
+    assert first["weight_mean"] == pytest.approx(1.0, abs=0.1)
+    assert 1.0 <= first["weight_max"] <= 4.0
     assert [line["type"] for line in lines][-2:] == ["checkpoint", "done"]  # the Trainer saves at the end
 
 
@@ -142,6 +148,19 @@ def test_cancel_file_stops_with_a_checkpoint_and_resume_continues(tmp_path, tiny
     assert not outcome.cancelled and outcome.steps == 6
     assert [line["step"] for line in progress(lines)][-5:] == [2, 3, 4, 5, 6]
     assert any(line.get("message", "").startswith("resuming from") for line in lines)
+
+
+def test_a_checkpoint_carries_the_objective_ema_and_a_resume_restores_it(tmp_path, tiny_model_dir):
+    job = make_job(tmp_path, tiny_model_dir, hp={"max_steps": 3}, save_steps=2)
+
+    train(job)
+    saved = json.loads((tmp_path / "out" / "checkpoint-2" / "objective_state.json").read_text())
+    assert 0 < saved["tau_lo"]["value"] < 1 and saved["weight_mean"]["value"] >= 1.0
+
+    _, lines = train({**job, "resume": str(tmp_path / "out" / "checkpoint-2")})
+    assert progress(lines)[-1]["step"] == 3
+    # Exactly this message, without "(no saved objective state ...)": the EMAs were restored.
+    assert f"resuming from {tmp_path / 'out' / 'checkpoint-2'}" in [line.get("message") for line in lines]
 
 
 def test_sigterm_saves_a_checkpoint_and_exits_0(tmp_path, tiny_model_dir):
@@ -210,6 +229,10 @@ def test_reference_confidence_is_computed_once_then_read_from_the_cache(tmp_path
     assert passes and passes[-1].startswith("reference confidence: 4/4 examples")
     assert {"reference confidence read from cache"} <= {line.get("message") for line in second}
     assert progress(first)[0]["p_sensitive_mean"] == pytest.approx(progress(second)[0]["p_sensitive_mean"])
+    # cuset with reference confidence takes tau_lo and the weight normaliser over the dataset.
+    dataset_event = next(line["message"] for line in first if line.get("message", "").startswith("dataset reweighting"))
+    tau_lo = float(dataset_event.split("tau_lo ")[1].split(",")[0])
+    assert [line["tau_lo"] for line in progress(first)] == pytest.approx([tau_lo], abs=1e-4)
 
 
 def test_validation_file_reports_eval_loss_at_every_save(tmp_path, tiny_model_dir):

@@ -104,7 +104,7 @@ def test_flatten_outputs_unpacks_nested_tuples():
 def test_gpu_limits_raise_only_what_a_gpu_job_needs():
     limits = gpu.gpu_limits(SandboxLimits(wall_s=10, file_size_mb=7))
     assert (limits.wall_s, limits.cpu_s, limits.max_processes, limits.file_size_mb) == (900.0, 1800, 512, 7)
-    assert limits.memory_mb == 1 << 30
+    assert (limits.memory_mb, limits.address_space_mb) == (16 << 10, 1 << 30)
 
 
 def test_job_file_names_the_candidates_kernels(tmp_path):

@@ -4,7 +4,7 @@ The row (a Generation of kind ``confidence``, written by the files router's anal
 carries ``request = {"file_id", "n", "model", "spec"}``. One forward pass of the model over the
 record, rendered and encoded exactly as training sees it (``cuset_core.data.encode_record``),
 gives p, the model's probability of each reference answer token
-(``cuset_core.analysis.confidence.record_confidence``); the core's token alignment says which
+(``cuset_core.evaluation.confidence_report.record_confidence``); the core's token alignment says which
 sensitive region each token falls in. The row's ``samples`` becomes one entry::
 
     {"tokens": [{"start", "end", "p"}, ...],        # answer character offsets, half-open
@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import ExitStack
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sqlalchemy import update
 
-from cuset_core.analysis.confidence import ReportSettings, record_confidence
+from cuset_core.evaluation.confidence_report import ReportSettings, record_confidence
 from cuset_core.data import IGNORE_INDEX, EncodedRecord, LoadOptions, Record, encode_record, load_records
 from db.models import File, Generation
 from db.session import session_scope
@@ -66,11 +67,12 @@ def confidence(generation_id: str) -> None:
         if relative is None:
             raise ConfidenceError("file_not_found", f"file {request['file_id']!r} no longer exists")
         record = _record(_stored_path(settings.artifacts, relative), request["n"])
-        try:
-            model, tokenizer = models.get(request["spec"])
-        except Exception as exc:  # noqa: BLE001 - any load failure is the request's failure
-            raise ConfidenceError("model_load_failed", f"could not load model {request['spec']!r}: {exc}") from exc
-        sample = token_confidence(model, tokenizer, record)
+        with ExitStack() as in_use:
+            try:
+                model, tokenizer = in_use.enter_context(models.use(request["spec"], request["model"]))
+            except Exception as exc:  # noqa: BLE001 - any load failure is the request's failure
+                raise ConfidenceError("model_load_failed", f"could not load model {request['spec']!r}: {exc}") from exc
+            sample = token_confidence(model, tokenizer, record)
     except ConfidenceError as exc:
         _finish(url, generation_id, status="failed", error={"code": exc.code, "message": str(exc)})
         return

@@ -90,7 +90,6 @@ def _run(settings: Settings, eval_id: str) -> None:
         config = EvalConfig(model=spec, problems=_problems_spec(session, settings, row),
                             cache_dir=settings.verify_cache_dir, **row.config)
     rows: list[ProblemRow] = []
-    k_values: list[int] = []
     with tempfile.TemporaryDirectory(prefix=f"cuset-{eval_id}-") as work:
         problems = load_problems(config.problems)
         batches = [problems[i : i + config.batch_size] for i in range(0, len(problems), config.batch_size)]
@@ -100,8 +99,8 @@ def _run(settings: Settings, eval_id: str) -> None:
             report = run_eval(config.model_copy(update={"problems": str(batch_file)}), progress=False)
             _record(url, eval_id, report, done=len(rows) + len(report.problems), total=len(problems))
             rows.extend(report.problems)
-            k_values = report.aggregate.k_values
-    _finish(url, eval_id, status="succeeded", result=aggregate(rows, config.tier, k_values).model_dump(mode="json"))
+    _finish(url, eval_id, status="succeeded",
+            result=aggregate(rows, config.tier, config.k_values).model_dump(mode="json"))
 
 
 def _model_gone(url: str, eval_id: str) -> str:
@@ -149,6 +148,7 @@ def _sample_json(sample: SampleRecord) -> dict:
     """One sample as stored: the answer, the code that was scored, generation facts, the result."""
     return {
         "index": sample.index,
+        "greedy": sample.greedy,
         "answer": sample.answer,
         "code": answer_code(sample.answer).code,
         "prompt_tokens": sample.prompt_tokens,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,20 +69,21 @@ def generate(generation_id: str) -> None:
     if lead is None:
         return  # decoded in another task's batch, redelivered, or given up by the API
     started = time.time()
-    try:
-        model, tokenizer = models.get(lead.request["spec"])
-    except Exception as exc:  # noqa: BLE001 - any load failure is the request's failure
-        log.exception("loading model %s failed", lead.request["spec"])
-        _fail(url, [lead.id], "model_load_failed", f"could not load model {lead.request['spec']!r}: {exc}")
-        return
-    streaming = lead.request["stream"]
-    rows = [lead] if streaming else [lead, *_claim_batch(url, lead, settings.generation_batch_max - 1)]
-    try:
-        results = [_stream(url, model, tokenizer, lead)] if streaming else _decode_batch(model, tokenizer, rows)
-    except Exception as exc:  # noqa: BLE001 - a decoding failure fails the rows, never the worker
-        log.exception("decoding %s failed", [row.id for row in rows])
-        _fail(url, [row.id for row in rows], "decode_failed", f"{type(exc).__name__}: {exc}")
-        return
+    with ExitStack() as in_use:
+        try:
+            model, tokenizer = in_use.enter_context(models.use(lead.request["spec"], lead.model))
+        except Exception as exc:  # noqa: BLE001 - any load failure is the request's failure
+            log.exception("loading model %s failed", lead.request["spec"])
+            _fail(url, [lead.id], "model_load_failed", f"could not load model {lead.request['spec']!r}: {exc}")
+            return
+        streaming = lead.request["stream"]
+        rows = [lead] if streaming else [lead, *_claim_batch(url, lead, settings.generation_batch_max - 1)]
+        try:
+            results = [_stream(url, model, tokenizer, lead)] if streaming else _decode_batch(model, tokenizer, rows)
+        except Exception as exc:  # noqa: BLE001 - a decoding failure fails the rows, never the worker
+            log.exception("decoding %s failed", [row.id for row in rows])
+            _fail(url, [row.id for row in rows], "decode_failed", f"{type(exc).__name__}: {exc}")
+            return
     decoded = time.time()
     for row, samples in zip(rows, results):
         _record(settings, row, samples, started, decoded, batch_size=len(rows))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,8 +18,11 @@ from sqlalchemy import or_, update
 from cuset_core.objectives import MethodConfig
 from cuset_core.training.callbacks import CANCEL_FILE
 from cuset_core.training.config import Hyperparameters, LoraSettings, TuneConfig
+from cuset_core.training.export import write_archive
+from cuset_core.training.launch import training_command
 from db.dispatch import enqueue
-from db.models import File, Job
+from db.ids import new_id
+from db.models import RESULTS_PURPOSE, File, Job
 from db.session import session_scope
 from db.settings import Settings, get_settings
 from worker.app import app
@@ -32,6 +34,7 @@ from worker.job_rows import (
     latest_checkpoint,
     model_spec,
 )
+from worker.model_cache import models
 from worker.supervise import ProgressFollower, RunReport, stop, supervise
 
 log = logging.getLogger(__name__)
@@ -84,6 +87,7 @@ def write_config(settings: Settings, job: Job, spec: str, training: File, valida
         output_dir=out,
         save_steps=hp.get("save_steps", TuneConfig.model_fields["save_steps"].default),
         resume=any(out.glob("checkpoint-*")),
+        integrations=job.integrations or [],
     )
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "job.json").write_text(config.model_dump_json(indent=2))
@@ -102,11 +106,12 @@ def _start(settings: Settings, job_id: str, attempt: int) -> tuple[subprocess.Po
         config = write_config(settings, job, spec, training, validation)
         add_event(session, job_id, f"Fine-tuning job started (attempt {attempt})"
                   + (", resuming from the last checkpoint" if config.resume else ""))
+    # This worker's GPU goes to the training run: the models it kept for generation leave it first.
+    models.release()
     progress = config.progress_path
     offset = progress.stat().st_size if progress.is_file() else 0  # earlier attempts' lines are recorded
     log_path = job_dir(settings, job_id) / f"train-{attempt}.log"
-    command = [*(settings.training_launcher or [sys.executable]), "-m", "cuset_core.training",
-               str(job_dir(settings, job_id) / "job.json")]
+    command = training_command(settings.training_launcher, job_dir(settings, job_id) / "job.json")
     with log_path.open("wb") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, stdin=subprocess.DEVNULL)
     return process, ProgressFollower(progress, offset), log_path
@@ -125,11 +130,25 @@ def _record_end(settings: Settings, job_id: str, attempt: int, report: RunReport
         job = session.get(Job, job_id)
         if report.done is not None and report.returncode == 0:
             name = job.tuned_model_name
+            result = _adapter_archive(settings, job) if job.hyperparameters.get("lora") is not None else None
             if finish_attempt(session, job_id, attempt, "succeeded", fine_tuned_model=name,
                               step=report.done.get("steps", job.step),
-                              trained_tokens=report.done.get("train_tokens", job.trained_tokens)):
+                              trained_tokens=report.done.get("train_tokens", job.trained_tokens),
+                              result_files=[result.id] if result else []):
+                if result:
+                    session.add(result)
                 add_event(session, job_id, f"New fine-tuned model created: {name}")
                 add_event(session, job_id, "The job has successfully completed")
+            elif result:
+                (settings.artifacts / result.path).unlink(missing_ok=True)
+            return False
+        if report.wall_clock_hit:
+            limit = settings.job_max_wall_s
+            message = (f"the job ran past its wall-clock limit of {limit:g} s (setting job_max_wall_s) and was "
+                       f"stopped at step {job.step}; its last checkpoint is kept")
+            error = {"code": "wall_clock_limit", "message": message, "param": None}
+            if finish_attempt(session, job_id, attempt, "failed", error=error):
+                add_event(session, job_id, f"Job failed: {message}", level="error")
             return False
         if report.returncode == 0 and report.cancel_sent:
             if finish_attempt(session, job_id, attempt, "cancelled"):
@@ -149,6 +168,22 @@ def _record_end(settings: Settings, job_id: str, attempt: int, report: RunReport
         if finish_attempt(session, job_id, attempt, "failed", error={"code": code, "message": message, "param": None}):
             add_event(session, job_id, f"Job failed: {message.splitlines()[-1] if message else code}", level="error")
         return False
+
+
+def _adapter_archive(settings: Settings, job: Job) -> File:
+    """Write the job's LoRA adapter (adapter_config.json + adapter_model.safetensors) into one tar
+    file in the job's folder; returns its ``files`` row (purpose fine-tune-results), not yet added.
+
+    The adapter config names its base as engines and peft can find it: the Hugging Face repo id
+    when the base is served from one, else the model id the job tuned (never a server path)."""
+    file_id = new_id("file")
+    relative = Path("jobs") / job.id / f"{file_id}.tar"
+    spec = settings.base_models.get(job.model)
+    base_model = spec if spec is not None and not Path(spec).expanduser().exists() else job.model
+    size = write_archive(job_dir(settings, job.id) / "out", settings.artifacts / relative, folder=job.id,
+                         base_model=base_model)
+    return File(id=file_id, owner=job.owner, filename=f"{job.id}-adapter.tar", purpose=RESULTS_PURPOSE,
+                format="tar", bytes=size, path=relative.as_posix(), records=0, total_rows=0, warnings=[])
 
 
 def _fail(settings: Settings, job_id: str, attempt: int, exc: BaseException) -> None:

@@ -20,26 +20,22 @@ from worker.app import app
 from worker.job_rows import add_event, model_spec
 
 log = logging.getLogger(__name__)
-MAX_REPORTED_ISSUES = 5
 _PROMPT_STYLE = TuneConfig.model_fields["prompt_style"].default
 
 
-def _check_file(file: File, settings, tokenizer, max_seq_len: int, param: str) -> tuple[list[str], dict | None]:
-    """(warning messages, error dict or None) for one data file, loaded as training will load it."""
+def _check_file(file: File, settings, tokenizer, max_seq_len: int, param: str) -> tuple[list[tuple[str, str]], dict | None]:
+    """((level, message) notes, error dict or None) for one data file, loaded as training will load it."""
     options = LoadOptions(prompt_style=_PROMPT_STYLE, max_tokens=max_seq_len)
     try:
         loaded = load_records(settings.artifacts / file.path, options, tokenizer)
     except DataFileError as exc:
         return [], {"code": "invalid_file", "message": f"{param} {file.id}: {exc}", "param": param}
-    notes = [f"{param}: {issue}" for issue in loaded.issues[:MAX_REPORTED_ISSUES]]
-    if len(loaded.issues) > MAX_REPORTED_ISSUES:
-        notes.append(f"{param}: {len(loaded.issues) - MAX_REPORTED_ISSUES} more problems")
+    notes = loaded.summary(param)
     if not loaded.records:
         first = f"; first: {loaded.errors[0]}" if loaded.errors else ""
-        return notes, {"code": "invalid_file", "param": param,
-                       "message": f"{param} {file.id}: no usable record among {loaded.total} "
-                                  f"(max_seq_len {max_seq_len}{first})"}
-    notes.append(f"{param}: {len(loaded.records)} of {loaded.total} records usable")
+        return notes[:-1], {"code": "invalid_file", "param": param,
+                            "message": f"{param} {file.id}: no usable record among {loaded.total} "
+                                       f"(max_seq_len {max_seq_len}{first})"}
     return notes, None
 
 
@@ -56,7 +52,7 @@ def validate_job_files(job_id: str) -> None:
         if job.validation_file:
             files.append((session.get(File, job.validation_file), "validation_file"))
         max_seq_len = job.hyperparameters["max_seq_len"]
-        notes: list[str] = []
+        notes: list[tuple[str, str]] = []
         error = None
         try:
             tokenizer = load_tokenizer(model_spec(session, settings, job))
@@ -75,8 +71,8 @@ def validate_job_files(job_id: str) -> None:
         ).rowcount
         if not moved:
             return
-        for note in notes:
-            add_event(session, job_id, note, level="warning" if " error " in note or " warning " in note else "info")
+        for level, note in notes:
+            add_event(session, job_id, note, level=level)
         if error:
             add_event(session, job_id, f"Validation failed: {error['message']}", level="error")
         else:

@@ -202,6 +202,19 @@ const Cuset = (() => {
   }
   document.addEventListener("DOMContentLoaded", init);
 
+  /** An eval aggregate's metrics as [label, share] pairs: the greedy block ("greedy compile@1"),
+   *  then pass@k from the i.i.d. samples ("pass@k compile@4"); aggregates stored before the
+   *  greedy sample was drawn apart have one flat ``metrics`` map. */
+  function evalMetrics(agg) {
+    if (!agg) return [];
+    if (agg.metrics) return Object.entries(agg.metrics);
+    const greedy = Object.entries((agg.greedy || {}).metrics || {}).map(([k, v]) => [`greedy ${k}`, v]);
+    const sampled = agg.sampled || {};
+    return greedy.concat(
+      Object.entries(sampled.metrics || {}).map(([k, v]) => [`pass@k ${k}`, v]),
+      Object.entries(sampled.fast_p || {}).map(([k, v]) => [`pass@k fast_${k}`, v]));
+  }
+
   return { api, listAll, ApiError, el, $, showError, fmtTime, fmtDuration, fmtNumber, fmtBytes,
-           statusBadge, jobProgress, progressBar, poll, ACTIVE_JOB };
+           statusBadge, jobProgress, progressBar, poll, ACTIVE_JOB, evalMetrics };
 })();

@@ -1,7 +1,7 @@
 /* Eval page: aggregate metrics, failures by verdict, and every problem with its kernels and logs. */
 "use strict";
 (() => {
-  const { api, listAll, el, fmtTime, fmtDuration, statusBadge, poll } = Cuset;
+  const { api, listAll, el, fmtTime, fmtDuration, statusBadge, poll, evalMetrics } = Cuset;
   const evalId = window.CUSET_EVAL_ID;
   const path = `/v1/evals/${encodeURIComponent(evalId)}`;
   const ACTIVE = new Set(["queued", "running"]);
@@ -23,7 +23,8 @@
       fact("Problems", e.eval_file ? el("a", { href: `/files/${encodeURIComponent(e.eval_file)}`, text: e.eval_file }) : (e.problems || "—")),
       fact("Progress", p ? `${p.done} / ${p.total} problems` : "—"),
       fact("Verified up to", c.tier || "—"),
-      fact("Samples per problem", c.samples ?? "—"),
+      fact("Greedy sample", c.greedy === false ? "no" : "yes, drawn apart"),
+      fact("i.i.d. samples per problem", c.samples ?? "—"),
       fact("Created", fmtTime(e.created_at)),
       fact("Finished", fmtTime(e.finished_at)),
       fact("Took", e.finished_at ? fmtDuration(e.finished_at - e.created_at) : "—"),
@@ -34,10 +35,11 @@
     if (e.error) err.textContent = `${e.error.message} (${e.error.code})`;
     const agg = e.aggregate;
     if (agg) {
-      const tiles = Object.entries(agg.metrics || {}).map(([k, v]) => tile(k, `${(100 * v).toFixed(1)}%`));
+      const metrics = evalMetrics(agg);
+      const tiles = metrics.map(([k, v]) => tile(k, `${(100 * v).toFixed(1)}%`, k.includes("fast_") ? "correct and faster than PyTorch" : null));
       for (const [pth, v] of Object.entries(agg.fast_p || {})) tiles.push(tile(`fast_${pth}`, `${(100 * v).toFixed(1)}%`, "correct and faster than PyTorch"));
       tiles.push(tile("problems", String(agg.problems)), tile("samples", String(agg.samples)));
-      if (!Object.keys(agg.metrics || {}).length) {
+      if (!metrics.length) {
         tiles.push(el("p", { class: "muted small", text: `No pass@k metrics: verification stopped at the ${agg.tier || c.tier} tier; compile@k needs the compile tier or above.` }));
       }
       document.getElementById("metric-tiles").replaceChildren(...tiles);
@@ -47,12 +49,15 @@
   function problemCard(pr) {
     const row = pr.row || {};
     const verdicts = Object.entries(row.verdicts || {});
+    const greedy = row.greedy ? [el("span", { class: "muted small", text: "greedy " }),
+      Object.keys(row.greedy.verdicts || {}).map((v) => [Verdict.badge(v), " "])] : [];
     const summary = el("summary", {},
-      el("strong", { class: "mono", text: pr.id }), " ",
-      ...verdicts.map(([v, n]) => [Verdict.badge(v), n > 1 ? ` ×${n} ` : " "]).flat(),
-      el("span", { class: "muted small", text: `compiled ${row.compiled ?? 0}/${row.n ?? 0} · cpu-correct ${row.cpu_correct ?? 0} · correct ${row.correct ?? 0}` }));
+      el("strong", { class: "mono", text: pr.id }), " ", greedy,
+      row.n ? el("span", { class: "muted small", text: "i.i.d. " }) : null,
+      verdicts.map(([v, n]) => [Verdict.badge(v), n > 1 ? ` ×${n} ` : " "]),
+      row.n ? el("span", { class: "muted small", text: `compiled ${row.compiled ?? 0}/${row.n} · cpu-correct ${row.cpu_correct ?? 0} · correct ${row.correct ?? 0}` }) : null);
     const samples = (pr.samples || []).map((s) => el("div", { class: "sample" },
-      el("h4", { text: `Sample ${s.index}${s.finish_reason === "length" ? " · stopped at max tokens" : ""}${s.completion_tokens ? ` · ${s.completion_tokens} tokens` : ""}` }),
+      el("h4", { text: `${s.greedy ? "Greedy sample" : `Sample ${s.index}`}${s.finish_reason === "length" ? " · stopped at max tokens" : ""}${s.completion_tokens ? ` · ${s.completion_tokens} tokens` : ""}` }),
       Verdict.details(s.result),
       el("pre", { class: "code small-code" }, el("code", { text: (s.code || s.answer || "").trim() ? (s.code || s.answer) : "(the model wrote only whitespace)" }))));
     const details = el("details", { class: "problem", "data-problem": pr.id, open: open.has(pr.id) }, summary, ...samples);

@@ -1,12 +1,13 @@
 /* Evals page: start an evaluation and list them, polling while any is running. */
 "use strict";
 (() => {
-  const { api, el, fmtTime, statusBadge, poll, showError } = Cuset;
+  const { api, el, fmtTime, statusBadge, poll, showError, evalMetrics } = Cuset;
   const ACTIVE = new Set(["queued", "running"]);
 
   function metricsText(agg) {
-    if (!agg || !agg.metrics) return "—";
-    return Object.entries(agg.metrics).map(([k, v]) => `${k} ${(+v).toFixed(2)}`).join(" · ");
+    const metrics = evalMetrics(agg);
+    if (!metrics.length) return "—";
+    return metrics.map(([k, v]) => `${k} ${(+v).toFixed(2)}`).join(" · ");
   }
 
   async function refresh() {
@@ -45,7 +46,7 @@
         model: document.getElementById("eval-model").value,
         problems: document.getElementById("eval-problems").value,
         tier: document.getElementById("eval-tier").value,
-        samples: Number(document.getElementById("eval-samples").value) || 1,
+        samples: Number(document.getElementById("eval-samples").value) || 0,
       } });
       status.replaceChildren("Started ", el("a", { href: `/evals/${encodeURIComponent(created.id)}`, text: created.id }), ".");
       if (stop) stop();

@@ -72,6 +72,13 @@
     
     ]);
     document.getElementById("file-body").setAttribute("aria-busy", "false");
+    if (file.purpose === "fine-tune-results") {
+      // A job's adapter archive holds model files, not records: say how to get it instead.
+      document.getElementById("records-body").replaceChildren(el("tr", {}, el("td", { colspan: 5, class: "muted",
+        text: `A fine-tuning job's adapter (adapter_config.json + adapter_model.safetensors) in one tar file: `
+          + `download it with GET /v1/files/${fileId}/content.` })));
+      return;
+    }
     await Promise.all([loadRecords(), loadModels(file)]);
   }
 

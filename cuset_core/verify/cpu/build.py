@@ -87,7 +87,8 @@ def toolchain() -> Toolchain:
     )
 
 
-def _cache_root() -> Path:
+def pch_root() -> Path:
+    """Where precompiled preludes are kept; the sandbox mounts it read-only for the harness."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "cuset" / "cpu_pch"
 
@@ -124,14 +125,16 @@ def prepare_preludes() -> tuple[Path, ...]:
     """
     chain = toolchain()
     toolchain_hash = toolchain_digest(chain)
-    return tuple(_prepare(chain, _cache_root() / pch_key(toolchain_hash, prelude), prelude) for prelude in PRELUDES)
+    return tuple(_prepare(chain, pch_root() / pch_key(toolchain_hash, prelude), prelude) for prelude in PRELUDES)
 
 
 def _prepare(chain: Toolchain, folder: Path, prelude: Prelude) -> Path:
     if (folder / (PCH_NAME + ".gch")).is_file():
+        _world_readable(folder)  # one built before the sandbox ran as a uid of its own
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix="building-", dir=folder.parent))
+    _world_readable(staging)
     try:
         for shadow in prelude.shadows:
             path = staging / "include" / shadow
@@ -151,6 +154,14 @@ def _prepare(chain: Toolchain, folder: Path, prelude: Prelude) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
+
+
+def _world_readable(folder: Path) -> None:
+    """Let the sandbox's uid read a prelude folder (``mkdtemp`` makes it 0700)."""
+    try:
+        folder.chmod(0o755)
+    except OSError:  # another user's folder: it is as readable as that user left it
+        pass
 
 
 def translation_unit(name: str, cuda: str, cpp: str, functions: list[str] | None) -> str:

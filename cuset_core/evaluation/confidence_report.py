@@ -1,16 +1,24 @@
-"""The paper's finding as numbers: how confident a model is on CUDA-sensitive tokens.
+"""Judging a model's grasp of CUDA-sensitive code without running it, and the paper's finding.
 
-For every record, one no-grad forward pass gives p, the probability of each gold answer token
-(p = exp(-cross-entropy), no second softmax), and the sensitivity analysis says which tokens are
-sensitive, of which category, in which region. The summary compares sensitive and
-non-sensitive tokens (mean p, shares above ``high`` and below ``low``), per category, and lists
-the regions whose sensitive tokens have the lowest mean p. ``cuset confidence-report`` writes it
-as ``report.json``, ``report.md`` and ``confidence.png``.
+For every held-out record, one no-grad forward pass gives each gold answer token's negative
+log-likelihood l (nats; p = exp(-l), no second softmax) and whether it is the model's argmax;
+the sensitivity analysis says which tokens are sensitive, of which category, in which region.
+
+Two sections come out of it (DESIGN.md §3):
+- the judges, per region category and overall, over region tokens: mean NLL (the primary
+  proxy, a proper scoring rule), teacher-forced top-1 accuracy, region exact match (share of
+  regions whose every token is the argmax), and mean p, which is the paper's finding and never a
+  judge (DFT maximises it directly). Functional metrics decide; these proxies only explain.
+- the finding: sensitive vs non-sensitive tokens (mean p, shares above ``high`` and below
+  ``low``), per span category, histograms, and the regions with the lowest mean p.
+
+``cuset confidence-report`` writes it as ``report.json``, ``report.md`` and ``confidence.png``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +34,15 @@ from cuset_core.analysis.tokens import align_tokens
 from cuset_core.data import IGNORE_INDEX, encode_record
 from cuset_core.generation.prompts import PromptStyle
 
-SCHEMA = "cuset.confidence-report/1"
+SCHEMA = "cuset.confidence-report/2"
+OVERALL = "all"
+FINDING_LABEL = "the paper's finding, not a judge"
+JUDGE_LABELS = {
+    "nll": "mean NLL of region tokens, nats (primary proxy: a proper scoring rule; lower is better)",
+    "top1_accuracy": "teacher-forced top-1 accuracy of region tokens",
+    "region_exact_match": "share of regions whose every token is the argmax",
+    "mean_p": FINDING_LABEL + " (DFT maximises it directly)",
+}
 REPORT_JSON, REPORT_MD, REPORT_PNG = "report.json", "report.md", "confidence.png"
 SENSITIVE, NON_SENSITIVE = "sensitive", "non_sensitive"
 
@@ -65,19 +81,25 @@ class RegionInfo:
 
 @dataclass(frozen=True)
 class RecordConfidence:
-    """One record's supervised tokens: gold-token probability, category (None: not sensitive)
-    and region id (-1: none); the three lists are aligned."""
+    """One record's supervised tokens, as aligned lists: the gold token's NLL (nats), whether
+    it is the argmax, its span category (None: not sensitive) and its region id (-1: none)."""
 
     line: int
-    p: list[float]
+    nll: list[float]
+    top1: list[bool]
     category: list[Category | None]
     region: list[int]
     regions: dict[int, RegionInfo]
 
+    @property
+    def p(self) -> list[float]:
+        """The gold tokens' probabilities, exp(-nll)."""
+        return [math.exp(-value) for value in self.nll]
 
-def gold_probabilities(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """p of each gold token: ``logits`` (n, vocab), ``targets`` (n,) -> (n,) float32 in [0, 1]."""
-    return torch.exp(-F.cross_entropy(logits.float(), targets, reduction="none"))
+
+def gold_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """NLL of each gold token in nats: ``logits`` (n, vocab), ``targets`` (n,) -> (n,) float32 >= 0."""
+    return F.cross_entropy(logits.float(), targets, reduction="none")
 
 
 @torch.inference_mode()
@@ -94,7 +116,9 @@ def record_confidence(model, encoded, answer: str, line: int) -> RecordConfidenc
     logits = model(input_ids=input_ids, logits_to_keep=keep).logits[0, :-1]
     targets = labels[first:].to(logits.device)
     mask = targets != IGNORE_INDEX
-    p = gold_probabilities(logits[mask], targets[mask]).cpu().tolist()
+    logits, targets = logits[mask], targets[mask]
+    nll = gold_nll(logits, targets).cpu().tolist()
+    top1 = (logits.argmax(dim=-1) == targets).cpu().tolist()
     positions = (mask.nonzero().flatten().cpu() + first).tolist()
 
     analysis = analyze_answer(answer)
@@ -104,7 +128,8 @@ def record_confidence(model, encoded, answer: str, line: int) -> RecordConfidenc
     }
     return RecordConfidence(
         line=line,
-        p=p,
+        nll=nll,
+        top1=top1,
         category=[sensitivity.category[t] for t in positions],
         region=[sensitivity.region[t] for t in positions],
         regions=regions,
@@ -133,33 +158,75 @@ def token_groups(records: Sequence[RecordConfidence]) -> dict[str, np.ndarray]:
     return groups
 
 
-def region_scores(records: Sequence[RecordConfidence]) -> list[dict]:
-    """Every region with supervised tokens: mean p of its tokens, lowest first."""
-    scored = []
-    for record in records:
-        sums: dict[int, list[float]] = {}
-        for p, region in zip(record.p, record.region):
+def _region_tokens(records: Sequence[RecordConfidence]) -> dict[tuple[int, int], list[tuple[float, bool]]]:
+    """(nll, is argmax) of the supervised tokens of every region, keyed by (record index, region id)."""
+    tokens: dict[tuple[int, int], list[tuple[float, bool]]] = {}
+    for index, record in enumerate(records):
+        for nll, top1, region in zip(record.nll, record.top1, record.region):
             if region >= 0:
-                sums.setdefault(region, []).append(p)
-        for region, values in sums.items():
-            info = record.regions[region]
-            scored.append(
-                {
-                    "line": record.line,
-                    "region": region,
-                    "kind": info.kind,
-                    "category": info.category.value,
-                    "mean_p": float(np.mean(values)),
-                    "tokens": len(values),
-                    "text": info.text,
-                }
-            )
+                tokens.setdefault((index, region), []).append((nll, top1))
+    return tokens
+
+
+def judge_stats(records: Sequence[RecordConfidence]) -> dict[str, dict]:
+    """The judges over region tokens, overall (``"all"``) and per region category.
+
+    A region token counts under its region's category (the dominant one of its spans), so the
+    same token set underlies every metric of a row. Per row: ``regions`` and ``tokens``
+    counted, ``nll`` (mean over tokens, nats), ``top1_accuracy`` (share of tokens that are the
+    argmax), ``region_exact_match`` (share of regions all of whose tokens are the argmax) and
+    ``mean_p`` (mean of exp(-nll) over tokens: the paper's finding, not a judge); None if empty.
+    """
+    by_group: dict[str, list[list[tuple[float, bool]]]] = {OVERALL: []}
+    by_group.update({category.value: [] for category in Category})
+    for (index, region), tokens in _region_tokens(records).items():
+        by_group[OVERALL].append(tokens)
+        by_group[records[index].regions[region].category.value].append(tokens)
+    stats = {}
+    for name, regions in by_group.items():
+        nll = np.array([value for tokens in regions for value, _ in tokens], dtype=np.float64)
+        top1 = np.array([hit for tokens in regions for _, hit in tokens], dtype=bool)
+        empty = nll.size == 0
+        stats[name] = {
+            "regions": len(regions),
+            "tokens": int(nll.size),
+            "nll": None if empty else float(nll.mean()),
+            "top1_accuracy": None if empty else float(top1.mean()),
+            "region_exact_match": (
+                None if empty else float(np.mean([all(hit for _, hit in tokens) for tokens in regions]))
+            ),
+            "mean_p": None if empty else float(np.exp(-nll).mean()),
+        }
+    return stats
+
+
+def region_scores(records: Sequence[RecordConfidence]) -> list[dict]:
+    """Every region with supervised tokens: mean p and mean NLL of its tokens, whether all are
+    the argmax; lowest mean p first."""
+    scored = []
+    for (index, region), tokens in _region_tokens(records).items():
+        record, nll = records[index], np.array([value for value, _ in tokens])
+        info = record.regions[region]
+        scored.append(
+            {
+                "line": record.line,
+                "region": region,
+                "kind": info.kind,
+                "category": info.category.value,
+                "mean_p": float(np.exp(-nll).mean()),
+                "nll": float(nll.mean()),
+                "exact_match": all(hit for _, hit in tokens),
+                "tokens": len(tokens),
+                "text": info.text,
+            }
+        )
     scored.sort(key=lambda item: (item["mean_p"], item["line"], item["region"]))
     return scored
 
 
 def summarize(records: Sequence[RecordConfidence], settings: ReportSettings) -> dict:
-    """The report's numbers (schema ``cuset.confidence-report/1``); pure."""
+    """The report's numbers (schema ``cuset.confidence-report/2``); pure. ``judges`` holds the
+    proxies (see ``judge_stats``); the other keys are the paper's finding."""
     groups = token_groups(records)
     edges = np.linspace(0.0, 1.0, settings.bins + 1)
     regions = region_scores(records)
@@ -170,6 +237,7 @@ def summarize(records: Sequence[RecordConfidence], settings: ReportSettings) -> 
         "model": settings.model,
         "data": str(settings.data),
         "records": len(records),
+        "judges": {"labels": JUDGE_LABELS, "groups": judge_stats(records)},
         "thresholds": {"high": settings.high, "low": settings.low},
         "tokens": {
             "supervised": int(groups["all"].size),
@@ -210,6 +278,24 @@ def render_markdown(summary: dict) -> str:
         f"{tokens['supervised']} supervised tokens, {tokens['sensitive']} sensitive "
         f"({_fmt(tokens['sensitive_share'])}).",
         "",
+        "## Judges (region tokens, by region category)",
+        "",
+        "Functional metrics decide; these proxies only explain. Mean NLL is the primary proxy; "
+        f"mean p is {FINDING_LABEL}.",
+        "",
+        f"| category | regions | tokens | mean NLL | top-1 accuracy | region exact match | mean p ({FINDING_LABEL}) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, stats in summary["judges"]["groups"].items():
+        if stats["tokens"] or name == OVERALL:
+            lines.append(
+                f"| {name} | {stats['regions']} | {stats['tokens']} | {_fmt(stats['nll'])} | "
+                f"{_fmt(stats['top1_accuracy'])} | {_fmt(stats['region_exact_match'])} | {_fmt(stats['mean_p'])} |"
+            )
+    lines += [
+        "",
+        "## The paper's finding: token confidence",
+        "",
         f"| tokens | count | mean p | p >= {high} | p < {low} |",
         "|---|---:|---:|---:|---:|",
     ]
@@ -227,13 +313,14 @@ def render_markdown(summary: dict) -> str:
         "",
         "## Lowest-confidence regions",
         "",
-        "| line | kind | category | mean p | tokens | text |",
-        "|---:|---|---|---:|---:|---|",
+        "| line | kind | category | mean p | mean NLL | exact match | tokens | text |",
+        "|---:|---|---|---:|---:|---|---:|---|",
     ]
     for region in summary["lowest_regions"]:
         lines.append(
-            f"| {region['line']} | {region['kind']} | {region['category']} | "
-            f"{region['mean_p']:.3f} | {region['tokens']} | `{_one_line(region['text'])}` |"
+            f"| {region['line']} | {region['kind']} | {region['category']} | {region['mean_p']:.3f} | "
+            f"{region['nll']:.3f} | {'yes' if region['exact_match'] else 'no'} | {region['tokens']} | "
+            f"`{_one_line(region['text'])}` |"
         )
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,58 @@
+"""The command line of a training subprocess: plain ``python -m cuset_core.training JOB.json``,
+or the same module under a launcher (``accelerate launch [--config_file FILE]``, ``torchrun``)
+for several GPUs. Accelerate config files (DDP, FSDP, DeepSpeed; examples in
+``configs/accelerate/``) pass through untouched: the Trainer takes its distributed set-up from
+the launcher's environment.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+MODULE = "cuset_core.training"
+
+
+class LauncherError(ValueError):
+    """The configured launcher cannot start a training run; the message says why."""
+
+
+def training_command(launcher: Sequence[str], config_path: Path, python: str = sys.executable) -> list[str]:
+    """argv of a training run of the job config at ``config_path``; an empty ``launcher`` runs
+    ``python`` itself. Raises LauncherError for an accelerate config file that is missing or
+    not an accelerate config, before any process starts."""
+    if not launcher:
+        return [python, "-m", MODULE, str(config_path)]
+    check_launcher(launcher)
+    return [*launcher, "-m", MODULE, str(config_path)]
+
+
+def check_launcher(launcher: Sequence[str]) -> None:
+    """Reject an ``accelerate`` launcher without ``launch`` or with an unusable
+    ``--config_file`` (relative paths are relative to the worker's working directory)."""
+    if Path(launcher[0]).name != "accelerate":
+        return
+    if len(launcher) < 2 or launcher[1] != "launch":
+        raise LauncherError(f"training launcher: expected 'accelerate launch ...', got {' '.join(launcher)!r}")
+    config_file = _option(launcher, "--config_file")
+    if config_file is None:
+        return
+    if not Path(config_file).is_file():
+        raise LauncherError(f"training launcher: accelerate config file not found: {config_file}")
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    try:
+        load_config_from_file(config_file)
+    except Exception as exc:  # noqa: BLE001 - yaml, key and value errors all mean "not a config"
+        raise LauncherError(f"training launcher: {config_file} is not an accelerate config: {exc}") from None
+
+
+def _option(argv: Sequence[str], name: str) -> str | None:
+    """The value of ``name VALUE`` or ``name=VALUE`` in ``argv``, if present."""
+    for index, arg in enumerate(argv):
+        if arg == name and index + 1 < len(argv):
+            return argv[index + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None

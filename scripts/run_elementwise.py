@@ -1,0 +1,251 @@
+"""Issue 14's regime with power: the elementwise family, its gate, then the comparison.
+
+    .venv/bin/python scripts/run_elementwise.py gate        # data, sft seed 0 to GATE_STEPS, greedy evals
+    .venv/bin/python scripts/run_elementwise.py data        # only write the family's data and split.json
+
+A 135M model can learn a narrow template. The family is every KernelBench level-1 problem of
+../shared/data whose reference is one elementwise operation, plus the demo's elementwise problems
+(problem files this project wrote). Operations, not rows, are held out: a seeded draw of a third of
+the KernelBench operations never reaches training, so their problems (and the demo problems of an
+operation outside training) measure transfer to *unseen operations*; the demo problems whose
+operation *is* trained on are new problem files of a *seen operation*, reported apart.
+
+Training answers are compacted (``cuset_core.data.compact``: no comments, redundant includes or
+build chatter; the code otherwise unchanged) and prompts are compact.
+
+The gate (issue 14, part 4): train ``sft`` seed 0 (LoRA, 4 sequences per optimizer step) for
+GATE_STEPS steps and evaluate greedy answers (tier cpu) of both held-out sets at GATE_EVAL_STEPS,
+while training goes on. It passes when greedy compile@1 on unseen operations >= 0.2 or
+cpu_correct@1 on seen operations >= 0.2. Everything is resumable: rerunning skips finished stages
+and resumes training from its last checkpoint. Outputs: ``experiments/elementwise/`` (split.json,
+status.json, gate.json, runs/<name>/ with job, progress and evals); data and weights go to
+gitignored ``runs/elementwise-data``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run_comparison as common  # noqa: E402  (shared stage runners: train, evaluate, call, log)
+
+ROOT = common.ROOT
+OUT = ROOT / "experiments" / "elementwise"
+DATA_DIR = ROOT / "runs" / "elementwise-data"
+SPLIT_SEED = 0
+
+# KernelBench level-1 problems whose reference is one elementwise operation (problem -> operation).
+KERNELBENCH_OPS = {
+    "5": "scale", "19": "relu", "20": "leaky_relu", "21": "sigmoid", "22": "tanh", "25": "swish",
+    "27": "selu", "28": "hardsigmoid", "30": "softsign", "31": "elu", "32": "hardtanh", "88": "gelu",
+}
+# The demo's elementwise problems (cuset_core/demo). clamp(min, max) is hardtanh with other bounds;
+# the demo's gelu is the erf form, KernelBench 88 the tanh approximation: the same operation.
+DEMO_OPS = {
+    "01_vector_add": "add", "02_relu": "relu", "03_gelu": "gelu", "04_scale_bias": "scale_bias",
+    "05_clamp": "hardtanh", "06_sigmoid": "sigmoid", "07_leaky_relu": "leaky_relu", "08_swish": "swish",
+    "09_multiply_add": "multiply_add", "10_softplus": "softplus", "11_elu": "elu",
+}
+HELD_OUT_SHARE = 1 / 3
+
+GATE_STEPS, GATE_EVAL_STEPS = 150, (50, 100, 150)
+GATE_COMPILE_UNSEEN, GATE_CORRECT_SEEN = 0.2, 0.2
+SIZE = common.Size(
+    "smollm2-135m", GATE_STEPS, 2, 1024, 1e-3, 10, 0, 1, 768, (0, 1), gradient_checkpointing=False,
+    eval_batch_size=8, save_steps=10, grad_accum=2,
+)
+
+
+def split_ops() -> tuple[list[str], list[str]]:
+    """(trained operations, held-out operations): a seeded draw of a third of KernelBench's."""
+    ops = sorted(set(KERNELBENCH_OPS.values()))
+    held = sorted(random.Random(SPLIT_SEED).sample(ops, round(len(ops) * HELD_OUT_SHARE)))
+    return [op for op in ops if op not in held], held
+
+
+def write_data() -> dict:
+    """The family's training JSONL (compacted answers), both eval problem sets and split.json."""
+    from cuset_core.data import LoadOptions, load_records
+    from cuset_core.data.compact import compact_answer
+    from cuset_core.data.records import Message
+    from cuset_core.demo import demo_problems
+
+    if not common.PARQUET.is_file():
+        sys.exit(f"error: {common.PARQUET} not found (the experiment needs ../shared/data)")
+    trained_ops, held_ops = split_ops()
+    loaded = load_records(common.PARQUET, LoadOptions(prompt_style="compact", require_kernel=True))
+    family = [r for r in loaded.records
+              if str(r.meta.get("level")) == "1" and str(r.meta.get("problem")) in KERNELBENCH_OPS]
+    demo = {problem.id: problem.problem_code for problem in demo_problems()}
+    train = []
+    for record in family:
+        if KERNELBENCH_OPS[str(record.meta["problem"])] in trained_ops:
+            answer = compact_answer(record.answer)
+            train.append(record.model_copy(update={"messages": [*record.prompt_messages,
+                                                                Message(role="assistant", content=answer)]}))
+    references: dict[str, str] = {}
+    for record in family:
+        references.setdefault(str(record.meta["problem"]), record.problem)
+    unseen = [{"id": f"L1_P{p}", "op": op, "problem": references[p]}
+              for p, op in sorted(KERNELBENCH_OPS.items(), key=lambda item: int(item[0])) if op in held_ops]
+    unseen += [{"id": name, "op": op, "problem": demo[name]}
+               for name, op in DEMO_OPS.items() if op not in trained_ops]
+    seen = [{"id": name, "op": op, "problem": demo[name]}
+            for name, op in DEMO_OPS.items() if op in trained_ops]
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    common._write_jsonl(DATA_DIR / "train.jsonl", [r.to_chat_row() for r in train])
+    for name, rows in (("unseen", unseen), ("seen", seen)):
+        common._write_jsonl(DATA_DIR / f"eval_{name}.jsonl", [{"id": r["id"], "problem": r["problem"]} for r in rows])
+    split = {
+        "source": common.PARQUET.name,
+        "family": "KernelBench level 1, one elementwise operation per reference; demo elementwise problems",
+        "kernelbench_ops": KERNELBENCH_OPS,
+        "demo_ops": DEMO_OPS,
+        "held_out_rule": f"seeded draw (seed {SPLIT_SEED}) of {HELD_OUT_SHARE:.2f} of the KernelBench operations",
+        "trained_ops": trained_ops,
+        "held_out_ops": held_ops,
+        "train": {"records": len(train), "problems": sorted({str(r.meta["problem"]) for r in train}, key=int),
+                  "answers": "compacted (cuset_core.data.compact)"},
+        "eval_unseen": [{"id": r["id"], "op": r["op"]} for r in unseen],
+        "eval_seen": [{"id": r["id"], "op": r["op"]} for r in seen],
+        "prompt_style": "compact",
+    }
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "split.json").write_text(json.dumps(split, indent=1) + "\n")
+    return split
+
+
+def ensure_data() -> dict:
+    if not (OUT / "split.json").is_file() or not (DATA_DIR / "train.jsonl").is_file():
+        split = write_data()
+        common.log(f"data: {split['train']['records']} train records; {len(split['eval_unseen'])} unseen, "
+                   f"{len(split['eval_seen'])} seen eval problems")
+    return json.loads((OUT / "split.json").read_text())
+
+
+def snapshot(run_dir: Path, step: int) -> Path | None:
+    """Copy checkpoint-<step>'s adapter to ``step-<step>/`` (checkpoints rotate); None until it exists."""
+    target = run_dir / f"step-{step}"
+    if (target / "adapter_config.json").is_file():
+        return target
+    checkpoint = run_dir / f"checkpoint-{step}"
+    files = ("adapter_config.json", "adapter_model.safetensors")
+    if not all((checkpoint / name).is_file() for name in files):
+        return None
+    from cuset_core.models import write_base_spec
+
+    partial = run_dir / f".step-{step}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    for name in files:
+        shutil.copy2(checkpoint / name, partial / name)
+    write_base_spec(partial, SIZE.model)
+    partial.rename(target)
+    return target
+
+
+def metric(results: Path, name: str) -> float:
+    """One metric of the greedy block of a ``cuset eval`` results.json."""
+    return json.loads(results.read_text())["aggregate"]["greedy"]["metrics"][name]
+
+
+def gate(args) -> None:
+    split = ensure_data()
+    status = OUT / "status.json"
+    run = common.Run("sft", 0)
+    run_dir = OUT / "runs" / run.name
+    problems = {name: DATA_DIR / f"eval_{name}.jsonl" for name in ("unseen", "seen")}
+
+    def evaluate(model: str, label: str) -> None:
+        for name, path in problems.items():
+            out = run_dir.parent / label / f"eval_{name}" if label == "base" else run_dir / label / f"eval_{name}"
+            ok = common.evaluate(SIZE, model, out, path)
+            common.mark(status, f"{label}/eval_{name}" if label == "base" else f"{run.name}/{label}/eval_{name}",
+                        "done" if ok else "failed")
+
+    def watch() -> None:
+        """Evaluate each gate step's adapter as soon as training has saved it."""
+        for step in GATE_EVAL_STEPS:
+            while (model := snapshot(run_dir, step)) is None:
+                if trainer.done.is_set() or common.STOPPING.is_set():
+                    model = snapshot(run_dir, step)
+                    break
+                time.sleep(20)
+            if model is None or common.STOPPING.is_set():
+                return
+            evaluate(common.rel(model), f"step-{step}")
+
+    class Trainer(threading.Thread):
+        def __init__(self) -> None:
+            super().__init__()
+            self.done = threading.Event()
+            self.ok = False
+
+        def run(self) -> None:
+            try:
+                self.ok = common.train(SIZE, run, run_dir, SIZE.model, DATA_DIR / "train.jsonl")
+                common.mark(status, f"{run.name}/train", "done" if self.ok else "failed")
+            finally:
+                self.done.set()
+
+    signal.signal(signal.SIGTERM, common.stop_children)
+    signal.signal(signal.SIGINT, common.stop_children)
+    trainer = Trainer()
+    trainer.start()
+    watch()
+    trainer.join()
+    if args.base:
+        evaluate(SIZE.model, "base")
+    write_gate(split, run_dir)
+
+
+def write_gate(split: dict, run_dir: Path) -> None:
+    """gate.json: the greedy figures at each evaluated step and the decision."""
+    steps = {}
+    for step in GATE_EVAL_STEPS:
+        unseen, seen = (run_dir / f"step-{step}" / f"eval_{n}" / "results.json" for n in ("unseen", "seen"))
+        if unseen.is_file() and seen.is_file():
+            steps[step] = {
+                "unseen_compile@1": metric(unseen, "compile@1"),
+                "unseen_cpu_correct@1": metric(unseen, "cpu_correct@1"),
+                "seen_compile@1": metric(seen, "compile@1"),
+                "seen_cpu_correct@1": metric(seen, "cpu_correct@1"),
+            }
+    passed = [step for step, f in steps.items()
+              if f["unseen_compile@1"] >= GATE_COMPILE_UNSEEN or f["seen_cpu_correct@1"] >= GATE_CORRECT_SEEN]
+    gate = {
+        "rule": f"greedy compile@1 on unseen operations >= {GATE_COMPILE_UNSEEN} or cpu_correct@1 on seen "
+                f"operations >= {GATE_CORRECT_SEEN}",
+        "run": {"method": "sft", "seed": 0, "steps": GATE_STEPS, "sequences_per_step": SIZE.batch_size *
+                SIZE.grad_accum, "learning_rate": SIZE.learning_rate, "lora": True,
+                "train_records": split["train"]["records"]},
+        "steps": steps,
+        "passed_at": passed,
+        "decision": "pass" if passed else ("fail" if len(steps) == len(GATE_EVAL_STEPS) else "incomplete"),
+    }
+    (OUT / "gate.json").write_text(json.dumps(gate, indent=1) + "\n")
+    common.log(f"gate: {gate['decision']} {json.dumps(steps)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("stage", choices=("data", "gate"))
+    parser.add_argument("--no-base", dest="base", action="store_false",
+                        help="skip the untuned base model's evaluation (after the gate's)")
+    args = parser.parse_args()
+    if args.stage == "data":
+        print(json.dumps(write_data(), indent=1))
+        return
+    gate(args)
+
+
+if __name__ == "__main__":
+    main()

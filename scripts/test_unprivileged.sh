@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The sandbox and security tests as an unprivileged user, the way the shipped image runs the
+# verifier (the sandbox is then a user namespace, not root dropping to its own uid). Run as root
+# after scripts/setup.sh; extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+USER_NAME=${CUSET_TEST_USER:-cuset-ci}
+id -u "$USER_NAME" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$USER_NAME"
+
+# The user must reach the repository, the venv and the Python it links to: grant search (x) on
+# every folder above them, and read on what may lack it. Nothing is made writable.
+python_real=$(readlink -f .venv/bin/python)
+for path in "$PWD" "$(dirname "$python_real")"; do
+    while [ "$path" != / ]; do chmod o+x "$path"; path=$(dirname "$path"); done
+done
+chmod -R o+rX . "$(dirname "$(dirname "$python_real")")" 2>/dev/null || true
+
+home=$(mktemp -d /tmp/cuset-unprivileged-XXXXXX)
+chown "$USER_NAME" "$home"
+trap 'rm -rf "$home"' EXIT
+exec runuser -u "$USER_NAME" -- env -i PATH="$PATH" HOME="$home" PYTHONPATH="${PYTHONPATH:-}" LANG=C.UTF-8 PYTHONDONTWRITEBYTECODE=1 \
+    .venv/bin/python -m pytest -p no:cacheprovider -q tests/security tests/unit/test_verify_sandbox.py "$@"
