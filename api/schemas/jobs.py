@@ -16,7 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from api.errors import APIError
 from cuset_core.objectives import MethodConfig
-from cuset_core.training.config import Hyperparameters, LoraSettings, TuneConfig, format_validation_error
+from cuset_core.training.config import (
+    Hyperparameters,
+    LoraSettings,
+    TuneConfig,
+    check_quantized_lora,
+    format_validation_error,
+)
 from cuset_core.training.tracking import Integration
 
 SUFFIX_PATTERN = re.compile(r"^[a-z0-9-]{1,40}$")
@@ -131,6 +137,10 @@ def resolve_hyperparameters(given: dict[str, Any]) -> dict[str, Any]:
             error = _invalid(exc, "hyperparameters")
             error.param = error.param.replace("hyperparameters.", "hyperparameters.lora_", 1)
             raise error from None
+    try:
+        check_quantized_lora(hp, lora is not None)
+    except ValueError as exc:
+        raise APIError(400, str(exc), code="invalid_value", param="hyperparameters.quantization") from None
     save_steps = given.get("save_steps", TuneConfig.model_fields["save_steps"].default)
     if not isinstance(save_steps, int) or isinstance(save_steps, bool) or save_steps < 1:
         raise APIError(400, "hyperparameters.save_steps: must be a positive integer", code="invalid_value",

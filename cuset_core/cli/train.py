@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from cuset_core.generation.prompts import PromptStyle as PromptStyleName
+from cuset_core.models import DtypeName
 from cuset_core.objectives.config import MethodName
 from cuset_core.training.config import ConfigError, parse_config
 
@@ -25,6 +26,9 @@ LOG_FILE = "train.log"
 
 Method = Enum("Method", {name: name for name in get_args(MethodName)}, type=str)
 PromptStyle = Enum("PromptStyle", {name: name for name in get_args(PromptStyleName)}, type=str)
+Dtype = Enum("Dtype", {name: name for name in get_args(DtypeName)}, type=str)
+Truncation = Enum("Truncation", {name: name for name in ("drop", "cut")}, type=str)
+MODEL_HELP = "smollm2-135m, a .gguf file, a model folder or a Hugging Face repo id (org/name, from the HF cache)"
 # Trackers that need no settings; W&B needs a project: give it in --config's "integrations".
 Tracker = Enum("Tracker", {name: name for name in ("tensorboard", "mlflow")}, type=str)
 
@@ -49,6 +53,11 @@ def job_document(
     lora: bool | None,
     prompt_style: PromptStyle | None,
     resume: bool = False,
+    dtype: Dtype | None = None,
+    qlora: bool = False,
+    gradient_checkpointing: bool | None = None,
+    group_by_length: bool | None = None,
+    truncation: Truncation | None = None,
     report_to: list[Tracker] | None = None,
 ) -> dict:
     """A job config: ``base`` (from --config) overridden by the options given on the command line."""
@@ -74,9 +83,14 @@ def job_document(
     elif lora is True and job.get("lora") is None:
         job.pop("lora", None)
     hyper = dict(job.get("hyperparameters", {}))
-    for key, value in (("max_steps", max_steps), ("epochs", epochs), ("learning_rate", lr), ("batch_size", batch_size)):
-        if value is not None:
-            hyper[key] = value
+    given = {
+        "max_steps": max_steps, "epochs": epochs, "learning_rate": lr, "batch_size": batch_size,
+        "dtype": dtype.value if dtype else None, "gradient_checkpointing": gradient_checkpointing,
+        "group_by_length": group_by_length, "truncation": truncation.value if truncation else None,
+    }
+    hyper.update({key: value for key, value in given.items() if value is not None})
+    if qlora:
+        hyper["quantization"] = {"bits": 4, "type": "nf4", "double_quant": True}
     job["hyperparameters"] = hyper
     return job
 
@@ -116,7 +130,7 @@ def follow(process: subprocess.Popen, console: Console) -> int:
 def tune(
     output: Annotated[Path, typer.Option("--output", "-o", help="folder for checkpoints, adapter and progress")],
     data: Annotated[Path | None, typer.Option("--data", help="training data (JSONL or parquet)")] = None,
-    model: Annotated[str | None, typer.Option(help="smollm2-135m, a .gguf file or a model folder")] = None,
+    model: Annotated[str | None, typer.Option(help=MODEL_HELP)] = None,
     method: Annotated[Method | None, typer.Option(help="training objective")] = None,
     max_steps: Annotated[int | None, typer.Option(help="optimizer steps (overrides --epochs)")] = None,
     epochs: Annotated[float | None, typer.Option(help="passes over the data")] = None,
@@ -126,6 +140,13 @@ def tune(
     prompt_style: Annotated[PromptStyle | None, typer.Option(help="prompt format of the records")] = None,
     config: Annotated[Path | None, typer.Option(help="job config JSON; options given here override it")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="continue from the last checkpoint in --output")] = False,
+    dtype: Annotated[Dtype | None, typer.Option(help="weights' dtype; auto: bfloat16 on a GPU, float32 on a CPU")] = None,
+    qlora: Annotated[bool, typer.Option("--qlora", help="4-bit NF4 base weights with LoRA (CUDA GPU only)")] = False,
+    gradient_checkpointing: Annotated[bool | None, typer.Option(
+        "--gradient-checkpointing/--no-gradient-checkpointing", help="recompute activations: less memory")] = None,
+    group_by_length: Annotated[bool | None, typer.Option(
+        "--group-by-length/--no-group-by-length", help="batch records of similar length (less padding)")] = None,
+    truncation: Annotated[Truncation | None, typer.Option(help="records over max_seq_len: drop or cut")] = None,
     report_to: Annotated[list[Tracker] | None, typer.Option(
         help="log metrics to a tracker too (repeatable); TensorBoard events go to OUTPUT/tensorboard")] = None,
 ) -> None:
@@ -141,6 +162,8 @@ def tune(
     job = job_document(
         base, data=data, model=model, method=method, output=output, max_steps=max_steps, epochs=epochs,
         lr=lr, batch_size=batch_size, lora=lora, prompt_style=prompt_style, resume=resume, report_to=report_to,
+        dtype=dtype, qlora=qlora, gradient_checkpointing=gradient_checkpointing, group_by_length=group_by_length,
+        truncation=truncation,
     )
     try:
         parse_config(job).validate_paths()
@@ -174,7 +197,7 @@ def tune(
 
 def generate(
     problem: Annotated[Path, typer.Option(help="KernelBench-format problem (.py with class Model)")],
-    model: Annotated[str, typer.Option(help="smollm2-135m, a model folder, or a tuned output folder")] = "smollm2-135m",
+    model: Annotated[str, typer.Option(help=MODEL_HELP + ", or a tuned output folder")] = "smollm2-135m",
     samples: Annotated[int, typer.Option(min=1, help="answers to sample")] = 1,
     temperature: Annotated[float, typer.Option(min=0.0, help="0 = greedy")] = 0.0,
     top_p: Annotated[float, typer.Option(min=0.0, max=1.0)] = 1.0,

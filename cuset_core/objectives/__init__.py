@@ -1,6 +1,7 @@
 """Training objectives behind one interface: sft, dft, focal, profit and the CuSeT family.
 
-Use: ``token_loss = per_token_loss(logits, labels)``, then
+Use: ``token_loss = per_token_loss(logits, labels)`` (or ``chunked_token_loss(hidden, lm_head,
+labels, chunk_size)``, the same numbers without the full logits), then
 ``compute_objective(MethodConfig(...), ObjectiveBatch(token_loss, ...), gather, state)``, with one
 ``ObjectiveState`` per training run (the CuSeT EMAs).
 """
@@ -10,6 +11,7 @@ from cuset_core.objectives.objective import ObjectiveBatch, ObjectiveOutput, com
 from cuset_core.objectives.state import ObjectiveState
 from cuset_core.objectives.token_loss import (
     IGNORE_INDEX,
+    chunked_token_loss,
     online_confidence,
     per_token_loss,
     supervised_mask,
@@ -22,6 +24,7 @@ __all__ = [
     "ObjectiveBatch",
     "ObjectiveOutput",
     "ObjectiveState",
+    "chunked_token_loss",
     "compute_objective",
     "online_confidence",
     "per_token_loss",

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 IGNORE_INDEX = -100
 
@@ -49,3 +52,47 @@ def online_confidence(token_loss: Tensor) -> Tensor:
     """p = exp(-l), detached: the probability of the gold token, from the per-token loss [B, T]."""
     with torch.no_grad():
         return torch.exp(-token_loss.detach())
+
+
+def _gold_token_loss(head: Callable[[Tensor], Tensor], states: Tensor, targets: Tensor) -> Tensor:
+    """Cross-entropy (float32, nats) of ``targets`` [N] under the logits ``head(states)`` [N, V]."""
+    return F.cross_entropy(head(states).float(), targets, reduction="none")
+
+
+def chunked_token_loss(
+    hidden: Tensor, head: Callable[[Tensor], Tensor], labels: Tensor, chunk_size: int
+) -> Tensor:
+    """``per_token_loss`` computed from final hidden states without materialising [B, T, V].
+
+    ``hidden``: [B, T, H], the decoder's output (after its final norm); ``head``: maps [N, H] to
+    logits [N, V] (the model's ``lm_head``); ``labels``: [B, T] as in ``per_token_loss``;
+    ``chunk_size``: supervised positions per chunk (>= 1). Returns the same float32 [B, T]
+    tensor as ``per_token_loss(head(hidden), labels)``, differentiable with respect to
+    ``hidden`` and the head's parameters.
+
+    Only supervised positions get logits (prompt tokens carry no loss), at most ``chunk_size``
+    of them at a time, and each chunk is checkpointed: its logits are freed after the forward
+    and recomputed in the backward, so both passes hold one chunk's [chunk_size, V] at a time.
+    """
+    if hidden.dim() != 3 or labels.shape != hidden.shape[:2]:
+        raise ValueError(
+            f"chunked_token_loss: expected hidden [B, T, H] and labels [B, T], "
+            f"got {tuple(hidden.shape)} and {tuple(labels.shape)}"
+        )
+    if chunk_size < 1:
+        raise ValueError(f"chunked_token_loss: chunk_size must be >= 1, got {chunk_size}")
+    rows, cols = supervised_mask(labels).nonzero(as_tuple=True)
+    # Position t's label is predicted from the hidden state at t - 1.
+    states = hidden[rows, cols - 1]
+    targets = labels[rows, cols]
+    recompute = torch.is_grad_enabled()
+    pieces = []
+    for start in range(0, targets.numel(), chunk_size):
+        chunk = (head, states[start : start + chunk_size], targets[start : start + chunk_size])
+        if recompute:
+            pieces.append(checkpoint(_gold_token_loss, *chunk, use_reentrant=False))
+        else:
+            pieces.append(_gold_token_loss(*chunk))
+    losses = torch.cat(pieces) if pieces else states.new_zeros(0, dtype=torch.float32)
+    token_loss = torch.zeros(labels.shape, dtype=torch.float32, device=hidden.device)
+    return token_loss.index_put((rows, cols), losses)

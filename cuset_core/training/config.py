@@ -6,9 +6,17 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from cuset_core.models import ModelNotFoundError, resolve_model
+from cuset_core.models import (
+    AttnImplementation,
+    DtypeName,
+    ModelNotFoundError,
+    ModelOptionError,
+    Quantization,
+    check_load_options,
+    resolve_model,
+)
 from cuset_core.objectives import MethodConfig
 from cuset_core.training.tracking import Integration, missing_packages
 
@@ -48,8 +56,21 @@ class Hyperparameters(BaseModel):
     weight_decay: float = Field(0.0, ge=0)
     max_seq_len: int = Field(1024, ge=16, le=131_072)  # tokens, prompt + answer
     max_grad_norm: float = Field(1.0, ge=0)
-    gradient_checkpointing: bool = False
-    bf16: bool = False  # bf16 autocast (GPUs that support it); weights stay float32
+    gradient_checkpointing: bool = False  # recompute activations in the backward: less memory, ~30% more time
+    group_by_length: bool = False  # batch records of similar length together (less padding)
+    truncation: Literal["drop", "cut"] = "drop"  # records over max_seq_len: left out, or cut to it
+    bf16: bool = False  # bf16 autocast on top of the weights' dtype (GPUs that support it)
+    dtype: DtypeName = "auto"  # weights; auto: bfloat16 on a GPU that supports it, else float32
+    attn_implementation: AttnImplementation = "sdpa"
+    quantization: Quantization | None = None  # 4-bit base weights (QLoRA; CUDA and LoRA only)
+    # Supervised positions per LM-head chunk of the loss; 0 materialises the full [B, T, V] logits.
+    loss_chunk_size: int = Field(512, ge=0)
+
+
+def check_quantized_lora(hyperparameters: Hyperparameters, has_lora: bool) -> None:
+    """4-bit weights can only carry adapters; raises ValueError (naming the field) otherwise."""
+    if hyperparameters.quantization is not None and not has_lora:
+        raise ValueError("hyperparameters.quantization: 4-bit weights cannot be fully fine-tuned; keep lora (QLoRA)")
 
 
 class TuneConfig(BaseModel):
@@ -65,7 +86,6 @@ class TuneConfig(BaseModel):
     hyperparameters: Hyperparameters = Field(default_factory=Hyperparameters)
     prompt_style: Literal["kernelbench", "compact"] = "compact"
     require_kernel: bool = True
-    truncate_long: bool = False  # cut records over max_seq_len instead of dropping them
     seed: int = 0
     output_dir: Path
     save_steps: int = Field(100, ge=1)
@@ -75,6 +95,11 @@ class TuneConfig(BaseModel):
     resume: bool | Path = False
     reference_cache_dir: Path | None = None  # default: ``<output_dir>/../.cache``
     integrations: list[Integration] = Field(default_factory=list, max_length=8)  # trackers (training/tracking.py)
+
+    @model_validator(mode="after")
+    def _quantized_weights_need_lora(self) -> TuneConfig:
+        check_quantized_lora(self.hyperparameters, self.lora is not None)
+        return self
 
     @property
     def progress_path(self) -> Path:
@@ -87,7 +112,8 @@ class TuneConfig(BaseModel):
         return self.reference_cache_dir or self.output_dir.resolve().parent / ".cache"
 
     def validate_paths(self) -> None:
-        """Check that the data files, the model and the trackers' packages exist, without loading
+        """Check that the data files, the model and the trackers' packages exist and that this
+        machine can load the model as asked (dtype, attention, quantization), without loading
         anything heavy.
 
         Raises ConfigError with a one-line message naming the field.
@@ -100,6 +126,11 @@ class TuneConfig(BaseModel):
             resolve_model(self.model)
         except ModelNotFoundError as exc:
             raise ConfigError(f"model: {exc}") from None
+        hp = self.hyperparameters
+        try:
+            check_load_options(hp.dtype, hp.attn_implementation, hp.quantization)
+        except ModelOptionError as exc:
+            raise ConfigError(f"hyperparameters.{exc.field}: {exc}") from None
         if isinstance(self.resume, Path) and not self.resume.is_dir():
             raise ConfigError(f"resume: checkpoint folder not found: {self.resume}")
         missing = missing_packages(self.integrations)
@@ -111,6 +142,9 @@ def format_validation_error(exc: ValidationError) -> str:
     """One line for every problem pydantic found: ``field.path: message (got value)``."""
     parts = []
     for error in exc.errors():
+        if not error["loc"] and error["type"] == "value_error":
+            parts.append(str(error["ctx"]["error"]))  # a whole-config check; its message names the field
+            continue
         field = ".".join(str(part) for part in error["loc"]) or "config"
         got = "" if error["type"] in ("missing", "extra_forbidden") else f" (got {repr(error['input'])[:60]})"
         parts.append(f"{field}: {error['msg']}{got}")

@@ -17,7 +17,8 @@ import torch
 from cuset_core.models import resolve_model
 from cuset_core.objectives import MethodConfig, ObjectiveBatch, ObjectiveState
 from cuset_core.objectives.objective import dataset_state
-from cuset_core.objectives.token_loss import per_token_loss, supervised_mask
+from cuset_core.objectives.token_loss import supervised_mask
+from cuset_core.training.lean_loss import lean_parts, model_token_loss
 from cuset_core.training.collator import CusetCollator, TrainingExample, as_item
 
 CACHE_VERSION = "1"
@@ -26,7 +27,11 @@ CACHE_VERSION = "1"
 def model_fingerprint(spec: str) -> str:
     """Identify a model spec by its files' names, sizes and modification times (no hashing of GBs)."""
     source = resolve_model(spec)
-    files = [source.folder / source.gguf_file] if source.gguf_file else sorted(source.folder.iterdir())
+    if source.gguf_file:
+        files = [source.folder / source.gguf_file]
+    else:
+        # A repo id not cached yet has no files to describe; it is cached once its model loads.
+        files = sorted(source.folder.iterdir()) if source.folder is not None else []
     parts = [spec]
     for path in files:
         if path.is_file():
@@ -55,19 +60,23 @@ def compute_reference_confidence(
     device: torch.device,
     batch_size: int = 4,
     on_progress: Progress | None = None,
+    loss_chunk_size: int = 0,
 ) -> list[list[float]]:
     """p of every token under ``model`` (eval mode, no gradient): one list of length T per example,
     position t holding p(token t | tokens < t), 1.0 where the token is not supervised.
-    ``on_progress`` is called after every batch (a pass over a whole dataset takes minutes on a CPU)."""
+    ``on_progress`` is called after every batch (a pass over a whole dataset takes minutes on a CPU).
+    ``loss_chunk_size`` >= 1 reads p from the hidden states in chunks, as training does."""
     collate = CusetCollator(pad_token_id)
     was_training = model.training
     model.eval()
+    parts = lean_parts(model)
     result: list[list[float]] = []
     for start in range(0, len(examples), batch_size):
         chunk = examples[start : start + batch_size]
         batch = collate([as_item(example) for example in chunk])
-        logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)).logits
-        p = torch.exp(-per_token_loss(logits, batch["labels"].to(device))).cpu()
+        inputs = {"input_ids": batch["input_ids"].to(device), "attention_mask": batch["attention_mask"].to(device)}
+        token_loss, _ = model_token_loss(model, parts, inputs, batch["labels"].to(device), loss_chunk_size)
+        p = torch.exp(-token_loss).cpu()
         result.extend(p[row, : len(example.input_ids)].tolist() for row, example in enumerate(chunk))
         if on_progress is not None:
             on_progress(len(result), len(examples))
@@ -110,13 +119,16 @@ def attach_reference(
     device: torch.device,
     batch_size: int,
     on_progress: Progress | None = None,
+    loss_chunk_size: int = 0,
 ) -> tuple[list[TrainingExample], bool]:
     """Examples carrying the base model's confidences, and whether they came from the cache."""
     path = cache_dir / f"reference-{reference_key(examples, model_spec, max_seq_len)}.npz"
     confidences = load_cached(path, examples)
     from_cache = confidences is not None
     if confidences is None:
-        confidences = compute_reference_confidence(model, examples, pad_token_id, device, batch_size, on_progress)
+        confidences = compute_reference_confidence(
+            model, examples, pad_token_id, device, batch_size, on_progress, loss_chunk_size
+        )
         save_cache(path, confidences)
     return [e.with_reference(c) for e, c in zip(examples, confidences, strict=True)], from_cache
 

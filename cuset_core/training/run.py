@@ -50,7 +50,7 @@ def load_examples(path: Path, config: TuneConfig, tokenizer, writer: ProgressWri
     options = LoadOptions(
         prompt_style=config.prompt_style,
         require_kernel=config.require_kernel,
-        max_tokens=None if config.truncate_long else max_len,
+        max_tokens=None if config.hyperparameters.truncation == "cut" else max_len,
     )
     try:
         loaded = load_records(path, options, tokenizer)
@@ -73,6 +73,7 @@ def training_arguments(config: TuneConfig):
 
     hp = config.hyperparameters
     return TrainingArguments(
+        **length_grouping(hp.group_by_length),
         output_dir=str(config.output_dir),
         per_device_train_batch_size=hp.batch_size,
         per_device_eval_batch_size=hp.batch_size,
@@ -106,6 +107,16 @@ def training_arguments(config: TuneConfig):
     )
 
 
+def length_grouping(enabled: bool) -> dict:
+    """TrainingArguments fields that batch records of similar length: transformers renamed
+    ``group_by_length`` to ``train_sampling_strategy``, and both releases are supported."""
+    from transformers import TrainingArguments
+
+    if "train_sampling_strategy" in TrainingArguments.__dataclass_fields__:
+        return {"train_sampling_strategy": "group_by_length" if enabled else "random"}
+    return {"group_by_length": enabled}
+
+
 def resume_checkpoint(config: TuneConfig) -> str | None:
     """The checkpoint to resume from: the configured folder, the newest in output_dir, or None."""
     from transformers.trainer_utils import get_last_checkpoint
@@ -118,13 +129,27 @@ def resume_checkpoint(config: TuneConfig) -> str | None:
 
 
 def prepare_model(config: TuneConfig):
-    """Load the base model and wrap it in a LoRA adapter (or leave it whole for full fine-tuning)."""
-    from cuset_core.models import load_model
+    """Load the base model in the configured dtype (4-bit with ``quantization``) and wrap it in
+    a LoRA adapter, whose parameters peft keeps in float32 (or leave it whole for full
+    fine-tuning)."""
+    from cuset_core.models import load_model, resolve_dtype
 
-    model, _ = load_model(config.model, with_adapter=False)
-    if config.hyperparameters.gradient_checkpointing:
+    hp = config.hyperparameters
+    model, _ = load_model(
+        config.model, resolve_dtype(hp.dtype), with_adapter=False,
+        attn_implementation=hp.attn_implementation, quantization=hp.quantization,
+    )
+    checkpointing = {"use_reentrant": False}
+    if hp.quantization is not None:
+        from peft import prepare_model_for_kbit_training
+
+        # Freezes the 4-bit base, keeps its norms in float32 and enables checkpointing if asked.
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=hp.gradient_checkpointing, gradient_checkpointing_kwargs=checkpointing
+        )
+    elif hp.gradient_checkpointing:
         # Enabled on the model rather than through TrainingArguments, whose flag is being renamed.
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpointing)
     if config.lora is None:
         return model
     from peft import LoraConfig, get_peft_model
@@ -137,7 +162,7 @@ def prepare_model(config: TuneConfig):
         target_modules=lora.target_modules,
         task_type="CAUSAL_LM",
     )
-    if config.hyperparameters.gradient_checkpointing:
+    if hp.gradient_checkpointing:
         model.enable_input_require_grads()
     return get_peft_model(model, adapter)
 
@@ -205,7 +230,7 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
     """Load tokenizer, data and model (in that order, cheapest first), then train and save."""
     from transformers import PrinterCallback, set_seed
 
-    from cuset_core.models import BUNDLED_MODEL, load_tokenizer, write_base_spec
+    from cuset_core.models import load_tokenizer, resolve_model, write_base_spec
     from cuset_core.training.collator import CusetCollator, ExampleDataset
     from cuset_core.training.reference import attach_reference
     from cuset_core.training.tracking import tracking_env
@@ -231,7 +256,8 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
             base = model.get_base_model() if config.lora is not None else model
             train_examples, cached = attach_reference(
                 train_examples,
-                base.to(args.device),
+                # 4-bit weights were placed on this rank's GPU when loaded and cannot be moved.
+                base if config.hyperparameters.quantization else base.to(args.device),
                 model_spec=config.model,
                 max_seq_len=config.hyperparameters.max_seq_len,
                 cache_dir=config.cache_dir,
@@ -239,6 +265,7 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
                 device=args.device,
                 batch_size=config.hyperparameters.batch_size,
                 on_progress=ReferenceProgress(writer),
+                loss_chunk_size=config.hyperparameters.loss_chunk_size,
             )
         writer.event("reference confidence " + ("read from cache" if cached else "computed and cached"))
     objective_state = _objective_state(config, train_examples, tokenizer.pad_token_id, writer)
@@ -254,6 +281,7 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
         callbacks=[ProgressCallback(writer, stash), state_callback, cancel],
         method=config.method,
         stash=stash,
+        loss_chunk_size=config.hyperparameters.loss_chunk_size,
         objective_state=objective_state,
     )
     trainer.remove_callback(PrinterCallback)
@@ -270,7 +298,9 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
     trainer.save_model(str(config.output_dir))
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(str(config.output_dir))
-        base_spec = config.model if config.model == BUNDLED_MODEL else str(Path(config.model).resolve())
+        # Names (the bundled model, a repo id) stay names; paths become absolute.
+        named = resolve_model(config.model).kind in ("bundled", "hub")
+        base_spec = config.model if named else str(Path(config.model).resolve())
         write_base_spec(config.output_dir, base_spec)
     writer.write(
         {

@@ -9,8 +9,9 @@ from torch import Tensor
 from transformers import Trainer
 
 from cuset_core.objectives import MethodConfig, ObjectiveBatch, ObjectiveState, compute_objective
-from cuset_core.objectives.token_loss import per_token_loss, supervised_mask
+from cuset_core.objectives.token_loss import supervised_mask
 from cuset_core.training.callbacks import MetricStash
+from cuset_core.training.lean_loss import lean_parts, model_token_loss
 
 # Batch keys the objective reads and the model must not see.
 OBJECTIVE_KEYS = ("labels", "sensitive", "region_ids", "reference_confidence")
@@ -41,11 +42,16 @@ class CusetTrainer(Trainer):
     accumulation micro-batches and all ranks), so accumulation and data parallelism need no
     further scaling. Evaluation reports plain cross-entropy so that methods stay comparable.
     ``objective_state`` holds the CuSeT EMAs of this run (None: fresh ones for ``method``).
+
+    ``loss_chunk_size`` >= 1 computes the per-token losses from the final hidden states, that
+    many supervised positions at a time, never holding the batch's [B, T, V] logits (see
+    ``lean_loss``); 0, FSDP (whose sharded LM head only exists inside the forward) and models
+    with transformed logits use the full logits.
     """
 
     def __init__(
         self, *args, method: MethodConfig, stash: MetricStash, objective_state: ObjectiveState | None = None,
-        **kwargs,
+        loss_chunk_size: int = 0, **kwargs,
     ):
         super().__init__(*args, **kwargs)
         self.method = method
@@ -53,6 +59,8 @@ class CusetTrainer(Trainer):
         self.objective_state = objective_state or ObjectiveState.for_method(
             method.tau_lo_decay, method.normaliser_decay
         )
+        self.loss_chunk_size = 0 if self.is_fsdp_enabled else loss_chunk_size
+        self._lean_parts = lean_parts(self.accelerator.unwrap_model(self.model)) if self.loss_chunk_size else None
         # Makes the Trainer count supervised tokens over the step (num_items_in_batch) and leave the
         # loss undivided by the accumulation steps, since our loss is normalised by that count.
         self.model_accepts_loss_kwargs = True
@@ -60,9 +68,8 @@ class CusetTrainer(Trainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         model_inputs = {key: value for key, value in inputs.items() if key not in OBJECTIVE_KEYS}
-        outputs = model(**model_inputs)
         labels = inputs["labels"]
-        token_loss = per_token_loss(outputs.logits, labels)
+        token_loss, outputs = model_token_loss(model, self._lean_parts, model_inputs, labels, self.loss_chunk_size)
         supervised = supervised_mask(labels)
         denominator = num_items_in_batch if num_items_in_batch is not None else supervised.sum()
         training = model.training

@@ -43,7 +43,7 @@ def test_models_lists_the_base_models_in_the_openai_shape(client):
     listing = client.get("/v1/models").json()
 
     assert listing["object"] == "list"
-    assert {"id": "tiny", "object": "model", "created": 0, "owned_by": "cuset"} in listing["data"]
+    assert {"id": "tiny", "object": "model", "created": 0, "owned_by": "cuset", "source": "folder"} in listing["data"]
     assert client.get("/v1/models/tiny").json()["id"] == "tiny"
 
 

@@ -1,14 +1,27 @@
-"""Model specs resolve to files without loading anything; bad specs say what was expected."""
+"""Model specs (bundled, GGUF file, folder, Hub repo id, adapter) resolve to files without
+loading anything; bad specs say what was expected; weights load in the asked precision."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import torch
 
 from cuset_core.models import (
     BUNDLED_MODEL,
     ModelNotFoundError,
+    ModelOptionError,
+    Quantization,
+    check_load_options,
     load_model,
+    resolve_dtype,
     resolve_model,
     write_base_spec,
 )
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_bundled_spec_resolves_to_the_gguf_file():
@@ -36,3 +49,104 @@ def test_adapter_folder_resolves_to_its_recorded_base(tmp_path, tiny_model_dir):
     source = resolve_model(adapter)
     assert source.folder == tiny_model_dir
     assert source.adapter == adapter
+
+
+TINY_REPO_ID = "cuset-test/tiny-coder"  # the repo the ``hf_home`` fixture caches
+
+
+@pytest.fixture
+def offline_hub(monkeypatch, hf_home):
+    """huggingface_hub looking at ``hf_home``'s cache, offline (as ``HF_HOME=... HF_HUB_OFFLINE=1``)."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hf_home / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return hf_home
+
+
+def test_cached_repo_id_resolves_to_its_snapshot(offline_hub):
+    source = resolve_model(TINY_REPO_ID)
+    assert source.kind == "hub" and source.repo_id == TINY_REPO_ID
+    assert source.pretrained == TINY_REPO_ID
+    assert (source.folder / "config.json").is_file()
+    assert source.folder.parent.name == "snapshots"
+
+
+def test_uncached_repo_id_offline_fails_at_once_saying_how_to_fetch_it(offline_hub):
+    with pytest.raises(ModelNotFoundError, match=r"'Qwen/Qwen2.5-Coder-7B' is not in the Hugging Face cache .*"
+                       r"HF_HUB_OFFLINE is set: fetch it first with `hf download Qwen/Qwen2.5-Coder-7B`"):
+        resolve_model("Qwen/Qwen2.5-Coder-7B")
+
+
+def test_each_spec_form_says_its_source(tmp_path, tiny_model_dir, offline_hub):
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert resolve_model(BUNDLED_MODEL).kind == "bundled"
+    assert resolve_model(gguf).kind == "gguf"
+    assert resolve_model(tiny_model_dir).kind == "folder"
+    assert resolve_model(TINY_REPO_ID).kind == "hub"
+
+
+def test_repo_id_loads_offline_from_the_cache_under_hf_home(hf_home, tmp_path):
+    """The real environment variables, in a fresh process: HF_HOME's cache, HF_HUB_OFFLINE=1."""
+    script = (
+        "from cuset_core.models import load_model\n"
+        f"model, tokenizer = load_model({TINY_REPO_ID!r})\n"
+        "print(model.config.num_hidden_layers, len(tokenizer))\n"
+    )
+    env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    env.pop("HF_HUB_CACHE", None)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["2", "49152"]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_weights_load_in_the_asked_dtype(tiny_model_dir, dtype):
+    model, _ = load_model(tiny_model_dir, dtype)
+    assert {param.dtype for param in model.parameters()} == {dtype}
+
+
+def test_auto_dtype_is_float32_without_a_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_dtype("auto") == torch.float32
+    assert resolve_dtype("bfloat16") == torch.bfloat16
+
+
+def test_auto_dtype_is_bfloat16_on_a_gpu_that_supports_it(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    assert resolve_dtype("auto") == torch.bfloat16
+
+
+def test_quantization_without_a_gpu_is_refused_with_the_reason(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ModelOptionError, match="QLoRA\\) needs a CUDA GPU and none is visible") as caught:
+        check_load_options("auto", "sdpa", Quantization())
+    assert caught.value.field == "quantization"
+
+
+def test_flash_attention_without_its_package_is_refused(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flash_attn" else real(name, *a))
+    with pytest.raises(ModelOptionError, match="flash_attention_2 needs a CUDA GPU and the flash-attn package"):
+        check_load_options("bfloat16", "flash_attention_2", None)
+
+
+def test_eager_attention_is_passed_to_the_model(tiny_model_dir):
+    model, _ = load_model(tiny_model_dir, attn_implementation="eager")
+    assert model.config._attn_implementation == "eager"
+
+
+@pytest.mark.gpu
+def test_4bit_nf4_loads_on_the_gpu(tiny_model_dir):
+    pytest.importorskip("bitsandbytes")
+    import bitsandbytes as bnb
+
+    model, _ = load_model(tiny_model_dir, torch.bfloat16, quantization=Quantization())
+    layers = [module for module in model.modules() if isinstance(module, bnb.nn.Linear4bit)]
+    assert layers and layers[0].weight.quant_type == "nf4"
+    assert next(model.parameters()).is_cuda

@@ -6,7 +6,13 @@ import pytest
 import torch
 from transformers.loss.loss_utils import ForCausalLMLoss
 
-from cuset_core.objectives import IGNORE_INDEX, online_confidence, per_token_loss, supervised_mask
+from cuset_core.objectives import (
+    IGNORE_INDEX,
+    chunked_token_loss,
+    online_confidence,
+    per_token_loss,
+    supervised_mask,
+)
 
 
 @pytest.fixture
@@ -72,3 +78,35 @@ def test_online_confidence_is_exp_of_minus_loss_and_detached():
 def test_shape_mismatch_is_one_clear_error():
     with pytest.raises(ValueError, match=r"logits \[B, T, V\] and labels \[B, T\]"):
         per_token_loss(torch.zeros(1, 4, 3), torch.zeros(1, 5, dtype=torch.long))
+
+
+@pytest.mark.parametrize("chunk_size", [1, 4, 100])
+def test_chunked_loss_from_hidden_states_equals_the_loss_of_the_full_logits(logits_and_labels, chunk_size):
+    _, labels = logits_and_labels
+    generator = torch.Generator().manual_seed(1)
+    hidden = torch.randn(2, 6, 5, generator=generator, requires_grad=True)
+    head = torch.nn.Linear(5, 11, bias=False)
+
+    full = per_token_loss(head(hidden), labels)
+    (full * torch.arange(1.0, 7.0)).sum().backward()
+    full_grads = hidden.grad.clone(), head.weight.grad.clone()
+    hidden.grad, head.weight.grad = None, None
+    chunked = chunked_token_loss(hidden, head, labels, chunk_size)
+    (chunked * torch.arange(1.0, 7.0)).sum().backward()
+
+    torch.testing.assert_close(chunked, full, atol=1e-6, rtol=0)
+    torch.testing.assert_close(hidden.grad, full_grads[0], atol=1e-6, rtol=0)
+    torch.testing.assert_close(head.weight.grad, full_grads[1], atol=1e-6, rtol=0)
+
+
+def test_chunked_loss_without_supervised_tokens_is_all_zero():
+    hidden = torch.randn(1, 4, 5)
+    labels = torch.full((1, 4), IGNORE_INDEX)
+    with torch.no_grad():
+        loss = chunked_token_loss(hidden, torch.nn.Linear(5, 11), labels, chunk_size=2)
+    assert loss.tolist() == [[0.0] * 4]
+
+
+def test_chunked_loss_refuses_a_zero_chunk():
+    with pytest.raises(ValueError, match="chunk_size must be >= 1"):
+        chunked_token_loss(torch.randn(1, 4, 5), torch.nn.Linear(5, 11), torch.zeros(1, 4, dtype=torch.long), 0)

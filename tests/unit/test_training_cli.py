@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+import torch
 from typer.testing import CliRunner
 
 from cuset_core.cli import app
@@ -65,6 +67,49 @@ def test_command_line_options_override_the_config_file():
         "output_dir": "o",
         "lora": None,
     }
+
+
+def test_precision_and_memory_options_become_hyperparameters():
+    from cuset_core.cli.train import Dtype, Truncation
+
+    job = job_document(
+        {}, data=None, model="Qwen/Qwen2.5-Coder-7B-Instruct", method=None, output=Path("o"), max_steps=None,
+        epochs=None, lr=None, batch_size=None, lora=None, prompt_style=None, dtype=Dtype.bfloat16, qlora=True,
+        gradient_checkpointing=True, group_by_length=True, truncation=Truncation.cut,
+    )  # fmt: skip
+
+    assert job["model"] == "Qwen/Qwen2.5-Coder-7B-Instruct"
+    assert job["hyperparameters"] == {
+        "dtype": "bfloat16", "gradient_checkpointing": True, "group_by_length": True, "truncation": "cut",
+        "quantization": {"bits": 4, "type": "nf4", "double_quant": True},
+    }  # fmt: skip
+
+
+def test_tune_refuses_an_uncached_repo_id_offline_saying_how_to_fetch_it(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    data = write_data(tmp_path / "train.jsonl")
+
+    result = runner.invoke(app, ["tune", "--data", str(data), "--model", "org/absent", "--output", str(tmp_path / "o")])
+
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: model: model 'org/absent' is not in the Hugging Face cache")
+    assert "hf download org/absent" in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_tune_refuses_qlora_without_a_gpu(tmp_path, tiny_model_dir):
+    data = write_data(tmp_path / "train.jsonl")
+
+    result = runner.invoke(
+        app, ["tune", "--data", str(data), "--model", str(tiny_model_dir), "--qlora", "--output", str(tmp_path / "o")]
+    )
+
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: hyperparameters.quantization: 4-bit quantization (QLoRA) needs a CUDA GPU")
 
 
 def test_generate_prints_an_answer(tmp_path, tiny_model_dir):

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from cuset_core.training.config import ConfigError, TuneConfig, parse_config, read_config
 from cuset_core.training.run import main
@@ -53,6 +54,11 @@ def test_null_lora_means_full_fine_tuning(tmp_path, data_file):
         ({"method": {"mask_ratio": -0.1}}, "method.mask_ratio: Input should be greater than or equal to 0 (got -0.1)"),
         ({"hyperparameters": {"batch_size": 0}}, "hyperparameters.batch_size: Input should be greater than or equal to 1"),
         ({"epoch": 3}, "epoch: Extra inputs are not permitted"),
+        ({"hyperparameters": {"truncation": "wrap"}}, "hyperparameters.truncation: Input should be 'drop' or 'cut'"),
+        ({"hyperparameters": {"dtype": "int8"}}, "hyperparameters.dtype: Input should be 'auto', 'bfloat16'"),
+        ({"hyperparameters": {"quantization": {"bits": 8}}}, "hyperparameters.quantization.bits: Input should be 4"),
+        ({"lora": None, "hyperparameters": {"quantization": {}}},
+         "hyperparameters.quantization: 4-bit weights cannot be fully fine-tuned; keep lora (QLoRA)"),
         ({"hyperparameters": {"epochs": 1e9}}, "hyperparameters.epochs: Input should be less than or equal to 100"),
         ({"hyperparameters": {"max_steps": 10**9}},
          "hyperparameters.max_steps: Input should be less than or equal to 1000000"),
@@ -123,6 +129,20 @@ def test_bad_job_exits_2_with_one_line_before_loading_anything(
     assert captured.err.count("\n") == 1
     assert captured.out == ""
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_qlora_without_a_gpu_is_refused_before_loading_anything(tmp_path, data_file, capsys):
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job(tmp_path, data_file, hyperparameters={"quantization": {"bits": 4, "type": "nf4"}})))
+
+    code = main([str(path)])
+
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "error: hyperparameters.quantization: 4-bit quantization (QLoRA) needs a CUDA GPU "
+        "and none is visible to this process\n"
+    )
 
 
 def test_training_process_exit_code_is_2_for_a_bad_job(tmp_path, data_file):

@@ -185,7 +185,8 @@ def test_sigterm_saves_a_checkpoint_and_exits_0(tmp_path, tiny_model_dir):
     assert not any(line["type"] in ("done", "error") for line in seen)
 
 
-def test_sft_loss_equals_the_models_own_loss(tiny_model_dir, tokenizer):
+@pytest.mark.parametrize("loss_chunk_size", [0, 4], ids=["full-logits", "chunked"])
+def test_sft_loss_equals_the_models_own_loss(tiny_model_dir, tokenizer, loss_chunk_size):
     from transformers import AutoModelForCausalLM, TrainingArguments
 
     from cuset_core.objectives import MethodConfig
@@ -195,7 +196,8 @@ def test_sft_loss_equals_the_models_own_loss(tiny_model_dir, tokenizer):
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).train()
     args = TrainingArguments(output_dir="unused", report_to="none", use_cpu=True)
-    trainer = CusetTrainer(model=model, args=args, method=MethodConfig(type="sft"), stash=MetricStash())
+    trainer = CusetTrainer(model=model, args=args, method=MethodConfig(type="sft"), stash=MetricStash(),
+                           loss_chunk_size=loss_chunk_size)
     rows = [[5, 6, 7, 8, 9, 10], [11, 12, 13]]
     labels = [[-100, -100, 7, 8, 9, 10], [-100, 12, 13]]
     batch = CusetCollator(tokenizer.pad_token_id)(
@@ -254,7 +256,123 @@ def test_records_over_max_seq_len_are_dropped_or_truncated(tmp_path, tiny_model_
 
     with pytest.raises(ConfigError, match=r"^train_file: no usable record among 4 \(first: line 1: error over_token_limit"):
         load_examples(Path(job["train_file"]), parse_config(job), tokenizer, writer, "train_file")
-    examples = load_examples(Path(job["train_file"]), parse_config({**job, "truncate_long": True}), tokenizer, writer, "train_file")
+    cut = {**job, "hyperparameters": {**job["hyperparameters"], "truncation": "cut"}}
+    examples = load_examples(Path(job["train_file"]), parse_config(cut), tokenizer, writer, "train_file")
 
     assert [len(example.input_ids) for example in examples] == [40, 40, 40, 40]
     assert all(len(example.sensitive) == len(example.region_ids) == 40 for example in examples)
+
+
+def test_bf16_lora_keeps_the_base_in_bf16_and_the_adapters_in_float32(tmp_path, tiny_model_dir):
+    from cuset_core.training.run import prepare_model
+
+    job = make_job(tmp_path, tiny_model_dir, hp={"dtype": "bfloat16"})
+    model = prepare_model(parse_config(job))
+    dtypes = {name: param.dtype for name, param in model.named_parameters()}
+
+    assert {d for name, d in dtypes.items() if "lora_" in name} == {torch.float32}
+    assert {d for name, d in dtypes.items() if "lora_" not in name} == {torch.bfloat16}
+
+
+def test_bf16_training_steps_run_on_the_cpu_and_save_float32_adapters(tmp_path, tiny_model_dir):
+    from safetensors import safe_open
+
+    outcome, lines = train(make_job(tmp_path, tiny_model_dir, hp={"dtype": "bfloat16", "max_steps": 3}))
+
+    losses = [line["loss"] for line in progress(lines)]
+    assert outcome.steps == 3 and all(0 < loss < 20 for loss in losses)
+    with safe_open(tmp_path / "out" / "adapter_model.safetensors", "pt") as saved:
+        assert {saved.get_tensor(key).dtype for key in saved.keys()} == {torch.float32}
+
+
+def test_full_fine_tuning_in_bf16_trains_bf16_weights(tmp_path, tiny_model_dir):
+    from cuset_core.training.run import prepare_model
+
+    job = make_job(tmp_path, tiny_model_dir, lora=None, hp={"dtype": "bfloat16", "max_steps": 2})
+    assert {param.dtype for param in prepare_model(parse_config(job)).parameters()} == {torch.bfloat16}
+    outcome, lines = train(job)
+    assert outcome.steps == 2 and all(0 < line["loss"] < 20 for line in progress(lines))
+
+
+def test_chunked_loss_with_gradient_checkpointing_trains_like_the_full_logits(tmp_path, tiny_model_dir):
+    def first_losses(name: str, **hp) -> list[float]:
+        job = make_job(tmp_path / name, tiny_model_dir, hp={"max_steps": 2, **hp})
+        return [line["loss"] for line in progress(train(job)[1])]
+
+    (tmp_path / "full").mkdir()
+    (tmp_path / "lean").mkdir()
+    full = first_losses("full", loss_chunk_size=0)
+    lean = first_losses("lean", loss_chunk_size=16, gradient_checkpointing=True)
+
+    assert lean == pytest.approx(full, abs=1e-4)
+
+
+def test_group_by_length_batches_records_of_similar_length(tmp_path, tiny_model_dir, tokenizer):
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    from cuset_core.objectives import MethodConfig
+    from cuset_core.training.callbacks import MetricStash
+    from cuset_core.training.collator import ExampleDataset
+    from cuset_core.training.run import training_arguments
+    from cuset_core.training.trainer import CusetTrainer
+
+    def sampler(group: bool):
+        config = parse_config(make_job(tmp_path, tiny_model_dir, hp={"group_by_length": group}))
+        examples = load_examples_of(config, tokenizer)
+        trainer = CusetTrainer(model=torch.nn.Linear(1, 1), args=training_arguments(config), method=config.method,
+                               stash=MetricStash(), train_dataset=ExampleDataset(examples))
+        return trainer._get_train_sampler()
+
+    assert isinstance(sampler(True), LengthGroupedSampler)
+    assert not isinstance(sampler(False), LengthGroupedSampler)
+
+
+def load_examples_of(config, tokenizer):
+    from cuset_core.training.run import load_examples
+
+    writer = ProgressWriter(None, stream=open(os.devnull, "w"), enabled=False)
+    return load_examples(config.train_file, config, tokenizer, writer, "train_file")
+
+
+def test_a_repo_id_trains_offline_from_the_hf_cache(tmp_path, hf_home):
+    job = make_job(tmp_path, Path("unused"), hp={"max_steps": 1, "dtype": "bfloat16"})
+    job["model"] = "cuset-test/tiny-coder"
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job))
+    env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    env.pop("HF_HUB_CACHE", None)
+
+    done = subprocess.run([sys.executable, "-m", "cuset_core.training", str(path)], env=env, capture_output=True,
+                          text=True, timeout=600, cwd=REPO)
+
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = tmp_path / "out"
+    assert (out / "adapter_model.safetensors").is_file()
+    assert json.loads((out / "cuset_base.json").read_text()) == {"base_model": "cuset-test/tiny-coder"}
+
+
+@pytest.mark.gpu
+def test_qlora_trains_4bit_nf4_weights_with_float32_adapters_on_the_gpu(tmp_path, tiny_model_dir):
+    pytest.importorskip("bitsandbytes")
+    import bitsandbytes as bnb
+
+    from cuset_core.training.run import prepare_model
+
+    qlora = {"quantization": {"bits": 4, "type": "nf4", "double_quant": True}, "gradient_checkpointing": True}
+    job = make_job(tmp_path, tiny_model_dir, hp={"max_steps": 2, **qlora})
+    model = prepare_model(parse_config(job))
+    assert any(isinstance(module, bnb.nn.Linear4bit) for module in model.modules())
+    assert {p.dtype for name, p in model.named_parameters() if "lora_" in name} == {torch.float32}
+
+    outcome, lines = train(job)
+
+    assert outcome.steps == 2 and all(0 < line["loss"] < 20 for line in progress(lines))
+    assert (tmp_path / "out" / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.gpu
+def test_auto_dtype_loads_bf16_weights_on_the_gpu(tmp_path, tiny_model_dir):
+    from cuset_core.training.run import prepare_model
+
+    model = prepare_model(parse_config(make_job(tmp_path, tiny_model_dir)))
+    assert {p.dtype for name, p in model.named_parameters() if "lora_" not in name} == {torch.bfloat16}
