@@ -12,6 +12,10 @@ and stop at the first failure), or T decided and the verdict is ``pass``.
 than eager PyTorch by more than ``p``, averaged per problem, then over problems.
 ``unsupported`` samples (a feature the CPU runtime cannot model, or no GPU) never pass; they
 are counted under their verdict so a reader can discount them.
+
+``internal_error`` samples (a fault of the verifier or the machine, not of the model) are left
+out of every denominator: ``n`` counts the samples that were judged, and ``internal_errors``
+reports the others apart.
 """
 
 from __future__ import annotations
@@ -66,7 +70,8 @@ class ProblemRow(BaseModel):
     """One problem's counts over its samples."""
 
     id: str
-    n: int = Field(description="samples scored")
+    n: int = Field(description="samples judged (internal errors excluded): the pass@k denominator")
+    internal_errors: int = Field(0, description="samples the verifier failed on, left out of n")
     compiled: int = 0
     cpu_correct: int = 0
     correct: int = 0
@@ -79,7 +84,8 @@ class Aggregate(BaseModel):
     """Metrics over the whole problem set."""
 
     problems: int
-    samples: int
+    samples: int = Field(description="samples judged (internal errors excluded)")
+    internal_errors: int = Field(0, description="samples the verifier failed on, left out of every metric")
     tier: Tier
     k_values: list[int]
     metrics: dict[str, float] = Field(default_factory=dict, description='e.g. "compile@1" -> 0.5')
@@ -88,18 +94,22 @@ class Aggregate(BaseModel):
 
 
 def problem_row(problem_id: str, results: list[VerifyResult]) -> ProblemRow:
-    """Count one problem's samples by tier passed, verdict and speed."""
+    """Count one problem's samples by tier passed, verdict and speed; internal errors apart."""
+    verdicts = dict(sorted(Counter(r.verdict.value for r in results).items()))
+    internal = [r for r in results if r.verdict is Verdict.INTERNAL_ERROR]
+    results = [r for r in results if r.verdict is not Verdict.INTERNAL_ERROR]
     correct = [r for r in results if passed_tier(r, Tier.GPU)]
     speedups = [r.speedup for r in correct if r.speedup is not None]
     return ProblemRow(
         id=problem_id,
         n=len(results),
+        internal_errors=len(internal),
         compiled=sum(passed_tier(r, Tier.COMPILE) for r in results),
         cpu_correct=sum(passed_tier(r, Tier.CPU) for r in results),
         correct=len(correct),
         fast={str(p): sum(s > p for s in speedups) for p in FAST_P_THRESHOLDS},
         best_speedup=max(speedups) if speedups else None,
-        verdicts=dict(sorted(Counter(r.verdict.value for r in results).items())),
+        verdicts=verdicts,
     )
 
 
@@ -110,12 +120,13 @@ def aggregate(rows: list[ProblemRow], tier: Tier, k_values: list[int]) -> Aggreg
         if metric_tier.rank > tier.rank:
             continue
         for k in k_values:
-            values = [pass_at_k(row.n, getattr(row, count_field), k) for row in rows]
+            # a problem whose every sample hit a verifier fault was not judged: it is no zero
+            values = [pass_at_k(row.n, getattr(row, count_field), k) for row in rows if row.n]
             metrics[f"{name}@{k}"] = sum(values) / len(values) if values else 0.0
     fast_p: dict[str, float] = {}
     if tier is Tier.GPU:
         for p in FAST_P_THRESHOLDS:
-            shares = [row.fast.get(str(p), 0) / row.n if row.n else 0.0 for row in rows]
+            shares = [row.fast.get(str(p), 0) / row.n for row in rows if row.n]
             fast_p[str(p)] = sum(shares) / len(shares) if shares else 0.0
     verdicts: Counter[str] = Counter()
     for row in rows:
@@ -123,6 +134,7 @@ def aggregate(rows: list[ProblemRow], tier: Tier, k_values: list[int]) -> Aggreg
     return Aggregate(
         problems=len(rows),
         samples=sum(row.n for row in rows),
+        internal_errors=sum(row.internal_errors for row in rows),
         tier=tier,
         k_values=k_values,
         metrics=metrics,

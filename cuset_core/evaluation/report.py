@@ -31,7 +31,9 @@ def render_markdown(report: EvalReport) -> str:
         f"tier `{agg.tier.value}`"
         + (f", K={config.samples}, temperature {config.temperature}, prompt `{config.prompt_style}`"
            if config.model else "")
-        + f", {report.elapsed_s:.1f} s.",
+        + f", {report.elapsed_s:.1f} s."
+        + (f" {agg.internal_errors} samples hit a verifier fault (`internal_error`) and are left out of every "
+           "metric." if agg.internal_errors else ""),
         "",
         "| metric | value |",
         "|---|---|",

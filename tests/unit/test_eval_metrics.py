@@ -121,3 +121,17 @@ def test_aggregate_at_the_gpu_tier_adds_correct_and_fast_p():
     assert agg.metrics["correct@1"] == pytest.approx(0.75)
     assert agg.metrics["correct@2"] == 1.0
     assert agg.fast_p == {"1.0": pytest.approx((0.5 + 0.5) / 2), "1.5": pytest.approx(0.25)}
+
+
+def test_internal_errors_are_reported_apart_and_left_out_of_every_denominator():
+    samples = [tiered(static="pass", compile="pass", cpu="pass"),
+               tiered(static="pass", compile="pass", cpu="internal_error"),
+               tiered(static="pass", compile="internal_error")]
+    row = problem_row("p1", samples)
+    assert (row.n, row.internal_errors, row.compiled, row.cpu_correct) == (1, 2, 1, 1)
+    assert row.verdicts == {"internal_error": 2, "pass": 1}
+    broken = problem_row("p2", [tiered(static="pass", compile="internal_error")])
+    agg = aggregate([row, broken], Tier.CPU, [1])
+    # one judged sample, which passed: the verifier's faults cost the model nothing
+    assert agg.metrics == {"compile@1": 1.0, "cpu_correct@1": 1.0}
+    assert (agg.samples, agg.internal_errors) == (1, 3)
