@@ -36,6 +36,7 @@ import stat
 import struct
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -703,14 +704,14 @@ def compare_trials(spec: TierSpec, reference: ReferenceRun, produced: Any, repor
     worst_max = worst_mean = 0.0
     for trial, (expected, new) in enumerate(zip(reference.expected, produced)):
         new = new if isinstance(new, list) else [new]
+        if trial and looks_cached(reference.expected[trial - 1], expected, produced[trial - 1], new):
+            return _result(spec, Verdict.RUNTIME_ERROR, "anti-hacking: the output did not change when the inputs did",
+                           trials=trial + 1, launches=launches)
         compared = compare_outputs(expected, new, settings.atol, settings.rtol)
         if compared.verdict != "pass":
             return _result(spec, compared.verdict, f"trial {trial + 1} (seed {INPUT_SEED_BASE + trial}): "
                            f"{compared.reason}", max_abs_diff=compared.max_abs_diff,
                            mean_abs_diff=compared.mean_abs_diff, trials=trial + 1, launches=launches)
-        if trial and looks_cached(reference.expected[trial - 1], expected, produced[trial - 1], new):
-            return _result(spec, Verdict.RUNTIME_ERROR, "anti-hacking: the output did not change when the inputs did",
-                           trials=trial + 1, launches=launches)
         worst_max, worst_mean = max(worst_max, compared.max_abs_diff or 0.0), max(worst_mean, compared.mean_abs_diff or 0.0)
     trials = len(produced)
     if spec.tier is Tier.CPU and not launches:
@@ -728,6 +729,14 @@ def judge(spec: TierSpec, problem_code: str, candidate: Candidate, settings: Ver
     ``details["candidate_job"]`` fields are added to the candidate's. Returns the verdict and
     the reference's ``details`` (empty when the reference decided).
     """
+    started = time.monotonic()
+    result, details = _judge(spec, problem_code, candidate, settings, job)
+    result.timings_s.setdefault(f"{spec.tier.value}_total", round(time.monotonic() - started, 4))
+    return result, details
+
+
+def _judge(spec: TierSpec, problem_code: str, candidate: Candidate, settings: VerifySettings,
+           job: dict[str, Any]) -> tuple[VerifyResult, dict[str, Any]]:
     common = {"seeds": settings.seeds, "kind": candidate.kind, **job}
     with tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-") as folder:
         root = Path(folder)
@@ -744,15 +753,21 @@ def judge(spec: TierSpec, problem_code: str, candidate: Candidate, settings: Ver
     if result.verdict is Verdict.PASS and isinstance(note, str) and note:
         update["reason"] = clip(f"{result.reason}; {note}")
     if spec.tier is Tier.GPU and result.verdict is Verdict.PASS:
-        update.update(_speed(reference.report, report))
+        speed = _speed(reference.report, report)
+        if "speed_note" in speed:
+            update["reason"] = clip(f"{update.get('reason', result.reason)}; {speed.pop('speed_note')}")
+        update.update(speed)
     return result.model_copy(update=update), details
 
 
 def _speed(reference: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
     """Tier-3 timing fields: each side timed itself (the candidate's figure is informative only)."""
     reference_ms, runtime_ms = _float(reference.get("reference_ms")), _float(candidate.get("runtime_ms"))
-    speedup = reference_ms / runtime_ms if reference_ms and runtime_ms else None
-    return {"reference_ms": reference_ms, "runtime_ms": runtime_ms, "speedup": speedup}
+    if not (reference_ms and runtime_ms):
+        return {"reference_ms": reference_ms, "runtime_ms": runtime_ms}
+    speedup = reference_ms / runtime_ms
+    reason = f"{runtime_ms:.4f} ms vs eager {reference_ms:.4f} ms (speedup {speedup:.2f}x)"
+    return {"reference_ms": reference_ms, "runtime_ms": runtime_ms, "speedup": speedup, "speed_note": reason}
 
 
 def _timings(report: dict[str, Any]) -> dict[str, float]:
