@@ -598,10 +598,15 @@ def _run_side(spec: TierSpec, side: str, folder: Path, job: dict[str, Any]) -> S
 
 
 def _without_report(spec: TierSpec, side: str, outcome: SandboxOutcome) -> VerifyResult:
-    """The verdict when a side left no report: killed by a limit, or crashed (the runtime says why)."""
+    """The verdict when a side left no report: killed by a limit, or crashed (the runtime says why).
+    The reference is the problem's code: its failures never count against the candidate."""
     log = tail(outcome.stderr or outcome.stdout)
     harness = f"{spec.tier.value.upper()} {side} process"
-    if outcome.timed_out or outcome.limit_hit in ("wall", "cpu"):
+    timed_out = outcome.timed_out or outcome.limit_hit in ("wall", "cpu")
+    if side == "reference" and timed_out:
+        return _result(spec, Verdict.UNSUPPORTED, f"{harness} {describe(outcome)}: the problem is too slow for "
+                       "this tier", log=log, unsupported_feature="reference too slow")
+    if timed_out:
         return _result(spec, Verdict.TIMEOUT, f"{harness} {describe(outcome)}", log=log)
     if side == "reference":
         return _result(spec, Verdict.INTERNAL_ERROR, f"{harness} {describe(outcome)} without a report", log=log)
@@ -610,11 +615,13 @@ def _without_report(spec: TierSpec, side: str, outcome: SandboxOutcome) -> Verif
                    log=log)
 
 
-def _from_report(spec: TierSpec, report: dict[str, Any], allowed: set[str]) -> VerifyResult:
-    """A failure verdict a side reported, restricted to ``allowed`` verdicts and cut to size."""
+def _from_report(spec: TierSpec, report: dict[str, Any], allowed: set[str],
+                 otherwise: Verdict = Verdict.RUNTIME_ERROR) -> VerifyResult:
+    """A failure verdict a side reported, restricted to ``allowed`` verdicts (else ``otherwise``)
+    and cut to size."""
     verdict = report.get("verdict")
     if verdict not in allowed:
-        verdict = Verdict.RUNTIME_ERROR.value
+        verdict = otherwise.value
     feature = report.get("unsupported_feature")
     return _result(spec, verdict, str(report.get("reason", "")), log=tail(str(report.get("log", ""))),
                    unsupported_feature=clip(feature, 200) if isinstance(feature, str) else None,
@@ -641,9 +648,8 @@ def run_reference(spec: TierSpec, root: Path, problem_code: str, job: dict[str, 
             if report is None:
                 return _without_report(spec, "reference", outcome)
             if report.get("verdict") != "pass":
-                allowed = {Verdict.INTERNAL_ERROR.value, Verdict.UNSUPPORTED.value, Verdict.TIMEOUT.value}
-                return _from_report(spec, {**report, "verdict": report.get("verdict")
-                                           if report.get("verdict") in allowed else "internal_error"}, allowed)
+                allowed = {Verdict.INTERNAL_ERROR.value, Verdict.UNSUPPORTED.value}
+                return _from_report(spec, report, allowed, Verdict.INTERNAL_ERROR)
             inputs = read_untrusted(folder, INPUTS_FILE, REFERENCE_CAP_BYTES)
             expected = read_untrusted(folder, REFERENCE_FILE, REFERENCE_CAP_BYTES)
             if inputs is None or expected is None:

@@ -129,6 +129,8 @@ def test_a_side_that_left_no_report_is_a_timeout_or_runtime_error():
     assert "illegal memory access" in result.log
     # the reference is the problem's code, not the candidate's: its crash is not the model's failure
     assert protocol._without_report(SPEC, "reference", crashed).verdict is Verdict.INTERNAL_ERROR
+    slow_reference = protocol._without_report(SPEC, "reference", timed_out)
+    assert (slow_reference.verdict, slow_reference.unsupported_feature) == (Verdict.UNSUPPORTED, "reference too slow")
 
 
 def test_a_cpu_runtime_abort_gives_its_own_message_as_the_reason():
