@@ -53,7 +53,7 @@ def run_once(tree: Path, problem: Path, candidate_text: str, scratch: Path) -> d
     """Verdict, seconds and result size of one tier-2 check by the code in ``tree``."""
     candidate = scratch / "candidate.py"
     candidate.write_text(candidate_text)
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
     done = subprocess.run([sys.executable, "-c", RUNNER, str(problem), str(candidate)], env=env, cwd=scratch,
                           capture_output=True, text=True, timeout=1200)
     if done.returncode != 0:
