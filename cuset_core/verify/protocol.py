@@ -444,7 +444,13 @@ class FallbackMonitor:
             def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
                 kwargs = kwargs or {}
                 out = func(*args, **kwargs)
-                if monitor._depth == 0:
+                if monitor._depth == 0 and getattr(func, "namespace", "aten") not in ("aten", "prims"):
+                    monitor.extension_calls += 1  # an op the candidate registered (TORCH_LIBRARY)
+                    written = [value for spec, value in zip(func._schema.arguments, args)
+                               if spec.alias_info is not None and spec.alias_info.is_write]  # Tensor(a!)
+                    for produced in [*_tensors_in(out), *_tensors_in(written)]:
+                        monitor._mark(produced, True)
+                elif monitor._depth == 0:
                     name = func.overloadpacket.__name__
                     target = args[0] if name.endswith("_") and args else None
                     monitor.observe(name, list(_tensors_in((args, kwargs))), list(_tensors_in(out)), target)

@@ -145,3 +145,14 @@ def test_a_candidate_hard_codes_sizes_when_an_original_value_appears_as_a_number
     constants, overrides = {"N": 4096, "batch": 16, "dim": 512}, {"N": 1024, "dim": 256}
     assert hardcoded_sizes("#define N 4096\nint x = 40960; float y = 512.0f;", constants, overrides) == ["N=4096"]
     assert hardcoded_sizes("int n = x.numel();", constants, overrides) == []
+
+
+def test_an_op_the_candidate_registered_with_the_dispatcher_counts_as_its_kernel():
+    library = torch.library.Library("cuset_test_ops", "DEF")
+    library.define("double_it(Tensor x) -> Tensor")
+    library.impl("double_it", lambda x: torch.from_numpy(x.detach().numpy() * 2), "CPU")
+    monitor, reason = _run(lambda ext, x, w: torch.ops.cuset_test_ops.double_it(x))
+    assert reason is None and monitor.extension_calls == 1
+    # its inputs are not the kernel's work: torch compute on them afterwards is still a fallback
+    _, reason = _run(lambda ext, x, w: (torch.ops.cuset_test_ops.double_it(x), x * 2)[1])
+    assert reason.startswith("run-time fallback: output 0 was computed by torch ops")
