@@ -138,3 +138,17 @@ def test_a_20_mib_report_written_by_the_candidate_is_refused_unread():
     result = tier2(HUGE_REPORT)
     assert_caught(result, Verdict.RUNTIME_ERROR)
     assert "report.json holds" in result.reason and "over the cap" in result.reason
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("candidate", "verdict"), [
+    (FORGE_AND_EXIT, Verdict.RUNTIME_ERROR),
+    (REPLACE_COMPARISON, Verdict.VALUE_MISMATCH),
+    (TORCH_EXPRESSION, Verdict.STATIC_REJECT),
+    (REFERENCE_THROUGH_SYS_MODULES, Verdict.RUNTIME_ERROR),
+])
+def test_tier_3_judges_apart_from_the_candidate_too(candidate, verdict):
+    from cuset_core.verify.gpu import run_gpu_tier
+
+    result = run_gpu_tier(PROBLEM, parse_candidate(candidate), VerifySettings(tier=Tier.GPU, timing_trials=5))
+    assert_caught(result, verdict)
