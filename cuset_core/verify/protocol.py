@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import stat
 import struct
@@ -39,6 +40,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,6 +64,7 @@ REPORT_FILE = "report.json"
 REPORT_CAP_BYTES = 64 * 1024
 REFERENCE_CAP_BYTES = 8 << 30  # the reference is the problem's own code: bounded, not trusted
 HEADER_CAP_BYTES = 1 << 20  # safetensors JSON header
+LIBRARY_CAP_BYTES = 512 << 20  # an extension the build side compiled
 _RUNTIME_MESSAGE = "cuset runtime:"  # how the CPU runtime starts the line explaining an abort
 _FAILURES = {v.value for v in Verdict} - {Verdict.PASS.value, Verdict.NO_CODE.value}
 
@@ -580,6 +583,7 @@ class TierSpec:
     module: str
     limits: SandboxLimits
     env: Callable[[Path], dict[str, str]]
+    build_side: bool = False  # a third side compiles the candidate while the reference runs
 
 
 @dataclass
@@ -677,7 +681,7 @@ def run_candidate(spec: TierSpec, root: Path, candidate: Candidate, reference: R
 def _judge_candidate(spec: TierSpec, root: Path, candidate: Candidate, reference: ReferenceRun,
                      job: dict[str, Any], settings: VerifySettings, report: dict[str, Any]) -> VerifyResult:
     folder = root / "candidate"
-    folder.mkdir()
+    folder.mkdir(exist_ok=True)  # the judge may have put prebuilt libraries there
     candidate_file = "candidate.cu" if candidate.kind == "cu" else "candidate.py"
     (folder / candidate_file).write_text(candidate.code)
     (folder / INPUTS_FILE).write_bytes(reference.inputs)
@@ -750,14 +754,21 @@ def judge(spec: TierSpec, problem_code: str, candidate: Candidate, settings: Ver
 def _judge(spec: TierSpec, problem_code: str, candidate: Candidate, settings: VerifySettings,
            job: dict[str, Any]) -> tuple[VerifyResult, dict[str, Any]]:
     common = {"seeds": settings.seeds, "kind": candidate.kind, **job}
-    with tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-") as folder:
+    with (tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-") as folder,
+          tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-build-") as build_folder,
+          ThreadPoolExecutor(max_workers=1) as pool):
         root = Path(folder)
+        # Separate random folders: g++ on the candidate's sources cannot name the reference's.
+        building = pool.submit(_run_side, spec, "build", Path(build_folder), common) if spec.build_side else None
         reference = run_reference(spec, root, problem_code, common)
         if isinstance(reference, VerifyResult):
             return reference, {}
         details = reference.report.get("details")
         details = details if isinstance(details, dict) else {}
         handed = details.get("candidate_job") if isinstance(details.get("candidate_job"), dict) else {}
+        if building is not None:
+            building.result()
+            handed = {**handed, "prebuilt": _hand_over_builds(Path(build_folder), root / "candidate")}
         result, report = run_candidate(spec, root, candidate, reference, {**common, **handed}, settings)
     timings = {**_timings(report), f"{spec.tier.value}_reference": sum(_timings(reference.report).values())}
     update: dict[str, Any] = {"timings_s": {**timings, **result.timings_s}}
@@ -770,6 +781,30 @@ def _judge(spec: TierSpec, problem_code: str, candidate: Candidate, settings: Ve
             update["reason"] = clip(f"{update.get('reason', result.reason)}; {speed.pop('speed_note')}")
         update.update(speed)
     return result.model_copy(update=update), details
+
+
+def _hand_over_builds(build_folder: Path, candidate_folder: Path) -> list[dict[str, str]]:
+    """Copy the libraries the build side reported into the candidate's folder (created here);
+    their entries for the candidate's job. Anything odd is left out: the candidate side rebuilds."""
+    candidate_folder.mkdir()
+    try:
+        report = read_report(build_folder) or {}
+    except UntrustedFileError:
+        return []
+    details = report.get("details") if isinstance(report.get("details"), dict) else {}
+    handed = []
+    for entry in details.get("built", []) if isinstance(details.get("built"), list) else []:
+        name = entry.get("file") if isinstance(entry, dict) else None
+        if not (isinstance(name, str) and re.fullmatch(r"[\w.-]+\.so", name)):
+            continue
+        try:
+            data = read_untrusted(build_folder, name, LIBRARY_CAP_BYTES)
+        except UntrustedFileError:
+            continue
+        if data is not None:
+            (candidate_folder / name).write_bytes(data)
+            handed.append({"module": str(entry.get("module")), "digest": str(entry.get("digest")), "file": name})
+    return handed
 
 
 def _speed(reference: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:

@@ -59,7 +59,8 @@ def run_cpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettin
                        log=tail(str(exc)))
     pch_s = time.perf_counter() - clock
     chain = toolchain()
-    spec = TierSpec(Tier.CPU, HARNESS_MODULE, settings.limits, lambda folder: harness_env(OMP_NUM_THREADS="1"))
+    spec = TierSpec(Tier.CPU, HARNESS_MODULE, settings.limits, lambda folder: harness_env(OMP_NUM_THREADS="1"),
+                    build_side=candidate.kind == "python")
     job = {"reduce_sizes": settings.reduce_sizes, "max_elements": settings.max_elements,
            "preludes": [str(prelude) for prelude in preludes], "include_dirs": list(chain.include_dirs),
            "library_dirs": list(chain.library_dirs), "prebuild": _prebuild(candidate)}

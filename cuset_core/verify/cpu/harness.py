@@ -394,12 +394,45 @@ def start_prebuilds(job: dict, workdir: Path, preludes: list[Path], chain, pool:
     """
     from cuset_core.verify.cpu.build import compile_extension, translation_unit
 
+    built = {(entry["module"], entry["digest"]): workdir / entry["file"] for entry in job.get("prebuilt", [])}
     started = {}
     for index, ext in enumerate(job.get("prebuild", [])):
         module_name = extension_module_name(ext["name"], index)
         unit = translation_unit(module_name, ext["cuda"], ext["cpp"], ext["functions"])
-        started[(module_name, unit)] = pool.submit(compile_extension, module_name, unit, workdir, preludes, chain)
+        library = built.get((module_name, unit_digest(unit)))
+        if library is not None and library.is_file():  # compiled by the build side, next to the reference
+            started[(module_name, unit)] = pool.submit(lambda path=library: path)
+        else:
+            started[(module_name, unit)] = pool.submit(compile_extension, module_name, unit, workdir, preludes, chain)
     return started
+
+
+def unit_digest(unit: str) -> str:
+    """sha256 (hex) of a translation unit: which prebuilt library belongs to which unit."""
+    import hashlib
+
+    return hashlib.sha256(unit.encode()).hexdigest()
+
+
+def build_side(job: dict, workdir: Path, timings: dict[str, float]) -> Outcome:
+    """Compile the statically known extensions only (g++ on the candidate's sources; none of its
+    Python runs), while the reference side runs; a failed build is left to the candidate side."""
+    from cuset_core.verify.cpu.build import BuildError, Toolchain, compile_extension, translation_unit
+
+    chain = Toolchain(tuple(job["include_dirs"]), tuple(job["library_dirs"]))
+    preludes = [Path(folder) for folder in job["preludes"]]
+    clock = time.perf_counter()
+    built = []
+    for index, ext in enumerate(job.get("prebuild", [])):
+        module_name = extension_module_name(ext["name"], index)
+        unit = translation_unit(module_name, ext["cuda"], ext["cpp"], ext["functions"])
+        try:
+            library = compile_extension(module_name, unit, workdir, preludes, chain)
+        except BuildError:
+            break
+        built.append({"module": module_name, "digest": unit_digest(unit), "file": library.name})
+    timings["prebuild"] = time.perf_counter() - clock
+    return Outcome("pass", details={"built": built})
 
 
 def candidate_side(job: dict, workdir: Path, timings: dict[str, float]) -> Outcome:
@@ -446,7 +479,8 @@ def _run_candidate(job: dict, workdir: Path, timings: dict[str, float], builder:
 
 def side_main(side: str, job: dict, workdir: Path, timings: dict[str, float]) -> Outcome:
     """One side of the tier-2 check (``reference`` or ``candidate``)."""
-    return (reference_side if side == "reference" else candidate_side)(job, workdir, timings)
+    sides = {"reference": reference_side, "candidate": candidate_side, "build": build_side}
+    return sides[side](job, workdir, timings)
 
 
 if __name__ == "__main__":
