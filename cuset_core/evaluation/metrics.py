@@ -21,6 +21,10 @@ and stop at the first failure), or T decided and the verdict is ``pass``.
 than eager PyTorch by more than ``p``, averaged per problem, then over problems.
 ``unsupported`` samples (a feature the CPU runtime cannot model, or no GPU) never pass; they
 are counted under their verdict so a reader can discount them.
+
+``internal_error`` samples (a fault of the verifier or the machine, not of the model) are left
+out of every denominator: ``n`` counts the samples that were judged, and ``internal_errors``
+reports the others apart.
 """
 
 from __future__ import annotations
@@ -75,7 +79,8 @@ def passed_tier(result: VerifyResult, tier: Tier) -> bool:
 class SampleCounts(BaseModel):
     """Counts over a set of samples of one problem, by tier passed, verdict and speed."""
 
-    n: int = Field(description="samples counted")
+    n: int = Field(description="samples judged (internal errors excluded): the pass@k denominator")
+    internal_errors: int = Field(0, description="samples the verifier failed on, left out of n")
     compiled: int = 0
     cpu_correct: int = 0
     correct: int = 0
@@ -116,7 +121,8 @@ class Aggregate(BaseModel):
     the run drew no such sample."""
 
     problems: int
-    samples: int = Field(description="every sample scored, greedy and i.i.d.")
+    samples: int = Field(description="samples judged, greedy and i.i.d. (internal errors excluded)")
+    internal_errors: int = Field(0, description="samples the verifier failed on, left out of every metric")
     tier: Tier
     k_values: list[int] = Field(default_factory=list, description="the k of the sampled block's pass@k")
     greedy: GreedyBlock | None = None
@@ -125,17 +131,22 @@ class Aggregate(BaseModel):
 
 
 def sample_counts(results: list[VerifyResult]) -> SampleCounts:
-    """Count ``results`` (the samples that count) by tier passed, verdict and speed."""
+    """Count ``results`` (the samples that count) by tier passed, verdict and speed; samples the
+    verifier failed on (``internal_error``) are counted apart, never in ``n``."""
+    verdicts = dict(sorted(Counter(r.verdict.value for r in results).items()))
+    internal = [r for r in results if r.verdict is Verdict.INTERNAL_ERROR]
+    results = [r for r in results if r.verdict is not Verdict.INTERNAL_ERROR]
     correct = [r for r in results if passed_tier(r, Tier.GPU)]
     speedups = [r.speedup for r in correct if r.speedup is not None]
     return SampleCounts(
         n=len(results),
+        internal_errors=len(internal),
         compiled=sum(passed_tier(r, Tier.COMPILE) for r in results),
         cpu_correct=sum(passed_tier(r, Tier.CPU) for r in results),
         correct=len(correct),
         fast={str(p): sum(s > p for s in speedups) for p in FAST_P_THRESHOLDS},
         best_speedup=max(speedups) if speedups else None,
-        verdicts=dict(sorted(Counter(r.verdict.value for r in results).items())),
+        verdicts=verdicts,
     )
 
 
@@ -213,6 +224,8 @@ def aggregate(rows: list[ProblemRow], tier: Tier, k_values: list[int]) -> Aggreg
     return Aggregate(
         problems=len(rows),
         samples=sum(counts.n for counts in everything),
+        internal_errors=sum(row.internal_errors for row in rows)
+        + sum(row.greedy.internal_errors for row in rows if row.greedy is not None),
         tier=tier,
         k_values=k_values,
         greedy=greedy,

@@ -30,7 +30,9 @@ def render_markdown(report: EvalReport) -> str:
         "# Evaluation results",
         "",
         f"{source} on `{config.problems}`: {agg.problems} problems, {agg.samples} samples, "
-        f"tier `{agg.tier.value}`{drawn}, {report.elapsed_s:.1f} s.",
+        f"tier `{agg.tier.value}`{drawn}, {report.elapsed_s:.1f} s."
+        + (f" {agg.internal_errors} samples hit a verifier fault (`internal_error`) and are left out of every "
+           "metric." if agg.internal_errors else ""),
         "",
         "## Greedy: one greedy sample per problem, drawn apart",
         "",

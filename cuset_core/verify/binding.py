@@ -23,7 +23,8 @@ The heuristic, applied to the C++ parameters of the bound function in order:
 
 Tier 2 (CPU) and tier 3 (GPU) both use this module, so a ``.cu`` candidate is bound the same
 way everywhere. Nothing here executes candidate code: parsing is textual, and applying a plan
-only reads the reference module.
+only reads the reference's weights, which the reference's process describes
+(:func:`reference_layout`) and ships; the candidate's process never loads the reference module.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def plan_binding(
 
 
 def apply_binding(
-    plan: list[ArgSource], inputs: list[Any], module: nn.Module, init_inputs: list[Any]
+    plan: list[ArgSource], inputs: list[Any], module: Any, init_inputs: list[Any]
 ) -> list[Any]:
     """The argument list for the extension's ``forward``, read from inputs and the module."""
     tensors = dict(module.named_parameters())
@@ -155,45 +156,64 @@ def scalar_attr_names(module: nn.Module) -> list[str]:
     return names
 
 
+@dataclass(frozen=True)
+class ReferenceLayout:
+    """What binding needs to know of the reference module, described in the reference's process
+    so the candidate's process never loads the reference ``Model``: its tensor names (parameters
+    then buffers, module order), ``__init__`` argument names and scalar attribute values."""
+
+    tensor_names: list[str]
+    init_names: list[str]
+    attrs: dict[str, Any]
+
+
+def reference_layout(model: nn.Module) -> ReferenceLayout:
+    """The :class:`ReferenceLayout` of a constructed reference module."""
+    tensor_names = [name for name, _ in model.named_parameters()] + [name for name, _ in model.named_buffers()]
+    attrs = {name: getattr(model, name) for name in scalar_attr_names(model)}
+    return ReferenceLayout(tensor_names, init_arg_names(type(model)), attrs)
+
+
+class ReferenceWeights:
+    """Stands in for the reference module where :func:`apply_binding` reads it: named tensors
+    and scalar attributes, shipped from the reference's process."""
+
+    def __init__(self, tensors: dict[str, Any], attrs: dict[str, Any]):
+        self._tensors = tensors
+        for name, value in attrs.items():
+            setattr(self, name, value)
+
+    def named_parameters(self):
+        return iter(self._tensors.items())
+
+    def named_buffers(self):
+        return iter(())
+
+
 class BoundExtensionModel(nn.Module):
-    """``ModelNew`` for a ``.cu`` candidate: owns the reference's weights, calls the extension.
+    """``ModelNew`` for a ``.cu`` candidate: calls the extension with the inputs and the
+    reference's weights (built under the same seed as the module it is compared with)."""
 
-    ``reference`` must be built with the same seed as the module it is compared with, so both
-    hold identical weights; ``.to(device)`` moves them with this module.
-    """
-
-    def __init__(
-        self,
-        reference: nn.Module,
-        forward_fn: Callable[..., Any],
-        plan: list[ArgSource],
-        init_inputs: list[Any],
-    ):
+    def __init__(self, weights: ReferenceWeights, forward_fn: Callable[..., Any], plan: list[ArgSource],
+                 init_inputs: list[Any]):
         super().__init__()
-        self.reference = reference
+        self.weights = weights
         self._forward_fn = forward_fn
         self._plan = plan
         self._init_inputs = init_inputs
 
     def forward(self, *inputs: Any) -> Any:
-        return self._forward_fn(*apply_binding(self._plan, list(inputs), self.reference, self._init_inputs))
+        return self._forward_fn(*apply_binding(self._plan, list(inputs), self.weights, self._init_inputs))
 
 
 def bind_extension(
-    model_cls: type, init_inputs: list[Any], n_inputs: int, cuda_code: str, forward_fn: Callable[..., Any]
+    layout: ReferenceLayout, tensors: dict[str, Any], init_inputs: list[Any], n_inputs: int, cuda_code: str,
+    forward_fn: Callable[..., Any],
 ) -> BoundExtensionModel:
-    """Build the reference module (seed it first) and wrap the extension's forward around it."""
-    reference = model_cls(*init_inputs)
-    tensor_names = [name for name, _ in reference.named_parameters()]
-    tensor_names += [name for name, _ in reference.named_buffers()]
-    plan = plan_binding(
-        forward_signature(cuda_code),
-        n_inputs,
-        tensor_names,
-        init_arg_names(model_cls),
-        scalar_attr_names(reference),
-    )
-    return BoundExtensionModel(reference, forward_fn, plan, list(init_inputs))
+    """Wrap the extension's forward around the reference's ``tensors`` (by name) as ``layout`` says."""
+    plan = plan_binding(forward_signature(cuda_code), n_inputs, layout.tensor_names, layout.init_names,
+                        list(layout.attrs))
+    return BoundExtensionModel(ReferenceWeights(tensors, layout.attrs), forward_fn, plan, list(init_inputs))
 
 
 def _source_for(

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from cuset_core.verify.result import Tier, VerifyResult
+from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import VerifySettings
 
-CODE_VERSION = "verify-2"
+CODE_VERSION = "verify-3"  # 3: judge apart from the candidate, internal_error
 
 
 def default_cache_dir() -> Path:
@@ -61,7 +61,10 @@ class VerifyCache:
             return None
 
     def put(self, key: str, result: VerifyResult) -> None:
-        """Store ``result`` (as not cached); failures to write are ignored, the cache is optional."""
+        """Store ``result`` (as not cached); failures to write are ignored, the cache is optional.
+        An ``internal_error`` (a fault of the verifier, not of the candidate) is never stored."""
+        if result.verdict is Verdict.INTERNAL_ERROR:
+            return
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

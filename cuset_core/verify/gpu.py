@@ -1,7 +1,8 @@
 """Tier 3: run a candidate on a real GPU with the KernelBench protocol and anti-hacking checks.
 
-The protocol itself lives in :mod:`cuset_core.verify.gpu_harness`, which this module runs in
-the sandbox (own process and work folder) with limits relaxed for a GPU job: a real
+The protocol itself lives in :mod:`cuset_core.verify.gpu_harness`, whose two sides (reference,
+then candidate) the judge of :mod:`cuset_core.verify.protocol` runs in the sandbox (own process
+and work folder each) with limits relaxed for a GPU job: a real
 ``load_inline``/nvcc build takes tens of seconds, the CUDA driver reserves a large virtual
 address space, and the build spawns compiler processes.
 
@@ -13,13 +14,12 @@ metrics treat it like any other feature this machine cannot model (never a pass 
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from cuset_core.verify.candidate import Candidate
 from cuset_core.verify.gpu_harness import kernel_names
-from cuset_core.verify.protocol import harness_env, run_harness, write_job
+from cuset_core.verify.protocol import TierSpec, harness_env, judge
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
@@ -61,7 +61,7 @@ def gpu_limits(limits: SandboxLimits) -> SandboxLimits:
 
 
 def job_fields(candidate: Candidate, settings: VerifySettings) -> dict[str, Any]:
-    """The tier-3 fields of ``job.json``: timed calls per side and the candidate's kernel names."""
+    """The tier-3 fields of both sides' ``job.json``: timed calls per side and the candidate's kernel names."""
     cuda = candidate.sources.cuda + "\n" + "\n".join(ext.cpp for ext in candidate.sources.extensions)
     return {"timing_trials": settings.timing_trials, "kernel_names": kernel_names(cuda)}
 
@@ -77,7 +77,6 @@ def run_gpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettin
     if not gpu_available():
         return VerifyResult(verdict=Verdict.UNSUPPORTED, tier=Tier.GPU, tiers_run=[Tier.GPU],
                             unsupported_feature="gpu", reason=NO_GPU_REASON)
-    with tempfile.TemporaryDirectory(prefix="cuset-gpu-") as folder:
-        workdir = Path(folder)
-        job = write_job(workdir, problem_code, candidate, settings, **job_fields(candidate, settings))
-        return run_harness(HARNESS_MODULE, job, Tier.GPU, gpu_limits(settings.limits), gpu_env(workdir))
+    spec = TierSpec(Tier.GPU, HARNESS_MODULE, gpu_limits(settings.limits), gpu_env)
+    result, _ = judge(spec, problem_code, candidate, settings, job_fields(candidate, settings))
+    return result

@@ -1,34 +1,32 @@
-"""Tier 3 harness: the KernelBench protocol on a real GPU, run inside the sandbox.
+"""Tier 3 harness: the two sandboxed sides of the KernelBench protocol on a real GPU (see ``protocol``).
 
-``python -m cuset_core.verify.gpu_harness JOB_JSON`` reads a job written by
-``cuset_core.verify.gpu`` (problem file, candidate file, settings), builds the candidate with
-the real ``torch.utils.cpp_extension`` (``load_inline`` from the candidate's own code, or
-``load`` for a ``.cu`` file), and writes ``result.json`` next to the job: the fields of a
-``VerifyResult`` that tier 3 decides.
+``python -m cuset_core.verify.gpu_harness SIDE JOB_JSON`` with SIDE one of:
 
-Protocol, in order (the first failure decides):
-1. TF32 off on both sides (``matmul.allow_tf32``, ``cudnn.allow_tf32``, precision "highest");
-   a candidate that changes them is rejected.
-2. Build. An extension that fails to build or load is ``compile_error``.
-3. Weights: the reference and the candidate are built after the same ``torch.manual_seed``.
-4. Correctness, one trial per seed: fresh inputs from ``get_inputs()`` under that seed, each
-   side gets its own copy; shapes, then ``allclose(atol, rtol)``; a candidate output that
-   shares storage with an input (when the reference's does not) is rejected, and so is one
-   that stays the same when the inputs (and the reference output) change.
-5. Profiler: during one candidate forward at least one CUDA kernel that the candidate
-   defines must run; only library kernels (aten, cuBLAS, cuDNN, CUTLASS...) is a rejection.
-6. Timing: warmup, then ``timing_trials`` calls per side, each on cloned inputs (rotating
-   between two input sets so a cached result is wrong), an L2 flush (writing a buffer twice
-   the L2 size) before each, CUDA events around the call with ``torch.cuda.synchronize()``
-   before the end event. Speedup = reference mean / candidate mean.
+- ``reference``: TF32 off (``matmul.allow_tf32``, ``cudnn.allow_tf32``, precision "highest");
+  weights under ``INIT_SEED``; one trial per seed (inputs drawn under that seed); writes the
+  candidate's inputs and the expected outputs; then times eager PyTorch (below).
+- ``candidate``: TF32 off; builds the candidate with the real ``torch.utils.cpp_extension``
+  (``load_inline`` from its own code, or ``load`` for a ``.cu`` file; a failed build is
+  ``compile_error``); ``ModelNew`` under ``INIT_SEED``; every trial on the handed inputs, each
+  call on its own copy, under a ``FallbackMonitor`` (outputs must come from its kernels). It
+  rejects an output that shares storage with an input (when the reference's does not) and a
+  candidate that changes TF32 settings; the profiler must see at least one CUDA kernel the
+  candidate defines during a forward (only library kernels: aten, cuBLAS, cuDNN, CUTLASS... is
+  a rejection). Then it times itself. The judge compares the outputs, and rejects outputs that
+  stay the same when the inputs change.
 
-Anti-hacking rejections use the verdict ``runtime_error`` with a reason starting
-"anti-hacking:". The harness runs candidate code in its own process, so it guards against
-accidental and lazy hacks, not against a candidate that forges this process's result file.
+Timing, on either side: warmup, then ``timing_trials`` calls, each on cloned inputs (rotating
+between two input sets so a cached result is wrong), an L2 flush (writing a buffer twice the L2
+size) before each, CUDA events around the call with ``torch.cuda.synchronize()`` before the end
+event. Speedup = reference mean / candidate mean; the candidate's time is measured in its own
+process, so it is informative, never part of the verdict.
+
+Anti-hacking rejections use the verdict ``runtime_error`` with a reason starting "anti-hacking:".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import re
@@ -43,14 +41,19 @@ from typing import Any, Callable
 from cuset_core.verify.protocol import (
     INIT_SEED,
     INPUT_SEED_BASE,
+    INPUTS_FILE,
+    OUTPUTS_FILE,
+    REFERENCE_FILE,
     Decided,
+    FallbackMonitor,
     Outcome,
     candidate_factory,
-    compare_outputs,
+    first_line,
     flatten_outputs,
-    read_job,
+    load_values,
+    run_side,
+    save_values,
     tail,
-    write_outcome,
 )
 
 WARMUP_CALLS = 5
@@ -132,19 +135,6 @@ def aliased_pairs(outputs: list[Any], inputs: list[Any]) -> list[tuple[int, int]
     return pairs
 
 
-def looks_cached(ref_first: list[Any], ref_second: list[Any], new_first: list[Any], new_second: list[Any]) -> bool:
-    """True when the reference output changed between two input sets but the candidate's did not."""
-    import torch
-
-    def same(a: list[Any], b: list[Any]) -> bool:
-        return len(a) == len(b) and all(
-            torch.equal(x, y) if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) else x == y
-            for x, y in zip(a, b)
-        )
-
-    return not same(ref_first, ref_second) and same(new_first, new_second)
-
-
 # ---------------------------------------------------------------- GPU protocol
 
 
@@ -185,30 +175,10 @@ def _is_build_failure(exc: BaseException) -> bool:
     return "Error building extension" in text or "undefined symbol" in text or isinstance(exc, ImportError)
 
 
-def _build_candidate(job: dict, reference_module: types.ModuleType, workdir: Path, device: Any) -> Callable[[], Any]:
-    """Compile the candidate; return a factory that builds the candidate module on ``device`` (seed it first)."""
-    from torch.utils.cpp_extension import load
-
-    candidate_path = workdir / job["candidate"]
-    init_inputs = reference_module.get_init_inputs()
-    try:
-        if job["kind"] == "cu":
-            built = load(name="cuset_cu_candidate", sources=[str(candidate_path)],
-                         extra_cuda_cflags=["-O3"], verbose=False)
-        else:
-            built = _load_module(candidate_path, "cuset_candidate")
-    except Exception as exc:  # noqa: BLE001 - any failure to build or import decides the verdict
-        verdict = "compile_error" if _is_build_failure(exc) else "runtime_error"
-        raise Decided(Outcome(verdict, f"building the candidate failed: {str(exc).splitlines()[0][:200]}",
-                              log=tail(str(exc) or traceback.format_exc()))) from exc
-    return candidate_factory(job["kind"], reference_module, built, init_inputs, candidate_path.read_text(), device)
-
-
-def _inputs(reference_module: types.ModuleType, seed: int, device: Any) -> list[Any]:
+def _on(values: list[Any], device: Any) -> list[Any]:
     import torch
 
-    torch.manual_seed(seed)
-    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in reference_module.get_inputs()]
+    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
 
 
 def _clone(values: list[Any]) -> list[Any]:
@@ -217,74 +187,19 @@ def _clone(values: list[Any]) -> list[Any]:
     return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def _call(model: Any, inputs: list[Any], what: str) -> list[Any]:
+def _call(model: Any, inputs: list[Any], what: str, verdict: str = "runtime_error") -> list[Any]:
     import torch
 
     try:
         output = model(*inputs)
-        torch.cuda.synchronize()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
     except Decided:
         raise
     except Exception as exc:  # noqa: BLE001 - a crash of either side decides the verdict
-        message = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        raise Decided(Outcome("runtime_error", f"{what} forward failed: {message}",
+        raise Decided(Outcome(verdict, f"{what} forward failed: {first_line(exc)}",
                               log=tail(traceback.format_exc()))) from exc
     return flatten_outputs(output)
-
-
-def _check_correctness(reference: Any, candidate: Any, module: types.ModuleType, job: dict, device: Any) -> Outcome:
-    tf32 = _tf32_state()
-    outcome = Outcome("pass")
-    previous: tuple[list[Any], list[Any]] | None = None  # last trial's (reference, candidate) outputs
-    for trial in range(job["seeds"]):
-        inputs = _inputs(module, INPUT_SEED_BASE + trial, device)
-        ref_inputs, new_inputs = _clone(inputs), _clone(inputs)
-        ref_out = _call(reference, ref_inputs, "reference")
-        new_out = _call(candidate, new_inputs, "candidate")
-        _check_tf32(tf32)
-        ref_alias, new_alias = aliased_pairs(ref_out, ref_inputs), aliased_pairs(new_out, new_inputs)
-        if new_alias and not ref_alias:
-            out_i, in_i = new_alias[0]
-            raise Decided(Outcome("runtime_error", f"anti-hacking: output {out_i} shares memory with input {in_i}"))
-        if previous is not None and looks_cached(previous[0], ref_out, previous[1], new_out):
-            raise Decided(Outcome("runtime_error", "anti-hacking: the output did not change when the inputs did"))
-        compared = compare_outputs(ref_out, new_out, job["atol"], job["rtol"])
-        if compared.verdict != "pass":
-            compared.trials = trial + 1
-            compared.reason = f"trial {trial + 1} (seed {INPUT_SEED_BASE + trial}): {compared.reason}"
-            raise Decided(compared)
-        previous = (_clone(ref_out), _clone(new_out))
-        outcome.max_abs_diff = max(outcome.max_abs_diff or 0.0, compared.max_abs_diff or 0.0)
-        outcome.mean_abs_diff = max(outcome.mean_abs_diff or 0.0, compared.mean_abs_diff or 0.0)
-        outcome.trials = trial + 1
-    return outcome
-
-
-def _profile_candidate(
-    candidate: Any, module: types.ModuleType, extension_kernels: list[str], device: Any
-) -> tuple[dict[str, int], float]:
-    """Kernel launch counts during one candidate forward, and the candidate kernels' time share."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    inputs = _inputs(module, INPUT_SEED_BASE, device)
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        _call(candidate, inputs, "candidate")
-    events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
-    names = [e.name for e in events]
-    custom, library = classify_kernels(names, extension_kernels)
-    launches: dict[str, int] = {}
-    for name in names:
-        short = name.split("(")[0].removeprefix("void ").strip()
-        launches[short] = launches.get(short, 0) + 1
-    if not custom:
-        shown = ", ".join(sorted({n.split("(")[0] for n in library}))[:300] or "none"
-        raise Decided(Outcome("runtime_error",
-                              f"anti-hacking: no kernel of the candidate ran during forward (kernels seen: {shown})",
-                              launches=launches))
-    total = sum(e.device_time_total for e in events) or 1.0
-    share = sum(e.device_time_total for e in events if e.name in set(custom)) / total
-    return launches, share
 
 
 def _l2_flusher(device: Any) -> Callable[[], None]:
@@ -318,70 +233,171 @@ def _time_calls(model: Any, input_sets: list[list[Any]], trials: int, flush: Cal
     return samples
 
 
-def run_protocol(job: dict, workdir: Path, device: Any) -> Outcome:
-    """Run the whole tier-3 protocol for one job on ``device``; the first failure raises ``Decided``."""
+def _timed(model: Any, trials: list[list[Any]], job: dict, device: Any) -> dict[str, float]:
+    """Timing statistics of ``model`` over the first two trials' inputs."""
+    input_sets = [_on(inputs, device) for inputs in trials[:2]]
+    return timing_stats(_time_calls(model, input_sets, job["timing_trials"], _l2_flusher(device)))
+
+
+# ---------------------------------------------------------------- the reference side
+
+
+def reference_side(job: dict, workdir: Path, device: Any, timings: dict[str, float]) -> Outcome:
+    """Run the reference on every trial's inputs, write them and its outputs, then time it."""
+    import torch
+
+    from cuset_core.verify.binding import reference_layout
+
+    _set_tf32_off()
+    try:
+        problem = _load_module(workdir / "problem.py", "cuset_reference")
+        init_inputs = list(problem.get_init_inputs())
+        torch.manual_seed(INIT_SEED)
+        model = problem.Model(*init_inputs).to(device)
+    except Exception as exc:  # noqa: BLE001 - the problem's own code: not the candidate's fault
+        raise Decided(Outcome("internal_error", f"the reference construction failed: {first_line(exc)}",
+                              log=tail(traceback.format_exc()))) from exc
+    data: dict[str, Any] = {"init": init_inputs, "trials": []}
+    if job["kind"] == "cu":
+        data["layout"] = dataclasses.asdict(reference_layout(model))
+        data["weights"] = {name: t.detach().clone() for name, t in [*model.named_parameters(), *model.named_buffers()]}
+    outputs, aliases = [], False
+    clock = time.perf_counter()
+    with torch.no_grad():
+        for trial in range(job["seeds"]):
+            torch.manual_seed(INPUT_SEED_BASE + trial)
+            inputs = list(problem.get_inputs())
+            data["trials"].append(inputs)
+            on_device = _on(_clone(inputs), device)
+            produced = _call(model, on_device, "reference", "internal_error")
+            aliases = aliases or bool(aliased_pairs(produced, on_device))
+            outputs.append(produced)
+        save_values(workdir / INPUTS_FILE, data)
+        save_values(workdir / REFERENCE_FILE, {"trials": outputs})
+        timings["reference"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        stats = _timed(model, data["trials"], job, device)
+        timings["reference_timing"] = time.perf_counter() - clock
+    return Outcome("pass", reference_ms=stats["mean"],
+                   details={"timing": stats, "candidate_job": {"reference_aliases": aliases}})
+
+
+# ---------------------------------------------------------------- the candidate side
+
+
+def _build_candidate(job: dict, workdir: Path, monitor: FallbackMonitor, inputs: dict[str, Any],
+                     device: Any) -> Callable[[], Any]:
+    """Compile the candidate; return a factory that builds the candidate module on ``device`` (seed it first)."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    load, load_inline = cpp_extension.load, cpp_extension.load_inline
+    # the candidate's own ``from torch.utils.cpp_extension import load_inline`` gets the counted one
+    cpp_extension.load_inline = lambda *args, **kwargs: monitor.wrap_extension(load_inline(*args, **kwargs))
+    cpp_extension.load = lambda *args, **kwargs: monitor.wrap_extension(load(*args, **kwargs))
+    candidate_path = workdir / job["candidate"]
+    try:
+        if job["kind"] == "cu":
+            built = cpp_extension.load(name="cuset_cu_candidate", sources=[str(candidate_path)],
+                                       extra_cuda_cflags=["-O3"], verbose=False)
+        else:
+            built = _load_module(candidate_path, "cuset_candidate")
+    except Exception as exc:  # noqa: BLE001 - any failure to build or import decides the verdict
+        verdict = "compile_error" if _is_build_failure(exc) else "runtime_error"
+        raise Decided(Outcome(verdict, f"building the candidate failed: {first_line(exc)}",
+                              log=tail(str(exc) or traceback.format_exc()))) from exc
+    binding = None
+    if job["kind"] == "cu":
+        from cuset_core.verify.binding import ReferenceLayout
+
+        binding = (ReferenceLayout(**inputs["layout"]), inputs["weights"])
+    n_inputs = len(inputs["trials"][0]) if inputs["trials"] else 0
+    return candidate_factory(job["kind"], built, inputs["init"], candidate_path.read_text(), n_inputs, binding,
+                             device)
+
+
+def _run_trials(candidate: Any, trials: list[list[Any]], job: dict, device: Any, monitor: FallbackMonitor,
+                tf32: tuple[bool, bool, str]) -> list[list[Any]]:
+    """Every trial's outputs (on the CPU), with the checks that need the candidate's process."""
+    outputs = []
+    for trial, inputs in enumerate(trials):
+        new_inputs = _on(_clone(inputs), device)
+        with monitor:
+            produced = _call(candidate, new_inputs, "candidate")
+        _check_tf32(tf32)
+        fallback = monitor.fallback_reason(produced)
+        if fallback:
+            raise Decided(Outcome("static_reject", f"trial {trial + 1}: {fallback}"))
+        aliased = aliased_pairs(produced, new_inputs)
+        if aliased and not job.get("reference_aliases", False):
+            out_i, in_i = aliased[0]
+            raise Decided(Outcome("runtime_error", f"anti-hacking: output {out_i} shares memory with input {in_i}"))
+        outputs.append(_on(produced, "cpu"))
+    return outputs
+
+
+def _profile_candidate(
+    candidate: Any, inputs: list[Any], extension_kernels: list[str], device: Any
+) -> tuple[dict[str, int], float]:
+    """Kernel launch counts during one candidate forward, and the candidate kernels' time share."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        _call(candidate, _on(_clone(inputs), device), "candidate")
+    events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    names = [e.name for e in events]
+    custom, library = classify_kernels(names, extension_kernels)
+    launches: dict[str, int] = {}
+    for name in names:
+        short = name.split("(")[0].removeprefix("void ").strip()
+        launches[short] = launches.get(short, 0) + 1
+    if not custom:
+        shown = ", ".join(sorted({n.split("(")[0] for n in library}))[:300] or "none"
+        raise Decided(Outcome("runtime_error",
+                              f"anti-hacking: no kernel of the candidate ran during forward (kernels seen: {shown})",
+                              launches=launches))
+    total = sum(e.device_time_total for e in events) or 1.0
+    share = sum(e.device_time_total for e in events if e.name in set(custom)) / total
+    return launches, share
+
+
+def candidate_side(job: dict, workdir: Path, device: Any, timings: dict[str, float]) -> Outcome:
+    """Build and run the candidate on the handed inputs, write its outputs, profile and time it."""
     import torch
 
     _set_tf32_off()
     tf32 = _tf32_state()
-    timings: dict[str, float] = {}
-    reference_module = _load_module(workdir / job["problem"], "cuset_reference")
-
+    monitor = FallbackMonitor()
+    inputs = load_values((workdir / INPUTS_FILE).read_bytes())
     clock = time.perf_counter()
-    build = _build_candidate(job, reference_module, workdir, device)
+    build = _build_candidate(job, workdir, monitor, inputs, device)
     timings["build"] = time.perf_counter() - clock
-
-    init_inputs = reference_module.get_init_inputs()
     with torch.no_grad():
-        torch.manual_seed(INIT_SEED)
-        reference = reference_module.Model(*init_inputs).to(device)
         torch.manual_seed(INIT_SEED)
         candidate = build()
         _check_tf32(tf32)
-
         clock = time.perf_counter()
-        outcome = _check_correctness(reference, candidate, reference_module, job, device)
+        outputs = _run_trials(candidate, inputs["trials"], job, device, monitor, tf32)
         timings["correctness"] = time.perf_counter() - clock
-
-        launches, share = _profile_candidate(candidate, reference_module, job["kernel_names"], device)
-        outcome.launches = launches
-
+        save_values(workdir / OUTPUTS_FILE, {"trials": outputs})
+        launches, share = _profile_candidate(candidate, inputs["trials"][0], job["kernel_names"], device)
         clock = time.perf_counter()
-        input_sets = [_inputs(reference_module, INPUT_SEED_BASE + i, device) for i in range(2)]
-        flush = _l2_flusher(device)
-        new_ms = timing_stats(_time_calls(candidate, input_sets, job["timing_trials"], flush))
+        stats = _timed(candidate, inputs["trials"], job, device)
         _check_tf32(tf32)
-        ref_ms = timing_stats(_time_calls(reference, input_sets, job["timing_trials"], flush))
         timings["timing"] = time.perf_counter() - clock
-
-    outcome.runtime_ms, outcome.reference_ms = new_ms["mean"], ref_ms["mean"]
-    outcome.speedup = ref_ms["mean"] / new_ms["mean"] if new_ms["mean"] > 0 else None
-    outcome.timings_s = timings
-    outcome.reason = (
-        f"{outcome.trials} trials within tolerance; {new_ms['mean']:.4f} ms vs eager {ref_ms['mean']:.4f} ms "
-        f"(speedup {outcome.speedup:.2f}x); candidate kernels {share:.0%} of GPU time"
-    )
-    outcome.log = json.dumps({"candidate_ms": new_ms, "reference_ms": ref_ms, "custom_time_share": share})
-    return outcome
+    return Outcome("pass", runtime_ms=stats["mean"], launches=launches,
+                   log=json.dumps({"candidate_ms": stats, "custom_time_share": share}))
 
 
-def main(argv: list[str]) -> int:
-    """Entry point: ``gpu_harness JOB_JSON``; always writes ``result.json`` unless killed."""
-    job, workdir = read_job(argv)
+def side_main(side: str, job: dict, workdir: Path, timings: dict[str, float]) -> Outcome:
+    """One side of the tier-3 check; ``unsupported`` where this process sees no GPU."""
     import torch
 
-    try:
-        if torch.cuda.is_available():
-            outcome = run_protocol(job, workdir, torch.device("cuda"))
-        else:
-            outcome = Outcome("unsupported", "no CUDA GPU on this machine", unsupported_feature="gpu")
-    except Decided as decided:
-        outcome = decided.outcome
-    except Exception:  # noqa: BLE001 - report, never crash without a result
-        outcome = Outcome("runtime_error", "the GPU harness failed", log=tail(traceback.format_exc()))
-    write_outcome(workdir, job, outcome)
-    return 0
+    if not torch.cuda.is_available():
+        return Outcome("unsupported", "no CUDA GPU on this machine", unsupported_feature="gpu")
+    run = reference_side if side == "reference" else candidate_side
+    return run(job, workdir, torch.device("cuda"), timings)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(run_side(side_main, sys.argv[1:], "GPU"))

@@ -1,12 +1,27 @@
-"""What the execution tiers (2: CPU runtime, 3: GPU) share around their sandboxed harnesses.
+"""What the execution tiers (2: CPU runtime, 3: GPU) share: the judge and its two sandboxed sides.
 
-A tier writes a job folder (``problem.py``, ``candidate.py`` or ``candidate.cu``, ``job.json``),
-runs its harness there as ``python -m <harness module> job.json`` in the sandbox, and reads back
-``result.json``: the fields of an :class:`Outcome`, which are the tier's fields of a
-``VerifyResult``. Parent side: :func:`write_job`, :func:`harness_env`, :func:`run_harness`,
-:func:`result_from_run`. Harness side: :func:`read_job`, :class:`Outcome`, :class:`Decided`,
-:func:`candidate_factory`, :func:`compare_outputs`, :func:`write_outcome`.
+Trust boundary (DESIGN.md §4): the candidate is hostile, so a verdict is never read from
+anything it wrote. Each tier runs two sandboxed processes of its harness module, one after the
+other, each in a folder of its own:
 
+1. ``reference``: loads the problem, draws the inputs of every trial, runs ``Model`` and writes
+   ``inputs.safetensors`` (what the candidate gets: init inputs, trial inputs, the reference's
+   weights for a ``.cu`` candidate) and ``reference.safetensors`` (the expected outputs). Its
+   folder is removed, after the judge read both files, before the candidate starts.
+2. ``candidate``: gets only ``inputs.safetensors`` and its own code (never ``problem.py``; the
+   reference ``Model`` is not importable there), runs ``ModelNew`` and writes
+   ``outputs.safetensors`` plus ``report.json`` (launch counts, failures it noticed).
+3. The judge (this module, in the verifier's process) reads those files with ``O_NOFOLLOW`` as
+   regular files under a size cap, compares the tensors with the KernelBench tolerances and
+   decides. The candidate's report can only make a verdict worse: a ``pass`` comes from the
+   judge's own comparison or not at all, and its reasons and logs are cut to a fixed size.
+
+Data crosses processes as safetensors (data only, never pickle); non-tensor values (init
+arguments, scalars) travel as JSON in the file's metadata.
+
+Parent (judge) side: :func:`judge`. Harness side: :func:`read_job`, :class:`Outcome`,
+:class:`Decided`, :func:`candidate_factory`, :func:`save_values`, :func:`load_values`,
+:func:`write_report`, :class:`FallbackMonitor`.
 The harnesses import this module inside the sandbox, so it imports only the standard library
 and light parts of ``cuset_core.verify`` at the top; torch is imported where it is used.
 """
@@ -15,12 +30,20 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import shutil
+import stat
+import struct
 import sys
+import tempfile
+import time
 import traceback
-import types
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import cuset_core
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
@@ -33,13 +56,22 @@ if TYPE_CHECKING:
 INIT_SEED = 42  # KernelBench seeds weight initialisation with 42
 INPUT_SEED_BASE = 1000  # trial i draws its inputs under seed INPUT_SEED_BASE + i
 LOG_CHARS = 4000
-RESULT_FILE = "result.json"
+REASON_CHARS = 600
+INPUTS_FILE = "inputs.safetensors"
+REFERENCE_FILE = "reference.safetensors"
+OUTPUTS_FILE = "outputs.safetensors"
+REPORT_FILE = "report.json"
+REPORT_CAP_BYTES = 64 * 1024
+REFERENCE_CAP_BYTES = 8 << 30  # the reference is the problem's own code: bounded, not trusted
+HEADER_CAP_BYTES = 1 << 20  # safetensors JSON header
+LIBRARY_CAP_BYTES = 512 << 20  # an extension the build side compiled
 _RUNTIME_MESSAGE = "cuset runtime:"  # how the CPU runtime starts the line explaining an abort
+_FAILURES = {v.value for v in Verdict} - {Verdict.PASS.value, Verdict.NO_CODE.value}
 
 
 @dataclass
 class Outcome:
-    """What a harness decided; the tier's fields of ``VerifyResult``."""
+    """What one side's harness found; on the candidate side it can only reject."""
 
     verdict: str
     reason: str = ""
@@ -53,6 +85,7 @@ class Outcome:
     speedup: float | None = None
     launches: dict[str, int] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 class Decided(Exception):
@@ -63,103 +96,212 @@ class Decided(Exception):
         self.outcome = outcome
 
 
+class UntrustedFileError(ValueError):
+    """A file from a sandboxed side is not what the judge accepts (link, FIFO, oversize, malformed)."""
+
+
 def tail(text: str) -> str:
     """The last ``LOG_CHARS`` characters of a log: where the explaining error usually is."""
     return text[-LOG_CHARS:]
 
 
-# ---------------------------------------------------------------- parent side
+def clip(text: Any, limit: int = REASON_CHARS) -> str:
+    """``text`` as a string of at most ``limit`` characters (an ellipsis marks a cut)."""
+    text = text if isinstance(text, str) else str(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def write_job(workdir: Path, problem_code: str, candidate: Candidate, settings: VerifySettings, **extra: Any) -> Path:
-    """Write the problem, the candidate and ``job.json`` (common fields plus the tier's ``extra``)
-    into ``workdir``; return the path of ``job.json``."""
-    (workdir / "problem.py").write_text(problem_code)
-    candidate_file = "candidate.cu" if candidate.kind == "cu" else "candidate.py"
-    (workdir / candidate_file).write_text(candidate.code)
-    job = {
-        "problem": "problem.py",
-        "candidate": candidate_file,
-        "kind": candidate.kind,
-        "seeds": settings.seeds,
-        "atol": settings.atol,
-        "rtol": settings.rtol,
-        "result": RESULT_FILE,
-        **extra,
-    }
-    path = workdir / "job.json"
-    path.write_text(json.dumps(job))
-    return path
+# ---------------------------------------------------------------- data across processes
 
 
-def harness_env(**extra: str) -> dict[str, str]:
-    """Environment of a harness process: ``cuset_core`` importable, no bytecode written, plus ``extra``."""
-    return {
-        "PYTHONPATH": str(Path(cuset_core.__file__).resolve().parent.parent),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        **extra,
-    }
+def _encode(value: Any, key: str, tensors: dict[str, Any]) -> Any:
+    """JSON description of ``value``; its tensors go into ``tensors`` under keys from ``key``."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        tensors[key] = value.detach().to("cpu").contiguous().clone()
+        return {"t": key}
+    if isinstance(value, (tuple, list)):
+        items = [_encode(item, f"{key}.{i}", tensors) for i, item in enumerate(value)]
+        return {"tuple" if isinstance(value, tuple) else "list": items}
+    if isinstance(value, dict):
+        return {"dict": {str(k): _encode(item, f"{key}.{k}", tensors) for k, item in value.items()}}
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value).removeprefix("torch.")}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return {"v": value}
+    return {"repr": clip(repr(value), 200)}
 
 
-def result_from_run(outcome: SandboxOutcome, result_path: Path, tier: Tier) -> VerifyResult:
-    """The tier's result: the harness's ``result.json``, or why the harness left none."""
-    base = {"tier": tier, "tiers_run": [tier]}
-    if result_path.is_file():
-        data = json.loads(result_path.read_text())
-        return VerifyResult(verdict=Verdict(data.pop("verdict")), **base, **data)
-    log = tail(outcome.stderr or outcome.stdout)
-    harness = f"{tier.value.upper()} harness"
-    if outcome.timed_out or outcome.limit_hit in ("wall", "cpu"):
-        return VerifyResult(verdict=Verdict.TIMEOUT, reason=f"{harness} {describe(outcome)}", log=log, **base)
-    runtime_line = next((line for line in log.splitlines() if line.startswith(_RUNTIME_MESSAGE)), None)
-    reason = runtime_line or f"{harness} {describe(outcome)} without a result"
-    return VerifyResult(verdict=Verdict.RUNTIME_ERROR, reason=reason, log=log, **base)
+def _decode(spec: Any, tensors: dict[str, Any]) -> Any:
+    import torch
+
+    if not isinstance(spec, dict) or len(spec) != 1:
+        raise UntrustedFileError("malformed value description")
+    (kind, body), = spec.items()
+    if kind == "t":
+        if body not in tensors:
+            raise UntrustedFileError(f"tensor {clip(body, 80)!r} is missing")
+        return tensors[body]
+    if kind in ("tuple", "list") and isinstance(body, list):
+        items = [_decode(item, tensors) for item in body]
+        return tuple(items) if kind == "tuple" else items
+    if kind == "dict" and isinstance(body, dict):
+        return {k: _decode(item, tensors) for k, item in body.items()}
+    if kind == "dtype" and isinstance(body, str) and isinstance(getattr(torch, body, None), torch.dtype):
+        return getattr(torch, body)
+    if kind == "v" and (body is None or isinstance(body, (bool, int, float, str))):
+        return body
+    if kind == "repr" and isinstance(body, str):
+        return _Opaque(clip(body, 200))
+    raise UntrustedFileError(f"malformed value description of kind {clip(kind, 40)!r}")
 
 
-def run_harness(module: str, job: Path, tier: Tier, limits: SandboxLimits, env: dict[str, str]) -> VerifyResult:
-    """Run ``python -m module job`` in the sandbox (work folder: the job's) and read its result;
-    ``timings_s["<tier>_total"]`` is the harness's wall-clock seconds unless it reported one."""
-    outcome = run_sandboxed([sys.executable, "-m", module, str(job)], workdir=job.parent, limits=limits, env=env)
-    result = result_from_run(outcome, job.parent / RESULT_FILE, tier)
-    result.timings_s.setdefault(f"{tier.value}_total", outcome.wall_s)
-    return result
+@dataclass(frozen=True)
+class _Opaque:
+    """A value that could not cross processes as data: only its ``repr`` did."""
+
+    text: str
+
+
+def save_values(path: Path, groups: dict[str, Any]) -> None:
+    """Write named groups of values (tensors, numbers, nested lists/tuples) as one safetensors file."""
+    from safetensors.torch import save_file
+
+    tensors: dict[str, Any] = {}
+    layout = {name: _encode(value, name, tensors) for name, value in groups.items()}
+    partial = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(partial), metadata={"cuset": json.dumps(layout)})
+    partial.replace(path)
+
+
+def load_values(data: bytes) -> dict[str, Any]:
+    """The groups of a :func:`save_values` file given as bytes; ``UntrustedFileError`` if malformed."""
+    from safetensors.torch import load
+
+    if len(data) < 8:
+        raise UntrustedFileError("too short for a safetensors file")
+    (header_len,) = struct.unpack("<Q", data[:8])
+    if header_len > min(HEADER_CAP_BYTES, len(data) - 8):
+        raise UntrustedFileError(f"safetensors header of {header_len} bytes")
+    try:
+        header = json.loads(data[8 : 8 + header_len])
+        layout = json.loads(header["__metadata__"]["cuset"])
+        tensors = load(data)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is a malformed file
+        raise UntrustedFileError(f"not a readable safetensors file: {clip(exc, 200)}") from exc
+    if not isinstance(layout, dict):
+        raise UntrustedFileError("malformed layout")
+    return {name: _decode(spec, tensors) for name, spec in layout.items()}
+
+
+def read_untrusted(folder: Path, name: str, cap: int) -> bytes | None:
+    """The bytes of ``folder/name`` if it is a regular file of at most ``cap`` bytes; None if absent.
+
+    Opened with ``O_NOFOLLOW`` relative to the folder (itself opened without following links)
+    and ``O_NONBLOCK``, so a symlink, a FIFO or a device never makes the judge read something
+    else or wait; ``UntrustedFileError`` says which rule the file broke.
+    """
+    try:
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UntrustedFileError(f"{folder.name}/ cannot be opened as a folder: {exc.strerror}") from exc
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        what = "a symbolic link" if os.path.islink(folder / name) else exc.strerror
+        raise UntrustedFileError(f"{name} is {what}, not a regular file") from exc
+    finally:
+        os.close(dir_fd)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UntrustedFileError(f"{name} is not a regular file")
+        if info.st_size > cap:
+            raise UntrustedFileError(f"{name} holds {info.st_size} bytes, over the cap of {cap}")
+        chunks, total = [], 0
+        while chunk := os.read(fd, min(1 << 20, cap + 1 - total)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > cap:
+                raise UntrustedFileError(f"{name} grew past the cap of {cap} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_report(folder: Path) -> dict[str, Any] | None:
+    """A side's ``report.json`` (capped, must be a JSON object); None when it left none."""
+    data = read_untrusted(folder, REPORT_FILE, REPORT_CAP_BYTES)
+    if data is None:
+        return None
+    try:
+        report = json.loads(data)
+    except ValueError as exc:
+        raise UntrustedFileError(f"{REPORT_FILE} is not JSON") from exc
+    if not isinstance(report, dict):
+        raise UntrustedFileError(f"{REPORT_FILE} is not a JSON object")
+    return report
 
 
 # ---------------------------------------------------------------- harness side
 
 
-def read_job(argv: list[str]) -> tuple[dict[str, Any], Path]:
-    """The job of a harness command line ``JOB_JSON`` and its work folder."""
-    job_path = Path(argv[0]).resolve()
-    return json.loads(job_path.read_text()), job_path.parent
+def read_job(argv: list[str]) -> tuple[str, dict[str, Any], Path]:
+    """The side (``reference``/``candidate``), job and work folder of a harness command line
+    ``SIDE JOB_JSON``."""
+    side, job_path = argv[0], Path(argv[1]).resolve()
+    return side, json.loads(job_path.read_text()), job_path.parent
 
 
-def write_outcome(workdir: Path, job: dict[str, Any], outcome: Outcome) -> None:
-    """Write ``outcome`` as the job's result file, atomically (a killed harness leaves none)."""
-    partial = workdir / (job["result"] + ".tmp")
-    partial.write_text(json.dumps(asdict(outcome)))
-    partial.replace(workdir / job["result"])
+def write_report(workdir: Path, outcome: Outcome) -> None:
+    """Write ``outcome`` as the side's report, atomically (a killed harness leaves none)."""
+    report = asdict(outcome)
+    report["reason"], report["log"] = clip(report["reason"]), tail(report["log"])
+    partial = workdir / (REPORT_FILE + ".tmp")
+    partial.write_text(json.dumps(report, default=str))
+    partial.replace(workdir / REPORT_FILE)
+
+
+def run_side(side_main: Callable[[str, dict[str, Any], Path, dict[str, float]], Outcome], argv: list[str],
+             harness: str) -> int:
+    """Entry point of a harness: run one side and always leave a report unless killed."""
+    side, job, workdir = read_job(argv)
+    timings: dict[str, float] = {}
+    try:
+        outcome = side_main(side, job, workdir, timings)
+    except Decided as decided:
+        outcome = decided.outcome
+    except Exception:  # noqa: BLE001 - report, never crash without a result
+        verdict = "internal_error" if side == "reference" else "runtime_error"
+        outcome = Outcome(verdict, f"the {harness} harness failed on the {side} side", log=tail(traceback.format_exc()))
+    outcome.timings_s = {**timings, **outcome.timings_s}
+    write_report(workdir, outcome)
+    return 0
 
 
 def candidate_factory(
-    kind: str, reference_module: types.ModuleType, built: Any, init_inputs: list[Any], source: str,
-    device: Any = None,
+    kind: str, built: Any, init_inputs: list[Any], source: str, n_inputs: int,
+    binding: tuple[Any, dict[str, Any]] | None = None, device: Any = None,
 ) -> Callable[[], Any]:
     """A function that constructs the module under test (seed before calling it), moved to
     ``device`` when one is given; it raises ``Decided`` (``runtime_error``) when that fails.
 
     ``built`` is the imported candidate module for a Python candidate (it must define
-    ``ModelNew``), or the built extension for a ``.cu`` candidate (its ``forward`` is bound to the
-    reference ``Model``'s parameters; ``source`` is the ``.cu`` text the binding reads).
+    ``ModelNew``), or the built extension for a ``.cu`` candidate, whose ``forward`` is bound to
+    the reference's weights: ``binding`` is the reference's ``(ReferenceLayout, named tensors)``
+    and ``source`` the ``.cu`` text the binding reads.
     """
     if kind == "cu":
         from cuset_core.verify.binding import BindingError, bind_extension
 
-        n_inputs = len(reference_module.get_inputs())
-
         def construct() -> Any:
+            layout, tensors = binding
+            tensors = {name: t.clone() if device is None else t.to(device) for name, t in tensors.items()}
             try:
-                return bind_extension(reference_module.Model, init_inputs, n_inputs, source, built.forward)
+                return bind_extension(layout, tensors, init_inputs, n_inputs, source, built.forward)
             except BindingError as exc:
                 raise Decided(Outcome("runtime_error", f"cannot bind the .cu forward: {exc}")) from exc
     else:
@@ -189,6 +331,192 @@ def flatten_outputs(output: Any) -> list[Any]:
     return [output]
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (200 characters at most), or its type's name."""
+    return str(exc).splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+
+
+# ---------------------------------------------------------------- run-time fallback detection
+
+# Ops that allocate, view, move or copy data: they do no work of the problem. Everything else
+# that runs outside an extension call during ``forward`` is torch compute.
+ALLOCATION_OPS = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+    "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "scalar_tensor",
+    "lift_fresh", "resize_", "set_", "zero_", "fill_",
+})
+COPY_OPS = frozenset({"clone", "_to_copy", "copy_", "contiguous", "lift_fresh_copy", "_copy_from",
+                      "_copy_from_and_resize", "to", "detach_", "_local_scalar_dense", "item"})
+VIEW_OPS = frozenset({
+    "view", "_unsafe_view", "reshape", "as_strided", "t", "transpose", "permute", "expand", "expand_as",
+    "squeeze", "unsqueeze", "slice", "select", "split", "split_with_sizes", "chunk", "unbind", "narrow",
+    "detach", "alias", "flatten", "unflatten", "view_as", "_reshape_alias", "movedim", "squeeze_",
+    "unsqueeze_", "t_", "transpose_", "is_same_size", "is_nonzero", "_has_compatible_shallow_copy_type",
+    "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "dim", "size", "stride", "numel",
+})
+
+
+class FallbackMonitor:
+    """Counts, during ``ModelNew.forward``, aten compute ops against custom-extension calls, and
+    tracks which storages hold data a custom extension produced (its results, and tensors it
+    wrote in place) and which hold torch compute built from them.
+
+    An output whose storage was last produced by torch compute on data no extension touched
+    (``x @ w``, ``x * 2``, the reference's own ops) is a fallback, whatever the code looks like.
+    Views share their source's storage; copies and allocations carry over or reset the mark.
+    It runs in the candidate's process, so it catches lazy and accidental fallbacks; the judge's
+    comparison is what a hostile candidate cannot get around.
+    """
+
+    def __init__(self) -> None:
+        self.extension_calls = 0
+        self.compute_ops: dict[str, int] = {}
+        self._depth = 0
+        self._kernel_made: dict[int, bool] = {}
+        self._mode = None
+
+    # -- the extension side
+    def wrap_extension(self, module: Any) -> Any:
+        """A stand-in for an extension module whose functions count as kernel calls."""
+        import types
+
+        proxy = types.ModuleType(getattr(module, "__name__", "extension"))
+        for name in dir(module):
+            value = getattr(module, name)
+            if callable(value) and not name.startswith("__") and not isinstance(value, type):
+                value = self._wrap(value)
+            try:
+                setattr(proxy, name, value)
+            except (AttributeError, TypeError):
+                continue
+        return proxy
+
+    def _wrap(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.extension_calls += 1
+            self._depth += 1
+            try:
+                arguments = list(_tensors_in((args, kwargs)))
+                before = [t.clone() for t in arguments]
+                result = function(*args, **kwargs)
+                for original, snapshot in zip(arguments, before):
+                    if not _same_bits(original, snapshot):  # written in place through data_ptr
+                        self._mark(original, True)
+                for produced in _tensors_in(result):
+                    self._mark(produced, True)
+                return result
+            finally:
+                self._depth -= 1
+
+        call.__name__ = getattr(function, "__name__", "extension_function")
+        call.__doc__ = getattr(function, "__doc__", None)
+        return call
+
+    # -- the torch side
+    def _mark(self, tensor: Any, kernel_made: bool) -> None:
+        key = _storage_key(tensor)
+        if key is not None:
+            self._kernel_made[key] = kernel_made
+
+    def made_by_kernel(self, tensor: Any) -> bool:
+        """Whether ``tensor``'s storage holds data a custom extension produced or derived from it."""
+        return self._kernel_made.get(_storage_key(tensor), False)
+
+    def observe(self, name: str, inputs: list[Any], outputs: list[Any], in_place_target: Any) -> None:
+        """Record one aten op run outside any extension call."""
+        if name in VIEW_OPS:
+            return
+        if name in ALLOCATION_OPS:
+            for tensor in outputs:
+                self._mark(tensor, False)
+            return
+        derived = any(self.made_by_kernel(t) for t in inputs)
+        if name == "copy_" and len(inputs) >= 2:
+            derived = self.made_by_kernel(inputs[1])
+        elif name not in COPY_OPS:
+            self.compute_ops[name] = self.compute_ops.get(name, 0) + 1
+        for tensor in [*outputs, *([in_place_target] if in_place_target is not None else [])]:
+            self._mark(tensor, derived)
+
+    def __enter__(self) -> FallbackMonitor:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        monitor = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
+                if monitor._depth == 0 and getattr(func, "namespace", "aten") not in ("aten", "prims"):
+                    monitor.extension_calls += 1  # an op the candidate registered (TORCH_LIBRARY)
+                    written = [value for spec, value in zip(func._schema.arguments, args)
+                               if spec.alias_info is not None and spec.alias_info.is_write]  # Tensor(a!)
+                    for produced in [*_tensors_in(out), *_tensors_in(written)]:
+                        monitor._mark(produced, True)
+                elif monitor._depth == 0:
+                    name = func.overloadpacket.__name__
+                    target = args[0] if name.endswith("_") and args else None
+                    monitor.observe(name, list(_tensors_in((args, kwargs))), list(_tensors_in(out)), target)
+                return out
+
+        self._mode = Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mode.__exit__(*exc)
+
+    def fallback_reason(self, outputs: list[Any]) -> str | None:
+        """Why ``outputs`` came from torch compute instead of the kernels; None when they did not."""
+        import torch
+
+        ops = ", ".join(f"{name} x{count}" for name, count in sorted(self.compute_ops.items())) or "none"
+        counts = f"{self.extension_calls} custom-extension calls, aten compute ops: {clip(ops, 200)}"
+        if self.extension_calls == 0:
+            return f"run-time fallback: forward never called a custom extension ({counts})"
+        for index, output in enumerate(outputs):
+            if isinstance(output, torch.Tensor) and not self.made_by_kernel(output):
+                return (f"run-time fallback: output {index} was computed by torch ops, not by the custom "
+                        f"kernels ({counts})")
+        return None
+
+
+def _tensors_in(value: Any) -> Iterator[Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _tensors_in(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors_in(item)
+
+
+def _storage_key(tensor: Any) -> int | None:
+    try:
+        storage = tensor.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return None
+    return storage.data_ptr() if storage.nbytes() else None
+
+
+def _same_bits(a: Any, b: Any) -> bool:
+    """Whether two tensors of one shape and dtype hold the same bytes (NaN equals NaN)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    try:
+        import torch
+
+        return bool(torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)))
+    except RuntimeError:
+        return bool(a.equal(b))
+
+
+# ---------------------------------------------------------------- judge side
+
+
 def compare_outputs(reference: list[Any], candidate: list[Any], atol: float, rtol: float) -> Outcome:
     """A ``pass`` outcome with the worst differences when every output matches; else the first
     ``shape_mismatch``/``value_mismatch``."""
@@ -198,12 +526,19 @@ def compare_outputs(reference: list[Any], candidate: list[Any], atol: float, rto
         return Outcome("shape_mismatch", f"expected {len(reference)} outputs, got {len(candidate)}")
     worst_max, worst_mean = 0.0, 0.0
     for index, (ref, new) in enumerate(zip(reference, candidate)):
+        if not isinstance(ref, torch.Tensor):
+            if isinstance(new, torch.Tensor) or new != ref:
+                return Outcome("value_mismatch", f"output {index}: expected {clip(repr(ref), 80)}, got "
+                                                 f"{clip(repr(new), 80)}")
+            continue
         if not isinstance(new, torch.Tensor):
             return Outcome("shape_mismatch", f"output {index} is {type(new).__name__}, not a tensor")
         if tuple(ref.shape) != tuple(new.shape):
             return Outcome(
                 "shape_mismatch", f"output {index}: expected shape {tuple(ref.shape)}, got {tuple(new.shape)}"
             )
+        if new.dtype.is_complex != ref.dtype.is_complex:
+            return Outcome("value_mismatch", f"output {index}: expected dtype {ref.dtype}, got {new.dtype}")
         diff = (ref.detach().double() - new.detach().double()).abs()
         max_diff = float(diff.max()) if diff.numel() else 0.0
         mean_diff = float(diff.mean()) if diff.numel() else 0.0
@@ -216,3 +551,278 @@ def compare_outputs(reference: list[Any], candidate: list[Any], atol: float, rto
                 mean_abs_diff=mean_diff if math.isfinite(mean_diff) else None,
             )
     return Outcome("pass", max_abs_diff=worst_max, mean_abs_diff=worst_mean)
+
+
+def looks_cached(ref_first: list[Any], ref_second: list[Any], new_first: list[Any], new_second: list[Any]) -> bool:
+    """True when the reference output changed between two input sets but the candidate's did not."""
+    import torch
+
+    def same(a: list[Any], b: list[Any]) -> bool:
+        return len(a) == len(b) and all(
+            torch.equal(x, y) if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) else x == y
+            for x, y in zip(a, b)
+        )
+
+    return not same(ref_first, ref_second) and same(new_first, new_second)
+
+
+def harness_env(**extra: str) -> dict[str, str]:
+    """Environment of a harness process: ``cuset_core`` importable, no bytecode written, plus ``extra``."""
+    return {
+        "PYTHONPATH": str(Path(cuset_core.__file__).resolve().parent.parent),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        **extra,
+    }
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    """How one tier runs its two sides: harness module, sandbox limits, environment per folder."""
+
+    tier: Tier
+    module: str
+    limits: SandboxLimits
+    env: Callable[[Path], dict[str, str]]
+    build_side: bool = False  # a third side compiles the candidate while the reference runs
+
+
+@dataclass
+class ReferenceRun:
+    """What the judge kept of the reference side: the candidate's inputs (bytes, as written),
+    the expected outputs per trial, and the reference's report."""
+
+    inputs: bytes
+    expected: list[list[Any]]
+    report: dict[str, Any]
+
+
+def _result(spec: TierSpec, verdict: Verdict | str, reason: str, **fields: Any) -> VerifyResult:
+    return VerifyResult(verdict=Verdict(verdict), tier=spec.tier, tiers_run=[spec.tier], reason=clip(reason),
+                        **fields)
+
+
+def _run_side(spec: TierSpec, side: str, folder: Path, job: dict[str, Any]) -> SandboxOutcome:
+    (folder / "job.json").write_text(json.dumps(job))
+    return run_sandboxed([sys.executable, "-m", spec.module, side, str(folder / "job.json")],
+                         workdir=folder, limits=spec.limits, env=spec.env(folder))
+
+
+def _without_report(spec: TierSpec, side: str, outcome: SandboxOutcome) -> VerifyResult:
+    """The verdict when a side left no report: killed by a limit, or crashed (the runtime says why).
+    The reference is the problem's code: its failures never count against the candidate."""
+    log = tail(outcome.stderr or outcome.stdout)
+    harness = f"{spec.tier.value.upper()} {side} process"
+    timed_out = outcome.timed_out or outcome.limit_hit in ("wall", "cpu")
+    if side == "reference" and timed_out:
+        return _result(spec, Verdict.UNSUPPORTED, f"{harness} {describe(outcome)}: the problem is too slow for "
+                       "this tier", log=log, unsupported_feature="reference too slow")
+    if timed_out:
+        return _result(spec, Verdict.TIMEOUT, f"{harness} {describe(outcome)}", log=log)
+    if side == "reference":
+        return _result(spec, Verdict.INTERNAL_ERROR, f"{harness} {describe(outcome)} without a report", log=log)
+    runtime_line = next((line for line in log.splitlines() if line.startswith(_RUNTIME_MESSAGE)), None)
+    return _result(spec, Verdict.RUNTIME_ERROR, runtime_line or f"{harness} {describe(outcome)} without a result",
+                   log=log)
+
+
+def _from_report(spec: TierSpec, report: dict[str, Any], allowed: set[str],
+                 otherwise: Verdict = Verdict.RUNTIME_ERROR) -> VerifyResult:
+    """A failure verdict a side reported, restricted to ``allowed`` verdicts (else ``otherwise``)
+    and cut to size."""
+    verdict = report.get("verdict")
+    if verdict not in allowed:
+        verdict = otherwise.value
+    feature = report.get("unsupported_feature")
+    return _result(spec, verdict, str(report.get("reason", "")), log=tail(str(report.get("log", ""))),
+                   unsupported_feature=clip(feature, 200) if isinstance(feature, str) else None,
+                   launches=_launches(report))
+
+
+def _launches(report: dict[str, Any]) -> dict[str, int]:
+    launches = report.get("launches")
+    if not isinstance(launches, dict):
+        return {}
+    return {clip(k, 120): v for k, v in list(launches.items())[:64] if isinstance(v, int) and v >= 0}
+
+
+def run_reference(spec: TierSpec, root: Path, problem_code: str, job: dict[str, Any]) -> ReferenceRun | VerifyResult:
+    """Run the reference side; its data, or the result that ends verification (its folder is gone
+    either way)."""
+    folder = root / "reference"
+    folder.mkdir()
+    try:
+        (folder / "problem.py").write_text(problem_code)
+        outcome = _run_side(spec, "reference", folder, job)
+        try:
+            report = read_report(folder)
+            if report is None:
+                return _without_report(spec, "reference", outcome)
+            if report.get("verdict") != "pass":
+                allowed = {Verdict.INTERNAL_ERROR.value, Verdict.UNSUPPORTED.value}
+                return _from_report(spec, report, allowed, Verdict.INTERNAL_ERROR)
+            inputs = read_untrusted(folder, INPUTS_FILE, REFERENCE_CAP_BYTES)
+            expected = read_untrusted(folder, REFERENCE_FILE, REFERENCE_CAP_BYTES)
+            if inputs is None or expected is None:
+                return _result(spec, Verdict.INTERNAL_ERROR, "the reference side reported success without its files")
+            return ReferenceRun(inputs, load_values(expected)["trials"], report)
+        except UntrustedFileError as exc:
+            return _result(spec, Verdict.INTERNAL_ERROR, f"the reference side's output is unusable: {exc}")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_candidate(spec: TierSpec, root: Path, candidate: Candidate, reference: ReferenceRun,
+                  job: dict[str, Any], settings: VerifySettings) -> tuple[VerifyResult, dict[str, Any]]:
+    """Run the candidate side on the reference's inputs; the judged result and its (untrusted) report."""
+    report: dict[str, Any] = {}
+    return _judge_candidate(spec, root, candidate, reference, job, settings, report), report
+
+
+def _judge_candidate(spec: TierSpec, root: Path, candidate: Candidate, reference: ReferenceRun,
+                     job: dict[str, Any], settings: VerifySettings, report: dict[str, Any]) -> VerifyResult:
+    folder = root / "candidate"
+    folder.mkdir(exist_ok=True)  # the judge may have put prebuilt libraries there
+    candidate_file = "candidate.cu" if candidate.kind == "cu" else "candidate.py"
+    (folder / candidate_file).write_text(candidate.code)
+    (folder / INPUTS_FILE).write_bytes(reference.inputs)
+    outcome = _run_side(spec, "candidate", folder, {**job, "candidate": candidate_file, "kind": candidate.kind})
+    try:
+        report.update(read_report(folder) or {})
+        if not report:
+            return _without_report(spec, "candidate", outcome)
+        if report.get("verdict") != "pass":  # it can only reject itself; "pass" is the judge's word
+            return _from_report(spec, report, _FAILURES - {Verdict.INTERNAL_ERROR.value})
+        expected_bytes = sum(t.numel() * t.element_size() for trial in reference.expected for t in
+                             _tensor_values(trial))
+        data = read_untrusted(folder, OUTPUTS_FILE, 2 * expected_bytes + (1 << 20))
+        if data is None:
+            return _result(spec, Verdict.RUNTIME_ERROR, "the candidate side left no outputs", launches=_launches(report))
+        produced = load_values(data).get("trials")
+    except UntrustedFileError as exc:
+        return _result(spec, Verdict.RUNTIME_ERROR, f"the candidate's output is rejected: {exc}")
+    return compare_trials(spec, reference, produced, report, settings)
+
+
+def _tensor_values(values: list[Any]) -> list[Any]:
+    import torch
+
+    return [v for v in values if isinstance(v, torch.Tensor)]
+
+
+def compare_trials(spec: TierSpec, reference: ReferenceRun, produced: Any, report: dict[str, Any],
+                   settings: VerifySettings) -> VerifyResult:
+    """The judge's verdict: every trial's outputs against the reference's, then the checks that
+    need several trials (outputs that ignore the inputs) and the launch count."""
+    launches = _launches(report)
+    if not isinstance(produced, list) or len(produced) != len(reference.expected):
+        return _result(spec, Verdict.RUNTIME_ERROR, "the candidate side handed back a malformed set of trials",
+                       launches=launches)
+    worst_max = worst_mean = 0.0
+    for trial, (expected, new) in enumerate(zip(reference.expected, produced)):
+        new = new if isinstance(new, list) else [new]
+        if trial and looks_cached(reference.expected[trial - 1], expected, produced[trial - 1], new):
+            return _result(spec, Verdict.RUNTIME_ERROR, "anti-hacking: the output did not change when the inputs did",
+                           trials=trial + 1, launches=launches)
+        compared = compare_outputs(expected, new, settings.atol, settings.rtol)
+        if compared.verdict != "pass":
+            return _result(spec, compared.verdict, f"trial {trial + 1} (seed {INPUT_SEED_BASE + trial}): "
+                           f"{compared.reason}", max_abs_diff=compared.max_abs_diff,
+                           mean_abs_diff=compared.mean_abs_diff, trials=trial + 1, launches=launches)
+        worst_max, worst_mean = max(worst_max, compared.max_abs_diff or 0.0), max(worst_mean, compared.mean_abs_diff or 0.0)
+    trials = len(produced)
+    if spec.tier is Tier.CPU and not launches:
+        return _result(spec, Verdict.RUNTIME_ERROR, "no custom kernel ran: the outputs match but no kernel was launched",
+                       trials=trials)
+    fields = {"max_abs_diff": worst_max, "mean_abs_diff": worst_mean, "trials": trials, "launches": launches}
+    return _result(spec, Verdict.PASS, f"{trials} trials within tolerance", **fields)
+
+
+def judge(spec: TierSpec, problem_code: str, candidate: Candidate, settings: VerifySettings,
+          job: dict[str, Any]) -> tuple[VerifyResult, dict[str, Any]]:
+    """Run the reference side, then the candidate side, and decide (see the module docstring).
+
+    ``job`` holds the tier's fields of both sides' ``job.json``; the reference's
+    ``details["candidate_job"]`` fields are added to the candidate's. Returns the verdict and
+    the reference's ``details`` (empty when the reference decided).
+    """
+    started = time.monotonic()
+    result, details = _judge(spec, problem_code, candidate, settings, job)
+    result.timings_s.setdefault(f"{spec.tier.value}_total", round(time.monotonic() - started, 4))
+    return result, details
+
+
+def _judge(spec: TierSpec, problem_code: str, candidate: Candidate, settings: VerifySettings,
+           job: dict[str, Any]) -> tuple[VerifyResult, dict[str, Any]]:
+    common = {"seeds": settings.seeds, "kind": candidate.kind, **job}
+    with (tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-") as folder,
+          tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-build-") as build_folder,
+          ThreadPoolExecutor(max_workers=1) as pool):
+        root = Path(folder)
+        # Separate random folders: g++ on the candidate's sources cannot name the reference's.
+        building = pool.submit(_run_side, spec, "build", Path(build_folder), common) if spec.build_side else None
+        reference = run_reference(spec, root, problem_code, common)
+        if isinstance(reference, VerifyResult):
+            return reference, {}
+        details = reference.report.get("details")
+        details = details if isinstance(details, dict) else {}
+        handed = details.get("candidate_job") if isinstance(details.get("candidate_job"), dict) else {}
+        if building is not None:
+            building.result()
+            handed = {**handed, "prebuilt": _hand_over_builds(Path(build_folder), root / "candidate")}
+        result, report = run_candidate(spec, root, candidate, reference, {**common, **handed}, settings)
+    timings = {**_timings(report), f"{spec.tier.value}_reference": sum(_timings(reference.report).values())}
+    update: dict[str, Any] = {"timings_s": {**timings, **result.timings_s}}
+    note = details.get("note")
+    if result.verdict is Verdict.PASS and isinstance(note, str) and note:
+        update["reason"] = clip(f"{result.reason}; {note}")
+    if spec.tier is Tier.GPU and result.verdict is Verdict.PASS:
+        speed = _speed(reference.report, report)
+        if "speed_note" in speed:
+            update["reason"] = clip(f"{update.get('reason', result.reason)}; {speed.pop('speed_note')}")
+        update.update(speed)
+    return result.model_copy(update=update), details
+
+
+def _hand_over_builds(build_folder: Path, candidate_folder: Path) -> list[dict[str, str]]:
+    """Copy the libraries the build side reported into the candidate's folder (created here);
+    their entries for the candidate's job. Anything odd is left out: the candidate side rebuilds."""
+    candidate_folder.mkdir()
+    try:
+        report = read_report(build_folder) or {}
+    except UntrustedFileError:
+        return []
+    details = report.get("details") if isinstance(report.get("details"), dict) else {}
+    handed = []
+    for entry in details.get("built", []) if isinstance(details.get("built"), list) else []:
+        name = entry.get("file") if isinstance(entry, dict) else None
+        if not (isinstance(name, str) and re.fullmatch(r"[\w.-]+\.so", name)):
+            continue
+        try:
+            data = read_untrusted(build_folder, name, LIBRARY_CAP_BYTES)
+        except UntrustedFileError:
+            continue
+        if data is not None:
+            (candidate_folder / name).write_bytes(data)
+            handed.append({"module": str(entry.get("module")), "digest": str(entry.get("digest")), "file": name})
+    return handed
+
+
+def _speed(reference: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
+    """Tier-3 timing fields: each side timed itself (the candidate's figure is informative only)."""
+    reference_ms, runtime_ms = _float(reference.get("reference_ms")), _float(candidate.get("runtime_ms"))
+    if not (reference_ms and runtime_ms):
+        return {"reference_ms": reference_ms, "runtime_ms": runtime_ms}
+    speedup = reference_ms / runtime_ms
+    reason = f"{runtime_ms:.4f} ms vs eager {reference_ms:.4f} ms (speedup {speedup:.2f}x)"
+    return {"reference_ms": reference_ms, "runtime_ms": runtime_ms, "speedup": speedup, "speed_note": reason}
+
+
+def _timings(report: dict[str, Any]) -> dict[str, float]:
+    timings = report.get("timings_s")
+    if not isinstance(timings, dict):
+        return {}
+    return {clip(k, 40): float(v) for k, v in list(timings.items())[:16] if _float(v) is not None}
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None

@@ -23,6 +23,9 @@ class Verdict(str, Enum):
     VALUE_MISMATCH = "value_mismatch"
     TIMEOUT = "timeout"
     UNSUPPORTED = "unsupported"  # tier 2 cannot model a feature; never counted as pass or fail
+    # A fault of the verifier or the machine (a harness crash, a missing tool, a header that does
+    # not build here, a broken reference): never cached, never counted as the model's failure.
+    INTERNAL_ERROR = "internal_error"
     PASS = "pass"
 
 

@@ -4,8 +4,10 @@ run only when the cheaper ones did not reject the candidate, up to ``settings.ti
 A tier that cannot judge (tier 2 ``unsupported``) lets the next one run. The result of the last
 tier that ran decides, carrying the timings, diagnostics and resources of the ones before it, and
 ``tier_verdicts``: what every tier that ran concluded (a skipped tier has no entry).
-Problems with the candidate are verdicts, never exceptions; a failure of the verifier itself
-becomes ``runtime_error`` with the traceback in ``log`` and is not cached.
+Problems with the candidate are verdicts, never exceptions; a failure of the verifier or the
+machine itself (a crash, a missing tool, a header that does not build here) is
+``internal_error`` with the traceback in ``log``, and is never cached. Every result's reason and
+log are cut to a fixed size, whatever a tier put there.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from cuset_core.verify.settings import VerifySettings
 from cuset_core.verify.static import check_static, static_warnings
 
 LOG_CHARS = 8000
+REASON_CHARS = 1000
 _CONTINUE = {Verdict.PASS, Verdict.UNSUPPORTED}
 
 TierRunner = Callable[[str, Candidate, VerifySettings], VerifyResult]
@@ -51,12 +54,13 @@ def verify(
     try:
         result, internal = _pipeline(problem_code, answer, settings)
     except Exception:  # noqa: BLE001 - a verifier bug must not crash the caller
-        empty = VerifyResult(verdict=Verdict.RUNTIME_ERROR, tier=Tier.STATIC)
+        empty = VerifyResult(verdict=Verdict.INTERNAL_ERROR, tier=Tier.STATIC)
         result = _internal_error(Tier.STATIC, empty, "internal error in tier static", traceback.format_exc())
         internal = True
     timings = {**result.timings_s, "total": round(time.monotonic() - start, 4)}
-    result = result.model_copy(update={"timings_s": timings})
-    if cache is not None and not internal:
+    result = result.model_copy(update={"timings_s": timings, "reason": result.reason[:REASON_CHARS],
+                                       "log": result.log[-LOG_CHARS:]})
+    if cache is not None and not internal and result.verdict is not Verdict.INTERNAL_ERROR:
         cache.put(key, result)
     return result
 
@@ -156,7 +160,7 @@ def _external_tier(
     except Exception:  # noqa: BLE001 - a verifier bug must not crash the caller
         return _internal_error(tier, before, f"internal error in tier {tier.value}", traceback.format_exc()), True
     timings = {tier.value: round(time.monotonic() - started, 4), **later.timings_s}
-    return _merge(before, later, timings), False
+    return _merge(before, later, timings), later.verdict is Verdict.INTERNAL_ERROR
 
 
 def _merge(before: VerifyResult, later: VerifyResult, timings: dict[str, float]) -> VerifyResult:
@@ -174,10 +178,10 @@ def _merge(before: VerifyResult, later: VerifyResult, timings: dict[str, float])
 
 def _internal_error(tier: Tier, before: VerifyResult, reason: str, log: str) -> VerifyResult:
     return VerifyResult(
-        verdict=Verdict.RUNTIME_ERROR,
+        verdict=Verdict.INTERNAL_ERROR,
         tier=tier,
         tiers_run=[*before.tiers_run, tier],
-        tier_verdicts={**before.tier_verdicts, tier: Verdict.RUNTIME_ERROR},
+        tier_verdicts={**before.tier_verdicts, tier: Verdict.INTERNAL_ERROR},
         reason=reason,
         timings_s=before.timings_s,
         diagnostics=before.diagnostics,

@@ -164,3 +164,25 @@ def test_per_problem_scores_are_what_the_aggregate_averages():
     assert sampled_scores(row, Tier.COMPILE, [1, 2]) == {"compile@1": pytest.approx(2 / 3), "compile@2": 1.0}
     assert greedy_scores(problem_row("b", [result("pass", "cpu")]), Tier.CPU) == {}
     assert sampled_scores(problem_row("c", [], greedy=result("pass", "cpu")), Tier.CPU, [1]) == {}
+
+
+def test_internal_errors_are_reported_apart_and_left_out_of_every_denominator():
+    samples = [tiered(static="pass", compile="pass", cpu="pass"),
+               tiered(static="pass", compile="pass", cpu="internal_error"),
+               tiered(static="pass", compile="internal_error")]
+    row = problem_row("p1", samples)
+    assert (row.n, row.internal_errors, row.compiled, row.cpu_correct) == (1, 2, 1, 1)
+    assert row.verdicts == {"internal_error": 2, "pass": 1}
+    broken = problem_row("p2", [tiered(static="pass", compile="internal_error")])
+    agg = aggregate([row, broken], Tier.CPU, [1])
+    # one judged sample, which passed: the verifier's faults cost the model nothing
+    assert agg.sampled.metrics == {"compile@1": 1.0, "cpu_correct@1": 1.0}
+    assert (agg.samples, agg.internal_errors) == (1, 3)
+
+
+def test_a_greedy_sample_the_verifier_failed_on_leaves_the_greedy_block_out():
+    rows = [problem_row("a", [], greedy=tiered(static="pass", compile="internal_error")),
+            problem_row("b", [], greedy=result("pass", "cpu"))]
+    agg = aggregate(rows, Tier.CPU, [])
+    assert agg.greedy.problems == 1 and agg.greedy.metrics == {"compile@1": 1.0, "cpu_correct@1": 1.0}
+    assert (agg.samples, agg.internal_errors) == (1, 1)

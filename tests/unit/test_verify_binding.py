@@ -12,6 +12,7 @@ from cuset_core.verify.binding import (
     CppParam,
     apply_binding,
     bind_extension,
+    reference_layout,
     bound_function_name,
     forward_signature,
     init_arg_names,
@@ -122,21 +123,23 @@ def test_init_argument_names_skip_self():
     assert init_arg_names(ConvModel) == ["in_channels", "out_channels", "kernel_size", "bias_shape"]
 
 
-def test_the_bound_model_calls_the_extension_with_inputs_then_the_references_weights():
+def test_the_bound_model_calls_the_extension_with_inputs_then_the_shipped_reference_weights():
     calls = []
 
     def fake_forward(x, conv_weight, conv_bias, bias):
-        calls.append((conv_weight.shape, conv_bias.shape, bias.shape))
+        calls.append((conv_weight, conv_bias, bias))
         return x
 
     torch.manual_seed(0)
-    model = bind_extension(ConvModel, [3, 4, 3, (4, 1, 1)], 1, CONV_CU, fake_forward)
+    reference = ConvModel(3, 4, 3, (4, 1, 1))
+    layout = reference_layout(reference)  # in the reference's process; only data crosses over
+    assert layout.tensor_names == ["bias", "conv.weight", "conv.bias"]
+    tensors = {name: t.detach().clone() for name, t in reference.named_parameters()}
+    model = bind_extension(layout, tensors, [3, 4, 3, (4, 1, 1)], 1, CONV_CU, fake_forward)
     x = torch.randn(1, 3, 5, 5)
     assert model(x) is x
-    assert calls == [(torch.Size([4, 3, 3, 3]), torch.Size([4]), torch.Size([4, 1, 1]))]
-    assert sorted(name for name, _ in model.named_parameters()) == [
-        "reference.bias", "reference.conv.bias", "reference.conv.weight",
-    ]
+    assert [t.shape for t in calls[0]] == [torch.Size([4, 3, 3, 3]), torch.Size([4]), torch.Size([4, 1, 1])]
+    assert torch.equal(calls[0][0], reference.conv.weight)
 
 
 def test_apply_binding_reads_scalar_init_inputs_and_attributes():

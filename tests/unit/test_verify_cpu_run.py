@@ -156,8 +156,8 @@ def test_atomics_histogram_passes():
 def test_kernel_that_never_runs_is_not_a_pass():
     torch_fallback = add_candidate(case("add_kernel.cu"), forward="return a + b")
     result = verify("add_problem.py", torch_fallback)
-    assert result.verdict is Verdict.RUNTIME_ERROR
-    assert result.reason.startswith("no custom kernel ran")
+    assert result.verdict is Verdict.STATIC_REJECT
+    assert result.reason.startswith("trial 1: run-time fallback: forward never called a custom extension")
     assert result.launches == {}
 
 

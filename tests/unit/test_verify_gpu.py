@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-import json
 import types
 from pathlib import Path
 
 import pytest
 import torch
 
-from cuset_core.verify import gpu
+from cuset_core.verify import gpu, protocol
 from cuset_core.verify.candidate import parse_candidate
-from cuset_core.verify.gpu_harness import aliased_pairs, classify_kernels, kernel_names, looks_cached, timing_stats
+from cuset_core.verify.gpu_harness import aliased_pairs, classify_kernels, kernel_names, timing_stats
 from cuset_core.verify.protocol import (
+    REFERENCE_FILE,
     Decided,
+    ReferenceRun,
+    TierSpec,
     candidate_factory,
     compare_outputs,
+    compare_trials,
     flatten_outputs,
-    result_from_run,
-    write_job,
+    load_values,
+    looks_cached,
 )
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.sandbox import SandboxOutcome
@@ -107,45 +110,52 @@ def test_gpu_limits_raise_only_what_a_gpu_job_needs():
     assert (limits.memory_mb, limits.address_space_mb) == (16 << 10, 1 << 30)
 
 
-def test_job_file_names_the_candidates_kernels(tmp_path):
+def test_the_job_names_the_candidates_kernels():
     candidate = parse_candidate((DEMO / "solutions" / "02_relu.py").read_text())
-    settings = VerifySettings(seeds=2)
-    job_file = write_job(tmp_path, "problem", candidate, settings, **gpu.job_fields(candidate, settings))
-    job = json.loads(job_file.read_text())
-    assert job["kind"] == "python" and job["candidate"] == "candidate.py"
-    assert (job["seeds"], job["kernel_names"]) == (2, ["relu_kernel"])
-    assert (tmp_path / "problem.py").read_text() == "problem"
+    settings = VerifySettings(seeds=2, timing_trials=7)
+    assert gpu.job_fields(candidate, settings) == {"timing_trials": 7, "kernel_names": ["relu_kernel"]}
 
 
-def test_a_harness_that_left_no_result_is_a_timeout_or_runtime_error(tmp_path):
+SPEC = TierSpec(Tier.GPU, gpu.HARNESS_MODULE, SandboxLimits(), lambda folder: {})
+
+
+def test_a_side_that_left_no_report_is_a_timeout_or_runtime_error():
     timed_out = SandboxOutcome(None, "", "", 901.0, True, 9, "wall")
     crashed = SandboxOutcome(-6, "", "CUDA error: an illegal memory access", 3.0, False, 6, None)
-    missing = tmp_path / "result.json"
-    assert result_from_run(timed_out, missing, Tier.GPU).verdict is Verdict.TIMEOUT
-    result = result_from_run(crashed, missing, Tier.GPU)
+    assert protocol._without_report(SPEC, "candidate", timed_out).verdict is Verdict.TIMEOUT
+    result = protocol._without_report(SPEC, "candidate", crashed)
     assert (result.verdict, result.tier) == (Verdict.RUNTIME_ERROR, Tier.GPU)
     assert "illegal memory access" in result.log
+    # the reference is the problem's code, not the candidate's: its crash is not the model's failure
+    assert protocol._without_report(SPEC, "reference", crashed).verdict is Verdict.INTERNAL_ERROR
+    slow_reference = protocol._without_report(SPEC, "reference", timed_out)
+    assert (slow_reference.verdict, slow_reference.unsupported_feature) == (Verdict.UNSUPPORTED, "reference too slow")
 
 
-def test_a_cpu_runtime_abort_gives_its_own_message_as_the_reason(tmp_path):
+def test_a_cpu_runtime_abort_gives_its_own_message_as_the_reason():
     aborted = SandboxOutcome(-6, "", "x = 1\ncuset runtime: out-of-bounds read in add_kernel\n", 2.0, False, 6, None)
-    result = result_from_run(aborted, tmp_path / "result.json", Tier.CPU)
+    cpu_spec = TierSpec(Tier.CPU, "m", SandboxLimits(), lambda folder: {})
+    result = protocol._without_report(cpu_spec, "candidate", aborted)
     assert (result.verdict, result.tier, result.tiers_run) == (Verdict.RUNTIME_ERROR, Tier.CPU, [Tier.CPU])
     assert result.reason == "cuset runtime: out-of-bounds read in add_kernel"
 
 
-def test_the_harness_result_becomes_a_verify_result(tmp_path):
-    path = tmp_path / "result.json"
-    path.write_text(json.dumps({"verdict": "pass", "reason": "ok", "speedup": 2.0, "runtime_ms": 1.0,
-                                "reference_ms": 2.0, "trials": 3, "launches": {"k": 1}}))
-    result = result_from_run(SandboxOutcome(0, "", "", 1.0, False, None, None), path, Tier.GPU)
-    assert (result.verdict, result.speedup, result.trials, result.launches) == (Verdict.PASS, 2.0, 3, {"k": 1})
-    path.write_text(json.dumps({"verdict": "unsupported", "reason": "uses header <cub/cub.cuh>",
-                                "unsupported_feature": "header <cub/cub.cuh>"}))
-    result = result_from_run(SandboxOutcome(0, "", "", 1.0, False, None, None), path, Tier.CPU)
-    assert (result.verdict, result.tier, result.unsupported_feature) == (
-        Verdict.UNSUPPORTED, Tier.CPU, "header <cub/cub.cuh>"
-    )
+def test_the_judge_passes_matching_trials_and_keeps_only_sane_launch_counts():
+    expected = [[torch.ones(3)], [torch.zeros(3)]]
+    reference = ReferenceRun(b"", expected, {})
+    report = {"verdict": "pass", "launches": {"k": 2, "bogus": -1, "text": "x"}}
+    result = compare_trials(SPEC, reference, [[torch.ones(3)], [torch.zeros(3)]], report, VerifySettings())
+    assert (result.verdict, result.trials, result.launches, result.max_abs_diff) == (Verdict.PASS, 2, {"k": 2}, 0.0)
+    wrong = compare_trials(SPEC, reference, [[torch.ones(3)], [torch.ones(3)]], report, VerifySettings())
+    assert (wrong.verdict, wrong.reason) == (Verdict.RUNTIME_ERROR,
+                                             "anti-hacking: the output did not change when the inputs did")
+    short = compare_trials(SPEC, reference, [[torch.ones(3)]], report, VerifySettings())
+    assert short.reason == "the candidate side handed back a malformed set of trials"
+
+
+def test_a_side_reports_a_failure_but_never_a_pass_the_judge_did_not_see():
+    forged = protocol._from_report(SPEC, {"verdict": "pass", "reason": "trust me" * 10_000}, {"runtime_error"})
+    assert forged.verdict is Verdict.RUNTIME_ERROR and len(forged.reason) <= protocol.REASON_CHARS
 
 
 def test_without_a_gpu_tier_3_is_unsupported_with_the_reason(monkeypatch):
@@ -167,17 +177,17 @@ def test_a_demo_solution_passes_on_the_gpu_with_a_speedup():
 
 
 @pytest.mark.gpu
-def test_a_torch_fallback_on_the_gpu_is_rejected_by_the_profiler():
+def test_a_torch_fallback_on_the_gpu_is_rejected_at_run_time():
     problem = (DEMO / "problems" / "02_relu.py").read_text()
     fallback = (DEMO / "solutions" / "02_relu.py").read_text().replace(
-        "return relu_ext.relu_cuda(x)", "return torch.relu(x)"
+        "return relu_ext.relu_cuda(x)", "relu_ext.relu_cuda(x)\n        return torch.relu(x)"
     )
     result = gpu.run_gpu_tier(problem, parse_candidate(fallback), VerifySettings(tier=Tier.GPU, timing_trials=5))
-    assert result.verdict is Verdict.RUNTIME_ERROR
-    assert result.reason.startswith("anti-hacking: no kernel of the candidate ran")
+    assert result.verdict is Verdict.STATIC_REJECT
+    assert result.reason.startswith("trial 1: run-time fallback: output 0 was computed by torch ops")
 
 
-# ---------------------------------------------------------------- the protocol, CUDA stood in by CPU
+# ---------------------------------------------------------------- both sides, CUDA stood in by CPU
 
 RELU_PROBLEM = """
 import torch
@@ -195,74 +205,96 @@ def get_init_inputs():
 """
 
 CANDIDATES = {
-    "right": "return torch.relu(x)",
-    "wrong": "return torch.relu(x) * 2",
-    "in_place_on_input": "return x.relu_()",
-    "cached": "self.memo = torch.relu(x) if self.memo is None else self.memo\n        return self.memo",
-    "tf32": "torch.backends.cuda.matmul.allow_tf32 = True\n        return torch.relu(x)",
+    "right": "return ext.relu(x)",
+    "wrong": "return ext.relu(x) * 2",
+    "in_place_on_input": "return ext.relu_(x)",
+    "cached": "self.memo = ext.relu(x) if self.memo is None else self.memo\n        return self.memo",
+    "tf32": "torch.backends.cuda.matmul.allow_tf32 = True\n        return ext.relu(x)",
     "crash": "raise RuntimeError('CUDA error: an illegal memory access was encountered')",
+    "fallback": "ext.relu(x)\n        return torch.relu(x)",
 }
 
 
 def candidate_file(body: str) -> str:
     return (
-        "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
+        "ext = load_inline(name='relu_ext', cpp_sources='', functions=['relu', 'relu_'])\n\n"
+        "class ModelNew(nn.Module):\n"
         "    def __init__(self):\n        super().__init__()\n        self.memo = None\n\n"
         f"    def forward(self, x):\n        {body}\n"
     )
 
 
+def _relu_in_place(x):
+    return x.clamp_(min=0)
+
+
 @pytest.fixture
 def cpu_protocol(monkeypatch, tmp_path):
-    """Run the harness protocol on the CPU: CUDA sync, profiler and timing replaced by stand-ins."""
+    """Run both sides of the harness in this process on the CPU, then judge: the extension build,
+    CUDA sync, profiler and timing replaced by stand-ins."""
+    from torch.utils import cpp_extension
+
     from cuset_core.verify import gpu_harness
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(cpp_extension, "load_inline", lambda **kwargs: types.SimpleNamespace(
+        relu=torch.relu, relu_=_relu_in_place))
     monkeypatch.setattr(gpu_harness, "_profile_candidate", lambda *args: ({"relu_kernel": 1}, 1.0))
     monkeypatch.setattr(gpu_harness, "_l2_flusher", lambda device: (lambda: None))
     monkeypatch.setattr(gpu_harness, "_time_calls", lambda model, sets, trials, flush: [2.0] * trials)
-    (tmp_path / "problem.py").write_text(RELU_PROBLEM)
     saved = (torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision())
 
     def run(name: str):
-        (tmp_path / f"{name}.py").write_text(candidate_file(CANDIDATES[name]))
-        job = {"problem": "problem.py", "candidate": f"{name}.py", "kind": "python", "seeds": 3,
-               "atol": 1e-2, "rtol": 1e-2, "timing_trials": 4, "kernel_names": ["relu_kernel"]}
+        reference_dir, candidate_dir = tmp_path / name / "reference", tmp_path / name / "candidate"
+        reference_dir.mkdir(parents=True)
+        candidate_dir.mkdir()
+        (reference_dir / "problem.py").write_text(RELU_PROBLEM)
+        (candidate_dir / "candidate.py").write_text(candidate_file(CANDIDATES[name]))
+        job = {"candidate": "candidate.py", "kind": "python", "seeds": 3, "timing_trials": 4,
+               "kernel_names": ["relu_kernel"]}
         try:
-            return gpu_harness.run_protocol(job, tmp_path, torch.device("cpu"))
+            reference = gpu_harness.reference_side(job, reference_dir, torch.device("cpu"), {})
+            (candidate_dir / "inputs.safetensors").write_bytes((reference_dir / "inputs.safetensors").read_bytes())
+            job.update(reference.details["candidate_job"])
+            outcome = gpu_harness.candidate_side(job, candidate_dir, torch.device("cpu"), {})
         except gpu_harness.Decided as decided:
-            return decided.outcome
+            return decided.outcome.verdict, decided.outcome.reason
         finally:
             torch.backends.cudnn.allow_tf32 = saved[0]
             torch.set_float32_matmul_precision(saved[1])
+        expected = load_values((reference_dir / REFERENCE_FILE).read_bytes())["trials"]
+        produced = load_values((candidate_dir / "outputs.safetensors").read_bytes())["trials"]
+        report = {"verdict": outcome.verdict, "launches": outcome.launches}
+        judged = compare_trials(SPEC, ReferenceRun(b"", expected, {}), produced, report, VerifySettings())
+        assert (reference.reference_ms, outcome.runtime_ms) == (2.0, 2.0)
+        return judged.verdict.value, judged.reason
 
     return run
 
 
-def test_protocol_passes_a_right_candidate_with_its_speedup(cpu_protocol):
-    outcome = cpu_protocol("right")
-    assert (outcome.verdict, outcome.trials, outcome.speedup, outcome.max_abs_diff) == ("pass", 3, 1.0, 0.0)
-    assert outcome.launches == {"relu_kernel": 1}
+def test_both_sides_pass_a_right_candidate(cpu_protocol):
+    assert cpu_protocol("right") == ("pass", "3 trials within tolerance")
 
 
-def test_protocol_reports_the_first_wrong_trial(cpu_protocol):
-    outcome = cpu_protocol("wrong")
-    assert (outcome.verdict, outcome.trials) == ("value_mismatch", 1)
-    assert outcome.reason.startswith("trial 1 (seed 1000): output 0: max abs diff")
+def test_the_judge_reports_the_first_wrong_trial(cpu_protocol):
+    verdict, reason = cpu_protocol("wrong")
+    assert verdict == "value_mismatch" and reason.startswith("trial 1 (seed 1000): output 0: max abs diff")
 
 
 @pytest.mark.parametrize(
-    ("name", "reason"),
+    ("name", "verdict", "reason"),
     [
-        ("in_place_on_input", "anti-hacking: output 0 shares memory with input 0"),
-        ("cached", "anti-hacking: the output did not change when the inputs did"),
-        ("tf32", "anti-hacking: the candidate changed TF32 settings to (True, False, 'high')"),
-        ("crash", "candidate forward failed: CUDA error: an illegal memory access was encountered"),
+        ("in_place_on_input", "runtime_error", "anti-hacking: output 0 shares memory with input 0"),
+        ("cached", "runtime_error", "anti-hacking: the output did not change when the inputs did"),
+        ("tf32", "runtime_error", "anti-hacking: the candidate changed TF32 settings to (True, False, 'high')"),
+        ("crash", "runtime_error", "candidate forward failed: CUDA error: an illegal memory access was encountered"),
+        ("fallback", "static_reject", "trial 1: run-time fallback: output 0 was computed by torch ops, not by the "
+                                      "custom kernels (1 custom-extension calls, aten compute ops: relu x1)"),
     ],
 )
-def test_protocol_rejects_hacks_and_crashes(cpu_protocol, name, reason):
-    outcome = cpu_protocol(name)
-    assert (outcome.verdict, outcome.reason) == ("runtime_error", reason)
+def test_hacks_and_crashes_are_rejected(cpu_protocol, name, verdict, reason):
+    assert cpu_protocol(name) == (verdict, reason)
 
 
 def test_the_harness_runs_in_the_sandbox_and_reports_back(monkeypatch):
@@ -290,23 +322,24 @@ def _module(name: str, code: str) -> types.ModuleType:
     return module
 
 
-def test_the_factory_binds_a_cu_forward_to_the_reference():
-    reference = _module("reference", RELU_PROBLEM)
+def test_the_factory_binds_a_cu_forward_to_the_shipped_reference_weights():
+    from cuset_core.verify.binding import ReferenceLayout
+
+    layout = ReferenceLayout(tensor_names=[], init_names=[], attrs={})
     extension = types.SimpleNamespace(forward=lambda x: torch.relu(x) * 3)
-    model = candidate_factory("cu", reference, extension, [], CU_SOURCE)()
+    model = candidate_factory("cu", extension, [], CU_SOURCE, 1, (layout, {}))()
     assert torch.equal(model(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 6.0]))
 
 
 def test_the_factory_turns_a_missing_or_crashing_model_new_into_a_runtime_error():
-    reference = _module("reference", RELU_PROBLEM)
     with pytest.raises(Decided) as missing:
-        candidate_factory("python", reference, _module("empty", ""), [], "")
+        candidate_factory("python", _module("empty", ""), [], "", 1)
     assert (missing.value.outcome.verdict, missing.value.outcome.reason) == (
         "runtime_error", "the candidate defines no ModelNew"
     )
     crashing = _module("crashing", "class ModelNew:\n    def __init__(self):\n        raise ValueError('bad size')\n")
     with pytest.raises(Decided) as crashed:
-        candidate_factory("python", reference, crashing, [], "")()
+        candidate_factory("python", crashing, [], "", 1)()
     assert (crashed.value.outcome.verdict, crashed.value.outcome.reason) == (
         "runtime_error", "constructing ModelNew failed: bad size"
     )

@@ -126,16 +126,16 @@ def test_tier_verdicts_survive_the_cache_as_json_keyed_by_tier(tmp_path, monkeyp
                                                               "gpu": "value_mismatch"}
 
 
-def test_a_verifier_crash_is_a_runtime_error_and_not_cached(tmp_path, monkeypatch):
+def test_a_verifier_crash_is_an_internal_error_and_not_cached(tmp_path, monkeypatch):
     def broken():
         raise ImportError("tier 2 is not installed")
 
     monkeypatch.setattr(run_module, "nvcc_path", lambda: None)
     monkeypatch.setattr(run_module, "_cpu_runner", broken)
     result = verify(PROBLEM, fenced(GOOD), VerifySettings(), cache_dir=tmp_path)
-    expected = (Verdict.RUNTIME_ERROR, Tier.CPU, "internal error in tier cpu")
+    expected = (Verdict.INTERNAL_ERROR, Tier.CPU, "internal error in tier cpu")
     assert (result.verdict, result.tier, result.reason) == expected
-    assert result.tier_verdicts == {Tier.STATIC: Verdict.PASS, Tier.CPU: Verdict.RUNTIME_ERROR}
+    assert result.tier_verdicts == {Tier.STATIC: Verdict.PASS, Tier.CPU: Verdict.INTERNAL_ERROR}
     assert "ImportError: tier 2 is not installed" in result.log
     assert not list(tmp_path.rglob("*.json"))
 
@@ -183,19 +183,41 @@ def test_a_compiler_past_the_wall_clock_limit_is_a_timeout(tmp_path):
     assert "wall-clock limit" in result.reason
 
 
-def test_compile_tier_without_nvcc_is_an_uncached_runtime_error(tmp_path, monkeypatch):
+def test_compile_tier_without_nvcc_is_an_uncached_internal_error(tmp_path, monkeypatch):
     monkeypatch.setattr(run_module, "nvcc_path", lambda: None)
     result = verify(PROBLEM, fenced(GOOD), COMPILE, cache_dir=tmp_path)
     assert (result.verdict, result.tier, result.reason) == (
-        Verdict.RUNTIME_ERROR, Tier.COMPILE, "nvcc is not on PATH: tier 1 cannot run")
+        Verdict.INTERNAL_ERROR, Tier.COMPILE, "nvcc is not on PATH: tier 1 cannot run")
     assert not list(tmp_path.rglob("*.json"))
 
 
-def test_a_crash_while_reading_the_candidate_is_a_runtime_error(tmp_path, monkeypatch):
+def test_a_crash_while_reading_the_candidate_is_an_internal_error(tmp_path, monkeypatch):
     def explode(text):
         raise RecursionError("maximum recursion depth exceeded")
 
     monkeypatch.setattr(run_module, "parse_candidate", explode)
     result = verify(PROBLEM, fenced(GOOD), STATIC, cache_dir=tmp_path)
-    assert (result.verdict, result.tier, result.tiers_run) == (Verdict.RUNTIME_ERROR, Tier.STATIC, [Tier.STATIC])
+    assert (result.verdict, result.tier, result.tiers_run) == (Verdict.INTERNAL_ERROR, Tier.STATIC, [Tier.STATIC])
     assert "RecursionError" in result.log
+
+
+def test_an_internal_error_reported_by_a_tier_is_never_cached(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_module, "nvcc_path", lambda: None)
+    monkeypatch.setattr(run_module, "_cpu_runner", _fake_tier(Verdict.INTERNAL_ERROR, Tier.CPU))
+    first = verify(PROBLEM, fenced(GOOD), VerifySettings(), cache_dir=tmp_path)
+    second = verify(PROBLEM, fenced(GOOD), VerifySettings(), cache_dir=tmp_path)
+    assert (first.verdict, second.verdict, second.cached) == (Verdict.INTERNAL_ERROR, Verdict.INTERNAL_ERROR, False)
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def test_a_huge_reason_or_log_comes_back_cut_to_a_fixed_size(tmp_path, monkeypatch):
+    def flooding():
+        return lambda problem, candidate, settings: VerifyResult(
+            verdict=Verdict.RUNTIME_ERROR, tier=Tier.CPU, tiers_run=[Tier.CPU], reason="r" * (20 << 20),
+            log="l" * (20 << 20))
+
+    monkeypatch.setattr(run_module, "nvcc_path", lambda: None)
+    monkeypatch.setattr(run_module, "_cpu_runner", flooding)
+    result = verify(PROBLEM, fenced(GOOD), VerifySettings(), use_cache=False)
+    assert len(result.reason) <= run_module.REASON_CHARS and len(result.log) <= run_module.LOG_CHARS
+    assert len(result.model_dump_json()) < 16_000

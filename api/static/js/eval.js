@@ -39,6 +39,7 @@
       const tiles = metrics.map(([k, v]) => tile(k, `${(100 * v).toFixed(1)}%`, k.includes("fast_") ? "correct and faster than PyTorch" : null));
       for (const [pth, v] of Object.entries(agg.fast_p || {})) tiles.push(tile(`fast_${pth}`, `${(100 * v).toFixed(1)}%`, "correct and faster than PyTorch"));
       tiles.push(tile("problems", String(agg.problems)), tile("samples", String(agg.samples)));
+      if (agg.internal_errors) tiles.push(tile("internal errors", String(agg.internal_errors), "verifier faults, left out of every metric"));
       if (!metrics.length) {
         tiles.push(el("p", { class: "muted small", text: `No pass@k metrics: verification stopped at the ${agg.tier || c.tier} tier; compile@k needs the compile tier or above.` }));
       }

@@ -6,7 +6,7 @@ const Verdict = (() => {
   const WORDS = {
     pass: "pass", no_code: "no code", static_reject: "static reject", compile_error: "compile error",
     runtime_error: "runtime error", shape_mismatch: "shape mismatch", value_mismatch: "value mismatch",
-    timeout: "timeout", unsupported: "unsupported",
+    timeout: "timeout", unsupported: "unsupported", internal_error: "internal error (verifier)",
   };
   const ORDER = Object.keys(WORDS);
 

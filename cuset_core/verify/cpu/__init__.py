@@ -10,18 +10,19 @@ features the runtime cannot model are reported as ``unsupported`` with the featu
 
 from __future__ import annotations
 
-import tempfile
 import time
-from pathlib import Path
 
 from cuset_core.verify.candidate import Candidate
 from cuset_core.verify.cpu.build import BuildError, prepare_preludes, toolchain
 from cuset_core.verify.cpu.rewrite import unsupported_feature
-from cuset_core.verify.protocol import harness_env, run_harness, tail, write_job
+from cuset_core.verify.cpu.sizes import hardcoded_sizes
+from cuset_core.verify.protocol import TierSpec, clip, harness_env, judge, tail
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import VerifySettings
 
 HARNESS_MODULE = "cuset_core.verify.cpu.harness"
+# Failures that reduced sizes can cause in a correct kernel that hard-codes the original ones.
+_SIZE_SENSITIVE = {Verdict.RUNTIME_ERROR, Verdict.VALUE_MISMATCH, Verdict.SHAPE_MISMATCH}
 
 __all__ = ["run_cpu_tier"]
 
@@ -41,7 +42,11 @@ def _prebuild(candidate: Candidate) -> list[dict]:
 
 
 def run_cpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettings) -> VerifyResult:
-    """Tier 2 for one candidate: build with g++, run on the CPU runtime, compare with the reference."""
+    """Tier 2 for one candidate: build with g++, run on the CPU runtime, compare with the reference.
+
+    A failure at reduced sizes is checked again at the original sizes when they fit; when they do
+    not and the candidate hard-codes the original sizes, the verdict is ``unsupported``.
+    """
     sources = candidate.sources
     feature = unsupported_feature(sources.cuda + "\n" + "\n".join(ext.cpp for ext in sources.extensions))
     if feature:
@@ -50,16 +55,40 @@ def run_cpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettin
     try:
         preludes = prepare_preludes()
     except BuildError as exc:
-        return _result(Verdict.RUNTIME_ERROR, "the CPU runtime header does not build on this machine",
+        return _result(Verdict.INTERNAL_ERROR, "the CPU runtime header does not build on this machine",
                        log=tail(str(exc)))
     pch_s = time.perf_counter() - clock
-    with tempfile.TemporaryDirectory(prefix="cuset-cpu-") as folder:
-        chain = toolchain()
-        job = write_job(Path(folder), problem_code, candidate, settings, reduce_sizes=settings.reduce_sizes,
-                        max_elements=settings.max_elements, preludes=[str(prelude) for prelude in preludes],
-                        include_dirs=list(chain.include_dirs), library_dirs=list(chain.library_dirs),
-                        prebuild=_prebuild(candidate))
-        result = run_harness(HARNESS_MODULE, job, Tier.CPU, settings.limits, harness_env(OMP_NUM_THREADS="1"))
+    chain = toolchain()
+    spec = TierSpec(Tier.CPU, HARNESS_MODULE, settings.limits, lambda folder: harness_env(OMP_NUM_THREADS="1"),
+                    build_side=candidate.kind == "python")
+    job = {"reduce_sizes": settings.reduce_sizes, "max_elements": settings.max_elements,
+           "preludes": [str(prelude) for prelude in preludes], "include_dirs": list(chain.include_dirs),
+           "library_dirs": list(chain.library_dirs), "prebuild": _prebuild(candidate)}
+    result, details = judge(spec, problem_code, candidate, settings, job)
+    overrides = details.get("candidate_job", {}).get("overrides") or {}
+    if result.verdict in _SIZE_SENSITIVE and overrides:
+        result = _at_original_sizes(spec, problem_code, candidate, settings, job, result, details)
     if pch_s > 1.0:
         result.timings_s["pch"] = pch_s
     return result
+
+
+def _at_original_sizes(spec: TierSpec, problem_code: str, candidate: Candidate, settings: VerifySettings,
+                       job: dict, reduced: VerifyResult, details: dict) -> VerifyResult:
+    """The verdict for a candidate that failed at reduced sizes: the original sizes decide when
+    they fit; else a candidate that hard-codes them is ``unsupported`` (never blamed)."""
+    candidate_job = details.get("candidate_job", {})
+    at_reduced = f"at reduced sizes: {reduced.verdict.value}: {reduced.reason}"
+    if details.get("original_fits"):
+        result, _ = judge(spec, problem_code, candidate, settings, {**job, "reduce_sizes": False})
+        timings = {**result.timings_s, **{f"reduced_{k}": v for k, v in reduced.timings_s.items()}}
+        return result.model_copy(update={"reason": clip(f"at the original sizes: {result.reason}; {at_reduced}"),
+                                         "timings_s": timings})
+    hardcoded = hardcoded_sizes(candidate.code, candidate_job.get("constants", {}), candidate_job.get("overrides", {}))
+    if not hardcoded:
+        return reduced
+    return reduced.model_copy(update={
+        "verdict": Verdict.UNSUPPORTED, "unsupported_feature": "hard-coded problem sizes",
+        "reason": clip(f"the candidate hard-codes the problem's sizes ({', '.join(hardcoded)}) and the original "
+                       f"sizes are too large for tier 2; {at_reduced}"),
+    })

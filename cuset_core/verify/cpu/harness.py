@@ -1,19 +1,21 @@
-"""Tier 2 harness: runs the reference and the candidate on the CPU runtime, inside the sandbox.
+"""Tier 2 harness: the two sandboxed sides of a CPU-runtime check (see ``protocol``).
 
-``python -m cuset_core.verify.cpu.harness JOB_JSON`` reads a job written by
-``cuset_core.verify.cpu`` and writes ``result.json`` next to it (the tier-2 fields of a
-``VerifyResult``). Steps, the first failure decides:
+``python -m cuset_core.verify.cpu.harness SIDE JOB_JSON`` with SIDE one of:
 
-1. CUDA is mapped to the CPU for Python code: ``device="cuda"`` arguments, ``.to("cuda")``
-   and ``.cuda()`` give CPU tensors; ``load_inline``/``load`` build with g++ and the runtime.
-2. Problem sizes shrink (module-level int constants, measured on the meta device) until the
-   inputs plus weights, and the outputs, each hold at most ``max_elements`` elements.
-3. The candidate is imported (its ``load_inline`` builds here); a failed build is
-   ``compile_error`` even when the candidate catches the exception.
-4. Weights: reference and candidate are built after the same ``torch.manual_seed``.
-5. One trial per seed, each under a different fiber schedule (forward, reverse, odd threads
-   first), comparing shapes then values with ``allclose``.
-6. At least one kernel must have been launched through the runtime.
+- ``reference``: shrinks the problem's sizes (module-level int constants, measured on the meta
+  device) until the inputs plus weights, and the outputs, each hold at most ``max_elements``
+  elements; when the reduced problem breaks the reference it runs the original sizes if they
+  fit (``sizes.original_fits``), else reports ``unsupported``. Then one trial per seed: inputs
+  drawn under that seed, weights under ``INIT_SEED``; writes ``inputs.safetensors`` and
+  ``reference.safetensors``.
+- ``candidate``: builds the candidate (``load_inline``/``load`` compile with g++ and the
+  runtime; a failed build is ``compile_error`` even when the candidate catches it), builds
+  ``ModelNew`` under ``INIT_SEED`` and runs every trial's inputs, each under a different fiber
+  schedule (forward, reverse, odd threads first), while a ``FallbackMonitor`` checks that the
+  outputs come from its kernels; writes ``outputs.safetensors`` and the launch counts.
+
+CUDA is mapped to the CPU on both sides: ``device="cuda"`` arguments, ``.to("cuda")`` and
+``.cuda()`` give CPU tensors.
 """
 
 from __future__ import annotations
@@ -36,14 +38,19 @@ from typing import Any, Callable
 from cuset_core.verify.protocol import (
     INIT_SEED,
     INPUT_SEED_BASE,
+    INPUTS_FILE,
+    OUTPUTS_FILE,
+    REFERENCE_FILE,
     Decided,
+    FallbackMonitor,
     Outcome,
     candidate_factory,
-    compare_outputs,
+    first_line,
     flatten_outputs,
-    read_job,
+    load_values,
+    run_side,
+    save_values,
     tail,
-    write_outcome,
 )
 
 SCHEDULES = ("ascending thread order", "descending thread order", "odd threads first")
@@ -115,8 +122,10 @@ def extension_module_name(name: str | None, index: int) -> str:
 class Builder:
     """Stands in for ``torch.utils.cpp_extension.load_inline``/``load`` inside the harness."""
 
-    def __init__(self, workdir: Path, preludes: list[Path], timings: dict[str, float], chain, prebuilt: dict):
+    def __init__(self, workdir: Path, preludes: list[Path], timings: dict[str, float], chain, prebuilt: dict,
+                 monitor: FallbackMonitor):
         self.workdir = workdir
+        self.monitor = monitor  # every extension's functions count as kernel calls
         self.preludes = preludes
         self.chain = chain
         self.prebuilt = prebuilt  # (module name, translation unit) -> Future of the library path
@@ -157,7 +166,7 @@ class Builder:
         spec = importlib.util.spec_from_file_location(module_name, library, loader=loader)
         module = importlib.util.module_from_spec(spec)
         loader.exec_module(module)
-        return module
+        return self.monitor.wrap_extension(module)
 
     def load_inline(self, name, cpp_sources, cuda_sources=None, functions=None, **_ignored):
         """``load_inline``'s signature; compiler flags and include paths are ignored."""
@@ -247,17 +256,17 @@ def candidate_overrides(candidate_source: str, problem_constants: dict[str, int]
     return {name: value for name, value in overrides.items() if own.get(name) == problem_constants.get(name)}
 
 
-# ---------------------------------------------------------------- the protocol
+# ---------------------------------------------------------------- the reference side
 
 
-def _call(model: Any, inputs: list[Any], what: str) -> list[Any]:
+def _call(model: Any, inputs: list[Any], what: str, verdict: str = "runtime_error") -> list[Any]:
     try:
         return flatten_outputs(model(*inputs))
     except Decided:
         raise
     except Exception as exc:  # noqa: BLE001 - a crash of either side decides the verdict
-        first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        raise Decided(Outcome("runtime_error", f"{what} forward failed: {first}", log=tail(traceback.format_exc()))) from exc
+        raise Decided(Outcome(verdict, f"{what} forward failed: {first_line(exc)}",
+                              log=tail(traceback.format_exc()))) from exc
 
 
 def _clone(values: list[Any]) -> list[Any]:
@@ -266,27 +275,115 @@ def _clone(values: list[Any]) -> list[Any]:
     return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def _import_candidate(job: dict, workdir: Path, builder: Builder, problem: types.ModuleType,
-                      overrides: dict[str, int], constants: dict[str, int]) -> Callable[[], Any]:
+def run_reference(problem_source: str, overrides: dict[str, int], kind: str, seeds: int) -> dict[str, Any]:
+    """The reference at the given sizes: the candidate's inputs (``init``, ``trials``, and for a
+    ``.cu`` candidate the reference's ``layout`` and ``weights``) and the expected ``outputs``.
+    Any failure raises ``Decided`` (``internal_error``: the problem, not the candidate)."""
+    import dataclasses
+
+    import torch
+
+    from cuset_core.verify.binding import reference_layout
+
+    def failed(what: str, exc: Exception) -> Decided:
+        return Decided(Outcome("internal_error", f"the reference {what} failed: {first_line(exc)}",
+                               log=tail(traceback.format_exc())))
+
+    data: dict[str, Any] = {"trials": [], "outputs": []}
+    with device_mode("cpu"), torch.no_grad():
+        try:
+            problem = load_source(problem_source, "cuset_reference", overrides, "problem.py")
+            data["init"] = list(problem.get_init_inputs())
+            torch.manual_seed(INIT_SEED)
+            model = problem.Model(*data["init"])
+        except Exception as exc:  # noqa: BLE001 - the problem's own code decides nothing about the candidate
+            raise failed("construction", exc) from exc
+        if kind == "cu":
+            data["layout"] = dataclasses.asdict(reference_layout(model))
+            data["weights"] = {name: t.detach().clone() for name, t in [*model.named_parameters(),
+                                                                        *model.named_buffers()]}
+        for trial in range(seeds):
+            torch.manual_seed(INPUT_SEED_BASE + trial)
+            try:
+                inputs = list(problem.get_inputs())
+            except Exception as exc:  # noqa: BLE001
+                raise failed("get_inputs()", exc) from exc
+            data["trials"].append(inputs)
+            data["outputs"].append(_call(model, _clone(inputs), "reference", "internal_error"))
+    return data
+
+
+def reference_side(job: dict, workdir: Path, timings: dict[str, float]) -> Outcome:
+    """Plan the sizes, run the reference, write the candidate's inputs and the expected outputs."""
+    import torch
+
+    from cuset_core.verify.cpu.sizes import int_constants, original_fits
+
+    clock = time.perf_counter()
+    torch.set_num_threads(1)
+    map_cuda_to_cpu()
+    problem_source = (workdir / "problem.py").read_text()
+    constants = int_constants(ast.parse(problem_source))
+    overrides = size_overrides(problem_source, job["max_elements"]) if job["reduce_sizes"] else {}
+    fits = not overrides or original_fits(_safe_elements(problem_source), job["max_elements"])
+    try:
+        data = run_reference(problem_source, overrides, job["kind"], job["seeds"])
+    except Decided as decided:
+        if not overrides:
+            raise
+        if not fits:
+            raise Decided(Outcome("unsupported", "the reduced problem breaks the reference "
+                                  f"({decided.outcome.reason}) and its original sizes are too large for tier 2",
+                                  log=decided.outcome.log, unsupported_feature="original problem sizes")) from None
+        note = f"the reduced problem broke the reference ({decided.outcome.reason}); original sizes used"
+        overrides, data = {}, run_reference(problem_source, {}, job["kind"], job["seeds"])
+    else:
+        shrunk = ", ".join(f"{name}={constants[name]}->{value}" for name, value in overrides.items())
+        note = f"sizes reduced: {shrunk}" if shrunk else ""
+    outputs = data.pop("outputs")
+    save_values(workdir / INPUTS_FILE, data)
+    save_values(workdir / REFERENCE_FILE, {"trials": outputs})
+    timings["reference"] = time.perf_counter() - clock
+    return Outcome("pass", details={"note": note, "original_fits": fits,
+                                    "candidate_job": {"overrides": overrides, "constants": constants}})
+
+
+def _safe_elements(problem_source: str) -> int | None:
+    """Elements of the problem at its original sizes; None when they cannot be measured."""
+    try:
+        return measured_elements(problem_source, {})
+    except Exception:  # noqa: BLE001 - a problem that cannot run on meta: size unknown
+        return None
+
+
+# ---------------------------------------------------------------- the candidate side
+
+
+def _import_candidate(job: dict, workdir: Path, builder: Builder, inputs: dict[str, Any]) -> Callable[[], Any]:
     """Build the candidate; return a factory for the module under test (seed it first)."""
     source = (workdir / job["candidate"]).read_text()
-    init_inputs = problem.get_init_inputs()
     try:
         if job["kind"] == "cu":
             built = builder.build("cuset_cu_candidate", source, "", None)
         else:
-            built = load_source(source, "cuset_candidate", candidate_overrides(source, constants, overrides),
-                                "candidate.py")
+            overrides = candidate_overrides(source, job["constants"], job["overrides"])
+            built = load_source(source, "cuset_candidate", overrides, "candidate.py")
     except Decided:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure to build or import decides the verdict
         if builder.failure:
             raise Decided(builder.failure) from exc
-        raise Decided(Outcome("runtime_error", f"importing the candidate failed: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}",
+        raise Decided(Outcome("runtime_error", f"importing the candidate failed: {first_line(exc)}",
                               log=tail(traceback.format_exc()))) from exc
     if builder.failure:
         raise Decided(builder.failure)
-    return candidate_factory(job["kind"], problem, built, init_inputs, source)
+    binding = None
+    if job["kind"] == "cu":
+        from cuset_core.verify.binding import ReferenceLayout
+
+        binding = (ReferenceLayout(**inputs["layout"]), inputs["weights"])
+    n_inputs = len(inputs["trials"][0]) if inputs["trials"] else 0
+    return candidate_factory(job["kind"], built, inputs["init"], source, n_inputs, binding)
 
 
 def start_prebuilds(job: dict, workdir: Path, preludes: list[Path], chain, pool: ThreadPoolExecutor) -> dict:
@@ -297,93 +394,94 @@ def start_prebuilds(job: dict, workdir: Path, preludes: list[Path], chain, pool:
     """
     from cuset_core.verify.cpu.build import compile_extension, translation_unit
 
+    built = {(entry["module"], entry["digest"]): workdir / entry["file"] for entry in job.get("prebuilt", [])}
     started = {}
     for index, ext in enumerate(job.get("prebuild", [])):
         module_name = extension_module_name(ext["name"], index)
         unit = translation_unit(module_name, ext["cuda"], ext["cpp"], ext["functions"])
-        started[(module_name, unit)] = pool.submit(compile_extension, module_name, unit, workdir, preludes, chain)
+        library = built.get((module_name, unit_digest(unit)))
+        if library is not None and library.is_file():  # compiled by the build side, next to the reference
+            started[(module_name, unit)] = pool.submit(lambda path=library: path)
+        else:
+            started[(module_name, unit)] = pool.submit(compile_extension, module_name, unit, workdir, preludes, chain)
     return started
 
 
-def run_protocol(job: dict, workdir: Path, timings: dict[str, float]) -> Outcome:
-    """The whole tier-2 protocol for one job; the first failure raises ``Decided``.
+def unit_digest(unit: str) -> str:
+    """sha256 (hex) of a translation unit: which prebuilt library belongs to which unit."""
+    import hashlib
 
-    ``timings`` receives seconds per stage ("build", "run") as they finish.
-    """
+    return hashlib.sha256(unit.encode()).hexdigest()
+
+
+def build_side(job: dict, workdir: Path, timings: dict[str, float]) -> Outcome:
+    """Compile the statically known extensions only (g++ on the candidate's sources; none of its
+    Python runs), while the reference side runs; a failed build is left to the candidate side."""
+    from cuset_core.verify.cpu.build import BuildError, Toolchain, compile_extension, translation_unit
+
+    chain = Toolchain(tuple(job["include_dirs"]), tuple(job["library_dirs"]))
+    preludes = [Path(folder) for folder in job["preludes"]]
+    clock = time.perf_counter()
+    built = []
+    for index, ext in enumerate(job.get("prebuild", [])):
+        module_name = extension_module_name(ext["name"], index)
+        unit = translation_unit(module_name, ext["cuda"], ext["cpp"], ext["functions"])
+        try:
+            library = compile_extension(module_name, unit, workdir, preludes, chain)
+        except BuildError:
+            break
+        built.append({"module": module_name, "digest": unit_digest(unit), "file": library.name})
+    timings["prebuild"] = time.perf_counter() - clock
+    return Outcome("pass", details={"built": built})
+
+
+def candidate_side(job: dict, workdir: Path, timings: dict[str, float]) -> Outcome:
+    """Build and run the candidate on the inputs the judge handed over; write its outputs."""
     from cuset_core.verify.cpu.build import Toolchain
 
     chain = Toolchain(tuple(job["include_dirs"]), tuple(job["library_dirs"]))
     preludes = [Path(folder) for folder in job["preludes"]]
+    monitor = FallbackMonitor()
     with ThreadPoolExecutor(max_workers=1) as pool:
         prebuilt = start_prebuilds(job, workdir, preludes, chain, pool)
-        return _run_protocol(job, workdir, timings, Builder(workdir, preludes, timings, chain, prebuilt))
+        builder = Builder(workdir, preludes, timings, chain, prebuilt, monitor)
+        return _run_candidate(job, workdir, timings, builder, monitor)
 
 
-def _run_protocol(job: dict, workdir: Path, timings: dict[str, float], builder: Builder) -> Outcome:
+def _run_candidate(job: dict, workdir: Path, timings: dict[str, float], builder: Builder,
+                   monitor: FallbackMonitor) -> Outcome:
     import torch
     import torch.utils.cpp_extension
-
-    from cuset_core.verify.cpu.sizes import int_constants
 
     torch.set_num_threads(1)
     map_cuda_to_cpu()
     torch.utils.cpp_extension.load_inline = builder.load_inline
     torch.utils.cpp_extension.load = builder.load
-    problem_source = (workdir / job["problem"]).read_text()
-    constants = int_constants(ast.parse(problem_source))
-    overrides = size_overrides(problem_source, job["max_elements"]) if job["reduce_sizes"] else {}
+    inputs = load_values((workdir / INPUTS_FILE).read_bytes())
+    outputs = []
     with device_mode("cpu"), torch.no_grad():
-        problem = load_source(problem_source, "cuset_reference", overrides, "problem.py")
-        make_candidate = _import_candidate(job, workdir, builder, problem, overrides, constants)
+        make_candidate = _import_candidate(job, workdir, builder, inputs)
         clock = time.perf_counter()
-        init_inputs = problem.get_init_inputs()
-        torch.manual_seed(INIT_SEED)
-        reference = problem.Model(*init_inputs)
         torch.manual_seed(INIT_SEED)
         candidate = make_candidate()
-        outcome = Outcome("pass")
-        for trial in range(job["seeds"]):
+        for trial, trial_inputs in enumerate(inputs["trials"]):
             os.environ["CUSET_SCHEDULE"] = str(trial)
-            torch.manual_seed(INPUT_SEED_BASE + trial)
-            inputs = problem.get_inputs()
-            ref_out = _call(reference, _clone(inputs), "reference")
-            new_out = _call(candidate, _clone(inputs), "candidate")
-            compared = compare_outputs(ref_out, new_out, job["atol"], job["rtol"])
-            if compared.verdict != "pass":
-                compared.trials = trial + 1
-                compared.launches = builder.launches()
-                schedule = SCHEDULES[trial % len(SCHEDULES)]
-                compared.reason = f"trial {trial + 1} (seed {INPUT_SEED_BASE + trial}, {schedule}): {compared.reason}"
-                timings["run"] = time.perf_counter() - clock
-                raise Decided(compared)
-            outcome.max_abs_diff = max(outcome.max_abs_diff or 0.0, compared.max_abs_diff or 0.0)
-            outcome.mean_abs_diff = max(outcome.mean_abs_diff or 0.0, compared.mean_abs_diff or 0.0)
-            outcome.trials = trial + 1
+            with monitor:
+                produced = _call(candidate, _clone(trial_inputs), "candidate")
+            fallback = monitor.fallback_reason(produced)
+            if fallback:
+                raise Decided(Outcome("static_reject", f"trial {trial + 1}: {fallback}", launches=builder.launches()))
+            outputs.append(produced)
         timings["run"] = time.perf_counter() - clock
-    outcome.launches = builder.launches()
-    shrunk = ", ".join(f"{name}={constants[name]}->{value}" for name, value in overrides.items())
-    if not outcome.launches:
-        outcome.verdict = "runtime_error"
-        outcome.reason = "no custom kernel ran: the outputs match but no kernel was launched"
-    else:
-        outcome.reason = f"{outcome.trials} trials within tolerance" + (f"; sizes reduced: {shrunk}" if shrunk else "")
-    return outcome
+    save_values(workdir / OUTPUTS_FILE, {"trials": outputs})
+    return Outcome("pass", launches=builder.launches())
 
 
-def main(argv: list[str]) -> int:
-    """Entry point: ``harness JOB_JSON``; always writes ``result.json`` unless killed."""
-    job, workdir = read_job(argv)
-    timings: dict[str, float] = {}
-    try:
-        outcome = run_protocol(job, workdir, timings)
-    except Decided as decided:
-        outcome = decided.outcome
-    except Exception:  # noqa: BLE001 - report, never crash without a result
-        outcome = Outcome("runtime_error", "the CPU harness failed", log=tail(traceback.format_exc()))
-    outcome.timings_s = timings
-    write_outcome(workdir, job, outcome)
-    return 0
+def side_main(side: str, job: dict, workdir: Path, timings: dict[str, float]) -> Outcome:
+    """One side of the tier-2 check (``reference`` or ``candidate``)."""
+    sides = {"reference": reference_side, "candidate": candidate_side, "build": build_side}
+    return sides[side](job, workdir, timings)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(run_side(side_main, sys.argv[1:], "CPU"))

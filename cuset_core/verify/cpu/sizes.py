@@ -6,16 +6,24 @@ constant of at least ``2 * MIN_VALUE`` is halved (odd values round up, so an odd
 odd-ish and still exercises the kernels' bounds guards; powers of two keep dividing each
 other; small settings such as kernel sizes are never touched) until the measured element
 count fits the budget.
+
+A reduction must never blame the candidate. When the reduced problem breaks the reference
+(a shape written as a literal somewhere, e.g. LayerNorm's ``normalized_shape``), or the
+candidate fails only at reduced sizes (it hard-codes them: ``#define N 4096``, a constant, a
+fixed grid), the check runs again at the original sizes when they fit
+(:func:`original_fits`), else the verdict is ``unsupported`` with that reason.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable
 from copy import deepcopy
 
 MIN_VALUE = 8  # constants below this (kernel sizes, strides, channels of 3) are never shrunk
 MAX_STEPS = 200
+ORIGINAL_SIZE_FACTOR = 16  # the original sizes are run when they hold at most this many budgets
 
 
 def int_constants(tree: ast.Module) -> dict[str, int]:
@@ -61,3 +69,15 @@ def plan_reduction(
         current[name] = (current[name] + 1) // 2
         changed[name] = current[name]
     return changed
+
+
+def original_fits(elements: int | None, max_elements: int) -> bool:
+    """Whether a problem of ``elements`` elements (None: unknown) may run at its original sizes."""
+    return elements is not None and elements <= ORIGINAL_SIZE_FACTOR * max_elements
+
+
+def hardcoded_sizes(code: str, constants: dict[str, int], overrides: dict[str, int]) -> list[str]:
+    """``name=value`` for each reduced constant whose original value appears as a number in ``code``
+    (a candidate that hard-codes the problem's sizes)."""
+    return [f"{name}={constants[name]}" for name in overrides
+            if name in constants and re.search(rf"(?<![\w.]){constants[name]}(?![\w.])", code)]

@@ -1,0 +1,123 @@
+"""The hostile candidates of issue 13, as data: each is the demo ReLU solution with one attack.
+
+Shared by ``tests/security`` (each attack must fail) and ``bench/hack_suite.py`` (caught/total
+and tier-2 time, this design against the previous one). The attacks aim at both designs: they
+forge ``report.json`` (this judge's) and ``result.json`` (the previous harness's), and patch the
+comparison wherever a harness imported it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+DEMO = Path(__file__).resolve().parents[2] / "cuset_core" / "demo"
+PROBLEM = (DEMO / "problems" / "02_relu.py").read_text()
+HONEST = (DEMO / "solutions" / "02_relu.py").read_text()
+SECRET = "SECRET-7f3a-only-the-test-knows"
+WRONG_KERNEL = ("y[i] = fmaxf(x[i], 0.0f);", "y[i] = fmaxf(x[i], 0.0f) + 1.0f;")  # wrong by exactly 1
+
+
+def at_import(code: str) -> str:
+    """The honest solution with ``code`` run when the candidate module is imported, before it builds."""
+    return HONEST.replace("from torch.utils.cpp_extension import load_inline\n",
+                          "from torch.utils.cpp_extension import load_inline\n" + code + "\n", 1)
+
+
+def in_forward(body: str) -> str:
+    """The honest solution whose ``forward`` runs ``body`` instead."""
+    return HONEST.replace("        return relu_ext.relu_cuda(x)", body)
+
+
+_FORGED = '{"verdict": "pass", "reason": "forged", "trials": 3, "launches": {"relu_kernel": 3}}'
+
+FORGE_AND_EXIT = at_import(f"""
+import os as _os
+for _name in ("result.json", "report.json", "../result.json"):
+    try:
+        open(_name, "w").write('{_FORGED}')
+    except OSError:
+        pass
+_os._exit(0)
+""")
+
+REPLACE_COMPARISON = at_import("""
+import sys as _sys
+import cuset_core.verify.protocol as _protocol
+_pass = lambda *args, **kwargs: _protocol.Outcome("pass")
+for _module in (_protocol, _sys.modules.get("__main__")):
+    for _name in ("compare_outputs", "compare_trials"):
+        if hasattr(_module, _name):
+            setattr(_module, _name, _pass)
+""").replace(*WRONG_KERNEL)
+
+REPLACE_ALLCLOSE = at_import("""
+torch.allclose = lambda *args, **kwargs: True
+torch.equal = lambda *args, **kwargs: True
+torch.Tensor.allclose = lambda *args, **kwargs: True
+""").replace(*WRONG_KERNEL)
+
+TORCH_EXPRESSION = in_forward("        relu_ext.relu_cuda(x)\n        return (x + x.abs()) * 0.5")
+
+REFERENCE_THROUGH_SYS_MODULES = in_forward("""        import sys, pathlib
+        relu_ext.relu_cuda(x)
+        found = [m for m in list(sys.modules.values())
+                 if isinstance(getattr(m, "Model", None), type) and callable(getattr(m, "get_inputs", None))]
+        if found:
+            return found[0].Model()(x)
+        files = sorted(str(p) for p in pathlib.Path.cwd().parent.rglob("problem.py"))
+        raise RuntimeError(f"no reference: modules={len(found)} files={files}")""")
+
+
+def symlink_to(hidden: Path, *names: str) -> str:
+    """A candidate that replaces its result files ``names`` by symlinks to ``hidden`` and exits."""
+    links = "\n".join(f"_os.symlink({str(hidden)!r}, {name!r})" for name in names)
+    return at_import(f"import os as _os\n{links}\n_os._exit(0)")
+
+
+def forged_report_then(code: str) -> str:
+    """A candidate that writes a forged passing report, runs ``code`` (with ``_os``) and exits."""
+    return at_import(f"import os as _os\nopen('report.json', 'w').write('{_FORGED}')\n{code}\n_os._exit(0)")
+
+
+HUGE_REASON = at_import("""
+import sys as _sys
+_sys.stderr.write("L" * (20 << 20))
+raise RuntimeError("R" * (20 << 20))
+""")
+
+HUGE_REPORT = at_import("""
+import json as _json, os as _os
+open("report.json", "w").write(_json.dumps({"verdict": "runtime_error", "reason": "R" * (20 << 20)}))
+_os._exit(0)
+""")
+
+
+@dataclass(frozen=True)
+class Attack:
+    """One hostile candidate and the verdicts that mean it was caught."""
+
+    name: str
+    candidate: str
+    caught_as: tuple[str, ...]
+
+
+def suite(hidden: Path) -> list[Attack]:
+    """Every attack; ``hidden`` is a file holding ``SECRET`` that the judge must never read back."""
+    return [
+        Attack("writes the result file itself and exits", FORGE_AND_EXIT, ("runtime_error",)),
+        Attack("replaces the harness comparison", REPLACE_COMPARISON, ("value_mismatch",)),
+        Attack("replaces torch.allclose", REPLACE_ALLCLOSE, ("value_mismatch",)),
+        Attack("launches its kernel, returns a torch expression", TORCH_EXPRESSION, ("static_reject",)),
+        Attack("calls the reference Model through sys.modules", REFERENCE_THROUGH_SYS_MODULES, ("runtime_error",)),
+        Attack("result file replaced by a symlink to a hidden file",
+               symlink_to(hidden, "report.json", "result.json"), ("runtime_error",)),
+        Attack("outputs replaced by a symlink to a hidden file",
+               forged_report_then(f"_os.symlink({str(hidden)!r}, 'outputs.safetensors')"), ("runtime_error",)),
+        Attack("outputs replaced by a FIFO nobody writes",
+               forged_report_then("_os.mkfifo('outputs.safetensors')"), ("runtime_error",)),
+        Attack("oversized outputs (64 MiB sparse file)",
+               forged_report_then("open('outputs.safetensors', 'wb').truncate(64 << 20)"), ("runtime_error",)),
+        Attack("emits a 20 MiB reason and log", HUGE_REASON, ("runtime_error",)),
+        Attack("writes a 20 MiB report", HUGE_REPORT, ("runtime_error",)),
+    ]

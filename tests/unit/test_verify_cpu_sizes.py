@@ -1,0 +1,169 @@
+"""Tier 2's size reduction never blames the candidate (issue 13, part 6).
+
+A problem whose reduced sizes break the reference (a LayerNorm whose ``normalized_shape`` is a
+literal) and a kernel that hard-codes the sizes (``#define N 4096``) are checked at their
+original sizes when those fit, and are ``unsupported`` with the reason when they do not; never a
+``runtime_error``. Builds real extensions with g++, so marked slow.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cuset_core.verify.candidate import parse_candidate
+from cuset_core.verify.cpu import run_cpu_tier
+from cuset_core.verify.cpu.sizes import ORIGINAL_SIZE_FACTOR
+from cuset_core.verify.result import Tier, Verdict
+from cuset_core.verify.settings import SandboxLimits, VerifySettings
+
+pytestmark = pytest.mark.slow
+
+ORIGINAL = 4096  # elements of each problem below at its original sizes
+FITS = VerifySettings(tier=Tier.CPU, max_elements=1024, limits=SandboxLimits(wall_s=300, cpu_s=300))
+TOO_BIG = FITS.model_copy(update={"max_elements": ORIGINAL // ORIGINAL_SIZE_FACTOR - 1})
+
+LAYERNORM_PROBLEM = """
+import torch
+import torch.nn as nn
+
+batch_size = 8
+dim = 512
+
+
+class Model(nn.Module):
+    def __init__(self, normalized_shape):
+        super().__init__()
+        self.ln = nn.LayerNorm(normalized_shape, elementwise_affine=False)
+
+    def forward(self, x):
+        return self.ln(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return [(512,)]  # a literal: shrinking ``dim`` breaks the reference
+"""
+
+LAYERNORM_CANDIDATE = '''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_src = r"""
+#include <torch/extension.h>
+
+__global__ void layernorm_rows(const float* x, float* y, int rows, int cols) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    const float* row = x + (long)r * cols;
+    float mean = 0.0f, var = 0.0f;
+    for (int c = 0; c < cols; ++c) mean += row[c];
+    mean /= cols;
+    for (int c = 0; c < cols; ++c) var += (row[c] - mean) * (row[c] - mean);
+    float inv = rsqrtf(var / cols + 1e-5f);
+    for (int c = 0; c < cols; ++c) y[(long)r * cols + c] = (row[c] - mean) * inv;
+}
+
+torch::Tensor layernorm(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int cols = x.size(-1);
+    int rows = x.numel() / cols;
+    layernorm_rows<<<(rows + 63) / 64, 64>>>(x.data_ptr<float>(), y.data_ptr<float>(), rows, cols);
+    return y;
+}
+"""
+
+ext = load_inline(name="ln_ext", cpp_sources="torch::Tensor layernorm(torch::Tensor x);",
+                  cuda_sources=cuda_src, functions=["layernorm"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, normalized_shape):
+        super().__init__()
+
+    def forward(self, x):
+        return ext.layernorm(x.contiguous())
+'''
+
+RELU_PROBLEM = """
+import torch
+import torch.nn as nn
+
+n_elements = 4096
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(n_elements)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+DEFINE_SIZED_CANDIDATE = '''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_src = r"""
+#include <torch/extension.h>
+#define N 4096
+
+__global__ void relu_fixed(const float* x, float* y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) y[i] = fmaxf(x[i], 0.0f);
+}
+
+torch::Tensor relu(torch::Tensor x) {
+    auto y = torch::empty({N}, x.options());
+    relu_fixed<<<N / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>());
+    return y;
+}
+"""
+
+ext = load_inline(name="relu_fixed_ext", cpp_sources="torch::Tensor relu(torch::Tensor x);",
+                  cuda_sources=cuda_src, functions=["relu"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.relu(x)
+'''
+
+
+def tier2(problem: str, candidate: str, settings: VerifySettings):
+    return run_cpu_tier(problem, parse_candidate(candidate), settings)
+
+
+def test_a_reduction_that_breaks_the_reference_runs_the_original_sizes():
+    result = tier2(LAYERNORM_PROBLEM, LAYERNORM_CANDIDATE, FITS)
+    assert result.verdict is Verdict.PASS, result.reason + result.log
+    assert "the reduced problem broke the reference" in result.reason and "original sizes used" in result.reason
+
+
+def test_a_reduction_that_breaks_the_reference_is_unsupported_when_the_original_is_too_big():
+    result = tier2(LAYERNORM_PROBLEM, LAYERNORM_CANDIDATE, TOO_BIG)
+    assert (result.verdict, result.unsupported_feature) == (Verdict.UNSUPPORTED, "original problem sizes")
+    assert result.reason.startswith("the reduced problem breaks the reference (reference forward failed: Given "
+                                    "normalized_shape=[512]")
+    assert result.reason.endswith("its original sizes are too large for tier 2")
+
+
+def test_a_kernel_with_hard_coded_sizes_is_judged_at_the_original_sizes():
+    result = tier2(RELU_PROBLEM, DEFINE_SIZED_CANDIDATE, FITS)
+    assert result.verdict is Verdict.PASS, result.reason + result.log
+    assert result.reason.startswith("at the original sizes: 3 trials within tolerance; at reduced sizes: ")
+
+
+def test_a_kernel_with_hard_coded_sizes_is_unsupported_when_the_original_is_too_big():
+    result = tier2(RELU_PROBLEM, DEFINE_SIZED_CANDIDATE, TOO_BIG)
+    assert (result.verdict, result.unsupported_feature) == (Verdict.UNSUPPORTED, "hard-coded problem sizes")
+    assert result.reason.startswith("the candidate hard-codes the problem's sizes (n_elements=4096)")

@@ -1,0 +1,158 @@
+"""The judge's pieces, without a compiler: data across processes, untrusted file reads, the
+run-time fallback monitor and the size-reduction rules."""
+
+from __future__ import annotations
+
+import os
+import types
+
+import pytest
+import torch
+
+from cuset_core.verify.cpu.sizes import ORIGINAL_SIZE_FACTOR, hardcoded_sizes, original_fits
+from cuset_core.verify.protocol import (
+    FallbackMonitor,
+    UntrustedFileError,
+    load_values,
+    read_report,
+    read_untrusted,
+    save_values,
+)
+
+
+def test_values_cross_processes_as_safetensors_with_their_structure(tmp_path):
+    groups = {"init": [3, 0.5, (4, 1, 1), None, torch.float16],
+              "trials": [[torch.arange(6.0).reshape(2, 3), 7], [torch.ones(2, dtype=torch.int64), True]],
+              "layout": {"names": ["conv.weight"], "attrs": {"eps": 1e-5}}}
+    save_values(tmp_path / "v.safetensors", groups)
+    data = (tmp_path / "v.safetensors").read_bytes()
+    assert b"pickle" not in data and data[8:9] == b"{"  # a JSON header, then raw tensor bytes
+    loaded = load_values(data)
+    assert loaded["init"] == [3, 0.5, (4, 1, 1), None, torch.float16]
+    assert torch.equal(loaded["trials"][0][0], groups["trials"][0][0]) and loaded["trials"][0][1] == 7
+    assert torch.equal(loaded["trials"][1][0], torch.ones(2, dtype=torch.int64))
+    assert loaded["layout"] == {"names": ["conv.weight"], "attrs": {"eps": 1e-5}}
+
+
+@pytest.mark.parametrize("data", [b"", b"\xff" * 8 + b"{}", b"\x02\x00\x00\x00\x00\x00\x00\x00{}",
+                                  b"\x10\x00\x00\x00\x00\x00\x00\x00" + b'{"a": 1}        '])
+def test_malformed_tensor_files_are_rejected(data):
+    with pytest.raises(UntrustedFileError):
+        load_values(data)
+
+
+def test_the_judge_reads_only_regular_files_under_the_cap(tmp_path):
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"verdict": "pass"}')
+    side = tmp_path / "side"
+    side.mkdir()
+    (side / "ok.bin").write_bytes(b"12345")
+    assert read_untrusted(side, "ok.bin", 5) == b"12345"
+    assert read_untrusted(side, "absent.bin", 5) is None
+    with pytest.raises(UntrustedFileError, match="over the cap"):
+        read_untrusted(side, "ok.bin", 4)
+    (side / "report.json").symlink_to(secret)
+    with pytest.raises(UntrustedFileError, match="symbolic link"):
+        read_report(side)
+    os.mkfifo(side / "fifo.bin")  # nobody writes it: a blocking open would hang the judge
+    with pytest.raises(UntrustedFileError, match="not a regular file"):
+        read_untrusted(side, "fifo.bin", 5)
+
+
+def test_a_side_folder_replaced_by_a_symlink_is_refused(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "report.json").write_text('{"verdict": "pass"}')
+    (tmp_path / "side").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(UntrustedFileError, match="cannot be opened as a folder"):
+        read_report(tmp_path / "side")
+
+
+def test_a_report_that_is_not_a_json_object_is_refused(tmp_path):
+    (tmp_path / "report.json").write_text("[1, 2]")
+    with pytest.raises(UntrustedFileError, match="not a JSON object"):
+        read_report(tmp_path)
+
+
+# ---------------------------------------------------------------- the fallback monitor
+
+
+def _extension(monitor: FallbackMonitor) -> types.ModuleType:
+    """A stand-in for a built extension: ``scale`` returns a new tensor, ``fill`` writes in place."""
+    fake = types.ModuleType("fake_ext")
+    fake.scale = lambda x: torch.from_numpy(x.detach().numpy() * 2)
+
+    def fill(x, out):
+        out.numpy()[...] = x.detach().numpy() * 2  # through the raw memory, as a kernel writes
+
+    fake.fill = fill
+    return monitor.wrap_extension(fake)
+
+
+def _run(forward) -> tuple[FallbackMonitor, str | None]:
+    monitor = FallbackMonitor()
+    ext = _extension(monitor)
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    with monitor:
+        out = forward(ext, x, w)
+    return monitor, monitor.fallback_reason([out])
+
+
+def test_outputs_made_by_the_kernels_pass_even_through_views_copies_and_follow_up_ops():
+    for forward in (
+        lambda ext, x, w: ext.scale(x),
+        lambda ext, x, w: ext.scale(x).view(2, 8).t().contiguous(),
+        lambda ext, x, w: torch.relu(ext.scale(x @ w)) + 1,  # torch around the kernel is fine
+    ):
+        monitor, reason = _run(forward)
+        assert reason is None
+    assert monitor.extension_calls == 1 and monitor.compute_ops == {"add": 1, "mm": 1, "relu": 1}
+
+
+def test_a_kernel_writing_into_a_preallocated_output_counts():
+    def forward(ext, x, w):
+        out = torch.empty_like(x)
+        ext.fill(x, out)
+        return out
+
+    assert _run(forward)[1] is None
+
+
+@pytest.mark.parametrize("forward", [
+    lambda ext, x, w: (ext.scale(x), x @ w)[1],  # launches its kernel, discards it, returns torch's
+    lambda ext, x, w: (ext.scale(x), x * 2)[1],
+    lambda ext, x, w: (ext.scale(x), torch.zeros_like(x) + x.mm(w))[1],
+])
+def test_an_output_computed_by_torch_instead_of_the_kernels_is_a_fallback(forward):
+    monitor, reason = _run(forward)
+    assert reason is not None and reason.startswith("run-time fallback: output 0 was computed by torch ops")
+    assert "1 custom-extension calls" in reason
+
+
+def test_a_forward_that_never_calls_its_extension_is_a_fallback():
+    assert _run(lambda ext, x, w: torch.relu(x))[1].startswith("run-time fallback: forward never called")
+
+
+# ---------------------------------------------------------------- size reduction rules
+
+
+def test_original_sizes_run_only_when_they_fit_the_budget():
+    assert original_fits(ORIGINAL_SIZE_FACTOR * 1000, 1000)
+    assert not original_fits(ORIGINAL_SIZE_FACTOR * 1000 + 1, 1000)
+    assert not original_fits(None, 1000)
+
+
+def test_a_candidate_hard_codes_sizes_when_an_original_value_appears_as_a_number():
+    constants, overrides = {"N": 4096, "batch": 16, "dim": 512}, {"N": 1024, "dim": 256}
+    assert hardcoded_sizes("#define N 4096\nint x = 40960; float y = 512.0f;", constants, overrides) == ["N=4096"]
+    assert hardcoded_sizes("int n = x.numel();", constants, overrides) == []
+
+
+def test_an_op_the_candidate_registered_with_the_dispatcher_counts_as_its_kernel():
+    library = torch.library.Library("cuset_test_ops", "DEF")
+    library.define("double_it(Tensor x) -> Tensor")
+    library.impl("double_it", lambda x: torch.from_numpy(x.detach().numpy() * 2), "CPU")
+    monitor, reason = _run(lambda ext, x, w: torch.ops.cuset_test_ops.double_it(x))
+    assert reason is None and monitor.extension_calls == 1
+    # its inputs are not the kernel's work: torch compute on them afterwards is still a fallback
+    _, reason = _run(lambda ext, x, w: (torch.ops.cuset_test_ops.double_it(x), x * 2)[1])
+    assert reason.startswith("run-time fallback: output 0 was computed by torch ops")
