@@ -83,25 +83,34 @@ def _pipeline(problem_code: str, answer: str, settings: VerifySettings) -> tuple
         # Fail closed: tiers 1-3 run the candidate's code (compilers included) in the sandbox.
         first = Tier.COMPILE if nvcc_path() is not None or settings.tier is Tier.COMPILE else Tier.CPU
         return _internal_error(first, result, refused, ""), True
+    machine_lacks_nvcc = False
     if settings.tier.rank >= Tier.COMPILE.rank:
+        machine_lacks_nvcc = nvcc_path() is None
         result, internal = _compile_tier(candidate, settings, result)
         if internal or result.verdict not in _CONTINUE:
-            return result, internal
+            return result, internal or machine_lacks_nvcc
     for tier, runner in ((Tier.CPU, _cpu_runner), (Tier.GPU, _gpu_runner)):
         if settings.tier.rank < tier.rank:
             break
         result, internal = _external_tier(tier, runner, problem_code, candidate, settings, result)
         if internal or result.verdict not in _CONTINUE:
-            return result, internal
-    return result, False
+            return result, internal or machine_lacks_nvcc
+    # Not cached where tier 1 could not run: the same answer deserves tier 1 once nvcc is there.
+    return result, machine_lacks_nvcc
 
 
 def _compile_tier(candidate: Candidate, settings: VerifySettings, before: VerifyResult) -> tuple[VerifyResult, bool]:
     if nvcc_path() is None:
-        note = Diagnostic(severity="note", message="tier 1 skipped: nvcc is not on PATH")
-        if settings.tier is Tier.COMPILE:
-            return _internal_error(Tier.COMPILE, before, "nvcc is not on PATH: tier 1 cannot run", ""), True
-        return before.model_copy(update={"diagnostics": [*before.diagnostics, note]}), False
+        # A machine without the CUDA toolkit says so and lets the CPU tier decide; never cached,
+        # since it is the machine, not the candidate, that lacks something.
+        reason = "tier 1 (compile) needs nvcc, which is not on PATH: install the CUDA toolkit"
+        skipped = before.model_copy(update={
+            "verdict": Verdict.UNSUPPORTED, "tier": Tier.COMPILE, "reason": reason, "unsupported_feature": "nvcc",
+            "tiers_run": [*before.tiers_run, Tier.COMPILE],
+            "tier_verdicts": {**before.tier_verdicts, Tier.COMPILE: Verdict.UNSUPPORTED},
+            "diagnostics": [*before.diagnostics, Diagnostic(severity="note", message=reason)],
+        })
+        return skipped, False
     try:
         with tempfile.TemporaryDirectory(prefix="cuset-compile-") as folder:
             report = compile_candidate(candidate, settings, Path(folder))

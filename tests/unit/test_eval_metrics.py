@@ -72,7 +72,7 @@ def test_without_tier_verdicts_a_sample_passes_a_tier_when_a_later_tier_decided_
 def test_a_sample_passes_exactly_the_tiers_that_concluded_pass():
     unsupported_on_cpu = tiered(static="pass", compile="pass", cpu="unsupported", gpu="pass")
     assert [passed_tier(unsupported_on_cpu, t) for t in Tier] == [True, True, False, True]
-    no_nvcc = tiered(static="pass", cpu="pass")  # tier 1 skipped: it compiled nothing
+    no_nvcc = tiered(static="pass", compile="unsupported", cpu="pass")  # tier 1 could not run: nothing compiled
     assert [passed_tier(no_nvcc, t) for t in Tier] == [True, False, True, False]
     wrong_on_gpu = tiered(static="pass", compile="pass", cpu="pass", gpu="value_mismatch")
     assert [passed_tier(wrong_on_gpu, t) for t in Tier] == [True, True, True, False]

@@ -95,19 +95,34 @@ def _fake_tier(verdict: Verdict, tier: Tier):
     return lambda: run_tier
 
 
+def _skip_compile(monkeypatch):
+    """Let the candidate through tier 1 untouched (these tests are about the later tiers)."""
+    monkeypatch.setattr(run_module, "_compile_tier", lambda candidate, settings, before: (before, False))
+
+
 def test_later_tiers_merge_with_earlier_evidence(tmp_path, monkeypatch):
-    monkeypatch.setattr(run_module, "nvcc_path", lambda: None)  # tier 1 is skipped with a note
+    monkeypatch.setattr(run_module, "nvcc_path", lambda: None)  # tier 1 says it cannot run
     monkeypatch.setattr(run_module, "_cpu_runner", _fake_tier(Verdict.VALUE_MISMATCH, Tier.CPU))
     result = verify(PROBLEM, fenced(GOOD), VerifySettings(tier=Tier.CPU), cache_dir=tmp_path)
     assert (result.verdict, result.tier, result.max_abs_diff) == (Verdict.VALUE_MISMATCH, Tier.CPU, 0.25)
-    assert result.tiers_run == [Tier.STATIC, Tier.CPU]
-    assert result.tier_verdicts == {Tier.STATIC: Verdict.PASS, Tier.CPU: Verdict.VALUE_MISMATCH}  # tier 1 skipped
+    assert result.tiers_run == [Tier.STATIC, Tier.COMPILE, Tier.CPU]
+    assert result.tier_verdicts == {Tier.STATIC: Verdict.PASS, Tier.COMPILE: Verdict.UNSUPPORTED,
+                                    Tier.CPU: Verdict.VALUE_MISMATCH}
     assert {"static", "cpu", "cpu_run", "total"} <= set(result.timings_s)
-    assert result.diagnostics[-1].message == "tier 1 skipped: nvcc is not on PATH"
+    assert "needs nvcc, which is not on PATH" in result.diagnostics[-1].message
+
+
+def test_without_nvcc_the_cpu_tier_still_decides_and_nothing_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_module, "nvcc_path", lambda: None)
+    monkeypatch.setattr(run_module, "_cpu_runner", _fake_tier(Verdict.PASS, Tier.CPU))
+    result = verify(PROBLEM, fenced(GOOD), VerifySettings(tier=Tier.CPU), cache_dir=tmp_path)
+    assert (result.verdict, result.tier) == (Verdict.PASS, Tier.CPU)
+    assert result.tier_verdicts[Tier.COMPILE] is Verdict.UNSUPPORTED
+    assert not list(tmp_path.rglob("*.json"))  # once nvcc is installed, the same answer gets tier 1
 
 
 def test_unsupported_on_cpu_lets_the_gpu_tier_decide(tmp_path, monkeypatch):
-    monkeypatch.setattr(run_module, "nvcc_path", lambda: None)
+    _skip_compile(monkeypatch)
     monkeypatch.setattr(run_module, "_cpu_runner", _fake_tier(Verdict.UNSUPPORTED, Tier.CPU))
     monkeypatch.setattr(run_module, "_gpu_runner", _fake_tier(Verdict.PASS, Tier.GPU))
     result = verify(PROBLEM, fenced(GOOD), VerifySettings(tier=Tier.GPU), cache_dir=tmp_path)
@@ -116,7 +131,7 @@ def test_unsupported_on_cpu_lets_the_gpu_tier_decide(tmp_path, monkeypatch):
 
 
 def test_tier_verdicts_survive_the_cache_as_json_keyed_by_tier(tmp_path, monkeypatch):
-    monkeypatch.setattr(run_module, "nvcc_path", lambda: None)
+    _skip_compile(monkeypatch)
     monkeypatch.setattr(run_module, "_cpu_runner", _fake_tier(Verdict.UNSUPPORTED, Tier.CPU))
     monkeypatch.setattr(run_module, "_gpu_runner", _fake_tier(Verdict.VALUE_MISMATCH, Tier.GPU))
     first = verify(PROBLEM, fenced(GOOD), VerifySettings(tier=Tier.GPU), cache_dir=tmp_path)
@@ -130,7 +145,7 @@ def test_a_verifier_crash_is_an_internal_error_and_not_cached(tmp_path, monkeypa
     def broken():
         raise ImportError("tier 2 is not installed")
 
-    monkeypatch.setattr(run_module, "nvcc_path", lambda: None)
+    _skip_compile(monkeypatch)
     monkeypatch.setattr(run_module, "_cpu_runner", broken)
     result = verify(PROBLEM, fenced(GOOD), VerifySettings(), cache_dir=tmp_path)
     expected = (Verdict.INTERNAL_ERROR, Tier.CPU, "internal error in tier cpu")
@@ -183,11 +198,11 @@ def test_a_compiler_past_the_wall_clock_limit_is_a_timeout(tmp_path):
     assert "wall-clock limit" in result.reason
 
 
-def test_compile_tier_without_nvcc_is_an_uncached_internal_error(tmp_path, monkeypatch):
+def test_compile_tier_without_nvcc_is_unsupported_with_the_reason_and_not_cached(tmp_path, monkeypatch):
     monkeypatch.setattr(run_module, "nvcc_path", lambda: None)
     result = verify(PROBLEM, fenced(GOOD), COMPILE, cache_dir=tmp_path)
-    assert (result.verdict, result.tier, result.reason) == (
-        Verdict.INTERNAL_ERROR, Tier.COMPILE, "nvcc is not on PATH: tier 1 cannot run")
+    assert (result.verdict, result.tier, result.unsupported_feature) == (Verdict.UNSUPPORTED, Tier.COMPILE, "nvcc")
+    assert result.reason == "tier 1 (compile) needs nvcc, which is not on PATH: install the CUDA toolkit"
     assert not list(tmp_path.rglob("*.json"))
 
 
@@ -202,7 +217,7 @@ def test_a_crash_while_reading_the_candidate_is_an_internal_error(tmp_path, monk
 
 
 def test_an_internal_error_reported_by_a_tier_is_never_cached(tmp_path, monkeypatch):
-    monkeypatch.setattr(run_module, "nvcc_path", lambda: None)
+    _skip_compile(monkeypatch)
     monkeypatch.setattr(run_module, "_cpu_runner", _fake_tier(Verdict.INTERNAL_ERROR, Tier.CPU))
     first = verify(PROBLEM, fenced(GOOD), VerifySettings(), cache_dir=tmp_path)
     second = verify(PROBLEM, fenced(GOOD), VerifySettings(), cache_dir=tmp_path)
@@ -216,7 +231,7 @@ def test_a_huge_reason_or_log_comes_back_cut_to_a_fixed_size(tmp_path, monkeypat
             verdict=Verdict.RUNTIME_ERROR, tier=Tier.CPU, tiers_run=[Tier.CPU], reason="r" * (20 << 20),
             log="l" * (20 << 20))
 
-    monkeypatch.setattr(run_module, "nvcc_path", lambda: None)
+    _skip_compile(monkeypatch)
     monkeypatch.setattr(run_module, "_cpu_runner", flooding)
     result = verify(PROBLEM, fenced(GOOD), VerifySettings(), use_cache=False)
     assert len(result.reason) <= run_module.REASON_CHARS and len(result.log) <= run_module.LOG_CHARS
