@@ -1,0 +1,52 @@
+"""What the demo prints at its end: the first kernel that passed, or plainly that none did."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "demo_service.py"
+
+
+def demo():
+    spec = importlib.util.spec_from_file_location("demo_service", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["demo_service"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def sample(verdict: str, tiers: list[str], code: str | None = "x = 1") -> dict:
+    decided = tiers[-1]
+    return {"text": code or "no code", "code": code, "finish_reason": "stop",
+            "verification": {"verdict": verdict, "tier": decided, "tiers_run": tiers, "reason": f"{verdict} reason",
+                             "tier_verdicts": {t: "pass" if t != decided else verdict for t in tiers}}}
+
+
+def test_the_first_passing_sample_is_shown_with_every_tiers_verdict(tmp_path, capsys):
+    module = demo()
+    samples = [sample("no_code", ["static"], None), sample("pass", ["static", "compile", "cpu"], "kernel = 2"),
+               sample("pass", ["static", "compile", "cpu"], "kernel = 3")]
+    module.show_generation({"samples": samples, "timings": {}}, "10_softplus", tmp_path)
+    printed = capsys.readouterr().out
+    assert "kernel = 2" in printed and "kernel = 3" not in printed
+    assert "every tier run: static pass, compile pass, cpu pass" in printed
+    assert "verdict: pass" in printed and "no candidate passed" not in printed
+    assert sorted(path.name for path in tmp_path.iterdir()) == [f"generated_10_softplus_{i}.md" for i in range(3)]
+
+
+def test_when_no_sample_passes_it_says_so_and_shows_the_one_that_got_furthest(tmp_path, capsys):
+    module = demo()
+    samples = [sample("no_code", ["static"], None), sample("compile_error", ["static", "compile"], "almost = 1"),
+               sample("static_reject", ["static"], "copy = 1")]
+    module.show_generation({"samples": samples, "timings": {}}, "10_softplus", tmp_path)
+    printed = capsys.readouterr().out
+    assert "no candidate passed: the best of 3 stopped at compile_error (tier compile)" in printed
+    assert "almost = 1" in printed and "verdict: pass" not in printed
+
+
+def test_progress_never_shows_none_while_the_job_validates():
+    module = demo()
+    assert module._steps_text({"step": None, "total_steps": None, "eta_s": None}) == ""
+    assert module._steps_text({"step": 2, "total_steps": 4, "eta_s": 5.2}) == ": step 2/4, ETA 5 s"
