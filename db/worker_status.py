@@ -35,8 +35,14 @@ def record_sandbox(settings: Settings, hostname: str, isolated: bool, reason: st
 
 
 def forget_sandbox(settings: Settings, hostname: str) -> None:
-    """Remove the worker's entry when it shuts down cleanly."""
-    (_folder(settings) / _file_name(hostname)).unlink(missing_ok=True)
+    """Remove the worker's entry when it shuts down cleanly; an entry that another process of the
+    same name wrote since is left alone."""
+    path = _folder(settings) / _file_name(hostname)
+    try:
+        if json.loads(path.read_text()).get("pid") == os.getpid():
+            path.unlink(missing_ok=True)
+    except (OSError, ValueError):
+        pass
 
 
 def sandbox_states(settings: Settings) -> dict[str, dict]:

@@ -138,7 +138,9 @@ class WorkerProcess:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "-B", "-Q", self.queues,
              "-c", str(self.concurrency), "--pool", "prefork", "-l", "INFO",
-             "-s", str(self.log_dir / f"beat-{self.starts}"), "-n", f"test{self.starts}@%h"],
+             "-s", str(self.log_dir / f"beat-{self.starts}"),
+             # Node names unique per worker object: they key the workers' entries in /readyz.
+             "-n", f"test{self.starts}-{self.log_dir.name}@%h"],
             cwd=REPO, env=service_env(self.settings), stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
