@@ -103,22 +103,28 @@ def test_the_reference_model_is_not_reachable_from_the_candidate():
     assert result.reason == "candidate forward failed: no reference: modules=0 files=[]"
 
 
+# Two layers refuse a link or a FIFO: the sandbox copies back regular files only (so the judge
+# finds no file), and the judge opens what it finds with O_NOFOLLOW as a regular file
+# (tests/unit/test_verify_judge.py). Either way nothing behind the link is read.
+NOT_ACCEPTED = ("is a symbolic link", "is not a regular file", "without a result", "left no outputs")
+
+
 def test_a_report_replaced_by_a_symlink_to_a_hidden_file_is_not_followed(hidden_file):
     result = tier2(symlink_to(hidden_file, "report.json", "result.json"))
     assert_caught(result, Verdict.RUNTIME_ERROR)
-    assert result.reason == "the candidate's output is rejected: report.json is a symbolic link, not a regular file"
+    assert any(words in result.reason for words in NOT_ACCEPTED), result.reason
 
 
 def test_outputs_replaced_by_a_symlink_to_a_hidden_file_are_not_followed(hidden_file):
     result = tier2(forged_report_then(f"_os.symlink({str(hidden_file)!r}, 'outputs.safetensors')"))
     assert_caught(result, Verdict.RUNTIME_ERROR)
-    assert "outputs.safetensors is a symbolic link" in result.reason
+    assert any(words in result.reason for words in NOT_ACCEPTED), result.reason
 
 
 def test_outputs_replaced_by_a_fifo_nobody_writes_do_not_hang_the_judge():
     result = tier2(forged_report_then("_os.mkfifo('outputs.safetensors')"))
     assert_caught(result, Verdict.RUNTIME_ERROR)
-    assert "outputs.safetensors is not a regular file" in result.reason
+    assert any(words in result.reason for words in NOT_ACCEPTED), result.reason
 
 
 def test_oversized_outputs_are_refused_unread():
