@@ -165,11 +165,11 @@ def gate(args) -> None:
     problems = {name: DATA_DIR / f"eval_{name}.jsonl" for name in ("unseen", "seen")}
 
     def evaluate(model: str, label: str) -> None:
+        """Greedy evals of both sets: the base model's beside the runs, a step's inside its run."""
+        stage = label if label == "base" else f"{run.name}/{label}"
         for name, path in problems.items():
-            out = run_dir.parent / label / f"eval_{name}" if label == "base" else run_dir / label / f"eval_{name}"
-            ok = common.evaluate(SIZE, model, out, path)
-            common.mark(status, f"{label}/eval_{name}" if label == "base" else f"{run.name}/{label}/eval_{name}",
-                        "done" if ok else "failed")
+            ok = common.evaluate(SIZE, model, run_dir.parent / stage / f"eval_{name}", path)
+            common.mark(status, f"{stage}/eval_{name}", "done" if ok else "failed")
 
     def watch() -> None:
         """Evaluate each gate step's adapter as soon as training has saved it."""
