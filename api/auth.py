@@ -88,12 +88,19 @@ def authenticate(request: Request, settings: Settings) -> str:
     scheme, _, secret = request.headers.get("authorization", "").partition(" ")
     secret = secret.strip()
     if scheme.lower() != "bearer" or not secret:
-        raise APIError(401, "Missing API key: send the header 'Authorization: Bearer <key>' "
-                       "(create a key with `cuset keys create --name NAME`).", code="missing_api_key")
+        raise APIError(
+            401,
+            "Missing API key: send the header 'Authorization: Bearer <key>' "
+            "(create a key with `cuset keys create --name NAME`).",
+            code="missing_api_key",
+        )
     owner = request.app.state.key_cache.owner(settings, secret)
     if owner is None:
         raise APIError(401, "Invalid or revoked API key.", code="invalid_api_key")
     if not request.app.state.rate_limiter.allow(secret):
-        raise APIError(429, f"Rate limit of {settings.rate_limit_rps:g} requests/s for this key exceeded; retry shortly.",
-                       code="rate_limit_exceeded")
+        raise APIError(
+            429,
+            f"Rate limit of {settings.rate_limit_rps:g} requests/s for this key exceeded; retry shortly.",
+            code="rate_limit_exceeded",
+        )
     return owner

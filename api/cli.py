@@ -41,8 +41,15 @@ def serve(
     from api.embedded import serve as run_service
 
     try:
-        status = run_service(_settings(data_dir), host=host, port=port, with_worker=worker,
-                             concurrency=concurrency, log_level=log_level, echo=typer.echo)
+        status = run_service(
+            _settings(data_dir),
+            host=host,
+            port=port,
+            with_worker=worker,
+            concurrency=concurrency,
+            log_level=log_level,
+            echo=typer.echo,
+        )
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--host") from None
     raise typer.Exit(status)
@@ -60,7 +67,9 @@ def migrate(data_dir: DataDirOption = None) -> None:
 def worker(
     queues: Annotated[str, typer.Option(help="comma-separated queues: gpu, cpu")] = "gpu,cpu",
     concurrency: Annotated[int, typer.Option(min=1, help="pool processes; 1 per GPU on the gpu queue")] = 2,
-    beat: Annotated[bool, typer.Option("--beat/--no-beat", help="also schedule the reaper (run it in ONE worker)")] = False,
+    beat: Annotated[
+        bool, typer.Option("--beat/--no-beat", help="also schedule the reaper (run it in ONE worker)")
+    ] = False,
     data_dir: DataDirOption = None,
     log_level: Annotated[str, typer.Option(help="Celery log level")] = "INFO",
 ) -> None:
@@ -73,9 +82,14 @@ def worker(
         raise typer.BadParameter(f"queues must be among {', '.join(sorted(known))}", param_hint="--queues")
     settings = _settings(data_dir)
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
-    command = worker_command(wanted, concurrency, beat=beat, log_level=log_level,
-                             schedule_file=Path(settings.data_dir).resolve() / "celerybeat-schedule",
-                             hostname=f"{'-'.join(wanted)}@%h")
+    command = worker_command(
+        wanted,
+        concurrency,
+        beat=beat,
+        log_level=log_level,
+        schedule_file=Path(settings.data_dir).resolve() / "celerybeat-schedule",
+        hostname=f"{'-'.join(wanted)}@%h",
+    )
     os.execve(command[0], command, child_env(settings))
 
 

@@ -36,16 +36,37 @@ class StopRequested(Exception):
     """Raised by our SIGINT/SIGTERM handler so that every exit path stops the worker."""
 
 
-def worker_command(queues: tuple[str, ...] = DEFAULT_QUEUES, concurrency: int = 2, beat: bool = True,
-                   schedule_file: Path | None = None, hostname: str = "cuset@%h",
-                   log_level: str = "INFO") -> list[str]:
+def worker_command(
+    queues: tuple[str, ...] = DEFAULT_QUEUES,
+    concurrency: int = 2,
+    beat: bool = True,
+    schedule_file: Path | None = None,
+    hostname: str = "cuset@%h",
+    log_level: str = "INFO",
+) -> list[str]:
     """The ``celery worker`` argv that serves ``queues``.
 
     The pool is prefork: a long tuning task occupies one child while another child keeps
     serving generation and verification, which a ``solo`` pool (one task at a time) cannot.
     """
-    command = [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "-Q", ",".join(queues),
-               "-c", str(concurrency), "--pool", "prefork", "-n", hostname, "-l", log_level]
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "worker.app",
+        "worker",
+        "-Q",
+        ",".join(queues),
+        "-c",
+        str(concurrency),
+        "--pool",
+        "prefork",
+        "-n",
+        hostname,
+        "-l",
+        log_level,
+    ]
     if beat:
         # Beat in exactly one worker: it schedules the reaper (settings.reaper_interval_s).
         command.append("-B")
@@ -75,9 +96,17 @@ class WorkerChild:
     def start(cls, settings: Settings, concurrency: int, log_path: Path) -> WorkerChild:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log: IO[bytes] = open(log_path, "ab")
-        command = worker_command(concurrency=concurrency, schedule_file=Path(settings.data_dir).resolve() / "celerybeat-schedule")
-        process = subprocess.Popen(command, env=child_env(settings), stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        command = worker_command(
+            concurrency=concurrency, schedule_file=Path(settings.data_dir).resolve() / "celerybeat-schedule"
+        )
+        process = subprocess.Popen(
+            command,
+            env=child_env(settings),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         log.close()  # the child holds its own descriptor
         return cls(process, log_path)
 
@@ -153,9 +182,16 @@ def urls(host: str, port: int) -> dict[str, str]:
     return {"API": f"{base}/v1", "API docs": f"{base}/docs", "dashboard": f"{base}/"}
 
 
-def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8000, with_worker: bool = True,
-          concurrency: int = 2, log_level: str = "info", stop_timeout_s: float = 30.0,
-          echo=print) -> int:
+def serve(
+    settings: Settings,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    with_worker: bool = True,
+    concurrency: int = 2,
+    log_level: str = "info",
+    stop_timeout_s: float = 30.0,
+    echo=print,
+) -> int:
     """Migrate, start the worker, serve the API until a signal; returns the exit status
     (0 after a requested stop, 1 when the worker died on its own)."""
     import uvicorn

@@ -62,11 +62,23 @@ def bad_request(message: str, *, param: str | None = None, code: str = "invalid_
     return APIError(400, message, code=code, param=param)
 
 
-def error_json(status: int, message: str, *, code: str | None = None, param: str | None = None,
-               headers: dict[str, str] | None = None) -> JSONResponse:
+def error_json(
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
     """The error shape as a response."""
-    body = {"error": {"message": message, "type": _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
-                      "param": param, "code": code}}
+    body = {
+        "error": {
+            "message": message,
+            "type": _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
+            "param": param,
+            "code": code,
+        }
+    }
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -99,24 +111,37 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(OperationalError)
     async def _database_down(_request: Request, exc: OperationalError) -> JSONResponse:
         log.warning("database unavailable: %s", exc)
-        return error_json(503, "The database is unavailable; retry shortly.", code="database_unavailable",
-                          headers={"Retry-After": "5"})
+        return error_json(
+            503,
+            "The database is unavailable; retry shortly.",
+            code="database_unavailable",
+            headers={"Retry-After": "5"},
+        )
 
     @app.exception_handler(DataError)
     async def _unstorable_value(_request: Request, exc: DataError) -> JSONResponse:
         # e.g. a NUL byte in an id: the database refuses the value, so it names nothing stored.
-        return error_json(400, "A value in the request cannot be used (it holds characters the database refuses).",
-                          code="invalid_value")
+        return error_json(
+            400,
+            "A value in the request cannot be used (it holds characters the database refuses).",
+            code="invalid_value",
+        )
 
     @app.exception_handler(PoolTimeoutError)
     async def _database_busy(_request: Request, exc: PoolTimeoutError) -> JSONResponse:
-        return error_json(503, "The database is busy; retry shortly.", code="database_busy", headers={"Retry-After": "1"})
+        return error_json(
+            503, "The database is busy; retry shortly.", code="database_busy", headers={"Retry-After": "1"}
+        )
 
     @app.exception_handler(DBAPIError)
     async def _database_error(_request: Request, exc: DBAPIError) -> JSONResponse:
         if exc.connection_invalidated:
-            return error_json(503, "The database connection was lost; retry shortly.", code="database_unavailable",
-                              headers={"Retry-After": "5"})
+            return error_json(
+                503,
+                "The database connection was lost; retry shortly.",
+                code="database_unavailable",
+                headers={"Retry-After": "5"},
+            )
         log.exception("database error")
         return error_json(500, "Internal server error.", code="internal_error")
 

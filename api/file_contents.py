@@ -76,12 +76,21 @@ def check_file(path: Path, purpose: str, max_records: int) -> Checked:
     fmt = detect_format(path)
     rows = _count_rows(path, fmt)
     if rows is not None and rows > max_records:
-        raise rejection([Issue(max_records + 1, "", "too_many_records",
-                               f"the file has {rows} rows, more than the limit of {max_records}")])
+        raise rejection(
+            [
+                Issue(
+                    max_records + 1,
+                    "",
+                    "too_many_records",
+                    f"the file has {rows} rows, more than the limit of {max_records}",
+                )
+            ]
+        )
     if purpose == EVAL:
         if fmt != "jsonl":
-            raise rejection([Issue(0, "", "unknown_format",
-                                   'eval files must be JSONL rows {"id", "problem"}, not parquet')])
+            raise rejection(
+                [Issue(0, "", "unknown_format", 'eval files must be JSONL rows {"id", "problem"}, not parquet')]
+            )
         problems, issues = _eval_rows(path)
         if issues:
             raise rejection(issues)
@@ -89,8 +98,12 @@ def check_file(path: Path, purpose: str, max_records: int) -> Checked:
     result = load_records(path, LoadOptions(require_kernel=True))
     if result.errors:
         raise rejection([Issue(i.line, i.field, i.code.value, i.message) for i in result.errors])
-    return Checked(fmt, len(result.records), result.total,
-                   [w.model_dump(mode="json", exclude={"severity"}) for w in result.warnings])
+    return Checked(
+        fmt,
+        len(result.records),
+        result.total,
+        [w.model_dump(mode="json", exclude={"severity"}) for w in result.warnings],
+    )
 
 
 def read_records(path: Path, purpose: str) -> list[StoredRecord]:
@@ -104,8 +117,7 @@ def _read_records(path: str, purpose: str) -> list[StoredRecord]:
         problems, _ = _eval_rows(Path(path))
         return [StoredRecord(line, code, None) for line, _id, code in problems]
     records = load_records(path, LoadOptions(require_kernel=True)).records
-    return [StoredRecord(r.line, r.prompt_messages[-1].content if r.prompt_messages else "", r.answer)
-            for r in records]
+    return [StoredRecord(r.line, r.prompt_messages[-1].content if r.prompt_messages else "", r.answer) for r in records]
 
 
 def excerpt(text: str | None, limit: int = EXCERPT_CHARS) -> str | None:
@@ -138,8 +150,10 @@ def _eval_rows(path: Path) -> tuple[list[tuple[int, str, str]], list[Issue]]:
     for line, row in _jsonl_objects(path, issues):
         problem_id, code = row.get("id"), row.get("problem")
         row_issues = []
-        for name, value, kinds, wanted in (("id", problem_id, (str, int), "a string or integer"),
-                                           ("problem", code, (str,), "a string")):
+        for name, value, kinds, wanted in (
+            ("id", problem_id, (str, int), "a string or integer"),
+            ("problem", code, (str,), "a string"),
+        ):
             if value is None:
                 row_issues.append(Issue(line, name, "missing_field", f"required field {name!r} is missing"))
             elif not isinstance(value, kinds) or isinstance(value, bool):

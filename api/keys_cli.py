@@ -11,8 +11,9 @@ from db.migrate import upgrade
 from db.session import session_scope
 from db.settings import get_settings
 
-keys_app = typer.Typer(help="Create, list and revoke API keys (stored hashed; a key is shown once).",
-                       no_args_is_help=True)
+keys_app = typer.Typer(
+    help="Create, list and revoke API keys (stored hashed; a key is shown once).", no_args_is_help=True
+)
 
 
 def _database_url() -> str:
@@ -22,8 +23,10 @@ def _database_url() -> str:
 
 
 @keys_app.command("create")
-def create(name: str = typer.Option(..., "--name", help="a label for the key"),
-           owner: str | None = typer.Option(None, help="whose data the key reaches (default: the name)")) -> None:
+def create(
+    name: str = typer.Option(..., "--name", help="a label for the key"),
+    owner: str | None = typer.Option(None, help="whose data the key reaches (default: the name)"),
+) -> None:
     """Create a key and print it once; only its hash is stored."""
     with session_scope(_database_url()) as session:
         new = keys.create_key(session, name, owner)

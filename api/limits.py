@@ -64,10 +64,21 @@ class BodySizeLimit:
     @staticmethod
     async def _reject(send: Send, limit: int, upload: bool) -> None:
         what = "upload" if upload else "request body"
-        body = json.dumps({"error": {
-            "message": f"The {what} is larger than the limit of {limit / 2**20:.1f} MiB.",
-            "type": "invalid_request_error", "param": "file" if upload else None,
-            "code": "file_too_large" if upload else "request_too_large"}}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        body = json.dumps(
+            {
+                "error": {
+                    "message": f"The {what} is larger than the limit of {limit / 2**20:.1f} MiB.",
+                    "type": "invalid_request_error",
+                    "param": "file" if upload else None,
+                    "code": "file_too_large" if upload else "request_too_large",
+                }
+            }
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})

@@ -6,8 +6,8 @@ from fastapi import Depends, FastAPI
 
 from api.auth import KeyCache, RateLimiter
 from api.deps import current_owner
-from api.limits import BodySizeLimit
 from api.errors import ErrorResponse, install_error_handlers
+from api.limits import BodySizeLimit
 from api.routers import dashboard, evals, files, health, inference, jobs, models
 from db.settings import Settings, get_settings
 

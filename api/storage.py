@@ -120,8 +120,12 @@ async def receive_upload(
     mime, options = parse_options_header(content_type or "")
     boundary = options.get(b"boundary")
     if mime != b"multipart/form-data" or not boundary:
-        raise APIError(400, "Upload the file as multipart/form-data with parts 'file' and 'purpose'.",
-                       code="invalid_request", param="file")
+        raise APIError(
+            400,
+            "Upload the file as multipart/form-data with parts 'file' and 'purpose'.",
+            code="invalid_request",
+            param="file",
+        )
     max_bytes = max_mb * _MIB
     if content_length and content_length.isdigit() and int(content_length) > max_bytes + _MIB:
         raise too_large(max_mb)  # refuse before reading when the client announced the size
@@ -136,8 +140,9 @@ async def receive_upload(
         if sink.error is not None:
             raise sink.error
         if not sink.ended:
-            raise APIError(400, "The multipart body ended before its closing boundary.",
-                           code="invalid_request", param="file")
+            raise APIError(
+                400, "The multipart body ended before its closing boundary.", code="invalid_request", param="file"
+            )
     except APIError as error:
         sink.discard()
         if error.status == 413:
@@ -223,13 +228,25 @@ class _PartSink:
             except OSError as exc:
                 if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                     raise
-                self._fail(APIError(507, "The server has no space left to store this upload; nothing was kept.",
-                                    code="insufficient_storage", param="file"))
+                self._fail(
+                    APIError(
+                        507,
+                        "The server has no space left to store this upload; nothing was kept.",
+                        code="insufficient_storage",
+                        param="file",
+                    )
+                )
         else:
             self._text.extend(data[start:end])
             if len(self._text) > MAX_FIELD_BYTES:
-                self._fail(APIError(400, f"Form field '{self._name}' is longer than {MAX_FIELD_BYTES} bytes.",
-                                    code="invalid_value", param=self._name))
+                self._fail(
+                    APIError(
+                        400,
+                        f"Form field '{self._name}' is longer than {MAX_FIELD_BYTES} bytes.",
+                        code="invalid_value",
+                        param=self._name,
+                    )
+                )
 
     def _part_end(self) -> None:
         if self._handle is not None and self._name == self.file_field:

@@ -48,7 +48,9 @@ class Snapshot:
 def _read(url: str, generation_id: str) -> Snapshot:
     with session_factory(url)() as session:
         row = session.get(Generation, generation_id)
-        return Snapshot(row.id, row.model, row.status, row.samples or [], row.usage, row.timings, row.error, row.created_at)
+        return Snapshot(
+            row.id, row.model, row.status, row.samples or [], row.usage, row.timings, row.error, row.created_at
+        )
 
 
 def _give_up(url: str, generation_id: str, seconds: float) -> None:
@@ -57,8 +59,11 @@ def _give_up(url: str, generation_id: str, seconds: float) -> None:
         session.execute(
             update(Generation)
             .where(Generation.id == generation_id, Generation.status == "queued")
-            .values(status="failed", finished_at=time.time(),
-                    error={"code": "generation_timeout", "message": f"not started within {seconds:g} s"})
+            .values(
+                status="failed",
+                finished_at=time.time(),
+                error={"code": "generation_timeout", "message": f"not started within {seconds:g} s"},
+            )
         )
 
 

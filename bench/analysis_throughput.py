@@ -56,18 +56,22 @@ def main() -> int:
 
     tokens = sum(len(o) for o in offsets)
     rate = tokens / seconds
-    print(json.dumps({
-        "tokens_per_s": round(rate),
-        "records": len(answers),
-        "tokens": tokens,
-        "seconds": round(seconds, 3),
-        "chars_per_s": round(sum(map(len, answers)) / seconds),
-        "records_with_cuda": with_cuda,
-        "sensitive_token_share": round(sensitive / tokens, 4) if tokens else None,
-        "mean_parse_coverage": round(coverage / with_cuda, 6) if with_cuda else None,
-        "target_tokens_per_s": TARGET_TOKENS_PER_S,
-        "meets_target": rate >= TARGET_TOKENS_PER_S,
-    }))
+    print(
+        json.dumps(
+            {
+                "tokens_per_s": round(rate),
+                "records": len(answers),
+                "tokens": tokens,
+                "seconds": round(seconds, 3),
+                "chars_per_s": round(sum(map(len, answers)) / seconds),
+                "records_with_cuda": with_cuda,
+                "sensitive_token_share": round(sensitive / tokens, 4) if tokens else None,
+                "mean_parse_coverage": round(coverage / with_cuda, 6) if with_cuda else None,
+                "target_tokens_per_s": TARGET_TOKENS_PER_S,
+                "meets_target": rate >= TARGET_TOKENS_PER_S,
+            }
+        )
+    )
     return 0
 
 

@@ -53,7 +53,9 @@ def parse_args() -> argparse.Namespace:
     target.add_argument("--spawn", action="store_true", help="start uvicorn on a temporary database (default)")
     target.add_argument("--url", help="base URL of a running server")
     parser.add_argument("--database-url", help="the running server's database (with --url)")
-    parser.add_argument("--admin-url", default=ADMIN_URL, help="Postgres URL used to create/drop the temporary database")
+    parser.add_argument(
+        "--admin-url", default=ADMIN_URL, help="Postgres URL used to create/drop the temporary database"
+    )
     # One: the load client needs the other core of a 2-core machine, and uvicorn's multi-process
     # mode delays every response ~40 ms (docs/deploy.md, Measuring).
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (--spawn)")
@@ -79,17 +81,38 @@ def seed_rows(database_url: str, jobs: int) -> tuple[str, list[str], str]:
     now = time.time()
     with session_scope(database_url) as session:
         key = create_key(session, "api-load-bench", OWNER)
-        file = File(id=new_id("file"), owner=OWNER, filename="bench.jsonl", purpose="fine-tune", format="jsonl",
-                    bytes=1, path="bench/none.jsonl", records=1, total_rows=1, warnings=[], created_at=now)
+        file = File(
+            id=new_id("file"),
+            owner=OWNER,
+            filename="bench.jsonl",
+            purpose="fine-tune",
+            format="jsonl",
+            bytes=1,
+            path="bench/none.jsonl",
+            records=1,
+            total_rows=1,
+            warnings=[],
+            created_at=now,
+        )
         session.add(file)
         session.flush()
         ids = []
         for n in range(jobs):
-            job = Job(id=new_id("ftjob"), owner=OWNER, model="smollm2-135m", training_file=file.id,
-                      method={"type": "cuset"}, hyperparameters={"n_epochs": 1, "batch_size": 2,
-                                                                 "learning_rate_multiplier": 1.0},
-                      status="running", step=n, total_steps=100, eta_s=60.0, created_at=now, started_at=now,
-                      heartbeat_at=now)
+            job = Job(
+                id=new_id("ftjob"),
+                owner=OWNER,
+                model="smollm2-135m",
+                training_file=file.id,
+                method={"type": "cuset"},
+                hyperparameters={"n_epochs": 1, "batch_size": 2, "learning_rate_multiplier": 1.0},
+                status="running",
+                step=n,
+                total_steps=100,
+                eta_s=60.0,
+                created_at=now,
+                started_at=now,
+                heartbeat_at=now,
+            )
             session.add(job)
             ids.append(job.id)
         return key.secret, ids, file.id
@@ -139,9 +162,27 @@ def spawn_server(database_url: str, workers: int, data_dir: Path) -> tuple[subpr
     env = {name: value for name, value in os.environ.items() if not name.startswith("CUSET_")}
     env.update(CUSET_DATABASE_URL=database_url, CUSET_DATA_DIR=str(data_dir), CUSET_RATE_LIMIT_RPS="0")
     process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "api.main:app_factory", "--host", "127.0.0.1",
-         "--port", str(port), "--workers", str(workers), "--log-level", "warning", "--no-access-log"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=open(data_dir / "uvicorn.log", "wb"))
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "api.main:app_factory",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(data_dir / "uvicorn.log", "wb"),
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -159,15 +200,18 @@ def spawn_server(database_url: str, workers: int, data_dir: Path) -> tuple[subpr
 # ---------------------------------------------------------------- the load
 
 
-async def load(base: str, key: str, job_ids: list[str], concurrency: int, seconds: float, max_requests: int,
-               warmup_s: float) -> dict:
+async def load(
+    base: str, key: str, job_ids: list[str], concurrency: int, seconds: float, max_requests: int, warmup_s: float
+) -> dict:
     """Closed-loop load: ``concurrency`` tasks each send the next request when one returns."""
     latencies: list[float] = []
     errors: dict[str, int] = {}
     counter = 0
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}, limits=limits,
-                                 timeout=10) as client:
+    async with httpx.AsyncClient(
+        base_url=base, headers={"Authorization": f"Bearer {key}"}, limits=limits, timeout=10
+    ) as client:
+
         async def one(record: bool) -> None:
             nonlocal counter
             job_id = job_ids[counter % len(job_ids)]
@@ -214,8 +258,9 @@ def main() -> None:
     if args.url:
         key, job_ids, file_id = seed_rows(args.database_url, args.jobs)
         try:
-            result = asyncio.run(load(args.url.rstrip("/"), key, job_ids, args.concurrency, args.seconds,
-                                      args.requests, args.warmup))
+            result = asyncio.run(
+                load(args.url.rstrip("/"), key, job_ids, args.concurrency, args.seconds, args.requests, args.warmup)
+            )
         finally:
             remove_rows(args.database_url, key, job_ids, file_id)
         print(json.dumps(result | {"target": args.url}))

@@ -26,8 +26,13 @@ def main() -> int:
     if args.cases < MIN_CASES:
         parser.error(f"--cases must be at least {MIN_CASES}")
     env = {**os.environ, "CUSET_FUZZ_CASES": str(args.cases)}
-    run = subprocess.run([sys.executable, "-m", "pytest", "tests/integration/test_fuzz.py", "-q", "-s",
-                          "-p", "no:cacheprovider"], cwd=REPO, env=env, capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/integration/test_fuzz.py", "-q", "-s", "-p", "no:cacheprovider"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     report = [line for line in run.stdout.splitlines() if line.startswith(("fuzz:", "  5xx:", "  check x"))]
     print("\n".join(report) or run.stdout[-3000:] + run.stderr[-3000:])
     made = re.search(r"fuzz: \d+ operations, (\d+) cases", run.stdout)

@@ -51,19 +51,68 @@ def _free_port() -> int:
 
 def spawn(folder: Path, spec: str, broker: str | None) -> tuple[str, list[subprocess.Popen]]:
     """uvicorn and a Celery worker on an embedded database under ``folder``; the base URL."""
-    env = dict(os.environ, CUSET_DATA_DIR=str(folder), CUSET_BASE_MODELS=json.dumps({MODEL_ID: spec}),
-               CUSET_AUTH="false", PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ,
+        CUSET_DATA_DIR=str(folder),
+        CUSET_BASE_MODELS=json.dumps({MODEL_ID: spec}),
+        CUSET_AUTH="false",
+        PYTHONUNBUFFERED="1",
+    )
     if broker:
         env |= {"CUSET_BROKER_URL": broker, "CUSET_BROKER_KEY_PREFIX": f"cuset-bench-{os.getpid()}:"}
-    subprocess.run([sys.executable, "-c", "from db.migrate import upgrade; from db.settings import get_settings;"
-                    "upgrade(get_settings().resolved_database_url)"], cwd=REPO, env=env, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from db.migrate import upgrade; from db.settings import get_settings;"
+            "upgrade(get_settings().resolved_database_url)",
+        ],
+        cwd=REPO,
+        env=env,
+        check=True,
+    )
     port = _free_port()
     log = open(folder / "service.log", "w")
     processes = [
-        subprocess.Popen([sys.executable, "-m", "celery", "-A", "worker.app", "worker", "-Q", "gpu,cpu", "-c", "1",
-                          "--pool", "prefork", "-l", "WARNING"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT),
-        subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "api.main:app_factory", "--port", str(port),
-                          "--log-level", "warning"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT),
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "worker.app",
+                "worker",
+                "-Q",
+                "gpu,cpu",
+                "-c",
+                "1",
+                "--pool",
+                "prefork",
+                "-l",
+                "WARNING",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        ),
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "api.main:app_factory",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        ),
     ]
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -80,8 +129,12 @@ def through_service(base: str, model: str, max_tokens: int, api_key: str | None)
     """Seconds for one /v1/generate round trip, and the completion tokens it reports."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     started = time.perf_counter()
-    response = httpx.post(f"{base}/v1/generate", timeout=600, headers=headers, json={
-        "model": model, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0, "verify": "none"})
+    response = httpx.post(
+        f"{base}/v1/generate",
+        timeout=600,
+        headers=headers,
+        json={"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0, "verify": "none"},
+    )
     seconds = time.perf_counter() - started
     if response.status_code != 200:
         raise RuntimeError(f"/v1/generate answered {response.status_code}: {response.text}")
@@ -138,12 +191,22 @@ def main() -> None:
                 process.wait(30)
     service_median, direct_median = statistics.median(service_s), statistics.median(direct_s)
     ratio = service_median / direct_median
-    print(json.dumps({
-        "model": spec, "max_tokens": args.max_tokens, "completion_tokens": direct_tokens, "repeats": args.repeats,
-        "broker": (args.broker or "embedded sqlite") if args.spawn else "external server",
-        "service_median_s": round(service_median, 4), "direct_median_s": round(direct_median, 4),
-        "overhead_ratio": round(ratio, 3), "target_ratio": TARGET_RATIO, "within_target": ratio <= TARGET_RATIO,
-    }))
+    print(
+        json.dumps(
+            {
+                "model": spec,
+                "max_tokens": args.max_tokens,
+                "completion_tokens": direct_tokens,
+                "repeats": args.repeats,
+                "broker": (args.broker or "embedded sqlite") if args.spawn else "external server",
+                "service_median_s": round(service_median, 4),
+                "direct_median_s": round(direct_median, 4),
+                "overhead_ratio": round(ratio, 3),
+                "target_ratio": TARGET_RATIO,
+                "within_target": ratio <= TARGET_RATIO,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

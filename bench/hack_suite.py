@@ -54,15 +54,31 @@ def run_once(tree: Path, problem: Path, candidate_text: str, scratch: Path) -> d
     candidate = scratch / "candidate.py"
     candidate.write_text(candidate_text)
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
-    done = subprocess.run([sys.executable, "-c", RUNNER, str(problem), str(candidate)], env=env, cwd=scratch,
-                          capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER, str(problem), str(candidate)],
+        env=env,
+        cwd=scratch,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     if done.returncode != 0:
-        return {"verdict": "bench error", "seconds": float("nan"), "chars": 0, "leak": False,
-                "reason": done.stderr[-300:]}
+        return {
+            "verdict": "bench error",
+            "seconds": float("nan"),
+            "chars": 0,
+            "leak": False,
+            "reason": done.stderr[-300:],
+        }
     line = json.loads(done.stdout.strip().splitlines()[-1])
     result = json.loads(line["result"])
-    return {"verdict": result["verdict"], "seconds": line["seconds"], "chars": len(line["result"]),
-            "leak": SECRET in line["result"], "reason": result["reason"][:120]}
+    return {
+        "verdict": result["verdict"],
+        "seconds": line["seconds"],
+        "chars": len(line["result"]),
+        "leak": SECRET in line["result"],
+        "reason": result["reason"][:120],
+    }
 
 
 def caught(outcome: dict) -> bool:
@@ -71,8 +87,9 @@ def caught(outcome: dict) -> bool:
 
 def legacy_checkout(rev: str, folder: Path) -> Path:
     tree = folder / "legacy"
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), rev], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), rev], check=True, capture_output=True
+    )
     return tree
 
 
@@ -90,8 +107,9 @@ def main() -> None:
             report(REPO, legacy, scratch, args.repeat, args.only)
         finally:
             if not args.legacy_tree:
-                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(legacy)],
-                               capture_output=True)
+                subprocess.run(
+                    ["git", "-C", str(REPO), "worktree", "remove", "--force", str(legacy)], capture_output=True
+                )
 
 
 def report(new: Path, legacy: Path, scratch: Path, repeat: int, only: list[str] | None) -> None:
@@ -121,15 +139,22 @@ def report(new: Path, legacy: Path, scratch: Path, repeat: int, only: list[str] 
         def cell(outcome: dict) -> str:
             return f"{'caught' if caught(outcome) else 'NOT CAUGHT'}: {outcome['verdict']}"
 
-        print(f"| {attack.name} | {cell(outcomes['previous'])} | {cell(outcomes['judge'])} | "
-              f"{outcomes['previous']['seconds']:.1f} / {outcomes['judge']['seconds']:.1f} |", flush=True)
+        print(
+            f"| {attack.name} | {cell(outcomes['previous'])} | {cell(outcomes['judge'])} | "
+            f"{outcomes['previous']['seconds']:.1f} / {outcomes['judge']['seconds']:.1f} |",
+            flush=True,
+        )
     medians = {name: statistics.median(times) for name, times in honest.items()}
-    print(json.dumps({
-        "caught": {name: f"{totals[name]}/{len(attacks)}" for name in designs},
-        "honest_median_s": {name: round(value, 2) for name, value in medians.items()},
-        "time_ratio_judge_over_previous": round(medians["judge"] / medians["previous"], 3),
-        "target_ratio": 1.2,
-    }))
+    print(
+        json.dumps(
+            {
+                "caught": {name: f"{totals[name]}/{len(attacks)}" for name in designs},
+                "honest_median_s": {name: round(value, 2) for name, value in medians.items()},
+                "time_ratio_judge_over_previous": round(medians["judge"] / medians["previous"], 3),
+                "target_ratio": 1.2,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -81,8 +81,9 @@ def make_trainer(args, chunk: int, method: str = "cuset"):
     model = tiny_model(args.vocab, layers=2, hidden=args.hidden)
     model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=LORA_TARGETS)).train()
     training = TrainingArguments(output_dir=str(BENCH / "unused"), report_to="none", use_cpu=True)
-    trainer = CusetTrainer(model=model, args=training, method=MethodConfig(type=method), stash=MetricStash(),
-                           loss_chunk_size=chunk)
+    trainer = CusetTrainer(
+        model=model, args=training, method=MethodConfig(type=method), stash=MetricStash(), loss_chunk_size=chunk
+    )
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     return trainer, optimizer
 
@@ -109,8 +110,18 @@ def child(args) -> None:
 
 
 def peak_of(args, chunk: int) -> dict[str, float]:
-    command = [sys.executable, __file__, "--child-chunk", str(chunk), "--vocab", str(args.vocab),
-               "--seq-len", str(args.seq_len), "--hidden", str(args.hidden)]
+    command = [
+        sys.executable,
+        __file__,
+        "--child-chunk",
+        str(chunk),
+        "--vocab",
+        str(args.vocab),
+        "--seq-len",
+        str(args.seq_len),
+        "--hidden",
+        str(args.hidden),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -136,8 +147,9 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=150_000)
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--hidden", type=int, default=64, help="hidden size (the LM head's cost grows with it)")
-    parser.add_argument("--chunk", type=int, default=Hyperparameters().loss_chunk_size,
-                        help="loss_chunk_size of the chunked variant")
+    parser.add_argument(
+        "--chunk", type=int, default=Hyperparameters().loss_chunk_size, help="loss_chunk_size of the chunked variant"
+    )
     parser.add_argument("--reps", type=int, default=5, help="timed steps per method")
     parser.add_argument("--child-chunk", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -147,16 +159,26 @@ def main() -> None:
     full, chunked = peak_of(args, 0), peak_of(args, args.chunk)
     ratio, medians = time_ratio(args)
     memory_ratio = chunked["step_peak_mib"] / full["step_peak_mib"]
-    print(json.dumps({
-        "vocab": args.vocab, "seq_len": args.seq_len, "chunk": args.chunk,
-        "full_step_peak_mib": round(full["step_peak_mib"]), "chunked_step_peak_mib": round(chunked["step_peak_mib"]),
-        "memory_ratio": round(memory_ratio, 3),
-        "process_peak_ratio": round(chunked["process_peak_mib"] / full["process_peak_mib"], 3),
-        "full_step_cpu_s": round(full["cpu_s"], 2), "chunked_step_cpu_s": round(chunked["cpu_s"], 2),
-        "sft_step_cpu_s": round(medians["sft"], 2), "cuset_step_cpu_s": round(medians["cuset"], 2),
-        "time_ratio": round(ratio, 3), "median_time_ratio": round(medians["cuset"] / medians["sft"], 3),
-        "targets_met": memory_ratio <= MEMORY_TARGET and ratio <= TIME_TARGET,
-    }))
+    print(
+        json.dumps(
+            {
+                "vocab": args.vocab,
+                "seq_len": args.seq_len,
+                "chunk": args.chunk,
+                "full_step_peak_mib": round(full["step_peak_mib"]),
+                "chunked_step_peak_mib": round(chunked["step_peak_mib"]),
+                "memory_ratio": round(memory_ratio, 3),
+                "process_peak_ratio": round(chunked["process_peak_mib"] / full["process_peak_mib"], 3),
+                "full_step_cpu_s": round(full["cpu_s"], 2),
+                "chunked_step_cpu_s": round(chunked["cpu_s"], 2),
+                "sft_step_cpu_s": round(medians["sft"], 2),
+                "cuset_step_cpu_s": round(medians["cuset"], 2),
+                "time_ratio": round(ratio, 3),
+                "median_time_ratio": round(medians["cuset"] / medians["sft"], 3),
+                "targets_met": memory_ratio <= MEMORY_TARGET and ratio <= TIME_TARGET,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

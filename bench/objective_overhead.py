@@ -216,9 +216,7 @@ def token_stream(tokenizer) -> tuple[list[int], list[bool], list[int]]:
 FIELDS = ("input_ids", "attention_mask", "labels", "sensitive", "region_ids")
 
 
-def build_row(
-    prompt, ids, flags, lines, length: int, region_base: int, pad_id: int
-) -> dict[str, list]:
+def build_row(prompt, ids, flags, lines, length: int, region_base: int, pad_id: int) -> dict[str, list]:
     """One sequence of ``length`` tokens: the prompt (not supervised), the answer tokens, then
     padding. Sensitive answer tokens get region ``region_base + line``."""
     padding = length - len(prompt) - len(ids)
@@ -272,9 +270,7 @@ def prepare(tiny: bool, seq_len: int, batch_size: int, count: int):
     return model, optimizer, build_batches(tokenizer, count, batch_size, seq_len)
 
 
-def train_step(
-    model, optimizer, batch: Batch, config: MethodConfig, step: int
-) -> tuple[float, float, float]:
+def train_step(model, optimizer, batch: Batch, config: MethodConfig, step: int) -> tuple[float, float, float]:
     """One full optimizer step; returns (wall s, process CPU s, compute_objective wall s)."""
     start, cpu_start = time.perf_counter(), time.process_time()
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
@@ -350,7 +346,12 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=512, help="tokens per sequence")
     parser.add_argument("--batch", type=int, default=2, help="sequences per micro-batch")
     parser.add_argument("--batches", type=int, default=3, help="distinct fixed micro-batches")
-    parser.add_argument("--reps", type=int, default=8, help="timed steps per method (fewer leave the ratio within this CPU's +-7%% noise)")
+    parser.add_argument(
+        "--reps",
+        type=int,
+        default=8,
+        help="timed steps per method (fewer leave the ratio within this CPU's +-7%% noise)",
+    )
     args = parser.parse_args()
 
     figures = measure(args)
@@ -373,9 +374,7 @@ def main() -> None:
         "wall_time_ratio": round(cuset["step_s"] / sft["step_s"], 4),
         "sft_objective_ms": round(sft["objective_ms"], 2),
         "cuset_objective_ms": round(cuset["objective_ms"], 2),
-        "objective_share": round(
-            (cuset["objective_ms"] - sft["objective_ms"]) / (1e3 * sft["step_s"]), 5
-        ),
+        "objective_share": round((cuset["objective_ms"] - sft["objective_ms"]) / (1e3 * sft["step_s"]), 5),
         "sft_step_peak_growth_mib": round(sft["growth_kib"] / 1024, 1),
         "cuset_step_peak_growth_mib": round(cuset["growth_kib"] / 1024, 1),
         "memory_ratio": round(memory_ratio, 4),

@@ -55,8 +55,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="cuset-bench-") as folder:
         workdir = Path(folder)
         (workdir / "job.json").write_text("{}")  # a job folder is never empty
-        variants = {"plain": lambda argv: subprocess.run(argv, cwd=workdir, check=True),
-                    "sandbox": lambda argv: run_sandboxed(argv, workdir=workdir, limits=LIMITS)}
+        variants = {
+            "plain": lambda argv: subprocess.run(argv, cwd=workdir, check=True),
+            "sandbox": lambda argv: run_sandboxed(argv, workdir=workdir, limits=LIMITS),
+        }
         if old is not None:
             variants["old sandbox"] = lambda argv: old.run_sandboxed(argv, workdir=workdir, limits=LIMITS)
         for name, argv in COMMANDS.items():
@@ -65,15 +67,17 @@ def main() -> None:
             times: dict[str, list[float]] = {variant: [] for variant in variants}
             for _ in range(args.runs):
                 for variant, run in variants.items():
-                    times[variant].append(_timed(lambda: run(argv)))
+                    times[variant].append(_timed(lambda run=run, argv=argv: run(argv)))
             medians = {variant: statistics.median(values) for variant, values in times.items()}
             line = ", ".join(f"{variant} {seconds * 1000:.0f} ms" for variant, seconds in medians.items())
             print(f"{name}: median per run: {line}")
             sandbox = medians["sandbox"]
             print(f"  overhead of the sandbox: {(sandbox - medians['plain']) * 1000:.0f} ms per run")
             if old is not None:
-                print(f"  sandbox / old sandbox: {sandbox / medians['old sandbox']:.2f}x "
-                      f"(old overhead {(medians['old sandbox'] - medians['plain']) * 1000:.0f} ms)")
+                print(
+                    f"  sandbox / old sandbox: {sandbox / medians['old sandbox']:.2f}x "
+                    f"(old overhead {(medians['old sandbox'] - medians['plain']) * 1000:.0f} ms)"
+                )
 
 
 def _tier2(old, runs: int) -> None:
@@ -99,8 +103,9 @@ def _tier2(old, runs: int) -> None:
             assert result.passed, (name, result.reason)
     protocol.run_sandboxed = sandboxes["sandbox"]
     new, before = statistics.median(times["sandbox"]), statistics.median(times["old sandbox"])
-    print(f"tier 2, ReLU demo solution: median {new:.2f} s (sandbox) vs {before:.2f} s (old sandbox): "
-          f"{new / before:.2f}x")
+    print(
+        f"tier 2, ReLU demo solution: median {new:.2f} s (sandbox) vs {before:.2f} s (old sandbox): {new / before:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -209,8 +209,9 @@ def resolve_dtype(name: DtypeName) -> torch.dtype:
     return getattr(torch, name)
 
 
-def check_load_options(dtype: DtypeName, attn_implementation: AttnImplementation,
-                       quantization: Quantization | None) -> None:
+def check_load_options(
+    dtype: DtypeName, attn_implementation: AttnImplementation, quantization: Quantization | None
+) -> None:
     """Refuse, before anything is loaded, the options this machine cannot honour.
 
     Raises ModelOptionError naming the option and what is missing.

@@ -63,8 +63,9 @@ def _transport_options(settings: Settings) -> dict:
 
 @lru_cache(maxsize=4)
 def _producer(broker_url: str, key_prefix: str, visibility_timeout_s: int) -> Celery:
-    return make_celery(Settings(broker_url=broker_url, broker_key_prefix=key_prefix,
-                                visibility_timeout_s=visibility_timeout_s))
+    return make_celery(
+        Settings(broker_url=broker_url, broker_key_prefix=key_prefix, visibility_timeout_s=visibility_timeout_s)
+    )
 
 
 def enqueue(settings: Settings, task: str, *args) -> None:

@@ -32,8 +32,9 @@ class NewKey:
 def create_key(session: Session, name: str, owner: str | None = None) -> NewKey:
     """A new random key (256 bits) for ``owner`` (default: the name). The caller commits."""
     secret = KEY_PREFIX + secrets.token_urlsafe(32)
-    row = ApiKey(id=new_id("key"), owner=owner or name, name=name, prefix=secret[: len(KEY_PREFIX) + 6],
-                 hash=hash_key(secret))
+    row = ApiKey(
+        id=new_id("key"), owner=owner or name, name=name, prefix=secret[: len(KEY_PREFIX) + 6], hash=hash_key(secret)
+    )
     session.add(row)
     session.flush()
     return NewKey(row, secret)
@@ -52,8 +53,11 @@ def list_keys(session: Session) -> list[ApiKey]:
 
 def revoke_key(session: Session, key_id_or_prefix: str) -> ApiKey | None:
     """Revoke the key with this id or display prefix; None when there is no such active key."""
-    row = session.scalar(select(ApiKey).where(
-        (ApiKey.id == key_id_or_prefix) | (ApiKey.prefix == key_id_or_prefix), ApiKey.revoked_at.is_(None)))
+    row = session.scalar(
+        select(ApiKey).where(
+            (ApiKey.id == key_id_or_prefix) | (ApiKey.prefix == key_id_or_prefix), ApiKey.revoked_at.is_(None)
+        )
+    )
     if row:
         row.revoked_at = time.time()
     return row

@@ -98,7 +98,9 @@ class Job(Base):
     result_files: Mapped[list[Any]] = mapped_column(default=list)
     integrations: Mapped[list[Any] | None] = mapped_column(JSON)  # trackers, as cuset_core's TuneConfig has them
 
-    events: Mapped[list[JobEvent]] = relationship(back_populates="job", cascade="all, delete-orphan", passive_deletes=True)
+    events: Mapped[list[JobEvent]] = relationship(
+        back_populates="job", cascade="all, delete-orphan", passive_deletes=True
+    )
 
     @property
     def base_model(self) -> str:
@@ -165,7 +167,9 @@ class Generation(Base):
     model: Mapped[str] = mapped_column(String(255), index=True)
     kind: Mapped[str] = mapped_column(String(16))  # generate | completion | chat | confidence
     request: Mapped[dict[str, Any]] = mapped_column()
-    status: Mapped[str] = mapped_column(String(16), index=True, default="queued")  # queued|running|verifying|succeeded|failed
+    status: Mapped[str] = mapped_column(
+        String(16), index=True, default="queued"
+    )  # queued|running|verifying|succeeded|failed
     samples: Mapped[list[Any]] = mapped_column(default=list)
     usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     timings: Mapped[dict[str, Any] | None] = mapped_column(JSON)

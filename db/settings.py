@@ -22,7 +22,9 @@ class Settings(BaseSettings):
     database_url: str | None = Field(None, description="SQLAlchemy URL; default SQLite in data_dir")
     broker_url: str | None = Field(None, description="Celery broker URL; default SQLite in data_dir")
     broker_key_prefix: str = Field("", description="prefix of every broker key (isolates services sharing a Redis)")
-    artifact_root: Path | None = Field(None, description="uploads, checkpoints, adapters, logs; default data_dir/artifacts")
+    artifact_root: Path | None = Field(
+        None, description="uploads, checkpoints, adapters, logs; default data_dir/artifacts"
+    )
 
     base_models: dict[str, str] = Field(
         default_factory=lambda: {"smollm2-135m": "smollm2-135m"},
@@ -42,19 +44,24 @@ class Settings(BaseSettings):
     max_samples_per_request: int = Field(16, ge=1)
 
     verify_cache_dir: Path | None = Field(
-        None, description="verification results cache; default the core's (~/.cache/cuset/verify), "
-        "outside data_dir and the artifact root, which candidates never see")
+        None,
+        description="verification results cache; default the core's (~/.cache/cuset/verify), "
+        "outside data_dir and the artifact root, which candidates never see",
+    )
     heartbeat_interval_s: float = Field(5.0, gt=0, description="a running job's heartbeat period")
     heartbeat_timeout_s: float = Field(60.0, gt=0, description="silence after which the reaper acts")
     reaper_interval_s: float = Field(30.0, gt=0)
     visibility_timeout_s: int = Field(7 * 24 * 3600, ge=60, description="longer than the longest job")
     generation_timeout_s: float = Field(900.0, gt=0, description="how long a request waits for its generation")
     job_max_wall_s: float = Field(
-        3 * 24 * 3600.0, gt=0,
+        3 * 24 * 3600.0,
+        gt=0,
         description="wall-clock limit of one attempt of a tuning job: it is stopped (checkpoint saved) and fails",
     )
     generation_batch_max: int = Field(8, ge=1, description="queued requests for one model decoded together")
-    training_launcher: list[str] = Field(default_factory=list, description='e.g. ["accelerate", "launch"]; empty: python')
+    training_launcher: list[str] = Field(
+        default_factory=list, description='e.g. ["accelerate", "launch"]; empty: python'
+    )
 
     @property
     def resolved_database_url(self) -> str:

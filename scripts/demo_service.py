@@ -43,10 +43,17 @@ class DemoError(Exception):
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="use a running service at this base URL instead of starting one")
-    parser.add_argument("--api-key", default=os.environ.get("CUSET_API_KEY") or os.environ.get("OPENAI_API_KEY"),
-                        help="key for --url (default: $CUSET_API_KEY or $OPENAI_API_KEY)")
-    parser.add_argument("--out", type=Path, default=REPO / "runs" / "demo-service",
-                        help="folder for the service's data dir (recreated) and the demo's outputs")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("CUSET_API_KEY") or os.environ.get("OPENAI_API_KEY"),
+        help="key for --url (default: $CUSET_API_KEY or $OPENAI_API_KEY)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=REPO / "runs" / "demo-service",
+        help="folder for the service's data dir (recreated) and the demo's outputs",
+    )
     parser.add_argument("--port", type=int, default=8000, help="port for the started service (a free one if taken)")
     parser.add_argument("--model", default="smollm2-135m", help="base model id served by the service")
     parser.add_argument("--method", default="cuset", help="training objective (cuset, sft, ...)")
@@ -55,8 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of the kernels")
     parser.add_argument("--problem", default=HELD_OUT[0], help="held-out demo problem to write a kernel for")
     parser.add_argument("--max-tokens", type=int, default=768, help="generation budget, tokens")
-    parser.add_argument("--verify", default="cpu", choices=["static", "compile", "cpu", "gpu"],
-                        help="highest verification tier")
+    parser.add_argument(
+        "--verify", default="cpu", choices=["static", "compile", "cpu", "gpu"], help="highest verification tier"
+    )
     parser.add_argument("--keep-serving", action="store_true", help="leave the service up afterwards (Ctrl-C stops it)")
     return parser.parse_args(argv)
 
@@ -89,15 +97,26 @@ def start_service(data_dir: Path, port: int) -> subprocess.Popen:
         shutil.rmtree(data_dir)
     data_dir.mkdir(parents=True)
     log = open(data_dir / "serve.log", "wb")
-    return subprocess.Popen([sys.executable, "-m", "cuset_core.cli", "serve", "--port", str(port)],
-                            cwd=REPO, env=service_env(data_dir), stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cuset_core.cli", "serve", "--port", str(port)],
+        cwd=REPO,
+        env=service_env(data_dir),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def create_key(data_dir: Path) -> str:
     """A new API key for the started service (``cuset keys create``, as an operator would)."""
-    result = subprocess.run([sys.executable, "-m", "cuset_core.cli", "keys", "create", "--name", "demo"],
-                            cwd=REPO, env=service_env(data_dir), capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "cuset_core.cli", "keys", "create", "--name", "demo"],
+        cwd=REPO,
+        env=service_env(data_dir),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if result.returncode != 0:
         raise DemoError(f"cuset keys create failed: {result.stderr[-2000:]}")
     return result.stdout.strip()
@@ -154,8 +173,12 @@ def upload_dataset(client: httpx.Client, out: Path) -> dict:
     path = out / "demo_train.jsonl"
     written = write_demo_dataset(path, held_out=HELD_OUT)
     with open(path, "rb") as handle:
-        file = check(client.post("/v1/files", data={"purpose": "fine-tune"},
-                                 files={"file": (path.name, handle, "application/jsonl")}), "upload")
+        file = check(
+            client.post(
+                "/v1/files", data={"purpose": "fine-tune"}, files={"file": (path.name, handle, "application/jsonl")}
+            ),
+            "upload",
+        )
     console.print(f"uploaded {written} demo records ({len(HELD_OUT)} problems held out) as [bold]{file['id']}[/]")
     return file
 
@@ -186,30 +209,43 @@ def follow_job(client: httpx.Client, job_id: str) -> dict:
     """Poll the job until it finishes, with a bar of optimizer steps and the server's ETA."""
     seen: set[str] = set()
     last: tuple = ()
-    columns = (SpinnerColumn(), TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("steps"), TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"))
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description:<18}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("steps"),
+        TimeElapsedColumn(),
+        TextColumn("ETA {task.fields[eta]}"),
+    )
     with Progress(*columns, console=console) as progress:
         bar = progress.add_task("validating_files", total=None, eta="-")
         while True:
             job = check(client.get(f"/v1/fine_tuning/jobs/{job_id}"), "poll the job")
             for event in _new_events(client, job_id, seen):
-                progress.console.print(f"  [dim]{time.strftime('%H:%M:%S', time.localtime(event['created_at']))}[/] "
-                                       f"{event['message']}")
+                progress.console.print(
+                    f"  [dim]{time.strftime('%H:%M:%S', time.localtime(event['created_at']))}[/] {event['message']}"
+                )
             state = job["progress"]
             eta = state.get("eta_s")
             if not console.is_terminal and (job["status"], state.get("step")) != last:
                 # No live bar in a log file: one line per change instead.
                 last = (job["status"], state.get("step"))
                 progress.console.print(f"  {job['status']}" + _steps_text(state))
-            progress.update(bar, description=job["status"], completed=state.get("step") or 0,
-                            total=state.get("total_steps"), eta=f"{eta:.0f} s" if eta is not None else "-")
+            progress.update(
+                bar,
+                description=job["status"],
+                completed=state.get("step") or 0,
+                total=state.get("total_steps"),
+                eta=f"{eta:.0f} s" if eta is not None else "-",
+            )
             if job["status"] in FINISHED:
                 return job
             time.sleep(1.0)
 
 
 def _steps_text(state: dict) -> str:
-    """", step 3/8, ETA 40 s" once the job knows its steps; nothing while it validates or queues."""
+    """ ", step 3/8, ETA 40 s" once the job knows its steps; nothing while it validates or queues."""
     if state.get("total_steps") is None:
         return ""
     eta = state.get("eta_s")
@@ -228,15 +264,23 @@ def _new_events(client: httpx.Client, job_id: str, seen: set[str]) -> list[dict]
 
 def generate_kernel(client: httpx.Client, model: str, args: argparse.Namespace) -> dict:
     problem = {p.id: p for p in demo_problems()}[args.problem]
-    body = {"model": model, "problem": problem.problem_code, "max_tokens": args.max_tokens,
-            "n": args.samples, "temperature": args.temperature if args.samples > 1 else 0, "verify": args.verify}
-    with console.status(f"generating {args.samples} kernel(s) for {args.problem} and verifying each "
-                        f"(up to tier {args.verify})..."):
+    body = {
+        "model": model,
+        "problem": problem.problem_code,
+        "max_tokens": args.max_tokens,
+        "n": args.samples,
+        "temperature": args.temperature if args.samples > 1 else 0,
+        "verify": args.verify,
+    }
+    with console.status(
+        f"generating {args.samples} kernel(s) for {args.problem} and verifying each (up to tier {args.verify})..."
+    ):
         return check(client.post("/v1/generate", json=body, timeout=1800), "generate")
 
 
 def best_sample(samples: list[dict]) -> tuple[int, dict]:
     """(index, sample): the first that passed, else the one that got furthest through the tiers."""
+
     def progress(item: tuple[int, dict]) -> tuple[bool, int, int]:
         verification = item[1].get("verification") or {}
         return (verification.get("verdict") == "pass", len(verification.get("tiers_run") or []), -item[0])
@@ -249,26 +293,36 @@ def show_generation(result: dict, problem: str, out: Path) -> None:
     for index, sample in enumerate(samples):
         (out / f"generated_{problem}_{index}.md").write_text(sample["text"])
         verification = sample.get("verification") or {}
-        console.print(f"  sample {index}: {verification.get('verdict', 'not verified')} "
-                      f"(tier {verification.get('tier', '-')}) {verification.get('reason', '')[:100]}")
+        console.print(
+            f"  sample {index}: {verification.get('verdict', 'not verified')} "
+            f"(tier {verification.get('tier', '-')}) {verification.get('reason', '')[:100]}"
+        )
     index, sample = best_sample(samples)
     verification = sample.get("verification") or {}
     verdict = verification.get("verdict", "not verified")
-    console.print(Panel(Syntax(sample["code"] or sample["text"], "python", word_wrap=True),
-                        title=f"sample {index} of {len(samples)} for {problem} ({sample['finish_reason']})"))
+    console.print(
+        Panel(
+            Syntax(sample["code"] or sample["text"], "python", word_wrap=True),
+            title=f"sample {index} of {len(samples)} for {problem} ({sample['finish_reason']})",
+        )
+    )
     tiers = verification.get("tier_verdicts") or {}
-    console.print("every tier run: " + (", ".join(f"{tier} {tier_verdict}" for tier, tier_verdict in tiers.items())
-                                        or "none"))
+    console.print(
+        "every tier run: " + (", ".join(f"{tier} {tier_verdict}" for tier, tier_verdict in tiers.items()) or "none")
+    )
     if verdict == "pass":
         console.print(f"[green]verdict: pass[/] (decided by tier {verification.get('tier')}): a verified kernel")
     else:
-        console.print(f"[yellow]no candidate passed[/]: the best of {len(samples)} stopped at "
-                      f"{verdict} (tier {verification.get('tier', '-')})")
+        console.print(
+            f"[yellow]no candidate passed[/]: the best of {len(samples)} stopped at "
+            f"{verdict} (tier {verification.get('tier', '-')})"
+        )
     if verification.get("reason"):
         console.print(f"reason: {verification['reason']}")
     timings = result.get("timings") or {}
-    console.print("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()
-                                             if k.endswith("_s") and v is not None))
+    console.print(
+        "timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items() if k.endswith("_s") and v is not None)
+    )
 
 
 def run_demo(base: str, api_key: str | None, args: argparse.Namespace) -> None:
@@ -285,7 +339,9 @@ def run_demo(base: str, api_key: str | None, args: argparse.Namespace) -> None:
         if job["status"] != "succeeded":
             error = job.get("error") or {}
             raise DemoError(f"job {job['id']} {job['status']}: {error.get('message', 'no error recorded')}")
-        console.print(f"[green]succeeded[/] in {time.monotonic() - started:.0f} s: model [bold]{job['fine_tuned_model']}[/]")
+        console.print(
+            f"[green]succeeded[/] in {time.monotonic() - started:.0f} s: model [bold]{job['fine_tuned_model']}[/]"
+        )
         console.rule(f"3. Generate a kernel for held-out {args.problem}")
         show_generation(generate_kernel(client, job["fine_tuned_model"], args), args.problem, out)
         console.rule("Done")

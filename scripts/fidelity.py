@@ -101,13 +101,16 @@ def details(rows: list[dict], results: list[VerifyResult], top: Tier) -> str:
     """Lists: incorrect kernels the top tier accepted, correct ones it rejected, unsupported features."""
     lines = [f"Incorrect kernels accepted by tier `{top.value}` (GPU reason):"]
     wrongly_passed = [(r, res) for r, res in zip(rows, results) if not r["Correct"] and passed_tier(res, top)]
-    lines += [f"- row {r['row']} (level {r['Level_ID']}, {r['Kernel_Name']}): {gpu_reason(r)}"
-              for r, _ in wrongly_passed] or ["- none"]
+    lines += [
+        f"- row {r['row']} (level {r['Level_ID']}, {r['Kernel_Name']}): {gpu_reason(r)}" for r, _ in wrongly_passed
+    ] or ["- none"]
     lines += ["", f"Correct kernels rejected by tier `{top.value}`:"]
-    rejected = [(r, res) for r, res in zip(rows, results)
-                if r["Correct"] and tier_outcome(res, top) == "rejected"]
-    lines += [f"- row {r['row']} (level {r['Level_ID']}, {r['Kernel_Name']}): {res.verdict.value} at "
-              f"{res.tier.value}: {res.reason[:160]}" for r, res in rejected] or ["- none"]
+    rejected = [(r, res) for r, res in zip(rows, results) if r["Correct"] and tier_outcome(res, top) == "rejected"]
+    lines += [
+        f"- row {r['row']} (level {r['Level_ID']}, {r['Kernel_Name']}): {res.verdict.value} at "
+        f"{res.tier.value}: {res.reason[:160]}"
+        for r, res in rejected
+    ] or ["- none"]
     unsupported = sorted({res.unsupported_feature or "?" for res in results if res.verdict is Verdict.UNSUPPORTED})
     lines += ["", f"Unsupported features seen: {', '.join(unsupported) or 'none'}"]
     return "\n".join(lines)
@@ -134,11 +137,20 @@ def main() -> int:
 
     def check(row: dict) -> VerifyResult:
         nonlocal done
-        result = verify(row["PyTorch_Code_Module"], row["CUDA_Code"], settings, cache_dir=args.cache_dir,
-                        use_cache=not args.no_cache)
+        result = verify(
+            row["PyTorch_Code_Module"],
+            row["CUDA_Code"],
+            settings,
+            cache_dir=args.cache_dir,
+            use_cache=not args.no_cache,
+        )
         done += 1
-        print(f"[{done}/{len(rows)}] row {row['row']} label={row['Correct']} -> {result.verdict.value} "
-              f"({result.tier.value}) {result.reason[:100]}", file=sys.stderr, flush=True)
+        print(
+            f"[{done}/{len(rows)}] row {row['row']} label={row['Correct']} -> {result.verdict.value} "
+            f"({result.tier.value}) {result.reason[:100]}",
+            file=sys.stderr,
+            flush=True,
+        )
         return result
 
     with ThreadPoolExecutor(max_workers=args.workers) as pool:
@@ -147,11 +159,22 @@ def main() -> int:
     if args.rows_out:
         with args.rows_out.open("w") as handle:
             for row, result in zip(rows, results):
-                handle.write(json.dumps({"row": row["row"], "level": row["Level_ID"], "correct": row["Correct"],
-                                         "gpu_reason": None if row["Correct"] else gpu_reason(row),
-                                         "result": result.model_dump(mode="json")}) + "\n")
-    print(f"Tier `{top.value}` on {len(rows)} kernels ({sum(bool(r['Correct']) for r in rows)} correct), "
-          f"{elapsed:.0f} s wall, {args.workers} worker(s).\n")
+                handle.write(
+                    json.dumps(
+                        {
+                            "row": row["row"],
+                            "level": row["Level_ID"],
+                            "correct": row["Correct"],
+                            "gpu_reason": None if row["Correct"] else gpu_reason(row),
+                            "result": result.model_dump(mode="json"),
+                        }
+                    )
+                    + "\n"
+                )
+    print(
+        f"Tier `{top.value}` on {len(rows)} kernels ({sum(bool(r['Correct']) for r in rows)} correct), "
+        f"{elapsed:.0f} s wall, {args.workers} worker(s).\n"
+    )
     print(table(rows, results, top))
     print()
     print(details(rows, results, top))

@@ -20,9 +20,10 @@ import platform
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -48,10 +49,12 @@ class Size:
 
 SIZES = {
     # ~0.4B parameters with SmolLM2's 49k vocabulary: big enough that bf16 and 4-bit matter.
-    "gpu": Size(hidden=1536, layers=16, steps=20, batch_size=8, max_seq_len=1024, new_tokens=128, problems=4,
-                tier="gpu"),
-    "dry-run": Size(hidden=64, layers=2, steps=2, batch_size=2, max_seq_len=1024, new_tokens=8, problems=2,
-                    tier="static"),
+    "gpu": Size(
+        hidden=1536, layers=16, steps=20, batch_size=8, max_seq_len=1024, new_tokens=128, problems=4, tier="gpu"
+    ),
+    "dry-run": Size(
+        hidden=64, layers=2, steps=2, batch_size=2, max_seq_len=1024, new_tokens=8, problems=2, tier="static"
+    ),
 }
 
 
@@ -88,8 +91,9 @@ class Report:
         lines = ["| step | status | seconds | figures |", "| --- | --- | --- | --- |"]
         for name, result in self.figures.items():
             rest = {k: v for k, v in result.items() if k not in ("status", "seconds")}
-            lines.append(f"| {name} | {result['status']} | {result['seconds']} | "
-                         f"{json.dumps(rest).replace('|', '/')} |")
+            lines.append(
+                f"| {name} | {result['status']} | {result['seconds']} | {json.dumps(rest).replace('|', '/')} |"
+            )
         (self.out / "gpu_check.md").write_text("\n".join(lines) + "\n")
 
 
@@ -97,9 +101,13 @@ def environment() -> dict[str, Any]:
     import peft
     import transformers
 
-    info: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
-                            "transformers": transformers.__version__, "peft": peft.__version__,
-                            "cuda": torch.cuda.is_available()}
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "peft": peft.__version__,
+        "cuda": torch.cuda.is_available(),
+    }
     if torch.cuda.is_available():
         info |= {"gpu": torch.cuda.get_device_name(), "bf16": torch.cuda.is_bf16_supported()}
     return info
@@ -152,9 +160,14 @@ def train(work: Path, size: Size, name: str, hyperparameters: dict[str, Any]) ->
     errors = [line["message"] for line in progress if line.get("type") == "error"]
     if errors or outcome.steps != size.steps:
         raise RuntimeError(f"{name}: {outcome.steps} of {size.steps} steps; {errors}")
-    return {"steps": outcome.steps, "train_tokens": outcome.train_tokens,
-            "tokens_per_s": round(outcome.train_tokens / elapsed, 1), "first_loss": steps[0]["loss"],
-            "last_loss": steps[-1]["loss"], "kept_ratio": steps[-1].get("kept_ratio")}
+    return {
+        "steps": outcome.steps,
+        "train_tokens": outcome.train_tokens,
+        "tokens_per_s": round(outcome.train_tokens / elapsed, 1),
+        "first_loss": steps[0]["loss"],
+        "last_loss": steps[-1]["loss"],
+        "kept_ratio": steps[-1].get("kept_ratio"),
+    }
 
 
 def generate(work: Path, size: Size, adapters: list[str]) -> dict[str, Any]:
@@ -170,12 +183,16 @@ def generate(work: Path, size: Size, adapters: list[str]) -> dict[str, Any]:
     for name in adapters:
         with cache.use(str(work / name), name) as (model, tokenizer):
             started = time.perf_counter()
-            answers = sample(model, tokenizer, prompts, n=1, temperature=0.0, top_p=1.0,
-                             max_new_tokens=size.new_tokens, seed=0)
+            answers = sample(
+                model, tokenizer, prompts, n=1, temperature=0.0, top_p=1.0, max_new_tokens=size.new_tokens, seed=0
+            )
             elapsed = time.perf_counter() - started
             tokens = sum(answer.completion_tokens for batch in answers for answer in batch)
-            figures[name] = {"completion_tokens": tokens, "tokens_per_s": round(tokens / elapsed, 1),
-                             "device": str(next(model.parameters()).device)}
+            figures[name] = {
+                "completion_tokens": tokens,
+                "tokens_per_s": round(tokens / elapsed, 1),
+                "device": str(next(model.parameters()).device),
+            }
     figures["bases_loaded"] = len(cache.loaded()["base"])
     figures["adapters_attached"] = cache.loaded()["adapters"]
     cache.release()
@@ -190,14 +207,19 @@ def verify_demo(work: Path, size: Size) -> dict[str, Any]:
     chosen = demo_problems()[: size.problems]
     problems, answers = work / "problems.jsonl", work / "answers.jsonl"
     problems.write_text("".join(json.dumps({"id": p.id, "problem": p.problem_code}) + "\n" for p in chosen))
-    answers.write_text("".join(json.dumps({"problem_id": p.id, "answer": f"```python\n{p.solution_code}\n```"}) + "\n"
-                               for p in chosen))
+    answers.write_text(
+        "".join(json.dumps({"problem_id": p.id, "answer": f"```python\n{p.solution_code}\n```"}) + "\n" for p in chosen)
+    )
     report = run_eval(EvalConfig(problems=str(problems), answers=answers, tier=size.tier, cache=False), progress=False)
     results = {sample.problem_id: sample.result for sample in report.samples}
-    return {"tier": size.tier, "passed": sum(result.passed for result in results.values()), "of": len(results),
-            "verdicts": {pid: result.verdict.value for pid, result in results.items()},
-            "reasons": {pid: result.reason for pid, result in results.items() if not result.passed},
-            "speedup": {pid: result.speedup for pid, result in results.items() if result.speedup is not None}}
+    return {
+        "tier": size.tier,
+        "passed": sum(result.passed for result in results.values()),
+        "of": len(results),
+        "verdicts": {pid: result.verdict.value for pid, result in results.items()},
+        "reasons": {pid: result.reason for pid, result in results.items() if not result.passed},
+        "speedup": {pid: result.speedup for pid, result in results.items() if result.speedup is not None},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,8 +239,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     bf16 = {} if options.dry_run else {"dtype": "bfloat16"}
     report.step("lora_bf16", lambda: train(options.work, size, "lora", bf16))
-    qlora = report.step("qlora", lambda: train(options.work, size, "qlora", {**bf16, "quantization": QLORA}),
-                        skip="4-bit weights need a CUDA GPU" if options.dry_run else None)
+    qlora = report.step(
+        "qlora",
+        lambda: train(options.work, size, "qlora", {**bf16, "quantization": QLORA}),
+        skip="4-bit weights need a CUDA GPU" if options.dry_run else None,
+    )
     adapters = ["lora"] + (["qlora"] if qlora["status"] == "ok" else [])
     report.step("generate", lambda: generate(options.work, size, adapters))
     report.step("verify_demo", lambda: verify_demo(options.work, size))

@@ -82,8 +82,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--knobs", type=json.loads, default={}, help="extra knobs for the CuSeT-family objectives")
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=[*METHODS, "cuset_v1"],
-                        help="objectives to compare (sft is always included: it is the reference)")
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=list(METHODS),
+        choices=[*METHODS, "cuset_v1"],
+        help="objectives to compare (sft is always included: it is the reference)",
+    )
     args = parser.parse_args()
     if not (DATA_DIR / "train.jsonl").is_file():
         write_split()  # deterministic: rebuilds the committed split's JSONL files
@@ -104,21 +109,37 @@ def main() -> None:
         p = torch.exp(-token_loss.detach())
         grads = {}
         for method, config in configs.items():
-            out = compute_objective(config, ObjectiveBatch(token_loss=token_loss, supervised=supervised,
-                                                           sensitive=batch["sensitive"], region_ids=batch["region_ids"],
-                                                           num_items_in_batch=None, step=index),
-                                    state=states[method])
-            grads[method] = torch.cat([g.reshape(-1).double()
-                                       for g in torch.autograd.grad(out.loss, params, retain_graph=True)])
-            rows[method].append({"kept": float(out.keep.sum() / supervised.sum()),
-                                 "dropped_grad_share": out.metrics.get("dropped_grad_share", 0.0),
-                                 "signal": signal_share(config, out, p, supervised),
-                                 "weight_max": float(out.sample_weights.max())})
+            out = compute_objective(
+                config,
+                ObjectiveBatch(
+                    token_loss=token_loss,
+                    supervised=supervised,
+                    sensitive=batch["sensitive"],
+                    region_ids=batch["region_ids"],
+                    num_items_in_batch=None,
+                    step=index,
+                ),
+                state=states[method],
+            )
+            grads[method] = torch.cat(
+                [g.reshape(-1).double() for g in torch.autograd.grad(out.loss, params, retain_graph=True)]
+            )
+            rows[method].append(
+                {
+                    "kept": float(out.keep.sum() / supervised.sum()),
+                    "dropped_grad_share": out.metrics.get("dropped_grad_share", 0.0),
+                    "signal": signal_share(config, out, p, supervised),
+                    "weight_max": float(out.sample_weights.max()),
+                }
+            )
         for method, grad in grads.items():
             rows[method][-1]["cosine"] = float(torch.nn.functional.cosine_similarity(grad, grads["sft"], dim=0))
             rows[method][-1]["norm"] = float(grad.norm() / grads["sft"].norm())
-        print(f"batch {index + 1}/{args.batches}: " + ", ".join(
-            f"{m} cos {rows[m][-1]['cosine']:.3f}" for m in methods if m != "sft"), flush=True)
+        print(
+            f"batch {index + 1}/{args.batches}: "
+            + ", ".join(f"{m} cos {rows[m][-1]['cosine']:.3f}" for m in methods if m != "sft"),
+            flush=True,
+        )
     summary = {m: {key: round(statistics.fmean(r[key] for r in rs), 4) for key in rs[0]} for m, rs in rows.items()}
     result = {"size": args.size, "batches": args.batches, "seed": args.seed, "knobs": args.knobs, "methods": summary}
     suffix = "" if not args.knobs else "_" + "_".join(f"{k}{v}" for k, v in sorted(args.knobs.items()))
@@ -127,9 +148,11 @@ def main() -> None:
     print("| objective | kept | dropped grad share | signal | cosine with sft | norm / sft | max weight |")
     print("|---|---|---|---|---|---|---|")
     for method, s in summary.items():
-        print(f"| {method} | {s['kept']:.3f} | {s['dropped_grad_share']:.3f} | {s['signal']:.3f} | {s['cosine']:.4f} | "
-              f"{s['norm']:.3f} | "
-              f"{s['weight_max']:.3f} |")
+        print(
+            f"| {method} | {s['kept']:.3f} | {s['dropped_grad_share']:.3f} | {s['signal']:.3f} | {s['cosine']:.4f} | "
+            f"{s['norm']:.3f} | "
+            f"{s['weight_max']:.3f} |"
+        )
     print(f"wrote {out_path.relative_to(ROOT)}")
 
 

@@ -47,11 +47,17 @@ FAILURE_PATTERNS = (
     ("warp primitives", r"__shfl|__ballot|__any_sync|__all_sync"),
     ("atomics", r"atomic"),
     ("execution-space qualifiers", r"__global__|__device__|__host__|calling a __host__|execution space"),
-    ("PyTorch binding", r"torch::|at::|data_ptr|TORCH_CHECK|AT_DISPATCH|PYBIND11|load_inline|functions=|"
-                        r"pybind|cpp_sources|cuda_sources|Tensor|ModelNew|forward\("),
+    (
+        "PyTorch binding",
+        r"torch::|at::|data_ptr|TORCH_CHECK|AT_DISPATCH|PYBIND11|load_inline|functions=|"
+        r"pybind|cpp_sources|cuda_sources|Tensor|ModelNew|forward\(",
+    ),
     ("memory API", r"cudaMalloc|cudaMemcpy|cudaFree|cudaMemset"),
-    ("C++ syntax/types", r"expected|undefined|undeclared|identifier|no matching|no instance|cannot convert|"
-                         r"incomplete type|redefinition|syntax|declared|argument"),
+    (
+        "C++ syntax/types",
+        r"expected|undefined|undeclared|identifier|no matching|no instance|cannot convert|"
+        r"incomplete type|redefinition|syntax|declared|argument",
+    ),
 )
 
 
@@ -85,8 +91,10 @@ def metrics_of(aggregate: dict) -> dict[str, float]:
     if "metrics" in aggregate:
         return aggregate["metrics"]
     greedy = (aggregate.get("greedy") or {}).get("metrics", {})
-    return {**{f"greedy {name}": value for name, value in greedy.items()},
-            **(aggregate.get("sampled") or {}).get("metrics", {})}
+    return {
+        **{f"greedy {name}": value for name, value in greedy.items()},
+        **(aggregate.get("sampled") or {}).get("metrics", {}),
+    }
 
 
 def progress_rows(run_dir: Path) -> list[dict]:
@@ -149,8 +157,13 @@ def collect(size_dir: Path) -> dict:
     runs: dict[str, dict] = {}
     base = load_eval(size_dir / "base" / "eval")
     if base:
-        runs["base"] = {"method": "base", "seed": None, "eval": base, "progress": [],
-                        "confidence": load_json(size_dir / "confidence" / "base" / "report.json")}
+        runs["base"] = {
+            "method": "base",
+            "seed": None,
+            "eval": base,
+            "progress": [],
+            "confidence": load_json(size_dir / "confidence" / "base" / "report.json"),
+        }
     for run_dir in sorted(size_dir.glob("*-s[0-9]*")):
         method, seed = run_dir.name.rsplit("-s", 1)
         runs[run_dir.name] = {
@@ -169,8 +182,10 @@ def metrics_table(runs: dict) -> list[str]:
     for run in runs.values():
         if run["eval"]:
             by_method[run["method"]].append(run)
-    lines = ["| model | seeds | " + " | ".join(METRICS) + " | held-out sensitive mean p | samples "
-             "| verdicts (all seeds) |", "|---|---|" + "---|" * (len(METRICS) + 3)]
+    lines = [
+        "| model | seeds | " + " | ".join(METRICS) + " | held-out sensitive mean p | samples | verdicts (all seeds) |",
+        "|---|---|" + "---|" * (len(METRICS) + 3),
+    ]
     for method in ("base", *METHODS):
         done = by_method.get(method, [])
         if not done:
@@ -195,9 +210,11 @@ def run_order(name: str) -> tuple:
 
 
 def training_table(runs: dict) -> list[str]:
-    lines = ["| run | steps | tokens | CE first step | CE last 5 steps | mean kept ratio | "
-             "mean low-conf. region share | max sample weight | tokens/s (median) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| run | steps | tokens | CE first step | CE last 5 steps | mean kept ratio | "
+        "mean low-conf. region share | max sample weight | tokens/s (median) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, run in sorted(runs.items(), key=lambda item: run_order(item[0])):
         rows = run["progress"]
         if not rows:
@@ -229,8 +246,9 @@ def failure_table(runs: dict) -> list[str]:
             if sample["result"]["verdict"] != "pass":
                 counts[run["method"]][classify(sample)] += 1
     methods = [m for m in ("base", *METHODS) if totals[m]]
-    categories = sorted({c for counter in counts.values() for c in counter},
-                        key=lambda c: -sum(counts[m][c] for m in methods))
+    categories = sorted(
+        {c for counter in counts.values() for c in counter}, key=lambda c: -sum(counts[m][c] for m in methods)
+    )
     lines = ["| failure category | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
     for category in categories:
         lines.append(f"| {category} | " + " | ".join(str(counts[m][category]) for m in methods) + " |")
@@ -291,20 +309,37 @@ def confidence_section(size_dir: Path, out: Path, size: str, link_base: Path) ->
     if not reports:
         return ["No confidence report yet."]
     high, low = next(iter(reports.values()))["thresholds"].values()
-    lines = [f"| model | records | sensitive share | sensitive mean p | sensitive p >= {high} | sensitive p < {low} "
-             f"| non-sensitive mean p | non-sensitive p >= {high} | regions with mean p < {low} "
-             "| sensitive tokens in them |", "|---|" + "---|" * 9]
+    lines = [
+        f"| model | records | sensitive share | sensitive mean p | sensitive p >= {high} | sensitive p < {low} "
+        f"| non-sensitive mean p | non-sensitive p >= {high} | regions with mean p < {low} "
+        "| sensitive tokens in them |",
+        "|---|" + "---|" * 9,
+    ]
     for name, r in reports.items():
         sens, non = r["groups"]["sensitive"], r["groups"]["non_sensitive"]
-        cells = [r["tokens"]["sensitive_share"], sens["mean_p"], sens["share_high"], sens["share_low"],
-                 non["mean_p"], non["share_high"], r["regions"]["low_confidence_share"],
-                 r["regions"]["sensitive_tokens_in_low_confidence_regions"]]
-        lines.append(f"| {name} | {r['records']} | " + " | ".join("-" if c is None else f"{c:.3f}" for c in cells) + " |")
+        cells = [
+            r["tokens"]["sensitive_share"],
+            sens["mean_p"],
+            sens["share_high"],
+            sens["share_low"],
+            non["mean_p"],
+            non["share_high"],
+            r["regions"]["low_confidence_share"],
+            r["regions"]["sensitive_tokens_in_low_confidence_regions"],
+        ]
+        lines.append(
+            f"| {name} | {r['records']} | " + " | ".join("-" if c is None else f"{c:.3f}" for c in cells) + " |"
+        )
     cuset = next((name for name in reports if name.startswith("cuset-s")), None)
     for name in [n for n in ("base", cuset) if n in reports]:
         report = reports[name]
-        lines += ["", f"Lowest-confidence regions, `{name}`:", "",
-                  "| category | kind | mean p | text |", "|---|---|---|---|"]
+        lines += [
+            "",
+            f"Lowest-confidence regions, `{name}`:",
+            "",
+            "| category | kind | mean p | text |",
+            "|---|---|---|---|",
+        ]
         for region in report["lowest_regions"][:6]:
             text = " ".join(region["text"].split())[:90].replace("|", "\\|").replace("`", "'")
             lines.append(f"| {region['category']} | {region['kind']} | {region['mean_p']:.3f} | `{text}` |")
@@ -333,13 +368,17 @@ def sweep_section(size_dir: Path) -> list[str]:
         return ["The sweep has not run yet (`scripts/run_comparison.py --size SIZE --sweep`)."]
     first = next(iter(judges.values()))
     high, low = first["thresholds"].values()
-    lines = [f"Judge: `cuset confidence-report` on {first['records']} held-out records of the sweep "
-             f"subset's problems (`runs/comparison-data/confidence_sweep.jsonl`, up to {SWEEP_RECORDS_PER_PROBLEM} "
-             f"per problem, <= {SWEEP_MAX_TOKENS:,} tokens); {first['tokens']['sensitive']} of {first['tokens']['supervised']} "
-             "answer tokens are CUDA-sensitive.", "",
-             "| model | method knobs | sensitive mean p | sensitive p < " + f"{low} | sensitive p >= {high} | "
-             f"non-sensitive mean p | regions with mean p < {low} | CE last 5 train steps | mean kept ratio | "
-             "mean low-conf. region share | max sample weight |", "|---|---|" + "---|" * 9]
+    lines = [
+        f"Judge: `cuset confidence-report` on {first['records']} held-out records of the sweep "
+        f"subset's problems (`runs/comparison-data/confidence_sweep.jsonl`, up to {SWEEP_RECORDS_PER_PROBLEM} "
+        f"per problem, <= {SWEEP_MAX_TOKENS:,} tokens); {first['tokens']['sensitive']} of {first['tokens']['supervised']} "
+        "answer tokens are CUDA-sensitive.",
+        "",
+        "| model | method knobs | sensitive mean p | sensitive p < " + f"{low} | sensitive p >= {high} | "
+        f"non-sensitive mean p | regions with mean p < {low} | CE last 5 train steps | mean kept ratio | "
+        "mean low-conf. region share | max sample weight |",
+        "|---|---|" + "---|" * 9,
+    ]
     for name in sorted(judges, key=sweep_order):
         report = judges[name]
         run_dir = size_dir / name if (size_dir / name).is_dir() else size_dir / "sweep" / name
@@ -349,34 +388,54 @@ def sweep_section(size_dir: Path) -> list[str]:
         rows = progress_rows(run_dir) if name != "base" else []
         train = ["-"] * 4
         if rows:
-            train = [f"{statistics.fmean(r['ce'] for r in rows[-5:]):.4f}",
-                     f"{statistics.fmean(r['kept_ratio'] for r in rows):.3f}",
-                     f"{statistics.fmean(r.get('low_conf_region_share') or 0.0 for r in rows):.3f}",
-                     f"{max(r.get('weight_max') or 1.0 for r in rows):.3f}"]
+            train = [
+                f"{statistics.fmean(r['ce'] for r in rows[-5:]):.4f}",
+                f"{statistics.fmean(r['kept_ratio'] for r in rows):.3f}",
+                f"{statistics.fmean(r.get('low_conf_region_share') or 0.0 for r in rows):.3f}",
+                f"{max(r.get('weight_max') or 1.0 for r in rows):.3f}",
+            ]
         sens, non = report["groups"]["sensitive"], report["groups"]["non_sensitive"]
-        lines.append(f"| {name} | {method['type']}: {knobs} | {sens['mean_p']:.4f} | {sens['share_low']:.3f} | "
-                     f"{sens['share_high']:.3f} | {non['mean_p']:.4f} | "
-                     f"{report['regions']['low_confidence_share']:.3f} | "
-                     + " | ".join(train) + " |")
+        lines.append(
+            f"| {name} | {method['type']}: {knobs} | {sens['mean_p']:.4f} | {sens['share_low']:.3f} | "
+            f"{sens['share_high']:.3f} | {non['mean_p']:.4f} | "
+            f"{report['regions']['low_confidence_share']:.3f} | " + " | ".join(train) + " |"
+        )
     evals = {d: load_eval(d / "eval") for d in sorted((size_dir / "sweep").glob("*-s[0-9]*"))}
     picked = {run_dir: result for run_dir, result in evals.items() if result}
     if picked:
-        lines += ["", "The sweep's pick, evaluated on the reported problems like every run above:", "",
-                  "| model | " + " | ".join(METRICS) + " | held-out sensitive mean p | verdicts |",
-                  "|---|" + "---|" * (len(METRICS) + 2)]
+        lines += [
+            "",
+            "The sweep's pick, evaluated on the reported problems like every run above:",
+            "",
+            "| model | " + " | ".join(METRICS) + " | held-out sensitive mean p | verdicts |",
+            "|---|" + "---|" * (len(METRICS) + 2),
+        ]
         for run_dir, result in picked.items():
             aggregate = result["aggregate"]
             held_out = load_json(run_dir / "confidence" / "report.json")
             p = f"{held_out['groups']['sensitive']['mean_p']:.3f}" if held_out else "-"
             verdicts = ", ".join(f"{v} {c}" for v, c in Counter(aggregate["verdicts"]).most_common())
-            lines.append(f"| {run_dir.name} | " + " | ".join(f"{metrics_of(aggregate).get(m, 0.0):.3f}" for m in METRICS)
-                         + f" | {p} | {verdicts} |")
-    lines += ["", "Sensitive mean p by category on the same records:", "",
-              "| model | " + " | ".join(SWEEP_CATEGORIES) + " |", "|---|" + "---|" * len(SWEEP_CATEGORIES)]
+            lines.append(
+                f"| {run_dir.name} | "
+                + " | ".join(f"{metrics_of(aggregate).get(m, 0.0):.3f}" for m in METRICS)
+                + f" | {p} | {verdicts} |"
+            )
+    lines += [
+        "",
+        "Sensitive mean p by category on the same records:",
+        "",
+        "| model | " + " | ".join(SWEEP_CATEGORIES) + " |",
+        "|---|" + "---|" * len(SWEEP_CATEGORIES),
+    ]
     for name in sorted(judges, key=sweep_order):
         groups = judges[name]["groups"]
-        lines.append(f"| {name} | " + " | ".join(f"{groups[c]['mean_p']:.3f}" if groups.get(c, {}).get("tokens")
-                                                  else "-" for c in SWEEP_CATEGORIES) + " |")
+        lines.append(
+            f"| {name} | "
+            + " | ".join(
+                f"{groups[c]['mean_p']:.3f}" if groups.get(c, {}).get("tokens") else "-" for c in SWEEP_CATEGORIES
+            )
+            + " |"
+        )
     return lines
 
 
@@ -404,8 +463,12 @@ def main() -> None:
     parser.add_argument("--size", default="small")
     parser.add_argument("--experiments", type=Path, default=ROOT / "experiments" / "comparison")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results")
-    parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "results.md",
-                        help="document whose generated block for this size is replaced")
+    parser.add_argument(
+        "--doc",
+        type=Path,
+        default=ROOT / "docs" / "results.md",
+        help="document whose generated block for this size is replaced",
+    )
     args = parser.parse_args()
     size_dir = args.experiments / args.size
     args.out.mkdir(parents=True, exist_ok=True)
@@ -417,17 +480,37 @@ def main() -> None:
     curves = args.out / f"{args.size}_curves.png"
     sections = [
         f"<!-- generated by scripts/results_report.py --size {args.size}; do not edit by hand -->",
-        "", "### Evaluation (reported validation subset)", "", *metrics_table(runs),
-        "", "### Training", "", *training_table(runs),
+        "",
+        "### Evaluation (reported validation subset)",
+        "",
+        *metrics_table(runs),
+        "",
+        "### Training",
+        "",
+        *training_table(runs),
     ]
     if plot_curves(runs, curves):
         sections += ["", f"![loss, plain CE and kept ratio per step]({os.path.relpath(curves, link_base)})"]
-    sections += ["", "### Failures by category (all seeds pooled)", "", *failure_table(runs),
-                 "", "Constructs present in the answers (all samples, all seeds):", "", *constructs_table(runs),
-                 "", "First compiler error of some failing samples:", "",
-                 *(first_errors(runs) or ["- none: no sample reached nvcc and failed there"])]
-    sections += ["", "### Confidence report (validation records)", "",
-                 *confidence_section(size_dir, args.out, args.size, link_base)]
+    sections += [
+        "",
+        "### Failures by category (all seeds pooled)",
+        "",
+        *failure_table(runs),
+        "",
+        "Constructs present in the answers (all samples, all seeds):",
+        "",
+        *constructs_table(runs),
+        "",
+        "First compiler error of some failing samples:",
+        "",
+        *(first_errors(runs) or ["- none: no sample reached nvcc and failed there"]),
+    ]
+    sections += [
+        "",
+        "### Confidence report (validation records)",
+        "",
+        *confidence_section(size_dir, args.out, args.size, link_base),
+    ]
     sections += ["", "### Knob sweep (sweep subset; never the reported problems)", "", *sweep_section(size_dir)]
     sections += ["", "### Run status", "", "| stage | state | last recorded |", "|---|---|---|"]
     sections += [f"| {k} | {v['state']} | {v['time']} |" for k, v in status.items()]

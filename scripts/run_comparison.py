@@ -77,19 +77,49 @@ class Size:
 
 SIZES = {
     # Plumbing only: a random 2-layer model of SmolLM2's shape; finishes in a few minutes on 2 cores.
-    "tiny": Size("tiny", 2, 2, 1024, 5e-4, 0, 2, 2, 16, (0,), eval_batch_size=2, confidence_records=2,
-                 train_limit=64, save_steps=1),
+    "tiny": Size(
+        "tiny",
+        2,
+        2,
+        1024,
+        5e-4,
+        0,
+        2,
+        2,
+        16,
+        (0,),
+        eval_batch_size=2,
+        confidence_records=2,
+        train_limit=64,
+        save_steps=1,
+    ),
     # The CPU comparison, sized for 2 shared cores (~50 training tokens/s under load): 12 steps
     # x 2 sequences of <= 1,024 tokens (~22k tokens per run), answers of up to 768 new tokens.
-    "small": Size("smollm2-135m", 12, 2, 1024, 5e-4, 1, 8, 2, 768, (0, 1), gradient_checkpointing=False,
-                  save_steps=4),
+    "small": Size("smollm2-135m", 12, 2, 1024, 5e-4, 1, 8, 2, 768, (0, 1), gradient_checkpointing=False, save_steps=4),
     # One H200: one epoch over the whole train split, 16 sequences per step (8 x 2 accumulated),
     # bf16, full fine-tuning. The 14 runs share the GPU 8 at a time (a 135M model leaves an H200
     # mostly idle); micro-batches of 8 and checkpointing keep each process near 10 GB (the
     # 49k-token vocabulary's logits dominate).
-    "full": Size("smollm2-135m", -1, 8, 2048, 5e-5, 10, 8, 2, 768, (0, 1), lora=False, bf16=True,
-                 eval_batch_size=8, confidence_records=32, save_steps=50, grad_accum=2, parallel=8,
-                 gpu_generate=True),
+    "full": Size(
+        "smollm2-135m",
+        -1,
+        8,
+        2048,
+        5e-5,
+        10,
+        8,
+        2,
+        768,
+        (0, 1),
+        lora=False,
+        bf16=True,
+        eval_batch_size=8,
+        confidence_records=32,
+        save_steps=50,
+        grad_accum=2,
+        parallel=8,
+        gpu_generate=True,
+    ),
 }
 
 
@@ -168,8 +198,10 @@ def write_split() -> dict:
         "seed": SPLIT_SEED,
         "train": {"records": len(train), "groups": sorted({r.group for r in train})},
         "val": {"records": len(val), "groups": sorted(medians)},
-        "eval_reported": {"groups": reported, "rule": "seeded draw among validation problems whose "
-                          "median reference answer is <= 1024 tokens"},
+        "eval_reported": {
+            "groups": reported,
+            "rule": "seeded draw among validation problems whose median reference answer is <= 1024 tokens",
+        },
         "eval_sweep": {"groups": sweep, "rule": "the other validation problems (for knob sweeps only)"},
         "val_median_answer_tokens": {g: medians[g] for g in sorted(medians)},
     }
@@ -309,8 +341,18 @@ def train(size: Size, run: Run, run_dir: Path, model: str, data: Path) -> bool:
     run_dir.mkdir(parents=True, exist_ok=True)
     config = run_dir / "job_base.json"
     config.write_text(json.dumps(job_config(size, run, model), indent=2) + "\n")
-    command = [sys.executable, "-m", "cuset_core.cli", "tune", "--config", rel(config), "--data", rel(data),
-               "--output", rel(run_dir)]
+    command = [
+        sys.executable,
+        "-m",
+        "cuset_core.cli",
+        "tune",
+        "--config",
+        rel(config),
+        "--data",
+        rel(data),
+        "--output",
+        rel(run_dir),
+    ]
     if any(run_dir.glob("checkpoint-*")):
         command.append("--resume")
     log(f"train {run.name}: {' '.join(command[2:])}")
@@ -323,21 +365,52 @@ def evaluate(size: Size, model: str, out: Path, problems: Path) -> bool:
     """`cuset eval` of one model on the reported subset; whether results.json exists."""
     if (out / "results.json").is_file():
         return True
-    command = [sys.executable, "-m", "cuset_core.cli", "eval", "--problems", rel(problems), "--tier", "cpu",
-               "--out", rel(out), "--quiet"]
+    command = [
+        sys.executable,
+        "-m",
+        "cuset_core.cli",
+        "eval",
+        "--problems",
+        rel(problems),
+        "--tier",
+        "cpu",
+        "--out",
+        rel(out),
+        "--quiet",
+    ]
     if size.gpu_generate:
         # `cuset eval` generates on the CPU; on a GPU machine generate here and let it score the answers.
         out.mkdir(parents=True, exist_ok=True)
         answers = out / ANSWERS_FILE
-        generate = [sys.executable, str(Path(__file__).resolve()), "--generate", model, rel(problems), rel(answers),
-                    "--size", size_name(size)]
+        generate = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--generate",
+            model,
+            rel(problems),
+            rel(answers),
+            "--size",
+            size_name(size),
+        ]
         if call(generate) != 0:
             return False
         command += ["--answers", rel(answers)]
     else:
         # K samples per problem: the greedy one, drawn apart, and K-1 i.i.d. ones for pass@k.
-        command += ["--model", model, "--samples", str(size.samples - 1), "--max-new-tokens", str(size.max_new_tokens),
-                    "--prompt-style", "compact", "--seed", "0", "--batch-size", str(size.eval_batch_size)]
+        command += [
+            "--model",
+            model,
+            "--samples",
+            str(size.samples - 1),
+            "--max-new-tokens",
+            str(size.max_new_tokens),
+            "--prompt-style",
+            "compact",
+            "--seed",
+            "0",
+            "--batch-size",
+            str(size.eval_batch_size),
+        ]
     log(f"eval {model} -> {rel(out)}")
     code = call(command)
     return code == 0 and (out / "results.json").is_file()
@@ -364,13 +437,25 @@ def generate_answers(size: Size, model: str, problems: Path, out: Path) -> None:
     runs = [dict(n=1, temperature=0.0, top_p=1.0), dict(n=size.samples - 1, temperature=0.8, top_p=0.95)]
     answers: dict[str, list] = {row["id"]: [] for row in rows}
     for run in runs[: 1 + (size.samples > 1)]:
-        for row, texts in zip(rows, generate(network, tokenizer, messages, max_new_tokens=size.max_new_tokens,
-                                             seed=0, **run)):
+        for row, texts in zip(
+            rows, generate(network, tokenizer, messages, max_new_tokens=size.max_new_tokens, seed=0, **run)
+        ):
             answers[row["id"]] += texts
     out.parent.mkdir(parents=True, exist_ok=True)
-    _write_jsonl(out, [{"problem_id": pid, "answer": g.text, "greedy": index == 0, "finish_reason": g.finish_reason,
-                        "completion_tokens": g.completion_tokens}
-                       for pid, texts in answers.items() for index, g in enumerate(texts)])
+    _write_jsonl(
+        out,
+        [
+            {
+                "problem_id": pid,
+                "answer": g.text,
+                "greedy": index == 0,
+                "finish_reason": g.finish_reason,
+                "completion_tokens": g.completion_tokens,
+            }
+            for pid, texts in answers.items()
+            for index, g in enumerate(texts)
+        ],
+    )
 
 
 def confidence_file() -> Path:
@@ -412,15 +497,30 @@ def sweep_file() -> Path:
     return path
 
 
-def confidence(size: Size, model: str, out: Path, data: Path | None = None, limit: int | None = None,
-               max_tokens: int | None = None) -> bool:
+def confidence(
+    size: Size, model: str, out: Path, data: Path | None = None, limit: int | None = None, max_tokens: int | None = None
+) -> bool:
     """`cuset confidence-report` of one model on held-out validation records (never trained on)."""
     if (out / "report.json").is_file():
         return True
-    command = [sys.executable, "-m", "cuset_core.cli", "confidence-report", "--model", model,
-               "--data", rel(data or confidence_file()), "--out", rel(out),
-               "--limit", str(limit or size.confidence_records),
-               "--prompt-style", "compact", "--max-tokens", str(max_tokens or size.max_seq_len)]
+    command = [
+        sys.executable,
+        "-m",
+        "cuset_core.cli",
+        "confidence-report",
+        "--model",
+        model,
+        "--data",
+        rel(data or confidence_file()),
+        "--out",
+        rel(out),
+        "--limit",
+        str(limit or size.confidence_records),
+        "--prompt-style",
+        "compact",
+        "--max-tokens",
+        str(max_tokens or size.max_seq_len),
+    ]
     log(f"confidence-report {model} -> {rel(out)}")
     code = call(command)
     return code == 0 and (out / "report.json").is_file()
@@ -435,8 +535,16 @@ def pilot(size: Size, model: str, data: Path, steps: int) -> None:
     summary = {}
     for mode, lr in (("lora", size.learning_rate), ("full", 5e-5)):
         run_dir = out / mode
-        variant = Size(**{**asdict(size), "lora": mode == "lora", "learning_rate": lr, "max_steps": steps,
-                          "warmup_steps": 0, "save_steps": 10_000})
+        variant = Size(
+            **{
+                **asdict(size),
+                "lora": mode == "lora",
+                "learning_rate": lr,
+                "max_steps": steps,
+                "warmup_steps": 0,
+                "save_steps": 10_000,
+            }
+        )
         train(variant, Run("sft", 0), run_dir, model, data)
         rows = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines() if line.strip()]
         progress = [row for row in rows if row.get("type") == "progress"]
@@ -471,13 +579,26 @@ def mark(status_path: Path, key: str, value: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
-    parser.add_argument("--pilot", type=int, nargs="?", const=3, default=None,
-                        help="run the LoRA-vs-full pilot with this many steps (default 3) and stop")
+    parser.add_argument(
+        "--pilot",
+        type=int,
+        nargs="?",
+        const=3,
+        default=None,
+        help="run the LoRA-vs-full pilot with this many steps (default 3) and stop",
+    )
     parser.add_argument("--only", nargs="*", help="run names to do (e.g. sft-s0 cuset-s0); default all")
-    parser.add_argument("--sweep", action="store_true",
-                        help="the CuSeT knob sweep (SWEEP), judged on the sweep subset, instead of the comparison")
-    parser.add_argument("--pick", choices=sorted(SWEEP), help="with --sweep: also evaluate this variant (the "
-                        "sweep's choice) on the reported problems, as the comparison evaluates every run")
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="the CuSeT knob sweep (SWEEP), judged on the sweep subset, instead of the comparison",
+    )
+    parser.add_argument(
+        "--pick",
+        choices=sorted(SWEEP),
+        help="with --sweep: also evaluate this variant (the "
+        "sweep's choice) on the reported problems, as the comparison evaluates every run",
+    )
     parser.add_argument("--generate", nargs=3, metavar=("MODEL", "PROBLEMS", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     size = SIZES[args.size]
@@ -497,8 +618,10 @@ def main() -> None:
     # The tiny plumbing check writes to a gitignored folder: its numbers mean nothing.
     out = ROOT / "runs" / "comparison" / "tiny" if args.size == "tiny" else EXPERIMENTS / args.size
     out.mkdir(parents=True, exist_ok=True)
-    (out / "size.json").write_text(json.dumps({"size": args.size, **asdict(size), "model": model
-                                               if size.model != "tiny" else "tiny"}, indent=1) + "\n")
+    (out / "size.json").write_text(
+        json.dumps({"size": args.size, **asdict(size), "model": model if size.model != "tiny" else "tiny"}, indent=1)
+        + "\n"
+    )
     status = out / "status.json"
     problems = eval_file(size)
     signal.signal(signal.SIGTERM, stop_children)
@@ -525,8 +648,10 @@ def main() -> None:
 
     def judge(name: str, model_path: str) -> None:
         """The sweep's score of one model: its confidence report on the sweep subset's records."""
-        record(f"sweep/judge/{name}", confidence(size, model_path, out / "sweep" / "judge" / name, sweep_file(),
-                                                 SWEEP_RECORDS, SWEEP_MAX_TOKENS))
+        record(
+            f"sweep/judge/{name}",
+            confidence(size, model_path, out / "sweep" / "judge" / name, sweep_file(), SWEEP_RECORDS, SWEEP_MAX_TOKENS),
+        )
 
     def sweep_run(run: Run, run_dir: Path) -> None:
         ok = train(size, run, run_dir, model, data)
@@ -543,8 +668,11 @@ def main() -> None:
         tasks = [partial(judge, "base", model)]
         tasks += [partial(sweep_run, Run(m, seed), out / Run(m, seed).name) for m in ("sft", "cuset")]
         variants = [Run("cuset", seed, knobs, label) for label, knobs in SWEEP.items()]
-        tasks += [partial(sweep_run, run, out / "sweep" / run.name) for run in variants
-                  if not args.only or run.name in args.only]
+        tasks += [
+            partial(sweep_run, run, out / "sweep" / run.name)
+            for run in variants
+            if not args.only or run.name in args.only
+        ]
     else:
         tasks = [base_eval] if not args.only or "base" in args.only else []
         tasks += [partial(one_run, run) for run in schedule(size) if not args.only or run.name in args.only]

@@ -44,23 +44,53 @@ SPLIT_SEED = 0
 
 # KernelBench level-1 problems whose reference is one elementwise operation (problem -> operation).
 KERNELBENCH_OPS = {
-    "5": "scale", "19": "relu", "20": "leaky_relu", "21": "sigmoid", "22": "tanh", "25": "swish",
-    "27": "selu", "28": "hardsigmoid", "30": "softsign", "31": "elu", "32": "hardtanh", "88": "gelu",
+    "5": "scale",
+    "19": "relu",
+    "20": "leaky_relu",
+    "21": "sigmoid",
+    "22": "tanh",
+    "25": "swish",
+    "27": "selu",
+    "28": "hardsigmoid",
+    "30": "softsign",
+    "31": "elu",
+    "32": "hardtanh",
+    "88": "gelu",
 }
 # The demo's elementwise problems (cuset_core/demo). clamp(min, max) is hardtanh with other bounds;
 # the demo's gelu is the erf form, KernelBench 88 the tanh approximation: the same operation.
 DEMO_OPS = {
-    "01_vector_add": "add", "02_relu": "relu", "03_gelu": "gelu", "04_scale_bias": "scale_bias",
-    "05_clamp": "hardtanh", "06_sigmoid": "sigmoid", "07_leaky_relu": "leaky_relu", "08_swish": "swish",
-    "09_multiply_add": "multiply_add", "10_softplus": "softplus", "11_elu": "elu",
+    "01_vector_add": "add",
+    "02_relu": "relu",
+    "03_gelu": "gelu",
+    "04_scale_bias": "scale_bias",
+    "05_clamp": "hardtanh",
+    "06_sigmoid": "sigmoid",
+    "07_leaky_relu": "leaky_relu",
+    "08_swish": "swish",
+    "09_multiply_add": "multiply_add",
+    "10_softplus": "softplus",
+    "11_elu": "elu",
 }
 HELD_OUT_SHARE = 1 / 3
 
 GATE_STEPS, GATE_EVAL_STEPS = 150, (50, 100, 150)
 GATE_COMPILE_UNSEEN, GATE_CORRECT_SEEN = 0.2, 0.2
 SIZE = common.Size(
-    "smollm2-135m", GATE_STEPS, 2, 1024, 1e-3, 10, 0, 1, 768, (0, 1), gradient_checkpointing=False,
-    eval_batch_size=8, save_steps=10, grad_accum=2,
+    "smollm2-135m",
+    GATE_STEPS,
+    2,
+    1024,
+    1e-3,
+    10,
+    0,
+    1,
+    768,
+    (0, 1),
+    gradient_checkpointing=False,
+    eval_batch_size=8,
+    save_steps=10,
+    grad_accum=2,
 )
 
 
@@ -82,24 +112,29 @@ def write_data() -> dict:
         sys.exit(f"error: {common.PARQUET} not found (the experiment needs ../shared/data)")
     trained_ops, held_ops = split_ops()
     loaded = load_records(common.PARQUET, LoadOptions(prompt_style="compact", require_kernel=True))
-    family = [r for r in loaded.records
-              if str(r.meta.get("level")) == "1" and str(r.meta.get("problem")) in KERNELBENCH_OPS]
+    family = [
+        r for r in loaded.records if str(r.meta.get("level")) == "1" and str(r.meta.get("problem")) in KERNELBENCH_OPS
+    ]
     demo = {problem.id: problem.problem_code for problem in demo_problems()}
     train = []
     for record in family:
         if KERNELBENCH_OPS[str(record.meta["problem"])] in trained_ops:
             answer = compact_answer(record.answer)
-            train.append(record.model_copy(update={"messages": [*record.prompt_messages,
-                                                                Message(role="assistant", content=answer)]}))
+            train.append(
+                record.model_copy(
+                    update={"messages": [*record.prompt_messages, Message(role="assistant", content=answer)]}
+                )
+            )
     references: dict[str, str] = {}
     for record in family:
         references.setdefault(str(record.meta["problem"]), record.problem)
-    unseen = [{"id": f"L1_P{p}", "op": op, "problem": references[p]}
-              for p, op in sorted(KERNELBENCH_OPS.items(), key=lambda item: int(item[0])) if op in held_ops]
-    unseen += [{"id": name, "op": op, "problem": demo[name]}
-               for name, op in DEMO_OPS.items() if op not in trained_ops]
-    seen = [{"id": name, "op": op, "problem": demo[name]}
-            for name, op in DEMO_OPS.items() if op in trained_ops]
+    unseen = [
+        {"id": f"L1_P{p}", "op": op, "problem": references[p]}
+        for p, op in sorted(KERNELBENCH_OPS.items(), key=lambda item: int(item[0]))
+        if op in held_ops
+    ]
+    unseen += [{"id": name, "op": op, "problem": demo[name]} for name, op in DEMO_OPS.items() if op not in trained_ops]
+    seen = [{"id": name, "op": op, "problem": demo[name]} for name, op in DEMO_OPS.items() if op in trained_ops]
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     common._write_jsonl(DATA_DIR / "train.jsonl", [r.to_chat_row() for r in train])
     for name, rows in (("unseen", unseen), ("seen", seen)):
@@ -112,8 +147,11 @@ def write_data() -> dict:
         "held_out_rule": f"seeded draw (seed {SPLIT_SEED}) of {HELD_OUT_SHARE:.2f} of the KernelBench operations",
         "trained_ops": trained_ops,
         "held_out_ops": held_ops,
-        "train": {"records": len(train), "problems": sorted({str(r.meta["problem"]) for r in train}, key=int),
-                  "answers": "compacted (cuset_core.data.compact)"},
+        "train": {
+            "records": len(train),
+            "problems": sorted({str(r.meta["problem"]) for r in train}, key=int),
+            "answers": "compacted (cuset_core.data.compact)",
+        },
         "eval_unseen": [{"id": r["id"], "op": r["op"]} for r in unseen],
         "eval_seen": [{"id": r["id"], "op": r["op"]} for r in seen],
         "prompt_style": "compact",
@@ -126,8 +164,10 @@ def write_data() -> dict:
 def ensure_data() -> dict:
     if not (OUT / "split.json").is_file() or not (DATA_DIR / "train.jsonl").is_file():
         split = write_data()
-        common.log(f"data: {split['train']['records']} train records; {len(split['eval_unseen'])} unseen, "
-                   f"{len(split['eval_seen'])} seen eval problems")
+        common.log(
+            f"data: {split['train']['records']} train records; {len(split['eval_unseen'])} unseen, "
+            f"{len(split['eval_seen'])} seen eval problems"
+        )
     return json.loads((OUT / "split.json").read_text())
 
 
@@ -219,14 +259,23 @@ def write_gate(split: dict, run_dir: Path) -> None:
                 "seen_compile@1": metric(seen, "compile@1"),
                 "seen_cpu_correct@1": metric(seen, "cpu_correct@1"),
             }
-    passed = [step for step, f in steps.items()
-              if f["unseen_compile@1"] >= GATE_COMPILE_UNSEEN or f["seen_cpu_correct@1"] >= GATE_CORRECT_SEEN]
+    passed = [
+        step
+        for step, f in steps.items()
+        if f["unseen_compile@1"] >= GATE_COMPILE_UNSEEN or f["seen_cpu_correct@1"] >= GATE_CORRECT_SEEN
+    ]
     gate = {
         "rule": f"greedy compile@1 on unseen operations >= {GATE_COMPILE_UNSEEN} or cpu_correct@1 on seen "
-                f"operations >= {GATE_CORRECT_SEEN}",
-        "run": {"method": "sft", "seed": 0, "steps": GATE_STEPS, "sequences_per_step": SIZE.batch_size *
-                SIZE.grad_accum, "learning_rate": SIZE.learning_rate, "lora": True,
-                "train_records": split["train"]["records"]},
+        f"operations >= {GATE_CORRECT_SEEN}",
+        "run": {
+            "method": "sft",
+            "seed": 0,
+            "steps": GATE_STEPS,
+            "sequences_per_step": SIZE.batch_size * SIZE.grad_accum,
+            "learning_rate": SIZE.learning_rate,
+            "lora": True,
+            "train_records": split["train"]["records"],
+        },
         "steps": steps,
         "passed_at": passed,
         "decision": "pass" if passed else ("fail" if len(steps) == len(GATE_EVAL_STEPS) else "incomplete"),
@@ -238,8 +287,12 @@ def write_gate(split: dict, run_dir: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("stage", choices=("data", "gate"))
-    parser.add_argument("--no-base", dest="base", action="store_false",
-                        help="skip the untuned base model's evaluation (after the gate's)")
+    parser.add_argument(
+        "--no-base",
+        dest="base",
+        action="store_false",
+        help="skip the untuned base model's evaluation (after the gate's)",
+    )
     args = parser.parse_args()
     if args.stage == "data":
         print(json.dumps(write_data(), indent=1))

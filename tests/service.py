@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -40,9 +41,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def database_url() -> Iterator[str]:
-    """A fresh Postgres database for this run, migrated to head; dropped afterwards."""
+@contextmanager
+def fresh_database() -> Iterator[str]:
+    """A new Postgres database migrated to head; dropped on exit. Skips when Postgres is down."""
     name = f"cuset_it_{os.getpid()}_{secrets.token_hex(3)}"
     admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     try:
@@ -51,14 +52,23 @@ def database_url() -> Iterator[str]:
     except Exception as exc:  # noqa: BLE001
         pytest.skip(f"Postgres not reachable at {PG_ADMIN_URL}: {exc}")
     url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    upgrade(url)
-    yield url
-    from db.session import engine_for
+    try:
+        upgrade(url)
+        yield url
+    finally:
+        from db.session import engine_for
 
-    engine_for(url).dispose()
-    with admin.connect() as c:
-        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+        engine_for(url).dispose()
+        with admin.connect() as c:
+            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    """A fresh Postgres database for this run, migrated to head; dropped afterwards."""
+    with fresh_database() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -136,12 +146,32 @@ class WorkerProcess:
         self.starts += 1
         log = open(self.log_dir / f"worker-{self.starts}.log", "w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "-B", "-Q", self.queues,
-             "-c", str(self.concurrency), "--pool", "prefork", "-l", "INFO",
-             "-s", str(self.log_dir / f"beat-{self.starts}"),
-             # Node names unique per worker object: they key the workers' entries in /readyz.
-             "-n", f"test{self.starts}-{self.log_dir.name}@%h"],
-            cwd=REPO, env=service_env(self.settings), stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "worker.app",
+                "worker",
+                "-B",
+                "-Q",
+                self.queues,
+                "-c",
+                str(self.concurrency),
+                "--pool",
+                "prefork",
+                "-l",
+                "INFO",
+                "-s",
+                str(self.log_dir / f"beat-{self.starts}"),
+                # Node names unique per worker object: they key the workers' entries in /readyz.
+                "-n",
+                f"test{self.starts}-{self.log_dir.name}@%h",
+            ],
+            cwd=REPO,
+            env=service_env(self.settings),
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         deadline = time.monotonic() + 60
@@ -205,9 +235,23 @@ def server(service_settings, tmp_path_factory) -> Iterator[str]:
     log_path = tmp_path_factory.mktemp("server-logs") / "server.log"
     log = open(log_path, "w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "api.main:app_factory", "--host", "127.0.0.1",
-         "--port", str(port), "--log-level", "warning"],
-        cwd=REPO, env=service_env(service_settings), stdout=log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "api.main:app_factory",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        cwd=REPO,
+        env=service_env(service_settings),
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60

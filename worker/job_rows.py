@@ -23,8 +23,9 @@ from db.settings import Settings
 MAX_ATTEMPTS = 3
 
 
-def add_event(session: Session, job_id: str, message: str, level: str = "info",
-              data: dict[str, Any] | None = None) -> None:
+def add_event(
+    session: Session, job_id: str, message: str, level: str = "info", data: dict[str, Any] | None = None
+) -> None:
     """Append one line to a job's event log (``seq`` keeps the order when times tie)."""
     seq = session.scalar(select(func.coalesce(func.max(JobEvent.seq), 0)).where(JobEvent.job_id == job_id)) + 1
     session.add(JobEvent(id=new_id("ftevent"), job_id=job_id, level=level, message=message, data=data, seq=seq))
@@ -34,10 +35,13 @@ def finish_attempt(session: Session, job_id: str, attempt: int, status: str, **v
     """Move a job this attempt runs to a final (or queued) ``status``; False when the attempt
     no longer owns the job."""
     final = {"finished_at": time.time()} if status in ("succeeded", "failed", "cancelled") else {}
-    return bool(session.execute(
-        update(Job).where(Job.id == job_id, Job.status == "running", Job.attempts == attempt)
-        .values(status=status, eta_s=None, **final, **values)
-    ).rowcount)
+    return bool(
+        session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.status == "running", Job.attempts == attempt)
+            .values(status=status, eta_s=None, **final, **values)
+        ).rowcount
+    )
 
 
 def job_dir(settings: Settings, job_id: str) -> Path:
@@ -47,8 +51,9 @@ def job_dir(settings: Settings, job_id: str) -> Path:
 
 def latest_checkpoint(session: Session, settings: Settings, job_id: str) -> Checkpoint | None:
     """The newest recorded checkpoint whose folder still exists (old ones get rotated away)."""
-    for checkpoint in session.scalars(select(Checkpoint).where(Checkpoint.job_id == job_id)
-                                      .order_by(Checkpoint.step.desc())):
+    for checkpoint in session.scalars(
+        select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step.desc())
+    ):
         if (settings.artifacts / checkpoint.path).is_dir():
             return checkpoint
     return None
@@ -61,8 +66,9 @@ def requeue_or_fail(session: Session, settings: Settings, job: Job, reason: str,
     checkpoint = latest_checkpoint(session, settings, job.id)
     if checkpoint is not None and job.attempts < MAX_ATTEMPTS:
         if finish_attempt(session, job.id, job.attempts, "queued", heartbeat_at=None):
-            add_event(session, job.id, f"requeued after {reason}; resuming from step {checkpoint.step}",
-                      level="warning")
+            add_event(
+                session, job.id, f"requeued after {reason}; resuming from step {checkpoint.step}", level="warning"
+            )
             return True
         return False
     detail = "no checkpoint to resume from" if checkpoint is None else f"{job.attempts} attempts used"
@@ -79,5 +85,3 @@ def model_spec(session: Session, settings: Settings, row: Job | Eval) -> str:
     if spec is None:
         raise LookupError(f"model {row.model!r} is no longer available")
     return spec
-
-

@@ -97,22 +97,43 @@ class Recorder:
         step = int(line["step"])
         values = {k: v for k, v in line.items() if k not in _NOT_METRICS}
         session.merge(JobMetric(job_id=self.job_id, step=step, values=values, created_at=line.get("time", time.time())))
-        session.execute(update(Job).where(Job.id == self.job_id, Job.attempts == self.attempt).values(
-            step=step, total_steps=line.get("max_steps"), trained_tokens=line.get("trained_tokens"),
-            eta_s=line.get("eta_s")))
+        session.execute(
+            update(Job)
+            .where(Job.id == self.job_id, Job.attempts == self.attempt)
+            .values(
+                step=step,
+                total_steps=line.get("max_steps"),
+                trained_tokens=line.get("trained_tokens"),
+                eta_s=line.get("eta_s"),
+            )
+        )
         loss = values.get("loss")
-        summary = f"Step {step}/{line.get('max_steps')}: training loss={loss:.4f}" if isinstance(loss, float) \
+        summary = (
+            f"Step {step}/{line.get('max_steps')}: training loss={loss:.4f}"
+            if isinstance(loss, float)
             else f"Step {step}/{line.get('max_steps')}"
-        add_event(session, self.job_id, summary,
-                  data={"step": step, "train_loss": loss, "total_steps": line.get("max_steps"),
-                        **{k: values.get(k) for k in ("kept_ratio", "learning_rate", "tokens_per_s")}})
+        )
+        add_event(
+            session,
+            self.job_id,
+            summary,
+            data={
+                "step": step,
+                "train_loss": loss,
+                "total_steps": line.get("max_steps"),
+                **{k: values.get(k) for k in ("kept_ratio", "learning_rate", "tokens_per_s")},
+            },
+        )
         report.last_step, report.last_metrics = step, {"train_loss": loss, **values}
 
     def _checkpoint(self, session: Session, line: dict[str, Any], report: RunReport) -> None:
         step = int(line["step"])
         path = Path(line["path"]).resolve()
-        relative = str(path.relative_to(self.settings.artifacts)) if path.is_relative_to(self.settings.artifacts) \
+        relative = (
+            str(path.relative_to(self.settings.artifacts))
+            if path.is_relative_to(self.settings.artifacts)
             else str(path)
+        )
         metrics = report.last_metrics if report.last_step == step else None
         existing = session.scalar(select(Checkpoint).where(Checkpoint.job_id == self.job_id, Checkpoint.step == step))
         if existing is None:
@@ -126,14 +147,21 @@ class Recorder:
         row = session.get(JobMetric, (self.job_id, step))
         if row is not None:
             row.values = {**row.values, "eval_loss": line.get("eval_loss")}
-        add_event(session, self.job_id, f"Step {step}: validation loss={line.get('eval_loss')}",
-                  data={"step": step, "valid_loss": line.get("eval_loss")})
+        add_event(
+            session,
+            self.job_id,
+            f"Step {step}: validation loss={line.get('eval_loss')}",
+            data={"step": step, "valid_loss": line.get("eval_loss")},
+        )
 
 
 def _beat(session: Session, job_id: str, attempt: int) -> tuple[bool, bool]:
     """Refresh the heartbeat; ``(still ours, cancel requested)``."""
-    owned = session.execute(update(Job).where(Job.id == job_id, Job.status == "running", Job.attempts == attempt)
-                            .values(heartbeat_at=time.time())).rowcount
+    owned = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status == "running", Job.attempts == attempt)
+        .values(heartbeat_at=time.time())
+    ).rowcount
     cancel = session.scalar(select(Job.cancel_requested).where(Job.id == job_id))
     return bool(owned), bool(cancel)
 
@@ -150,8 +178,14 @@ def stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:
         process.wait()
 
 
-def supervise(process: subprocess.Popen, follower: ProgressFollower, settings: Settings, job_id: str,
-              attempt: int, cancel_file: Path) -> RunReport:
+def supervise(
+    process: subprocess.Popen,
+    follower: ProgressFollower,
+    settings: Settings,
+    job_id: str,
+    attempt: int,
+    cancel_file: Path,
+) -> RunReport:
     """Follow ``process`` until it exits (or the job is taken from this attempt); never raises
     with the process still running."""
     report = RunReport()

@@ -40,11 +40,17 @@ def _eval_file_path(session: Session, settings: Settings, owner: str, file_id: s
     if file is None:
         raise bad_request(f"No file found with id '{file_id}'.", param="eval_file", code="file_not_found")
     if file.purpose != "eval":
-        raise bad_request(f"File '{file_id}' has purpose '{file.purpose}'; an eval needs a file with purpose 'eval'.",
-                          param="eval_file", code="invalid_file_purpose")
+        raise bad_request(
+            f"File '{file_id}' has purpose '{file.purpose}'; an eval needs a file with purpose 'eval'.",
+            param="eval_file",
+            code="invalid_file_purpose",
+        )
     if file.format != "jsonl":
-        raise bad_request(f"File '{file_id}' is {file.format}; eval files are JSONL rows of {{\"id\", \"problem\"}}.",
-                          param="eval_file", code="invalid_file_format")
+        raise bad_request(
+            f'File \'{file_id}\' is {file.format}; eval files are JSONL rows of {{"id", "problem"}}.',
+            param="eval_file",
+            code="invalid_file_format",
+        )
     return settings.artifacts / file.path
 
 
@@ -78,9 +84,17 @@ def _config(body: EvalCreate, settings: Settings) -> dict:
 
 def _view(row: Eval) -> EvalObject:
     return EvalObject(
-        id=row.id, model=row.model, status=row.status, eval_file=row.eval_file, problems=row.problems,
-        config=row.config, progress=row.progress, aggregate=row.aggregate, created_at=row.created_at,
-        finished_at=row.finished_at, error=row.error,
+        id=row.id,
+        model=row.model,
+        status=row.status,
+        eval_file=row.eval_file,
+        problems=row.problems,
+        config=row.config,
+        progress=row.progress,
+        aggregate=row.aggregate,
+        created_at=row.created_at,
+        finished_at=row.finished_at,
+        error=row.error,
     )
 
 
@@ -95,8 +109,10 @@ def _owned(session: Session, owner: str, eval_id: str) -> Eval:
 def create_eval(body: EvalCreate, session: SessionDep, settings: SettingsDep, owner: OwnerDep) -> EvalObject:
     """Queue an evaluation of ``model`` over an eval file or the demo problems."""
     if (body.eval_file is None) == (body.problems is None):
-        raise bad_request('Give exactly one of eval_file (a File id with purpose "eval") or problems '
-                          '("demo" or "demo:held-out").', param="eval_file" if body.eval_file is None else "problems")
+        raise bad_request(
+            'Give exactly one of eval_file (a File id with purpose "eval") or problems ("demo" or "demo:held-out").',
+            param="eval_file" if body.eval_file is None else "problems",
+        )
     config = _config(body, settings)
     model_spec(session, settings, owner, body.model)  # 404 naming ``model`` when unknown
     source = str(_eval_file_path(session, settings, owner, body.eval_file)) if body.eval_file else body.problems
@@ -104,12 +120,21 @@ def create_eval(body: EvalCreate, session: SessionDep, settings: SettingsDep, ow
         problems = load_problems(source)
     except (EvalInputError, OSError) as exc:
         reason = str(exc).replace(f"{settings.artifacts}/", "")  # no server paths in answers
-        raise bad_request(f"The eval file cannot be read as problems: {reason}", param="eval_file",
-                          code="invalid_eval_file") from None
+        raise bad_request(
+            f"The eval file cannot be read as problems: {reason}", param="eval_file", code="invalid_eval_file"
+        ) from None
     # The worker builds the same EvalConfig with the resolved model spec; fail here, not there.
     EvalConfig(model=body.model, problems=source, **config)
-    row = Eval(id=new_id("eval"), owner=owner, model=body.model, eval_file=body.eval_file, problems=body.problems,
-               config=config, status="queued", progress={"done": 0, "total": len(problems)})
+    row = Eval(
+        id=new_id("eval"),
+        owner=owner,
+        model=body.model,
+        eval_file=body.eval_file,
+        problems=body.problems,
+        config=config,
+        status="queued",
+        progress={"done": 0, "total": len(problems)},
+    )
     session.add(row)
     session.commit()
     enqueue(settings, "cuset.eval", row.id)
@@ -117,8 +142,9 @@ def create_eval(body: EvalCreate, session: SessionDep, settings: SettingsDep, ow
 
 
 @router.get("/evals", response_model=ListPage[EvalObject])
-def list_evals(session: SessionDep, owner: OwnerDep, after: str | None = None,
-               limit: LIMIT = 20) -> ListPage[EvalObject]:
+def list_evals(
+    session: SessionDep, owner: OwnerDep, after: str | None = None, limit: LIMIT = 20
+) -> ListPage[EvalObject]:
     """This owner's evals, newest first; ``after`` is the last id of the previous page."""
     query = select(Eval).where(Eval.owner == owner)
     if after is not None:
@@ -128,8 +154,12 @@ def list_evals(session: SessionDep, owner: OwnerDep, after: str | None = None,
         query = query.where(tuple_(Eval.created_at, Eval.id) < tuple_(anchor.created_at, anchor.id))
     rows = session.scalars(query.order_by(Eval.created_at.desc(), Eval.id.desc()).limit(limit + 1)).all()
     data = [_view(row) for row in rows[:limit]]
-    return ListPage(data=data, has_more=len(rows) > limit,
-                    first_id=data[0].id if data else None, last_id=data[-1].id if data else None)
+    return ListPage(
+        data=data,
+        has_more=len(rows) > limit,
+        first_id=data[0].id if data else None,
+        last_id=data[-1].id if data else None,
+    )
 
 
 @router.get("/evals/{eval_id}", response_model=EvalObject)
@@ -139,8 +169,9 @@ def retrieve_eval(eval_id: str, session: SessionDep, owner: OwnerDep) -> EvalObj
 
 
 @router.get("/evals/{eval_id}/problems", response_model=ListPage[EvalProblemObject])
-def list_eval_problems(eval_id: str, session: SessionDep, owner: OwnerDep, after: str | None = None,
-                       limit: LIMIT = 20) -> ListPage[EvalProblemObject]:
+def list_eval_problems(
+    eval_id: str, session: SessionDep, owner: OwnerDep, after: str | None = None, limit: LIMIT = 20
+) -> ListPage[EvalProblemObject]:
     """The finished problems of an eval in problem-id order, each with its samples and verdicts;
     ``after`` is the last problem id of the previous page."""
     _owned(session, owner, eval_id)
@@ -148,10 +179,16 @@ def list_eval_problems(eval_id: str, session: SessionDep, owner: OwnerDep, after
     if after is not None:
         query = query.where(EvalProblem.problem_id > after)
     rows = session.scalars(query.order_by(EvalProblem.problem_id).limit(limit + 1)).all()
-    data = [EvalProblemObject(id=row.problem_id, eval_id=row.eval_id, row=row.row, samples=row.samples)
-            for row in rows[:limit]]
-    return ListPage(data=data, has_more=len(rows) > limit,
-                    first_id=data[0].id if data else None, last_id=data[-1].id if data else None)
+    data = [
+        EvalProblemObject(id=row.problem_id, eval_id=row.eval_id, row=row.row, samples=row.samples)
+        for row in rows[:limit]
+    ]
+    return ListPage(
+        data=data,
+        has_more=len(rows) > limit,
+        first_id=data[0].id if data else None,
+        last_id=data[-1].id if data else None,
+    )
 
 
 @router.post("/evals/{eval_id}/cancel", response_model=EvalObject)
@@ -166,7 +203,7 @@ def cancel_eval(eval_id: str, session: SessionDep, owner: OwnerDep) -> EvalObjec
         session.commit()
     elif row.status != "cancelled":
         session.rollback()
-        raise APIError(409, f"Eval '{eval_id}' already {row.status}; it cannot be cancelled.",
-                       code="eval_not_cancellable")
+        raise APIError(
+            409, f"Eval '{eval_id}' already {row.status}; it cannot be cancelled.", code="eval_not_cancellable"
+        )
     return _view(row)
-

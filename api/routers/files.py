@@ -50,19 +50,29 @@ _MEDIA_TYPES = {"jsonl": "application/jsonl", "parquet": "application/vnd.apache
 _UPLOAD_BODY = {
     "requestBody": {
         "required": True,
-        "content": {"multipart/form-data": {
-            "schema": FileUploadForm.model_json_schema(),
-            "example": {"purpose": "fine-tune", "file": "(binary kernels.jsonl)"},
-        }},
+        "content": {
+            "multipart/form-data": {
+                "schema": FileUploadForm.model_json_schema(),
+                "example": {"purpose": "fine-tune", "file": "(binary kernels.jsonl)"},
+            }
+        },
     }
 }
 
 
 def to_object(row: File) -> FileObject:
     """The API shape of a file row."""
-    return FileObject(id=row.id, bytes=row.bytes, created_at=int(row.created_at), filename=row.filename,
-                      purpose=row.purpose, format=row.format, records=row.records, total_rows=row.total_rows,
-                      warnings=len(row.warnings or []))
+    return FileObject(
+        id=row.id,
+        bytes=row.bytes,
+        created_at=int(row.created_at),
+        filename=row.filename,
+        purpose=row.purpose,
+        format=row.format,
+        records=row.records,
+        total_rows=row.total_rows,
+        warnings=len(row.warnings or []),
+    )
 
 
 def owned_file(session: Session, owner: str, file_id: str, param: str | None = None) -> File:
@@ -73,27 +83,42 @@ def owned_file(session: Session, owner: str, file_id: str, param: str | None = N
     return row
 
 
-@router.post("/files", response_model=FileObject, summary="Upload a dataset file",
-             openapi_extra=_UPLOAD_BODY,
-             responses={400: {"model": ErrorResponse,
-                              "description": "a bad form or a file with invalid rows (code invalid_file)"},
-                        413: {"model": ErrorResponse, "description": "larger than max_upload_mb (code file_too_large)"}})
+@router.post(
+    "/files",
+    response_model=FileObject,
+    summary="Upload a dataset file",
+    openapi_extra=_UPLOAD_BODY,
+    responses={
+        400: {"model": ErrorResponse, "description": "a bad form or a file with invalid rows (code invalid_file)"},
+        413: {"model": ErrorResponse, "description": "larger than max_upload_mb (code file_too_large)"},
+    },
+)
 async def create_file(request: Request, settings: SettingsDep, session: SessionDep, owner: OwnerDep) -> FileObject:
     """Stream the ``file`` part to disk, validate every row for ``purpose`` and keep it.
 
     JSONL or parquet (recognised by content). Any row with an error rejects the whole file;
     the message lists the first problems as ``line N, field: code — message``.
     """
-    upload = await receive_upload(request.headers.get("content-type"), request.headers.get("content-length"),
-                                  request.stream(), settings.artifacts, settings.max_upload_mb)
+    upload = await receive_upload(
+        request.headers.get("content-type"),
+        request.headers.get("content-length"),
+        request.stream(),
+        settings.artifacts,
+        settings.max_upload_mb,
+    )
     try:
         purpose = upload.fields.get("purpose")
         if purpose is None:
-            raise APIError(400, "Missing required form field 'purpose' (fine-tune or eval).",
-                           code="missing_required_parameter", param="purpose")
+            raise APIError(
+                400,
+                "Missing required form field 'purpose' (fine-tune or eval).",
+                code="missing_required_parameter",
+                param="purpose",
+            )
         if purpose not in PURPOSES:
-            raise APIError(400, f"purpose {purpose!r} is not one of {', '.join(PURPOSES)}.",
-                           code="invalid_value", param="purpose")
+            raise APIError(
+                400, f"purpose {purpose!r} is not one of {', '.join(PURPOSES)}.", code="invalid_value", param="purpose"
+            )
         if upload.path is None:
             raise APIError(400, "Missing required form part 'file'.", code="missing_required_parameter", param="file")
         return await run_in_threadpool(_store, upload, purpose, settings, session, owner)
@@ -107,9 +132,18 @@ def _store(upload: Upload, purpose: str, settings: Settings, session: Session, o
     file_id = new_id("file")
     relative = accept(upload.path, settings.artifacts, file_id, checked.format)
     try:
-        row = File(id=file_id, owner=owner, filename=sanitize_filename(upload.filename), purpose=purpose,
-                   format=checked.format, bytes=upload.bytes, path=relative, records=checked.records,
-                   total_rows=checked.total_rows, warnings=checked.warnings)
+        row = File(
+            id=file_id,
+            owner=owner,
+            filename=sanitize_filename(upload.filename),
+            purpose=purpose,
+            format=checked.format,
+            bytes=upload.bytes,
+            path=relative,
+            records=checked.records,
+            total_rows=checked.total_rows,
+            warnings=checked.warnings,
+        )
         session.add(row)
         session.commit()
     except BaseException:
@@ -138,8 +172,12 @@ def list_files(
     ordering = (File.created_at.desc(), File.id.desc()) if order == "desc" else (File.created_at, File.id)
     rows = session.scalars(query.order_by(*ordering).limit(limit + 1)).all()
     data = [to_object(row) for row in rows[:limit]]
-    return FileList(data=data, has_more=len(rows) > limit,
-                    first_id=data[0].id if data else None, last_id=data[-1].id if data else None)
+    return FileList(
+        data=data,
+        has_more=len(rows) > limit,
+        first_id=data[0].id if data else None,
+        last_id=data[-1].id if data else None,
+    )
 
 
 @router.get("/files/{file_id}", response_model=FileObject, summary="Retrieve a file")
@@ -147,13 +185,18 @@ def retrieve_file(file_id: str, session: SessionDep, owner: OwnerDep) -> FileObj
     return to_object(owned_file(session, owner, file_id, param="file_id"))
 
 
-@router.delete("/files/{file_id}", response_model=FileDeleted, summary="Delete a file",
-               responses={409: {"model": ErrorResponse, "description": "a fine-tuning job or an eval uses it (code file_in_use)"}})
+@router.delete(
+    "/files/{file_id}",
+    response_model=FileDeleted,
+    summary="Delete a file",
+    responses={409: {"model": ErrorResponse, "description": "a fine-tuning job or an eval uses it (code file_in_use)"}},
+)
 def delete_file(file_id: str, session: SessionDep, owner: OwnerDep, settings: SettingsDep) -> FileDeleted:
     """Remove the file's row and its stored content; refused while a job or eval references it."""
     row = owned_file(session, owner, file_id, param="file_id")
-    user = session.scalar(select(Job.id).where(or_(Job.training_file == file_id, Job.validation_file == file_id))
-                          .limit(1)) or session.scalar(select(Eval.id).where(Eval.eval_file == file_id).limit(1))
+    user = session.scalar(
+        select(Job.id).where(or_(Job.training_file == file_id, Job.validation_file == file_id)).limit(1)
+    ) or session.scalar(select(Eval.id).where(Eval.eval_file == file_id).limit(1))
     if user is not None:
         raise _in_use(file_id, user)
     relative = row.path
@@ -177,23 +220,33 @@ def _forget_result(session: Session, row: File) -> None:
 
 
 def _in_use(file_id: str, user: str) -> APIError:
-    return APIError(409, f"File '{file_id}' is used by {user}; delete that first.", code="file_in_use",
-                    param="file_id")
+    return APIError(409, f"File '{file_id}' is used by {user}; delete that first.", code="file_in_use", param="file_id")
 
 
-@router.get("/files/{file_id}/content", summary="Download a file's content",
-            response_class=FileResponse,
-            responses={200: {"content": {"application/jsonl": {}, "application/vnd.apache.parquet": {},
-                                         "application/x-tar": {}},
-                             "description": "the file as uploaded (or a job's result archive), streamed"}})
+@router.get(
+    "/files/{file_id}/content",
+    summary="Download a file's content",
+    response_class=FileResponse,
+    responses={
+        200: {
+            "content": {"application/jsonl": {}, "application/vnd.apache.parquet": {}, "application/x-tar": {}},
+            "description": "the file as uploaded (or a job's result archive), streamed",
+        }
+    },
+)
 def file_content(file_id: str, session: SessionDep, owner: OwnerDep, settings: SettingsDep) -> FileResponse:
     row = owned_file(session, owner, file_id, param="file_id")
     path = stored_path(settings.artifacts, row.path)
     if not path.is_file():
-        raise APIError(404, f"The content of file '{file_id}' is missing from storage.",
-                       code="file_content_missing", param="file_id")
-    return FileResponse(path, media_type=_MEDIA_TYPES.get(row.format, "application/octet-stream"),
-                        filename=row.filename)
+        raise APIError(
+            404,
+            f"The content of file '{file_id}' is missing from storage.",
+            code="file_content_missing",
+            param="file_id",
+        )
+    return FileResponse(
+        path, media_type=_MEDIA_TYPES.get(row.format, "application/octet-stream"), filename=row.filename
+    )
 
 
 @router.get("/files/{file_id}/records", response_model=FileRecordPage, summary="A page of a file's records")
@@ -212,27 +265,42 @@ def file_records(
     for warning in row.warnings or []:
         warnings_by_line.setdefault(warning["line"], []).append(RecordWarning(**warning))
     data = [
-        FileRecord(index=index, line=record.line, prompt=excerpt(record.prompt), answer=excerpt(record.answer),
-                   warnings=warnings_by_line.get(record.line, []))
-        for index, record in enumerate(records[offset:offset + limit], start=offset)
+        FileRecord(
+            index=index,
+            line=record.line,
+            prompt=excerpt(record.prompt),
+            answer=excerpt(record.answer),
+            warnings=warnings_by_line.get(record.line, []),
+        )
+        for index, record in enumerate(records[offset : offset + limit], start=offset)
     ]
     return FileRecordPage(file_id=file_id, offset=offset, limit=limit, total=len(records), data=data)
 
 
-@router.get("/files/{file_id}/records/{n}/analysis", response_model=RecordAnalysis,
-            response_model_exclude_none=True,
-            summary="Sensitive spans and regions of record n's answer, and a model's confidence in it",
-            responses={404: {"model": ErrorResponse, "description": "unknown file, record (param n) or model"},
-                       500: {"model": ErrorResponse, "description": "the confidence pass failed (code generation_failed)"},
-                       504: {"model": ErrorResponse, "description": "no result within generation_timeout_s"}})
+@router.get(
+    "/files/{file_id}/records/{n}/analysis",
+    response_model=RecordAnalysis,
+    response_model_exclude_none=True,
+    summary="Sensitive spans and regions of record n's answer, and a model's confidence in it",
+    responses={
+        404: {"model": ErrorResponse, "description": "unknown file, record (param n) or model"},
+        500: {"model": ErrorResponse, "description": "the confidence pass failed (code generation_failed)"},
+        504: {"model": ErrorResponse, "description": "no result within generation_timeout_s"},
+    },
+)
 async def record_analysis(
     file_id: str,
     n: int,
     session: SessionDep,
     owner: OwnerDep,
     settings: SettingsDep,
-    model: Annotated[str | None, Query(description="a model id of /v1/models: also return its confidence in "
-                                                   "every answer token (one forward pass on a gpu worker)")] = None,
+    model: Annotated[
+        str | None,
+        Query(
+            description="a model id of /v1/models: also return its confidence in "
+            "every answer token (one forward pass on a gpu worker)"
+        ),
+    ] = None,
 ) -> RecordAnalysis:
     """``analyze_answer`` of the answer of record ``n`` (0-based): spans and regions with their
     categories, as answer character offsets. With ``model``, ``confidence`` adds p (the model's
@@ -242,16 +310,22 @@ async def record_analysis(
         return analysis
     generation_id = await run_in_threadpool(_submit_confidence, session, settings, owner, file_id, n, model)
     sample = (await wait_final(settings, generation_id)).samples[0]
-    analysis.confidence = AnswerConfidence(model=model, low_confidence_threshold=LOW_CONFIDENCE,
-                                           tokens=sample["tokens"], regions=sample["regions"])
+    analysis.confidence = AnswerConfidence(
+        model=model, low_confidence_threshold=LOW_CONFIDENCE, tokens=sample["tokens"], regions=sample["regions"]
+    )
     return analysis
 
 
 def _records(settings: Settings, row: File) -> list:
     """The records of a dataset file; 400 for a job's result, which holds model files."""
     if row.purpose == RESULTS_PURPOSE:
-        raise APIError(400, f"File '{row.id}' is a fine-tuning job's result (model files), not a dataset; "
-                       "download it with GET /v1/files/{file_id}/content.", code="not_a_dataset", param="file_id")
+        raise APIError(
+            400,
+            f"File '{row.id}' is a fine-tuning job's result (model files), not a dataset; "
+            "download it with GET /v1/files/{file_id}/content.",
+            code="not_a_dataset",
+            param="file_id",
+        )
     return read_records(stored_path(settings.artifacts, row.path), row.purpose)
 
 
@@ -259,21 +333,38 @@ def _analysis(session: Session, owner: str, settings: Settings, file_id: str, n:
     row = owned_file(session, owner, file_id, param="file_id")
     records = _records(settings, row)
     if not 0 <= n < len(records):
-        raise APIError(404, f"File '{file_id}' has no record {n} (it has {len(records)}).",
-                       code="record_not_found", param="n")
+        raise APIError(
+            404, f"File '{file_id}' has no record {n} (it has {len(records)}).", code="record_not_found", param="n"
+        )
     record = records[n]
     if record.answer is None:
-        raise APIError(400, f"File '{file_id}' holds eval problems, which have no answer to analyse.",
-                       code="no_answer", param="file_id")
-    return RecordAnalysis(file_id=file_id, index=n, line=record.line, answer=record.answer,
-                          analysis=analyze_answer(record.answer).to_json())
+        raise APIError(
+            400,
+            f"File '{file_id}' holds eval problems, which have no answer to analyse.",
+            code="no_answer",
+            param="file_id",
+        )
+    return RecordAnalysis(
+        file_id=file_id,
+        index=n,
+        line=record.line,
+        answer=record.answer,
+        analysis=analyze_answer(record.answer).to_json(),
+    )
 
 
 def _submit_confidence(session: Session, settings: Settings, owner: str, file_id: str, n: int, model: str) -> str:
     """Create the queued confidence row for record ``n`` and enqueue it; returns its id."""
     spec = model_spec(session, settings, owner, model)
-    row = Generation(id=new_id("gen"), owner=owner, model=model, kind="confidence",
-                     request={"file_id": file_id, "n": n, "model": model, "spec": spec}, status="queued", samples=[])
+    row = Generation(
+        id=new_id("gen"),
+        owner=owner,
+        model=model,
+        kind="confidence",
+        request={"file_id": file_id, "n": n, "model": model, "spec": spec},
+        status="queued",
+        samples=[],
+    )
     session.add(row)
     session.commit()
     enqueue(settings, "cuset.confidence", row.id)

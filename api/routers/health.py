@@ -33,11 +33,16 @@ def _check_broker(url: str) -> None:
         connection.ensure_connection(max_retries=1, timeout=2)
 
 
-@router.get("/readyz", summary="Database and broker are reachable; the workers' sandbox isolation",
-            responses={503: {"description": "a dependency is down; the error names it"}})
+@router.get(
+    "/readyz",
+    summary="Database and broker are reachable; the workers' sandbox isolation",
+    responses={503: {"description": "a dependency is down; the error names it"}},
+)
 async def readyz(settings: SettingsDep) -> JSONResponse:
-    for name, check, url in (("database", _check_database, settings.resolved_database_url),
-                             ("broker", _check_broker, settings.resolved_broker_url)):
+    for name, check, url in (
+        ("database", _check_database, settings.resolved_database_url),
+        ("broker", _check_broker, settings.resolved_broker_url),
+    ):
         try:
             await asyncio.wait_for(asyncio.to_thread(check, url), timeout=5)
         except Exception as exc:  # noqa: BLE001 - any failure means not ready

@@ -48,23 +48,40 @@ CHAT_DEFAULT_MAX_TOKENS = 512
 
 def _check_limits(settings: Settings, max_tokens: int, n: int) -> None:
     if max_tokens > settings.max_generation_tokens:
-        raise bad_request(f"max_tokens is {max_tokens}; this server allows at most {settings.max_generation_tokens}.",
-                          param="max_tokens")
+        raise bad_request(
+            f"max_tokens is {max_tokens}; this server allows at most {settings.max_generation_tokens}.",
+            param="max_tokens",
+        )
     if n > settings.max_samples_per_request:
-        raise bad_request(f"n is {n}; this server allows at most {settings.max_samples_per_request} samples per request.",
-                          param="n")
+        raise bad_request(
+            f"n is {n}; this server allows at most {settings.max_samples_per_request} samples per request.", param="n"
+        )
 
 
 def _decoding(body: Decoding, max_tokens: int) -> dict[str, Any]:
-    return {"n": body.n, "temperature": body.temperature, "top_p": body.top_p, "seed": body.seed,
-            "stop": body.stop_list(), "stream": body.stream, "max_tokens": max_tokens}
+    return {
+        "n": body.n,
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "seed": body.seed,
+        "stop": body.stop_list(),
+        "stream": body.stream,
+        "max_tokens": max_tokens,
+    }
 
 
 def _submit(session: Session, settings: Settings, owner: str, model: str, kind: str, request: dict) -> Snapshot:
     """Create the queued row and enqueue its decoding; the row as created."""
     spec = model_spec(session, settings, owner, model)
-    row = Generation(id=new_id("gen"), owner=owner, model=model, kind=kind, request=request | {"spec": spec},
-                     status="queued", samples=[])
+    row = Generation(
+        id=new_id("gen"),
+        owner=owner,
+        model=model,
+        kind=kind,
+        request=request | {"spec": spec},
+        status="queued",
+        samples=[],
+    )
     session.add(row)
     session.commit()
     enqueue(settings, "cuset.generate", row.id)
@@ -80,15 +97,20 @@ def _error_body(error: APIError) -> dict:
 
 
 def _event_stream(events: AsyncIterator[str]) -> StreamingResponse:
-    return StreamingResponse(events, media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        events, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
 
 
 async def _openai_events(settings: Settings, created: Snapshot, chat: bool, include_usage: bool) -> AsyncIterator[str]:
     """OpenAI stream chunks: per choice a role delta (chat), text deltas, a finish_reason chunk;
     an optional usage chunk; then ``[DONE]``."""
-    base = {"id": created.id, "object": "chat.completion.chunk" if chat else "text_completion",
-            "created": int(created.created_at), "model": created.model}
+    base = {
+        "id": created.id,
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": int(created.created_at),
+        "model": created.model,
+    }
 
     def chunk(index: int, text: str | None = None, finish: str | None = None, role: bool = False) -> str:
         if chat:
@@ -112,7 +134,7 @@ async def _openai_events(settings: Settings, created: Snapshot, chat: bool, incl
                     if chat:
                         yield chunk(index, role=True)
                 if len(text) > len(sent[index]) and text.startswith(sent[index]):
-                    yield chunk(index, text[len(sent[index]):])
+                    yield chunk(index, text[len(sent[index]) :])
                     sent[index] = text
                 if sample["finish_reason"] and index not in finished:
                     finished.add(index)
@@ -138,14 +160,20 @@ async def create_completion(body: CompletionRequest, session: SessionDep, settin
         return _event_stream(_openai_events(settings, created, chat=False, include_usage=include_usage))
     done = await wait_final(settings, created.id)
     return CompletionResponse(
-        id=done.id, created=int(done.created_at), model=done.model, usage=_usage(done),
-        choices=[CompletionChoice(index=s["index"], text=s["text"], finish_reason=s["finish_reason"]) for s in done.samples],
+        id=done.id,
+        created=int(done.created_at),
+        model=done.model,
+        usage=_usage(done),
+        choices=[
+            CompletionChoice(index=s["index"], text=s["text"], finish_reason=s["finish_reason"]) for s in done.samples
+        ],
     )
 
 
 @router.post("/chat/completions", response_model=ChatCompletionResponse)
-async def create_chat_completion(body: ChatCompletionRequest, session: SessionDep, settings: SettingsDep,
-                                 owner: OwnerDep):
+async def create_chat_completion(
+    body: ChatCompletionRequest, session: SessionDep, settings: SettingsDep, owner: OwnerDep
+):
     """Answer a conversation, rendered with the model's chat template."""
     max_tokens = body.token_limit(min(CHAT_DEFAULT_MAX_TOKENS, settings.max_generation_tokens))
     _check_limits(settings, max_tokens, body.n)
@@ -156,15 +184,25 @@ async def create_chat_completion(body: ChatCompletionRequest, session: SessionDe
         return _event_stream(_openai_events(settings, created, chat=True, include_usage=include_usage))
     done = await wait_final(settings, created.id)
     return ChatCompletionResponse(
-        id=done.id, created=int(done.created_at), model=done.model, usage=_usage(done),
-        choices=[ChatChoice(index=s["index"], message=AssistantMessage(content=s["text"]), finish_reason=s["finish_reason"])
-                 for s in done.samples],
+        id=done.id,
+        created=int(done.created_at),
+        model=done.model,
+        usage=_usage(done),
+        choices=[
+            ChatChoice(index=s["index"], message=AssistantMessage(content=s["text"]), finish_reason=s["finish_reason"])
+            for s in done.samples
+        ],
     )
 
 
 def _generated(sample: dict) -> GeneratedSample:
-    return GeneratedSample(index=sample["index"], text=sample["text"], code=sample.get("code", ""),
-                           finish_reason=sample["finish_reason"], verification=sample.get("verification"))
+    return GeneratedSample(
+        index=sample["index"],
+        text=sample["text"],
+        code=sample.get("code", ""),
+        finish_reason=sample["finish_reason"],
+        verification=sample.get("verification"),
+    )
 
 
 def _timings(snapshot: Snapshot) -> GenerateTimings:
@@ -184,18 +222,26 @@ async def _generate_events(settings: Settings, created: Snapshot) -> AsyncIterat
             for sample in snapshot.samples:
                 index, text, previous = sample["index"], sample["text"], sent.get(sample["index"], "")
                 if len(text) > len(previous) and text.startswith(previous):
-                    yield sse({"index": index, "delta": text[len(previous):]}, event="sample.delta")
+                    yield sse({"index": index, "delta": text[len(previous) :]}, event="sample.delta")
                     sent[index] = text
                 if sample["finish_reason"] and index not in done:
                     done.add(index)
-                    yield sse(_generated(sample).model_dump(include={"index", "text", "code", "finish_reason"}),
-                              event="sample.done")
+                    yield sse(
+                        _generated(sample).model_dump(include={"index", "text", "code", "finish_reason"}),
+                        event="sample.done",
+                    )
                 if sample.get("verification") is not None and index not in verified:
                     verified.add(index)
                     yield sse({"index": index, "verification": sample["verification"]}, event="sample.verification")
             if snapshot.status == "succeeded":
-                yield sse({"id": snapshot.id, "usage": _usage(snapshot).model_dump(),
-                           "timings": _timings(snapshot).model_dump()}, event="generation.done")
+                yield sse(
+                    {
+                        "id": snapshot.id,
+                        "usage": _usage(snapshot).model_dump(),
+                        "timings": _timings(snapshot).model_dump(),
+                    },
+                    event="generation.done",
+                )
     except APIError as error:
         yield sse(_error_body(error), event="error")
     yield DONE
@@ -207,15 +253,30 @@ async def create_generation(body: GenerateRequest, session: SessionDep, settings
     verification; ``stream`` sends server-sent events as samples grow and get verified."""
     _check_limits(settings, body.max_tokens, body.n)
     if body.verify != "none" and body.problem is None:
-        raise bad_request("verify needs a problem to check the kernels against; send problem instead of prompt.",
-                          param="verify")
-    messages = build_messages(body.problem, body.prompt_style) if body.problem is not None else [
-        {"role": "user", "content": body.prompt}]
-    request = _decoding(body, body.max_tokens) | {"form": "chat", "prompts": [messages], "verify": body.verify,
-                                                  "problem": body.problem, "prompt_style": body.prompt_style}
+        raise bad_request(
+            "verify needs a problem to check the kernels against; send problem instead of prompt.", param="verify"
+        )
+    messages = (
+        build_messages(body.problem, body.prompt_style)
+        if body.problem is not None
+        else [{"role": "user", "content": body.prompt}]
+    )
+    request = _decoding(body, body.max_tokens) | {
+        "form": "chat",
+        "prompts": [messages],
+        "verify": body.verify,
+        "problem": body.problem,
+        "prompt_style": body.prompt_style,
+    }
     created = await run_in_threadpool(_submit, session, settings, owner, body.model, "generate", request)
     if body.stream:
         return _event_stream(_generate_events(settings, created))
     done = await wait_final(settings, created.id)
-    return GenerateResponse(id=done.id, created=int(done.created_at), model=done.model, usage=_usage(done),
-                            samples=[_generated(s) for s in done.samples], timings=_timings(done))
+    return GenerateResponse(
+        id=done.id,
+        created=int(done.created_at),
+        model=done.model,
+        usage=_usage(done),
+        samples=[_generated(s) for s in done.samples],
+        timings=_timings(done),
+    )

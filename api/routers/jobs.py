@@ -62,8 +62,9 @@ def job_object(job: Job) -> JobObject:
         metadata=job.user_metadata,
         method=job.method,
         estimated_finish=int(time.time() + job.eta_s) if running else None,
-        progress=JobProgress(step=job.step, total_steps=job.total_steps, percent=percent,
-                             eta_s=job.eta_s if running else None),
+        progress=JobProgress(
+            step=job.step, total_steps=job.total_steps, percent=percent, eta_s=job.eta_s if running else None
+        ),
         user_provided_suffix=job.suffix,
         result_files=job.result_files or [],
         integrations=job.integrations or [],
@@ -89,8 +90,11 @@ def _check_file(session: Session, owner: str, file_id: str | None, param: str) -
     if file is None:
         raise bad_request(f"No file found with id '{file_id}'.", param=param, code="file_not_found")
     if file.purpose != "fine-tune":
-        raise bad_request(f"File '{file_id}' has purpose '{file.purpose}'; a tuning job needs purpose 'fine-tune'.",
-                          param=param, code="invalid_file_purpose")
+        raise bad_request(
+            f"File '{file_id}' has purpose '{file.purpose}'; a tuning job needs purpose 'fine-tune'.",
+            param=param,
+            code="invalid_file_purpose",
+        )
 
 
 def _check_model(session: Session, settings: Settings, owner: str, model: str) -> None:
@@ -100,13 +104,17 @@ def _check_model(session: Session, settings: Settings, owner: str, model: str) -
         try:
             resolve_model(settings.base_models[model])
         except ModelNotFoundError as exc:
-            raise bad_request(f"Model '{model}' is configured but cannot be loaded: {exc}", param="model",
-                              code="model_not_available") from None
+            raise bad_request(
+                f"Model '{model}' is configured but cannot be loaded: {exc}", param="model", code="model_not_available"
+            ) from None
         return
     if tuned_job(session, owner, model) is None:
         known = ", ".join(sorted(settings.base_models))
-        raise bad_request(f"Model '{model}' is not a base model ({known}) or one of your fine-tuned models.",
-                          param="model", code="model_not_found")
+        raise bad_request(
+            f"Model '{model}' is not a base model ({known}) or one of your fine-tuned models.",
+            param="model",
+            code="model_not_found",
+        )
 
 
 def _check_load_options(settings: Settings, hyperparameters: dict[str, Any]) -> None:
@@ -115,19 +123,29 @@ def _check_load_options(settings: Settings, hyperparameters: dict[str, Any]) -> 
     if not settings.embedded:
         return
     try:
-        check_load_options(hyperparameters["dtype"], hyperparameters["attn_implementation"],
-                           Quantization.model_validate(hyperparameters["quantization"])
-                           if hyperparameters["quantization"] else None)
+        check_load_options(
+            hyperparameters["dtype"],
+            hyperparameters["attn_implementation"],
+            Quantization.model_validate(hyperparameters["quantization"]) if hyperparameters["quantization"] else None,
+        )
     except ModelOptionError as exc:
-        raise bad_request(f"hyperparameters.{exc.field}: {exc}", param=f"hyperparameters.{exc.field}",
-                          code="unsupported_on_this_server") from None
+        raise bad_request(
+            f"hyperparameters.{exc.field}: {exc}",
+            param=f"hyperparameters.{exc.field}",
+            code="unsupported_on_this_server",
+        ) from None
+
+
 def _check_integrations(body: JobCreate) -> None:
     """A tracker the service's machines cannot run fails now, not after the job's queue wait."""
     missing = missing_packages(body.integrations or [])
     if missing:
-        raise bad_request(f"Tracker not installed on this service ({'; '.join(missing)}); "
-                          "ask its operator, or leave that integration out.",
-                          param="integrations", code="integration_unavailable")
+        raise bad_request(
+            f"Tracker not installed on this service ({'; '.join(missing)}); "
+            "ask its operator, or leave that integration out.",
+            param="integrations",
+            code="integration_unavailable",
+        )
 
 
 def _resolved(body: JobCreate) -> dict[str, Any]:
@@ -155,8 +173,12 @@ def _replay(session: Session, owner: str, key: str, fields: dict[str, Any]) -> J
     key was used for a different request."""
     job = session.scalar(select(Job).where(Job.owner == owner, Job.idempotency_key == key))
     if job is not None and not _same_request(job, fields):
-        raise APIError(409, "This Idempotency-Key was already used with a different request body.",
-                       code="idempotency_key_reused", param="Idempotency-Key")
+        raise APIError(
+            409,
+            "This Idempotency-Key was already used with a different request body.",
+            code="idempotency_key_reused",
+            param="Idempotency-Key",
+        )
     return job
 
 
@@ -168,16 +190,26 @@ def _check_active_jobs(session: Session, settings: Settings, owner: str) -> None
     advisory lock per owner (held until commit) makes concurrent creates count one at a time."""
     if session.get_bind().dialect.name == "postgresql":
         session.execute(text("SELECT pg_advisory_xact_lock(hashtext(:owner))"), {"owner": owner})
-    active = session.scalar(select(func.count()).select_from(Job)
-                            .where(Job.owner == owner, Job.status.in_(ACTIVE_STATUSES)))
+    active = session.scalar(
+        select(func.count()).select_from(Job).where(Job.owner == owner, Job.status.in_(ACTIVE_STATUSES))
+    )
     if active >= settings.max_concurrent_jobs:
-        raise APIError(429, f"You already have {active} unfinished tuning jobs (limit {settings.max_concurrent_jobs}); "
-                       "wait for one to finish or cancel one.", code="concurrent_jobs_limit")
+        raise APIError(
+            429,
+            f"You already have {active} unfinished tuning jobs (limit {settings.max_concurrent_jobs}); "
+            "wait for one to finish or cancel one.",
+            code="concurrent_jobs_limit",
+        )
 
 
 @router.post("", response_model=JobObject)
-def create_job(body: JobCreate, session: SessionDep, settings: SettingsDep, owner: OwnerDep,
-               idempotency_key: Annotated[str | None, Header(max_length=255)] = None) -> JobObject:
+def create_job(
+    body: JobCreate,
+    session: SessionDep,
+    settings: SettingsDep,
+    owner: OwnerDep,
+    idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+) -> JobObject:
     """Validate the request, create the job (status ``validating_files``) and enqueue its file check."""
     fields = _resolved(body)
     if idempotency_key and (earlier := _replay(session, owner, idempotency_key, fields)):
@@ -188,8 +220,14 @@ def create_job(body: JobCreate, session: SessionDep, settings: SettingsDep, owne
     _check_file(session, owner, body.training_file, "training_file")
     _check_file(session, owner, body.validation_file, "validation_file")
     _check_active_jobs(session, settings, owner)
-    job = Job(id=new_id("ftjob"), owner=owner, idempotency_key=idempotency_key, status="validating_files",
-              created_at=time.time(), **fields)
+    job = Job(
+        id=new_id("ftjob"),
+        owner=owner,
+        idempotency_key=idempotency_key,
+        status="validating_files",
+        created_at=time.time(),
+        **fields,
+    )
     session.add(job)
     try:
         session.flush()
@@ -216,17 +254,26 @@ def _page_after(session: Session, owner: str, after: str | None) -> Any:
 
 
 @router.get("", response_model=ListPage[JobObject])
-def list_jobs(session: SessionDep, owner: OwnerDep, after: str | None = None, limit: Limit = 20,
-              ) -> ListPage[JobObject]:
+def list_jobs(
+    session: SessionDep,
+    owner: OwnerDep,
+    after: str | None = None,
+    limit: Limit = 20,
+) -> ListPage[JobObject]:
     """This owner's jobs, newest first; ``after`` is the last id of the previous page."""
     query = select(Job).where(Job.owner == owner)
     if (anchor := _page_after(session, owner, after)) is not None:
-        query = query.where((Job.created_at < anchor.created_at)
-                            | ((Job.created_at == anchor.created_at) & (Job.id < anchor.id)))
+        query = query.where(
+            (Job.created_at < anchor.created_at) | ((Job.created_at == anchor.created_at) & (Job.id < anchor.id))
+        )
     rows = session.scalars(query.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit + 1)).all()
     data = [job_object(job) for job in rows[:limit]]
-    return ListPage(data=data, has_more=len(rows) > limit, first_id=data[0].id if data else None,
-                    last_id=data[-1].id if data else None)
+    return ListPage(
+        data=data,
+        has_more=len(rows) > limit,
+        first_id=data[0].id if data else None,
+        last_id=data[-1].id if data else None,
+    )
 
 
 @router.get("/{job_id}", response_model=JobObject)
@@ -240,12 +287,17 @@ def cancel_job(job_id: str, session: SessionDep, owner: OwnerDep) -> JobObject:
     its worker saves a checkpoint (the worker sets ``cancelled``)."""
     job = _owned_job(session, owner, job_id)
     if job.status in FINISHED:
-        raise APIError(409, f"Job {job_id} is already {job.status} and cannot be cancelled.",
-                       code="job_not_cancellable", param="job_id")
+        raise APIError(
+            409,
+            f"Job {job_id} is already {job.status} and cannot be cancelled.",
+            code="job_not_cancellable",
+            param="job_id",
+        )
     now = time.time()
     # Conditional updates: the worker may be moving the job along at the same moment.
     stopped = session.execute(
-        update(Job).where(Job.id == job_id, Job.status.in_(NOT_STARTED))
+        update(Job)
+        .where(Job.id == job_id, Job.status.in_(NOT_STARTED))
         .values(status="cancelled", cancel_requested=True, finished_at=now)
     ).rowcount
     if stopped:
@@ -260,62 +312,101 @@ def cancel_job(job_id: str, session: SessionDep, owner: OwnerDep) -> JobObject:
 
 def _event_object(event: JobEvent) -> JobEventObject:
     metrics = bool(event.data) and "step" in event.data
-    return JobEventObject(id=event.id, created_at=int(event.created_at), level=event.level, message=event.message,
-                          data=event.data, type="metrics" if metrics else "message")
+    return JobEventObject(
+        id=event.id,
+        created_at=int(event.created_at),
+        level=event.level,
+        message=event.message,
+        data=event.data,
+        type="metrics" if metrics else "message",
+    )
 
 
 @router.get("/{job_id}/events", response_model=ListPage[JobEventObject])
-def list_events(job_id: str, session: SessionDep, owner: OwnerDep, after: str | None = None, limit: Limit = 20,
-                ) -> ListPage[JobEventObject]:
+def list_events(
+    job_id: str,
+    session: SessionDep,
+    owner: OwnerDep,
+    after: str | None = None,
+    limit: Limit = 20,
+) -> ListPage[JobEventObject]:
     """A job's events, newest first (as OpenAI lists them); ``after`` is an event id."""
     _owned_job(session, owner, job_id)
     query = select(JobEvent).where(JobEvent.job_id == job_id)
     if after is not None:
         anchor = session.scalar(select(JobEvent).where(JobEvent.id == after, JobEvent.job_id == job_id))
         if anchor is None:
-            raise bad_request(f"No event found with id '{after}' in job {job_id}.", param="after",
-                              code="invalid_cursor")
+            raise bad_request(
+                f"No event found with id '{after}' in job {job_id}.", param="after", code="invalid_cursor"
+            )
         # The id breaks ties: the API and a worker can give two events the same seq.
         query = query.where((JobEvent.seq < anchor.seq) | ((JobEvent.seq == anchor.seq) & (JobEvent.id < anchor.id)))
     rows = session.scalars(query.order_by(JobEvent.seq.desc(), JobEvent.id.desc()).limit(limit + 1)).all()
     data = [_event_object(event) for event in rows[:limit]]
-    return ListPage(data=data, has_more=len(rows) > limit, first_id=data[0].id if data else None,
-                    last_id=data[-1].id if data else None)
+    return ListPage(
+        data=data,
+        has_more=len(rows) > limit,
+        first_id=data[0].id if data else None,
+        last_id=data[-1].id if data else None,
+    )
 
 
 @router.get("/{job_id}/checkpoints", response_model=ListPage[CheckpointObject])
-def list_checkpoints(job_id: str, session: SessionDep, owner: OwnerDep, after: str | None = None,
-                     limit: Limit = 10) -> ListPage[CheckpointObject]:
+def list_checkpoints(
+    job_id: str, session: SessionDep, owner: OwnerDep, after: str | None = None, limit: Limit = 10
+) -> ListPage[CheckpointObject]:
     """A job's saved checkpoints, newest (highest step) first."""
     job = _owned_job(session, owner, job_id)
     query = select(Checkpoint).where(Checkpoint.job_id == job_id)
     if after is not None:
         anchor = session.scalar(select(Checkpoint).where(Checkpoint.id == after, Checkpoint.job_id == job_id))
         if anchor is None:
-            raise bad_request(f"No checkpoint found with id '{after}' in job {job_id}.", param="after",
-                              code="invalid_cursor")
+            raise bad_request(
+                f"No checkpoint found with id '{after}' in job {job_id}.", param="after", code="invalid_cursor"
+            )
         query = query.where(Checkpoint.step < anchor.step)
     rows = session.scalars(query.order_by(Checkpoint.step.desc()).limit(limit + 1)).all()
     name = job.fine_tuned_model or job.tuned_model_name
     data = [
-        CheckpointObject(id=row.id, created_at=int(row.created_at), step_number=row.step, fine_tuning_job_id=job_id,
-                         fine_tuned_model_checkpoint=f"{name}:ckpt-step-{row.step}",
-                         metrics={"step": row.step, **(row.metrics or {})})
+        CheckpointObject(
+            id=row.id,
+            created_at=int(row.created_at),
+            step_number=row.step,
+            fine_tuning_job_id=job_id,
+            fine_tuned_model_checkpoint=f"{name}:ckpt-step-{row.step}",
+            metrics={"step": row.step, **(row.metrics or {})},
+        )
         for row in rows[:limit]
     ]
-    return ListPage(data=data, has_more=len(rows) > limit, first_id=data[0].id if data else None,
-                    last_id=data[-1].id if data else None)
+    return ListPage(
+        data=data,
+        has_more=len(rows) > limit,
+        first_id=data[0].id if data else None,
+        last_id=data[-1].id if data else None,
+    )
 
 
 @router.get("/{job_id}/metrics", response_model=MetricSeries)
-def job_metrics(job_id: str, session: SessionDep, owner: OwnerDep,
-                after_step: Annotated[int, Query(ge=-1)] = -1,
-                limit: Annotated[int, Query(ge=1, le=10_000)] = 1000) -> MetricSeries:
+def job_metrics(
+    job_id: str,
+    session: SessionDep,
+    owner: OwnerDep,
+    after_step: Annotated[int, Query(ge=-1)] = -1,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> MetricSeries:
     """Per-step training metrics in step order, for charts; page with ``after_step``."""
     _owned_job(session, owner, job_id)
-    rows = session.scalars(select(JobMetric).where(JobMetric.job_id == job_id, JobMetric.step > after_step)
-                           .order_by(JobMetric.step).limit(limit + 1)).all()
-    points = [MetricPoint(step=row.step, **{k: v for k, v in row.values.items()
-                                             if not (isinstance(v, float) and not math.isfinite(v))})
-              for row in rows[:limit]]
+    rows = session.scalars(
+        select(JobMetric)
+        .where(JobMetric.job_id == job_id, JobMetric.step > after_step)
+        .order_by(JobMetric.step)
+        .limit(limit + 1)
+    ).all()
+    points = [
+        MetricPoint(
+            step=row.step,
+            **{k: v for k, v in row.values.items() if not (isinstance(v, float) and not math.isfinite(v))},
+        )
+        for row in rows[:limit]
+    ]
     return MetricSeries(job_id=job_id, data=points, has_more=len(rows) > limit)

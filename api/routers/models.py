@@ -43,8 +43,9 @@ class ModelList(BaseModel):
 
 
 def _tuned_object(job: Job) -> ModelObject:
-    return ModelObject(id=job.fine_tuned_model, created=int(job.finished_at or job.created_at), owned_by=job.owner,
-                       source="adapter")
+    return ModelObject(
+        id=job.fine_tuned_model, created=int(job.finished_at or job.created_at), owned_by=job.owner, source="adapter"
+    )
 
 
 def _base_object(settings: Settings, model_id: str) -> ModelObject:

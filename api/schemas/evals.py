@@ -64,9 +64,10 @@ class EvalObject(BaseModel):
     config: dict[str, Any] = Field(description="the core's EvalConfig knobs this run uses")
     progress: EvalProgress | None = None
     aggregate: dict[str, Any] | None = Field(
-        None, description="problems, samples, tier, k_values; greedy (problems, metrics compile@1, cpu_correct@1, "
+        None,
+        description="problems, samples, tier, k_values; greedy (problems, metrics compile@1, cpu_correct@1, "
         "correct@1, verdicts) and sampled (pass@k from the i.i.d. samples: metrics compile@k ..., fast_p, "
-        "verdicts), each null when no such sample was drawn; verdicts (all samples)"
+        "verdicts), each null when no such sample was drawn; verdicts (all samples)",
     )
     created_at: float
     finished_at: float | None = None
@@ -92,6 +93,8 @@ class EvalProblemObject(BaseModel):
     id: str = Field(description="the problem id")
     object: Literal["eval.problem"] = "eval.problem"
     eval_id: str
-    row: dict[str, Any] = Field(description="over the i.i.d. samples: n, compiled, cpu_correct, correct, fast, "
-                                "best_speedup, verdicts; greedy: the same over the greedy sample (or null)")
+    row: dict[str, Any] = Field(
+        description="over the i.i.d. samples: n, compiled, cpu_correct, correct, fast, "
+        "best_speedup, verdicts; greedy: the same over the greedy sample (or null)"
+    )
     samples: list[EvalSample]

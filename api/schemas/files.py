@@ -31,12 +31,18 @@ _FILE_EXAMPLE = {
 class FileUploadForm(BaseModel):
     """The multipart form of ``POST /v1/files`` (documented; the body is parsed as it streams)."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [{"file": "(binary kernels.jsonl)", "purpose": "fine-tune"}]})
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"file": "(binary kernels.jsonl)", "purpose": "fine-tune"}]}
+    )
 
-    file: bytes = Field(description="JSONL (one record per line) or parquet (recognised by the PAR1 magic)",
-                        json_schema_extra={"format": "binary"})
-    purpose: UploadPurpose = Field(description="fine-tune: chat/prompt-completion/question-answer rows whose answer "
-                                         'defines a __global__ kernel; eval: JSONL rows {"id", "problem"}')
+    file: bytes = Field(
+        description="JSONL (one record per line) or parquet (recognised by the PAR1 magic)",
+        json_schema_extra={"format": "binary"},
+    )
+    purpose: UploadPurpose = Field(
+        description="fine-tune: chat/prompt-completion/question-answer rows whose answer "
+        'defines a __global__ kernel; eval: JSONL rows {"id", "problem"}'
+    )
 
 
 class FileObject(BaseModel):
@@ -54,7 +60,8 @@ class FileObject(BaseModel):
     status_details: str | None = None
     format: Literal["jsonl", "parquet", "tar"] = Field(
         description="tar: a job's result, its model files (a LoRA adapter: adapter_config.json and "
-                    "adapter_model.safetensors) in one folder named after the job")
+        "adapter_model.safetensors) in one folder named after the job"
+    )
     records: int = Field(description="records (or eval problems) the file holds; 0 for a job's result")
     total_rows: int = Field(description="rows read")
     warnings: int = Field(description="warnings about kept records (e.g. no fenced code block)")
@@ -63,14 +70,25 @@ class FileObject(BaseModel):
 class FileList(ListPage[FileObject]):
     """A page of files, newest first."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [{
-        "object": "list", "data": [_FILE_EXAMPLE], "has_more": False,
-        "first_id": _FILE_EXAMPLE["id"], "last_id": _FILE_EXAMPLE["id"]}]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "object": "list",
+                    "data": [_FILE_EXAMPLE],
+                    "has_more": False,
+                    "first_id": _FILE_EXAMPLE["id"],
+                    "last_id": _FILE_EXAMPLE["id"],
+                }
+            ]
+        }
+    )
 
 
 class FileDeleted(BaseModel):
-    model_config = ConfigDict(json_schema_extra={"examples": [
-        {"id": _FILE_EXAMPLE["id"], "object": "file", "deleted": True}]})
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"id": _FILE_EXAMPLE["id"], "object": "file", "deleted": True}]}
+    )
 
     id: str
     object: Literal["file"] = "file"
@@ -78,8 +96,18 @@ class FileDeleted(BaseModel):
 
 
 class RecordWarning(BaseModel):
-    model_config = ConfigDict(json_schema_extra={"examples": [
-        {"line": 3, "field": "messages[1].content", "code": "no_code_block", "message": "answer has no fenced code block"}]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "line": 3,
+                    "field": "messages[1].content",
+                    "code": "no_code_block",
+                    "message": "answer has no fenced code block",
+                }
+            ]
+        }
+    )
 
     line: int
     field: str
@@ -90,9 +118,19 @@ class RecordWarning(BaseModel):
 class FileRecord(BaseModel):
     """One record of a file as the dashboard's table shows it (excerpts, not whole texts)."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [{
-        "index": 0, "line": 1, "prompt": "Write a CUDA kernel for: class Model(nn.Module): ...",
-        "answer": "```python\nimport torch\nfrom torch.utils.cpp_extension import load_inline ...", "warnings": []}]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "index": 0,
+                    "line": 1,
+                    "prompt": "Write a CUDA kernel for: class Model(nn.Module): ...",
+                    "answer": "```python\nimport torch\nfrom torch.utils.cpp_extension import load_inline ...",
+                    "warnings": [],
+                }
+            ]
+        }
+    )
 
     index: int = Field(description="0-based position among the file's records")
     line: int = Field(description="1-based JSONL line or parquet row")
@@ -104,9 +142,20 @@ class FileRecord(BaseModel):
 class FileRecordPage(BaseModel):
     """``limit`` records from ``offset``; ``total`` is the file's record count."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [{
-        "object": "list", "file_id": _FILE_EXAMPLE["id"], "offset": 0, "limit": 1, "total": 46,
-        "data": [FileRecord.model_config["json_schema_extra"]["examples"][0]]}]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "object": "list",
+                    "file_id": _FILE_EXAMPLE["id"],
+                    "offset": 0,
+                    "limit": 1,
+                    "total": 46,
+                    "data": [FileRecord.model_config["json_schema_extra"]["examples"][0]],
+                }
+            ]
+        }
+    )
 
     object: Literal["list"] = "list"
     file_id: str
@@ -118,8 +167,14 @@ class FileRecordPage(BaseModel):
 
 _SPAN = {"start": 0, "end": 10, "category": "qualifier", "text": "__global__"}
 _REGION = {"id": 0, "start": 0, "end": 27, "kind": "kernel_signature", "category": "qualifier", "span_indices": [0]}
-_ANALYSIS = {"schema": "cuset.analysis/1", "language": "cu", "cuda_chars": 51, "parse_coverage": 1.0,
-             "spans": [_SPAN], "regions": [_REGION]}
+_ANALYSIS = {
+    "schema": "cuset.analysis/1",
+    "language": "cu",
+    "cuda_chars": 51,
+    "parse_coverage": 1.0,
+    "spans": [_SPAN],
+    "regions": [_REGION],
+}
 
 
 class AnalysisSpan(BaseModel):
@@ -152,14 +207,19 @@ class Analysis(BaseModel):
     spans: list[AnalysisSpan]
     regions: list[AnalysisRegion]
 
-    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True,
-                              json_schema_extra={"examples": [_ANALYSIS]})
+    model_config = ConfigDict(
+        populate_by_name=True, serialize_by_alias=True, json_schema_extra={"examples": [_ANALYSIS]}
+    )
 
 
 _TOKEN = {"start": 0, "end": 10, "p": 0.93}
 _REGION_CONFIDENCE = {"index": 0, "mean_p": 0.41, "min_p": 0.08, "tokens": 6}
-_CONFIDENCE = {"model": "smollm2-135m", "low_confidence_threshold": 0.5, "tokens": [_TOKEN],
-               "regions": [_REGION_CONFIDENCE]}
+_CONFIDENCE = {
+    "model": "smollm2-135m",
+    "low_confidence_threshold": 0.5,
+    "tokens": [_TOKEN],
+    "regions": [_REGION_CONFIDENCE],
+}
 
 
 class TokenConfidence(BaseModel):
@@ -192,8 +252,9 @@ class AnswerConfidence(BaseModel):
 
     model: str
     low_confidence_threshold: float = Field(description="a region with mean_p below it is low-confidence")
-    tokens: list[TokenConfidence] = Field(description="answer tokens in order; long answers stop at the "
-                                                      "confidence report's token limit")
+    tokens: list[TokenConfidence] = Field(
+        description="answer tokens in order; long answers stop at the confidence report's token limit"
+    )
     regions: list[RegionConfidence] = Field(description="regions with at least one scored token")
 
 
@@ -201,10 +262,20 @@ class RecordAnalysis(BaseModel):
     """The sensitive spans and regions of one record's answer, in answer character offsets;
     with ``?model=``, also the model's confidence in each answer token."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [{
-        "object": "file.record.analysis", "file_id": _FILE_EXAMPLE["id"], "index": 0, "line": 1,
-        "answer": "__global__ void k(float* x) { x[threadIdx.x] = 0; }",
-        "analysis": _ANALYSIS}]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "object": "file.record.analysis",
+                    "file_id": _FILE_EXAMPLE["id"],
+                    "index": 0,
+                    "line": 1,
+                    "answer": "__global__ void k(float* x) { x[threadIdx.x] = 0; }",
+                    "analysis": _ANALYSIS,
+                }
+            ]
+        }
+    )
 
     object: Literal["file.record.analysis"] = "file.record.analysis"
     file_id: str

@@ -48,11 +48,13 @@ class JobCreate(BaseModel):
     seed: int | None = Field(None, ge=0, le=2**31 - 1)
     metadata: dict[str, str] | None = None
     integrations: list[Integration] | None = Field(
-        None, max_length=8,
+        None,
+        max_length=8,
         description='experiment trackers: OpenAI\'s {"type": "wandb", "wandb": {"project", "name", "entity", "tags"}}, '
-                    '{"type": "tensorboard"} (event files among the job\'s artifacts) or '
-                    '{"type": "mlflow", "mlflow": {"experiment_name", "tracking_uri"}}; the tracker\'s package must be '
-                    "installed on the service's machines")
+        '{"type": "tensorboard"} (event files among the job\'s artifacts) or '
+        '{"type": "mlflow", "mlflow": {"experiment_name", "tracking_uri"}}; the tracker\'s package must be '
+        "installed on the service's machines",
+    )
 
     @field_validator("suffix")
     @classmethod
@@ -75,8 +77,12 @@ class JobCreate(BaseModel):
 
 def _invalid(exc: ValidationError, prefix: str) -> APIError:
     first = ".".join(str(part) for part in exc.errors()[0]["loc"])
-    return APIError(400, f"{prefix}: {format_validation_error(exc)}", code="invalid_value",
-                    param=f"{prefix}.{first}" if first else prefix)
+    return APIError(
+        400,
+        f"{prefix}: {format_validation_error(exc)}",
+        code="invalid_value",
+        param=f"{prefix}.{first}" if first else prefix,
+    )
 
 
 def split_method(method: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -87,8 +93,12 @@ def split_method(method: dict[str, Any] | None) -> tuple[dict[str, Any], dict[st
         return method, {}
     nested = method.pop("supervised", None) or {}
     if not isinstance(nested, dict) or set(nested) - {"hyperparameters"}:
-        raise APIError(400, "method.supervised: only 'hyperparameters' is supported", code="invalid_value",
-                       param="method.supervised")
+        raise APIError(
+            400,
+            "method.supervised: only 'hyperparameters' is supported",
+            code="invalid_value",
+            param="method.supervised",
+        )
     knobs = {**{k: v for k, v in method.items() if k != "type"}, "type": "sft"}
     return knobs, dict(nested.get("hyperparameters") or {})
 
@@ -111,16 +121,24 @@ def resolve_hyperparameters(given: dict[str, Any]) -> dict[str, Any]:
     ``lora: null`` for full fine-tuning, ``save_steps``) resolved to the stored form."""
     unknown = sorted(set(given) - _OURS - {"n_epochs", "learning_rate_multiplier", "batch_size"})
     if unknown:
-        raise APIError(400, f"hyperparameters.{unknown[0]}: unknown hyperparameter", code="invalid_value",
-                       param=f"hyperparameters.{unknown[0]}")
+        raise APIError(
+            400,
+            f"hyperparameters.{unknown[0]}: unknown hyperparameter",
+            code="invalid_value",
+            param=f"hyperparameters.{unknown[0]}",
+        )
     multiplier = _auto(given.get("learning_rate_multiplier"), 1.0)
     core = {k: v for k, v in given.items() if k in Hyperparameters.model_fields}
     core["epochs"] = _auto(given.get("n_epochs"), _DEFAULT_HP.epochs)
     core["batch_size"] = _auto(given.get("batch_size"), _DEFAULT_HP.batch_size)
     try:
         if not isinstance(multiplier, (int, float)) or isinstance(multiplier, bool) or multiplier <= 0:
-            raise APIError(400, "hyperparameters.learning_rate_multiplier: must be a positive number or 'auto'",
-                           code="invalid_value", param="hyperparameters.learning_rate_multiplier")
+            raise APIError(
+                400,
+                "hyperparameters.learning_rate_multiplier: must be a positive number or 'auto'",
+                code="invalid_value",
+                param="hyperparameters.learning_rate_multiplier",
+            )
         core.setdefault("learning_rate", _DEFAULT_HP.learning_rate * multiplier)
         hp = Hyperparameters.model_validate(core)
     except ValidationError as exc:
@@ -143,8 +161,12 @@ def resolve_hyperparameters(given: dict[str, Any]) -> dict[str, Any]:
         raise APIError(400, str(exc), code="invalid_value", param="hyperparameters.quantization") from None
     save_steps = given.get("save_steps", TuneConfig.model_fields["save_steps"].default)
     if not isinstance(save_steps, int) or isinstance(save_steps, bool) or save_steps < 1:
-        raise APIError(400, "hyperparameters.save_steps: must be a positive integer", code="invalid_value",
-                       param="hyperparameters.save_steps")
+        raise APIError(
+            400,
+            "hyperparameters.save_steps: must be a positive integer",
+            code="invalid_value",
+            param="hyperparameters.save_steps",
+        )
     dumped = hp.model_dump()
     return {
         "n_epochs": dumped["epochs"],

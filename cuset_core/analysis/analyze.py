@@ -40,9 +40,7 @@ def analyze_answer(answer: str) -> Analysis:
     pieces: list[_Piece] = []
     chars = unparsed = 0
     for extension in sources.extensions:
-        exported = frozenset(extension.functions or ()) or pybind_exports(
-            extension.cpp + "\n" + extension.cuda, parser
-        )
+        exported = frozenset(extension.functions or ()) or pybind_exports(extension.cpp + "\n" + extension.cuda, parser)
         for source, offsets in ((extension.cuda, extension.cuda_map), (extension.cpp, extension.cpp_map)):
             if not source.strip():
                 continue
@@ -77,9 +75,7 @@ def map_span(offsets: OffsetMap, start: int, end: int, answer: str) -> list[tupl
     return [(a, b) for a, b in joined if a < b and answer[a:b].strip()]
 
 
-def _map_unit(
-    offsets: OffsetMap, start: int, end: int, kind: str, answer: str
-) -> tuple[int, int, str] | None:
+def _map_unit(offsets: OffsetMap, start: int, end: int, kind: str, answer: str) -> tuple[int, int, str] | None:
     pieces = map_span(offsets, start, end, answer)
     if not pieces:
         return None

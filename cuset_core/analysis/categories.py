@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from enum import Enum
+from enum import StrEnum
 
 
-class Category(str, Enum):
+class Category(StrEnum):
     """What kind of execution constraint a sensitive span is coupled with."""
 
     QUALIFIER = "qualifier"  # execution space and launch bounds: __global__, __launch_bounds__(...)

@@ -21,31 +21,31 @@ from cuset_core.analysis.categories import Category
 _ARITHMETIC_OPS = frozenset({"+", "-", "*", "/", "%", "<<", ">>", "&", "|", "^"})
 _COMPARISON_OPS = frozenset({"<", "<=", ">", ">=", "==", "!="})
 _LOGICAL_OPS = frozenset({"&&", "||", "and", "or"})
-_ARITHMETIC_NODES = frozenset(
-    {"binary_expression", "parenthesized_expression", "unary_expression", "cast_expression"}
-)
+_ARITHMETIC_NODES = frozenset({"binary_expression", "parenthesized_expression", "unary_expression", "cast_expression"})
 _INDEX_EXPRESSIONS = _ARITHMETIC_NODES | {"field_expression"}
 _CONDITION_OWNERS = frozenset(
     {"if_statement", "while_statement", "do_statement", "for_statement", "conditional_expression"}
 )
-_HEADER_KINDS = MappingProxyType({
-    "if_statement": "if_header",
-    "while_statement": "loop_header",
-    "do_statement": "loop_header",
-    "for_statement": "loop_header",
-    "for_range_loop": "loop_header",
-    "switch_statement": "switch_header",
-})
-_BODY_FIELDS = ("body", "consequence", "alternative")
-_UNIT_KINDS = MappingProxyType({
-    "declaration": "declaration",
-    "field_declaration": "declaration",
-    "expression_statement": "statement",
-    "return_statement": "statement",
-})
-_SCOPE_ENDS = frozenset(
-    {"compound_statement", "translation_unit", "declaration_list", "field_declaration_list"}
+_HEADER_KINDS = MappingProxyType(
+    {
+        "if_statement": "if_header",
+        "while_statement": "loop_header",
+        "do_statement": "loop_header",
+        "for_statement": "loop_header",
+        "for_range_loop": "loop_header",
+        "switch_statement": "switch_header",
+    }
 )
+_BODY_FIELDS = ("body", "consequence", "alternative")
+_UNIT_KINDS = MappingProxyType(
+    {
+        "declaration": "declaration",
+        "field_declaration": "declaration",
+        "expression_statement": "statement",
+        "return_statement": "statement",
+    }
+)
+_SCOPE_ENDS = frozenset({"compound_statement", "translation_unit", "declaration_list", "field_declaration_list"})
 
 
 @lru_cache(maxsize=1)
@@ -294,8 +294,8 @@ class _Scanner:
             return word == cat.WARP_SIZE or word in index_vars
         if kind == "field_expression":
             argument = node.child_by_field_name("argument")
-            return argument is not None and argument.type == "identifier" and (
-                self.text(argument) in cat.INDEX_BUILTINS
+            return (
+                argument is not None and argument.type == "identifier" and (self.text(argument) in cat.INDEX_BUILTINS)
             )
         if kind == "binary_expression":
             operator = node.child_by_field_name("operator")
@@ -413,8 +413,7 @@ def _end_before_semicolon(node: Node) -> int:
 
 def _is_body(parent: Node, child: Node) -> bool:
     return any(
-        (body := parent.child_by_field_name(field)) is not None and body.id == child.id
-        for field in _BODY_FIELDS
+        (body := parent.child_by_field_name(field)) is not None and body.id == child.id for field in _BODY_FIELDS
     )
 
 
@@ -461,8 +460,10 @@ def _orphan_header(clause: Node) -> tuple[int, int, str]:
 
 def _is_launch(statement: Node) -> bool:
     call = statement.named_children[0] if statement.named_child_count else None
-    return call is not None and call.type == "call_expression" and any(
-        child.type == "kernel_call_syntax" for child in call.children
+    return (
+        call is not None
+        and call.type == "call_expression"
+        and any(child.type == "kernel_call_syntax" for child in call.children)
     )
 
 

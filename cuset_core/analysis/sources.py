@@ -78,7 +78,7 @@ class _Builder:
         self.text.append(text)
         self.length += len(text)
 
-    def extend(self, other: "_Builder") -> None:
+    def extend(self, other: _Builder) -> None:
         for s, a, n in other.runs:
             self.runs.append((self.length + s, a, n))
         self.text.extend(other.text)
@@ -255,8 +255,19 @@ class _Resolver:
         return out
 
 
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "a": "\a",
-            "b": "\b", "f": "\f", "v": "\v", "0": "\0"}
+_ESCAPES = {
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "\\": "\\",
+    "'": "'",
+    '"': '"',
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "v": "\v",
+    "0": "\0",
+}
 
 
 def _string_tokens(raw: str) -> list[tuple[str, list[int]]]:
@@ -326,7 +337,10 @@ def _python_sources(code: str, code_start: int) -> KernelSources:
     except SyntaxError as exc:
         # Truncated generations do not parse; their kernels still sit in triple-quoted strings.
         return KernelSources(
-            "python", code, code_start, _kernel_strings(code, code_start),
+            "python",
+            code,
+            code_start,
+            _kernel_strings(code, code_start),
             syntax_error=f"line {exc.lineno}: {exc.msg}",
         )
     resolver = _Resolver(code, code_start, tree)
@@ -363,9 +377,7 @@ def _python_sources(code: str, code_start: int) -> KernelSources:
                 keyword_values=tuple(keyword_values),
             )
         )
-    return KernelSources(
-        "python", code, code_start, tuple(extensions), unresolved=tuple(resolver.unresolved)
-    )
+    return KernelSources("python", code, code_start, tuple(extensions), unresolved=tuple(resolver.unresolved))
 
 
 def _call_name(node: ast.Call) -> str | None:

@@ -63,8 +63,7 @@ class Analysis:
             "cuda_chars": self.cuda_chars,
             "parse_coverage": round(self.parse_coverage, 6),
             "spans": [
-                {"start": s.start, "end": s.end, "category": s.category.value, "text": s.text}
-                for s in self.spans
+                {"start": s.start, "end": s.end, "category": s.category.value, "text": s.text} for s in self.spans
             ],
             "regions": [
                 {

@@ -26,9 +26,7 @@ class TokenSensitivity:
     unit_region: list[int]
 
 
-def align_tokens(
-    analysis: Analysis, offsets: Sequence[tuple[int, int]], answer_start: int
-) -> TokenSensitivity:
+def align_tokens(analysis: Analysis, offsets: Sequence[tuple[int, int]], answer_start: int) -> TokenSensitivity:
     """Token-level sensitivity from a fast tokenizer's character ``offsets``.
 
     ``offsets[k]`` is the half-open character span of token k in the rendered text (a chat

@@ -52,8 +52,13 @@ def analyze(
     regions = Table("id", "start", "end", "kind", "category", "spans", "text", title="Regions")
     for region in analysis.regions:
         regions.add_row(
-            str(region.id), str(region.start), str(region.end), region.kind, region.category.value,
-            ",".join(map(str, region.span_indices)), _shown(answer[region.start : region.end]),
+            str(region.id),
+            str(region.start),
+            str(region.end),
+            region.kind,
+            region.category.value,
+            ",".join(map(str, region.span_indices)),
+            _shown(answer[region.start : region.end]),
         )
     console.print(spans)
     console.print(regions)
@@ -68,4 +73,3 @@ def _shown(text: str, limit: int = 120) -> Text:
     """Code as plain text (square brackets are not markup), newlines shown as ⏎."""
     flat = text.replace("\n", "⏎")
     return Text(flat if len(flat) <= limit else flat[: limit - 1] + "…")
-

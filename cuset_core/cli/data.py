@@ -11,7 +11,6 @@ from rich.console import Console
 from rich.table import Table
 
 from cuset_core.data import (
-    DataFileError,
     LoadOptions,
     LoadResult,
     Record,
@@ -48,9 +47,9 @@ def validate(
     """Check every row; print a summary and the issues. Exits 1 if any row has an error."""
     result = _load(file, prompt_style, keep_non_kernel, max_tokens, model)
     if as_json:
-        typer.echo(json.dumps(_summary(result) | {
-            "issues": [issue.model_dump(mode="json") for issue in result.issues]
-        }))
+        typer.echo(
+            json.dumps(_summary(result) | {"issues": [issue.model_dump(mode="json") for issue in result.issues]})
+        )
     else:
         console = Console()
         console.print(_summary_line(file, result))
@@ -70,8 +69,7 @@ def split(
     """Split the valid records by group into train/val chat-format JSONL files."""
     result = _load(file, prompt_style, keep_non_kernel, None, "")
     if not result.records:
-        _fail(f"{file}: no valid records to split ({len(result.errors)} errors; "
-              "run `cuset data validate` for details)")
+        _fail(f"{file}: no valid records to split ({len(result.errors)} errors; run `cuset data validate` for details)")
     train, val = split_by_group(result.records, val_fraction, seed)
     out.mkdir(parents=True, exist_ok=True)
     _write_jsonl(out / "train.jsonl", train)
@@ -93,12 +91,8 @@ def split(
     )
 
 
-def _load(
-    file: Path, prompt_style: str, keep_non_kernel: bool, max_tokens: int | None, model: str
-) -> LoadResult:
-    options = LoadOptions(
-        prompt_style=prompt_style, require_kernel=not keep_non_kernel, max_tokens=max_tokens
-    )
+def _load(file: Path, prompt_style: str, keep_non_kernel: bool, max_tokens: int | None, model: str) -> LoadResult:
+    options = LoadOptions(prompt_style=prompt_style, require_kernel=not keep_non_kernel, max_tokens=max_tokens)
     tokenizer = None
     try:
         if max_tokens is not None:
@@ -139,8 +133,7 @@ def _issue_table(result: LoadResult, show: int) -> Table:
     for column in ("line", "field", "code", "severity", "message"):
         table.add_column(column)
     for issue in result.issues[:show]:
-        table.add_row(str(issue.line), issue.field, issue.code.value, issue.severity,
-                      issue.message)
+        table.add_row(str(issue.line), issue.field, issue.code.value, issue.severity, issue.message)
     return table
 
 

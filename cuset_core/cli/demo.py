@@ -83,8 +83,17 @@ def demo(
     job_file = out / "demo_job.json"
     job_file.write_text(json.dumps(base_job, indent=2) + "\n")
     tune(
-        output=run_dir, data=data_file, model=model, method=method, max_steps=steps, epochs=None,
-        lr=None, batch_size=None, lora=True, prompt_style=PromptStyle.compact, config=job_file,
+        output=run_dir,
+        data=data_file,
+        model=model,
+        method=method,
+        max_steps=steps,
+        epochs=None,
+        lr=None,
+        batch_size=None,
+        lora=True,
+        prompt_style=PromptStyle.compact,
+        config=job_file,
     )
 
     console.rule(f"4. Generating a kernel for held-out problem {problem}")
@@ -94,7 +103,9 @@ def demo(
 
     tuned, tokenizer = load_model(run_dir)
     [[answer]] = generate(
-        tuned, tokenizer, [build_messages(problems[problem].problem_code, "compact")],
+        tuned,
+        tokenizer,
+        [build_messages(problems[problem].problem_code, "compact")],
         max_new_tokens=max_new_tokens,
     )
     answer_file = out / f"generated_{problem}.md"
@@ -111,8 +122,10 @@ def demo(
 
     console.rule("Done")
     console.print(f"everything is in {out}/: training data, job config, progress.jsonl, the adapter,")
-    console.print("the generated answer and its verification. Next: `cuset eval --model "
-                  f"{run_dir} --problems demo --samples 4 --out {out}/eval`.")
+    console.print(
+        "the generated answer and its verification. Next: `cuset eval --model "
+        f"{run_dir} --problems demo --samples 4 --out {out}/eval`."
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -58,9 +58,21 @@ def evaluate(
 
     try:
         config = EvalConfig(
-            model=model, answers=answers, problems=problems, greedy=greedy, samples=samples, k=_k_values(k),
-            temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, tier=tier,
-            prompt_style=prompt_style, seed=seed, batch_size=batch_size, cache=not no_cache, cache_dir=cache_dir,
+            model=model,
+            answers=answers,
+            problems=problems,
+            greedy=greedy,
+            samples=samples,
+            k=_k_values(k),
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=max_new_tokens,
+            tier=tier,
+            prompt_style=prompt_style,
+            seed=seed,
+            batch_size=batch_size,
+            cache=not no_cache,
+            cache_dir=cache_dir,
         )
         if config.model is not None:
             resolve_model(config.model)
@@ -71,8 +83,10 @@ def evaluate(
         _fail(str(exc))
     json_path, md_path = write_results(report, out)
     agg = report.aggregate
-    blocks = [("greedy", agg.greedy.metrics if agg.greedy else {}),
-              ("pass@k", agg.sampled.metrics if agg.sampled else {})]
+    blocks = [
+        ("greedy", agg.greedy.metrics if agg.greedy else {}),
+        ("pass@k", agg.sampled.metrics if agg.sampled else {}),
+    ]
     for name, metrics in blocks:
         if metrics:
             typer.echo(f"{name}: " + ", ".join(f"{metric} {value:.3f}" for metric, value in metrics.items()))
@@ -80,8 +94,11 @@ def evaluate(
 
 
 def eval_compare(
-    a: str = typer.Argument(..., help="Model A's results.json or the folder holding it; several (its seeds), "
-                            "comma-separated, are averaged per problem."),
+    a: str = typer.Argument(
+        ...,
+        help="Model A's results.json or the folder holding it; several (its seeds), "
+        "comma-separated, are averaged per problem.",
+    ),
     b: str = typer.Argument(..., help="Model B's, likewise, over the same problems."),
     resamples: int = typer.Option(10_000, "--resamples", min=1, help="Bootstrap resamples."),
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap draws."),
@@ -92,9 +109,13 @@ def eval_compare(
     from cuset_core.evaluation.compare import CompareInputError, compare_runs, read_run, render_comparison
 
     try:
-        comparison = compare_runs([read_run(Path(part)) for part in a.split(",")],
-                                  [read_run(Path(part)) for part in b.split(",")],
-                                  resamples=resamples, seed=seed, confidence=confidence)
+        comparison = compare_runs(
+            [read_run(Path(part)) for part in a.split(",")],
+            [read_run(Path(part)) for part in b.split(",")],
+            resamples=resamples,
+            seed=seed,
+            confidence=confidence,
+        )
     except CompareInputError as exc:
         _fail(str(exc))
     text = render_comparison(comparison)
@@ -152,7 +173,10 @@ def confidence_report(
     ) as progress:
         task = progress.add_task("records", total=len(records))
         summary = run_report(
-            settings, network, tokenizer, records,
+            settings,
+            network,
+            tokenizer,
+            records,
             progress=lambda done: progress.update(task, completed=done),
         )
     paths = write_report(summary, out)

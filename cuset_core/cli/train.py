@@ -6,7 +6,7 @@ import json
 import signal
 import subprocess
 import sys
-from enum import Enum
+from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Annotated, get_args
 
@@ -84,9 +84,14 @@ def job_document(
         job.pop("lora", None)
     hyper = dict(job.get("hyperparameters", {}))
     given = {
-        "max_steps": max_steps, "epochs": epochs, "learning_rate": lr, "batch_size": batch_size,
-        "dtype": dtype.value if dtype else None, "gradient_checkpointing": gradient_checkpointing,
-        "group_by_length": group_by_length, "truncation": truncation.value if truncation else None,
+        "max_steps": max_steps,
+        "epochs": epochs,
+        "learning_rate": lr,
+        "batch_size": batch_size,
+        "dtype": dtype.value if dtype else None,
+        "gradient_checkpointing": gradient_checkpointing,
+        "group_by_length": group_by_length,
+        "truncation": truncation.value if truncation else None,
     }
     hyper.update({key: value for key, value in given.items() if value is not None})
     if qlora:
@@ -140,15 +145,23 @@ def tune(
     prompt_style: Annotated[PromptStyle | None, typer.Option(help="prompt format of the records")] = None,
     config: Annotated[Path | None, typer.Option(help="job config JSON; options given here override it")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="continue from the last checkpoint in --output")] = False,
-    dtype: Annotated[Dtype | None, typer.Option(help="weights' dtype; auto: bfloat16 on a GPU, float32 on a CPU")] = None,
+    dtype: Annotated[
+        Dtype | None, typer.Option(help="weights' dtype; auto: bfloat16 on a GPU, float32 on a CPU")
+    ] = None,
     qlora: Annotated[bool, typer.Option("--qlora", help="4-bit NF4 base weights with LoRA (CUDA GPU only)")] = False,
-    gradient_checkpointing: Annotated[bool | None, typer.Option(
-        "--gradient-checkpointing/--no-gradient-checkpointing", help="recompute activations: less memory")] = None,
-    group_by_length: Annotated[bool | None, typer.Option(
-        "--group-by-length/--no-group-by-length", help="batch records of similar length (less padding)")] = None,
+    gradient_checkpointing: Annotated[
+        bool | None,
+        typer.Option("--gradient-checkpointing/--no-gradient-checkpointing", help="recompute activations: less memory"),
+    ] = None,
+    group_by_length: Annotated[
+        bool | None,
+        typer.Option("--group-by-length/--no-group-by-length", help="batch records of similar length (less padding)"),
+    ] = None,
     truncation: Annotated[Truncation | None, typer.Option(help="records over max_seq_len: drop or cut")] = None,
-    report_to: Annotated[list[Tracker] | None, typer.Option(
-        help="log metrics to a tracker too (repeatable); TensorBoard events go to OUTPUT/tensorboard")] = None,
+    report_to: Annotated[
+        list[Tracker] | None,
+        typer.Option(help="log metrics to a tracker too (repeatable); TensorBoard events go to OUTPUT/tensorboard"),
+    ] = None,
 ) -> None:
     """Fine-tune a model on CUDA answers with one objective; Ctrl-C stops after a checkpoint."""
     base: dict = {}
@@ -160,9 +173,23 @@ def tune(
         if not isinstance(base, dict):
             raise fail(f"--config {config}: expected a JSON object")
     job = job_document(
-        base, data=data, model=model, method=method, output=output, max_steps=max_steps, epochs=epochs,
-        lr=lr, batch_size=batch_size, lora=lora, prompt_style=prompt_style, resume=resume, report_to=report_to,
-        dtype=dtype, qlora=qlora, gradient_checkpointing=gradient_checkpointing, group_by_length=group_by_length,
+        base,
+        data=data,
+        model=model,
+        method=method,
+        output=output,
+        max_steps=max_steps,
+        epochs=epochs,
+        lr=lr,
+        batch_size=batch_size,
+        lora=lora,
+        prompt_style=prompt_style,
+        resume=resume,
+        report_to=report_to,
+        dtype=dtype,
+        qlora=qlora,
+        gradient_checkpointing=gradient_checkpointing,
+        group_by_length=group_by_length,
         truncation=truncation,
     )
     try:
@@ -178,7 +205,10 @@ def tune(
         # which the training process answers by checkpointing and stopping.
         process = subprocess.Popen(
             [sys.executable, "-m", "cuset_core.training", str(job_file)],
-            stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            start_new_session=True,
         )
 
         def forward(signum, frame) -> None:
@@ -224,8 +254,14 @@ def generate(
     loaded = place_for_inference(loaded)
     messages = build_messages(problem_code, prompt_style.value)
     [answers] = sample(
-        loaded, tokenizer, [messages], n=samples, temperature=temperature, top_p=top_p,
-        max_new_tokens=max_new_tokens, seed=seed,
+        loaded,
+        tokenizer,
+        [messages],
+        n=samples,
+        temperature=temperature,
+        top_p=top_p,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
     )
     for index, answer in enumerate(answers):
         if samples > 1:
@@ -233,7 +269,7 @@ def generate(
         typer.echo(answer_code(answer.text).code if code_only else answer.text)
 
 
-class ExportDtype(str, Enum):
+class ExportDtype(StrEnum):
     auto = "auto"
     bfloat16 = "bfloat16"
     float16 = "float16"
@@ -243,10 +279,15 @@ class ExportDtype(str, Enum):
 def export(
     run: Annotated[Path, typer.Argument(help="a tuned output folder (the --output of `cuset tune`)")],
     out: Annotated[Path, typer.Option("--out", help="folder to write (created; must be empty or absent)")],
-    merge: Annotated[bool, typer.Option("--merge", help="merge the LoRA adapter into its base: a plain "
-                                        "Hugging Face model folder any engine serves")] = False,
-    dtype: Annotated[ExportDtype, typer.Option(help="weights of the merged folder; auto = the base's own")] =
-        ExportDtype.auto,
+    merge: Annotated[
+        bool,
+        typer.Option(
+            "--merge", help="merge the LoRA adapter into its base: a plain Hugging Face model folder any engine serves"
+        ),
+    ] = False,
+    dtype: Annotated[
+        ExportDtype, typer.Option(help="weights of the merged folder; auto = the base's own")
+    ] = ExportDtype.auto,
 ) -> None:
     """Write a run's model for an inference engine: its adapter files (vLLM --enable-lora), or with
     --merge a merged Hugging Face folder (safetensors, config, tokenizer)."""

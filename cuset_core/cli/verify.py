@@ -73,13 +73,16 @@ def _print_human(result: VerifyResult, candidate: Path) -> None:
         where = f"{candidate}:{d.line}" + (f":{d.column}" if d.column else "") if d.line else f"{candidate}"
         console.print(f"{where}: {d.severity}: {d.message}", markup=False)
     if result.max_abs_diff is not None:
-        console.print(f"max abs diff {result.max_abs_diff:.3g}, mean abs diff {result.mean_abs_diff or 0:.3g}, "
-                      f"{result.trials} trials")
+        console.print(
+            f"max abs diff {result.max_abs_diff:.3g}, mean abs diff {result.mean_abs_diff or 0:.3g}, "
+            f"{result.trials} trials"
+        )
     if result.launches:
         console.print("launches: " + ", ".join(f"{k} x{v}" for k, v in result.launches.items()), markup=False)
     if result.speedup is not None:
-        console.print(f"{result.runtime_ms:.3f} ms vs eager {result.reference_ms:.3f} ms: "
-                      f"speedup {result.speedup:.2f}x")
+        console.print(
+            f"{result.runtime_ms:.3f} ms vs eager {result.reference_ms:.3f} ms: speedup {result.speedup:.2f}x"
+        )
     if result.resources:
         console.print(_resource_table(result))
     timings = ", ".join(f"{stage} {seconds:.2f} s" for stage, seconds in result.timings_s.items())

@@ -26,10 +26,22 @@ from cuset_core.analysis.scan import new_parser
 from cuset_core.analysis.sources import find_kernel_sources
 
 # Headers that <torch/extension.h> (and nvcc, for .cu sources) already provides.
-REDUNDANT_INCLUDES = frozenset({
-    "cuda.h", "cuda_runtime.h", "cuda_runtime_api.h", "device_launch_parameters.h",
-    "vector", "cmath", "math.h", "cstdint", "stdint.h", "cstdio", "stdio.h", "algorithm",
-})
+REDUNDANT_INCLUDES = frozenset(
+    {
+        "cuda.h",
+        "cuda_runtime.h",
+        "cuda_runtime_api.h",
+        "device_launch_parameters.h",
+        "vector",
+        "cmath",
+        "math.h",
+        "cstdint",
+        "stdint.h",
+        "cstdio",
+        "stdio.h",
+        "algorithm",
+    }
+)
 _FLAG_ARGS = frozenset({"extra_cflags", "extra_cuda_cflags", "extra_ldflags", "extra_include_paths"})
 _INCLUDE = re.compile(r'#\s*include\s*[<"]([^>"]+)[>"]')
 
@@ -51,7 +63,7 @@ def compact_answer(answer: str) -> str:
     code_end = sources.code_start + len(sources.code)
     new_end = code_end - sum(min(end, code_end) - start for start, end in cuts if start < code_end)
     compacted = _apply_cuts(answer, cuts)
-    head, code, tail = compacted[: sources.code_start], compacted[sources.code_start:new_end], compacted[new_end:]
+    head, code, tail = compacted[: sources.code_start], compacted[sources.code_start : new_end], compacted[new_end:]
     return head + _tidy_lines(code) + tail
 
 

@@ -43,9 +43,7 @@ def render_chat(record: Record, tokenizer) -> tuple[str, int]:
     messages = [m.model_dump() for m in record.messages]
     if getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template(messages, tokenize=False)
-        prefix = tokenizer.apply_chat_template(
-            messages[:-1], tokenize=False, add_generation_prompt=True
-        )
+        prefix = tokenizer.apply_chat_template(messages[:-1], tokenize=False, add_generation_prompt=True)
     else:
         prefix = _plain_prompt(messages[:-1])
         text = prefix + record.answer + (tokenizer.eos_token or "")

@@ -94,9 +94,7 @@ class LoadResult(BaseModel):
         return notes
 
 
-def load_records(
-    path: str | Path, options: LoadOptions = LoadOptions(), tokenizer=None
-) -> LoadResult:
+def load_records(path: str | Path, options: LoadOptions = LoadOptions(), tokenizer=None) -> LoadResult:
     """Read and validate every row of a JSONL or parquet file (parquet is recognised by content).
 
     ``options.max_tokens`` counts tokens of the rendered chat and so needs ``tokenizer``.
@@ -126,18 +124,21 @@ def load_records(
         if keep:
             records.append(record)
     if total == 0 and not issues:
-        issues.append(DataIssue(line=0, field="", code=ErrorCode.empty_file,
-                                message=f"{path.name} holds no rows"))
+        issues.append(DataIssue(line=0, field="", code=ErrorCode.empty_file, message=f"{path.name} holds no rows"))
     return LoadResult(records=records, issues=issues, total=total)
 
 
-def record_from_row(
-    row: Any, line: int, options: LoadOptions
-) -> tuple[Record | None, list[DataIssue]]:
+def record_from_row(row: Any, line: int, options: LoadOptions) -> tuple[Record | None, list[DataIssue]]:
     """Build the record of one row, with the row's issues; None when it cannot be built."""
     if not isinstance(row, dict):
-        return None, [DataIssue(line=line, field="", code=ErrorCode.wrong_type,
-                                message=f"expected a JSON object, got {type(row).__name__}")]
+        return None, [
+            DataIssue(
+                line=line,
+                field="",
+                code=ErrorCode.wrong_type,
+                message=f"expected a JSON object, got {type(row).__name__}",
+            )
+        ]
     if "messages" in row:
         record, issues, answer_field = _from_chat(row, line)
     elif "prompt" in row or "completion" in row:
@@ -146,8 +147,9 @@ def record_from_row(
         record, issues, answer_field = _from_table(row, line)
     else:
         keys = ", ".join(sorted(map(str, row))) or "none"
-        return None, [DataIssue(line=line, field="", code=ErrorCode.unknown_format,
-                                message=f"row has keys {keys}; {_FORMATS}")]
+        return None, [
+            DataIssue(line=line, field="", code=ErrorCode.unknown_format, message=f"row has keys {keys}; {_FORMATS}")
+        ]
     if record is None:
         return None, issues
     issues += check_answer(record.answer, line, answer_field, options.require_kernel)
@@ -183,8 +185,7 @@ def _from_prompt_completion(row: dict, line: int) -> tuple[Record | None, list[D
     if issues:
         return None, issues, "completion"
     record = Record(
-        messages=[Message(role="user", content=row["prompt"]),
-                  Message(role="assistant", content=row["completion"])],
+        messages=[Message(role="user", content=row["prompt"]), Message(role="assistant", content=row["completion"])],
         line=line,
         group=row.get("group"),
         problem=row.get("reference") or reference_from_question(row["prompt"]),
@@ -200,8 +201,7 @@ def _from_table(row: dict, line: int) -> tuple[Record | None, list[DataIssue], s
     level, number = row.get("level"), row.get("problem")
     known = [str(part) for part in (level, number) if part is not None]
     record = Record(
-        messages=[Message(role="user", content=row["question"]),
-                  Message(role="assistant", content=row["answer"])],
+        messages=[Message(role="user", content=row["question"]), Message(role="assistant", content=row["answer"])],
         line=line,
         group="/".join(known) or None,
         problem=reference_from_question(row["question"]),
@@ -213,10 +213,15 @@ def _from_table(row: dict, line: int) -> tuple[Record | None, list[DataIssue], s
 def _compact(record: Record) -> tuple[Record, list[DataIssue]]:
     """The record with its last user message rebuilt as a compact prompt of its problem."""
     if record.problem is None:
-        return record, [DataIssue(
-            line=record.line, field="", code=ErrorCode.no_reference, severity="warning",
-            message="no reference `class Model` found in the prompt; kept the prompt as it is",
-        )]
+        return record, [
+            DataIssue(
+                line=record.line,
+                field="",
+                code=ErrorCode.no_reference,
+                severity="warning",
+                message="no reference `class Model` found in the prompt; kept the prompt as it is",
+            )
+        ]
     last_user = max(i for i, m in enumerate(record.messages) if m.role == "user")
     messages = list(record.messages)
     messages[last_user] = Message(role="user", content=compact_prompt(record.problem))
@@ -225,8 +230,12 @@ def _compact(record: Record) -> tuple[Record, list[DataIssue]]:
 
 def _optional_text(row: dict, names: tuple[str, ...], line: int) -> list[DataIssue]:
     return [
-        DataIssue(line=line, field=name, code=ErrorCode.wrong_type,
-                  message=f"expected a string, got {type(row[name]).__name__}")
+        DataIssue(
+            line=line,
+            field=name,
+            code=ErrorCode.wrong_type,
+            message=f"expected a string, got {type(row[name]).__name__}",
+        )
         for name in names
         if row.get(name) is not None and not isinstance(row[name], str)
     ]
@@ -255,8 +264,15 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as error:
-                yield line, DataIssue(line=line, field="", code=ErrorCode.invalid_encoding,
-                                      message=f"not UTF-8 (byte {error.start + 1})")
+                yield (
+                    line,
+                    DataIssue(
+                        line=line,
+                        field="",
+                        code=ErrorCode.invalid_encoding,
+                        message=f"not UTF-8 (byte {error.start + 1})",
+                    ),
+                )
                 continue
             if not text.strip():
                 continue
@@ -264,12 +280,18 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
                 yield line, json.loads(text)
             except json.JSONDecodeError as error:
                 message = f"not valid JSON: {error.msg} at column {error.colno}"
-                yield line, DataIssue(line=line, field="", code=ErrorCode.invalid_json,
-                                      message=message)
+                yield line, DataIssue(line=line, field="", code=ErrorCode.invalid_json, message=message)
             except RecursionError:
                 # The parser recurses per nesting level; a record is a flat object of strings.
-                yield line, DataIssue(line=line, field="", code=ErrorCode.invalid_json,
-                                      message="not valid JSON for a record: arrays or objects nested too deeply")
+                yield (
+                    line,
+                    DataIssue(
+                        line=line,
+                        field="",
+                        code=ErrorCode.invalid_json,
+                        message="not valid JSON for a record: arrays or objects nested too deeply",
+                    ),
+                )
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
@@ -283,5 +305,12 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
                 row += 1
                 yield row, values
     except (pa.ArrowException, OSError) as error:
-        yield 0, DataIssue(line=0, field="", code=ErrorCode.unreadable_file,
-                           message=f"parquet file cannot be read after row {row}: {error}")
+        yield (
+            0,
+            DataIssue(
+                line=0,
+                field="",
+                code=ErrorCode.unreadable_file,
+                message=f"parquet file cannot be read after row {row}: {error}",
+            ),
+        )

@@ -13,9 +13,7 @@ def group_of(record: Record) -> str:
     return record.group if record.group is not None else f"line:{record.line}"
 
 
-def split_by_group(
-    records: Sequence[Record], val_fraction: float, seed: int
-) -> tuple[list[Record], list[Record]]:
+def split_by_group(records: Sequence[Record], val_fraction: float, seed: int) -> tuple[list[Record], list[Record]]:
     """Split ``records`` into ``(train, val)`` with whole groups on each side.
 
     ``round(val_fraction * number_of_groups)`` groups, drawn with ``seed``, go to validation

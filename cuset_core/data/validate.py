@@ -6,7 +6,7 @@ and the problem is only reported. Line 0 stands for the file as a whole.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -17,7 +17,7 @@ from cuset_core.generation.extract import first_code_block
 ROLES = ("system", "user", "assistant")
 
 
-class ErrorCode(str, Enum):
+class ErrorCode(StrEnum):
     """Stable codes for data problems (API clients and tests match on these)."""
 
     missing_field = "missing_field"
@@ -63,8 +63,14 @@ def check_messages(raw: Any, line: int) -> list[DataIssue]:
     if not isinstance(raw, list):
         return [_issue(line, "messages", ErrorCode.wrong_type, "expected a list of messages")]
     if not raw:
-        return [_issue(line, "messages", ErrorCode.missing_field, "is empty; expected a user "
-                       "message followed by the assistant answer")]
+        return [
+            _issue(
+                line,
+                "messages",
+                ErrorCode.missing_field,
+                "is empty; expected a user message followed by the assistant answer",
+            )
+        ]
     issues = [issue for i, message in enumerate(raw) for issue in _check_message(message, i, line)]
     if issues:
         return issues
@@ -72,8 +78,7 @@ def check_messages(raw: Any, line: int) -> list[DataIssue]:
     if order is not None:
         return [order]
     return [
-        _issue(line, f"messages[{i}].content", ErrorCode.empty_assistant,
-               "assistant message is empty")
+        _issue(line, f"messages[{i}].content", ErrorCode.empty_assistant, "assistant message is empty")
         for i, message in enumerate(raw)
         if message["role"] == "assistant" and not message["content"].strip()
     ]
@@ -84,8 +89,7 @@ def check_text_field(row: dict[str, Any], name: str, line: int) -> list[DataIssu
     if row.get(name) is None:
         return [_issue(line, name, ErrorCode.missing_field, f"required field {name!r} is missing")]
     if not isinstance(row[name], str):
-        return [_issue(line, name, ErrorCode.wrong_type,
-                       f"expected a string, got {type(row[name]).__name__}")]
+        return [_issue(line, name, ErrorCode.wrong_type, f"expected a string, got {type(row[name]).__name__}")]
     return []
 
 
@@ -99,12 +103,17 @@ def check_answer(answer: str, line: int, field: str, require_kernel: bool) -> li
         return [_issue(line, field, ErrorCode.empty_assistant, "answer is empty")]
     issues: list[DataIssue] = []
     if first_code_block(answer) is None:
-        issues.append(_issue(line, field, ErrorCode.no_code_block,
-                             "answer has no fenced code block", "warning"))
+        issues.append(_issue(line, field, ErrorCode.no_code_block, "answer has no fenced code block", "warning"))
     if not has_cuda_kernel(answer):
-        issues.append(_issue(line, field, ErrorCode.no_cuda_kernel,
-                             "answer defines no __global__ kernel",
-                             "error" if require_kernel else "warning"))
+        issues.append(
+            _issue(
+                line,
+                field,
+                ErrorCode.no_cuda_kernel,
+                "answer defines no __global__ kernel",
+                "error" if require_kernel else "warning",
+            )
+        )
     return issues
 
 
@@ -122,15 +131,20 @@ def check_token_count(n_tokens: int, max_tokens: int | None, line: int) -> list[
     """``over_token_limit`` when the rendered record has more than ``max_tokens`` tokens."""
     if max_tokens is None or n_tokens <= max_tokens:
         return []
-    return [_issue(line, "", ErrorCode.over_token_limit,
-                   f"{n_tokens} tokens, more than the limit of {max_tokens}")]
+    return [_issue(line, "", ErrorCode.over_token_limit, f"{n_tokens} tokens, more than the limit of {max_tokens}")]
 
 
 def _check_message(message: Any, index: int, line: int) -> list[DataIssue]:
     field = f"messages[{index}]"
     if not isinstance(message, dict):
-        return [_issue(line, field, ErrorCode.wrong_type,
-                       f"expected an object with role and content, got {type(message).__name__}")]
+        return [
+            _issue(
+                line,
+                field,
+                ErrorCode.wrong_type,
+                f"expected an object with role and content, got {type(message).__name__}",
+            )
+        ]
     issues = [
         _issue(line, f"{field}.{key}", ErrorCode.missing_field, f"message has no {key!r}")
         for key in ("role", "content")
@@ -138,11 +152,13 @@ def _check_message(message: Any, index: int, line: int) -> list[DataIssue]:
     ]
     role, content = message.get("role"), message.get("content")
     if role is not None and role not in ROLES:
-        issues.append(_issue(line, f"{field}.role", ErrorCode.unknown_role,
-                             f"role {role!r} is not one of {', '.join(ROLES)}"))
+        issues.append(
+            _issue(line, f"{field}.role", ErrorCode.unknown_role, f"role {role!r} is not one of {', '.join(ROLES)}")
+        )
     if content is not None and not isinstance(content, str):
-        issues.append(_issue(line, f"{field}.content", ErrorCode.wrong_type,
-                             f"expected a string, got {type(content).__name__}"))
+        issues.append(
+            _issue(line, f"{field}.content", ErrorCode.wrong_type, f"expected a string, got {type(content).__name__}")
+        )
     return issues
 
 
@@ -152,15 +168,21 @@ def _role_order_issue(roles: list[str], line: int) -> DataIssue | None:
     for i, role in enumerate(roles[offset:], start=offset):
         expected = "user" if (i - offset) % 2 == 0 else "assistant"
         if role != expected:
-            return _issue(line, f"messages[{i}].role", ErrorCode.wrong_role_order,
-                          f"expected {expected!r}, got {role!r} (order: optional system, then "
-                          "user and assistant alternating)")
+            return _issue(
+                line,
+                f"messages[{i}].role",
+                ErrorCode.wrong_role_order,
+                f"expected {expected!r}, got {role!r} (order: optional system, then user and assistant alternating)",
+            )
     if roles[-1] != "assistant":
-        return _issue(line, f"messages[{len(roles) - 1}].role", ErrorCode.wrong_role_order,
-                      "the last message must be the assistant answer")
+        return _issue(
+            line,
+            f"messages[{len(roles) - 1}].role",
+            ErrorCode.wrong_role_order,
+            "the last message must be the assistant answer",
+        )
     return None
 
 
-def _issue(line: int, field: str, code: ErrorCode, message: str,
-           severity: Severity = "error") -> DataIssue:
+def _issue(line: int, field: str, code: ErrorCode, message: str, severity: Severity = "error") -> DataIssue:
     return DataIssue(line=line, field=field, code=code, message=message, severity=severity)

@@ -12,10 +12,10 @@ generation demos ask for kernels the model has not been trained on.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Iterable
 
 from cuset_core.generation.prompts import compact_prompt
 

@@ -104,7 +104,9 @@ def read_run(path: Path) -> EvalRun:
         }
         for sample in data["samples"]:
             greedy = sample.get("greedy", legacy_greedy and sample["index"] == 0)
-            by_problem[str(sample["problem_id"])][0 if greedy else 1].append(VerifyResult.model_validate(sample["result"]))
+            by_problem[str(sample["problem_id"])][0 if greedy else 1].append(
+                VerifyResult.model_validate(sample["result"])
+            )
         tier = Tier(aggregate["tier"])
     except FileNotFoundError:
         raise CompareInputError(f"{path}: no {RESULTS_JSON} found") from None
@@ -132,8 +134,7 @@ def compare_runs(
             only_first, only_this = sorted(set(ids[0]) - set(run_ids)), sorted(set(run_ids) - set(ids[0]))
             raise CompareInputError(
                 f"the runs cover different problems: only in {runs[0].name} {only_first[:5]}, "
-                f"only in {run.name} {only_this[:5]}"
-                + (" ..." if len(only_first) > 5 or len(only_this) > 5 else "")
+                f"only in {run.name} {only_this[:5]}" + (" ..." if len(only_first) > 5 or len(only_this) > 5 else "")
             )
     tier = min((run.tier for run in runs), key=lambda t: t.rank)
     asked = sorted({k for run in runs for k in run.k_values})
@@ -150,12 +151,30 @@ def compare_runs(
     intervals = []
     for metric in sorted(per_metric, key=lambda m: (not m.startswith(GREEDY), m)):
         scores_a, scores_b = per_metric[metric]
-        difference, low, high = paired_bootstrap(scores_a, scores_b, resamples=resamples, seed=seed,
-                                                 confidence=confidence)
-        intervals.append(Interval(metric=metric, problems=len(scores_a), a=float(np.mean(scores_a)),
-                                  b=float(np.mean(scores_b)), difference=difference, low=low, high=high))
-    return Comparison(a=" + ".join(run.name for run in a), b=" + ".join(run.name for run in b), tier=tier, confidence=confidence, resamples=resamples, seed=seed,
-                      intervals=intervals, skipped=skipped)
+        difference, low, high = paired_bootstrap(
+            scores_a, scores_b, resamples=resamples, seed=seed, confidence=confidence
+        )
+        intervals.append(
+            Interval(
+                metric=metric,
+                problems=len(scores_a),
+                a=float(np.mean(scores_a)),
+                b=float(np.mean(scores_b)),
+                difference=difference,
+                low=low,
+                high=high,
+            )
+        )
+    return Comparison(
+        a=" + ".join(run.name for run in a),
+        b=" + ".join(run.name for run in b),
+        tier=tier,
+        confidence=confidence,
+        resamples=resamples,
+        seed=seed,
+        intervals=intervals,
+        skipped=skipped,
+    )
 
 
 def _side_scores(runs: list[EvalRun], tier: Tier, k_values: list[int]) -> dict[str, dict[str, float]]:
@@ -184,8 +203,10 @@ def render_comparison(comparison: Comparison) -> str:
         "|---|---:|---:|---:|---:|---|",
     ]
     for item in comparison.intervals:
-        lines.append(f"| {item.metric} | {item.problems} | {item.a:.3f} | {item.b:.3f} | {item.difference:+.3f} | "
-                     f"[{item.low:+.3f}, {item.high:+.3f}] |")
+        lines.append(
+            f"| {item.metric} | {item.problems} | {item.a:.3f} | {item.b:.3f} | {item.difference:+.3f} | "
+            f"[{item.low:+.3f}, {item.high:+.3f}] |"
+        )
     if comparison.skipped:
         lines += ["", *(f"- skipped {reason}" for reason in comparison.skipped)]
     return "\n".join(lines) + "\n"

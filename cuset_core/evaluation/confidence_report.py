@@ -64,7 +64,7 @@ class ReportSettings(BaseModel):
     top_regions: int = Field(default=20, ge=0)
 
     @model_validator(mode="after")
-    def _ordered_thresholds(self) -> "ReportSettings":
+    def _ordered_thresholds(self) -> ReportSettings:
         if self.low > self.high:
             raise ValueError(f"low ({self.low}) must not exceed high ({self.high})")
         return self
@@ -123,9 +123,7 @@ def record_confidence(model, encoded, answer: str, line: int) -> RecordConfidenc
 
     analysis = analyze_answer(answer)
     sensitivity = align_tokens(analysis, encoded.offsets, encoded.answer_start)
-    regions = {
-        r.id: RegionInfo(r.kind, r.category, answer[r.start : r.end]) for r in analysis.regions
-    }
+    regions = {r.id: RegionInfo(r.kind, r.category, answer[r.start : r.end]) for r in analysis.regions}
     return RecordConfidence(
         line=line,
         nll=nll,
@@ -244,9 +242,7 @@ def summarize(records: Sequence[RecordConfidence], settings: ReportSettings) -> 
             "sensitive": sensitive_tokens,
             "sensitive_share": sensitive_tokens / groups["all"].size if groups["all"].size else None,
         },
-        "groups": {
-            name: group_stats(values, settings.high, settings.low) for name, values in groups.items()
-        },
+        "groups": {name: group_stats(values, settings.high, settings.low) for name, values in groups.items()},
         "regions": {
             "count": len(regions),
             "low_confidence": len(low_regions),
@@ -258,9 +254,7 @@ def summarize(records: Sequence[RecordConfidence], settings: ReportSettings) -> 
         "histogram": {
             "edges": edges.tolist(),
             "counts": {
-                name: np.histogram(values, bins=edges)[0].tolist()
-                for name, values in groups.items()
-                if name != "all"
+                name: np.histogram(values, bins=edges)[0].tolist() for name, values in groups.items() if name != "all"
             },
         },
         "lowest_regions": regions[: settings.top_regions],
@@ -342,8 +336,13 @@ def plot_histograms(summary: dict, path: Path) -> None:
     for axis, (name, counts) in zip(axes.flat, panels):
         total = sum(counts)
         stats = summary["groups"][name]
-        axis.bar(edges[:-1], np.array(counts) / total, width=np.diff(edges), align="edge",
-                 color="tab:red" if name != NON_SENSITIVE else "tab:gray")
+        axis.bar(
+            edges[:-1],
+            np.array(counts) / total,
+            width=np.diff(edges),
+            align="edge",
+            color="tab:red" if name != NON_SENSITIVE else "tab:gray",
+        )
         for threshold in summary["thresholds"].values():
             axis.axvline(threshold, color="black", linestyle=":", linewidth=1)
         axis.set_title(f"{name} (n={total}, mean p={stats['mean_p']:.2f})", fontsize=9)

@@ -24,15 +24,20 @@ def render_markdown(report: EvalReport) -> str:
     source = f"model `{config.model}`" if config.model else f"answers `{config.answers}`"
     drawn = ""
     if config.model:
-        drawn = (f", {'a greedy sample + ' if config.greedy else ''}{config.samples} i.i.d. samples per problem "
-                 f"at temperature {config.temperature} (top-p {config.top_p}), prompt `{config.prompt_style}`")
+        drawn = (
+            f", {'a greedy sample + ' if config.greedy else ''}{config.samples} i.i.d. samples per problem "
+            f"at temperature {config.temperature} (top-p {config.top_p}), prompt `{config.prompt_style}`"
+        )
     lines = [
         "# Evaluation results",
         "",
         f"{source} on `{config.problems}`: {agg.problems} problems, {agg.samples} samples, "
         f"tier `{agg.tier.value}`{drawn}, {report.elapsed_s:.1f} s."
-        + (f" {agg.internal_errors} samples hit a verifier fault (`internal_error`) and are left out of every "
-           "metric." if agg.internal_errors else ""),
+        + (
+            f" {agg.internal_errors} samples hit a verifier fault (`internal_error`) and are left out of every metric."
+            if agg.internal_errors
+            else ""
+        ),
         "",
         "## Greedy: one greedy sample per problem, drawn apart",
         "",
@@ -40,27 +45,43 @@ def render_markdown(report: EvalReport) -> str:
     if agg.greedy is None:
         lines.append("No greedy sample was scored.")
     else:
-        lines += [f"Share of {agg.greedy.problems} problems whose greedy sample passed.", "",
-                  "| metric | value |", "|---|---|"]
+        lines += [
+            f"Share of {agg.greedy.problems} problems whose greedy sample passed.",
+            "",
+            "| metric | value |",
+            "|---|---|",
+        ]
         lines += [f"| {name} | {value:.3f} |" for name, value in agg.greedy.metrics.items()]
     lines += ["", "## pass@k: i.i.d. samples at one temperature (unbiased estimator, Chen et al. 2021)", ""]
     if agg.sampled is None:
         lines.append("No i.i.d. sample was scored.")
     else:
-        lines += [f"{agg.sampled.samples} samples over {agg.sampled.problems} problems, k = "
-                  f"{', '.join(map(str, agg.sampled.k_values))}; no greedy sample among them.", "",
-                  "| metric | value |", "|---|---|"]
+        lines += [
+            f"{agg.sampled.samples} samples over {agg.sampled.problems} problems, k = "
+            f"{', '.join(map(str, agg.sampled.k_values))}; no greedy sample among them.",
+            "",
+            "| metric | value |",
+            "|---|---|",
+        ]
         lines += [f"| {name} | {value:.3f} |" for name, value in agg.sampled.metrics.items()]
         lines += [f"| fast_{p} | {value:.3f} |" for p, value in agg.sampled.fast_p.items()]
     greedy_verdicts = agg.greedy.verdicts if agg.greedy else {}
     sampled_verdicts = agg.sampled.verdicts if agg.sampled else {}
     lines += ["", "## Verdicts", "", "| verdict | greedy | i.i.d. |", "|---|---|---|"]
-    lines += [f"| {verdict} | {greedy_verdicts.get(verdict, 0)} | {sampled_verdicts.get(verdict, 0)} |"
-              for verdict in agg.verdicts]
+    lines += [
+        f"| {verdict} | {greedy_verdicts.get(verdict, 0)} | {sampled_verdicts.get(verdict, 0)} |"
+        for verdict in agg.verdicts
+    ]
     columns = [(name, field) for name, (tier, field) in METRIC_TIERS.items() if tier.rank <= agg.tier.rank]
     gpu = agg.tier is Tier.GPU
-    header = ["problem", "greedy", "n", *(field for _, field in columns), *(["best speedup"] if gpu else []),
-              "verdicts (i.i.d.)"]
+    header = [
+        "problem",
+        "greedy",
+        "n",
+        *(field for _, field in columns),
+        *(["best speedup"] if gpu else []),
+        "verdicts (i.i.d.)",
+    ]
     lines += ["", "## Problems", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in report.problems:
         greedy = ", ".join(row.greedy.verdicts) if row.greedy else "-"

@@ -71,7 +71,7 @@ class EvalConfig(BaseModel):
         return data
 
     @model_validator(mode="after")
-    def _one_source(self) -> "EvalConfig":
+    def _one_source(self) -> EvalConfig:
         if (self.model is None) == (self.answers is None):
             raise ValueError("give exactly one of model (to generate answers) or answers (to score them)")
         if self.model is not None and not self.greedy and self.samples == 0:
@@ -186,8 +186,12 @@ def load_answers(path: Path, problem_ids: list[str]) -> dict[str, ProblemAnswers
         if "problem_id" in row and isinstance(row.get("answer"), str) and isinstance(row.get("greedy", False), bool):
             problem_id = str(row["problem_id"])
             first, texts = (row["answer"], []) if row.get("greedy") else (None, [row["answer"]])
-        elif ("id" in row and isinstance(row.get("samples"), list) and all(isinstance(s, str) for s in row["samples"])
-              and isinstance(row.get("greedy", ""), str)):
+        elif (
+            "id" in row
+            and isinstance(row.get("samples"), list)
+            and all(isinstance(s, str) for s in row["samples"])
+            and isinstance(row.get("greedy", ""), str)
+        ):
             problem_id, first, texts = str(row["id"]), row.get("greedy"), row["samples"]
         else:
             raise EvalInputError(
@@ -252,8 +256,9 @@ def _generate_samples(config: EvalConfig, problems: list[Problem], progress: boo
     for batch in tqdm(batches, desc="generate", unit="batch", disable=not progress):
         messages = [build_messages(p.code, config.prompt_style) for p in batch]
         for greedy, run in runs:
-            generated = generate(model, tokenizer, messages, max_new_tokens=config.max_new_tokens,
-                                 seed=config.seed, **run)
+            generated = generate(
+                model, tokenizer, messages, max_new_tokens=config.max_new_tokens, seed=config.seed, **run
+            )
             for problem, texts in zip(batch, generated):
                 out[problem.id].extend(
                     _Sample(g.text, greedy, g.prompt_tokens, g.completion_tokens, g.finish_reason) for g in texts
@@ -281,12 +286,21 @@ def run_eval(config: EvalConfig, *, progress: bool = True) -> EvalReport:
     with tqdm(total=total, desc=f"verify ({config.tier.value})", unit="sample", disable=not progress) as bar:
         for problem in problems:
             for index, sample in enumerate(samples[problem.id]):
-                result = verify(problem.code, sample.answer, settings, cache_dir=config.cache_dir,
-                                use_cache=config.cache)
-                records.append(SampleRecord(problem_id=problem.id, index=index, greedy=sample.greedy,
-                                            answer=sample.answer, prompt_tokens=sample.prompt_tokens,
-                                            completion_tokens=sample.completion_tokens,
-                                            finish_reason=sample.finish_reason, result=result))
+                result = verify(
+                    problem.code, sample.answer, settings, cache_dir=config.cache_dir, use_cache=config.cache
+                )
+                records.append(
+                    SampleRecord(
+                        problem_id=problem.id,
+                        index=index,
+                        greedy=sample.greedy,
+                        answer=sample.answer,
+                        prompt_tokens=sample.prompt_tokens,
+                        completion_tokens=sample.completion_tokens,
+                        finish_reason=sample.finish_reason,
+                        result=result,
+                    )
+                )
                 bar.update(1)
     rows = []
     for problem in problems:

@@ -17,7 +17,7 @@ from cuset_core.generation.extract import first_code_block
 
 PromptStyle = Literal["kernelbench", "compact"]
 
-_EXAMPLE_PROBLEM = '''import torch
+_EXAMPLE_PROBLEM = """import torch
 import torch.nn as nn
 
 
@@ -35,7 +35,7 @@ def get_inputs():
 
 
 def get_init_inputs():
-    return [0.5]'''
+    return [0.5]"""
 
 _EXAMPLE_SOLUTION = '''import torch
 import torch.nn as nn
@@ -151,9 +151,7 @@ def kernelbench_prompt(problem_code: str) -> str:
 
 def compact_prompt(problem_code: str) -> str:
     """A one-line instruction followed by the problem (a few dozen tokens of overhead)."""
-    return _COMPACT_TEMPLATE.format(
-        instruction=_COMPACT_INSTRUCTION, problem=problem_code.strip("\n")
-    )
+    return _COMPACT_TEMPLATE.format(instruction=_COMPACT_INSTRUCTION, problem=problem_code.strip("\n"))
 
 
 def prompt_for(problem_code: str, style: PromptStyle) -> str:

@@ -113,7 +113,10 @@ def generate(
     rows = output[:, width:].tolist()
     results = []
     for i, prompt_tokens in enumerate(prompt_lengths):
-        samples = [completion_from_tokens(rows[i * per_prompt + j], prompt_tokens, stop_ids, tokenizer) for j in range(per_prompt)]
+        samples = [
+            completion_from_tokens(rows[i * per_prompt + j], prompt_tokens, stop_ids, tokenizer)
+            for j in range(per_prompt)
+        ]
         results.append(samples * (n // per_prompt))
     return results
 

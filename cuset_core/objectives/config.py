@@ -10,9 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-MethodName = Literal[
-    "sft", "dft", "focal", "profit", "cuset", "cuset_mask", "cuset_reweight", "cuset_v1"
-]
+MethodName = Literal["sft", "dft", "focal", "profit", "cuset", "cuset_mask", "cuset_reweight", "cuset_v1"]
 
 MASKING_METHODS = frozenset({"cuset", "cuset_mask", "cuset_v1"})
 REWEIGHTING_METHODS = frozenset({"cuset", "cuset_reweight", "cuset_v1"})
@@ -59,30 +57,25 @@ class MethodConfig(BaseModel, extra="forbid"):
         description="which non-region tokens are dropped: p above the (1 - mask_ratio) quantile "
         "(confident_plain), p below the mask_ratio quantile (uncertain_plain), none",
     )
-    mask_ratio: float = Field(
-        0.3, ge=0, lt=1, description="share of non-region tokens dropped (cuset, cuset_mask)"
-    )
-    mask_warmup_steps: int = Field(
-        0, ge=0, description="optimizer steps over which mask_ratio ramps linearly from 0"
-    )
+    mask_ratio: float = Field(0.3, ge=0, lt=1, description="share of non-region tokens dropped (cuset, cuset_mask)")
+    mask_warmup_steps: int = Field(0, ge=0, description="optimizer steps over which mask_ratio ramps linearly from 0")
     region_quantile: float = Field(
-        0.2, gt=0, lt=1, description="quantile of region confidences (or of region-token p, "
-        "tau_lo_from=tokens) that sets tau_lo"
+        0.2,
+        gt=0,
+        lt=1,
+        description="quantile of region confidences (or of region-token p, tau_lo_from=tokens) that sets tau_lo",
     )
     tau_lo_from: Literal["regions", "tokens"] = Field(
         "regions",
-        description="what region_quantile is taken of: region confidences c(r), or the p of "
-        "region tokens (v1)",
+        description="what region_quantile is taken of: region confidences c(r), or the p of region tokens (v1)",
     )
-    tau_lo_decay: float = Field(
-        0.9, ge=0, lt=1, description="EMA decay of the adaptive tau_lo over optimizer steps"
-    )
-    region_threshold: float | None = Field(
-        None, ge=0, le=1, description="fixed tau_lo instead of region_quantile"
-    )
+    tau_lo_decay: float = Field(0.9, ge=0, lt=1, description="EMA decay of the adaptive tau_lo over optimizer steps")
+    region_threshold: float | None = Field(None, ge=0, le=1, description="fixed tau_lo instead of region_quantile")
     reweight_lambda: float = Field(2.0, ge=0, description="w = 1 + lambda * u before normalising")
     normaliser_decay: float = Field(
-        0.9, ge=0, lt=1,
+        0.9,
+        ge=0,
+        lt=1,
         description="EMA decay of the mean weight that w is divided by (0: the micro-batch mean)",
     )
     reweight_scope: Literal["auto", "step", "dataset"] = Field(
@@ -94,9 +87,7 @@ class MethodConfig(BaseModel, extra="forbid"):
     w_min: float = Field(0.5, gt=0, le=1, description="lower clip of the sample weights")
     w_max: float = Field(4.0, ge=1, description="upper clip of the sample weights")
     focal_gamma: float = Field(2.0, ge=0, description="focal: exponent of (1 - p)")
-    profit_threshold: float = Field(
-        0.1, ge=0, lt=1, description="profit: tokens with p below this are dropped"
-    )
+    profit_threshold: float = Field(0.1, ge=0, lt=1, description="profit: tokens with p below this are dropped")
 
     @model_validator(mode="before")
     @classmethod
@@ -111,9 +102,7 @@ class MethodConfig(BaseModel, extra="forbid"):
         if self.type == "cuset_mask" and self.mask_rule == "none":
             raise ValueError("mask_rule 'none' leaves cuset_mask nothing to do: use type 'sft'")
         if self.reweight_scope == "dataset" and self.confidence != "reference":
-            raise ValueError(
-                "reweight_scope 'dataset' needs confidence 'reference' (online p changes every step)"
-            )
+            raise ValueError("reweight_scope 'dataset' needs confidence 'reference' (online p changes every step)")
         return self
 
     @property

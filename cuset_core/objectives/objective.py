@@ -124,8 +124,9 @@ def compute_objective(
     region_low = None
     if config.uses_reweighting:
         state = state if state is not None else _fresh_state(config)
-        weights, region_low, reweighting = _reweight(config, batch.step, p, region, batch.region_ids,
-                                                     supervised, gather, state)
+        weights, region_low, reweighting = _reweight(
+            config, batch.step, p, region, batch.region_ids, supervised, gather, state
+        )
         weights = weights.to(token_loss.dtype)
         statistics.update(reweighting)
 
@@ -144,9 +145,7 @@ def compute_objective(
 
 def _fresh_state(config: MethodConfig) -> ObjectiveState:
     if config.dataset_reweighting:
-        raise ValueError(
-            "method.reweight_scope is 'dataset' but no state from a pass over the dataset was given"
-        )
+        raise ValueError("method.reweight_scope is 'dataset' but no state from a pass over the dataset was given")
     return ObjectiveState.for_method(config.tau_lo_decay, config.normaliser_decay)
 
 
@@ -203,12 +202,9 @@ def dataset_state(config: MethodConfig, batches: Iterable[ObjectiveBatch]) -> Ob
     tau_lo: Tensor | float | None = config.region_threshold
     if tau_lo is None and statistics:
         tau_lo = global_quantile(torch.cat(statistics), config.region_quantile, None)
-    raws = [raw_weights(low_region_share(table, tau_lo)[0], config.reweight_lambda)[active]
-            for table, active in tables]
+    raws = [raw_weights(low_region_share(table, tau_lo)[0], config.reweight_lambda)[active] for table, active in tables]
     mean = global_mean(torch.cat(raws), None) if raws else None
-    return ObjectiveState.from_dataset(
-        None if tau_lo is None else float(tau_lo), 1.0 if mean is None else float(mean)
-    )
+    return ObjectiveState.from_dataset(None if tau_lo is None else float(tau_lo), 1.0 if mean is None else float(mean))
 
 
 def _check_batch(config: MethodConfig, batch: ObjectiveBatch) -> None:
@@ -219,17 +215,13 @@ def _check_batch(config: MethodConfig, batch: ObjectiveBatch) -> None:
     for name in ("supervised", "sensitive", "region_ids"):
         tensor = getattr(batch, name)
         if tensor.shape != shape:
-            raise ValueError(
-                f"{name} must have token_loss's shape {tuple(shape)}, got {tuple(tensor.shape)}"
-            )
+            raise ValueError(f"{name} must have token_loss's shape {tuple(shape)}, got {tuple(tensor.shape)}")
     for name in ("supervised", "sensitive"):
         if getattr(batch, name).dtype != torch.bool:
             raise ValueError(f"{name} must be a bool tensor, got {getattr(batch, name).dtype}")
     if config.confidence == "reference":
         if batch.reference_confidence is None:
-            raise ValueError(
-                "method.confidence is 'reference' but the batch has no reference_confidence"
-            )
+            raise ValueError("method.confidence is 'reference' but the batch has no reference_confidence")
         if batch.reference_confidence.shape != shape:
             raise ValueError(
                 f"reference_confidence must have token_loss's shape {tuple(shape)}, "
@@ -290,7 +282,6 @@ def _metrics(
             pairs[name] = (torch.as_tensor(value), torch.tensor(1))
         device = token_loss.device
         values = torch.stack(
-            [torch.stack((num.to(device, torch.float64), den.to(device, torch.float64)))
-             for num, den in pairs.values()]
+            [torch.stack((num.to(device, torch.float64), den.to(device, torch.float64))) for num, den in pairs.values()]
         ).tolist()
     return {name: num / den for name, (num, den) in zip(pairs, values) if den > 0}

@@ -59,9 +59,7 @@ def _gold_token_loss(head: Callable[[Tensor], Tensor], states: Tensor, targets: 
     return F.cross_entropy(head(states).float(), targets, reduction="none")
 
 
-def chunked_token_loss(
-    hidden: Tensor, head: Callable[[Tensor], Tensor], labels: Tensor, chunk_size: int
-) -> Tensor:
+def chunked_token_loss(hidden: Tensor, head: Callable[[Tensor], Tensor], labels: Tensor, chunk_size: int) -> Tensor:
     """``per_token_loss`` computed from final hidden states without materialising [B, T, V].
 
     ``hidden``: [B, T, H], the decoder's output (after its final norm); ``head``: maps [N, H] to

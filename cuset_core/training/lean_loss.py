@@ -45,8 +45,9 @@ def _last_hidden_state(output) -> Tensor:
     return output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
 
 
-def model_token_loss(model: nn.Module, parts: LeanParts | None, inputs: dict[str, Tensor], labels: Tensor,
-                     chunk_size: int) -> tuple[Tensor, object]:
+def model_token_loss(
+    model: nn.Module, parts: LeanParts | None, inputs: dict[str, Tensor], labels: Tensor, chunk_size: int
+) -> tuple[Tensor, object]:
     """``(per-token loss [B, T] float32 nats, model outputs)`` for ``model(**inputs)``.
 
     ``model`` is what the Trainer hands over (possibly wrapped for data parallelism; it is

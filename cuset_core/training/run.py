@@ -136,8 +136,11 @@ def prepare_model(config: TuneConfig):
 
     hp = config.hyperparameters
     model, _ = load_model(
-        config.model, resolve_dtype(hp.dtype), with_adapter=False,
-        attn_implementation=hp.attn_implementation, quantization=hp.quantization,
+        config.model,
+        resolve_dtype(hp.dtype),
+        with_adapter=False,
+        attn_implementation=hp.attn_implementation,
+        quantization=hp.quantization,
     )
     checkpointing = {"use_reentrant": False}
     if hp.quantization is not None:
@@ -288,8 +291,14 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
     checkpoint = resume_checkpoint(config)
     if checkpoint:
         restored = state_callback.load(Path(checkpoint))
-        writer.event(f"resuming from {checkpoint}" + ("" if restored or not config.method.uses_reweighting
-                                                      else " (no saved objective state: its EMAs start over)"))
+        writer.event(
+            f"resuming from {checkpoint}"
+            + (
+                ""
+                if restored or not config.method.uses_reweighting
+                else " (no saved objective state: its EMAs start over)"
+            )
+        )
     trainer.train(resume_from_checkpoint=checkpoint)
     state = trainer.state
     outcome = JobOutcome(state.global_step, int(state.num_input_tokens_seen), cancel.cancelled)

@@ -71,8 +71,11 @@ def report_to(integrations: list[Integration]) -> list[str]:
 
 def missing_packages(integrations: list[Integration]) -> list[str]:
     """``"<tracker>: pip install <package>"`` for every tracker whose package is not importable here."""
-    return [f"{name}: pip install {PACKAGES[name]}" for name in report_to(integrations)
-            if importlib.util.find_spec(name) is None]
+    return [
+        f"{name}: pip install {PACKAGES[name]}"
+        for name in report_to(integrations)
+        if importlib.util.find_spec(name) is None
+    ]
 
 
 def tracking_env(integrations: list[Integration], output_dir: Path) -> dict[str, str]:
@@ -84,11 +87,16 @@ def tracking_env(integrations: list[Integration], output_dir: Path) -> dict[str,
         elif isinstance(integration, WandbIntegration):
             settings = integration.wandb
             env["WANDB_PROJECT"] = settings.project
-            optional = {"WANDB_NAME": settings.name, "WANDB_ENTITY": settings.entity,
-                        "WANDB_TAGS": ",".join(settings.tags) or None}
+            optional = {
+                "WANDB_NAME": settings.name,
+                "WANDB_ENTITY": settings.entity,
+                "WANDB_TAGS": ",".join(settings.tags) or None,
+            }
             env |= {key: value for key, value in optional.items() if value is not None}
         else:
-            optional = {"MLFLOW_EXPERIMENT_NAME": integration.mlflow.experiment_name,
-                        "MLFLOW_TRACKING_URI": integration.mlflow.tracking_uri}
+            optional = {
+                "MLFLOW_EXPERIMENT_NAME": integration.mlflow.experiment_name,
+                "MLFLOW_TRACKING_URI": integration.mlflow.tracking_uri,
+            }
             env |= {key: value for key, value in optional.items() if value is not None}
     return env

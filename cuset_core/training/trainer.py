@@ -50,8 +50,13 @@ class CusetTrainer(Trainer):
     """
 
     def __init__(
-        self, *args, method: MethodConfig, stash: MetricStash, objective_state: ObjectiveState | None = None,
-        loss_chunk_size: int = 0, **kwargs,
+        self,
+        *args,
+        method: MethodConfig,
+        stash: MetricStash,
+        objective_state: ObjectiveState | None = None,
+        loss_chunk_size: int = 0,
+        **kwargs,
     ):
         super().__init__(*args, **kwargs)
         self.method = method

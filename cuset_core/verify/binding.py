@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from torch import nn
 
@@ -103,9 +104,7 @@ def plan_binding(
     ``get_init_inputs()`` positionally. ``attr_names``: scalar attributes of the module.
     """
     if len(params) < n_inputs:
-        raise BindingError(
-            f"forward takes {len(params)} arguments but the problem has {n_inputs} inputs"
-        )
+        raise BindingError(f"forward takes {len(params)} arguments but the problem has {n_inputs} inputs")
     plan = [ArgSource("input", index=i) for i in range(n_inputs)]
     unused_tensors = list(tensor_names)
     unused_inits = list(range(len(init_names)))
@@ -114,9 +113,7 @@ def plan_binding(
     return plan
 
 
-def apply_binding(
-    plan: list[ArgSource], inputs: list[Any], module: Any, init_inputs: list[Any]
-) -> list[Any]:
+def apply_binding(plan: list[ArgSource], inputs: list[Any], module: Any, init_inputs: list[Any]) -> list[Any]:
     """The argument list for the extension's ``forward``, read from inputs and the module."""
     tensors = dict(module.named_parameters())
     tensors.update(module.named_buffers())
@@ -194,8 +191,9 @@ class BoundExtensionModel(nn.Module):
     """``ModelNew`` for a ``.cu`` candidate: calls the extension with the inputs and the
     reference's weights (built under the same seed as the module it is compared with)."""
 
-    def __init__(self, weights: ReferenceWeights, forward_fn: Callable[..., Any], plan: list[ArgSource],
-                 init_inputs: list[Any]):
+    def __init__(
+        self, weights: ReferenceWeights, forward_fn: Callable[..., Any], plan: list[ArgSource], init_inputs: list[Any]
+    ):
         super().__init__()
         self.weights = weights
         self._forward_fn = forward_fn
@@ -207,12 +205,17 @@ class BoundExtensionModel(nn.Module):
 
 
 def bind_extension(
-    layout: ReferenceLayout, tensors: dict[str, Any], init_inputs: list[Any], n_inputs: int, cuda_code: str,
+    layout: ReferenceLayout,
+    tensors: dict[str, Any],
+    init_inputs: list[Any],
+    n_inputs: int,
+    cuda_code: str,
     forward_fn: Callable[..., Any],
 ) -> BoundExtensionModel:
     """Wrap the extension's forward around the reference's ``tensors`` (by name) as ``layout`` says."""
-    plan = plan_binding(forward_signature(cuda_code), n_inputs, layout.tensor_names, layout.init_names,
-                        list(layout.attrs))
+    plan = plan_binding(
+        forward_signature(cuda_code), n_inputs, layout.tensor_names, layout.init_names, list(layout.attrs)
+    )
     return BoundExtensionModel(ReferenceWeights(tensors, layout.attrs), forward_fn, plan, list(init_inputs))
 
 
@@ -346,4 +349,3 @@ def _split_top_level(params: str) -> list[str]:
     if "".join(current).strip() and "".join(current).strip() != "void":
         pieces.append("".join(current))
     return [p for p in pieces if p.strip()]
-

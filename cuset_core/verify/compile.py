@@ -157,8 +157,10 @@ def unsafe_includes(candidate: Candidate) -> list[Diagnostic]:
                     continue
                 offset = origin.to_answer(match.start("target")) if origin is not None else None
                 line = candidate.text.count("\n", 0, offset) + 1 if offset is not None else None
-                message = f"#include {target[:80]}: only headers of the include folders may be included " \
-                          "(no absolute paths, '..' or computed names)"
+                message = (
+                    f"#include {target[:80]}: only headers of the include folders may be included "
+                    "(no absolute paths, '..' or computed names)"
+                )
                 found.append(Diagnostic(severity="error", message=message, line=line))
     return found
 

@@ -75,8 +75,13 @@ def gpu_env(workdir: Path) -> dict[str, str]:
 def run_gpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettings) -> VerifyResult:
     """Tier 3 for one candidate; ``unsupported`` (feature "gpu") on a machine without a GPU."""
     if not gpu_available():
-        return VerifyResult(verdict=Verdict.UNSUPPORTED, tier=Tier.GPU, tiers_run=[Tier.GPU],
-                            unsupported_feature="gpu", reason=NO_GPU_REASON)
+        return VerifyResult(
+            verdict=Verdict.UNSUPPORTED,
+            tier=Tier.GPU,
+            tiers_run=[Tier.GPU],
+            unsupported_feature="gpu",
+            reason=NO_GPU_REASON,
+        )
     spec = TierSpec(Tier.GPU, HARNESS_MODULE, gpu_limits(settings.limits), gpu_env)
     result, _ = judge(spec, problem_code, candidate, settings, job_fields(candidate, settings))
     return result

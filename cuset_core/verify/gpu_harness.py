@@ -35,8 +35,9 @@ import sys
 import time
 import traceback
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from cuset_core.verify.protocol import (
     INIT_SEED,
@@ -197,8 +198,9 @@ def _call(model: Any, inputs: list[Any], what: str, verdict: str = "runtime_erro
     except Decided:
         raise
     except Exception as exc:  # noqa: BLE001 - a crash of either side decides the verdict
-        raise Decided(Outcome(verdict, f"{what} forward failed: {first_line(exc)}",
-                              log=tail(traceback.format_exc()))) from exc
+        raise Decided(
+            Outcome(verdict, f"{what} forward failed: {first_line(exc)}", log=tail(traceback.format_exc()))
+        ) from exc
     return flatten_outputs(output)
 
 
@@ -255,8 +257,13 @@ def reference_side(job: dict, workdir: Path, device: Any, timings: dict[str, flo
         torch.manual_seed(INIT_SEED)
         model = problem.Model(*init_inputs).to(device)
     except Exception as exc:  # noqa: BLE001 - the problem's own code: not the candidate's fault
-        raise Decided(Outcome("internal_error", f"the reference construction failed: {first_line(exc)}",
-                              log=tail(traceback.format_exc()))) from exc
+        raise Decided(
+            Outcome(
+                "internal_error",
+                f"the reference construction failed: {first_line(exc)}",
+                log=tail(traceback.format_exc()),
+            )
+        ) from exc
     data: dict[str, Any] = {"init": init_inputs, "trials": []}
     if job["kind"] == "cu":
         data["layout"] = dataclasses.asdict(reference_layout(model))
@@ -278,15 +285,17 @@ def reference_side(job: dict, workdir: Path, device: Any, timings: dict[str, flo
         clock = time.perf_counter()
         stats = _timed(model, data["trials"], job, device)
         timings["reference_timing"] = time.perf_counter() - clock
-    return Outcome("pass", reference_ms=stats["mean"],
-                   details={"timing": stats, "candidate_job": {"reference_aliases": aliases}})
+    return Outcome(
+        "pass", reference_ms=stats["mean"], details={"timing": stats, "candidate_job": {"reference_aliases": aliases}}
+    )
 
 
 # ---------------------------------------------------------------- the candidate side
 
 
-def _build_candidate(job: dict, workdir: Path, monitor: FallbackMonitor, inputs: dict[str, Any],
-                     device: Any) -> Callable[[], Any]:
+def _build_candidate(
+    job: dict, workdir: Path, monitor: FallbackMonitor, inputs: dict[str, Any], device: Any
+) -> Callable[[], Any]:
     """Compile the candidate; return a factory that builds the candidate module on ``device`` (seed it first)."""
     import torch.utils.cpp_extension as cpp_extension
 
@@ -297,26 +306,37 @@ def _build_candidate(job: dict, workdir: Path, monitor: FallbackMonitor, inputs:
     candidate_path = workdir / job["candidate"]
     try:
         if job["kind"] == "cu":
-            built = cpp_extension.load(name="cuset_cu_candidate", sources=[str(candidate_path)],
-                                       extra_cuda_cflags=["-O3"], verbose=False)
+            built = cpp_extension.load(
+                name="cuset_cu_candidate", sources=[str(candidate_path)], extra_cuda_cflags=["-O3"], verbose=False
+            )
         else:
             built = _load_module(candidate_path, "cuset_candidate")
     except Exception as exc:  # noqa: BLE001 - any failure to build or import decides the verdict
         verdict = "compile_error" if _is_build_failure(exc) else "runtime_error"
-        raise Decided(Outcome(verdict, f"building the candidate failed: {first_line(exc)}",
-                              log=tail(str(exc) or traceback.format_exc()))) from exc
+        raise Decided(
+            Outcome(
+                verdict,
+                f"building the candidate failed: {first_line(exc)}",
+                log=tail(str(exc) or traceback.format_exc()),
+            )
+        ) from exc
     binding = None
     if job["kind"] == "cu":
         from cuset_core.verify.binding import ReferenceLayout
 
         binding = (ReferenceLayout(**inputs["layout"]), inputs["weights"])
     n_inputs = len(inputs["trials"][0]) if inputs["trials"] else 0
-    return candidate_factory(job["kind"], built, inputs["init"], candidate_path.read_text(), n_inputs, binding,
-                             device)
+    return candidate_factory(job["kind"], built, inputs["init"], candidate_path.read_text(), n_inputs, binding, device)
 
 
-def _run_trials(candidate: Any, trials: list[list[Any]], job: dict, device: Any, monitor: FallbackMonitor,
-                tf32: tuple[bool, bool, str]) -> list[list[Any]]:
+def _run_trials(
+    candidate: Any,
+    trials: list[list[Any]],
+    job: dict,
+    device: Any,
+    monitor: FallbackMonitor,
+    tf32: tuple[bool, bool, str],
+) -> list[list[Any]]:
     """Every trial's outputs (on the CPU), with the checks that need the candidate's process."""
     outputs = []
     for trial, inputs in enumerate(trials):
@@ -353,9 +373,13 @@ def _profile_candidate(
         launches[short] = launches.get(short, 0) + 1
     if not custom:
         shown = ", ".join(sorted({n.split("(")[0] for n in library}))[:300] or "none"
-        raise Decided(Outcome("runtime_error",
-                              f"anti-hacking: no kernel of the candidate ran during forward (kernels seen: {shown})",
-                              launches=launches))
+        raise Decided(
+            Outcome(
+                "runtime_error",
+                f"anti-hacking: no kernel of the candidate ran during forward (kernels seen: {shown})",
+                launches=launches,
+            )
+        )
     total = sum(e.device_time_total for e in events) or 1.0
     share = sum(e.device_time_total for e in events if e.name in set(custom)) / total
     return launches, share
@@ -385,8 +409,12 @@ def candidate_side(job: dict, workdir: Path, device: Any, timings: dict[str, flo
         stats = _timed(candidate, inputs["trials"], job, device)
         _check_tf32(tf32)
         timings["timing"] = time.perf_counter() - clock
-    return Outcome("pass", runtime_ms=stats["mean"], launches=launches,
-                   log=json.dumps({"candidate_ms": stats, "custom_time_share": share}))
+    return Outcome(
+        "pass",
+        runtime_ms=stats["mean"],
+        launches=launches,
+        log=json.dumps({"candidate_ms": stats, "custom_time_share": share}),
+    )
 
 
 def side_main(side: str, job: dict, workdir: Path, timings: dict[str, float]) -> Outcome:

@@ -138,7 +138,7 @@ def _decode(spec: Any, tensors: dict[str, Any]) -> Any:
 
     if not isinstance(spec, dict) or len(spec) != 1:
         raise UntrustedFileError("malformed value description")
-    (kind, body), = spec.items()
+    ((kind, body),) = spec.items()
     if kind == "t":
         if body not in tensors:
             raise UntrustedFileError(f"tensor {clip(body, 80)!r} is missing")
@@ -265,8 +265,9 @@ def write_report(workdir: Path, outcome: Outcome) -> None:
     partial.replace(workdir / REPORT_FILE)
 
 
-def run_side(side_main: Callable[[str, dict[str, Any], Path, dict[str, float]], Outcome], argv: list[str],
-             harness: str) -> int:
+def run_side(
+    side_main: Callable[[str, dict[str, Any], Path, dict[str, float]], Outcome], argv: list[str], harness: str
+) -> int:
     """Entry point of a harness: run one side and always leave a report unless killed."""
     side, job, workdir = read_job(argv)
     timings: dict[str, float] = {}
@@ -283,8 +284,13 @@ def run_side(side_main: Callable[[str, dict[str, Any], Path, dict[str, float]], 
 
 
 def candidate_factory(
-    kind: str, built: Any, init_inputs: list[Any], source: str, n_inputs: int,
-    binding: tuple[Any, dict[str, Any]] | None = None, device: Any = None,
+    kind: str,
+    built: Any,
+    init_inputs: list[Any],
+    source: str,
+    n_inputs: int,
+    binding: tuple[Any, dict[str, Any]] | None = None,
+    device: Any = None,
 ) -> Callable[[], Any]:
     """A function that constructs the module under test (seed before calling it), moved to
     ``device`` when one is given; it raises ``Decided`` (``runtime_error``) when that fails.
@@ -318,8 +324,9 @@ def candidate_factory(
         except Decided:
             raise
         except Exception as exc:  # noqa: BLE001 - a constructor crash decides the verdict
-            raise Decided(Outcome("runtime_error", f"constructing ModelNew failed: {exc}",
-                                  log=tail(traceback.format_exc()))) from exc
+            raise Decided(
+                Outcome("runtime_error", f"constructing ModelNew failed: {exc}", log=tail(traceback.format_exc()))
+            ) from exc
 
     return guarded
 
@@ -340,20 +347,89 @@ def first_line(exc: BaseException) -> str:
 
 # Ops that allocate, view, move or copy data: they do no work of the problem. Everything else
 # that runs outside an extension call during ``forward`` is torch compute.
-ALLOCATION_OPS = frozenset({
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
-    "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "scalar_tensor",
-    "lift_fresh", "resize_", "set_", "zero_", "fill_",
-})
-COPY_OPS = frozenset({"clone", "_to_copy", "copy_", "contiguous", "lift_fresh_copy", "_copy_from",
-                      "_copy_from_and_resize", "to", "detach_", "_local_scalar_dense", "item"})
-VIEW_OPS = frozenset({
-    "view", "_unsafe_view", "reshape", "as_strided", "t", "transpose", "permute", "expand", "expand_as",
-    "squeeze", "unsqueeze", "slice", "select", "split", "split_with_sizes", "chunk", "unbind", "narrow",
-    "detach", "alias", "flatten", "unflatten", "view_as", "_reshape_alias", "movedim", "squeeze_",
-    "unsqueeze_", "t_", "transpose_", "is_same_size", "is_nonzero", "_has_compatible_shallow_copy_type",
-    "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "dim", "size", "stride", "numel",
-})
+ALLOCATION_OPS = frozenset(
+    {
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "zeros",
+        "zeros_like",
+        "new_zeros",
+        "ones",
+        "ones_like",
+        "new_ones",
+        "full",
+        "full_like",
+        "new_full",
+        "scalar_tensor",
+        "lift_fresh",
+        "resize_",
+        "set_",
+        "zero_",
+        "fill_",
+    }
+)
+COPY_OPS = frozenset(
+    {
+        "clone",
+        "_to_copy",
+        "copy_",
+        "contiguous",
+        "lift_fresh_copy",
+        "_copy_from",
+        "_copy_from_and_resize",
+        "to",
+        "detach_",
+        "_local_scalar_dense",
+        "item",
+    }
+)
+VIEW_OPS = frozenset(
+    {
+        "view",
+        "_unsafe_view",
+        "reshape",
+        "as_strided",
+        "t",
+        "transpose",
+        "permute",
+        "expand",
+        "expand_as",
+        "squeeze",
+        "unsqueeze",
+        "slice",
+        "select",
+        "split",
+        "split_with_sizes",
+        "chunk",
+        "unbind",
+        "narrow",
+        "detach",
+        "alias",
+        "flatten",
+        "unflatten",
+        "view_as",
+        "_reshape_alias",
+        "movedim",
+        "squeeze_",
+        "unsqueeze_",
+        "t_",
+        "transpose_",
+        "is_same_size",
+        "is_nonzero",
+        "_has_compatible_shallow_copy_type",
+        "sym_size",
+        "sym_stride",
+        "sym_numel",
+        "sym_storage_offset",
+        "dim",
+        "size",
+        "stride",
+        "numel",
+    }
+)
 
 
 class FallbackMonitor:
@@ -449,8 +525,11 @@ class FallbackMonitor:
                 out = func(*args, **kwargs)
                 if monitor._depth == 0 and getattr(func, "namespace", "aten") not in ("aten", "prims"):
                     monitor.extension_calls += 1  # an op the candidate registered (TORCH_LIBRARY)
-                    written = [value for spec, value in zip(func._schema.arguments, args)
-                               if spec.alias_info is not None and spec.alias_info.is_write]  # Tensor(a!)
+                    written = [
+                        value
+                        for spec, value in zip(func._schema.arguments, args)
+                        if spec.alias_info is not None and spec.alias_info.is_write
+                    ]  # Tensor(a!)
                     for produced in [*_tensors_in(out), *_tensors_in(written)]:
                         monitor._mark(produced, True)
                 elif monitor._depth == 0:
@@ -476,8 +555,9 @@ class FallbackMonitor:
             return f"run-time fallback: forward never called a custom extension ({counts})"
         for index, output in enumerate(outputs):
             if isinstance(output, torch.Tensor) and not self.made_by_kernel(output):
-                return (f"run-time fallback: output {index} was computed by torch ops, not by the custom "
-                        f"kernels ({counts})")
+                return (
+                    f"run-time fallback: output {index} was computed by torch ops, not by the custom kernels ({counts})"
+                )
         return None
 
 
@@ -528,8 +608,9 @@ def compare_outputs(reference: list[Any], candidate: list[Any], atol: float, rto
     for index, (ref, new) in enumerate(zip(reference, candidate)):
         if not isinstance(ref, torch.Tensor):
             if isinstance(new, torch.Tensor) or new != ref:
-                return Outcome("value_mismatch", f"output {index}: expected {clip(repr(ref), 80)}, got "
-                                                 f"{clip(repr(new), 80)}")
+                return Outcome(
+                    "value_mismatch", f"output {index}: expected {clip(repr(ref), 80)}, got {clip(repr(new), 80)}"
+                )
             continue
         if not isinstance(new, torch.Tensor):
             return Outcome("shape_mismatch", f"output {index} is {type(new).__name__}, not a tensor")
@@ -597,14 +678,17 @@ class ReferenceRun:
 
 
 def _result(spec: TierSpec, verdict: Verdict | str, reason: str, **fields: Any) -> VerifyResult:
-    return VerifyResult(verdict=Verdict(verdict), tier=spec.tier, tiers_run=[spec.tier], reason=clip(reason),
-                        **fields)
+    return VerifyResult(verdict=Verdict(verdict), tier=spec.tier, tiers_run=[spec.tier], reason=clip(reason), **fields)
 
 
 def _run_side(spec: TierSpec, side: str, folder: Path, job: dict[str, Any]) -> SandboxOutcome:
     (folder / "job.json").write_text(json.dumps(job))
-    return run_sandboxed([sys.executable, "-m", spec.module, side, str(folder / "job.json")],
-                         workdir=folder, limits=spec.limits, env=spec.env(folder))
+    return run_sandboxed(
+        [sys.executable, "-m", spec.module, side, str(folder / "job.json")],
+        workdir=folder,
+        limits=spec.limits,
+        env=spec.env(folder),
+    )
 
 
 def _without_report(spec: TierSpec, side: str, outcome: SandboxOutcome) -> VerifyResult:
@@ -614,28 +698,40 @@ def _without_report(spec: TierSpec, side: str, outcome: SandboxOutcome) -> Verif
     harness = f"{spec.tier.value.upper()} {side} process"
     timed_out = outcome.timed_out or outcome.limit_hit in ("wall", "cpu")
     if side == "reference" and timed_out:
-        return _result(spec, Verdict.UNSUPPORTED, f"{harness} {describe(outcome)}: the problem is too slow for "
-                       "this tier", log=log, unsupported_feature="reference too slow")
+        return _result(
+            spec,
+            Verdict.UNSUPPORTED,
+            f"{harness} {describe(outcome)}: the problem is too slow for this tier",
+            log=log,
+            unsupported_feature="reference too slow",
+        )
     if timed_out:
         return _result(spec, Verdict.TIMEOUT, f"{harness} {describe(outcome)}", log=log)
     if side == "reference":
         return _result(spec, Verdict.INTERNAL_ERROR, f"{harness} {describe(outcome)} without a report", log=log)
     runtime_line = next((line for line in log.splitlines() if line.startswith(_RUNTIME_MESSAGE)), None)
-    return _result(spec, Verdict.RUNTIME_ERROR, runtime_line or f"{harness} {describe(outcome)} without a result",
-                   log=log)
+    return _result(
+        spec, Verdict.RUNTIME_ERROR, runtime_line or f"{harness} {describe(outcome)} without a result", log=log
+    )
 
 
-def _from_report(spec: TierSpec, report: dict[str, Any], allowed: set[str],
-                 otherwise: Verdict = Verdict.RUNTIME_ERROR) -> VerifyResult:
+def _from_report(
+    spec: TierSpec, report: dict[str, Any], allowed: set[str], otherwise: Verdict = Verdict.RUNTIME_ERROR
+) -> VerifyResult:
     """A failure verdict a side reported, restricted to ``allowed`` verdicts (else ``otherwise``)
     and cut to size."""
     verdict = report.get("verdict")
     if verdict not in allowed:
         verdict = otherwise.value
     feature = report.get("unsupported_feature")
-    return _result(spec, verdict, str(report.get("reason", "")), log=tail(str(report.get("log", ""))),
-                   unsupported_feature=clip(feature, 200) if isinstance(feature, str) else None,
-                   launches=_launches(report))
+    return _result(
+        spec,
+        verdict,
+        str(report.get("reason", "")),
+        log=tail(str(report.get("log", ""))),
+        unsupported_feature=clip(feature, 200) if isinstance(feature, str) else None,
+        launches=_launches(report),
+    )
 
 
 def _launches(report: dict[str, Any]) -> dict[str, int]:
@@ -671,15 +767,28 @@ def run_reference(spec: TierSpec, root: Path, problem_code: str, job: dict[str, 
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def run_candidate(spec: TierSpec, root: Path, candidate: Candidate, reference: ReferenceRun,
-                  job: dict[str, Any], settings: VerifySettings) -> tuple[VerifyResult, dict[str, Any]]:
+def run_candidate(
+    spec: TierSpec,
+    root: Path,
+    candidate: Candidate,
+    reference: ReferenceRun,
+    job: dict[str, Any],
+    settings: VerifySettings,
+) -> tuple[VerifyResult, dict[str, Any]]:
     """Run the candidate side on the reference's inputs; the judged result and its (untrusted) report."""
     report: dict[str, Any] = {}
     return _judge_candidate(spec, root, candidate, reference, job, settings, report), report
 
 
-def _judge_candidate(spec: TierSpec, root: Path, candidate: Candidate, reference: ReferenceRun,
-                     job: dict[str, Any], settings: VerifySettings, report: dict[str, Any]) -> VerifyResult:
+def _judge_candidate(
+    spec: TierSpec,
+    root: Path,
+    candidate: Candidate,
+    reference: ReferenceRun,
+    job: dict[str, Any],
+    settings: VerifySettings,
+    report: dict[str, Any],
+) -> VerifyResult:
     folder = root / "candidate"
     folder.mkdir(exist_ok=True)  # the judge may have put prebuilt libraries there
     candidate_file = "candidate.cu" if candidate.kind == "cu" else "candidate.py"
@@ -692,11 +801,14 @@ def _judge_candidate(spec: TierSpec, root: Path, candidate: Candidate, reference
             return _without_report(spec, "candidate", outcome)
         if report.get("verdict") != "pass":  # it can only reject itself; "pass" is the judge's word
             return _from_report(spec, report, _FAILURES - {Verdict.INTERNAL_ERROR.value})
-        expected_bytes = sum(t.numel() * t.element_size() for trial in reference.expected for t in
-                             _tensor_values(trial))
+        expected_bytes = sum(
+            t.numel() * t.element_size() for trial in reference.expected for t in _tensor_values(trial)
+        )
         data = read_untrusted(folder, OUTPUTS_FILE, 2 * expected_bytes + (1 << 20))
         if data is None:
-            return _result(spec, Verdict.RUNTIME_ERROR, "the candidate side left no outputs", launches=_launches(report))
+            return _result(
+                spec, Verdict.RUNTIME_ERROR, "the candidate side left no outputs", launches=_launches(report)
+            )
         produced = load_values(data).get("trials")
     except UntrustedFileError as exc:
         return _result(spec, Verdict.RUNTIME_ERROR, f"the candidate's output is rejected: {exc}")
@@ -709,36 +821,57 @@ def _tensor_values(values: list[Any]) -> list[Any]:
     return [v for v in values if isinstance(v, torch.Tensor)]
 
 
-def compare_trials(spec: TierSpec, reference: ReferenceRun, produced: Any, report: dict[str, Any],
-                   settings: VerifySettings) -> VerifyResult:
+def compare_trials(
+    spec: TierSpec, reference: ReferenceRun, produced: Any, report: dict[str, Any], settings: VerifySettings
+) -> VerifyResult:
     """The judge's verdict: every trial's outputs against the reference's, then the checks that
     need several trials (outputs that ignore the inputs) and the launch count."""
     launches = _launches(report)
     if not isinstance(produced, list) or len(produced) != len(reference.expected):
-        return _result(spec, Verdict.RUNTIME_ERROR, "the candidate side handed back a malformed set of trials",
-                       launches=launches)
+        return _result(
+            spec, Verdict.RUNTIME_ERROR, "the candidate side handed back a malformed set of trials", launches=launches
+        )
     worst_max = worst_mean = 0.0
     for trial, (expected, new) in enumerate(zip(reference.expected, produced)):
         new = new if isinstance(new, list) else [new]
         if trial and looks_cached(reference.expected[trial - 1], expected, produced[trial - 1], new):
-            return _result(spec, Verdict.RUNTIME_ERROR, "anti-hacking: the output did not change when the inputs did",
-                           trials=trial + 1, launches=launches)
+            return _result(
+                spec,
+                Verdict.RUNTIME_ERROR,
+                "anti-hacking: the output did not change when the inputs did",
+                trials=trial + 1,
+                launches=launches,
+            )
         compared = compare_outputs(expected, new, settings.atol, settings.rtol)
         if compared.verdict != "pass":
-            return _result(spec, compared.verdict, f"trial {trial + 1} (seed {INPUT_SEED_BASE + trial}): "
-                           f"{compared.reason}", max_abs_diff=compared.max_abs_diff,
-                           mean_abs_diff=compared.mean_abs_diff, trials=trial + 1, launches=launches)
-        worst_max, worst_mean = max(worst_max, compared.max_abs_diff or 0.0), max(worst_mean, compared.mean_abs_diff or 0.0)
+            return _result(
+                spec,
+                compared.verdict,
+                f"trial {trial + 1} (seed {INPUT_SEED_BASE + trial}): {compared.reason}",
+                max_abs_diff=compared.max_abs_diff,
+                mean_abs_diff=compared.mean_abs_diff,
+                trials=trial + 1,
+                launches=launches,
+            )
+        worst_max, worst_mean = (
+            max(worst_max, compared.max_abs_diff or 0.0),
+            max(worst_mean, compared.mean_abs_diff or 0.0),
+        )
     trials = len(produced)
     if spec.tier is Tier.CPU and not launches:
-        return _result(spec, Verdict.RUNTIME_ERROR, "no custom kernel ran: the outputs match but no kernel was launched",
-                       trials=trials)
+        return _result(
+            spec,
+            Verdict.RUNTIME_ERROR,
+            "no custom kernel ran: the outputs match but no kernel was launched",
+            trials=trials,
+        )
     fields = {"max_abs_diff": worst_max, "mean_abs_diff": worst_mean, "trials": trials, "launches": launches}
     return _result(spec, Verdict.PASS, f"{trials} trials within tolerance", **fields)
 
 
-def judge(spec: TierSpec, problem_code: str, candidate: Candidate, settings: VerifySettings,
-          job: dict[str, Any]) -> tuple[VerifyResult, dict[str, Any]]:
+def judge(
+    spec: TierSpec, problem_code: str, candidate: Candidate, settings: VerifySettings, job: dict[str, Any]
+) -> tuple[VerifyResult, dict[str, Any]]:
     """Run the reference side, then the candidate side, and decide (see the module docstring).
 
     ``job`` holds the tier's fields of both sides' ``job.json``; the reference's
@@ -751,12 +884,15 @@ def judge(spec: TierSpec, problem_code: str, candidate: Candidate, settings: Ver
     return result, details
 
 
-def _judge(spec: TierSpec, problem_code: str, candidate: Candidate, settings: VerifySettings,
-           job: dict[str, Any]) -> tuple[VerifyResult, dict[str, Any]]:
+def _judge(
+    spec: TierSpec, problem_code: str, candidate: Candidate, settings: VerifySettings, job: dict[str, Any]
+) -> tuple[VerifyResult, dict[str, Any]]:
     common = {"seeds": settings.seeds, "kind": candidate.kind, **job}
-    with (tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-") as folder,
-          tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-build-") as build_folder,
-          ThreadPoolExecutor(max_workers=1) as pool):
+    with (
+        tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-") as folder,
+        tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-build-") as build_folder,
+        ThreadPoolExecutor(max_workers=1) as pool,
+    ):
         root = Path(folder)
         # Separate random folders: g++ on the candidate's sources cannot name the reference's.
         building = pool.submit(_run_side, spec, "build", Path(build_folder), common) if spec.build_side else None

@@ -7,12 +7,12 @@ service.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
 
-class Verdict(str, Enum):
+class Verdict(StrEnum):
     """Outcome of verifying one candidate against one problem (DESIGN.md §4)."""
 
     NO_CODE = "no_code"
@@ -29,7 +29,7 @@ class Verdict(str, Enum):
     PASS = "pass"
 
 
-class Tier(str, Enum):
+class Tier(StrEnum):
     """Verification tiers, cheapest first; running a tier runs every cheaper one before it."""
 
     STATIC = "static"

@@ -58,8 +58,9 @@ def verify(
         result = _internal_error(Tier.STATIC, empty, "internal error in tier static", traceback.format_exc())
         internal = True
     timings = {**result.timings_s, "total": round(time.monotonic() - start, 4)}
-    result = result.model_copy(update={"timings_s": timings, "reason": result.reason[:REASON_CHARS],
-                                       "log": result.log[-LOG_CHARS:]})
+    result = result.model_copy(
+        update={"timings_s": timings, "reason": result.reason[:REASON_CHARS], "log": result.log[-LOG_CHARS:]}
+    )
     if cache is not None and not internal and result.verdict is not Verdict.INTERNAL_ERROR:
         cache.put(key, result)
     return result
@@ -104,12 +105,17 @@ def _compile_tier(candidate: Candidate, settings: VerifySettings, before: Verify
         # A machine without the CUDA toolkit says so and lets the CPU tier decide; never cached,
         # since it is the machine, not the candidate, that lacks something.
         reason = "tier 1 (compile) needs nvcc, which is not on PATH: install the CUDA toolkit"
-        skipped = before.model_copy(update={
-            "verdict": Verdict.UNSUPPORTED, "tier": Tier.COMPILE, "reason": reason, "unsupported_feature": "nvcc",
-            "tiers_run": [*before.tiers_run, Tier.COMPILE],
-            "tier_verdicts": {**before.tier_verdicts, Tier.COMPILE: Verdict.UNSUPPORTED},
-            "diagnostics": [*before.diagnostics, Diagnostic(severity="note", message=reason)],
-        })
+        skipped = before.model_copy(
+            update={
+                "verdict": Verdict.UNSUPPORTED,
+                "tier": Tier.COMPILE,
+                "reason": reason,
+                "unsupported_feature": "nvcc",
+                "tiers_run": [*before.tiers_run, Tier.COMPILE],
+                "tier_verdicts": {**before.tier_verdicts, Tier.COMPILE: Verdict.UNSUPPORTED},
+                "diagnostics": [*before.diagnostics, Diagnostic(severity="note", message=reason)],
+            }
+        )
         return skipped, False
     try:
         with tempfile.TemporaryDirectory(prefix="cuset-compile-") as folder:

@@ -194,8 +194,11 @@ def log_isolation(logger: logging.Logger = log) -> Isolation:
     if state.available:
         logger.info("verification sandbox: %s", state.describe())
     elif SandboxSettings().allow_unisolated:
-        logger.warning("verification sandbox: %s; CUSET_SANDBOX_ALLOW_UNISOLATED is set, so candidates run "
-                       "WITHOUT isolation (single-user local use only)", state.describe())
+        logger.warning(
+            "verification sandbox: %s; CUSET_SANDBOX_ALLOW_UNISOLATED is set, so candidates run "
+            "WITHOUT isolation (single-user local use only)",
+            state.describe(),
+        )
     else:
         logger.error("verification sandbox: %s; tiers 1-3 will refuse every candidate", state.describe())
     return state
@@ -476,8 +479,11 @@ def _bwrap_args(workdir: Path, limits: SandboxLimits) -> list[str]:
         if not _under(hidden, roots) or _under(str(workdir), [Path(hidden)]):
             continue
         # An empty folder nobody may enter; for a file, the null device (a read gets nothing).
-        args += ["--perms", "0000", "--size", "4096", "--tmpfs", hidden] if Path(hidden).is_dir() else [
-            "--dev-bind", "/dev/null", hidden]
+        args += (
+            ["--perms", "0000", "--size", "4096", "--tmpfs", hidden]
+            if Path(hidden).is_dir()
+            else ["--dev-bind", "/dev/null", hidden]
+        )
     args += ["--perms", "1777", "--size", str(limits.workdir_mb << 20), "--tmpfs", str(workdir),
              "--chdir", str(workdir), "--seccomp", str(_SECCOMP_FD)]  # fmt: skip
     return args
@@ -722,4 +728,3 @@ def describe(outcome: SandboxOutcome) -> str:
             name = str(outcome.signal)
         return f"killed by signal {name}"
     return f"exited with status {outcome.returncode}"
-

@@ -16,7 +16,8 @@ class SandboxLimits(BaseModel):
     wall_s: float = Field(120.0, gt=0, description="wall-clock limit, seconds")
     cpu_s: int = Field(120, gt=0, description="CPU-time limit, seconds")
     memory_mb: int = Field(
-        4096, gt=0,
+        4096,
+        gt=0,
         description="memory of all its processes together (a memory cgroup, where the verifier can make one: "
         "root), its tmpfs work folder included, MiB; also each process's address space unless address_space_mb",
     )

@@ -94,9 +94,7 @@ def _line(candidate: Candidate, code_line: int) -> int:
     return candidate.text.count("\n", 0, candidate.sources.code_start) + code_line
 
 
-def _reject(
-    verdict: Verdict, reason: str, line: int | None = None, column: int | None = None
-) -> VerifyResult:
+def _reject(verdict: Verdict, reason: str, line: int | None = None, column: int | None = None) -> VerifyResult:
     diagnostic = Diagnostic(severity="error", message=reason, line=line, column=column)
     return VerifyResult(
         verdict=verdict, tier=Tier.STATIC, tiers_run=[Tier.STATIC], reason=reason,

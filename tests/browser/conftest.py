@@ -19,8 +19,16 @@ from tests.service import REPO
 KEY_STORAGE = "cuset.apiKey"  # where the dashboard keeps the key (api/static/js/api.js)
 CHROMIUM = os.environ.get("CUSET_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = REPO / "test-output" / "screenshots"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -71,7 +79,8 @@ def page(browser, server, api_key) -> Iterator[Page]:
     # Seeded once per tab (a page that changes the key keeps its change across navigations).
     context.add_init_script(
         f"if (!sessionStorage.getItem('cuset.test.seeded')) {{ sessionStorage.setItem('cuset.test.seeded', '1');"
-        f" localStorage.setItem({KEY_STORAGE!r}, {api_key!r}); }}")
+        f" localStorage.setItem({KEY_STORAGE!r}, {api_key!r}); }}"
+    )
     context.set_default_timeout(30_000)
     yield Page(context.new_page(), server)
     context.close()

@@ -9,9 +9,8 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from cuset_core.analysis.analyze import analyze_answer
-from tests.service import TEST_OWNER, wait_for
 from tests.integration.job_support import FINISHED, job_request, upload_demo_dataset
+from tests.service import TEST_OWNER, wait_for
 
 PAGES = ["/", "/files", "/evals", "/playground"]
 
@@ -79,7 +78,9 @@ def test_jobs_page_shows_a_running_jobs_progress_advancing(page, long_job):
     row = tab.locator(f'tr[data-job="{long_job["id"]}"]')
     expect(row.locator(".badge")).to_have_text("running", timeout=90_000)
     first = wait_for(lambda: _progress(tab, long_job["id"]), timeout=90, what="first progress")
-    later = wait_for(lambda: (p := _progress(tab, long_job["id"])) > first and p, timeout=60, what="progress to advance")
+    later = wait_for(
+        lambda: (p := _progress(tab, long_job["id"])) > first and p, timeout=60, what="progress to advance"
+    )
     assert 0 < first < later <= 100
     expect(row.locator(".progress-text")).to_contain_text("ETA")
     expect(tab.locator("#poll-state")).to_contain_text("Live")
@@ -113,13 +114,35 @@ def test_job_charts_draw_ten_thousand_steps_quickly(page, service_settings, trai
     steps = 10_000
     job_id = new_id("ftjob")
     with session_scope(service_settings.resolved_database_url) as session:
-        session.add(Job(id=job_id, owner=TEST_OWNER, model="tiny", training_file=training_file, method={"type": "cuset"},
-                        hyperparameters={}, status="succeeded", step=steps, total_steps=steps,
-                        finished_at=time.time()))
+        session.add(
+            Job(
+                id=job_id,
+                owner=TEST_OWNER,
+                model="tiny",
+                training_file=training_file,
+                method={"type": "cuset"},
+                hyperparameters={},
+                status="succeeded",
+                step=steps,
+                total_steps=steps,
+                finished_at=time.time(),
+            )
+        )
         session.flush()
-        session.add_all(JobMetric(job_id=job_id, step=step, values={
-            "loss": 2.0 / step ** 0.3, "ce": 2.2 / step ** 0.3, "kept_ratio": 0.8, "learning_rate": 2e-4 * (1 - step / steps),
-            "tokens_per_s": 900.0 + step % 50}) for step in range(1, steps + 1))
+        session.add_all(
+            JobMetric(
+                job_id=job_id,
+                step=step,
+                values={
+                    "loss": 2.0 / step**0.3,
+                    "ce": 2.2 / step**0.3,
+                    "kept_ratio": 0.8,
+                    "learning_rate": 2e-4 * (1 - step / steps),
+                    "tokens_per_s": 900.0 + step % 50,
+                },
+            )
+            for step in range(1, steps + 1)
+        )
     started = time.monotonic()
     tab = page.open(f"/jobs/{job_id}")
     expect(tab.locator("#charts")).to_have_attribute("data-points", str(steps), timeout=20_000)
@@ -159,7 +182,9 @@ def test_kernel_view_outlines_the_sensitive_regions_of_a_demo_record(page, api, 
     # The code view shows the answer exactly; regions cover exactly their answer text.
     assert tab.locator("#code").inner_text() == analysis["answer"]
     first = regions[0]
-    assert tab.locator('#code .region[data-region="0"]').inner_text() == analysis["answer"][first["start"]:first["end"]]
+    assert (
+        tab.locator('#code .region[data-region="0"]').inner_text() == analysis["answer"][first["start"] : first["end"]]
+    )
     # The legend counts the categories present; picking a region in the list focuses it in the code.
     present = {r["category"] for r in regions}
     for category in present:
@@ -185,8 +210,10 @@ def test_files_pages_list_the_upload_and_its_records(page, training_file):
 
 
 def test_an_eval_shows_metrics_and_failures_by_verdict(page, api, worker):
-    created = api.post("/v1/evals", json={"model": "tiny", "samples": 1, "max_tokens": 32, "tier": "static",
-                                          "problems": "demo:held-out"}).json()
+    created = api.post(
+        "/v1/evals",
+        json={"model": "tiny", "samples": 1, "max_tokens": 32, "tier": "static", "problems": "demo:held-out"},
+    ).json()
     wait_for(lambda: api.get(f"/v1/evals/{created['id']}").json()["status"] in FINISHED, timeout=240, what="the eval")
     tab = page.open(f"/evals/{created['id']}")
     expect(tab.locator("#eval-status .badge")).to_have_text("succeeded")
@@ -233,7 +260,9 @@ def test_kernel_view_tints_tokens_by_the_confidence_of_a_picked_model(page, api,
     expect(tab.locator("#conf-state")).to_contain_text("confidence of tiny")
     expect(tab.locator("#conf-legend")).to_be_visible()
     expect(tab.locator("#conf-scale li")).to_have_count(6)
-    assert tab.locator("#code").inner_text() == api.get(f"/v1/files/{training_file}/records/0/analysis").json()["answer"]
+    assert (
+        tab.locator("#code").inner_text() == api.get(f"/v1/files/{training_file}/records/0/analysis").json()["answer"]
+    )
     first_token = tab.locator("#code .tok").first
     assert 0 <= float(first_token.get_attribute("data-p")) <= 1
     assert first_token.evaluate("node => getComputedStyle(node).backgroundColor") not in ("", "rgba(0, 0, 0, 0)")

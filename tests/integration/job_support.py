@@ -23,8 +23,9 @@ def demo_dataset_bytes() -> bytes:
 
 def upload_demo_dataset(client) -> str:
     """Upload the demo dataset with ``POST /v1/files`` (purpose fine-tune); returns its id."""
-    response = client.post("/v1/files", files={"file": ("demo.jsonl", demo_dataset_bytes())},
-                           data={"purpose": "fine-tune"})
+    response = client.post(
+        "/v1/files", files={"file": ("demo.jsonl", demo_dataset_bytes())}, data={"purpose": "fine-tune"}
+    )
     assert response.status_code == 200, response.text
     return response.json()["id"]
 
@@ -56,5 +57,7 @@ def job_state(client, job_id: str) -> dict:
 
 def event_messages(client, job_id: str) -> list[str]:
     """Every event message of a job, oldest first."""
-    return [e["message"] for e in reversed(client.get(f"/v1/fine_tuning/jobs/{job_id}/events",
-                                                      params={"limit": 100}).json()["data"])]
+    return [
+        e["message"]
+        for e in reversed(client.get(f"/v1/fine_tuning/jobs/{job_id}/events", params={"limit": 100}).json()["data"])
+    ]

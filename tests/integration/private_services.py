@@ -73,8 +73,23 @@ class PrivatePostgres:
                 pytest.skip("running as root without runuser: cannot start PostgreSQL as the postgres user")
             self._as_user = ["runuser", "-u", "postgres", "--"]
             shutil.chown(self.folder, "postgres", "postgres")
-        init = subprocess.run([*self._as_user, str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres",
-                               "--auth=trust", "-E", "UTF8", "--no-sync"], capture_output=True, text=True, timeout=120)
+        init = subprocess.run(
+            [
+                *self._as_user,
+                str(self.bin / "initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if init.returncode != 0:
             raise RuntimeError(f"initdb failed: {init.stderr[-2000:]}")
 
@@ -89,9 +104,25 @@ class PrivatePostgres:
         """Start the server (again) on the same port and data; returns once it accepts connections."""
         log = open(self.folder / "postgres.log", "a")
         self.process = subprocess.Popen(
-            [*self._as_user, str(self.bin / "postgres"), "-D", str(self.data), "-p", str(self.port),
-             "-h", "127.0.0.1", "-k", str(self.folder), "-c", "fsync=off", "-c", "max_connections=200"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                *self._as_user,
+                str(self.bin / "postgres"),
+                "-D",
+                str(self.data),
+                "-p",
+                str(self.port),
+                "-h",
+                "127.0.0.1",
+                "-k",
+                str(self.folder),
+                "-c",
+                "fsync=off",
+                "-c",
+                "max_connections=200",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         _wait(lambda: _listening(self.port) or self.process.poll() is not None, START_TIMEOUT_S, "postgres up")
         if self.process.poll() is not None:
@@ -100,8 +131,9 @@ class PrivatePostgres:
         _wait(self._accepts, START_TIMEOUT_S, "postgres accepting connections")
 
     def _accepts(self) -> bool:
-        probe = subprocess.run([str(self.bin / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)],
-                               capture_output=True)
+        probe = subprocess.run(
+            [str(self.bin / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)], capture_output=True
+        )
         return probe.returncode == 0
 
     def stop(self) -> None:
@@ -122,8 +154,12 @@ class PrivatePostgres:
 
     def create_database(self, name: str) -> str:
         """A new database on this server; its SQLAlchemy URL."""
-        subprocess.run([str(self.bin / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", name],
-                       check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            [str(self.bin / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", name],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         return self.url(name)
 
 
@@ -147,9 +183,26 @@ class PrivateRedis:
     def start(self) -> None:
         log = open(self.folder / "redis.log", "a")
         self.process = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.folder),
-             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--protected-mode", "no"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.folder),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+                "--protected-mode",
+                "no",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         _wait(lambda: _listening(self.port) or self.process.poll() is not None, START_TIMEOUT_S, "redis up")
         if self.process.poll() is not None:

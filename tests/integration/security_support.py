@@ -81,9 +81,24 @@ class ServiceServer:
     def start(self, timeout: float = 60) -> None:
         log = open(self.log_path, "a")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "api.main:app_factory", "--host", "127.0.0.1",
-             "--port", str(self.port), "--log-level", "warning"],
-            cwd=REPO, env=service_env(self.settings), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "api.main:app_factory",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+            ],
+            cwd=REPO,
+            env=service_env(self.settings),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

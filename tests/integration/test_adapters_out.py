@@ -27,8 +27,11 @@ def finished_job(app, auth_headers, worker) -> dict:
         created = client.post("/v1/fine_tuning/jobs", json=body)
         assert created.status_code == 200, created.text
         assert created.json()["integrations"] == [{"type": "tensorboard"}]
-        return wait_for(lambda: (s := job_state(client, created.json()["id"]))["status"] in FINISHED and s,
-                        timeout=240, what="job end")
+        return wait_for(
+            lambda: (s := job_state(client, created.json()["id"]))["status"] in FINISHED and s,
+            timeout=240,
+            what="job end",
+        )
 
 
 def test_a_succeeded_job_lists_its_adapter_archive(client, finished_job):
@@ -42,8 +45,9 @@ def test_a_succeeded_job_lists_its_adapter_archive(client, finished_job):
     assert records.status_code == 400 and records.json()["error"]["code"] == "not_a_dataset"
 
 
-def test_the_downloaded_adapter_gives_the_workers_logits_and_text(client, finished_job, tmp_path, tiny_model_dir,
-                                                                   service_settings):
+def test_the_downloaded_adapter_gives_the_workers_logits_and_text(
+    client, finished_job, tmp_path, tiny_model_dir, service_settings
+):
     from peft import PeftModel
 
     response = client.get(f"/v1/files/{finished_job['result_files'][0]}/content")
@@ -58,12 +62,15 @@ def test_the_downloaded_adapter_gives_the_workers_logits_and_text(client, finish
     workers, _ = load_model(service_settings.artifacts / "jobs" / finished_job["id"] / "out")  # as the worker loads it
     ids = tokenizer(PROMPT, return_tensors="pt").input_ids
     with torch.no_grad():
-        torch.testing.assert_close(downloaded(input_ids=ids).logits, workers.eval()(input_ids=ids).logits,
-                                   rtol=1e-5, atol=1e-5)
-        expected = downloaded.generate(ids, max_new_tokens=8, do_sample=False)[0, ids.shape[1]:]
+        torch.testing.assert_close(
+            downloaded(input_ids=ids).logits, workers.eval()(input_ids=ids).logits, rtol=1e-5, atol=1e-5
+        )
+        expected = downloaded.generate(ids, max_new_tokens=8, do_sample=False)[0, ids.shape[1] :]
 
-    served = client.post("/v1/completions", json={"model": finished_job["fine_tuned_model"], "prompt": PROMPT,
-                                                  "max_tokens": 8, "temperature": 0})
+    served = client.post(
+        "/v1/completions",
+        json={"model": finished_job["fine_tuned_model"], "prompt": PROMPT, "max_tokens": 8, "temperature": 0},
+    )
     assert served.status_code == 200, served.text
     assert served.json()["choices"][0]["text"] == tokenizer.decode(expected, skip_special_tokens=True)
 

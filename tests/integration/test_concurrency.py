@@ -32,13 +32,21 @@ REQUEST_TIMEOUT_S = 60.0
 @pytest.fixture(scope="module")
 def loopback(service_settings, database_url, tmp_path_factory):
     """(base URL, API key, owner's training file) of a uvicorn with auth on and its own queues."""
-    settings = secure_settings(service_settings, broker_key_prefix=f"{service_settings.broker_key_prefix}concurrency:",
-                               max_concurrent_jobs=1000)
+    settings = secure_settings(
+        service_settings,
+        broker_key_prefix=f"{service_settings.broker_key_prefix}concurrency:",
+        max_concurrent_jobs=1000,
+    )
     server = ServiceServer(settings, tmp_path_factory.mktemp("concurrency-server"))
     server.start()
     secret = new_key(database_url)
-    upload = httpx.post(f"{server.base}/v1/files", headers=bearer(secret), data={"purpose": "fine-tune"},
-                        files={"file": ("train.jsonl", training_rows())}, timeout=REQUEST_TIMEOUT_S)
+    upload = httpx.post(
+        f"{server.base}/v1/files",
+        headers=bearer(secret),
+        data={"purpose": "fine-tune"},
+        files={"file": ("train.jsonl", training_rows())},
+        timeout=REQUEST_TIMEOUT_S,
+    )
     assert upload.status_code == 200, upload.text
     yield server.base, secret, upload.json()["id"]
     server.stop()
@@ -46,27 +54,36 @@ def loopback(service_settings, database_url, tmp_path_factory):
 
 async def _create_all(base: str, secret: str, bodies: list[dict], keys: list[str | None]) -> list[httpx.Response]:
     limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=0)
-    async with httpx.AsyncClient(base_url=base, headers=bearer(secret), timeout=REQUEST_TIMEOUT_S,
-                                 limits=limits) as client:
-        return await asyncio.gather(*(
-            client.post("/v1/fine_tuning/jobs", json=body, headers={"Idempotency-Key": key} if key else {})
-            for body, key in zip(bodies, keys)))
+    async with httpx.AsyncClient(
+        base_url=base, headers=bearer(secret), timeout=REQUEST_TIMEOUT_S, limits=limits
+    ) as client:
+        return await asyncio.gather(
+            *(
+                client.post("/v1/fine_tuning/jobs", json=body, headers={"Idempotency-Key": key} if key else {})
+                for body, key in zip(bodies, keys)
+            )
+        )
 
 
 def _owner_jobs(database_url: str, ids: set[str]) -> tuple[Counter, Counter]:
     """How many rows and 'Job created' events the database holds per job id."""
     with session_scope(database_url) as session:
         rows = Counter(session.scalars(select(Job.id).where(Job.id.in_(ids))))
-        events = Counter(session.scalars(select(JobEvent.job_id).where(JobEvent.job_id.in_(ids),
-                                                                       JobEvent.message == "Job created")))
+        events = Counter(
+            session.scalars(select(JobEvent.job_id).where(JobEvent.job_id.in_(ids), JobEvent.message == "Job created"))
+        )
     return rows, events
 
 
 def _listed(base: str, secret: str) -> list[str]:
     ids, after = [], None
     while True:
-        page = httpx.get(f"{base}/v1/fine_tuning/jobs", headers=bearer(secret), timeout=REQUEST_TIMEOUT_S,
-                         params={"limit": 100, **({"after": after} if after else {})}).json()
+        page = httpx.get(
+            f"{base}/v1/fine_tuning/jobs",
+            headers=bearer(secret),
+            timeout=REQUEST_TIMEOUT_S,
+            params={"limit": 100, **({"after": after} if after else {})},
+        ).json()
         ids += [job["id"] for job in page["data"]]
         if not page["has_more"]:
             return ids
@@ -79,7 +96,9 @@ def test_50_concurrent_creations_make_50_jobs_each_once(loopback, database_url):
     started = time.monotonic()
     responses = asyncio.run(_create_all(base, secret, bodies, [None] * CREATORS))
     elapsed = time.monotonic() - started
-    assert [r.status_code for r in responses] == [200] * CREATORS, [r.text[:300] for r in responses if r.status_code != 200]
+    assert [r.status_code for r in responses] == [200] * CREATORS, [
+        r.text[:300] for r in responses if r.status_code != 200
+    ]
     ids = [r.json()["id"] for r in responses]
     assert len(set(ids)) == CREATORS
     assert sorted(r.json()["metadata"]["n"] for r in responses) == sorted(str(i) for i in range(CREATORS))
@@ -98,7 +117,9 @@ def test_50_concurrent_keyed_creations_make_one_job_per_key(loopback, database_u
     started = time.monotonic()
     responses = asyncio.run(_create_all(base, secret, bodies, keys))
     elapsed = time.monotonic() - started
-    assert [r.status_code for r in responses] == [200] * CREATORS, [r.text[:300] for r in responses if r.status_code != 200]
+    assert [r.status_code for r in responses] == [200] * CREATORS, [
+        r.text[:300] for r in responses if r.status_code != 200
+    ]
     job_of_key: dict[str, set[str]] = {}
     for key, response in zip(keys, responses):
         job_of_key.setdefault(key, set()).add(response.json()["id"])
@@ -110,7 +131,9 @@ def test_50_concurrent_keyed_creations_make_one_job_per_key(loopback, database_u
     with session_scope(database_url) as session:
         keyed = session.scalar(select(func.count()).select_from(Job).where(Job.idempotency_key.like(f"key-{run}-%")))
     assert keyed == IDEMPOTENCY_KEYS
-    print(f"\n{CREATORS} concurrent creations over {IDEMPOTENCY_KEYS} Idempotency-Keys: {elapsed:.2f} s, {len(ids)} jobs")
+    print(
+        f"\n{CREATORS} concurrent creations over {IDEMPOTENCY_KEYS} Idempotency-Keys: {elapsed:.2f} s, {len(ids)} jobs"
+    )
 
 
 def test_200_concurrent_pollers_each_see_their_job(loopback):
@@ -121,8 +144,10 @@ def test_200_concurrent_pollers_each_see_their_job(loopback):
 
     async def poll_all() -> list[list[httpx.Response]]:
         limits = httpx.Limits(max_connections=POLLERS, max_keepalive_connections=POLLERS)
-        async with httpx.AsyncClient(base_url=base, headers=bearer(secret), timeout=REQUEST_TIMEOUT_S,
-                                     limits=limits) as client:
+        async with httpx.AsyncClient(
+            base_url=base, headers=bearer(secret), timeout=REQUEST_TIMEOUT_S, limits=limits
+        ) as client:
+
             async def poll(job_id: str) -> httpx.Response:
                 # As a client should: a 503 says "busy, retry after N s" and is retried.
                 for _ in range(BUSY_RETRIES):
@@ -148,5 +173,7 @@ def test_200_concurrent_pollers_each_see_their_job(loopback):
         assert {r.json()["id"] for r in responses} == {job_id}
     for response in busy:  # a busy answer is the documented 503, never a bare failure
         assert set(response.json()["error"]) == {"message", "type", "param", "code"}
-    print(f"\n{POLLERS} pollers x {POLLS_EACH} polls: {elapsed:.2f} s, "
-          f"{POLLERS * POLLS_EACH / elapsed:.0f} requests/s, statuses {dict(statuses)}, {len(busy)} busy retries")
+    print(
+        f"\n{POLLERS} pollers x {POLLS_EACH} polls: {elapsed:.2f} s, "
+        f"{POLLERS * POLLS_EACH / elapsed:.0f} requests/s, statuses {dict(statuses)}, {len(busy)} busy retries"
+    )

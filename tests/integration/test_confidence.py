@@ -41,8 +41,9 @@ def test_confidence_of_the_tiny_model_covers_the_answer_and_summarises_regions(c
 
     # The measurement is a Generation row of kind "confidence", finished.
     with session_scope(service_settings.resolved_database_url) as session:
-        row = session.scalars(select(Generation).where(Generation.kind == "confidence")
-                              .order_by(Generation.created_at.desc())).first()
+        row = session.scalars(
+            select(Generation).where(Generation.kind == "confidence").order_by(Generation.created_at.desc())
+        ).first()
         assert row.status == "succeeded" and row.model == "tiny"
         assert row.request["file_id"] == file_id and row.request["n"] == 0
 

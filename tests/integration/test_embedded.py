@@ -57,8 +57,13 @@ def embedded(tmp_path):
     data_dir = tmp_path / "data"
     port = _free_port()
     log = open(tmp_path / "serve.log", "wb")
-    process = subprocess.Popen([sys.executable, "-m", "cuset_core.cli", "serve", "--port", str(port)],
-                               cwd=REPO, env=embedded_env(data_dir), stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cuset_core.cli", "serve", "--port", str(port)],
+        cwd=REPO,
+        env=embedded_env(data_dir),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     yield process, f"http://127.0.0.1:{port}", data_dir
     for pid in descendants(process.pid):
         os.kill(pid, signal.SIGKILL)
@@ -89,18 +94,28 @@ def test_serve_migrates_serves_and_stops_with_its_worker_on_sigterm(embedded, tm
     assert first, (tmp_path / "serve.log").read_text()
     assert httpx.get(f"{base}/v1/models", headers={"Authorization": f"Bearer {first.group(1)}"}).status_code == 200
     assert httpx.get(f"{base}/v1/models").status_code == 401
-    key = subprocess.run([sys.executable, "-m", "cuset_core.cli", "keys", "create", "--name", "embedded-test"],
-                         cwd=REPO, env=embedded_env(data_dir), capture_output=True, text=True, timeout=120,
-                         check=True).stdout.strip()
+    key = subprocess.run(
+        [sys.executable, "-m", "cuset_core.cli", "keys", "create", "--name", "embedded-test"],
+        cwd=REPO,
+        env=embedded_env(data_dir),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.strip()
     auth = {"Authorization": f"Bearer {key}"}
     from cuset_core.demo import write_demo_dataset
 
     dataset = tmp_path / "train.jsonl"
     write_demo_dataset(dataset)
     with open(dataset, "rb") as handle:
-        uploaded = httpx.post(f"{base}/v1/files", data={"purpose": "fine-tune"},
-                              files={"file": ("train.jsonl", handle, "application/jsonl")}, headers=auth,
-                              timeout=60)
+        uploaded = httpx.post(
+            f"{base}/v1/files",
+            data={"purpose": "fine-tune"},
+            files={"file": ("train.jsonl", handle, "application/jsonl")},
+            headers=auth,
+            timeout=60,
+        )
     assert uploaded.status_code == 200, uploaded.text
     file_id = uploaded.json()["id"]
     assert httpx.get(f"{base}/v1/files/{file_id}", headers=auth).json()["filename"] == "train.jsonl"
@@ -116,9 +131,14 @@ def test_serve_migrates_serves_and_stops_with_its_worker_on_sigterm(embedded, tm
 
 
 def test_migrate_command_creates_the_schema(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "cuset_core.cli", "migrate", "--data-dir", str(tmp_path)],
-                            cwd=REPO, env=embedded_env(tmp_path / "unused"), capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "cuset_core.cli", "migrate", "--data-dir", str(tmp_path)],
+        cwd=REPO,
+        env=embedded_env(tmp_path / "unused"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     with sqlite3.connect(tmp_path / "cuset.sqlite") as db:
         tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}

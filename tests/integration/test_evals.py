@@ -27,16 +27,28 @@ def _store_file(settings, purpose: str, rows: list[dict]) -> str:
     (settings.artifacts / "files").mkdir(parents=True, exist_ok=True)
     (settings.artifacts / relative).write_text(content)
     with session_scope(settings.resolved_database_url) as session:
-        session.add(File(id=file_id, owner=TEST_OWNER, filename="problems.jsonl", purpose=purpose, format="jsonl",
-                         bytes=len(content.encode()), path=relative, records=len(rows), total_rows=len(rows)))
+        session.add(
+            File(
+                id=file_id,
+                owner=TEST_OWNER,
+                filename="problems.jsonl",
+                purpose=purpose,
+                format="jsonl",
+                bytes=len(content.encode()),
+                path=relative,
+                records=len(rows),
+                total_rows=len(rows),
+            )
+        )
     return file_id
 
 
 def _eval_file(client, rows: list[dict]) -> str:
     """An eval file uploaded through POST /v1/files."""
     content = "".join(json.dumps(row) + "\n" for row in rows).encode()
-    response = client.post("/v1/files", data={"purpose": "eval"},
-                           files={"file": ("problems.jsonl", content, "application/jsonl")})
+    response = client.post(
+        "/v1/files", data={"purpose": "eval"}, files={"file": ("problems.jsonl", content, "application/jsonl")}
+    )
     assert response.status_code == 200, response.text
     return response.json()["id"]
 
@@ -178,8 +190,11 @@ def test_cancelled_evals_list_newest_first_in_pages(client):
 
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("get", "/v1/evals/eval-unknown"), ("get", "/v1/evals/eval-unknown/problems"),
-     ("post", "/v1/evals/eval-unknown/cancel")],
+    [
+        ("get", "/v1/evals/eval-unknown"),
+        ("get", "/v1/evals/eval-unknown/problems"),
+        ("post", "/v1/evals/eval-unknown/cancel"),
+    ],
 )
 def test_unknown_eval_is_404_in_the_error_shape(client, method, path):
     response = getattr(client, method)(path)
@@ -191,8 +206,12 @@ def test_unknown_eval_is_404_in_the_error_shape(client, method, path):
 
 def test_cancelling_a_running_eval_stops_it_and_it_stays_cancelled(client, worker):
     created = client.post("/v1/evals", json=FAST | {"samples": 2, "batch_size": 1}).json()
-    wait_for(lambda: client.get(f"/v1/evals/{created['id']}").json()["status"] != "queued", timeout=60,
-             interval=0.05, what="the worker to claim the eval")
+    wait_for(
+        lambda: client.get(f"/v1/evals/{created['id']}").json()["status"] != "queued",
+        timeout=60,
+        interval=0.05,
+        what="the worker to claim the eval",
+    )
     cancelled = client.post(f"/v1/evals/{created['id']}/cancel").json()
     assert cancelled["status"] == "cancelled"
 
@@ -207,9 +226,19 @@ def _succeeded_job(settings, fine_tuned_model: str, output_dir: str) -> None:
     """A succeeded tuning job whose output folder is ``output_dir`` (relative to the artifact root)."""
     training = _store_file(settings, "fine-tune", [{"messages": [{"role": "user", "content": "hi"}]}])
     with session_scope(settings.resolved_database_url) as session:
-        session.add(Job(id=new_id("ftjob"), owner=TEST_OWNER, model="tiny", training_file=training, method={"type": "supervised"},
-                        hyperparameters={}, status="succeeded", fine_tuned_model=fine_tuned_model,
-                        output_dir=output_dir))
+        session.add(
+            Job(
+                id=new_id("ftjob"),
+                owner=TEST_OWNER,
+                model="tiny",
+                training_file=training,
+                method={"type": "supervised"},
+                hyperparameters={},
+                status="succeeded",
+                fine_tuned_model=fine_tuned_model,
+                output_dir=output_dir,
+            )
+        )
 
 
 def test_eval_of_a_tuned_model_whose_adapter_is_gone_fails_with_an_error(client, worker, service_settings):

@@ -22,9 +22,9 @@ from api.main import create_app
 from db.migrate import upgrade
 from db.models import File, Job, JobEvent
 from db.session import engine_for, session_scope
-from tests.service import WorkerProcess, wait_for
 from tests.integration.private_services import PrivatePostgres, PrivateRedis
 from tests.integration.security_support import assert_error, bearer, new_key, secure_settings, training_rows
+from tests.service import WorkerProcess, wait_for
 
 OUTAGE_S = 10.0
 RECOVERY_LIMIT_S = 30.0
@@ -58,9 +58,12 @@ def test_database_outage_is_503_in_the_error_shape_and_the_api_recovers_by_itsel
     started, answers = time.monotonic(), Counter()
     try:
         while time.monotonic() - started < OUTAGE_S:
-            for response in (client.get("/v1/files"), client.get(f"/v1/files/{file_id}"),
-                             client.post("/v1/fine_tuning/jobs", json={"model": "tiny", "training_file": file_id}),
-                             client.get("/v1/models")):
+            for response in (
+                client.get("/v1/files"),
+                client.get(f"/v1/files/{file_id}"),
+                client.post("/v1/fine_tuning/jobs", json={"model": "tiny", "training_file": file_id}),
+                client.get("/v1/models"),
+            ):
                 error = assert_error(response, 503, "database_unavailable")
                 assert error["type"] == "service_unavailable_error"
                 assert response.headers.get("Retry-After")
@@ -71,13 +74,18 @@ def test_database_outage_is_503_in_the_error_shape_and_the_api_recovers_by_itsel
     finally:
         private_postgres.start()
     back = time.monotonic()
-    recovered = wait_for(lambda: (r := client.get("/v1/files")).status_code == 200 and r, timeout=RECOVERY_LIMIT_S,
-                         what="the API answering again")
+    recovered = wait_for(
+        lambda: (r := client.get("/v1/files")).status_code == 200 and r,
+        timeout=RECOVERY_LIMIT_S,
+        what="the API answering again",
+    )
     recovery_s = time.monotonic() - back
     assert file_id in {f["id"] for f in recovered.json()["data"]}
     assert client.get("/readyz").status_code == 200
-    print(f"\ndatabase outage {OUTAGE_S:.0f} s: {sum(answers.values())} requests, all 503 database_unavailable; "
-          f"API back {recovery_s:.2f} s after Postgres accepted connections")
+    print(
+        f"\ndatabase outage {OUTAGE_S:.0f} s: {sum(answers.values())} requests, all 503 database_unavailable; "
+        f"API back {recovery_s:.2f} s after Postgres accepted connections"
+    )
     engine_for(url).dispose()
 
 
@@ -86,7 +94,8 @@ def test_database_outage_is_503_in_the_error_shape_and_the_api_recovers_by_itsel
 
 @pytest.mark.slow
 def test_redis_restart_under_queued_and_running_jobs_loses_none_and_runs_none_twice(
-        service_settings, database_url, tmp_path_factory):
+    service_settings, database_url, tmp_path_factory
+):
     broker = PrivateRedis(tmp_path_factory.mktemp("private-redis"))
     broker.start()
     settings = service_settings.model_copy(update={"broker_url": broker.url, "broker_key_prefix": ""})
@@ -96,8 +105,12 @@ def test_redis_restart_under_queued_and_running_jobs_loses_none_and_runs_none_tw
     client = TestClient(create_app(secure_settings(settings, max_concurrent_jobs=10)), headers=bearer(secret))
     try:
         file_id = upload(client, training_rows()).json()["id"]
-        request = {"model": "tiny", "training_file": file_id, "method": {"type": "cuset"},
-                   "hyperparameters": {"max_steps": 4, "batch_size": 2, "save_steps": 2, "max_seq_len": 1024}}
+        request = {
+            "model": "tiny",
+            "training_file": file_id,
+            "method": {"type": "cuset"},
+            "hyperparameters": {"max_steps": 4, "batch_size": 2, "save_steps": 2, "max_seq_len": 1024},
+        }
         jobs = [client.post("/v1/fine_tuning/jobs", json=request).json()["id"] for _ in range(3)]
 
         def states() -> dict[str, str]:
@@ -108,6 +121,7 @@ def test_redis_restart_under_queued_and_running_jobs_loses_none_and_runs_none_tw
         broker.stop(kill=True)
         time.sleep(3)
         broker.start()
+
         def all_finished() -> dict[str, str] | None:
             now = states()
             return now if set(now.values()) <= FINISHED else None
@@ -115,7 +129,9 @@ def test_redis_restart_under_queued_and_running_jobs_loses_none_and_runs_none_tw
         done = wait_for(all_finished, timeout=600, what="every job finished after the broker restart")
         with session_scope(database_url) as session:
             attempts = dict(session.execute(select(Job.id, Job.attempts).where(Job.id.in_(jobs))).all())
-            messages = [(e.job_id, e.message) for e in session.scalars(select(JobEvent).where(JobEvent.job_id.in_(jobs)))]
+            messages = [
+                (e.job_id, e.message) for e in session.scalars(select(JobEvent).where(JobEvent.job_id.in_(jobs)))
+            ]
         starts = Counter(job for job, message in messages if message.startswith("Fine-tuning job started"))
         completions = Counter(job for job, message in messages if message == "The job has successfully completed")
         print(f"\nbefore the restart: {before}; after: {done}; attempts {attempts}; starts {dict(starts)}")
@@ -136,8 +152,9 @@ def tiny_disk(tmp_path) -> Path:
     """A 1 MiB tmpfs as the artifact root (skipped where mounting is not permitted)."""
     folder = tmp_path / "tiny-disk"
     folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True,
-                             text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip() or mounted.returncode}")
     yield folder

@@ -157,8 +157,17 @@ def test_retrieve_and_content_download(client):
 
 def test_unknown_and_foreign_files_are_404(client, service_settings):
     with session_scope(service_settings.resolved_database_url) as session:
-        session.add(File(id="file-foreign0000000000000001", owner="someone-else", filename="x.jsonl",
-                         purpose="fine-tune", format="jsonl", bytes=1, path="files/x.jsonl"))
+        session.add(
+            File(
+                id="file-foreign0000000000000001",
+                owner="someone-else",
+                filename="x.jsonl",
+                purpose="fine-tune",
+                format="jsonl",
+                bytes=1,
+                path="files/x.jsonl",
+            )
+        )
     for file_id in ("file-unknown", "file-foreign0000000000000001"):
         for method, suffix in (("GET", ""), ("GET", "/content"), ("GET", "/records"), ("DELETE", "")):
             response = client.request(method, f"/v1/files/{file_id}{suffix}")
@@ -171,7 +180,11 @@ def test_delete_removes_row_and_file(client, service_settings):
     created = upload(client, jsonl(GOOD)).json()
     stored = service_settings.artifacts / "files" / f"{created['id']}.jsonl"
     assert stored.exists()
-    assert client.delete(f"/v1/files/{created['id']}").json() == {"id": created["id"], "object": "file", "deleted": True}
+    assert client.delete(f"/v1/files/{created['id']}").json() == {
+        "id": created["id"],
+        "object": "file",
+        "deleted": True,
+    }
     assert not stored.exists()
     assert client.get(f"/v1/files/{created['id']}").status_code == 404
 
@@ -179,8 +192,15 @@ def test_delete_removes_row_and_file(client, service_settings):
 def test_delete_refuses_a_file_a_job_uses(client, service_settings):
     file_id = upload(client, jsonl(GOOD)).json()["id"]
     with session_scope(service_settings.resolved_database_url) as session:
-        session.add(Job(id="ftjob-usesfile000000000000001", model="tiny", training_file=file_id,
-                        method={"type": "supervised"}, hyperparameters={}))
+        session.add(
+            Job(
+                id="ftjob-usesfile000000000000001",
+                model="tiny",
+                training_file=file_id,
+                method={"type": "supervised"},
+                hyperparameters={},
+            )
+        )
     response = client.delete(f"/v1/files/{file_id}")
     assert response.status_code == 409
     assert response.json()["error"]["code"] == "file_in_use"
@@ -213,7 +233,7 @@ def test_analysis_of_a_demo_record_has_regions_with_categories(client):
     assert {r["category"] for r in analysis["regions"]} <= categories
     assert "qualifier" in {s["category"] for s in analysis["spans"]}  # __global__
     for span in analysis["spans"]:
-        assert answer[span["start"]:span["end"]] == span["text"]
+        assert answer[span["start"] : span["end"]] == span["text"]
 
 
 def test_analysis_of_a_missing_record_is_404_on_n(client):
@@ -238,8 +258,10 @@ def test_upload_over_the_size_limit_is_413_and_leaves_nothing(small_client, serv
 def test_size_limit_holds_without_a_content_length(small_client, service_settings):
     """A chunked body announces no size: the limit is enforced while the file streams in."""
     boundary = "cusetboundary"
-    head = (f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nfine-tune\r\n'
-            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.jsonl"\r\n\r\n').encode()
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nfine-tune\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.jsonl"\r\n\r\n'
+    ).encode()
 
     def body():
         yield head
@@ -248,8 +270,9 @@ def test_size_limit_holds_without_a_content_length(small_client, service_setting
         yield f"\r\n--{boundary}--\r\n".encode()
 
     before_files = stored_files(service_settings)
-    response = small_client.post("/v1/files", content=body(),
-                                 headers={"content-type": f"multipart/form-data; boundary={boundary}"})
+    response = small_client.post(
+        "/v1/files", content=body(), headers={"content-type": f"multipart/form-data; boundary={boundary}"}
+    )
     assert response.status_code == 413 and response.json()["error"]["code"] == "file_too_large"
     assert stored_files(service_settings) == before_files
 
@@ -262,64 +285,228 @@ def _bad_parquet() -> bytes:
 _MESSAGE_NO_CONTENT = {"messages": [{"role": "user", "content": PROMPT}, {"role": "assistant"}]}
 MALFORMED = [
     # id, content, filename, purpose, status, code, param, fragments the message must name
-    ("not_json", jsonl(GOOD, b'{"messages": ['), "d.jsonl", "fine-tune", 400, "invalid_file", "file",
-     ["line 2", "invalid_json"]),
-    ("deeply_nested", jsonl(GOOD, b"[" * 200_000), "d.jsonl", "fine-tune", 400, "invalid_file", "file",
-     ["line 2", "invalid_json", "nested too deeply"]),
-    ("wrong_role_order", jsonl(GOOD, chat(("assistant", ANSWER), ("user", PROMPT))), "d.jsonl", "fine-tune", 400,
-     "invalid_file", "file", ["line 2", "messages[0].role", "wrong_role_order"]),
-    ("empty_assistant", jsonl(chat(("user", PROMPT), ("assistant", "  "))), "d.jsonl", "fine-tune", 400,
-     "invalid_file", "file", ["line 1", "messages[1].content", "empty_assistant"]),
-    ("missing_field", jsonl(GOOD, GOOD, _MESSAGE_NO_CONTENT), "d.jsonl", "fine-tune", 400, "invalid_file", "file",
-     ["line 3", "messages[1].content", "missing_field"]),
-    ("no_code_block", jsonl(chat(("user", PROMPT), ("assistant", "Use a kernel."))), "d.jsonl", "fine-tune", 400,
-     "invalid_file", "file", ["line 1", "messages[1].content", "no_cuda_kernel"]),
-    ("no_global_kernel", jsonl(chat(("user", PROMPT), ("assistant", "```python\nimport torch\nx = 1\n```"))),
-     "d.jsonl", "fine-tune", 400, "invalid_file", "file", ["line 1", "messages[1].content", "no_cuda_kernel"]),
-    ("wrong_type", jsonl(chat(("user", PROMPT), ("assistant", 42))), "d.jsonl", "fine-tune", 400, "invalid_file",
-     "file", ["line 1", "messages[1].content", "wrong_type"]),
-    ("unknown_role", jsonl(chat(("robot", PROMPT), ("assistant", ANSWER))), "d.jsonl", "fine-tune", 400,
-     "invalid_file", "file", ["line 1", "messages[0].role", "unknown_role"]),
-    ("invalid_utf8", jsonl(GOOD, b'{"prompt": "\xff\xfe"}'), "d.jsonl", "fine-tune", 400, "invalid_file", "file",
-     ["line 2", "invalid_encoding"]),
+    (
+        "not_json",
+        jsonl(GOOD, b'{"messages": ['),
+        "d.jsonl",
+        "fine-tune",
+        400,
+        "invalid_file",
+        "file",
+        ["line 2", "invalid_json"],
+    ),
+    (
+        "deeply_nested",
+        jsonl(GOOD, b"[" * 200_000),
+        "d.jsonl",
+        "fine-tune",
+        400,
+        "invalid_file",
+        "file",
+        ["line 2", "invalid_json", "nested too deeply"],
+    ),
+    (
+        "wrong_role_order",
+        jsonl(GOOD, chat(("assistant", ANSWER), ("user", PROMPT))),
+        "d.jsonl",
+        "fine-tune",
+        400,
+        "invalid_file",
+        "file",
+        ["line 2", "messages[0].role", "wrong_role_order"],
+    ),
+    (
+        "empty_assistant",
+        jsonl(chat(("user", PROMPT), ("assistant", "  "))),
+        "d.jsonl",
+        "fine-tune",
+        400,
+        "invalid_file",
+        "file",
+        ["line 1", "messages[1].content", "empty_assistant"],
+    ),
+    (
+        "missing_field",
+        jsonl(GOOD, GOOD, _MESSAGE_NO_CONTENT),
+        "d.jsonl",
+        "fine-tune",
+        400,
+        "invalid_file",
+        "file",
+        ["line 3", "messages[1].content", "missing_field"],
+    ),
+    (
+        "no_code_block",
+        jsonl(chat(("user", PROMPT), ("assistant", "Use a kernel."))),
+        "d.jsonl",
+        "fine-tune",
+        400,
+        "invalid_file",
+        "file",
+        ["line 1", "messages[1].content", "no_cuda_kernel"],
+    ),
+    (
+        "no_global_kernel",
+        jsonl(chat(("user", PROMPT), ("assistant", "```python\nimport torch\nx = 1\n```"))),
+        "d.jsonl",
+        "fine-tune",
+        400,
+        "invalid_file",
+        "file",
+        ["line 1", "messages[1].content", "no_cuda_kernel"],
+    ),
+    (
+        "wrong_type",
+        jsonl(chat(("user", PROMPT), ("assistant", 42))),
+        "d.jsonl",
+        "fine-tune",
+        400,
+        "invalid_file",
+        "file",
+        ["line 1", "messages[1].content", "wrong_type"],
+    ),
+    (
+        "unknown_role",
+        jsonl(chat(("robot", PROMPT), ("assistant", ANSWER))),
+        "d.jsonl",
+        "fine-tune",
+        400,
+        "invalid_file",
+        "file",
+        ["line 1", "messages[0].role", "unknown_role"],
+    ),
+    (
+        "invalid_utf8",
+        jsonl(GOOD, b'{"prompt": "\xff\xfe"}'),
+        "d.jsonl",
+        "fine-tune",
+        400,
+        "invalid_file",
+        "file",
+        ["line 2", "invalid_encoding"],
+    ),
     ("empty_file", b"", "d.jsonl", "fine-tune", 400, "invalid_file", "file", ["file", "empty_file"]),
     ("blank_lines_only", b"\n  \n\n", "d.jsonl", "fine-tune", 400, "invalid_file", "file", ["file", "empty_file"]),
-    ("unknown_format", jsonl({"text": "hello"}), "d.jsonl", "fine-tune", 400, "invalid_file", "file",
-     ["line 1", "unknown_format"]),
-    ("not_an_object", jsonl([1, 2]), "d.jsonl", "fine-tune", 400, "invalid_file", "file",
-     ["line 1", "wrong_type"]),
-    ("prompt_without_completion", jsonl({"prompt": PROMPT}), "d.jsonl", "fine-tune", 400, "invalid_file", "file",
-     ["line 1", "completion", "missing_field"]),
-    ("truncated_parquet", _bad_parquet(), "d.parquet", "fine-tune", 400, "invalid_file", "file",
-     ["file", "unreadable_file"]),
-    ("binary_garbage", bytes(range(256)), "d.bin", "fine-tune", 400, "invalid_file", "file",
-     ["line 1", "invalid_json", "line 2", "invalid_encoding"]),
-    ("over_max_records", jsonl(GOOD, GOOD, GOOD, GOOD), "d.jsonl", "fine-tune", 400, "invalid_file", "file",
-     ["line 4", "too_many_records", "limit of 3"]),
-    ("many_bad_rows", jsonl(*[{"messages": [{"role": "robot"}, {"role": "droid"}]}] * 2), "d.jsonl", "fine-tune",
-     400, "invalid_file", "file", ["line 1, messages[0].content: missing_field", "line 2", "(and 3 more)"]),
-    ("eval_missing_problem", jsonl({"id": "a"}), "p.jsonl", "eval", 400, "invalid_file", "file",
-     ["line 1", "problem", "missing_field"]),
-    ("eval_duplicate_id", jsonl({"id": "a", "problem": "x"}, {"id": "a", "problem": "y"}), "p.jsonl", "eval", 400,
-     "invalid_file", "file", ["line 2", "id", "duplicate_id"]),
-    ("eval_id_wrong_type", jsonl({"id": [1], "problem": "x"}), "p.jsonl", "eval", 400, "invalid_file", "file",
-     ["line 1", "id", "wrong_type"]),
-    ("eval_as_parquet", parquet_bytes([{"id": "a", "problem": "x"}]), "p.parquet", "eval", 400, "invalid_file",
-     "file", ["file", "unknown_format", "JSONL"]),
+    (
+        "unknown_format",
+        jsonl({"text": "hello"}),
+        "d.jsonl",
+        "fine-tune",
+        400,
+        "invalid_file",
+        "file",
+        ["line 1", "unknown_format"],
+    ),
+    ("not_an_object", jsonl([1, 2]), "d.jsonl", "fine-tune", 400, "invalid_file", "file", ["line 1", "wrong_type"]),
+    (
+        "prompt_without_completion",
+        jsonl({"prompt": PROMPT}),
+        "d.jsonl",
+        "fine-tune",
+        400,
+        "invalid_file",
+        "file",
+        ["line 1", "completion", "missing_field"],
+    ),
+    (
+        "truncated_parquet",
+        _bad_parquet(),
+        "d.parquet",
+        "fine-tune",
+        400,
+        "invalid_file",
+        "file",
+        ["file", "unreadable_file"],
+    ),
+    (
+        "binary_garbage",
+        bytes(range(256)),
+        "d.bin",
+        "fine-tune",
+        400,
+        "invalid_file",
+        "file",
+        ["line 1", "invalid_json", "line 2", "invalid_encoding"],
+    ),
+    (
+        "over_max_records",
+        jsonl(GOOD, GOOD, GOOD, GOOD),
+        "d.jsonl",
+        "fine-tune",
+        400,
+        "invalid_file",
+        "file",
+        ["line 4", "too_many_records", "limit of 3"],
+    ),
+    (
+        "many_bad_rows",
+        jsonl(*[{"messages": [{"role": "robot"}, {"role": "droid"}]}] * 2),
+        "d.jsonl",
+        "fine-tune",
+        400,
+        "invalid_file",
+        "file",
+        ["line 1, messages[0].content: missing_field", "line 2", "(and 3 more)"],
+    ),
+    (
+        "eval_missing_problem",
+        jsonl({"id": "a"}),
+        "p.jsonl",
+        "eval",
+        400,
+        "invalid_file",
+        "file",
+        ["line 1", "problem", "missing_field"],
+    ),
+    (
+        "eval_duplicate_id",
+        jsonl({"id": "a", "problem": "x"}, {"id": "a", "problem": "y"}),
+        "p.jsonl",
+        "eval",
+        400,
+        "invalid_file",
+        "file",
+        ["line 2", "id", "duplicate_id"],
+    ),
+    (
+        "eval_id_wrong_type",
+        jsonl({"id": [1], "problem": "x"}),
+        "p.jsonl",
+        "eval",
+        400,
+        "invalid_file",
+        "file",
+        ["line 1", "id", "wrong_type"],
+    ),
+    (
+        "eval_as_parquet",
+        parquet_bytes([{"id": "a", "problem": "x"}]),
+        "p.parquet",
+        "eval",
+        400,
+        "invalid_file",
+        "file",
+        ["file", "unknown_format", "JSONL"],
+    ),
     ("bad_purpose", jsonl(GOOD), "d.jsonl", "training", 400, "invalid_value", "purpose", ["purpose", "'training'"]),
     ("missing_purpose", jsonl(GOOD), "d.jsonl", None, 400, "missing_required_parameter", "purpose", ["purpose"]),
     ("missing_file_part", None, None, "fine-tune", 400, "missing_required_parameter", "file", ["'file'"]),
 ]
 
 
-@pytest.mark.parametrize(("content", "filename", "purpose", "status", "code", "param", "fragments"),
-                         [case[1:] for case in MALFORMED], ids=[case[0] for case in MALFORMED])
-def test_malformed_uploads_are_rejected_leaving_nothing(small_client, service_settings, content, filename, purpose,
-                                                        status, code, param, fragments):
+@pytest.mark.parametrize(
+    ("content", "filename", "purpose", "status", "code", "param", "fragments"),
+    [case[1:] for case in MALFORMED],
+    ids=[case[0] for case in MALFORMED],
+)
+def test_malformed_uploads_are_rejected_leaving_nothing(
+    small_client, service_settings, content, filename, purpose, status, code, param, fragments
+):
     before_files, before_rows = stored_files(service_settings), file_rows(service_settings)
     if content is None:
-        response = small_client.post("/v1/files", data={"purpose": purpose},
-                                     files={"other": ("x.txt", b"not the file part")})
+        response = small_client.post(
+            "/v1/files", data={"purpose": purpose}, files={"other": ("x.txt", b"not the file part")}
+        )
     else:
         response = upload(small_client, content, filename, purpose)
     assert response.status_code == status, response.text
@@ -339,9 +526,12 @@ def test_a_body_that_is_not_multipart_is_400(client):
 
 def test_a_multipart_body_cut_short_is_400_and_leaves_no_temp_file(client, service_settings):
     boundary = "cusetboundary"
-    body = (f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="d.jsonl"\r\n\r\n').encode() + jsonl(GOOD)
+    body = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="d.jsonl"\r\n\r\n'
+    ).encode() + jsonl(GOOD)
     before_files = stored_files(service_settings)
-    response = client.post("/v1/files", content=body,
-                           headers={"content-type": f"multipart/form-data; boundary={boundary}"})
+    response = client.post(
+        "/v1/files", content=body, headers={"content-type": f"multipart/form-data; boundary={boundary}"}
+    )
     assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_request"
     assert stored_files(service_settings) == before_files

@@ -38,8 +38,7 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 @pytest.fixture(scope="module")
 def fuzz_app(service_settings):
     """The app with auth on; its messages go to queues of their own that no worker reads."""
-    return create_app(secure_settings(service_settings,
-                                      broker_key_prefix=f"{service_settings.broker_key_prefix}fuzz:"))
+    return create_app(secure_settings(service_settings, broker_key_prefix=f"{service_settings.broker_key_prefix}fuzz:"))
 
 
 def _first_line(error: BaseException) -> str:
@@ -60,16 +59,25 @@ def test_fuzzed_requests_get_no_server_error_and_conform_to_the_schema(fuzz_app,
 
     for operation in operations:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+
             @given(case=operation.as_strategy(generation_mode=mode))
-            @settings(max_examples=per_mode, deadline=None, database=None, derandomize=True,
-                      phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+            @settings(
+                max_examples=per_mode,
+                deadline=None,
+                database=None,
+                derandomize=True,
+                phases=[Phase.explicit, Phase.generate],
+                suppress_health_check=list(HealthCheck),
+            )
             def run(case) -> None:
                 response = case.call(headers=headers)
                 statuses[response.status_code] += 1
-                label = f"{operation.method.upper()} {operation.path}"
+                label = f"{operation.method.upper()} {operation.path}"  # noqa: B023 - run() is called within this iteration
                 if response.status_code >= 500:
-                    server_errors.append(f"{label} -> {response.status_code}: {response.text[:200]} "
-                                         f"(path {case.path_parameters}, query {case.query}, body {str(case.body)[:200]})")
+                    server_errors.append(
+                        f"{label} -> {response.status_code}: {response.text[:200]} "
+                        f"(path {case.path_parameters}, query {case.query}, body {str(case.body)[:200]})"
+                    )
                 try:
                     case.validate_response(response, checks=CHECKS, headers=headers)
                 except Exception as error:  # noqa: BLE001 - every kind of check failure is counted
@@ -82,8 +90,10 @@ def test_fuzzed_requests_get_no_server_error_and_conform_to_the_schema(fuzz_app,
 
     cases = sum(statuses.values())
     elapsed = time.monotonic() - started
-    print(f"\nfuzz: {len(operations)} operations, {cases} cases in {elapsed:.1f} s; statuses {dict(sorted(statuses.items()))}; "
-          f"server errors {len(server_errors)}; schema failures {sum(failures.values())}")
+    print(
+        f"\nfuzz: {len(operations)} operations, {cases} cases in {elapsed:.1f} s; statuses {dict(sorted(statuses.items()))}; "
+        f"server errors {len(server_errors)}; schema failures {sum(failures.values())}"
+    )
     for line in server_errors[:20]:
         print("  5xx:", line)
     for line, count in failures.most_common(20):

@@ -9,7 +9,10 @@ def test_readyz_reports_database_and_broker_reachable(client):
     response = client.get("/readyz")
     assert response.status_code == 200
     assert {k: v for k, v in response.json().items() if k != "sandbox"} == {
-        "status": "ready", "database": "ok", "broker": "ok"}
+        "status": "ready",
+        "database": "ok",
+        "broker": "ok",
+    }
 
 
 def test_readyz_reports_the_sandbox_isolation_each_worker_found_at_start(client, worker):

@@ -25,9 +25,9 @@ def sse_events(lines) -> list[tuple[str | None, str]]:
     events, name = [], None
     for line in lines:
         if line.startswith("event: "):
-            name = line[len("event: "):]
+            name = line[len("event: ") :]
         elif line.startswith("data: "):
-            events.append((name, line[len("data: "):]))
+            events.append((name, line[len("data: ") :]))
             name = None
     return events
 
@@ -58,8 +58,9 @@ def test_an_unknown_model_is_a_404_on_the_model_param(client):
 
 
 def test_chat_completion_answers_in_the_openai_shape(client, worker):
-    response = client.post("/v1/chat/completions", json={"model": "tiny", "messages": HELLO, "max_tokens": 16,
-                                                         "temperature": 0, "n": 2})
+    response = client.post(
+        "/v1/chat/completions", json={"model": "tiny", "messages": HELLO, "max_tokens": 16, "temperature": 0, "n": 2}
+    )
 
     assert response.status_code == 200, response.text
     body = response.json()
@@ -78,8 +79,9 @@ def test_chat_completion_answers_in_the_openai_shape(client, worker):
 def test_completion_continues_the_raw_prompt(client, worker, tokenizer):
     prompt = "__global__ void add(float* a, float* b) {"
 
-    body = client.post("/v1/completions", json={"model": "tiny", "prompt": prompt, "max_tokens": 12,
-                                                "temperature": 0}).json()
+    body = client.post(
+        "/v1/completions", json={"model": "tiny", "prompt": prompt, "max_tokens": 12, "temperature": 0}
+    ).json()
 
     assert body["object"] == "text_completion"
     assert body["choices"][0]["text"] and body["choices"][0]["logprobs"] is None
@@ -128,8 +130,10 @@ def test_streamed_deltas_add_up_to_the_non_streamed_answer(client, worker, path)
 def test_generate_returns_samples_with_code_usage_and_timings(client, worker):
     problem = demo_problems()[0].problem_code
 
-    response = client.post("/v1/generate", json={"model": "tiny", "problem": problem, "max_tokens": 16, "n": 2,
-                                                  "temperature": 0.8, "seed": 5})
+    response = client.post(
+        "/v1/generate",
+        json={"model": "tiny", "problem": problem, "max_tokens": 16, "n": 2, "temperature": 0.8, "seed": 5},
+    )
 
     assert response.status_code == 200, response.text
     body = response.json()
@@ -147,8 +151,10 @@ def test_generate_returns_samples_with_code_usage_and_timings(client, worker):
 def test_generate_verifies_every_sample_up_to_the_tier(client, worker, tier):
     problem = demo_problems()[1].problem_code
 
-    response = client.post("/v1/generate", json={"model": "tiny", "problem": problem, "max_tokens": 16, "n": 2,
-                                                  "temperature": 1.0, "verify": tier})
+    response = client.post(
+        "/v1/generate",
+        json={"model": "tiny", "problem": problem, "max_tokens": 16, "n": 2, "temperature": 1.0, "verify": tier},
+    )
 
     assert response.status_code == 200, response.text
     body = response.json()
@@ -162,8 +168,11 @@ def test_generate_verifies_every_sample_up_to_the_tier(client, worker, tier):
 def test_generate_streams_deltas_done_verification_and_the_end(client, worker):
     problem = demo_problems()[0].problem_code
 
-    events = stream(client, "/v1/generate", {"model": "tiny", "problem": problem, "max_tokens": 16,
-                                            "temperature": 0, "verify": "static", "stream": True})
+    events = stream(
+        client,
+        "/v1/generate",
+        {"model": "tiny", "problem": problem, "max_tokens": 16, "temperature": 0, "verify": "static", "stream": True},
+    )
 
     assert events[-1] == (None, "[DONE]")
     names = [name for name, _ in events[:-1]]
@@ -201,13 +210,32 @@ def test_chat_max_tokens_over_the_limit_is_a_400(client):
 def _add_tuned_model(settings, name: str, output_dir: str, owner: str = TEST_OWNER) -> None:
     """A succeeded fine-tuning job whose adapter lives in ``output_dir`` (under the artifact root)."""
     with session_scope(settings.resolved_database_url) as session:
-        file = File(id=f"file-{name}", owner=owner, filename="train.jsonl", purpose="fine-tune", format="jsonl",
-                    bytes=1, path="x")
+        file = File(
+            id=f"file-{name}",
+            owner=owner,
+            filename="train.jsonl",
+            purpose="fine-tune",
+            format="jsonl",
+            bytes=1,
+            path="x",
+        )
         session.add(file)
         session.flush()
-        session.add(Job(id=f"ftjob-{name}", owner=owner, model="tiny", training_file=file.id, method={"type": "supervised"},
-                        hyperparameters={}, status="succeeded", fine_tuned_model=f"ft:tiny:{name}",
-                        output_dir=output_dir, created_at=time.time(), finished_at=time.time()))
+        session.add(
+            Job(
+                id=f"ftjob-{name}",
+                owner=owner,
+                model="tiny",
+                training_file=file.id,
+                method={"type": "supervised"},
+                hyperparameters={},
+                status="succeeded",
+                fine_tuned_model=f"ft:tiny:{name}",
+                output_dir=output_dir,
+                created_at=time.time(),
+                finished_at=time.time(),
+            )
+        )
 
 
 def test_a_tuned_adapter_is_listed_and_serves_generations(client, worker, service_settings, tiny_model_dir):
@@ -222,8 +250,9 @@ def test_a_tuned_adapter_is_listed_and_serves_generations(client, worker, servic
     _add_tuned_model(service_settings, "lora1", "adapters/lora1")
 
     listed = [m for m in client.get("/v1/models").json()["data"] if m["id"] == "ft:tiny:lora1"]
-    response = client.post("/v1/chat/completions", json={"model": "ft:tiny:lora1", "messages": HELLO,
-                                                         "max_tokens": 8, "temperature": 0})
+    response = client.post(
+        "/v1/chat/completions", json={"model": "ft:tiny:lora1", "messages": HELLO, "max_tokens": 8, "temperature": 0}
+    )
 
     assert listed and listed[0]["owned_by"] == TEST_OWNER and listed[0]["created"] > 0
     assert response.status_code == 200, response.text
@@ -247,8 +276,7 @@ def test_a_model_that_fails_to_load_fails_the_request_with_its_reason(client, wo
     (service_settings.artifacts / "adapters" / "broken" / "adapter_config.json").write_text("{}")
     _add_tuned_model(service_settings, "broken", "adapters/broken")
 
-    response = client.post("/v1/chat/completions", json={"model": "ft:tiny:broken", "messages": HELLO,
-                                                         "max_tokens": 8})
+    response = client.post("/v1/chat/completions", json={"model": "ft:tiny:broken", "messages": HELLO, "max_tokens": 8})
 
     assert response.status_code == 500
     error = response.json()["error"]
@@ -263,8 +291,12 @@ def test_concurrent_requests_for_one_model_are_decoded_in_one_batch(server, work
     answers: dict[str, httpx.Response] = {}
 
     def ask(prompt: str) -> None:
-        answers[prompt] = httpx.post(f"{server}/v1/completions", timeout=120, headers=auth_headers,
-                                     json={"model": "tiny", "prompt": prompt, "max_tokens": 8, "temperature": 0})
+        answers[prompt] = httpx.post(
+            f"{server}/v1/completions",
+            timeout=120,
+            headers=auth_headers,
+            json={"model": "tiny", "prompt": prompt, "max_tokens": 8, "temperature": 0},
+        )
 
     threads = [threading.Thread(target=ask, args=(p,)) for p in prompts]
     try:

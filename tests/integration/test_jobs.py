@@ -8,7 +8,6 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.service import wait_for
 from tests.integration.job_support import (
     FINISHED,
     event_messages,
@@ -17,6 +16,7 @@ from tests.integration.job_support import (
     upload_demo_dataset,
     upload_eval_problems,
 )
+from tests.service import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +47,9 @@ def test_a_job_trains_the_tiny_model_to_an_adapter(client, worker, training_file
     wait_for(lambda: job_state(client, job["id"])["progress"]["step"] >= 2, timeout=180, what="step 2")
     assert any(m.startswith("Step ") for m in event_messages(client, job["id"]))
 
-    done = wait_for(lambda: (s := job_state(client, job["id"]))["status"] in FINISHED and s, timeout=180,
-                    what="job end")
+    done = wait_for(
+        lambda: (s := job_state(client, job["id"]))["status"] in FINISHED and s, timeout=180, what="job end"
+    )
     assert done["status"] == "succeeded", done["error"]
     assert done["fine_tuned_model"] == f"ft:tiny:demo:{job['id']}"
     assert done["progress"] == {"step": 8, "total_steps": 8, "percent": 100.0, "eta_s": None}
@@ -79,8 +80,9 @@ def test_a_job_trains_the_tiny_model_to_an_adapter(client, worker, training_file
 def test_a_fine_tuned_model_can_be_tuned_further(client, worker, training_file):
     def run(model: str) -> dict:
         job = created(client, {**job_request(training_file, max_steps=2), "model": model})
-        return wait_for(lambda: (s := job_state(client, job["id"]))["status"] in FINISHED and s, timeout=180,
-                        what="job end")
+        return wait_for(
+            lambda: (s := job_state(client, job["id"]))["status"] in FINISHED and s, timeout=180, what="job end"
+        )
 
     first = run("tiny")
     second = run(first["fine_tuned_model"])
@@ -94,8 +96,9 @@ def test_events_page_newest_first(client, worker, training_file):
     wait_for(lambda: job_state(client, job["id"])["status"] in FINISHED, timeout=180, what="job end")
     every = client.get(f"/v1/fine_tuning/jobs/{job['id']}/events", params={"limit": 100}).json()["data"]
     first = client.get(f"/v1/fine_tuning/jobs/{job['id']}/events", params={"limit": 3}).json()
-    second = client.get(f"/v1/fine_tuning/jobs/{job['id']}/events",
-                        params={"limit": 3, "after": first["data"][-1]["id"]}).json()
+    second = client.get(
+        f"/v1/fine_tuning/jobs/{job['id']}/events", params={"limit": 3, "after": first["data"][-1]["id"]}
+    ).json()
     assert first["has_more"] and [e["id"] for e in first["data"] + second["data"]] == [e["id"] for e in every[:6]]
     assert every[-1]["message"] == "Job created" and every[0]["object"] == "fine_tuning.job.event"
     assert any(e["type"] == "metrics" and e["data"]["step"] >= 1 for e in every)
@@ -107,8 +110,9 @@ def test_cancel_mid_run_stops_with_a_checkpoint(client, worker, training_file):
     response = client.post(f"/v1/fine_tuning/jobs/{job['id']}/cancel")
     assert response.status_code == 200 and response.json()["status"] in ("running", "cancelled")
 
-    done = wait_for(lambda: (s := job_state(client, job["id"]))["status"] in FINISHED and s, timeout=120,
-                    what="cancelled")
+    done = wait_for(
+        lambda: (s := job_state(client, job["id"]))["status"] in FINISHED and s, timeout=120, what="cancelled"
+    )
     assert done["status"] == "cancelled" and done["fine_tuned_model"] is None
     checkpoints = client.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints").json()["data"]
     assert checkpoints and checkpoints[0]["step_number"] == done["progress"]["step"] < 400
@@ -127,14 +131,18 @@ def test_a_job_past_its_wall_clock_limit_is_stopped_and_fails_with_the_reason(
 
     # An API and a worker of their own (own broker keys) whose jobs may run 20 s.
     settings = service_settings.model_copy(
-        update={"broker_key_prefix": f"{service_settings.broker_key_prefix}wallclock:", "job_max_wall_s": 20.0})
+        update={"broker_key_prefix": f"{service_settings.broker_key_prefix}wallclock:", "job_max_wall_s": 20.0}
+    )
     worker = WorkerProcess(settings, tmp_path_factory.mktemp("wallclock-worker"))
     worker.start()
     try:
         with TestClient(create_app(settings), headers=auth_headers) as client:
             job = created(client, job_request(training_file, max_steps=100_000))
-            done = wait_for(lambda: (s := job_state(client, job["id"]))["status"] in FINISHED and s, timeout=400,
-                            what="the wall-clock limit to stop the job")
+            done = wait_for(
+                lambda: (s := job_state(client, job["id"]))["status"] in FINISHED and s,
+                timeout=400,
+                what="the wall-clock limit to stop the job",
+            )
     finally:
         worker.stop()
     assert done["status"] == "failed"
@@ -155,8 +163,9 @@ def test_a_file_without_usable_records_fails_validation(client, worker, training
     body = job_request(training_file)
     body["hyperparameters"]["max_seq_len"] = 64
     job = created(client, body)
-    done = wait_for(lambda: (s := job_state(client, job["id"]))["status"] in FINISHED and s, timeout=60,
-                    what="validation")
+    done = wait_for(
+        lambda: (s := job_state(client, job["id"]))["status"] in FINISHED and s, timeout=60, what="validation"
+    )
     assert done["status"] == "failed"
     assert done["error"]["code"] == "invalid_file" and done["error"]["param"] == "training_file"
     assert "no usable record" in done["error"]["message"]
@@ -178,8 +187,12 @@ def test_concurrent_retries_with_one_key_create_one_job(server, training_file, a
     body = job_request(training_file)
 
     def post(_):
-        return httpx.post(f"{server}/v1/fine_tuning/jobs", json=body, headers={"Idempotency-Key": "race-key", **auth_headers},
-                          timeout=30)
+        return httpx.post(
+            f"{server}/v1/fine_tuning/jobs",
+            json=body,
+            headers={"Idempotency-Key": "race-key", **auth_headers},
+            timeout=30,
+        )
 
     with ThreadPoolExecutor(10) as pool:
         responses = list(pool.map(post, range(10)))

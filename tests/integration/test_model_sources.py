@@ -33,10 +33,18 @@ def sources_client(service_settings, auth_headers, tiny_model_dir, tmp_path, off
 
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"GGUF")
-    settings = service_settings.model_copy(update={"base_models": {
-        "tiny": str(tiny_model_dir), "bundled": "smollm2-135m", "file": str(gguf),
-        "tiny-hub": "cuset-test/tiny-coder", "absent-hub": "org/absent-coder", "gone": str(tmp_path / "gone"),
-    }})
+    settings = service_settings.model_copy(
+        update={
+            "base_models": {
+                "tiny": str(tiny_model_dir),
+                "bundled": "smollm2-135m",
+                "file": str(gguf),
+                "tiny-hub": "cuset-test/tiny-coder",
+                "absent-hub": "org/absent-coder",
+                "gone": str(tmp_path / "gone"),
+            }
+        }
+    )
     with TestClient(create_app(settings), headers=auth_headers) as client:
         yield client
 
@@ -72,8 +80,14 @@ def test_an_uncached_repo_id_fails_at_job_creation_saying_how_to_fetch_it(source
 def test_precision_and_memory_knobs_are_stored_with_the_job(client, app, auth_headers):
     training_file = upload_demo_dataset(client)
     body = job_request(training_file)
-    body["hyperparameters"] |= {"dtype": "bfloat16", "attn_implementation": "eager", "gradient_checkpointing": True,
-                                "group_by_length": True, "truncation": "cut", "loss_chunk_size": 512}
+    body["hyperparameters"] |= {
+        "dtype": "bfloat16",
+        "attn_implementation": "eager",
+        "gradient_checkpointing": True,
+        "group_by_length": True,
+        "truncation": "cut",
+        "loss_chunk_size": 512,
+    }
     response = client.post("/v1/fine_tuning/jobs", json=body)
 
     assert response.status_code == 200, response.text
@@ -120,8 +134,9 @@ def test_qlora_on_a_worker_without_a_gpu_fails_with_the_reason(client, worker):
     body["hyperparameters"]["quantization"] = QLORA
     job = client.post("/v1/fine_tuning/jobs", json=body).json()
 
-    done = wait_for(lambda: (s := job_state(client, job["id"]))["status"] in FINISHED and s, timeout=180,
-                    what="job end")
+    done = wait_for(
+        lambda: (s := job_state(client, job["id"]))["status"] in FINISHED and s, timeout=180, what="job end"
+    )
     assert done["status"] == "failed"
     assert done["error"]["code"] == "invalid_config"
     assert done["error"]["message"].endswith(

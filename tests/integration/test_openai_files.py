@@ -24,8 +24,12 @@ def test_create_list_retrieve_content_delete(oai):
     content = _dataset()
     created = oai.files.create(file=("kernels.jsonl", content), purpose="fine-tune")
     assert created.id.startswith("file-") and created.object == "file"
-    assert (created.filename, created.purpose, created.bytes, created.status) == ("kernels.jsonl", "fine-tune",
-                                                                                   len(content), "processed")
+    assert (created.filename, created.purpose, created.bytes, created.status) == (
+        "kernels.jsonl",
+        "fine-tune",
+        len(content),
+        "processed",
+    )
     assert created.model_extra["records"] == 3
 
     assert created.id in [f.id for f in oai.files.list(purpose="fine-tune", limit=100)]

@@ -43,8 +43,17 @@ def test_chat_completions_create(openai_client, worker):
 def test_chat_streaming_matches_the_whole_answer(openai_client, worker):
     whole = openai_client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=16, temperature=0, seed=1)
 
-    chunks = list(openai_client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=16, temperature=0,
-                                                        seed=1, stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        openai_client.chat.completions.create(
+            model="tiny",
+            messages=HELLO,
+            max_tokens=16,
+            temperature=0,
+            seed=1,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
 
     assert chunks[0].choices[0].delta.role == "assistant"
     text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)

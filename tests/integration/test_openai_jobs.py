@@ -6,8 +6,8 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.service import wait_for
 from tests.integration.job_support import FINISHED, MAX_SEQ_LEN, demo_dataset_bytes
+from tests.service import wait_for
 
 
 @pytest.fixture()
@@ -39,8 +39,9 @@ def test_create_retrieve_list_and_events(sdk, worker, training_file):
     assert job.model == "tiny" and job.seed == 7 and job.metadata == {"origin": "openai-client"}
     assert job.hyperparameters.batch_size == 2 and job.method.type == "sft"
 
-    done = wait_for(lambda: (j := sdk.fine_tuning.jobs.retrieve(job.id)).status in FINISHED and j, timeout=180,
-                    what="job end")
+    done = wait_for(
+        lambda: (j := sdk.fine_tuning.jobs.retrieve(job.id)).status in FINISHED and j, timeout=180, what="job end"
+    )
     assert done.status == "succeeded", done.error
     assert done.fine_tuned_model == f"ft:tiny:sdk:{job.id}" and done.trained_tokens > 0
 
@@ -56,8 +57,9 @@ def test_cancel_and_cancel_again(sdk, worker, training_file):
     job = create_job(sdk, training_file, max_steps=400)
     cancelled = sdk.fine_tuning.jobs.cancel(job.id)
     assert cancelled.id == job.id and cancelled.status in ("cancelled", "running")
-    done = wait_for(lambda: (j := sdk.fine_tuning.jobs.retrieve(job.id)).status in FINISHED and j, timeout=120,
-                    what="cancellation")
+    done = wait_for(
+        lambda: (j := sdk.fine_tuning.jobs.retrieve(job.id)).status in FINISHED and j, timeout=120, what="cancellation"
+    )
     assert done.status == "cancelled"
     with pytest.raises(openai.ConflictError) as raised:
         sdk.fine_tuning.jobs.cancel(job.id)

@@ -22,8 +22,8 @@ from cuset_core.demo import demo_problems
 from db.ids import new_id
 from db.models import File, Generation, Job
 from db.session import session_scope
-from tests.service import PG_ADMIN_URL, WorkerProcess, wait_for
 from tests.integration.security_support import assert_error, bearer, jsonl, new_key, secure_client, training_rows
+from tests.service import PG_ADMIN_URL, WorkerProcess, fresh_database, wait_for
 
 PROBLEMS = demo_problems()
 
@@ -115,8 +115,10 @@ def alices_things(service_settings, database_url, alice) -> dict[str, str]:
         file_id = upload(client).json()["id"]
         eval_rows = jsonl(*({"id": p.id, "problem": p.problem_code} for p in PROBLEMS[:1]))
         eval_file = upload(client, eval_rows, "problems.jsonl", "eval").json()["id"]
-        job = client.post("/v1/fine_tuning/jobs", json={"model": "tiny", "training_file": file_id,
-                                                        "hyperparameters": {"max_steps": 1}})
+        job = client.post(
+            "/v1/fine_tuning/jobs",
+            json={"model": "tiny", "training_file": file_id, "hyperparameters": {"max_steps": 1}},
+        )
         assert job.status_code == 200, job.text
         evaluation = client.post("/v1/evals", json={"model": "tiny", "eval_file": eval_file, "max_tokens": 8})
         assert evaluation.status_code == 200, evaluation.text
@@ -126,11 +128,29 @@ def alices_things(service_settings, database_url, alice) -> dict[str, str]:
     owner = _owner_of(database_url, alice)
     tuned_job, model = new_id("ftjob"), f"ft:tiny:{owner}:{secrets.token_hex(3)}"
     with session_scope(database_url) as session:
-        session.add(Job(id=tuned_job, owner=owner, model="tiny", training_file=file_id, method={"type": "sft"},
-                        hyperparameters={}, status="succeeded", fine_tuned_model=model,
-                        output_dir=f"jobs/{tuned_job}/adapter", created_at=time.time(), finished_at=time.time()))
-    return {"file": file_id, "eval_file": eval_file, "job": job.json()["id"], "tuned_job": tuned_job,
-            "eval": evaluation.json()["id"], "model": model}
+        session.add(
+            Job(
+                id=tuned_job,
+                owner=owner,
+                model="tiny",
+                training_file=file_id,
+                method={"type": "sft"},
+                hyperparameters={},
+                status="succeeded",
+                fine_tuned_model=model,
+                output_dir=f"jobs/{tuned_job}/adapter",
+                created_at=time.time(),
+                finished_at=time.time(),
+            )
+        )
+    return {
+        "file": file_id,
+        "eval_file": eval_file,
+        "job": job.json()["id"],
+        "tuned_job": tuned_job,
+        "eval": evaluation.json()["id"],
+        "model": model,
+    }
 
 
 def _owner_of(database_url: str, secret: str) -> str:
@@ -142,12 +162,20 @@ def _owner_of(database_url: str, secret: str) -> str:
 
 def test_another_owners_ids_are_404_like_unknown_ones(api, alices_things, bob):
     things, headers = alices_things, bearer(bob)
-    for path in (f"/v1/files/{things['file']}", f"/v1/files/{things['file']}/content",
-                 f"/v1/files/{things['file']}/records", f"/v1/files/{things['file']}/records/0/analysis",
-                 f"/v1/fine_tuning/jobs/{things['job']}", f"/v1/fine_tuning/jobs/{things['job']}/events",
-                 f"/v1/fine_tuning/jobs/{things['job']}/checkpoints", f"/v1/fine_tuning/jobs/{things['job']}/metrics",
-                 f"/v1/fine_tuning/jobs/{things['tuned_job']}", f"/v1/models/{things['model']}",
-                 f"/v1/evals/{things['eval']}", f"/v1/evals/{things['eval']}/problems"):
+    for path in (
+        f"/v1/files/{things['file']}",
+        f"/v1/files/{things['file']}/content",
+        f"/v1/files/{things['file']}/records",
+        f"/v1/files/{things['file']}/records/0/analysis",
+        f"/v1/fine_tuning/jobs/{things['job']}",
+        f"/v1/fine_tuning/jobs/{things['job']}/events",
+        f"/v1/fine_tuning/jobs/{things['job']}/checkpoints",
+        f"/v1/fine_tuning/jobs/{things['job']}/metrics",
+        f"/v1/fine_tuning/jobs/{things['tuned_job']}",
+        f"/v1/models/{things['model']}",
+        f"/v1/evals/{things['eval']}",
+        f"/v1/evals/{things['eval']}/problems",
+    ):
         assert_error(api.get(path, headers=headers), 404)
     for path in (f"/v1/fine_tuning/jobs/{things['job']}/cancel", f"/v1/evals/{things['eval']}/cancel"):
         assert_error(api.post(path, headers=headers), 404)
@@ -159,10 +187,14 @@ def test_another_owners_ids_are_404_like_unknown_ones(api, alices_things, bob):
 
 
 def test_another_owners_things_are_absent_from_lists(api, alices_things, alice, bob):
-    mine = {path: {x["id"] for x in api.get(path, headers=bearer(alice), params={"limit": 100}).json()["data"]}
-            for path in ("/v1/files", "/v1/fine_tuning/jobs", "/v1/evals", "/v1/models")}
-    theirs = {path: {x["id"] for x in api.get(path, headers=bearer(bob), params={"limit": 100}).json()["data"]}
-              for path in mine}
+    mine = {
+        path: {x["id"] for x in api.get(path, headers=bearer(alice), params={"limit": 100}).json()["data"]}
+        for path in ("/v1/files", "/v1/fine_tuning/jobs", "/v1/evals", "/v1/models")
+    }
+    theirs = {
+        path: {x["id"] for x in api.get(path, headers=bearer(bob), params={"limit": 100}).json()["data"]}
+        for path in mine
+    }
     assert {alices_things["file"], alices_things["eval_file"]} <= mine["/v1/files"]
     assert {alices_things["job"], alices_things["tuned_job"]} <= mine["/v1/fine_tuning/jobs"]
     assert alices_things["eval"] in mine["/v1/evals"] and alices_things["model"] in mine["/v1/models"]
@@ -174,20 +206,31 @@ def test_another_owners_things_are_absent_from_lists(api, alices_things, alice, 
 
 def test_another_owners_files_and_models_cannot_be_used(api, alices_things, bob):
     headers = bearer(bob)
-    job = api.post("/v1/fine_tuning/jobs", headers=headers, json={"model": "tiny", "training_file": alices_things["file"]})
+    job = api.post(
+        "/v1/fine_tuning/jobs", headers=headers, json={"model": "tiny", "training_file": alices_things["file"]}
+    )
     assert_error(job, 400, "file_not_found", "training_file")
-    tuned_on = api.post("/v1/fine_tuning/jobs", headers=headers,
-                        json={"model": alices_things["model"], "training_file": alices_things["file"]})
+    tuned_on = api.post(
+        "/v1/fine_tuning/jobs",
+        headers=headers,
+        json={"model": alices_things["model"], "training_file": alices_things["file"]},
+    )
     assert_error(tuned_on, 400, "model_not_found", "model")
     evaluation = api.post("/v1/evals", headers=headers, json={"model": "tiny", "eval_file": alices_things["eval_file"]})
     assert_error(evaluation, 400, "file_not_found", "eval_file")
     evaluation = api.post("/v1/evals", headers=headers, json={"model": alices_things["model"], "problems": "demo"})
     assert_error(evaluation, 404, param="model")
-    for path, body in (("/v1/completions", {"prompt": "x", "max_tokens": 1}),
-                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1}),
-                       ("/v1/generate", {"prompt": "x", "max_tokens": 1})):
-        assert_error(api.post(path, headers=headers, json={"model": alices_things["model"], **body}), 404,
-                     "model_not_found", "model")
+    for path, body in (
+        ("/v1/completions", {"prompt": "x", "max_tokens": 1}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1}),
+        ("/v1/generate", {"prompt": "x", "max_tokens": 1}),
+    ):
+        assert_error(
+            api.post(path, headers=headers, json={"model": alices_things["model"], **body}),
+            404,
+            "model_not_found",
+            "model",
+        )
 
 
 # ------------------------------------------------------------------ limits
@@ -255,12 +298,15 @@ def test_requests_over_the_rate_are_429_per_key(service_settings, database_url):
         assert client.get("/v1/models", headers=bearer(slow)).status_code == 200  # the bucket refills
 
 
-@pytest.mark.parametrize("path,body", [
-    ("/v1/completions", {"model": "tiny", "prompt": "x"}),
-    ("/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "x"}]}),
-    ("/v1/generate", {"model": "tiny", "prompt": "x"}),
-    ("/v1/evals", {"model": "tiny", "problems": "demo"}),
-])
+@pytest.mark.parametrize(
+    "path,body",
+    [
+        ("/v1/completions", {"model": "tiny", "prompt": "x"}),
+        ("/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "x"}]}),
+        ("/v1/generate", {"model": "tiny", "prompt": "x"}),
+        ("/v1/evals", {"model": "tiny", "problems": "demo"}),
+    ],
+)
 def test_generation_tokens_per_request_are_capped(service_settings, alice, path, body):
     with secure_client(service_settings, alice, max_generation_tokens=16) as client:
         response = client.post(path, json={**body, "max_tokens": 17})
@@ -273,14 +319,21 @@ def test_generation_tokens_per_request_are_capped(service_settings, alice, path,
 def _multipart(filename: bytes, content: bytes) -> tuple[bytes, str]:
     """A hand-built multipart body, so the file name reaches the server byte for byte."""
     boundary = "cuset" + secrets.token_hex(8)
-    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nfine-tune\r\n"
-            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"").encode() + filename + (
-            b"\"\r\nContent-Type: application/octet-stream\r\n\r\n" + content + f"\r\n--{boundary}--\r\n".encode())
+    body = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nfine-tune\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="'
+        ).encode()
+        + filename
+        + (b'"\r\nContent-Type: application/octet-stream\r\n\r\n' + content + f"\r\n--{boundary}--\r\n".encode())
+    )
     return body, f"multipart/form-data; boundary={boundary}"
 
 
-@pytest.mark.parametrize("filename", [b"../../etc/passwd", b"/etc/passwd", b"..\\..\\windows\\win.ini",
-                                      b"ok\x00../../x.jsonl", b"..", b"/", b"\x00"])
+@pytest.mark.parametrize(
+    "filename",
+    [b"../../etc/passwd", b"/etc/passwd", b"..\\..\\windows\\win.ini", b"ok\x00../../x.jsonl", b"..", b"/", b"\x00"],
+)
 def test_upload_names_cannot_leave_the_artifact_root(service_settings, database_url, alice, filename):
     body, content_type = _multipart(filename, GOOD_FILE)
     artifacts = service_settings.artifacts
@@ -299,8 +352,18 @@ def test_upload_names_cannot_leave_the_artifact_root(service_settings, database_
     assert outside_after == outside_before
 
 
-@pytest.mark.parametrize("file_id", ["..%2F..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd", "..", "...",
-                                     "%00", "file-x%00..%2F..", "..%5C..%5Cetc%5Cpasswd"])
+@pytest.mark.parametrize(
+    "file_id",
+    [
+        "..%2F..%2F..%2Fetc%2Fpasswd",
+        "%2Fetc%2Fpasswd",
+        "..",
+        "...",
+        "%00",
+        "file-x%00..%2F..",
+        "..%5C..%5Cetc%5Cpasswd",
+    ],
+)
 def test_download_ids_cannot_reach_outside_files(api, alice, file_id):
     response = api.get(f"/v1/files/{file_id}/content", headers=bearer(alice))
     assert response.status_code in (404, 400, 422), response.text
@@ -317,8 +380,20 @@ def test_a_tampered_row_never_serves_a_file_outside_the_root(service_settings, d
     owner = _owner_of(database_url, alice)
     file_id = new_id("file")
     with session_scope(database_url) as session:
-        session.add(File(id=file_id, owner=owner, filename="x.jsonl", purpose="fine-tune", format="jsonl", bytes=1,
-                         path=stored, records=1, total_rows=1, warnings=[]))
+        session.add(
+            File(
+                id=file_id,
+                owner=owner,
+                filename="x.jsonl",
+                purpose="fine-tune",
+                format="jsonl",
+                bytes=1,
+                path=stored,
+                records=1,
+                total_rows=1,
+                warnings=[],
+            )
+        )
     try:
         for path in (f"/v1/files/{file_id}/content", f"/v1/files/{file_id}/records"):
             response = api.get(path, headers=bearer(alice))
@@ -411,49 +486,82 @@ def _database_files() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def probe(service_settings, database_url, tmp_path_factory, alice, monkeypatch_module):
+def probe(service_settings, tmp_path_factory, monkeypatch_module):
     """Run the hostile candidate through the worker's verify task, as /v1/generate does after
-    decoding, in a worker of its own whose environment holds a secret. Returns (log, markers)."""
+    decoding, in a worker of its own whose environment holds a secret. Returns (log, markers).
+
+    The probe has a database of its own with no generation timeout: compiling the candidate's
+    extension can outlast the run's 120 s timeout on a loaded machine, and the run's reaper
+    would then fail the row while the verification is still going."""
     secret = f"secret-{secrets.token_hex(8)}"
     monkeypatch_module.setenv(SECRET_ENV, secret)
-    settings = service_settings.model_copy(update={"broker_key_prefix": f"{service_settings.broker_key_prefix}sandbox:"})
     marker = f"artifact-{secrets.token_hex(8)}"
-    settings.artifacts.mkdir(parents=True, exist_ok=True)
-    (settings.artifacts / "sandbox-marker.txt").write_text(marker)
     database_files = _database_files()
-    paths = [str(settings.artifacts), str(settings.artifacts / "sandbox-marker.txt"), str(settings.data_dir),
-             *database_files]
-    redis_port = int(settings.resolved_broker_url.rsplit(":", 1)[1].split("/")[0])
-    pg_port = int(PG_ADMIN_URL.rsplit(":", 1)[1].split("/")[0])
-    worker = WorkerProcess(settings, tmp_path_factory.mktemp("sandbox-worker"), queues="cpu", concurrency=1)
-    worker.start()
-    generation_id = new_id("gen")
-    with session_scope(database_url) as session:
-        session.add(Generation(
-            id=generation_id, owner=_owner_of(database_url, alice), model="tiny", kind="generate", status="verifying",
-            request={"problem": ADD_PROBLEM, "verify": "cpu", "n": 1},
-            samples=[{"index": 0, "text": hostile_answer(paths, [pg_port, redis_port]), "finish_reason": "stop"}]))
-    try:
-        from db.dispatch import enqueue
+    with fresh_database() as database_url:
+        settings = service_settings.model_copy(
+            update={
+                "broker_key_prefix": f"{service_settings.broker_key_prefix}sandbox:",
+                "database_url": database_url,
+                "generation_timeout_s": 24 * 3600,
+            }
+        )
+        settings.artifacts.mkdir(parents=True, exist_ok=True)
+        (settings.artifacts / "sandbox-marker.txt").write_text(marker)
+        paths = [
+            str(settings.artifacts),
+            str(settings.artifacts / "sandbox-marker.txt"),
+            str(settings.data_dir),
+            *database_files,
+        ]
+        redis_port = int(settings.resolved_broker_url.rsplit(":", 1)[1].split("/")[0])
+        pg_port = int(PG_ADMIN_URL.rsplit(":", 1)[1].split("/")[0])
+        worker = WorkerProcess(settings, tmp_path_factory.mktemp("sandbox-worker"), queues="cpu", concurrency=1)
+        worker.start()
+        generation_id = new_id("gen")
+        with session_scope(database_url) as session:
+            session.add(
+                Generation(
+                    id=generation_id,
+                    owner="probe",
+                    model="tiny",
+                    kind="generate",
+                    status="verifying",
+                    request={"problem": ADD_PROBLEM, "verify": "cpu", "n": 1},
+                    samples=[
+                        {"index": 0, "text": hostile_answer(paths, [pg_port, redis_port]), "finish_reason": "stop"}
+                    ],
+                )
+            )
+        try:
+            from db.dispatch import enqueue
 
-        enqueue(settings, "cuset.verify_sample", generation_id, 0)
+            enqueue(settings, "cuset.verify_sample", generation_id, 0)
 
-        def verified():
-            with session_scope(database_url) as session:
-                row = session.get(Generation, generation_id)
-                return row.status == "succeeded" and row.samples[0]["verification"]
+            def verified():
+                with session_scope(database_url) as session:
+                    row = session.get(Generation, generation_id)
+                    if row.status == "failed":
+                        pytest.fail(f"the hostile sample's generation failed: {row.error}\n{worker.log()[-3000:]}")
+                    return row.status == "succeeded" and row.samples[0]["verification"]
 
-        verification = wait_for(verified, timeout=600, interval=1, what="the hostile sample's verification")
-        assert worker.process.poll() is None, "the worker died verifying a hostile candidate"
-    finally:
-        worker.stop()
+            verification = wait_for(verified, timeout=900, interval=1, what="the hostile sample's verification")
+            assert worker.process.poll() is None, "the worker died verifying a hostile candidate"
+        finally:
+            worker.stop()
     report = json.dumps(verification)
     # The log ends with the exception's full message (the reason holds a shortened copy).
     tail = report.rsplit("PROBE-RESULTS", 1)[-1].split('"', 1)[0].split("\\n", 1)[0]
     results = [item.strip() for item in tail.split(" | ")]
     print("\nsandbox probe results:", results)
-    return {"verification": verification, "report": report, "results": results, "secret": secret, "marker": marker,
-            "service_folders": [str(settings.artifacts), str(settings.data_dir)], "database_files": database_files}
+    return {
+        "verification": verification,
+        "report": report,
+        "results": results,
+        "secret": secret,
+        "marker": marker,
+        "service_folders": [str(settings.artifacts), str(settings.data_dir)],
+        "database_files": database_files,
+    }
 
 
 @pytest.fixture(scope="module")

@@ -9,20 +9,26 @@ import time
 from db.ids import new_id
 from db.models import Generation, Job
 from db.session import session_scope
-from tests.service import TEST_OWNER, wait_for
 from tests.integration.job_support import FINISHED, event_messages, job_request, job_state, upload_demo_dataset
+from tests.service import TEST_OWNER, wait_for
 
 
 def test_a_killed_worker_leaves_the_job_resumed_or_failed(client, worker, service_settings):
     job = client.post("/v1/fine_tuning/jobs", json=job_request(upload_demo_dataset(client), max_steps=16)).json()
-    wait_for(lambda: client.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints").json()["data"],
-             timeout=180, what="a first checkpoint")
+    wait_for(
+        lambda: client.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints").json()["data"],
+        timeout=180,
+        what="a first checkpoint",
+    )
     worker.kill()  # SIGKILL: the worker, its pool and the training subprocess, no chance to clean up
     assert job_state(client, job["id"])["status"] == "running"
     worker.start()
 
-    done = wait_for(lambda: (s := job_state(client, job["id"]))["status"] in FINISHED and s, timeout=300,
-                    what="the job to settle after the kill")
+    done = wait_for(
+        lambda: (s := job_state(client, job["id"]))["status"] in FINISHED and s,
+        timeout=300,
+        what="the job to settle after the kill",
+    )
     messages = event_messages(client, job["id"])
     if done["status"] == "succeeded":
         resumed = [m for m in messages if m.startswith("requeued after worker loss; resuming from step")]
@@ -37,24 +43,35 @@ def _insert_running_job(settings, training_file: str, heartbeat_age_s: float, **
     job_id = new_id("ftjob")
     now = time.time()
     with session_scope(settings.resolved_database_url) as session:
-        session.add(Job(id=job_id, owner=TEST_OWNER, model="tiny", training_file=training_file, method={"type": "cuset"},
-                        hyperparameters={}, status="running", attempts=1, started_at=now - heartbeat_age_s,
-                        heartbeat_at=now - heartbeat_age_s, **values))
+        session.add(
+            Job(
+                id=job_id,
+                owner=TEST_OWNER,
+                model="tiny",
+                training_file=training_file,
+                method={"type": "cuset"},
+                hyperparameters={},
+                status="running",
+                attempts=1,
+                started_at=now - heartbeat_age_s,
+                heartbeat_at=now - heartbeat_age_s,
+                **values,
+            )
+        )
     return job_id
 
 
 def test_a_silent_job_without_checkpoint_fails_as_worker_lost(client, worker, service_settings):
     job_id = _insert_running_job(service_settings, upload_demo_dataset(client), heartbeat_age_s=600)
-    done = wait_for(lambda: (s := job_state(client, job_id))["status"] in FINISHED and s, timeout=60,
-                    what="the reaper")
+    done = wait_for(lambda: (s := job_state(client, job_id))["status"] in FINISHED and s, timeout=60, what="the reaper")
     assert done["status"] == "failed" and done["error"]["code"] == "worker_lost"
 
 
 def test_a_silent_job_with_a_cancel_request_ends_cancelled(client, worker, service_settings):
-    job_id = _insert_running_job(service_settings, upload_demo_dataset(client), heartbeat_age_s=600,
-                                 cancel_requested=True)
-    done = wait_for(lambda: (s := job_state(client, job_id))["status"] in FINISHED and s, timeout=60,
-                    what="the reaper")
+    job_id = _insert_running_job(
+        service_settings, upload_demo_dataset(client), heartbeat_age_s=600, cancel_requested=True
+    )
+    done = wait_for(lambda: (s := job_state(client, job_id))["status"] in FINISHED and s, timeout=60, what="the reaper")
     assert done["status"] == "cancelled"
 
 

@@ -20,8 +20,11 @@ WRONG_KERNEL = ("y[i] = fmaxf(x[i], 0.0f);", "y[i] = fmaxf(x[i], 0.0f) + 1.0f;")
 
 def at_import(code: str) -> str:
     """The honest solution with ``code`` run when the candidate module is imported, before it builds."""
-    return HONEST.replace("from torch.utils.cpp_extension import load_inline\n",
-                          "from torch.utils.cpp_extension import load_inline\n" + code + "\n", 1)
+    return HONEST.replace(
+        "from torch.utils.cpp_extension import load_inline\n",
+        "from torch.utils.cpp_extension import load_inline\n" + code + "\n",
+        1,
+    )
 
 
 def in_forward(body: str) -> str:
@@ -110,14 +113,26 @@ def suite(hidden: Path) -> list[Attack]:
         Attack("replaces torch.allclose", REPLACE_ALLCLOSE, ("value_mismatch",)),
         Attack("launches its kernel, returns a torch expression", TORCH_EXPRESSION, ("static_reject",)),
         Attack("calls the reference Model through sys.modules", REFERENCE_THROUGH_SYS_MODULES, ("runtime_error",)),
-        Attack("result file replaced by a symlink to a hidden file",
-               symlink_to(hidden, "report.json", "result.json"), ("runtime_error",)),
-        Attack("outputs replaced by a symlink to a hidden file",
-               forged_report_then(f"_os.symlink({str(hidden)!r}, 'outputs.safetensors')"), ("runtime_error",)),
-        Attack("outputs replaced by a FIFO nobody writes",
-               forged_report_then("_os.mkfifo('outputs.safetensors')"), ("runtime_error",)),
-        Attack("oversized outputs (64 MiB sparse file)",
-               forged_report_then("open('outputs.safetensors', 'wb').truncate(64 << 20)"), ("runtime_error",)),
+        Attack(
+            "result file replaced by a symlink to a hidden file",
+            symlink_to(hidden, "report.json", "result.json"),
+            ("runtime_error",),
+        ),
+        Attack(
+            "outputs replaced by a symlink to a hidden file",
+            forged_report_then(f"_os.symlink({str(hidden)!r}, 'outputs.safetensors')"),
+            ("runtime_error",),
+        ),
+        Attack(
+            "outputs replaced by a FIFO nobody writes",
+            forged_report_then("_os.mkfifo('outputs.safetensors')"),
+            ("runtime_error",),
+        ),
+        Attack(
+            "oversized outputs (64 MiB sparse file)",
+            forged_report_then("open('outputs.safetensors', 'wb').truncate(64 << 20)"),
+            ("runtime_error",),
+        ),
         Attack("emits a 20 MiB reason and log", HUGE_REASON, ("runtime_error",)),
         Attack("writes a 20 MiB report", HUGE_REPORT, ("runtime_error",)),
     ]

@@ -147,12 +147,15 @@ def test_a_20_mib_report_written_by_the_candidate_is_refused_unread():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("candidate", "verdict"), [
-    (FORGE_AND_EXIT, Verdict.RUNTIME_ERROR),
-    (REPLACE_COMPARISON, Verdict.VALUE_MISMATCH),
-    (TORCH_EXPRESSION, Verdict.STATIC_REJECT),
-    (REFERENCE_THROUGH_SYS_MODULES, Verdict.RUNTIME_ERROR),
-])
+@pytest.mark.parametrize(
+    ("candidate", "verdict"),
+    [
+        (FORGE_AND_EXIT, Verdict.RUNTIME_ERROR),
+        (REPLACE_COMPARISON, Verdict.VALUE_MISMATCH),
+        (TORCH_EXPRESSION, Verdict.STATIC_REJECT),
+        (REFERENCE_THROUGH_SYS_MODULES, Verdict.RUNTIME_ERROR),
+    ],
+)
 def test_tier_3_judges_apart_from_the_candidate_too(candidate, verdict):
     from cuset_core.verify.gpu import run_gpu_tier
 

@@ -59,9 +59,8 @@ def test_etc_shadow_and_the_hosts_private_folders_are_not_there(tmp_path):
 def test_other_jobs_folders_under_tmp_cannot_be_read(tmp_path):
     with tempfile.TemporaryDirectory(prefix="cuset-cpu-") as other:
         (Path(other) / "candidate.py").write_text("another user's kernel")
-        code = (
-            "import os\nprint(sorted(os.listdir('/tmp')))\n"
-            + attempt(f"open({str(Path(other) / 'candidate.py')!r}).read()")
+        code = "import os\nprint(sorted(os.listdir('/tmp')))\n" + attempt(
+            f"open({str(Path(other) / 'candidate.py')!r}).read()"
         )
         outcome = run_python(code, tmp_path / "w")
     listing, opened = outcome.stdout.splitlines()
@@ -76,9 +75,11 @@ def test_no_unix_socket_can_be_reached_or_made(tmp_path):
     server.bind(str(path))
     server.listen()
     targets = [str(path), "/run/postgresql/.s.PGSQL.5432"]
-    code = "import socket\n" + "".join(
-        attempt(f"socket.socket(socket.AF_UNIX).connect({t!r})") for t in targets
-    ) + attempt("socket.socket(socket.AF_UNIX).connect('\\0cuset-abstract')")
+    code = (
+        "import socket\n"
+        + "".join(attempt(f"socket.socket(socket.AF_UNIX).connect({t!r})") for t in targets)
+        + attempt("socket.socket(socket.AF_UNIX).connect('\\0cuset-abstract')")
+    )
     try:
         outcome = run_python(code, tmp_path / "w")
     finally:

@@ -12,7 +12,6 @@ from cuset_core.models import load_model, write_base_spec
 LORA_TARGETS = ["q_proj", "v_proj"]
 
 
-
 def make_adapter(base_dir: Path, folder: Path, seed: int) -> Path:
     """A LoRA adapter of the tiny base with random (non-zero) weights, saved as the trainer saves it."""
     from peft import LoraConfig, get_peft_model

@@ -7,8 +7,9 @@ import torch
 from cuset_core.objectives import ObjectiveBatch
 
 
-def token_batch(p_rows: list[list[float | None]], sensitive, regions, reference: bool = False,
-                **fields) -> ObjectiveBatch:
+def token_batch(
+    p_rows: list[list[float | None]], sensitive, regions, reference: bool = False, **fields
+) -> ObjectiveBatch:
     """An ObjectiveBatch whose token losses are -log p (with grad; 0 where p is None, meaning
     not supervised). ``reference``: the same p also comes as the frozen model's confidence.
     ``fields`` go to ObjectiveBatch (num_items_in_batch, step, ...)."""

@@ -56,9 +56,7 @@ def test_elementwise_kernel_has_qualifier_indexing_and_guard():
     assert analysis.parse_coverage == 1.0
     assert analysis.cuda_chars == len(ELEMENTWISE)
     assert texts(analysis, Category.QUALIFIER) == ["__global__"]
-    assert texts(analysis, Category.INDEXING) == [
-        "i", "blockIdx.x * blockDim.x + threadIdx.x", "i", "i", "i"
-    ]
+    assert texts(analysis, Category.INDEXING) == ["i", "blockIdx.x * blockDim.x + threadIdx.x", "i", "i", "i"]
     assert texts(analysis, Category.BOUNDS_GUARD) == ["i < n"]
     guard = region_at(analysis, ELEMENTWISE, "if (i < n)")
     assert (guard.kind, guard.category) == ("if_header", Category.BOUNDS_GUARD)
@@ -84,12 +82,14 @@ __global__ void scale(float* x, float s, int n) {
 def test_grid_stride_loop_header_is_one_region_with_its_guard():
     analysis = analyze_answer(GRID_STRIDE)
     assert_consistent(analysis, GRID_STRIDE)
-    header = region_at(
-        analysis, GRID_STRIDE, "for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += stride)"
-    )
+    header = region_at(analysis, GRID_STRIDE, "for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += stride)")
     assert (header.kind, header.category) == ("loop_header", Category.BOUNDS_GUARD)
     assert [analysis.spans[i].text for i in header.span_indices] == [
-        "j", "blockIdx.x * blockDim.x + threadIdx.x", "j < n", "j", "stride"
+        "j",
+        "blockIdx.x * blockDim.x + threadIdx.x",
+        "j < n",
+        "j",
+        "stride",
     ]
     assert "x[j] *= s;" in [GRID_STRIDE[r.start : r.end] for r in analysis.regions]
 
@@ -150,7 +150,9 @@ def test_warp_primitives_and_masks():
     assert_consistent(analysis, WARP)
     assert texts(analysis, Category.QUALIFIER) == ["__device__", "__forceinline__"]
     assert texts(analysis, Category.WARP) == [
-        "0xffffffff", "__shfl_down_sync(0xffffffff, v, offset)", "__ballot_sync(mask, v > 0.0f)"
+        "0xffffffff",
+        "__shfl_down_sync(0xffffffff, v, offset)",
+        "__ballot_sync(mask, v > 0.0f)",
     ]
     assert texts(analysis, Category.SYNC) == ["__syncwarp()"]
     shuffle = region_at(analysis, WARP, "v += __shfl_down_sync(0xffffffff, v, offset);")
@@ -183,10 +185,14 @@ def test_launch_configuration_and_its_declarations():
         "<<<blocks, threads, smem>>>",
     ]
     assert texts(analysis, Category.BINDING) == [
-        "torch::Tensor", "torch::Tensor", "data_ptr<float>()", "data_ptr<float>()"
+        "torch::Tensor",
+        "torch::Tensor",
+        "data_ptr<float>()",
+        "data_ptr<float>()",
     ]
     launch = region_at(
-        analysis, LAUNCH,
+        analysis,
+        LAUNCH,
         "relu_kernel<<<blocks, threads, smem>>>(x.data_ptr<float>(), out.data_ptr<float>(), n);",
     )
     assert (launch.kind, launch.category) == ("launch", Category.LAUNCH)
@@ -221,7 +227,9 @@ def test_tiled_matmul_shared_tiles_dim3_and_compound_guard():
     assert_consistent(analysis, TILED)
     assert texts(analysis, Category.QUALIFIER) == ["__global__", "__launch_bounds__(256)"]
     assert texts(analysis, Category.MEMORY_SPACE) == [
-        "__restrict__", "__restrict__", "__shared__ float As[TILE][TILE + 1]"
+        "__restrict__",
+        "__restrict__",
+        "__shared__ float As[TILE][TILE + 1]",
     ]
     assert "row < M && col < N" in texts(analysis, Category.BOUNDS_GUARD)
     assert "row * K + t * TILE + threadIdx.x" in texts(analysis, Category.INDEXING)
@@ -301,10 +309,12 @@ def test_pytorch_binding():
     ]
     # the stream feeds the launch, so its declaration is launch configuration
     assert texts(analysis, Category.LAUNCH) == [
-        "auto stream = at::cuda::getCurrentCUDAStream()", "<<<1, 256, 0, stream>>>"
+        "auto stream = at::cuda::getCurrentCUDAStream()",
+        "<<<1, 256, 0, stream>>>",
     ]
     launch = region_at(
-        analysis, BINDING,
+        analysis,
+        BINDING,
         "kernel<<<1, 256, 0, stream>>>(x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>());",
     )
     assert (launch.kind, launch.category) == ("launch", Category.LAUNCH)
@@ -323,9 +333,7 @@ __global__ void k(float* out) {
 def test_aligned_extern_shared_declaration_is_one_span():
     analysis = analyze_answer(ALIGNED_SHARED)
     assert_consistent(analysis, ALIGNED_SHARED)
-    assert texts(analysis, Category.MEMORY_SPACE) == [
-        "extern __shared__ __align__(sizeof(float)) unsigned char smem[]"
-    ]
+    assert texts(analysis, Category.MEMORY_SPACE) == ["extern __shared__ __align__(sizeof(float)) unsigned char smem[]"]
     assert texts(analysis, Category.INDEXING) == ["threadIdx.x"]
 
 
@@ -384,7 +392,13 @@ def test_python_answer_spans_point_into_the_answer():
         for i in region.span_indices
     ]
     assert call_spans == [
-        "load_inline", "name", '"add_ext"', "cpp_sources", "cuda_sources", "functions", '["add_cuda"]',
+        "load_inline",
+        "name",
+        '"add_ext"',
+        "cpp_sources",
+        "cuda_sources",
+        "functions",
+        '["add_cuda"]',
         "verbose",
     ]
 
@@ -412,7 +426,7 @@ def test_only_exported_functions_are_binding_identifiers():
 
 
 ESCAPED = (
-    'from torch.utils.cpp_extension import load_inline\n'
+    "from torch.utils.cpp_extension import load_inline\n"
     'src = "__global__ void k(float* a) {\\n  int i = threadIdx.x +\\n      blockIdx.x * blockDim.x;\\n}"\n'
     'mod = load_inline(name="k", cpp_sources="", cuda_sources=src)\n'
 )
@@ -436,9 +450,14 @@ def test_truncated_kernel_is_analysed_as_far_as_it_parses():
 
 @pytest.mark.parametrize(
     "answer",
-    ["", "no code here", "```cuda\n}}} {{{ <<< >>> __global__ (((\n```", "```python\ndef f(:\n```",
-     "```cuda\n__global__ void k(float* a) { a[threadIdx.x] = \xe9\u00e9; if (threadIdx.x <",
-     "```cuda\n" + "((" * 300 + "\n```"],
+    [
+        "",
+        "no code here",
+        "```cuda\n}}} {{{ <<< >>> __global__ (((\n```",
+        "```python\ndef f(:\n```",
+        "```cuda\n__global__ void k(float* a) { a[threadIdx.x] = \xe9\u00e9; if (threadIdx.x <",
+        "```cuda\n" + "((" * 300 + "\n```",
+    ],
 )
 def test_broken_answers_never_raise(answer):
     analysis = analyze_answer(answer)

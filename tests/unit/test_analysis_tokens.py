@@ -35,23 +35,43 @@ def test_tokens_overlapping_a_span_are_sensitive():
 def test_unit_extent_gives_every_token_of_the_unit_its_region():
     # Region 0 is a statement (chars 0-30) holding a span at 10-15; region 1 is an AT_DISPATCH
     # statement (40-90) around a lambda statement, region 2 (50-60), which wins inside it.
-    spans = (Span(10, 15, Category.INDEXING, "x" * 5), Span(40, 45, Category.BINDING, "y" * 5),
-             Span(52, 54, Category.SYNC, "zz"))
-    regions = (Region(0, 0, 30, "statement", Category.INDEXING, (0,)),
-               Region(1, 40, 90, "statement", Category.BINDING, (1,)),
-               Region(2, 50, 60, "statement", Category.SYNC, (2,)))
+    spans = (
+        Span(10, 15, Category.INDEXING, "x" * 5),
+        Span(40, 45, Category.BINDING, "y" * 5),
+        Span(52, 54, Category.SYNC, "zz"),
+    )
+    regions = (
+        Region(0, 0, 30, "statement", Category.INDEXING, (0,)),
+        Region(1, 40, 90, "statement", Category.BINDING, (1,)),
+        Region(2, 50, 60, "statement", Category.SYNC, (2,)),
+    )
     analysis = Analysis("cu", spans, regions, 1.0, 100)
-    offsets = [(0, 5), (5, 10), (10, 15), (15, 30), (30, 40), (40, 45), (45, 50), (50, 52), (52, 54),
-               (55, 60), (60, 70), (90, 99), (50, 50)]
+    offsets = [
+        (0, 5),
+        (5, 10),
+        (10, 15),
+        (15, 30),
+        (30, 40),
+        (40, 45),
+        (45, 50),
+        (50, 52),
+        (52, 54),
+        (55, 60),
+        (60, 70),
+        (90, 99),
+        (50, 50),
+    ]
     result = align_tokens(analysis, offsets, answer_start=0)
     assert result.region == [-1, -1, 0, -1, -1, 1, -1, -1, 2, -1, -1, -1, -1]
     assert result.unit_region == [0, 0, 0, 0, -1, 1, 1, 2, 2, 2, 1, -1, -1]
 
 
 def test_a_whole_statement_is_one_region_in_unit_extent(tokenizer):
-    answer = "```cuda\n__global__ void k(const float* x, float* out, int n) {\n" \
-        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n" \
+    answer = (
+        "```cuda\n__global__ void k(const float* x, float* out, int n) {\n"
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
         "    if (i < n) out[i] = 1.0f / (1.0f + expf(-x[i]));\n}\n```"
+    )
     analysis = analyze_answer(answer)
     encoding = tokenizer(answer, return_offsets_mapping=True, add_special_tokens=False)
     offsets = [tuple(pair) for pair in encoding["offset_mapping"]]
@@ -80,16 +100,15 @@ def test_alignment_inside_the_chat_template(tokenizer):
     # the prompt mentions __syncthreads() too, but only answer tokens can be sensitive
     assert not any(s for s, (a, _) in zip(result.sensitive, offsets) if a < answer_start)
     guard = next(span for span in analysis.spans if span.category == Category.BOUNDS_GUARD)
-    guard_tokens = [
-        text[a:b] for (a, b), c in zip(offsets, result.category) if c == Category.BOUNDS_GUARD
-    ]
+    guard_tokens = [text[a:b] for (a, b), c in zip(offsets, result.category) if c == Category.BOUNDS_GUARD]
     assert "".join(guard_tokens) == guard.text == "i < n"
     sync_tokens = "".join(text[a:b] for (a, b), c in zip(offsets, result.category) if c == Category.SYNC)
     assert sync_tokens == " __syncthreads();"  # tokens reach past the span's edges
     # every sensitive token overlaps a span of the analysis, shifted by the answer's offset
     for (a, b), sensitive, region in zip(offsets, result.sensitive, result.region):
         overlapping = [
-            i for i, span in enumerate(analysis.spans)
+            i
+            for i, span in enumerate(analysis.spans)
             if a < b and a < span.end + answer_start and span.start + answer_start < b
         ]
         assert sensitive == bool(overlapping)

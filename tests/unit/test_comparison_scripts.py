@@ -90,8 +90,10 @@ def test_the_sweep_table_lists_base_then_the_baselines_then_the_variants(report,
     for name, p in (("mask0.6-s1", 0.61), ("cuset-s1", 0.60), ("base", 0.50), ("sft-s1", 0.59)):
         write_json(tmp_path / "sweep" / "judge" / name / "report.json", judge_report(p))
     write_json(tmp_path / "sweep" / "mask0.6-s1" / "job_base.json", {"method": {"type": "cuset", "mask_ratio": 0.6}})
-    progress = [{"type": "progress", "step": s, "ce": 1.0, "kept_ratio": 0.5, "low_conf_region_share": 0.1,
-                 "weight_max": 1.2} for s in (1, 2)]
+    progress = [
+        {"type": "progress", "step": s, "ce": 1.0, "kept_ratio": 0.5, "low_conf_region_share": 0.1, "weight_max": 1.2}
+        for s in (1, 2)
+    ]
     (tmp_path / "sweep" / "mask0.6-s1" / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in progress))
 
     lines = report.sweep_section(tmp_path)
@@ -108,13 +110,19 @@ def test_the_sweep_section_says_when_the_sweep_has_not_run(report, tmp_path):
 
 def test_the_metrics_table_reads_evals_from_before_and_after_the_greedy_split(report):
     legacy = {"metrics": {"compile@1": 0.5, "compile@2": 0.75}, "verdicts": {"pass": 1}, "samples": 2}
-    split = {"greedy": {"metrics": {"compile@1": 1.0}}, "sampled": {"metrics": {"compile@1": 0.25, "compile@2": 0.5}},
-             "verdicts": {"pass": 2}, "samples": 3}
+    split = {
+        "greedy": {"metrics": {"compile@1": 1.0}},
+        "sampled": {"metrics": {"compile@1": 0.25, "compile@2": 0.5}},
+        "verdicts": {"pass": 2},
+        "samples": 3,
+    }
     assert report.metrics_of(legacy) == {"compile@1": 0.5, "compile@2": 0.75}
     # pass@k keeps the plain names; the greedy sample's metrics are named apart
     assert report.metrics_of(split) == {"greedy compile@1": 1.0, "compile@1": 0.25, "compile@2": 0.5}
-    runs = {"sft-s0": {"method": "sft", "seed": 0, "eval": {"aggregate": split}},
-            "sft-s1": {"method": "sft", "seed": 1, "eval": {"aggregate": legacy}}}
+    runs = {
+        "sft-s0": {"method": "sft", "seed": 0, "eval": {"aggregate": split}},
+        "sft-s1": {"method": "sft", "seed": 1, "eval": {"aggregate": legacy}},
+    }
     row = next(line for line in report.metrics_table(runs) if line.startswith("| sft |"))
     assert row.startswith("| sft | 0,1 | 0.375 ± 0.125 (n=2) | 0.625 ± 0.125 (n=2) |")
 
@@ -133,8 +141,11 @@ def test_an_experiment_eval_draws_the_greedy_sample_apart_and_k_minus_1_iid_ones
 def test_the_gate_reads_the_greedy_block_not_pass_at_k(tmp_path):
     elementwise = load_script("run_elementwise")
     results = tmp_path / "results.json"
-    results.write_text(json.dumps({"aggregate": {"greedy": {"metrics": {"compile@1": 0.5}},
-                                                 "sampled": {"metrics": {"compile@1": 0.125}}}}))
+    results.write_text(
+        json.dumps(
+            {"aggregate": {"greedy": {"metrics": {"compile@1": 0.5}}, "sampled": {"metrics": {"compile@1": 0.125}}}}
+        )
+    )
     assert elementwise.metric(results, "compile@1") == 0.5
 
 

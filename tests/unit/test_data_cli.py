@@ -13,8 +13,7 @@ runner = CliRunner()
 
 def table_file(tmp_path, n_problems: int = 10, per_problem: int = 3):
     rows = [
-        {"question": f"q{p}", "answer": NO_KERNEL if (p, k) == (0, 0) else ANSWER,
-         "level": 1, "problem": str(p)}
+        {"question": f"q{p}", "answer": NO_KERNEL if (p, k) == (0, 0) else ANSWER, "level": 1, "problem": str(p)}
         for p in range(n_problems)
         for k in range(per_problem)
     ]
@@ -56,15 +55,18 @@ def test_a_missing_file_is_one_line_and_exit_1(tmp_path):
 
 def test_split_writes_chat_files_and_a_manifest_without_shared_groups(tmp_path):
     out = tmp_path / "out"
-    result = runner.invoke(app, ["data", "split", str(table_file(tmp_path)), "--val-fraction",
-                                 "0.2", "--seed", "0", "--out", str(out)])
+    result = runner.invoke(
+        app, ["data", "split", str(table_file(tmp_path)), "--val-fraction", "0.2", "--seed", "0", "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     manifest = json.loads((out / "split.json").read_text())
     assert (manifest["train"]["n_groups"], manifest["val"]["n_groups"]) == (8, 2)
     assert set(manifest["train"]["groups"]).isdisjoint(manifest["val"]["groups"])
     assert manifest["dropped"] == 2
-    rows = {name: [json.loads(line) for line in (out / f"{name}.jsonl").read_text().splitlines()]
-            for name in ("train", "val")}
+    rows = {
+        name: [json.loads(line) for line in (out / f"{name}.jsonl").read_text().splitlines()]
+        for name in ("train", "val")
+    }
     assert len(rows["train"]) + len(rows["val"]) == 29
     assert {row["group"] for row in rows["val"]} == set(manifest["val"]["groups"])
     assert rows["val"][0]["messages"][-1] == {"role": "assistant", "content": ANSWER}

@@ -54,11 +54,26 @@ That is all.'''
 
 def test_comments_redundant_includes_and_build_chatter_are_removed():
     compacted = compact_answer(ANSWER)
-    for gone in ("# the framework", "# The CUDA side.", "A block comment", "// one thread", "# launch",
-                 "#include <cuda_runtime.h>", "verbose=True", 'extra_cflags=[""]'):
+    for gone in (
+        "# the framework",
+        "# The CUDA side.",
+        "A block comment",
+        "// one thread",
+        "# launch",
+        "#include <cuda_runtime.h>",
+        "verbose=True",
+        'extra_cflags=[""]',
+    ):
         assert gone not in compacted
-    for kept in ("#include <torch/extension.h>", "#include <cuda_fp16.h>", 'const char* tag = "// not a comment";',
-                 'functions=["run"]', "Here is the kernel.", "That is all.", "if (i < n) y[i] = x[i] * 2.0f;"):
+    for kept in (
+        "#include <torch/extension.h>",
+        "#include <cuda_fp16.h>",
+        'const char* tag = "// not a comment";',
+        'functions=["run"]',
+        "Here is the kernel.",
+        "That is all.",
+        "if (i < n) y[i] = x[i] * 2.0f;",
+    ):
         assert kept in compacted
 
 

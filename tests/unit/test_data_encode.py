@@ -29,9 +29,9 @@ def test_labels_cover_exactly_the_answer_and_the_end_of_turn(tokenizer):
 
 def test_answer_start_points_at_the_answer_inside_the_chat_template(tokenizer):
     encoded = encode_record(record(Message(role="system", content="Be terse."), USER), tokenizer)
-    assert encoded.text[encoded.answer_start:encoded.answer_end] == ANSWER
+    assert encoded.text[encoded.answer_start : encoded.answer_end] == ANSWER
     assert encoded.text.startswith("<|im_start|>system\nBe terse.<|im_end|>")
-    assert encoded.text[:encoded.answer_start].endswith("<|im_start|>assistant\n")
+    assert encoded.text[: encoded.answer_start].endswith("<|im_start|>assistant\n")
 
 
 def test_offsets_are_character_spans_of_each_token_in_the_text(tokenizer):

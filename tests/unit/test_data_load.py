@@ -21,7 +21,7 @@ __global__ void neg(const float* x, float* y, int n) {
 ext = load_inline(name="neg", cpp_sources="", cuda_sources=src, functions=["neg"])
 ```'''
 
-PROBLEM = '''import torch
+PROBLEM = """import torch
 import torch.nn as nn
 
 class Model(nn.Module):
@@ -32,7 +32,7 @@ def get_inputs():
     return [torch.randn(64)]
 
 def get_init_inputs():
-    return []'''
+    return []"""
 
 QUESTION = kernelbench_prompt(PROBLEM)
 
@@ -44,19 +44,28 @@ def write_jsonl(path, rows):
 
 def test_chat_rows_keep_their_messages_and_optional_group(tmp_path):
     rows = [
-        {"messages": [{"role": "system", "content": "be brief"},
-                      {"role": "user", "content": "negate"},
-                      {"role": "assistant", "content": ANSWER}], "group": "neg"},
-        {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
-                      {"role": "user", "content": "negate"},
-                      {"role": "assistant", "content": ANSWER}]},
+        {
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "negate"},
+                {"role": "assistant", "content": ANSWER},
+            ],
+            "group": "neg",
+        },
+        {
+            "messages": [
+                {"role": "user", "content": "a"},
+                {"role": "assistant", "content": "b"},
+                {"role": "user", "content": "negate"},
+                {"role": "assistant", "content": ANSWER},
+            ]
+        },
     ]
     result = load_records(write_jsonl(tmp_path / "chat.jsonl", rows))
     first, second = result.records
     assert [m.role for m in first.messages] == ["system", "user", "assistant"]
     assert first.answer == ANSWER
-    assert first.prompt_messages == [Message(role="system", content="be brief"),
-                                     Message(role="user", content="negate")]
+    assert first.prompt_messages == [Message(role="system", content="be brief"), Message(role="user", content="negate")]
     assert (first.line, first.group, first.problem) == (1, "neg", None)
     assert (second.line, second.group, len(second.messages)) == (2, None, 4)
     assert first.meta == {"format": "chat"}
@@ -65,8 +74,7 @@ def test_chat_rows_keep_their_messages_and_optional_group(tmp_path):
 def test_prompt_completion_rows_become_a_user_and_an_assistant_turn(tmp_path):
     path = write_jsonl(tmp_path / "pc.jsonl", [{"prompt": QUESTION, "completion": ANSWER}])
     (record,) = load_records(path).records
-    assert record.messages == [Message(role="user", content=QUESTION),
-                               Message(role="assistant", content=ANSWER)]
+    assert record.messages == [Message(role="user", content=QUESTION), Message(role="assistant", content=ANSWER)]
     assert record.problem == PROBLEM
 
 
@@ -107,22 +115,17 @@ def test_compact_style_rebuilds_the_user_message_from_the_problem(tmp_path):
 
 def test_compact_style_keeps_a_prompt_without_a_reference_and_warns(tmp_path):
     rows = [{"prompt": "negate a vector in CUDA", "completion": ANSWER}]
-    result = load_records(write_jsonl(tmp_path / "pc.jsonl", rows),
-                          LoadOptions(prompt_style="compact"))
+    result = load_records(write_jsonl(tmp_path / "pc.jsonl", rows), LoadOptions(prompt_style="compact"))
     assert result.records[0].messages[0].content == "negate a vector in CUDA"
-    assert [(i.line, i.code.value, i.severity) for i in result.issues] == [
-        (1, "no_reference", "warning")
-    ]
+    assert [(i.line, i.code.value, i.severity) for i in result.issues] == [(1, "no_reference", "warning")]
 
 
 def test_split_output_rows_load_back_into_equal_records(tmp_path):
-    source = load_records(write_jsonl(tmp_path / "table.jsonl", table_rows()),
-                          LoadOptions(prompt_style="compact")).records
-    again = load_records(write_jsonl(tmp_path / "chat.jsonl",
-                                      [r.to_chat_row() for r in source])).records
-    assert [(r.messages, r.group, r.problem) for r in again] == [
-        (r.messages, r.group, r.problem) for r in source
-    ]
+    source = load_records(
+        write_jsonl(tmp_path / "table.jsonl", table_rows()), LoadOptions(prompt_style="compact")
+    ).records
+    again = load_records(write_jsonl(tmp_path / "chat.jsonl", [r.to_chat_row() for r in source])).records
+    assert [(r.messages, r.group, r.problem) for r in again] == [(r.messages, r.group, r.problem) for r in source]
 
 
 def test_many_rows_load_with_their_line_numbers(tmp_path):
@@ -144,7 +147,9 @@ def test_the_summary_reports_each_kind_of_skipped_record_once_with_its_first_lin
     skipped = [message for level, message in notes if "skipped" in message]
     assert len(skipped) == 2  # one line per kind of problem, not one per record
     wrong_order = next(message for message in skipped if "wrong_role_order" in message)
-    assert wrong_order.startswith("training_file: 7 records skipped, wrong_role_order (lines 3, 6, 9, 12, 15 and 2 more)")
+    assert wrong_order.startswith(
+        "training_file: 7 records skipped, wrong_role_order (lines 3, 6, 9, 12, 15 and 2 more)"
+    )
     assert notes[-1] == ("info", f"training_file: {len(loaded.records)} of 21 records usable")
     assert all(level == "warning" for level, _ in notes[:-1])
 

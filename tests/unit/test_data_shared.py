@@ -22,8 +22,7 @@ def test_the_table_keeps_the_2411_answers_with_a_kernel(loaded):
     assert (result.total, len(result.records)) == (2799, 2411)
     assert result.counts() == {"no_cuda_kernel": 388}
     assert len({record.group for record in result.records}) == 180
-    assert all(record.problem and "def get_init_inputs" in record.problem
-               for record in result.records)
+    assert all(record.problem and "def get_init_inputs" in record.problem for record in result.records)
 
 
 def test_keeping_non_kernel_answers_keeps_every_row(kernelbench_table):
@@ -34,8 +33,7 @@ def test_keeping_non_kernel_answers_keeps_every_row(kernelbench_table):
 def test_compact_prompts_are_much_shorter_than_the_kernelbench_question(kernelbench_table, loaded):
     full = loaded.records[:20]
     compact = load_records(kernelbench_table, LoadOptions(prompt_style="compact")).records[:20]
-    saved = [len(f.messages[0].content) - len(c.messages[0].content)
-             for f, c in zip(full, compact)]
+    saved = [len(f.messages[0].content) - len(c.messages[0].content) for f, c in zip(full, compact)]
     assert min(saved) > 3000  # characters of one-shot example and instructions, per sample
 
 

@@ -49,25 +49,32 @@ def only_issue(tmp_path, bad_line: str, options: LoadOptions = LoadOptions(), to
     ("row", "code", "field"),
     [
         (chat(("user", "q")), ErrorCode.wrong_role_order, "messages[0].role"),
-        (chat(("assistant", KERNEL_ANSWER), ("user", "q")), ErrorCode.wrong_role_order,
-         "messages[0].role"),
-        (chat(("user", "q"), ("user", "q"), ("assistant", KERNEL_ANSWER)),
-         ErrorCode.wrong_role_order, "messages[1].role"),
-        (chat(("system", "s"), ("assistant", KERNEL_ANSWER)), ErrorCode.wrong_role_order,
-         "messages[1].role"),
-        (chat(("user", "q"), ("assistant", "  \n")), ErrorCode.empty_assistant,
-         "messages[1].content"),
-        (chat(("user", "q"), ("tool", "x"), ("assistant", KERNEL_ANSWER)),
-         ErrorCode.unknown_role, "messages[1].role"),
-        ({"messages": [{"role": "user"}, {"role": "assistant", "content": KERNEL_ANSWER}]},
-         ErrorCode.missing_field, "messages[0].content"),
-        ({"messages": [{"content": "q"}, {"role": "assistant", "content": KERNEL_ANSWER}]},
-         ErrorCode.missing_field, "messages[0].role"),
+        (chat(("assistant", KERNEL_ANSWER), ("user", "q")), ErrorCode.wrong_role_order, "messages[0].role"),
+        (
+            chat(("user", "q"), ("user", "q"), ("assistant", KERNEL_ANSWER)),
+            ErrorCode.wrong_role_order,
+            "messages[1].role",
+        ),
+        (chat(("system", "s"), ("assistant", KERNEL_ANSWER)), ErrorCode.wrong_role_order, "messages[1].role"),
+        (chat(("user", "q"), ("assistant", "  \n")), ErrorCode.empty_assistant, "messages[1].content"),
+        (chat(("user", "q"), ("tool", "x"), ("assistant", KERNEL_ANSWER)), ErrorCode.unknown_role, "messages[1].role"),
+        (
+            {"messages": [{"role": "user"}, {"role": "assistant", "content": KERNEL_ANSWER}]},
+            ErrorCode.missing_field,
+            "messages[0].content",
+        ),
+        (
+            {"messages": [{"content": "q"}, {"role": "assistant", "content": KERNEL_ANSWER}]},
+            ErrorCode.missing_field,
+            "messages[0].role",
+        ),
         ({"messages": []}, ErrorCode.missing_field, "messages"),
         ({"messages": "hello"}, ErrorCode.wrong_type, "messages"),
-        ({"messages": [{"role": "user", "content": ["q"]},
-                       {"role": "assistant", "content": KERNEL_ANSWER}]},
-         ErrorCode.wrong_type, "messages[0].content"),
+        (
+            {"messages": [{"role": "user", "content": ["q"]}, {"role": "assistant", "content": KERNEL_ANSWER}]},
+            ErrorCode.wrong_type,
+            "messages[0].content",
+        ),
         ({"prompt": "q"}, ErrorCode.missing_field, "completion"),
         ({"completion": KERNEL_ANSWER}, ErrorCode.missing_field, "prompt"),
         ({"prompt": 7, "completion": KERNEL_ANSWER}, ErrorCode.wrong_type, "prompt"),
@@ -75,8 +82,7 @@ def only_issue(tmp_path, bad_line: str, options: LoadOptions = LoadOptions(), to
         ({"question": "q"}, ErrorCode.missing_field, "answer"),
         ({"question": None, "answer": KERNEL_ANSWER}, ErrorCode.missing_field, "question"),
         ({"question": "q", "answer": TORCH_ONLY_ANSWER}, ErrorCode.no_cuda_kernel, "answer"),
-        (chat(("user", "q"), ("assistant", TORCH_ONLY_ANSWER)), ErrorCode.no_cuda_kernel,
-         "messages[1].content"),
+        (chat(("user", "q"), ("assistant", TORCH_ONLY_ANSWER)), ErrorCode.no_cuda_kernel, "messages[1].content"),
         ({"text": "q"}, ErrorCode.unknown_format, ""),
         ([1, 2], ErrorCode.wrong_type, ""),
         (dict(GOOD, group=3), ErrorCode.wrong_type, "group"),
@@ -130,9 +136,7 @@ def test_keeping_non_kernel_answers_turns_the_error_into_a_warning(tmp_path):
 
 def test_records_over_the_token_limit_are_dropped_with_their_line(tmp_path, tokenizer):
     long_row = chat(("user", "word " * 400), ("assistant", KERNEL_ANSWER))
-    result, issue = only_issue(
-        tmp_path, json.dumps(long_row), LoadOptions(max_tokens=300), tokenizer
-    )
+    result, issue = only_issue(tmp_path, json.dumps(long_row), LoadOptions(max_tokens=300), tokenizer)
     assert (issue.line, issue.code, issue.severity) == (3, ErrorCode.over_token_limit, "error")
     assert [record.line for record in result.records] == [1, 2, 4]
 
@@ -173,5 +177,4 @@ def test_a_missing_file_raises_one_clear_error(tmp_path):
 
 def test_issues_print_as_one_line_with_line_field_and_code(tmp_path):
     _, issue = only_issue(tmp_path, json.dumps({"prompt": "q"}))
-    assert str(issue) == "line 3, field completion: error missing_field: required field " \
-                         "'completion' is missing"
+    assert str(issue) == "line 3, field completion: error missing_field: required field 'completion' is missing"

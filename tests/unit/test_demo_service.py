@@ -19,15 +19,27 @@ def demo():
 
 def sample(verdict: str, tiers: list[str], code: str | None = "x = 1") -> dict:
     decided = tiers[-1]
-    return {"text": code or "no code", "code": code, "finish_reason": "stop",
-            "verification": {"verdict": verdict, "tier": decided, "tiers_run": tiers, "reason": f"{verdict} reason",
-                             "tier_verdicts": {t: "pass" if t != decided else verdict for t in tiers}}}
+    return {
+        "text": code or "no code",
+        "code": code,
+        "finish_reason": "stop",
+        "verification": {
+            "verdict": verdict,
+            "tier": decided,
+            "tiers_run": tiers,
+            "reason": f"{verdict} reason",
+            "tier_verdicts": {t: "pass" if t != decided else verdict for t in tiers},
+        },
+    }
 
 
 def test_the_first_passing_sample_is_shown_with_every_tiers_verdict(tmp_path, capsys):
     module = demo()
-    samples = [sample("no_code", ["static"], None), sample("pass", ["static", "compile", "cpu"], "kernel = 2"),
-               sample("pass", ["static", "compile", "cpu"], "kernel = 3")]
+    samples = [
+        sample("no_code", ["static"], None),
+        sample("pass", ["static", "compile", "cpu"], "kernel = 2"),
+        sample("pass", ["static", "compile", "cpu"], "kernel = 3"),
+    ]
     module.show_generation({"samples": samples, "timings": {}}, "10_softplus", tmp_path)
     printed = capsys.readouterr().out
     assert "kernel = 2" in printed and "kernel = 3" not in printed
@@ -38,8 +50,11 @@ def test_the_first_passing_sample_is_shown_with_every_tiers_verdict(tmp_path, ca
 
 def test_when_no_sample_passes_it_says_so_and_shows_the_one_that_got_furthest(tmp_path, capsys):
     module = demo()
-    samples = [sample("no_code", ["static"], None), sample("compile_error", ["static", "compile"], "almost = 1"),
-               sample("static_reject", ["static"], "copy = 1")]
+    samples = [
+        sample("no_code", ["static"], None),
+        sample("compile_error", ["static", "compile"], "almost = 1"),
+        sample("static_reject", ["static"], "copy = 1"),
+    ]
     module.show_generation({"samples": samples, "timings": {}}, "10_softplus", tmp_path)
     printed = capsys.readouterr().out
     assert "no candidate passed: the best of 3 stopped at compile_error (tier compile)" in printed

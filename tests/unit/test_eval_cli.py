@@ -45,11 +45,24 @@ def test_scoring_one_right_and_one_wrong_answer_at_the_compile_tier(tmp_path, pr
     answers = tmp_path / "answers.jsonl"
     answers.write_text(
         json.dumps({"problem_id": "02_relu", "answer": fenced((DEMO / "solutions" / "02_relu.py").read_text())})
-        + "\n" + json.dumps({"id": "01_vector_add", "samples": [broken_vector_add()]}) + "\n"
+        + "\n"
+        + json.dumps({"id": "01_vector_add", "samples": [broken_vector_add()]})
+        + "\n"
     )
     out = tmp_path / "out"
-    outcome = run_cli("--answers", str(answers), "--problems", str(problem_dir), "--tier", "compile",
-                      "--out", str(out), "--quiet", "--cache-dir", str(tmp_path / "cache"))
+    outcome = run_cli(
+        "--answers",
+        str(answers),
+        "--problems",
+        str(problem_dir),
+        "--tier",
+        "compile",
+        "--out",
+        str(out),
+        "--quiet",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    )
     assert outcome.exit_code == 0, outcome.output
     results = json.loads((out / "results.json").read_text())
     assert results["aggregate"]["greedy"] is None
@@ -68,14 +81,31 @@ def test_a_greedy_answer_is_scored_apart_from_the_samples(tmp_path, problem_dir)
     relu = fenced((DEMO / "solutions" / "02_relu.py").read_text())
     answers = tmp_path / "answers.jsonl"
     answers.write_text(
-        json.dumps({"id": "02_relu", "greedy": relu, "samples": [broken_vector_add(), relu]}) + "\n"
-        + json.dumps({"problem_id": "01_vector_add", "answer": broken_vector_add(), "greedy": True}) + "\n"
-        + json.dumps({"problem_id": "01_vector_add", "answer": broken_vector_add()}) + "\n"
-        + json.dumps({"problem_id": "01_vector_add", "answer": broken_vector_add()}) + "\n"
+        json.dumps({"id": "02_relu", "greedy": relu, "samples": [broken_vector_add(), relu]})
+        + "\n"
+        + json.dumps({"problem_id": "01_vector_add", "answer": broken_vector_add(), "greedy": True})
+        + "\n"
+        + json.dumps({"problem_id": "01_vector_add", "answer": broken_vector_add()})
+        + "\n"
+        + json.dumps({"problem_id": "01_vector_add", "answer": broken_vector_add()})
+        + "\n"
     )
     out = tmp_path / "out"
-    outcome = run_cli("--answers", str(answers), "--problems", str(problem_dir), "--tier", "compile", "--k", "1,2",
-                      "--out", str(out), "--quiet", "--cache-dir", str(tmp_path / "cache"))
+    outcome = run_cli(
+        "--answers",
+        str(answers),
+        "--problems",
+        str(problem_dir),
+        "--tier",
+        "compile",
+        "--k",
+        "1,2",
+        "--out",
+        str(out),
+        "--quiet",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    )
     assert outcome.exit_code == 0, outcome.output
     aggregate = json.loads((out / "results.json").read_text())["aggregate"]
     assert aggregate["greedy"]["metrics"] == {"compile@1": 0.5}
@@ -87,23 +117,51 @@ def test_a_greedy_answer_is_scored_apart_from_the_samples(tmp_path, problem_dir)
 
 def test_generating_with_a_model_scores_every_sample(tmp_path, problem_dir, tiny_model_dir):
     out = tmp_path / "out"
-    outcome = run_cli("--model", str(tiny_model_dir), "--problems", str(problem_dir), "--samples", "2",
-                      "--tier", "static", "--max-new-tokens", "4", "--out", str(out), "--quiet", "--no-cache")
+    outcome = run_cli(
+        "--model",
+        str(tiny_model_dir),
+        "--problems",
+        str(problem_dir),
+        "--samples",
+        "2",
+        "--tier",
+        "static",
+        "--max-new-tokens",
+        "4",
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-cache",
+    )
     assert outcome.exit_code == 0, outcome.output
     results = json.loads((out / "results.json").read_text())
     assert results["aggregate"]["samples"] == 6  # a greedy sample and 2 i.i.d. ones per problem
     assert results["aggregate"]["k_values"] == [1, 2]
     assert (results["aggregate"]["greedy"]["problems"], results["aggregate"]["sampled"]["samples"]) == (2, 4)
     assert [(s["problem_id"], s["index"], s["greedy"]) for s in results["samples"]] == [
-        ("01_vector_add", 0, True), ("01_vector_add", 1, False), ("01_vector_add", 2, False),
-        ("02_relu", 0, True), ("02_relu", 1, False), ("02_relu", 2, False),
+        ("01_vector_add", 0, True),
+        ("01_vector_add", 1, False),
+        ("01_vector_add", 2, False),
+        ("02_relu", 0, True),
+        ("02_relu", 1, False),
+        ("02_relu", 2, False),
     ]
     assert all(s["completion_tokens"] <= 4 for s in results["samples"])
 
 
 def test_greedy_only_by_default_and_no_greedy_draws_only_iid_samples(tmp_path, problem_dir, tiny_model_dir):
-    common = ("--model", str(tiny_model_dir), "--problems", str(problem_dir), "--tier", "static",
-              "--max-new-tokens", "2", "--quiet", "--no-cache")
+    common = (
+        "--model",
+        str(tiny_model_dir),
+        "--problems",
+        str(problem_dir),
+        "--tier",
+        "static",
+        "--max-new-tokens",
+        "2",
+        "--quiet",
+        "--no-cache",
+    )
     assert run_cli(*common, "--out", str(tmp_path / "a")).exit_code == 0
     default = json.loads((tmp_path / "a" / "results.json").read_text())
     assert [s["greedy"] for s in default["samples"]] == [True, True]
@@ -135,11 +193,16 @@ def test_impossible_sampling_options_are_refused(problem_dir, args, message):
     ("content", "message"),
     [
         ('{"problem_id": "02_relu", "answer": "x"}\nnot json\n', "error: answers.jsonl line 2: not valid JSON"),
-        ('{"problem_id": "02_relu"}\n', 'error: answers.jsonl line 1: expected {"problem_id", "answer": str, "greedy"?: bool}'),
+        (
+            '{"problem_id": "02_relu"}\n',
+            'error: answers.jsonl line 1: expected {"problem_id", "answer": str, "greedy"?: bool}',
+        ),
         ('{"problem_id": "nope", "answer": "x"}\n', "error: answers.jsonl line 1: problem id 'nope' is not in"),
         ("\n", "error: answers.jsonl: no answers"),
-        ('{"problem_id": "02_relu", "answer": "x", "greedy": true}\n{"id": "02_relu", "samples": [], "greedy": "y"}\n',
-         "error: answers.jsonl line 2: a second greedy answer for problem '02_relu'"),
+        (
+            '{"problem_id": "02_relu", "answer": "x", "greedy": true}\n{"id": "02_relu", "samples": [], "greedy": "y"}\n',
+            "error: answers.jsonl line 2: a second greedy answer for problem '02_relu'",
+        ),
     ],
 )
 def test_a_bad_answers_file_is_one_clear_line_and_exit_2(tmp_path, problem_dir, content, message):
@@ -153,11 +216,18 @@ def test_a_bad_answers_file_is_one_clear_line_and_exit_2(tmp_path, problem_dir, 
 
 def test_pass_at_k_over_answers_needs_k_answers_for_every_problem(tmp_path, problem_dir):
     answers = tmp_path / "answers.jsonl"
-    answers.write_text(json.dumps({"id": "02_relu", "samples": ["a", "b"]}) + "\n"
-                       + json.dumps({"id": "01_vector_add", "samples": ["c"]}) + "\n")
-    outcome = run_cli("--answers", str(answers), "--problems", str(problem_dir), "--k", "2", "--out", str(tmp_path / "o"))
+    answers.write_text(
+        json.dumps({"id": "02_relu", "samples": ["a", "b"]})
+        + "\n"
+        + json.dumps({"id": "01_vector_add", "samples": ["c"]})
+        + "\n"
+    )
+    outcome = run_cli(
+        "--answers", str(answers), "--problems", str(problem_dir), "--k", "2", "--out", str(tmp_path / "o")
+    )
     assert (outcome.exit_code, outcome.output.strip()) == (
-        2, "error: k: pass@2 needs at least 2 i.i.d. answers per problem; problem '01_vector_add' has 1"
+        2,
+        "error: k: pass@2 needs at least 2 i.i.d. answers per problem; problem '01_vector_add' has 1",
     )
     assert not (tmp_path / "o").exists()
 
@@ -165,7 +235,8 @@ def test_pass_at_k_over_answers_needs_k_answers_for_every_problem(tmp_path, prob
 def test_model_and_answers_together_are_refused(tmp_path, problem_dir):
     outcome = run_cli("--model", "m", "--answers", "a.jsonl", "--problems", str(problem_dir), "--out", "o")
     assert (outcome.exit_code, outcome.output.strip()) == (
-        2, "error: options: give exactly one of model (to generate answers) or answers (to score them)"
+        2,
+        "error: options: give exactly one of model (to generate answers) or answers (to score them)",
     )
 
 
@@ -193,8 +264,11 @@ def test_the_markdown_report_shows_the_greedy_and_pass_at_k_blocks_apart():
         config=EvalConfig(model="m", problems="demo", tier=Tier.GPU, samples=2, temperature=0.7),
         aggregate=aggregate(rows, Tier.GPU, [1, 2]),
         problems=rows,
-        samples=[SampleRecord(problem_id=pid, index=i, greedy=i == 0, answer="...", result=result)
-                 for pid, (greedy, sampled) in scored.items() for i, result in enumerate([greedy, *sampled])],
+        samples=[
+            SampleRecord(problem_id=pid, index=i, greedy=i == 0, answer="...", result=result)
+            for pid, (greedy, sampled) in scored.items()
+            for i, result in enumerate([greedy, *sampled])
+        ],
         elapsed_s=1.25,
     )
     assert render_markdown(report) == (

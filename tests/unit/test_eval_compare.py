@@ -63,8 +63,13 @@ def write_results(path: Path, scored: dict[str, tuple[VerifyResult | None, list[
         for pid, (greedy, sampled) in scored.items()
         for i, result in enumerate(([greedy] if greedy else []) + sampled)
     ]
-    report = EvalReport(config=EvalConfig(model="m", problems="p", tier=Tier.CPU, samples=2),
-                        aggregate=aggregate(rows, Tier.CPU, [1, 2]), problems=rows, samples=samples, elapsed_s=1.0)
+    report = EvalReport(
+        config=EvalConfig(model="m", problems="p", tier=Tier.CPU, samples=2),
+        aggregate=aggregate(rows, Tier.CPU, [1, 2]),
+        problems=rows,
+        samples=samples,
+        elapsed_s=1.0,
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report.model_dump(mode="json")))
     return path
@@ -73,13 +78,29 @@ def write_results(path: Path, scored: dict[str, tuple[VerifyResult | None, list[
 def test_runs_are_compared_per_metric_on_the_same_problems(tmp_path):
     good = {f"p{i}": (PASS, [PASS, WRONG]) for i in range(8)}
     bad = {f"p{i}": (BROKEN, [BROKEN, BROKEN]) for i in range(8)}
-    a, b = read_run(write_results(tmp_path / "a" / "results.json", good)), read_run(write_results(tmp_path / "b" / "results.json", bad))
+    a, b = (
+        read_run(write_results(tmp_path / "a" / "results.json", good)),
+        read_run(write_results(tmp_path / "b" / "results.json", bad)),
+    )
     comparison = compare_runs([a], [b], resamples=2000)
     by_metric = {item.metric: item for item in comparison.intervals}
-    assert list(by_metric) == ["greedy:compile@1", "greedy:cpu_correct@1", "sampled:compile@1", "sampled:compile@2",
-                               "sampled:cpu_correct@1", "sampled:cpu_correct@2"]
+    assert list(by_metric) == [
+        "greedy:compile@1",
+        "greedy:cpu_correct@1",
+        "sampled:compile@1",
+        "sampled:compile@2",
+        "sampled:cpu_correct@1",
+        "sampled:cpu_correct@2",
+    ]
     greedy = by_metric["greedy:cpu_correct@1"]
-    assert (greedy.problems, greedy.a, greedy.b, greedy.difference, greedy.low, greedy.high) == (8, 1.0, 0.0, 1.0, 1.0, 1.0)
+    assert (greedy.problems, greedy.a, greedy.b, greedy.difference, greedy.low, greedy.high) == (
+        8,
+        1.0,
+        0.0,
+        1.0,
+        1.0,
+        1.0,
+    )
     assert by_metric["sampled:cpu_correct@1"].difference == pytest.approx(0.5)
     assert by_metric["sampled:cpu_correct@2"].difference == pytest.approx(1.0)
 
@@ -89,8 +110,10 @@ def test_results_from_before_the_greedy_split_read_sample_0_as_the_greedy_one(tm
         "config": {"model": "m", "problems": "p", "samples": 2, "greedy_first": True, "tier": "cpu"},
         "aggregate": {"tier": "cpu", "k_values": [1, 2], "metrics": {"compile@1": 0.5}},
         "problems": [{"id": "p1"}],
-        "samples": [{"problem_id": "p1", "index": 0, "answer": "...", "result": PASS.model_dump(mode="json")},
-                    {"problem_id": "p1", "index": 1, "answer": "...", "result": BROKEN.model_dump(mode="json")}],
+        "samples": [
+            {"problem_id": "p1", "index": 0, "answer": "...", "result": PASS.model_dump(mode="json")},
+            {"problem_id": "p1", "index": 1, "answer": "...", "result": BROKEN.model_dump(mode="json")},
+        ],
     }
     path = tmp_path / "results.json"
     path.write_text(json.dumps(legacy))
@@ -101,13 +124,20 @@ def test_results_from_before_the_greedy_split_read_sample_0_as_the_greedy_one(tm
     # only one i.i.d. sample per problem: pass@2 cannot be estimated and is skipped, not clamped
     comparison = compare_runs([run], [run])
     assert [item.metric for item in comparison.intervals if item.metric.startswith("sampled")] == [
-        "sampled:compile@1", "sampled:cpu_correct@1"]
+        "sampled:compile@1",
+        "sampled:cpu_correct@1",
+    ]
     assert comparison.skipped == ["sampled:*@2: a problem has fewer than 2 i.i.d. samples"]
 
 
 def test_the_seeds_of_a_side_are_averaged_per_problem(tmp_path):
     # seed 0 solves p0 and p1 greedily, seed 1 only p0: per problem 1.0, 0.5, 0.0, 0.0 against B's zeros
-    seed0 = {"p0": (PASS, [PASS, PASS]), "p1": (PASS, [PASS, BROKEN]), "p2": (BROKEN, [BROKEN] * 2), "p3": (BROKEN, [BROKEN] * 2)}
+    seed0 = {
+        "p0": (PASS, [PASS, PASS]),
+        "p1": (PASS, [PASS, BROKEN]),
+        "p2": (BROKEN, [BROKEN] * 2),
+        "p3": (BROKEN, [BROKEN] * 2),
+    }
     seed1 = {**seed0, "p1": (BROKEN, [BROKEN] * 2)}
     zeros = {pid: (BROKEN, [BROKEN] * 2) for pid in seed0}
     a = [read_run(write_results(tmp_path / f"a{i}.json", scored)) for i, scored in enumerate((seed0, seed1))]
@@ -121,7 +151,9 @@ def test_eval_compare_prints_the_table_and_writes_it(tmp_path):
     a = write_results(tmp_path / "a" / "results.json", {f"p{i}": (PASS, [PASS, PASS]) for i in range(4)})
     b = write_results(tmp_path / "b" / "results.json", {f"p{i}": (PASS, [PASS, PASS]) for i in range(4)})
     out = tmp_path / "cmp"
-    outcome = CliRunner().invoke(app, ["eval-compare", str(a), f"{b.parent},{b}", "--resamples", "500", "--out", str(out)])
+    outcome = CliRunner().invoke(
+        app, ["eval-compare", str(a), f"{b.parent},{b}", "--resamples", "500", "--out", str(out)]
+    )
     assert outcome.exit_code == 0, outcome.output
     assert "| greedy:cpu_correct@1 | 4 | 1.000 | 1.000 | +0.000 | [+0.000, +0.000] |" in outcome.output
     saved = json.loads((out / "comparison.json").read_text())

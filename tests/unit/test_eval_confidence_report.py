@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from cuset_core.analysis.categories import Category
+from cuset_core.cli import app
 from cuset_core.evaluation.confidence_report import (
     FINDING_LABEL,
     SCHEMA,
@@ -26,9 +27,8 @@ from cuset_core.evaluation.confidence_report import (
     render_markdown,
     summarize,
 )
-from cuset_core.cli import app
 
-S, I, B = Category.SYNC, Category.INDEXING, Category.BOUNDS_GUARD
+S, IX, B = Category.SYNC, Category.INDEXING, Category.BOUNDS_GUARD
 
 
 def settings(**overrides) -> ReportSettings:
@@ -44,9 +44,9 @@ def two_records() -> list[RecordConfidence]:
         line=1,
         nll=nll(0.95, 0.2, 0.4, 0.99, 0.6),
         top1=[True, False, True, True, True],
-        category=[I, B, B, None, None],
+        category=[IX, B, B, None, None],
         region=[0, 1, 1, -1, -1],
-        regions={0: RegionInfo("declaration", I, "int i = threadIdx.x;"), 1: RegionInfo("if_header", B, "if (i < n)")},
+        regions={0: RegionInfo("declaration", IX, "int i = threadIdx.x;"), 1: RegionInfo("if_header", B, "if (i < n)")},
     )
     second = RecordConfidence(
         line=7,
@@ -80,14 +80,26 @@ def test_judges_score_region_tokens_by_region_category():
     assert (guard["regions"], guard["tokens"], guard["top1_accuracy"], guard["region_exact_match"]) == (1, 2, 0.5, 0.0)
     assert guard["nll"] == pytest.approx(-(math.log(0.2) + math.log(0.4)) / 2)
     assert judges["sync"]["nll"] == pytest.approx(0.0)
-    assert judges["warp"] == {"regions": 0, "tokens": 0, "nll": None, "top1_accuracy": None,
-                              "region_exact_match": None, "mean_p": None}
+    assert judges["warp"] == {
+        "regions": 0,
+        "tokens": 0,
+        "nll": None,
+        "top1_accuracy": None,
+        "region_exact_match": None,
+        "mean_p": None,
+    }
 
 
 def test_a_region_token_counts_under_its_region_category_not_its_span_category():
     # A unit-extent region: an indexing statement whose arithmetic tokens carry no span category.
-    record = RecordConfidence(line=1, nll=nll(0.5, 0.25), top1=[True, True], category=[I, None], region=[0, 0],
-                              regions={0: RegionInfo("statement", I, "out[i] = 2 * x[i];")})
+    record = RecordConfidence(
+        line=1,
+        nll=nll(0.5, 0.25),
+        top1=[True, True],
+        category=[IX, None],
+        region=[0, 0],
+        regions={0: RegionInfo("statement", IX, "out[i] = 2 * x[i];")},
+    )
     judges = judge_stats([record])
     assert (judges["indexing"]["tokens"], judges["indexing"]["region_exact_match"]) == (2, 1.0)
     assert judges["indexing"]["nll"] == pytest.approx((math.log(2) + math.log(4)) / 2)
@@ -96,15 +108,15 @@ def test_a_region_token_counts_under_its_region_category_not_its_span_category()
 def test_group_stats_counts_shares_against_thresholds():
     stats = group_stats(np.array([0.95, 0.9, 0.5, 0.2]), high=0.9, low=0.5)
     assert stats == {"tokens": 4, "mean_p": pytest.approx(0.6375), "share_high": 0.5, "share_low": 0.25}
-    assert group_stats(np.array([]), 0.9, 0.5) == {
-        "tokens": 0, "mean_p": None, "share_high": None, "share_low": None
-    }
+    assert group_stats(np.array([]), 0.9, 0.5) == {"tokens": 0, "mean_p": None, "share_high": None, "share_low": None}
 
 
 def test_regions_are_scored_by_the_mean_p_of_their_tokens_lowest_first():
     scored = region_scores(two_records())
     assert [(r["line"], r["text"], r["tokens"]) for r in scored] == [
-        (1, "if (i < n)", 2), (1, "int i = threadIdx.x;", 1), (7, "__syncthreads();", 1)
+        (1, "if (i < n)", 2),
+        (1, "int i = threadIdx.x;", 1),
+        (7, "__syncthreads();", 1),
     ]
     assert scored[0]["mean_p"] == pytest.approx(0.3)
     assert scored[0]["nll"] == pytest.approx(-(math.log(0.2) + math.log(0.4)) / 2)
@@ -120,16 +132,16 @@ def test_summary_separates_sensitive_and_non_sensitive_tokens():
     assert summary["judges"]["labels"]["mean_p"].startswith(FINDING_LABEL)
     assert summary["tokens"] == {"supervised": 7, "sensitive": 4, "sensitive_share": pytest.approx(4 / 7)}
     groups = summary["groups"]
-    assert groups["sensitive"] == {
-        "tokens": 4, "mean_p": pytest.approx(0.6375), "share_high": 0.5, "share_low": 0.5
-    }
+    assert groups["sensitive"] == {"tokens": 4, "mean_p": pytest.approx(0.6375), "share_high": 0.5, "share_low": 0.5}
     assert groups["non_sensitive"]["tokens"] == 3
     assert groups["non_sensitive"]["mean_p"] == pytest.approx((0.99 + 0.6 + 0.3) / 3)
     assert groups["bounds_guard"]["mean_p"] == pytest.approx(0.3)
     assert groups["warp"]["tokens"] == 0
     # one of three regions is below low=0.5 and it holds 2 of the 4 sensitive tokens
     assert summary["regions"] == {
-        "count": 3, "low_confidence": 1, "low_confidence_share": pytest.approx(1 / 3),
+        "count": 3,
+        "low_confidence": 1,
+        "low_confidence_share": pytest.approx(1 / 3),
         "sensitive_tokens_in_low_confidence_regions": 0.5,
     }
     assert summary["histogram"]["edges"] == [0.0, 0.25, 0.5, 0.75, 1.0]
@@ -142,9 +154,12 @@ def test_markdown_leads_with_the_judges_and_labels_mean_p_as_the_finding():
     text = render_markdown(summarize(two_records(), settings()))
     judges = text.index("## Judges")
     assert judges < text.index("## The paper's finding")
-    assert f"| category | regions | tokens | mean NLL | top-1 accuracy | region exact match | mean p ({FINDING_LABEL}) |" in text
+    assert (
+        f"| category | regions | tokens | mean NLL | top-1 accuracy | region exact match | mean p ({FINDING_LABEL}) |"
+        in text
+    )
     assert "| all | 3 | 4 | 0.644 | 0.750 | 0.667 | 0.637 |" in text
-    assert "| warp |" not in text[judges:text.index("## The paper's finding")]  # empty categories left out
+    assert "| warp |" not in text[judges : text.index("## The paper's finding")]  # empty categories left out
     assert "| sensitive | 4 | 0.637 | 0.500 | 0.500 |" in text
     assert "| 1 | if_header | bounds_guard | 0.300 | 1.263 | no | 2 | `if (i < n)` |" in text
 
@@ -189,8 +204,12 @@ class ModelNew(torch.nn.Module):
 
 def test_confidence_report_end_to_end(tiny_model_dir, tmp_path):
     rows = [
-        {"messages": [{"role": "user", "content": f"Scale a tensor by {k} with CUDA."},
-                      {"role": "assistant", "content": ANSWER}]}
+        {
+            "messages": [
+                {"role": "user", "content": f"Scale a tensor by {k} with CUDA."},
+                {"role": "assistant", "content": ANSWER},
+            ]
+        }
         for k in (2, 3, 4)
     ]
     rows.append({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "no kernel"}]})
@@ -199,8 +218,7 @@ def test_confidence_report_end_to_end(tiny_model_dir, tmp_path):
     out = tmp_path / "report"
     result = CliRunner().invoke(
         app,
-        ["confidence-report", "--model", str(tiny_model_dir), "--data", str(data), "--limit", "2",
-         "--out", str(out)],
+        ["confidence-report", "--model", str(tiny_model_dir), "--data", str(data), "--limit", "2", "--out", str(out)],
     )
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == ["confidence.png", "report.json", "report.md"]
@@ -242,8 +260,8 @@ def test_confidence_report_rejects_an_unknown_model(tmp_path):
 
 
 def test_record_confidence_matches_a_full_softmax(tiny_model_dir, tokenizer):
-    from cuset_core.evaluation.confidence_report import record_confidence
     from cuset_core.data import Record, encode_record
+    from cuset_core.evaluation.confidence_report import record_confidence
     from cuset_core.models import load_model
 
     model, _ = load_model(str(tiny_model_dir))

@@ -25,8 +25,11 @@ def result(verdict: str, tier: str, speedup: float | None = None) -> VerifyResul
 def tiered(**verdicts: str) -> VerifyResult:
     """A result with what each tier that ran concluded; the last one decided."""
     last = list(verdicts)[-1]
-    return VerifyResult(verdict=Verdict(verdicts[last]), tier=Tier(last),
-                        tier_verdicts={Tier(t): Verdict(v) for t, v in verdicts.items()})
+    return VerifyResult(
+        verdict=Verdict(verdicts[last]),
+        tier=Tier(last),
+        tier_verdicts={Tier(t): Verdict(v) for t, v in verdicts.items()},
+    )
 
 
 @pytest.mark.parametrize(
@@ -81,21 +84,27 @@ def test_a_sample_passes_exactly_the_tiers_that_concluded_pass():
 
 
 def test_a_sample_unsupported_on_the_cpu_is_gpu_correct_but_not_cpu_correct():
-    row = problem_row("p1", [
-        tiered(static="pass", compile="pass", cpu="unsupported", gpu="pass"),
-        tiered(static="pass", compile="pass", cpu="pass", gpu="pass"),
-        tiered(static="pass", compile="compile_error"),
-    ])
+    row = problem_row(
+        "p1",
+        [
+            tiered(static="pass", compile="pass", cpu="unsupported", gpu="pass"),
+            tiered(static="pass", compile="pass", cpu="pass", gpu="pass"),
+            tiered(static="pass", compile="compile_error"),
+        ],
+    )
     assert (row.n, row.compiled, row.cpu_correct, row.correct) == (3, 2, 1, 2)
 
 
 def test_problem_rows_count_tiers_verdicts_and_speed():
-    row = problem_row("p1", [
-        result("pass", "gpu", speedup=2.0),
-        result("pass", "gpu", speedup=1.2),
-        result("value_mismatch", "gpu"),
-        result("compile_error", "compile"),
-    ])
+    row = problem_row(
+        "p1",
+        [
+            result("pass", "gpu", speedup=2.0),
+            result("pass", "gpu", speedup=1.2),
+            result("value_mismatch", "gpu"),
+            result("compile_error", "compile"),
+        ],
+    )
     assert (row.n, row.compiled, row.cpu_correct, row.correct) == (4, 3, 3, 2)
     assert row.fast == {"1.0": 2, "1.5": 1}
     assert row.best_speedup == 2.0
@@ -135,8 +144,9 @@ def test_the_greedy_sample_is_scored_apart_and_never_enters_pass_at_k():
     # Problem a: the greedy answer compiles, both i.i.d. samples fail; b: the other way round.
     rows = [
         problem_row("a", [result("compile_error", "compile")] * 2, greedy=result("value_mismatch", "cpu")),
-        problem_row("b", [result("pass", "cpu"), result("compile_error", "compile")],
-                    greedy=result("compile_error", "compile")),
+        problem_row(
+            "b", [result("pass", "cpu"), result("compile_error", "compile")], greedy=result("compile_error", "compile")
+        ),
     ]
     agg = aggregate(rows, Tier.CPU, [1, 2])
     assert agg.greedy.problems == 2
@@ -153,13 +163,21 @@ def test_a_greedy_only_run_has_no_pass_at_k_block():
     rows = [problem_row("a", [], greedy=result("pass", "gpu", 1.7)), problem_row("b", [], greedy=result("pass", "cpu"))]
     agg = aggregate(rows, Tier.GPU, [])
     assert agg.sampled is None
-    assert agg.greedy.metrics == {"compile@1": 1.0, "cpu_correct@1": 1.0, "correct@1": 0.5,
-                                  "fast_1.0": 0.5, "fast_1.5": 0.5}
+    assert agg.greedy.metrics == {
+        "compile@1": 1.0,
+        "cpu_correct@1": 1.0,
+        "correct@1": 0.5,
+        "fast_1.0": 0.5,
+        "fast_1.5": 0.5,
+    }
 
 
 def test_per_problem_scores_are_what_the_aggregate_averages():
-    row = problem_row("a", [result("pass", "cpu"), result("compile_error", "compile"), result("pass", "cpu")],
-                      greedy=result("compile_error", "compile"))
+    row = problem_row(
+        "a",
+        [result("pass", "cpu"), result("compile_error", "compile"), result("pass", "cpu")],
+        greedy=result("compile_error", "compile"),
+    )
     assert greedy_scores(row, Tier.CPU) == {"compile@1": 0.0, "cpu_correct@1": 0.0}
     assert sampled_scores(row, Tier.COMPILE, [1, 2]) == {"compile@1": pytest.approx(2 / 3), "compile@2": 1.0}
     assert greedy_scores(problem_row("b", [result("pass", "cpu")]), Tier.CPU) == {}
@@ -167,9 +185,11 @@ def test_per_problem_scores_are_what_the_aggregate_averages():
 
 
 def test_internal_errors_are_reported_apart_and_left_out_of_every_denominator():
-    samples = [tiered(static="pass", compile="pass", cpu="pass"),
-               tiered(static="pass", compile="pass", cpu="internal_error"),
-               tiered(static="pass", compile="internal_error")]
+    samples = [
+        tiered(static="pass", compile="pass", cpu="pass"),
+        tiered(static="pass", compile="pass", cpu="internal_error"),
+        tiered(static="pass", compile="internal_error"),
+    ]
     row = problem_row("p1", samples)
     assert (row.n, row.internal_errors, row.compiled, row.cpu_correct) == (1, 2, 1, 1)
     assert row.verdicts == {"internal_error": 2, "pass": 1}
@@ -181,8 +201,10 @@ def test_internal_errors_are_reported_apart_and_left_out_of_every_denominator():
 
 
 def test_a_greedy_sample_the_verifier_failed_on_leaves_the_greedy_block_out():
-    rows = [problem_row("a", [], greedy=tiered(static="pass", compile="internal_error")),
-            problem_row("b", [], greedy=result("pass", "cpu"))]
+    rows = [
+        problem_row("a", [], greedy=tiered(static="pass", compile="internal_error")),
+        problem_row("b", [], greedy=result("pass", "cpu")),
+    ]
     agg = aggregate(rows, Tier.CPU, [])
     assert agg.greedy.problems == 1 and agg.greedy.metrics == {"compile@1": 1.0, "cpu_correct@1": 1.0}
     assert (agg.samples, agg.internal_errors) == (1, 1)

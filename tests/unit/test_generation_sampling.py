@@ -27,7 +27,9 @@ def test_a_batch_decodes_like_each_conversation_alone(model_and_tokenizer):
 
     assert together == alone
     assert together[0][0].prompt_tokens < together[1][0].prompt_tokens
-    assert together[0][0].prompt_tokens == len(tokenizer.apply_chat_template(SHORT, add_generation_prompt=True, tokenize=True)["input_ids"])
+    assert together[0][0].prompt_tokens == len(
+        tokenizer.apply_chat_template(SHORT, add_generation_prompt=True, tokenize=True)["input_ids"]
+    )
 
 
 def test_greedy_samples_are_one_answer_repeated(model_and_tokenizer):

@@ -16,8 +16,9 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_the_dry_run_passes_every_step_and_writes_its_figures(tmp_path):
     env = {**os.environ, "OUT": str(tmp_path), "TMPDIR": str(tmp_path), "PYTHONPATH": str(REPO)}
-    done = subprocess.run(["bash", "scripts/gpu_check.sh", "--dry-run"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=900)
+    done = subprocess.run(
+        ["bash", "scripts/gpu_check.sh", "--dry-run"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     figures = json.loads((tmp_path / "gpu_check.json").read_text())
@@ -39,6 +40,11 @@ def test_without_a_gpu_the_full_check_refuses_and_points_to_the_dry_run(tmp_path
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    done = subprocess.run([".venv/bin/python", "scripts/gpu_check.py", "--out", str(tmp_path), "--work", str(tmp_path)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [".venv/bin/python", "scripts/gpu_check.py", "--out", str(tmp_path), "--work", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2 and "no CUDA GPU here; use --dry-run" in done.stderr

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from lora_support import logits, make_adapter
 
 from cuset_core.models import load_model
-from lora_support import logits, make_adapter
 from worker.model_cache import ModelCache, adapter_name
 
 

@@ -73,8 +73,11 @@ def test_cached_repo_id_resolves_to_its_snapshot(offline_hub):
 
 
 def test_uncached_repo_id_offline_fails_at_once_saying_how_to_fetch_it(offline_hub):
-    with pytest.raises(ModelNotFoundError, match=r"'Qwen/Qwen2.5-Coder-7B' is not in the Hugging Face cache .*"
-                       r"HF_HUB_OFFLINE is set: fetch it first with `hf download Qwen/Qwen2.5-Coder-7B`"):
+    with pytest.raises(
+        ModelNotFoundError,
+        match=r"'Qwen/Qwen2.5-Coder-7B' is not in the Hugging Face cache .*"
+        r"HF_HUB_OFFLINE is set: fetch it first with `hf download Qwen/Qwen2.5-Coder-7B`",
+    ):
         resolve_model("Qwen/Qwen2.5-Coder-7B")
 
 
@@ -96,8 +99,9 @@ def test_repo_id_loads_offline_from_the_cache_under_hf_home(hf_home, tmp_path):
     )
     env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     env.pop("HF_HUB_CACHE", None)
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["2", "49152"]
 

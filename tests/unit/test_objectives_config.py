@@ -15,7 +15,11 @@ def test_defaults_are_design_defaults():
     assert (config.mask_ratio, config.region_quantile, config.reweight_lambda) == (0.3, 0.2, 2.0)
     assert (config.w_min, config.w_max) == (0.5, 4.0)
     assert (config.focal_gamma, config.profit_threshold) == (2.0, 0.1)
-    assert (config.region_extent, config.region_confidence, config.mask_rule) == ("unit", "geometric", "confident_plain")
+    assert (config.region_extent, config.region_confidence, config.mask_rule) == (
+        "unit",
+        "geometric",
+        "confident_plain",
+    )
     assert (config.tau_lo_from, config.tau_lo_decay, config.normaliser_decay) == ("regions", 0.9, 0.9)
     assert config.region_threshold is None and not config.dataset_reweighting
 
@@ -36,9 +40,19 @@ def test_cuset_v1_knobs_set_in_the_config_win_and_survive_a_dump():
 
 def test_a_stored_v1_era_dump_still_loads():
     # What the API stored for a cuset job before v2: every field of the v1 MethodConfig.
-    stored = {"type": "cuset", "confidence": "online", "mask_ratio": 0.3, "mask_warmup_steps": 0,
-              "region_quantile": 0.2, "region_threshold": None, "reweight_lambda": 1.0, "w_min": 0.5,
-              "w_max": 3.0, "focal_gamma": 2.0, "profit_threshold": 0.1}
+    stored = {
+        "type": "cuset",
+        "confidence": "online",
+        "mask_ratio": 0.3,
+        "mask_warmup_steps": 0,
+        "region_quantile": 0.2,
+        "region_threshold": None,
+        "reweight_lambda": 1.0,
+        "w_min": 0.5,
+        "w_max": 3.0,
+        "focal_gamma": 2.0,
+        "profit_threshold": 0.1,
+    }
     config = MethodConfig.model_validate(stored)
     assert (config.type, config.reweight_lambda, config.w_max) == ("cuset", 1.0, 3.0)
 

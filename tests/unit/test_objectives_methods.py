@@ -19,10 +19,10 @@ import math
 
 import pytest
 import torch
+from objective_cases import token_batch
 
 from cuset_core.objectives import MethodConfig, ObjectiveBatch, compute_objective
 from cuset_core.objectives.config import V1_KNOBS
-from objective_cases import token_batch
 
 _ = None
 P = [[_, 0.9, 0.8, 0.3, 0.95, 0.6], [_, _, 0.7, 0.99, 0.05, _]]
@@ -159,9 +159,7 @@ def test_lambda_zero_gives_unit_weights():
 
 def test_region_ids_repeated_in_two_samples_are_separate_regions():
     regions = [[-1, -1, -1, 0, -1, 0], [-1, -1, -1, 0, -1, -1]]
-    output = compute_objective(
-        v1("cuset_reweight", region_quantile=0.5), make_batch(regions=regions)
-    )
+    output = compute_objective(v1("cuset_reweight", region_quantile=0.5), make_batch(regions=regions))
     assert output.metrics["low_conf_region_share"] == 0.5
     assert output.sample_weights.tolist() == pytest.approx([4 / 3, 2 / 3])
 
@@ -171,9 +169,7 @@ def test_cuset_combines_masking_and_reweighting():
     output = compute_objective(config, make_batch())
     assert kept(output) == [[0, 0, 1, 1, 0, 1], [0, 0, 1, 1, 1, 0]]
     assert output.sample_weights.tolist() == pytest.approx([4 / 3, 2 / 3])
-    expected = (
-        4 / 3 * sum(map(nll, [0.8, 0.3, 0.6])) + 2 / 3 * sum(map(nll, [0.7, 0.99, 0.05]))
-    ) / SUPERVISED_COUNT
+    expected = (4 / 3 * sum(map(nll, [0.8, 0.3, 0.6])) + 2 / 3 * sum(map(nll, [0.7, 0.99, 0.05]))) / SUPERVISED_COUNT
     assert output.loss.item() == pytest.approx(expected, rel=1e-6)
 
 
@@ -205,8 +201,14 @@ def test_metrics_of_a_cuset_step():
 def test_baselines_log_no_thresholds():
     metrics = compute_objective(MethodConfig(type="sft"), make_batch()).metrics
     assert set(metrics) == {
-        "ce", "kept_ratio", "dropped_grad_share", "sensitive_share", "p_sensitive_mean",
-        "p_nonsensitive_mean", "weight_mean", "weight_max",
+        "ce",
+        "kept_ratio",
+        "dropped_grad_share",
+        "sensitive_share",
+        "p_sensitive_mean",
+        "p_nonsensitive_mean",
+        "weight_mean",
+        "weight_max",
     }
     assert metrics["dropped_grad_share"] == 0.0
 

@@ -19,11 +19,11 @@ import math
 
 import pytest
 import torch
+from objective_cases import token_batch
 
 from cuset_core.objectives import MethodConfig, ObjectiveBatch, ObjectiveState, compute_objective
 from cuset_core.objectives.objective import dataset_state
 from cuset_core.objectives.state import StepEMA
-from objective_cases import token_batch
 
 _ = None
 P = [[_, 0.9, 0.8, 0.3, 0.95, 0.6], [_, _, 0.7, 0.99, 0.05, _]]
@@ -50,6 +50,7 @@ def kept(output) -> list[list[int]]:
 
 
 # --- region extents and masking rules ------------------------------------------------------------
+
 
 def test_unit_extent_never_masks_the_plain_arithmetic_of_a_region():
     # unit: plain p = [0.9, 0.7], tau_hi = median 0.8: only 0.9 drops; 0.95 sits in r0's unit.
@@ -87,6 +88,7 @@ def test_dropped_grad_share_is_the_share_of_one_minus_p_that_masking_removed():
 
 # --- region confidence and tau_lo ----------------------------------------------------------------
 
+
 def test_geometric_region_confidence_flags_a_region_that_the_mean_hides():
     # r1 holds 0.99 and 0.05: mean 0.52 passes a threshold of 0.5, geometric 0.22 does not.
     geometric = compute_objective(MethodConfig(type="cuset_reweight", region_threshold=0.5), make_batch())
@@ -111,8 +113,7 @@ def test_tau_lo_is_a_quantile_of_region_confidences():
 
 
 def test_u_counts_every_region_token_of_the_unit():
-    config = MethodConfig(type="cuset_reweight", region_threshold=0.65, region_confidence="mean",
-                          normaliser_decay=0.0)
+    config = MethodConfig(type="cuset_reweight", region_threshold=0.65, region_confidence="mean", normaliser_decay=0.0)
     output = compute_objective(config, make_batch())
     # mean: r0 0.6625 not low, r1 0.52 low -> u = [0, 1]: sample 1's two unit tokens, not one.
     assert output.metrics["low_conf_region_share"] == 0.5
@@ -171,8 +172,10 @@ ALL_REGION = [[-1, 0, 0, 0, 0, 0], [-1, -1, 1, 1, 1, -1]]
 
 def run_steps(config: MethodConfig, rows: list) -> list:
     state = ObjectiveState.for_method(config.tau_lo_decay, config.normaliser_decay)
-    return [compute_objective(config, make_batch(p, regions=ALL_REGION, step=step), state=state)
-            for step, p in enumerate(rows)]
+    return [
+        compute_objective(config, make_batch(p, regions=ALL_REGION, step=step), state=state)
+        for step, p in enumerate(rows)
+    ]
 
 
 def test_a_hard_batch_after_easy_ones_weighs_more_than_one():
@@ -199,6 +202,7 @@ def test_weights_are_clipped_to_w_min_and_w_max():
 
 # --- reference confidence: statistics of the whole dataset ---------------------------------------
 
+
 def test_dataset_state_takes_tau_lo_and_the_normaliser_over_every_batch():
     config = MethodConfig(type="cuset_reweight", confidence="reference", region_quantile=0.5)
     batches = [make_batch(reference=True), make_batch(EASY, regions=ALL_REGION, reference=True)]
@@ -209,8 +213,7 @@ def test_dataset_state_takes_tau_lo_and_the_normaliser_over_every_batch():
     # Low: r0 and r1 of the first batch (u = 1, raw 3); none in the second: mean raw 2.
     assert state.weight_mean.value.item() == pytest.approx(2.0)
     calls = []
-    output = compute_objective(config, make_batch(reference=True), gather=lambda v: calls.append(v) or v,
-                               state=state)
+    output = compute_objective(config, make_batch(reference=True), gather=lambda v: calls.append(v) or v, state=state)
     assert calls == []  # nothing is gathered: the statistics are the dataset's
     assert output.metrics["tau_lo"] == pytest.approx(tau_lo, rel=1e-5)
     assert output.sample_weights.tolist() == pytest.approx([1.5, 1.5])
@@ -227,6 +230,7 @@ def test_dataset_reweighting_without_its_state_is_one_clear_error():
 
 # --- gradient accumulation -----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("method", ["sft", "dft", "focal", "profit", "cuset_reweight"])
 def test_two_micro_batches_of_one_step_give_the_loss_and_gradient_of_one_batch(method):
     config = MethodConfig(type=method, confidence="reference", region_threshold=0.5)
@@ -234,8 +238,10 @@ def test_two_micro_batches_of_one_step_give_the_loss_and_gradient_of_one_batch(m
     merged = make_batch(reference=True)
     merged_out = compute_objective(config, merged, state=state)
     merged_out.loss.backward()
-    halves = [make_batch([row], [sens], [reg], num_items_in_batch=N, reference=True)
-              for row, sens, reg in zip(P, SENSITIVE, REGIONS)]
+    halves = [
+        make_batch([row], [sens], [reg], num_items_in_batch=N, reference=True)
+        for row, sens, reg in zip(P, SENSITIVE, REGIONS)
+    ]
     total = 0.0
     for half in halves:
         out = compute_objective(config, half, state=state)

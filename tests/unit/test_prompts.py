@@ -9,7 +9,7 @@ from cuset_core.generation.prompts import (
     reference_from_question,
 )
 
-PROBLEM = '''import torch
+PROBLEM = """import torch
 import torch.nn as nn
 
 
@@ -27,7 +27,7 @@ def get_inputs():
 
 
 def get_init_inputs():
-    return [1]'''
+    return [1]"""
 
 
 def test_the_kernelbench_prompt_shows_a_worked_example_then_the_problem():
@@ -41,8 +41,7 @@ def test_the_compact_prompt_is_the_problem_and_one_instruction(tokenizer):
     prompt = compact_prompt(PROBLEM)
     assert prompt.endswith(f"```python\n{PROBLEM}\n```\n")
     overhead = len(tokenizer(prompt)["input_ids"]) - len(tokenizer(PROBLEM)["input_ids"])
-    full_overhead = (len(tokenizer(kernelbench_prompt(PROBLEM))["input_ids"])
-                     - len(tokenizer(PROBLEM)["input_ids"]))
+    full_overhead = len(tokenizer(kernelbench_prompt(PROBLEM))["input_ids"]) - len(tokenizer(PROBLEM)["input_ids"])
     assert overhead <= 60
     assert full_overhead >= 10 * overhead
 
@@ -63,9 +62,7 @@ def test_text_without_a_model_class_has_no_reference():
 
 
 def test_messages_for_generation_are_one_user_turn_in_the_chosen_style():
-    assert build_messages(PROBLEM, "compact") == [
-        {"role": "user", "content": compact_prompt(PROBLEM)}
-    ]
+    assert build_messages(PROBLEM, "compact") == [{"role": "user", "content": compact_prompt(PROBLEM)}]
     assert build_messages(PROBLEM, "kernelbench")[0]["content"] == kernelbench_prompt(PROBLEM)
 
 

@@ -86,8 +86,7 @@ def _compose_command() -> list[str] | None:
 
 @pytest.mark.skipif(_compose_command() is None, reason="neither `docker compose` nor `docker-compose` is installed")
 def test_compose_file_is_valid():
-    result = subprocess.run([*_compose_command(), "config", "-q"], cwd=REPO, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run([*_compose_command(), "config", "-q"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
 
 

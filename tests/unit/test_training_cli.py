@@ -43,7 +43,16 @@ def test_tune_trains_through_the_subprocess_and_saves_an_adapter(tmp_path, tiny_
 
 def test_tune_refuses_a_missing_data_file_with_one_line(tmp_path, tiny_model_dir):
     result = runner.invoke(
-        app, ["tune", "--data", str(tmp_path / "none.jsonl"), "--model", str(tiny_model_dir), "--output", str(tmp_path / "o")]
+        app,
+        [
+            "tune",
+            "--data",
+            str(tmp_path / "none.jsonl"),
+            "--model",
+            str(tiny_model_dir),
+            "--output",
+            str(tmp_path / "o"),
+        ],
     )
 
     assert result.exit_code == 2
@@ -114,7 +123,9 @@ def test_tune_refuses_qlora_without_a_gpu(tmp_path, tiny_model_dir):
 
 def test_generate_prints_an_answer(tmp_path, tiny_model_dir):
     problem = tmp_path / "problem.py"
-    problem.write_text("import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x + 1\n")
+    problem.write_text(
+        "import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x + 1\n"
+    )
 
     result = runner.invoke(
         app, ["generate", "--model", str(tiny_model_dir), "--problem", str(problem), "--max-new-tokens", "4",

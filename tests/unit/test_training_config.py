@@ -52,20 +52,31 @@ def test_null_lora_means_full_fine_tuning(tmp_path, data_file):
     [
         ({"method": {"type": "magic"}}, "method.type: Input should be 'sft', 'dft', 'focal', 'profit', 'cuset'"),
         ({"method": {"mask_ratio": -0.1}}, "method.mask_ratio: Input should be greater than or equal to 0 (got -0.1)"),
-        ({"hyperparameters": {"batch_size": 0}}, "hyperparameters.batch_size: Input should be greater than or equal to 1"),
+        (
+            {"hyperparameters": {"batch_size": 0}},
+            "hyperparameters.batch_size: Input should be greater than or equal to 1",
+        ),
         ({"epoch": 3}, "epoch: Extra inputs are not permitted"),
         ({"hyperparameters": {"truncation": "wrap"}}, "hyperparameters.truncation: Input should be 'drop' or 'cut'"),
         ({"hyperparameters": {"dtype": "int8"}}, "hyperparameters.dtype: Input should be 'auto', 'bfloat16'"),
         ({"hyperparameters": {"quantization": {"bits": 8}}}, "hyperparameters.quantization.bits: Input should be 4"),
-        ({"lora": None, "hyperparameters": {"quantization": {}}},
-         "hyperparameters.quantization: 4-bit weights cannot be fully fine-tuned; keep lora (QLoRA)"),
+        (
+            {"lora": None, "hyperparameters": {"quantization": {}}},
+            "hyperparameters.quantization: 4-bit weights cannot be fully fine-tuned; keep lora (QLoRA)",
+        ),
         ({"hyperparameters": {"epochs": 1e9}}, "hyperparameters.epochs: Input should be less than or equal to 100"),
-        ({"hyperparameters": {"max_steps": 10**9}},
-         "hyperparameters.max_steps: Input should be less than or equal to 1000000"),
-        ({"hyperparameters": {"max_seq_len": 10**7}},
-         "hyperparameters.max_seq_len: Input should be less than or equal to 131072"),
-        ({"hyperparameters": {"batch_size": 10**6}},
-         "hyperparameters.batch_size: Input should be less than or equal to 1024"),
+        (
+            {"hyperparameters": {"max_steps": 10**9}},
+            "hyperparameters.max_steps: Input should be less than or equal to 1000000",
+        ),
+        (
+            {"hyperparameters": {"max_seq_len": 10**7}},
+            "hyperparameters.max_seq_len: Input should be less than or equal to 131072",
+        ),
+        (
+            {"hyperparameters": {"batch_size": 10**6}},
+            "hyperparameters.batch_size: Input should be less than or equal to 1024",
+        ),
         ({"lora": {"rank": 65536}}, "lora.rank: Input should be less than or equal to 1024"),
     ],
 )

@@ -20,7 +20,10 @@ JOB = Path("/jobs/ftjob-1/job.json")
 
 def test_without_a_launcher_python_runs_the_module():
     assert training_command([], JOB, python="/venv/bin/python") == [
-        "/venv/bin/python", "-m", "cuset_core.training", str(JOB)
+        "/venv/bin/python",
+        "-m",
+        "cuset_core.training",
+        str(JOB),
     ]
 
 

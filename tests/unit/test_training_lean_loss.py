@@ -29,12 +29,14 @@ def make_batch(seed: int = 0) -> dict[str, torch.Tensor]:
     for length, prompt in ((14, 4), (9, 3)):
         ids = torch.randint(3, VOCAB, (length,), generator=generator).tolist()
         sensitive = (torch.rand(length, generator=generator) < 0.5).tolist()
-        features.append({
-            "input_ids": ids,
-            "labels": [IGNORE_INDEX] * prompt + ids[prompt:],
-            "sensitive": [flag and i >= prompt for i, flag in enumerate(sensitive)],
-            "region_ids": [i // 3 if flag and i >= prompt else -1 for i, flag in enumerate(sensitive)],
-        })
+        features.append(
+            {
+                "input_ids": ids,
+                "labels": [IGNORE_INDEX] * prompt + ids[prompt:],
+                "sensitive": [flag and i >= prompt for i, flag in enumerate(sensitive)],
+                "region_ids": [i // 3 if flag and i >= prompt else -1 for i, flag in enumerate(sensitive)],
+            }
+        )
     return CusetCollator(pad_token_id=2)(features)
 
 
@@ -54,8 +56,9 @@ def make_model(lora: bool):
 
 def loss_and_grads(model, method: str, chunk: int) -> tuple[float, dict[str, torch.Tensor]]:
     args = TrainingArguments(output_dir="unused", report_to="none", use_cpu=True)
-    trainer = CusetTrainer(model=model, args=args, method=MethodConfig(type=method), stash=MetricStash(),
-                           loss_chunk_size=chunk)
+    trainer = CusetTrainer(
+        model=model, args=args, method=MethodConfig(type=method), stash=MetricStash(), loss_chunk_size=chunk
+    )
     model.zero_grad()
     loss = trainer.compute_loss(model, make_batch(), num_items_in_batch=torch.tensor(19))
     loss.backward()
@@ -86,8 +89,9 @@ def test_tied_lm_head_gets_its_gradient_through_the_embeddings():
 def test_the_lean_path_keeps_no_logits():
     model = make_model(lora=True)
     args = TrainingArguments(output_dir="unused", report_to="none", use_cpu=True)
-    trainer = CusetTrainer(model=model, args=args, method=MethodConfig(type="cuset"), stash=MetricStash(),
-                           loss_chunk_size=CHUNK)
+    trainer = CusetTrainer(
+        model=model, args=args, method=MethodConfig(type="cuset"), stash=MetricStash(), loss_chunk_size=CHUNK
+    )
     _, outputs = trainer.compute_loss(model, make_batch(), return_outputs=True)
     assert outputs.logits.shape == (2, 0, VOCAB)
 

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -77,7 +76,9 @@ def progress(lines: list[dict]) -> list[dict]:
 
 @pytest.mark.parametrize("method", ["sft", "cuset"])
 def test_loss_falls_over_a_dozen_steps(tmp_path, tiny_model_dir, method):
-    job = make_job(tmp_path, tiny_model_dir, method={"type": method}, lora=None, hp={"max_steps": 12, "learning_rate": 1e-2})
+    job = make_job(
+        tmp_path, tiny_model_dir, method={"type": method}, lora=None, hp={"max_steps": 12, "learning_rate": 1e-2}
+    )
 
     outcome, lines = train(job)
 
@@ -196,8 +197,9 @@ def test_sft_loss_equals_the_models_own_loss(tiny_model_dir, tokenizer, loss_chu
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).train()
     args = TrainingArguments(output_dir="unused", report_to="none", use_cpu=True)
-    trainer = CusetTrainer(model=model, args=args, method=MethodConfig(type="sft"), stash=MetricStash(),
-                           loss_chunk_size=loss_chunk_size)
+    trainer = CusetTrainer(
+        model=model, args=args, method=MethodConfig(type="sft"), stash=MetricStash(), loss_chunk_size=loss_chunk_size
+    )
     rows = [[5, 6, 7, 8, 9, 10], [11, 12, 13]]
     labels = [[-100, -100, 7, 8, 9, 10], [-100, 12, 13]]
     batch = CusetCollator(tokenizer.pad_token_id)(
@@ -254,7 +256,9 @@ def test_records_over_max_seq_len_are_dropped_or_truncated(tmp_path, tiny_model_
     job = make_job(tmp_path, tiny_model_dir, hp={"max_seq_len": 40})
     writer = ProgressWriter(None, stream=open(os.devnull, "w"), enabled=False)
 
-    with pytest.raises(ConfigError, match=r"^train_file: no usable record among 4 \(first: line 1: error over_token_limit"):
+    with pytest.raises(
+        ConfigError, match=r"^train_file: no usable record among 4 \(first: line 1: error over_token_limit"
+    ):
         load_examples(Path(job["train_file"]), parse_config(job), tokenizer, writer, "train_file")
     cut = {**job, "hyperparameters": {**job["hyperparameters"], "truncation": "cut"}}
     examples = load_examples(Path(job["train_file"]), parse_config(cut), tokenizer, writer, "train_file")
@@ -310,7 +314,6 @@ def test_chunked_loss_with_gradient_checkpointing_trains_like_the_full_logits(tm
 def test_group_by_length_batches_records_of_similar_length(tmp_path, tiny_model_dir, tokenizer):
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
-    from cuset_core.objectives import MethodConfig
     from cuset_core.training.callbacks import MetricStash
     from cuset_core.training.collator import ExampleDataset
     from cuset_core.training.run import training_arguments
@@ -319,8 +322,13 @@ def test_group_by_length_batches_records_of_similar_length(tmp_path, tiny_model_
     def sampler(group: bool):
         config = parse_config(make_job(tmp_path, tiny_model_dir, hp={"group_by_length": group}))
         examples = load_examples_of(config, tokenizer)
-        trainer = CusetTrainer(model=torch.nn.Linear(1, 1), args=training_arguments(config), method=config.method,
-                               stash=MetricStash(), train_dataset=ExampleDataset(examples))
+        trainer = CusetTrainer(
+            model=torch.nn.Linear(1, 1),
+            args=training_arguments(config),
+            method=config.method,
+            stash=MetricStash(),
+            train_dataset=ExampleDataset(examples),
+        )
         return trainer._get_train_sampler()
 
     assert isinstance(sampler(True), LengthGroupedSampler)
@@ -342,8 +350,14 @@ def test_a_repo_id_trains_offline_from_the_hf_cache(tmp_path, hf_home):
     env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     env.pop("HF_HUB_CACHE", None)
 
-    done = subprocess.run([sys.executable, "-m", "cuset_core.training", str(path)], env=env, capture_output=True,
-                          text=True, timeout=600, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, "-m", "cuset_core.training", str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
 
     assert done.returncode == 0, done.stderr[-2000:]
     out = tmp_path / "out"

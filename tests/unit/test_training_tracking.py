@@ -44,7 +44,10 @@ def test_tracker_settings_reach_the_trackers_environment(tmp_path, tiny_model_di
     [
         ([{"type": "comet"}], "integrations.0: Input tag 'comet' found using 'type' does not match"),
         ([{"type": "wandb", "wandb": {}}], "integrations.0.wandb.wandb.project: Field required"),
-        ([{"type": "wandb", "wandb": {"project": "p", "api_key": "k"}}], "integrations.0.wandb.wandb.api_key: Extra inputs"),
+        (
+            [{"type": "wandb", "wandb": {"project": "p", "api_key": "k"}}],
+            "integrations.0.wandb.wandb.api_key: Extra inputs",
+        ),
     ],
 )
 def test_bad_integrations_name_the_field(tmp_path, tiny_model_dir, integrations, message):
@@ -55,7 +58,9 @@ def test_bad_integrations_name_the_field(tmp_path, tiny_model_dir, integrations,
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed here")
 def test_a_tracker_that_is_not_installed_is_refused_before_loading(tmp_path, tiny_model_dir):
     config = config_with(tmp_path, tiny_model_dir, [WANDB])
-    with pytest.raises(ConfigError, match=r"^integrations: tracker not installed on this machine \(wandb: pip install wandb\)$"):
+    with pytest.raises(
+        ConfigError, match=r"^integrations: tracker not installed on this machine \(wandb: pip install wandb\)$"
+    ):
         config.validate_paths()
 
 

@@ -12,11 +12,11 @@ from cuset_core.verify.binding import (
     CppParam,
     apply_binding,
     bind_extension,
-    reference_layout,
     bound_function_name,
     forward_signature,
     init_arg_names,
     plan_binding,
+    reference_layout,
 )
 
 CONV_CU = r"""
@@ -69,13 +69,18 @@ def test_the_function_exported_as_forward_is_found_by_its_pybind_name():
 def test_the_signature_is_read_from_the_definition_not_a_comment_or_call():
     params = forward_signature(CONV_CU)
     assert [(p.name, p.kind) for p in params] == [
-        ("x", "tensor"), ("conv_weight", "tensor"), ("conv_bias", "tensor"), ("bias", "tensor"),
+        ("x", "tensor"),
+        ("conv_weight", "tensor"),
+        ("conv_bias", "tensor"),
+        ("bias", "tensor"),
     ]
 
 
 def test_vector_parameters_are_tensor_lists():
     assert [(p.name, p.kind) for p in forward_signature(MLP_CU)] == [
-        ("x", "tensor"), ("weights", "tensor_list"), ("biases", "tensor_list"),
+        ("x", "tensor"),
+        ("weights", "tensor_list"),
+        ("biases", "tensor_list"),
     ]
 
 
@@ -104,8 +109,12 @@ def test_mlp_lists_collect_every_layers_weights_and_biases_in_order():
 
 
 def test_scalars_bind_to_init_arguments_then_attributes():
-    params = [CppParam("torch::Tensor", "x", "tensor"), CppParam("torch::Tensor", "w", "tensor"),
-              CppParam("double", "scale", "float"), CppParam("bool", "training", "bool")]
+    params = [
+        CppParam("torch::Tensor", "x", "tensor"),
+        CppParam("torch::Tensor", "w", "tensor"),
+        CppParam("double", "scale", "float"),
+        CppParam("bool", "training", "bool"),
+    ]
     plan = plan_binding(params, 1, ["linear.weight", "linear.bias"], ["features", "scale"], ["training"])
     assert plan[1:] == [
         ArgSource("tensor", names=("linear.weight",)),  # no name match: next tensor in order
@@ -144,6 +153,10 @@ def test_the_bound_model_calls_the_extension_with_inputs_then_the_shipped_refere
 
 def test_apply_binding_reads_scalar_init_inputs_and_attributes():
     module = ScaleModel(2, 0.5)
-    plan = [ArgSource("input", index=0), ArgSource("init", index=1), ArgSource("attr", names=("scale",)),
-            ArgSource("none")]
+    plan = [
+        ArgSource("input", index=0),
+        ArgSource("init", index=1),
+        ArgSource("attr", names=("scale",)),
+        ArgSource("none"),
+    ]
     assert apply_binding(plan, ["x"], module, [2, 0.5]) == ["x", 0.5, 0.5, None]

@@ -6,13 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from verify_cases import GOOD, fenced, line_of
 
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.compile import compile_candidate, parse_resources
 from cuset_core.verify.result import KernelResources
 from cuset_core.verify.settings import VerifySettings
-
-from verify_cases import GOOD, fenced, line_of
 
 SETTINGS = VerifySettings()
 
@@ -45,8 +44,15 @@ ptxas info    : Used 6 registers, used 0 barriers
 def test_ptxas_resources_are_parsed_per_kernel_with_demangled_names():
     resources = parse_resources(PTXAS)
     assert resources == [
-        KernelResources(kernel="tiled(float const*, float*, int)", registers=40, shared_bytes=2048,
-                        constant_bytes=380, stack_bytes=24, spill_store_bytes=8, spill_load_bytes=12),
+        KernelResources(
+            kernel="tiled(float const*, float*, int)",
+            registers=40,
+            shared_bytes=2048,
+            constant_bytes=380,
+            stack_bytes=24,
+            spill_store_bytes=8,
+            spill_load_bytes=12,
+        ),
         KernelResources(kernel="void copy<float>(float*)", registers=6),
     ]
 

@@ -67,7 +67,7 @@ def test_torch_device_checks_map_to_the_cpu():
 
 
 def test_comments_cannot_hide_or_fake_a_launch():
-    out = rewrite_source("// k<<<1, 1>>>();\nk<<<1, 1>>>(); /* \"x\" */")
+    out = rewrite_source('// k<<<1, 1>>>();\nk<<<1, 1>>>(); /* "x" */')
     assert out.count("cuset::launch") == 1
     assert out.count("\n") == 1
 
@@ -78,7 +78,7 @@ def test_unsupported_features_are_named():
     assert unsupported_feature("#include <cub/cub.cuh>") == "cub"
     assert unsupported_feature("namespace cg = cooperative_groups;") == "cooperative groups"
     assert unsupported_feature("float v = tex1Dfetch<float>(t, i);") == "textures/surfaces"
-    assert unsupported_feature("// asm(\"trap;\") in a comment only\nint x;") is None
+    assert unsupported_feature('// asm("trap;") in a comment only\nint x;') is None
 
 
 PROBLEM = "batch_size = 16\ndim = 16384\nkernel_size = 3\nflag = True\nscale = 2.0\n"

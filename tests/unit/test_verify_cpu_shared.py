@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from pathlib import Path
 
 import pytest
@@ -23,9 +22,7 @@ def first_answer(shared_data: Path, level: int, problem: int) -> tuple[str, str]
     import pyarrow.parquet as pq
 
     rows = pq.read_table(shared_data / "kernelbench_sft_train.parquet").to_pylist()
-    row = next(
-        r for r in rows if r["level"] == level and r["problem"] == str(problem) and "__global__" in r["answer"]
-    )
+    row = next(r for r in rows if r["level"] == level and r["problem"] == str(problem) and "__global__" in r["answer"])
     return reference_from_question(row["question"]), row["answer"]
 
 

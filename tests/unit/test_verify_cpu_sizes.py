@@ -152,8 +152,9 @@ def test_a_reduction_that_breaks_the_reference_runs_the_original_sizes():
 def test_a_reduction_that_breaks_the_reference_is_unsupported_when_the_original_is_too_big():
     result = tier2(LAYERNORM_PROBLEM, LAYERNORM_CANDIDATE, TOO_BIG)
     assert (result.verdict, result.unsupported_feature) == (Verdict.UNSUPPORTED, "original problem sizes")
-    assert result.reason.startswith("the reduced problem breaks the reference (reference forward failed: Given "
-                                    "normalized_shape=[512]")
+    assert result.reason.startswith(
+        "the reduced problem breaks the reference (reference forward failed: Given normalized_shape=[512]"
+    )
     assert result.reason.endswith("its original sizes are too large for tier 2")
 
 

@@ -147,8 +147,10 @@ def test_the_judge_passes_matching_trials_and_keeps_only_sane_launch_counts():
     result = compare_trials(SPEC, reference, [[torch.ones(3)], [torch.zeros(3)]], report, VerifySettings())
     assert (result.verdict, result.trials, result.launches, result.max_abs_diff) == (Verdict.PASS, 2, {"k": 2}, 0.0)
     wrong = compare_trials(SPEC, reference, [[torch.ones(3)], [torch.ones(3)]], report, VerifySettings())
-    assert (wrong.verdict, wrong.reason) == (Verdict.RUNTIME_ERROR,
-                                             "anti-hacking: the output did not change when the inputs did")
+    assert (wrong.verdict, wrong.reason) == (
+        Verdict.RUNTIME_ERROR,
+        "anti-hacking: the output did not change when the inputs did",
+    )
     short = compare_trials(SPEC, reference, [[torch.ones(3)]], report, VerifySettings())
     assert short.reason == "the candidate side handed back a malformed set of trials"
 
@@ -179,8 +181,10 @@ def test_a_demo_solution_passes_on_the_gpu_with_a_speedup():
 @pytest.mark.gpu
 def test_a_torch_fallback_on_the_gpu_is_rejected_at_run_time():
     problem = (DEMO / "problems" / "02_relu.py").read_text()
-    fallback = (DEMO / "solutions" / "02_relu.py").read_text().replace(
-        "return relu_ext.relu_cuda(x)", "relu_ext.relu_cuda(x)\n        return torch.relu(x)"
+    fallback = (
+        (DEMO / "solutions" / "02_relu.py")
+        .read_text()
+        .replace("return relu_ext.relu_cuda(x)", "relu_ext.relu_cuda(x)\n        return torch.relu(x)")
     )
     result = gpu.run_gpu_tier(problem, parse_candidate(fallback), VerifySettings(tier=Tier.GPU, timing_trials=5))
     assert result.verdict is Verdict.STATIC_REJECT
@@ -238,10 +242,11 @@ def cpu_protocol(monkeypatch, tmp_path):
     from cuset_core.verify import gpu_harness
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(cpp_extension, "load_inline", lambda **kwargs: types.SimpleNamespace(
-        relu=torch.relu, relu_=_relu_in_place))
+    monkeypatch.setattr(
+        cpp_extension, "load_inline", lambda **kwargs: types.SimpleNamespace(relu=torch.relu, relu_=_relu_in_place)
+    )
     monkeypatch.setattr(gpu_harness, "_profile_candidate", lambda *args: ({"relu_kernel": 1}, 1.0))
-    monkeypatch.setattr(gpu_harness, "_l2_flusher", lambda device: (lambda: None))
+    monkeypatch.setattr(gpu_harness, "_l2_flusher", lambda device: lambda: None)
     monkeypatch.setattr(gpu_harness, "_time_calls", lambda model, sets, trials, flush: [2.0] * trials)
     saved = (torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision())
 
@@ -251,8 +256,13 @@ def cpu_protocol(monkeypatch, tmp_path):
         candidate_dir.mkdir()
         (reference_dir / "problem.py").write_text(RELU_PROBLEM)
         (candidate_dir / "candidate.py").write_text(candidate_file(CANDIDATES[name]))
-        job = {"candidate": "candidate.py", "kind": "python", "seeds": 3, "timing_trials": 4,
-               "kernel_names": ["relu_kernel"]}
+        job = {
+            "candidate": "candidate.py",
+            "kind": "python",
+            "seeds": 3,
+            "timing_trials": 4,
+            "kernel_names": ["relu_kernel"],
+        }
         try:
             reference = gpu_harness.reference_side(job, reference_dir, torch.device("cpu"), {})
             (candidate_dir / "inputs.safetensors").write_bytes((reference_dir / "inputs.safetensors").read_bytes())
@@ -289,8 +299,12 @@ def test_the_judge_reports_the_first_wrong_trial(cpu_protocol):
         ("cached", "runtime_error", "anti-hacking: the output did not change when the inputs did"),
         ("tf32", "runtime_error", "anti-hacking: the candidate changed TF32 settings to (True, False, 'high')"),
         ("crash", "runtime_error", "candidate forward failed: CUDA error: an illegal memory access was encountered"),
-        ("fallback", "static_reject", "trial 1: run-time fallback: output 0 was computed by torch ops, not by the "
-                                      "custom kernels (1 custom-extension calls, aten compute ops: relu x1)"),
+        (
+            "fallback",
+            "static_reject",
+            "trial 1: run-time fallback: output 0 was computed by torch ops, not by the "
+            "custom kernels (1 custom-extension calls, aten compute ops: relu x1)",
+        ),
     ],
 )
 def test_hacks_and_crashes_are_rejected(cpu_protocol, name, verdict, reason):
@@ -303,7 +317,9 @@ def test_the_harness_runs_in_the_sandbox_and_reports_back(monkeypatch):
     candidate = parse_candidate((DEMO / "solutions" / "02_relu.py").read_text())
     result = gpu.run_gpu_tier(RELU_PROBLEM, candidate, VerifySettings(tier=Tier.GPU))
     assert (result.verdict, result.unsupported_feature, result.reason) == (
-        Verdict.UNSUPPORTED, "gpu", "no CUDA GPU on this machine"
+        Verdict.UNSUPPORTED,
+        "gpu",
+        "no CUDA GPU on this machine",
     ), result.log
     assert result.timings_s["gpu_total"] > 0
 
@@ -335,11 +351,13 @@ def test_the_factory_turns_a_missing_or_crashing_model_new_into_a_runtime_error(
     with pytest.raises(Decided) as missing:
         candidate_factory("python", _module("empty", ""), [], "", 1)
     assert (missing.value.outcome.verdict, missing.value.outcome.reason) == (
-        "runtime_error", "the candidate defines no ModelNew"
+        "runtime_error",
+        "the candidate defines no ModelNew",
     )
     crashing = _module("crashing", "class ModelNew:\n    def __init__(self):\n        raise ValueError('bad size')\n")
     with pytest.raises(Decided) as crashed:
         candidate_factory("python", crashing, [], "", 1)()
     assert (crashed.value.outcome.verdict, crashed.value.outcome.reason) == (
-        "runtime_error", "constructing ModelNew failed: bad size"
+        "runtime_error",
+        "constructing ModelNew failed: bad size",
     )

@@ -21,9 +21,11 @@ from cuset_core.verify.protocol import (
 
 
 def test_values_cross_processes_as_safetensors_with_their_structure(tmp_path):
-    groups = {"init": [3, 0.5, (4, 1, 1), None, torch.float16],
-              "trials": [[torch.arange(6.0).reshape(2, 3), 7], [torch.ones(2, dtype=torch.int64), True]],
-              "layout": {"names": ["conv.weight"], "attrs": {"eps": 1e-5}}}
+    groups = {
+        "init": [3, 0.5, (4, 1, 1), None, torch.float16],
+        "trials": [[torch.arange(6.0).reshape(2, 3), 7], [torch.ones(2, dtype=torch.int64), True]],
+        "layout": {"names": ["conv.weight"], "attrs": {"eps": 1e-5}},
+    }
     save_values(tmp_path / "v.safetensors", groups)
     data = (tmp_path / "v.safetensors").read_bytes()
     assert b"pickle" not in data and data[8:9] == b"{"  # a JSON header, then raw tensor bytes
@@ -34,8 +36,15 @@ def test_values_cross_processes_as_safetensors_with_their_structure(tmp_path):
     assert loaded["layout"] == {"names": ["conv.weight"], "attrs": {"eps": 1e-5}}
 
 
-@pytest.mark.parametrize("data", [b"", b"\xff" * 8 + b"{}", b"\x02\x00\x00\x00\x00\x00\x00\x00{}",
-                                  b"\x10\x00\x00\x00\x00\x00\x00\x00" + b'{"a": 1}        '])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\xff" * 8 + b"{}",
+        b"\x02\x00\x00\x00\x00\x00\x00\x00{}",
+        b"\x10\x00\x00\x00\x00\x00\x00\x00" + b'{"a": 1}        ',
+    ],
+)
 def test_malformed_tensor_files_are_rejected(data):
     with pytest.raises(UntrustedFileError):
         load_values(data)
@@ -117,11 +126,14 @@ def test_a_kernel_writing_into_a_preallocated_output_counts():
     assert _run(forward)[1] is None
 
 
-@pytest.mark.parametrize("forward", [
-    lambda ext, x, w: (ext.scale(x), x @ w)[1],  # launches its kernel, discards it, returns torch's
-    lambda ext, x, w: (ext.scale(x), x * 2)[1],
-    lambda ext, x, w: (ext.scale(x), torch.zeros_like(x) + x.mm(w))[1],
-])
+@pytest.mark.parametrize(
+    "forward",
+    [
+        lambda ext, x, w: (ext.scale(x), x @ w)[1],  # launches its kernel, discards it, returns torch's
+        lambda ext, x, w: (ext.scale(x), x * 2)[1],
+        lambda ext, x, w: (ext.scale(x), torch.zeros_like(x) + x.mm(w))[1],
+    ],
+)
 def test_an_output_computed_by_torch_instead_of_the_kernels_is_a_fallback(forward):
     monitor, reason = _run(forward)
     assert reason is not None and reason.startswith("run-time fallback: output 0 was computed by torch ops")

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+from verify_cases import GOOD, fenced, line_of
 
 from cuset_core.cli import app
 from cuset_core.verify import run as run_module
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
-
-from verify_cases import GOOD, fenced, line_of
 
 PROBLEM = """import torch
 import torch.nn as nn
@@ -90,8 +89,15 @@ def test_the_cache_key_covers_settings_and_can_be_bypassed(tmp_path):
 
 def _fake_tier(verdict: Verdict, tier: Tier):
     def run_tier(problem_code, candidate, settings):
-        return VerifyResult(verdict=verdict, tier=tier, tiers_run=[tier], reason=f"fake {tier.value}",
-                            timings_s={f"{tier.value}_run": 0.5}, max_abs_diff=0.25)
+        return VerifyResult(
+            verdict=verdict,
+            tier=tier,
+            tiers_run=[tier],
+            reason=f"fake {tier.value}",
+            timings_s={f"{tier.value}_run": 0.5},
+            max_abs_diff=0.25,
+        )
+
     return lambda: run_tier
 
 
@@ -106,8 +112,11 @@ def test_later_tiers_merge_with_earlier_evidence(tmp_path, monkeypatch):
     result = verify(PROBLEM, fenced(GOOD), VerifySettings(tier=Tier.CPU), cache_dir=tmp_path)
     assert (result.verdict, result.tier, result.max_abs_diff) == (Verdict.VALUE_MISMATCH, Tier.CPU, 0.25)
     assert result.tiers_run == [Tier.STATIC, Tier.COMPILE, Tier.CPU]
-    assert result.tier_verdicts == {Tier.STATIC: Verdict.PASS, Tier.COMPILE: Verdict.UNSUPPORTED,
-                                    Tier.CPU: Verdict.VALUE_MISMATCH}
+    assert result.tier_verdicts == {
+        Tier.STATIC: Verdict.PASS,
+        Tier.COMPILE: Verdict.UNSUPPORTED,
+        Tier.CPU: Verdict.VALUE_MISMATCH,
+    }
     assert {"static", "cpu", "cpu_run", "total"} <= set(result.timings_s)
     assert "needs nvcc, which is not on PATH" in result.diagnostics[-1].message
 
@@ -137,8 +146,11 @@ def test_tier_verdicts_survive_the_cache_as_json_keyed_by_tier(tmp_path, monkeyp
     first = verify(PROBLEM, fenced(GOOD), VerifySettings(tier=Tier.GPU), cache_dir=tmp_path)
     second = verify(PROBLEM, fenced(GOOD), VerifySettings(tier=Tier.GPU), cache_dir=tmp_path)
     assert second.cached and second.tier_verdicts == first.tier_verdicts
-    assert first.model_dump(mode="json")["tier_verdicts"] == {"static": "pass", "cpu": "unsupported",
-                                                              "gpu": "value_mismatch"}
+    assert first.model_dump(mode="json")["tier_verdicts"] == {
+        "static": "pass",
+        "cpu": "unsupported",
+        "gpu": "value_mismatch",
+    }
 
 
 def test_a_verifier_crash_is_an_internal_error_and_not_cached(tmp_path, monkeypatch):
@@ -228,8 +240,12 @@ def test_an_internal_error_reported_by_a_tier_is_never_cached(tmp_path, monkeypa
 def test_a_huge_reason_or_log_comes_back_cut_to_a_fixed_size(tmp_path, monkeypatch):
     def flooding():
         return lambda problem, candidate, settings: VerifyResult(
-            verdict=Verdict.RUNTIME_ERROR, tier=Tier.CPU, tiers_run=[Tier.CPU], reason="r" * (20 << 20),
-            log="l" * (20 << 20))
+            verdict=Verdict.RUNTIME_ERROR,
+            tier=Tier.CPU,
+            tiers_run=[Tier.CPU],
+            reason="r" * (20 << 20),
+            log="l" * (20 << 20),
+        )
 
     _skip_compile(monkeypatch)
     monkeypatch.setattr(run_module, "_cpu_runner", flooding)

@@ -98,8 +98,11 @@ def test_the_parents_secrets_are_not_visible(tmp_path, monkeypatch):
     code = "import os; print(sorted(k for k in os.environ if 'CUSET' in k or 'DATABASE' in k))"
     outcome = run_python(code, tmp_path / "w", env={"EXTRA": "1"})
     assert outcome.stdout == "[]\n"
-    home = run_python("import os; print(os.environ['HOME'], os.environ['TMPDIR'], os.environ['EXTRA'])",
-                      tmp_path / "w", env={"EXTRA": "1"})
+    home = run_python(
+        "import os; print(os.environ['HOME'], os.environ['TMPDIR'], os.environ['EXTRA'])",
+        tmp_path / "w",
+        env={"EXTRA": "1"},
+    )
     workdir = str((tmp_path / "w").resolve())
     assert home.stdout == f"{workdir} {workdir} 1\n"
 
@@ -171,8 +174,22 @@ def test_dev_holds_only_harmless_nodes_and_proc_sys_cannot_be_written(tmp_path):
     if "min_root" not in outcome.isolation:
         pytest.skip("no isolation here")
     devices, proc_sys = outcome.stdout.splitlines()
-    expected = ["core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty",
-                "urandom", "zero"]
+    expected = [
+        "core",
+        "fd",
+        "full",
+        "null",
+        "ptmx",
+        "pts",
+        "random",
+        "shm",
+        "stderr",
+        "stdin",
+        "stdout",
+        "tty",
+        "urandom",
+        "zero",
+    ]
     assert devices == str(expected)
     assert proc_sys == "PermissionError"
 
@@ -227,11 +244,7 @@ def test_hidden_folders_and_files_are_invisible_to_the_command(tmp_path, monkeyp
     database = shared / "cuset.sqlite"
     database.write_text("rows")
     monkeypatch.setenv(HIDE_ENV, os.pathsep.join([str(secrets_dir), str(database)]))
-    probe = (
-        f"import os\n"
-        f"print(os.access({str(secrets_dir)!r}, os.R_OK))\n"
-        f"print(repr(open({str(database)!r}).read()))"
-    )
+    probe = f"import os\nprint(os.access({str(secrets_dir)!r}, os.R_OK))\nprint(repr(open({str(database)!r}).read()))"
     outcome = run_python(probe, tmp_path / "w")
     assert outcome.ok, outcome.stderr
     assert outcome.stdout == "False\n''\n"

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from verify_cases import GOOD, KERNEL, fenced, line_of  # noqa: F401  (shared candidates)
 
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.static import check_static, static_warnings
-
-from verify_cases import GOOD, KERNEL, fenced, line_of  # noqa: F401  (shared candidates)
 
 
 def verdict(text: str):
@@ -100,9 +99,9 @@ def test_torch_doing_the_work_in_forward():
 
 
 def test_calling_the_reference_model():
-    code = GOOD.replace(
-        "        self.ext = ext\n", "        self.ext = ext\n        self.ref = Model()\n"
-    ).replace("return self.ext.relu_cuda(x.contiguous())", "return self.ext.relu_cuda(x) + 0 * self.ref(x)")
+    code = GOOD.replace("        self.ext = ext\n", "        self.ext = ext\n        self.ref = Model()\n").replace(
+        "return self.ext.relu_cuda(x.contiguous())", "return self.ext.relu_cuda(x) + 0 * self.ref(x)"
+    )
     result = verdict(fenced(code))
     assert result.verdict is Verdict.STATIC_REJECT
     assert "calls the reference Model" in result.reason
@@ -159,11 +158,13 @@ def test_super_forward_is_a_reference_call_only_in_a_model_new_that_subclasses_m
         "return self.ext.relu_cuda(x.contiguous())", "return self.ext.relu_cuda(super().forward(x))"
     )
     assert "calls the reference Model" in verdict(fenced(inherits)).reason
-    submodule = GOOD.replace(
-        "class ModelNew(nn.Module):",
-        "class Scaled(nn.Linear):\n    def forward(self, x):\n        return super().forward(x)\n\n\n"
-        "class ModelNew(nn.Module):",
-    ).replace("        self.ext = ext\n", "        self.ext = ext\n        self.fc = Scaled(4, 4)\n").replace(
-        "return self.ext.relu_cuda(x.contiguous())", "return self.ext.relu_cuda(self.fc(x))"
+    submodule = (
+        GOOD.replace(
+            "class ModelNew(nn.Module):",
+            "class Scaled(nn.Linear):\n    def forward(self, x):\n        return super().forward(x)\n\n\n"
+            "class ModelNew(nn.Module):",
+        )
+        .replace("        self.ext = ext\n", "        self.ext = ext\n        self.fc = Scaled(4, 4)\n")
+        .replace("return self.ext.relu_cuda(x.contiguous())", "return self.ext.relu_cuda(self.fc(x))")
     )
     assert verdict(fenced(submodule)) is None

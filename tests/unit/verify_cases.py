@@ -22,7 +22,7 @@ cpp_src = "torch::Tensor relu_cuda(torch::Tensor x);"
 GOOD = (
     "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"
     + KERNEL
-    + '''
+    + """
 ext = load_inline(name="relu", cpp_sources=cpp_src, cuda_sources=cuda_src, functions=["relu_cuda"])
 
 
@@ -33,7 +33,7 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         return self.ext.relu_cuda(x.contiguous())
-'''
+"""
 )
 
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from sqlalchemy import update
 
-from cuset_core.evaluation.confidence_report import ReportSettings, record_confidence
 from cuset_core.data import IGNORE_INDEX, EncodedRecord, LoadOptions, Record, encode_record, load_records
+from cuset_core.evaluation.confidence_report import ReportSettings, record_confidence
 from db.models import File, Generation
 from db.session import session_scope
 from db.settings import get_settings
@@ -78,13 +78,25 @@ def confidence(generation_id: str) -> None:
         return
     except Exception as exc:  # noqa: BLE001 - a failure fails the row, never the worker
         log.exception("confidence of %s failed", generation_id)
-        _finish(url, generation_id, status="failed",
-                error={"code": "confidence_failed", "message": f"{type(exc).__name__}: {exc}"})
+        _finish(
+            url,
+            generation_id,
+            status="failed",
+            error={"code": "confidence_failed", "message": f"{type(exc).__name__}: {exc}"},
+        )
         return
     done = time.time()
-    _finish(url, generation_id, status="succeeded", samples=[sample],
-            timings={"queue_s": round(started - created_at, 4), "confidence_s": round(done - started, 4),
-                     "total_s": round(done - created_at, 4)})
+    _finish(
+        url,
+        generation_id,
+        status="succeeded",
+        samples=[sample],
+        timings={
+            "queue_s": round(started - created_at, 4),
+            "confidence_s": round(done - started, 4),
+            "total_s": round(done - created_at, 4),
+        },
+    )
 
 
 def token_confidence(model, tokenizer, record: Record) -> dict[str, Any]:

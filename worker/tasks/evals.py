@@ -72,8 +72,9 @@ def run_eval_task(eval_id: str) -> None:
     except ModelNotFoundError:
         # The detail names server paths; the log keeps it, the user gets the model id.
         log.exception("eval %s: model unavailable", eval_id)
-        _finish(url, eval_id, status="failed",
-                error={"code": "model_unavailable", "message": _model_gone(url, eval_id)})
+        _finish(
+            url, eval_id, status="failed", error={"code": "model_unavailable", "message": _model_gone(url, eval_id)}
+        )
     except Exception as exc:  # noqa: BLE001 - any failure is recorded on the row, never lost
         log.exception("eval %s failed", eval_id)
         _finish(url, eval_id, status="failed", error={"code": "eval_failed", "message": f"{type(exc).__name__}: {exc}"})
@@ -87,8 +88,12 @@ def _run(settings: Settings, eval_id: str) -> None:
             spec = model_spec(session, settings, row)
         except LookupError as exc:
             raise ModelNotFoundError(str(exc)) from exc
-        config = EvalConfig(model=spec, problems=_problems_spec(session, settings, row),
-                            cache_dir=settings.verify_cache_dir, **row.config)
+        config = EvalConfig(
+            model=spec,
+            problems=_problems_spec(session, settings, row),
+            cache_dir=settings.verify_cache_dir,
+            **row.config,
+        )
     rows: list[ProblemRow] = []
     with tempfile.TemporaryDirectory(prefix=f"cuset-{eval_id}-") as work:
         problems = load_problems(config.problems)
@@ -99,8 +104,9 @@ def _run(settings: Settings, eval_id: str) -> None:
             report = run_eval(config.model_copy(update={"problems": str(batch_file)}), progress=False)
             _record(url, eval_id, report, done=len(rows) + len(report.problems), total=len(problems))
             rows.extend(report.problems)
-    _finish(url, eval_id, status="succeeded",
-            result=aggregate(rows, config.tier, config.k_values).model_dump(mode="json"))
+    _finish(
+        url, eval_id, status="succeeded", result=aggregate(rows, config.tier, config.k_values).model_dump(mode="json")
+    )
 
 
 def _model_gone(url: str, eval_id: str) -> str:
@@ -139,8 +145,11 @@ def _record(url: str, eval_id: str, report: EvalReport, *, done: int, total: int
             raise EvalStopped(eval_id)
         for problem in report.problems:
             samples = [_sample_json(s) for s in report.samples if s.problem_id == problem.id]
-            session.add(EvalProblem(eval_id=eval_id, problem_id=problem.id, row=problem.model_dump(mode="json"),
-                                    samples=samples))
+            session.add(
+                EvalProblem(
+                    eval_id=eval_id, problem_id=problem.id, row=problem.model_dump(mode="json"), samples=samples
+                )
+            )
         row.progress = {"done": done, "total": total}
 
 
@@ -162,6 +171,7 @@ def _finish(url: str, eval_id: str, *, status: str, result: dict | None = None, 
     """Settle a running eval; a cancelled one stays cancelled."""
     with session_scope(url) as session:
         session.execute(
-            update(Eval).where(Eval.id == eval_id, Eval.status == "running")
+            update(Eval)
+            .where(Eval.id == eval_id, Eval.status == "running")
             .values(status=status, aggregate=result, error=error, finished_at=time.time())
         )

@@ -30,10 +30,12 @@ from cuset_core.generation.sampling import (
     GeneratedText,
     completion_from_tokens,
     decoding_kwargs,
+    render_prompt,
     seeded,
     stop_token_ids,
+)
+from cuset_core.generation.sampling import (
     generate as generate_batch,
-    render_prompt,
 )
 from db.dispatch import enqueue
 from db.models import Generation
@@ -159,8 +161,13 @@ def _decode_batch(model, tokenizer, rows: list[Claimed]) -> list[list[dict]]:
     for row in rows:
         per_prompt = outputs[position : position + len(row.request["prompts"])]
         position += len(row.request["prompts"])
-        results.append([_sample(row, p * row.request["n"] + j, p, generated)
-                        for p, samples in enumerate(per_prompt) for j, generated in enumerate(samples)])
+        results.append(
+            [
+                _sample(row, p * row.request["n"] + j, p, generated)
+                for p, samples in enumerate(per_prompt)
+                for j, generated in enumerate(samples)
+            ]
+        )
     return results
 
 
@@ -209,8 +216,11 @@ def _stream(url: str, model, tokenizer, row: Claimed) -> list[dict]:
     """Decode the samples of a streaming row one by one, flushing partial text as it grows."""
     request = row.request
     n, stops = request["n"], request["stop"]
-    samples: list[dict] = [{"index": p * n + j, "prompt_index": p, "text": "", "finish_reason": None}
-                           for p in range(len(request["prompts"])) for j in range(n)]
+    samples: list[dict] = [
+        {"index": p * n + j, "prompt_index": p, "text": "", "finish_reason": None}
+        for p in range(len(request["prompts"]))
+        for j in range(n)
+    ]
     _write_samples(url, row.id, samples)
     stop_ids = stop_token_ids(model, tokenizer)
     device = next(model.parameters()).device
@@ -244,24 +254,39 @@ def _stream(url: str, model, tokenizer, row: Claimed) -> list[dict]:
 
 def _write_samples(url: str, generation_id: str, samples: list[dict]) -> None:
     with session_scope(url) as session:
-        session.execute(update(Generation).where(Generation.id == generation_id).values(samples=[dict(s) for s in samples]))
+        session.execute(
+            update(Generation).where(Generation.id == generation_id).values(samples=[dict(s) for s in samples])
+        )
 
 
 def _usage(samples: list[dict]) -> dict[str, int]:
     prompt_tokens = sum({s["prompt_index"]: s["prompt_tokens"] for s in samples}.values())
     completion_tokens = sum(s["completion_tokens"] for s in samples)
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
-def _record(settings: Settings, row: Claimed, samples: list[dict], started: float, decoded: float, batch_size: int) -> None:
+def _record(
+    settings: Settings, row: Claimed, samples: list[dict], started: float, decoded: float, batch_size: int
+) -> None:
     """Store a decoded row; finish it, or hand its samples to the verification tasks."""
     tier = row.request.get("verify", "none")
     verifying = row.kind == "generate" and tier != "none"
-    timings = {"queue_s": round(started - row.created_at, 4), "generate_s": round(decoded - started, 4),
-               "batch_size": batch_size, "decoded_at": decoded}
-    values: dict[str, Any] = {"samples": samples, "usage": _usage(samples), "timings": timings,
-                              "status": "verifying" if verifying else "succeeded"}
+    timings = {
+        "queue_s": round(started - row.created_at, 4),
+        "generate_s": round(decoded - started, 4),
+        "batch_size": batch_size,
+        "decoded_at": decoded,
+    }
+    values: dict[str, Any] = {
+        "samples": samples,
+        "usage": _usage(samples),
+        "timings": timings,
+        "status": "verifying" if verifying else "succeeded",
+    }
     if not verifying:
         values["finished_at"] = decoded
         timings["total_s"] = round(decoded - row.created_at, 4)

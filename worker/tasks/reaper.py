@@ -28,8 +28,7 @@ def _reap_jobs(settings) -> list[str]:
     cutoff = time.time() - settings.heartbeat_timeout_s
     with session_scope(settings.resolved_database_url) as session:
         stale = session.scalars(
-            select(Job).where(Job.status == "running", Job.heartbeat_at < cutoff)
-            .with_for_update(skip_locked=True)
+            select(Job).where(Job.status == "running", Job.heartbeat_at < cutoff).with_for_update(skip_locked=True)
         ).all()
         for job in stale:
             if job.cancel_requested:
@@ -44,8 +43,11 @@ def _reap_jobs(settings) -> list[str]:
 
 def _reap_generations(settings) -> int:
     cutoff = time.time() - settings.generation_timeout_s
-    error = {"code": "timeout", "message": "The generation did not finish in time; its worker may have been lost.",
-             "param": None}
+    error = {
+        "code": "timeout",
+        "message": "The generation did not finish in time; its worker may have been lost.",
+        "param": None,
+    }
     with session_scope(settings.resolved_database_url) as session:
         return session.execute(
             update(Generation)
@@ -59,7 +61,8 @@ def _reap_evals(settings) -> int:
     error = {"code": "worker_lost", "message": "The worker running this eval stopped; create the eval again."}
     with session_scope(settings.resolved_database_url) as session:
         return session.execute(
-            update(Eval).where(Eval.status == "running", Eval.heartbeat_at < cutoff)
+            update(Eval)
+            .where(Eval.status == "running", Eval.heartbeat_at < cutoff)
             .values(status="failed", error=error, finished_at=time.time())
         ).rowcount
 

@@ -48,12 +48,23 @@ def claim(settings: Settings, job_id: str) -> int | None:
     with session_scope(settings.resolved_database_url) as session:
         row = session.execute(
             update(Job)
-            .where(Job.id == job_id, Job.cancel_requested.is_(False),
-                   or_(Job.status == "queued",
-                       (Job.status == "running") & (Job.heartbeat_at < now - settings.heartbeat_timeout_s)
-                       & (Job.attempts < MAX_ATTEMPTS)))
-            .values(status="running", attempts=Job.attempts + 1, started_at=now, heartbeat_at=now,
-                    output_dir=str(Path("jobs") / job_id / "out"))
+            .where(
+                Job.id == job_id,
+                Job.cancel_requested.is_(False),
+                or_(
+                    Job.status == "queued",
+                    (Job.status == "running")
+                    & (Job.heartbeat_at < now - settings.heartbeat_timeout_s)
+                    & (Job.attempts < MAX_ATTEMPTS),
+                ),
+            )
+            .values(
+                status="running",
+                attempts=Job.attempts + 1,
+                started_at=now,
+                heartbeat_at=now,
+                output_dir=str(Path("jobs") / job_id / "out"),
+            )
             .returning(Job.attempts)
         ).first()
         return row[0] if row else None
@@ -104,8 +115,12 @@ def _start(settings: Settings, job_id: str, attempt: int) -> tuple[subprocess.Po
         training = session.get(File, job.training_file)
         validation = session.get(File, job.validation_file) if job.validation_file else None
         config = write_config(settings, job, spec, training, validation)
-        add_event(session, job_id, f"Fine-tuning job started (attempt {attempt})"
-                  + (", resuming from the last checkpoint" if config.resume else ""))
+        add_event(
+            session,
+            job_id,
+            f"Fine-tuning job started (attempt {attempt})"
+            + (", resuming from the last checkpoint" if config.resume else ""),
+        )
     # This worker's GPU goes to the training run: the models it kept for generation leave it first.
     models.release()
     progress = config.progress_path
@@ -131,10 +146,16 @@ def _record_end(settings: Settings, job_id: str, attempt: int, report: RunReport
         if report.done is not None and report.returncode == 0:
             name = job.tuned_model_name
             result = _adapter_archive(settings, job) if job.hyperparameters.get("lora") is not None else None
-            if finish_attempt(session, job_id, attempt, "succeeded", fine_tuned_model=name,
-                              step=report.done.get("steps", job.step),
-                              trained_tokens=report.done.get("train_tokens", job.trained_tokens),
-                              result_files=[result.id] if result else []):
+            if finish_attempt(
+                session,
+                job_id,
+                attempt,
+                "succeeded",
+                fine_tuned_model=name,
+                step=report.done.get("steps", job.step),
+                trained_tokens=report.done.get("train_tokens", job.trained_tokens),
+                result_files=[result.id] if result else [],
+            ):
                 if result:
                     session.add(result)
                 add_event(session, job_id, f"New fine-tuned model created: {name}")
@@ -144,8 +165,10 @@ def _record_end(settings: Settings, job_id: str, attempt: int, report: RunReport
             return False
         if report.wall_clock_hit:
             limit = settings.job_max_wall_s
-            message = (f"the job ran past its wall-clock limit of {limit:g} s (setting job_max_wall_s) and was "
-                       f"stopped at step {job.step}; its last checkpoint is kept")
+            message = (
+                f"the job ran past its wall-clock limit of {limit:g} s (setting job_max_wall_s) and was "
+                f"stopped at step {job.step}; its last checkpoint is kept"
+            )
             error = {"code": "wall_clock_limit", "message": message, "param": None}
             if finish_attempt(session, job_id, attempt, "failed", error=error):
                 add_event(session, job_id, f"Job failed: {message}", level="error")
@@ -159,8 +182,9 @@ def _record_end(settings: Settings, job_id: str, attempt: int, report: RunReport
             checkpoint = latest_checkpoint(session, settings, job_id)
             if attempt < MAX_ATTEMPTS and checkpoint is not None:
                 if finish_attempt(session, job_id, attempt, "queued", heartbeat_at=None):
-                    add_event(session, job_id, f"interrupted; requeued to resume from step {checkpoint.step}",
-                              level="warning")
+                    add_event(
+                        session, job_id, f"interrupted; requeued to resume from step {checkpoint.step}", level="warning"
+                    )
                     return True
                 return False
         code = "invalid_config" if report.returncode == 2 else "training_failed"
@@ -180,10 +204,21 @@ def _adapter_archive(settings: Settings, job: Job) -> File:
     relative = Path("jobs") / job.id / f"{file_id}.tar"
     spec = settings.base_models.get(job.model)
     base_model = spec if spec is not None and not Path(spec).expanduser().exists() else job.model
-    size = write_archive(job_dir(settings, job.id) / "out", settings.artifacts / relative, folder=job.id,
-                         base_model=base_model)
-    return File(id=file_id, owner=job.owner, filename=f"{job.id}-adapter.tar", purpose=RESULTS_PURPOSE,
-                format="tar", bytes=size, path=relative.as_posix(), records=0, total_rows=0, warnings=[])
+    size = write_archive(
+        job_dir(settings, job.id) / "out", settings.artifacts / relative, folder=job.id, base_model=base_model
+    )
+    return File(
+        id=file_id,
+        owner=job.owner,
+        filename=f"{job.id}-adapter.tar",
+        purpose=RESULTS_PURPOSE,
+        format="tar",
+        bytes=size,
+        path=relative.as_posix(),
+        records=0,
+        total_rows=0,
+        warnings=[],
+    )
 
 
 def _fail(settings: Settings, job_id: str, attempt: int, exc: BaseException) -> None:
@@ -204,8 +239,9 @@ def tune(job_id: str) -> None:
     process = None
     try:
         process, follower, log_path = _start(settings, job_id, attempt)
-        report = supervise(process, follower, settings, job_id, attempt,
-                           job_dir(settings, job_id) / "out" / CANCEL_FILE)
+        report = supervise(
+            process, follower, settings, job_id, attempt, job_dir(settings, job_id) / "out" / CANCEL_FILE
+        )
         if report.lost:
             log.warning("job %s was taken from attempt %d", job_id, attempt)
             return

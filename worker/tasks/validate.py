@@ -23,7 +23,9 @@ log = logging.getLogger(__name__)
 _PROMPT_STYLE = TuneConfig.model_fields["prompt_style"].default
 
 
-def _check_file(file: File, settings, tokenizer, max_seq_len: int, param: str) -> tuple[list[tuple[str, str]], dict | None]:
+def _check_file(
+    file: File, settings, tokenizer, max_seq_len: int, param: str
+) -> tuple[list[tuple[str, str]], dict | None]:
     """((level, message) notes, error dict or None) for one data file, loaded as training will load it."""
     options = LoadOptions(prompt_style=_PROMPT_STYLE, max_tokens=max_seq_len)
     try:
@@ -33,9 +35,11 @@ def _check_file(file: File, settings, tokenizer, max_seq_len: int, param: str) -
     notes = loaded.summary(param)
     if not loaded.records:
         first = f"; first: {loaded.errors[0]}" if loaded.errors else ""
-        return notes[:-1], {"code": "invalid_file", "param": param,
-                            "message": f"{param} {file.id}: no usable record among {loaded.total} "
-                                       f"(max_seq_len {max_seq_len}{first})"}
+        return notes[:-1], {
+            "code": "invalid_file",
+            "param": param,
+            "message": f"{param} {file.id}: no usable record among {loaded.total} (max_seq_len {max_seq_len}{first})",
+        }
     return notes, None
 
 
@@ -66,7 +70,8 @@ def validate_job_files(job_id: str) -> None:
             error = {"code": "validation_error", "message": f"{type(exc).__name__}: {exc}", "param": None}
         status = "failed" if error else "queued"
         moved = session.execute(
-            update(Job).where(Job.id == job_id, Job.status == "validating_files")
+            update(Job)
+            .where(Job.id == job_id, Job.status == "validating_files")
             .values(status=status, error=error, **({"finished_at": time.time()} if error else {}))
         ).rowcount
         if not moved:
@@ -79,4 +84,3 @@ def validate_job_files(job_id: str) -> None:
             add_event(session, job_id, "Validated training file; job queued")
     if not error:
         enqueue(settings, "cuset.tune", job_id)
-

@@ -39,7 +39,10 @@ def locked_generation(session: Session, generation_id: str) -> Generation | None
         # read below sees every committed update and nobody writes until this transaction ends.
         session.execute(update(Generation).where(Generation.id == generation_id).values(status=Generation.status))
     return session.scalars(
-        select(Generation).where(Generation.id == generation_id).with_for_update().execution_options(populate_existing=True)
+        select(Generation)
+        .where(Generation.id == generation_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
     ).one_or_none()
 
 

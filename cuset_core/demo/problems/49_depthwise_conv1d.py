@@ -7,9 +7,7 @@ class Model(nn.Module):
 
     def __init__(self, channels: int, kernel_size: int):
         super().__init__()
-        self.conv = nn.Conv1d(
-            channels, channels, kernel_size, padding=kernel_size // 2, groups=channels, bias=False
-        )
+        self.conv = nn.Conv1d(channels, channels, kernel_size, padding=kernel_size // 2, groups=channels, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv(x)

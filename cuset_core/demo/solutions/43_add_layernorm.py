@@ -99,6 +99,4 @@ class ModelNew(nn.Module):
         self.norm = nn.LayerNorm(features)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return add_layernorm.add_layernorm_cuda(
-            x, residual, self.norm.weight, self.norm.bias, self.norm.eps
-        )
+        return add_layernorm.add_layernorm_cuda(x, residual, self.norm.weight, self.norm.bias, self.norm.eps)

@@ -84,9 +84,7 @@ depthwise_conv1d = load_inline(
 class ModelNew(nn.Module):
     def __init__(self, channels: int, kernel_size: int):
         super().__init__()
-        self.conv = nn.Conv1d(
-            channels, channels, kernel_size, padding=kernel_size // 2, groups=channels, bias=False
-        )
+        self.conv = nn.Conv1d(channels, channels, kernel_size, padding=kernel_size // 2, groups=channels, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return depthwise_conv1d.depthwise_conv1d_cuda(x, self.conv.weight, self.conv.padding[0])

@@ -62,10 +62,7 @@ torch::Tensor avgpool2d_cuda(torch::Tensor x, int64_t kernel_size, int64_t strid
 }
 """
 
-cpp_source = (
-    "torch::Tensor avgpool2d_cuda(torch::Tensor x, int64_t kernel_size, int64_t stride, "
-    "int64_t padding);"
-)
+cpp_source = "torch::Tensor avgpool2d_cuda(torch::Tensor x, int64_t kernel_size, int64_t stride, int64_t padding);"
 
 avgpool2d = load_inline(
     name="avgpool2d",

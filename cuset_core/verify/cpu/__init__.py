@@ -55,15 +55,26 @@ def run_cpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettin
     try:
         preludes = prepare_preludes()
     except BuildError as exc:
-        return _result(Verdict.INTERNAL_ERROR, "the CPU runtime header does not build on this machine",
-                       log=tail(str(exc)))
+        return _result(
+            Verdict.INTERNAL_ERROR, "the CPU runtime header does not build on this machine", log=tail(str(exc))
+        )
     pch_s = time.perf_counter() - clock
     chain = toolchain()
-    spec = TierSpec(Tier.CPU, HARNESS_MODULE, settings.limits, lambda folder: harness_env(OMP_NUM_THREADS="1"),
-                    build_side=candidate.kind == "python")
-    job = {"reduce_sizes": settings.reduce_sizes, "max_elements": settings.max_elements,
-           "preludes": [str(prelude) for prelude in preludes], "include_dirs": list(chain.include_dirs),
-           "library_dirs": list(chain.library_dirs), "prebuild": _prebuild(candidate)}
+    spec = TierSpec(
+        Tier.CPU,
+        HARNESS_MODULE,
+        settings.limits,
+        lambda folder: harness_env(OMP_NUM_THREADS="1"),
+        build_side=candidate.kind == "python",
+    )
+    job = {
+        "reduce_sizes": settings.reduce_sizes,
+        "max_elements": settings.max_elements,
+        "preludes": [str(prelude) for prelude in preludes],
+        "include_dirs": list(chain.include_dirs),
+        "library_dirs": list(chain.library_dirs),
+        "prebuild": _prebuild(candidate),
+    }
     result, details = judge(spec, problem_code, candidate, settings, job)
     overrides = details.get("candidate_job", {}).get("overrides") or {}
     if result.verdict in _SIZE_SENSITIVE and overrides:
@@ -73,8 +84,15 @@ def run_cpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettin
     return result
 
 
-def _at_original_sizes(spec: TierSpec, problem_code: str, candidate: Candidate, settings: VerifySettings,
-                       job: dict, reduced: VerifyResult, details: dict) -> VerifyResult:
+def _at_original_sizes(
+    spec: TierSpec,
+    problem_code: str,
+    candidate: Candidate,
+    settings: VerifySettings,
+    job: dict,
+    reduced: VerifyResult,
+    details: dict,
+) -> VerifyResult:
     """The verdict for a candidate that failed at reduced sizes: the original sizes decide when
     they fit; else a candidate that hard-codes them is ``unsupported`` (never blamed)."""
     candidate_job = details.get("candidate_job", {})
@@ -82,13 +100,19 @@ def _at_original_sizes(spec: TierSpec, problem_code: str, candidate: Candidate, 
     if details.get("original_fits"):
         result, _ = judge(spec, problem_code, candidate, settings, {**job, "reduce_sizes": False})
         timings = {**result.timings_s, **{f"reduced_{k}": v for k, v in reduced.timings_s.items()}}
-        return result.model_copy(update={"reason": clip(f"at the original sizes: {result.reason}; {at_reduced}"),
-                                         "timings_s": timings})
+        return result.model_copy(
+            update={"reason": clip(f"at the original sizes: {result.reason}; {at_reduced}"), "timings_s": timings}
+        )
     hardcoded = hardcoded_sizes(candidate.code, candidate_job.get("constants", {}), candidate_job.get("overrides", {}))
     if not hardcoded:
         return reduced
-    return reduced.model_copy(update={
-        "verdict": Verdict.UNSUPPORTED, "unsupported_feature": "hard-coded problem sizes",
-        "reason": clip(f"the candidate hard-codes the problem's sizes ({', '.join(hardcoded)}) and the original "
-                       f"sizes are too large for tier 2; {at_reduced}"),
-    })
+    return reduced.model_copy(
+        update={
+            "verdict": Verdict.UNSUPPORTED,
+            "unsupported_feature": "hard-coded problem sizes",
+            "reason": clip(
+                f"the candidate hard-codes the problem's sizes ({', '.join(hardcoded)}) and the original "
+                f"sizes are too large for tier 2; {at_reduced}"
+            ),
+        }
+    )

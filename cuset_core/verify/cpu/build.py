@@ -34,8 +34,15 @@ RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 PCH_NAME = "cuset_pch.h"
 PCH_TIMEOUT_S = 600.0
 # -O1: the kernels run millions of fiber steps, -O2 costs build time for little gain here.
-CXX_FLAGS = ("-std=c++20", "-O1", "-fPIC", "-fno-strict-aliasing", "-w", "-D_GLIBCXX_USE_CXX11_ABI=1",
-             "-DTORCH_API_INCLUDE_EXTENSION_H")
+CXX_FLAGS = (
+    "-std=c++20",
+    "-O1",
+    "-fPIC",
+    "-fno-strict-aliasing",
+    "-w",
+    "-D_GLIBCXX_USE_CXX11_ABI=1",
+    "-DTORCH_API_INCLUDE_EXTENSION_H",
+)
 
 
 @dataclass(frozen=True)
@@ -49,8 +56,9 @@ class Prelude:
 
 LIGHT_TORCH = "#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n"
 PRELUDES = (
-    Prelude("light", LIGHT_TORCH + '#include "cuda_cpu.h"\n',
-            shadows=("torch/extension.h", "torch/torch.h", "torch/all.h")),
+    Prelude(
+        "light", LIGHT_TORCH + '#include "cuda_cpu.h"\n', shadows=("torch/extension.h", "torch/torch.h", "torch/all.h")
+    ),
     Prelude("full", '#include <torch/extension.h>\n#include "cuda_cpu.h"\n'),
 )
 SHADOW_HEADER = (
@@ -142,8 +150,17 @@ def _prepare(chain: Toolchain, folder: Path, prelude: Prelude) -> Path:
             path.write_text(SHADOW_HEADER)
         header = staging / PCH_NAME
         header.write_text(prelude.header)
-        command = ["g++", "-x", "c++-header", *CXX_FLAGS, f"-I{staging / 'include'}", *chain.include_flags,
-                   str(header), "-o", str(header) + ".gch"]
+        command = [
+            "g++",
+            "-x",
+            "c++-header",
+            *CXX_FLAGS,
+            f"-I{staging / 'include'}",
+            *chain.include_flags,
+            str(header),
+            "-o",
+            str(header) + ".gch",
+        ]
         done = subprocess.run(command, capture_output=True, text=True, timeout=PCH_TIMEOUT_S)
         if done.returncode != 0:
             raise BuildError(f"building the precompiled {prelude.name} prelude failed:\n{done.stderr[-4000:]}")
@@ -177,8 +194,9 @@ def translation_unit(name: str, cuda: str, cpp: str, functions: list[str] | None
     return "\n".join(parts) + "\n"
 
 
-def compile_extension(name: str, source: str, workdir: Path, preludes: Sequence[Path], chain: Toolchain,
-                      extra_flags: tuple[str, ...] = ()) -> Path:
+def compile_extension(
+    name: str, source: str, workdir: Path, preludes: Sequence[Path], chain: Toolchain, extra_flags: tuple[str, ...] = ()
+) -> Path:
     """Compile and link ``source`` into ``workdir/<name>.so`` with the first prelude that builds it.
 
     Raises ``BuildError`` with the last prelude's compiler output when none does.
@@ -186,13 +204,35 @@ def compile_extension(name: str, source: str, workdir: Path, preludes: Sequence[
     source_path = workdir / f"{name}.cpp"
     source_path.write_text(source)
     library = workdir / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
-    link_cmd = ["g++", "-shared", str(workdir / f"{name}.o"), "-o", str(library),
-                *[f"-L{d}" for d in chain.library_dirs], *[f"-Wl,-rpath,{d}" for d in chain.library_dirs],
-                "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
+    link_cmd = [
+        "g++",
+        "-shared",
+        str(workdir / f"{name}.o"),
+        "-o",
+        str(library),
+        *[f"-L{d}" for d in chain.library_dirs],
+        *[f"-Wl,-rpath,{d}" for d in chain.library_dirs],
+        "-lc10",
+        "-ltorch",
+        "-ltorch_cpu",
+        "-ltorch_python",
+    ]
     for attempt, prelude in enumerate(preludes, start=1):
-        compile_cmd = ["g++", "-Winvalid-pch", "-include", str(prelude / PCH_NAME), *CXX_FLAGS,
-                       f"-DTORCH_EXTENSION_NAME={name}", *extra_flags, f"-I{prelude / 'include'}",
-                       *chain.include_flags, "-c", str(source_path), "-o", str(workdir / f"{name}.o")]
+        compile_cmd = [
+            "g++",
+            "-Winvalid-pch",
+            "-include",
+            str(prelude / PCH_NAME),
+            *CXX_FLAGS,
+            f"-DTORCH_EXTENSION_NAME={name}",
+            *extra_flags,
+            f"-I{prelude / 'include'}",
+            *chain.include_flags,
+            "-c",
+            str(source_path),
+            "-o",
+            str(workdir / f"{name}.o"),
+        ]
         try:
             _run(compile_cmd, workdir)
             break

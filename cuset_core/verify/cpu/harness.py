@@ -31,9 +31,10 @@ import sys
 import time
 import traceback
 import types
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from cuset_core.verify.protocol import (
     INIT_SEED,
@@ -55,8 +56,22 @@ from cuset_core.verify.protocol import (
 
 SCHEDULES = ("ascending thread order", "descending thread order", "odd threads first")
 _MISSING_HEADER = re.compile(r"fatal error: ([\w./]+): No such file or directory")
-_FACTORIES = ("randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "linspace",
-              "eye", "tensor", "randperm", "normal", "as_tensor")
+_FACTORIES = (
+    "randn",
+    "rand",
+    "randint",
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "arange",
+    "linspace",
+    "eye",
+    "tensor",
+    "randperm",
+    "normal",
+    "as_tensor",
+)
 
 
 # ---------------------------------------------------------------- CUDA -> CPU for Python
@@ -122,8 +137,15 @@ def extension_module_name(name: str | None, index: int) -> str:
 class Builder:
     """Stands in for ``torch.utils.cpp_extension.load_inline``/``load`` inside the harness."""
 
-    def __init__(self, workdir: Path, preludes: list[Path], timings: dict[str, float], chain, prebuilt: dict,
-                 monitor: FallbackMonitor):
+    def __init__(
+        self,
+        workdir: Path,
+        preludes: list[Path],
+        timings: dict[str, float],
+        chain,
+        prebuilt: dict,
+        monitor: FallbackMonitor,
+    ):
         self.workdir = workdir
         self.monitor = monitor  # every extension's functions count as kernel calls
         self.preludes = preludes
@@ -156,8 +178,9 @@ class Builder:
                 header = f"header <{missing.group(1)}>"
                 self.failure = Outcome("unsupported", f"uses {header}", log=tail(str(exc)), unsupported_feature=header)
             else:
-                self.failure = Outcome("compile_error", f"g++ rejected the extension: {_first_error(str(exc))}",
-                                       log=tail(str(exc)))
+                self.failure = Outcome(
+                    "compile_error", f"g++ rejected the extension: {_first_error(str(exc))}", log=tail(str(exc))
+                )
             raise
         finally:
             self.timings["build"] = self.timings.get("build", 0.0) + time.perf_counter() - clock
@@ -248,7 +271,9 @@ def size_overrides(problem_source: str, max_elements: int) -> dict[str, int]:
         return {}
 
 
-def candidate_overrides(candidate_source: str, problem_constants: dict[str, int], overrides: dict[str, int]) -> dict[str, int]:
+def candidate_overrides(
+    candidate_source: str, problem_constants: dict[str, int], overrides: dict[str, int]
+) -> dict[str, int]:
     """The overrides that also apply to the candidate: same name, same original value."""
     from cuset_core.verify.cpu.sizes import int_constants
 
@@ -265,8 +290,9 @@ def _call(model: Any, inputs: list[Any], what: str, verdict: str = "runtime_erro
     except Decided:
         raise
     except Exception as exc:  # noqa: BLE001 - a crash of either side decides the verdict
-        raise Decided(Outcome(verdict, f"{what} forward failed: {first_line(exc)}",
-                              log=tail(traceback.format_exc()))) from exc
+        raise Decided(
+            Outcome(verdict, f"{what} forward failed: {first_line(exc)}", log=tail(traceback.format_exc()))
+        ) from exc
 
 
 def _clone(values: list[Any]) -> list[Any]:
@@ -286,8 +312,11 @@ def run_reference(problem_source: str, overrides: dict[str, int], kind: str, see
     from cuset_core.verify.binding import reference_layout
 
     def failed(what: str, exc: Exception) -> Decided:
-        return Decided(Outcome("internal_error", f"the reference {what} failed: {first_line(exc)}",
-                               log=tail(traceback.format_exc())))
+        return Decided(
+            Outcome(
+                "internal_error", f"the reference {what} failed: {first_line(exc)}", log=tail(traceback.format_exc())
+            )
+        )
 
     data: dict[str, Any] = {"trials": [], "outputs": []}
     with device_mode("cpu"), torch.no_grad():
@@ -300,8 +329,9 @@ def run_reference(problem_source: str, overrides: dict[str, int], kind: str, see
             raise failed("construction", exc) from exc
         if kind == "cu":
             data["layout"] = dataclasses.asdict(reference_layout(model))
-            data["weights"] = {name: t.detach().clone() for name, t in [*model.named_parameters(),
-                                                                        *model.named_buffers()]}
+            data["weights"] = {
+                name: t.detach().clone() for name, t in [*model.named_parameters(), *model.named_buffers()]
+            }
         for trial in range(seeds):
             torch.manual_seed(INPUT_SEED_BASE + trial)
             try:
@@ -332,9 +362,15 @@ def reference_side(job: dict, workdir: Path, timings: dict[str, float]) -> Outco
         if not overrides:
             raise
         if not fits:
-            raise Decided(Outcome("unsupported", "the reduced problem breaks the reference "
-                                  f"({decided.outcome.reason}) and its original sizes are too large for tier 2",
-                                  log=decided.outcome.log, unsupported_feature="original problem sizes")) from None
+            raise Decided(
+                Outcome(
+                    "unsupported",
+                    "the reduced problem breaks the reference "
+                    f"({decided.outcome.reason}) and its original sizes are too large for tier 2",
+                    log=decided.outcome.log,
+                    unsupported_feature="original problem sizes",
+                )
+            ) from None
         note = f"the reduced problem broke the reference ({decided.outcome.reason}); original sizes used"
         overrides, data = {}, run_reference(problem_source, {}, job["kind"], job["seeds"])
     else:
@@ -344,8 +380,14 @@ def reference_side(job: dict, workdir: Path, timings: dict[str, float]) -> Outco
     save_values(workdir / INPUTS_FILE, data)
     save_values(workdir / REFERENCE_FILE, {"trials": outputs})
     timings["reference"] = time.perf_counter() - clock
-    return Outcome("pass", details={"note": note, "original_fits": fits,
-                                    "candidate_job": {"overrides": overrides, "constants": constants}})
+    return Outcome(
+        "pass",
+        details={
+            "note": note,
+            "original_fits": fits,
+            "candidate_job": {"overrides": overrides, "constants": constants},
+        },
+    )
 
 
 def _safe_elements(problem_source: str) -> int | None:
@@ -373,8 +415,11 @@ def _import_candidate(job: dict, workdir: Path, builder: Builder, inputs: dict[s
     except Exception as exc:  # noqa: BLE001 - any failure to build or import decides the verdict
         if builder.failure:
             raise Decided(builder.failure) from exc
-        raise Decided(Outcome("runtime_error", f"importing the candidate failed: {first_line(exc)}",
-                              log=tail(traceback.format_exc()))) from exc
+        raise Decided(
+            Outcome(
+                "runtime_error", f"importing the candidate failed: {first_line(exc)}", log=tail(traceback.format_exc())
+            )
+        ) from exc
     if builder.failure:
         raise Decided(builder.failure)
     binding = None
@@ -448,8 +493,9 @@ def candidate_side(job: dict, workdir: Path, timings: dict[str, float]) -> Outco
         return _run_candidate(job, workdir, timings, builder, monitor)
 
 
-def _run_candidate(job: dict, workdir: Path, timings: dict[str, float], builder: Builder,
-                   monitor: FallbackMonitor) -> Outcome:
+def _run_candidate(
+    job: dict, workdir: Path, timings: dict[str, float], builder: Builder, monitor: FallbackMonitor
+) -> Outcome:
     import torch
     import torch.utils.cpp_extension
 

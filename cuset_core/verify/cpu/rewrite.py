@@ -25,16 +25,30 @@ UNSUPPORTED_FEATURES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bcub::|<cub/"), "cub"),
     (re.compile(r"\bthrust::|<thrust/"), "thrust"),
     (re.compile(r"cooperative_groups"), "cooperative groups"),
-    (re.compile(r"\btex[123]D\w*\s*[<(]|\bcudaTextureObject_t\b|\btexture\s*<|\bsurf[123]D\w*\s*[<(]|cudaSurfaceObject_t"),
-     "textures/surfaces"),
-    (re.compile(r"\bcublas\w*|\bcudnn\w*|\bcusparse\w*|\bcusolver\w*|\bcufft\w*|\bcurand\w*|getCurrentCUDABlasHandle"),
-     "CUDA libraries (cuBLAS/cuDNN/cuRAND/...)"),
+    (
+        re.compile(
+            r"\btex[123]D\w*\s*[<(]|\bcudaTextureObject_t\b|\btexture\s*<|\bsurf[123]D\w*\s*[<(]|cudaSurfaceObject_t"
+        ),
+        "textures/surfaces",
+    ),
+    (
+        re.compile(
+            r"\bcublas\w*|\bcudnn\w*|\bcusparse\w*|\bcusolver\w*|\bcufft\w*|\bcurand\w*|getCurrentCUDABlasHandle"
+        ),
+        "CUDA libraries (cuBLAS/cuDNN/cuRAND/...)",
+    ),
     (re.compile(r"\b__nv_fp8|cuda_fp8\.h|\b__nv_fp4"), "fp8/fp4 types"),
-    (re.compile(r"\bcudaLaunchKernel\b|\bcudaLaunchCooperativeKernel\b|\bcuLaunchKernel\b"), "launch through the driver/runtime API"),
+    (
+        re.compile(r"\bcudaLaunchKernel\b|\bcudaLaunchCooperativeKernel\b|\bcuLaunchKernel\b"),
+        "launch through the driver/runtime API",
+    ),
     (re.compile(r"\bcudaGraph\w*"), "CUDA graphs"),
     (re.compile(r"\b__match_(?:any|all)_sync\b|\b__reduce_\w+_sync\b"), "warp match/reduce intrinsics"),
     (re.compile(r"\b__hfma2|\b__h2div|\bh2exp\b|\b__hmax2|\b__hmin2"), "half2 vector intrinsics"),
-    (re.compile(r"\bcp\.async|__pipeline_memcpy_async|\bcuda::memcpy_async|<cuda/pipeline>|<cuda/barrier>"), "async copies (cp.async/pipeline)"),
+    (
+        re.compile(r"\bcp\.async|__pipeline_memcpy_async|\bcuda::memcpy_async|<cuda/pipeline>|<cuda/barrier>"),
+        "async copies (cp.async/pipeline)",
+    ),
 )
 
 _LAUNCH = re.compile(r"([A-Za-z_][\w:]*)\s*(<(?:[^<>;]|<[^<>;]*>)*>)?\s*<<<")
@@ -42,9 +56,7 @@ _EXTERN_SHARED = re.compile(
     r"extern\s+__shared__\s+((?:__align__\s*\(\s*\d+\s*\)\s*)?)([^;\[\]]*?)\s*\b([A-Za-z_]\w*)\s*\[\s*\]\s*;"
 )
 _SHARED_DECL = re.compile(r"(?<![\w])__shared__\s+[^;(){}]*;")
-_VOLATILE_PTR = re.compile(
-    r"\bvolatile\s+((?:(?:unsigned|signed|long|short|const)\s+)*[A-Za-z_][\w:]*)\s*\*\s*"
-)
+_VOLATILE_PTR = re.compile(r"\bvolatile\s+((?:(?:unsigned|signed|long|short|const)\s+)*[A-Za-z_][\w:]*)\s*\*\s*")
 _CUDA_STRING = re.compile(r"\"cuda(?::\d+)?\"")
 
 
@@ -197,12 +209,14 @@ def poison_static_shared(code: str) -> str:
         if not inside[match.start()] or code[max(0, match.start() - 20) : match.start()].rstrip().endswith("extern"):
             continue
         declaration = match.group(0)
-        names = _declared_names(declaration[len("__shared__"):-1])
+        names = _declared_names(declaration[len("__shared__") : -1])
         fills = []
         for name in names:
             counter += 1
             seen = f"cuset_shared_seen_{counter}"
-            fills.append(f"static unsigned long long {seen} = 0; cuset::poison_shared(&{name}, sizeof({name}), {seen});")
+            fills.append(
+                f"static unsigned long long {seen} = 0; cuset::poison_shared(&{name}, sizeof({name}), {seen});"
+            )
         out.append(code[pos : match.end()])
         out.append(" " + " ".join(fills))
         pos = match.end()

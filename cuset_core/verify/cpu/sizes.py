@@ -79,5 +79,8 @@ def original_fits(elements: int | None, max_elements: int) -> bool:
 def hardcoded_sizes(code: str, constants: dict[str, int], overrides: dict[str, int]) -> list[str]:
     """``name=value`` for each reduced constant whose original value appears as a number in ``code``
     (a candidate that hard-codes the problem's sizes)."""
-    return [f"{name}={constants[name]}" for name in overrides
-            if name in constants and re.search(rf"(?<![\w.]){constants[name]}(?![\w.])", code)]
+    return [
+        f"{name}={constants[name]}"
+        for name in overrides
+        if name in constants and re.search(rf"(?<![\w.]){constants[name]}(?![\w.])", code)
+    ]
