@@ -57,13 +57,18 @@ def gpu_limits(limits: SandboxLimits) -> SandboxLimits:
         max_processes=max(limits.max_processes, _MIN_PROCESSES),
         file_size_mb=limits.file_size_mb,
         workdir_mb=limits.workdir_mb,
+        gpu_memory_mb=limits.gpu_memory_mb,
     )
 
 
 def job_fields(candidate: Candidate, settings: VerifySettings) -> dict[str, Any]:
     """The tier-3 fields of both sides' ``job.json``: timed calls per side and the candidate's kernel names."""
     cuda = candidate.sources.cuda + "\n" + "\n".join(ext.cpp for ext in candidate.sources.extensions)
-    return {"timing_trials": settings.timing_trials, "kernel_names": kernel_names(cuda)}
+    return {
+        "timing_trials": settings.timing_trials,
+        "kernel_names": kernel_names(cuda),
+        "gpu_memory_mb": settings.limits.gpu_memory_mb,
+    }
 
 
 def gpu_env(workdir: Path) -> dict[str, str]:

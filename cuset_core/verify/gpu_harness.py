@@ -385,8 +385,26 @@ def _profile_candidate(
     return launches, share
 
 
+def memory_fraction(cap_mb: int, total_bytes: int) -> float:
+    """Share of a device of ``total_bytes`` that ``cap_mb`` MiB is, at most 1 (torch's per-process cap)."""
+    return min(1.0, cap_mb * (1 << 20) / total_bytes)
+
+
 def candidate_side(job: dict, workdir: Path, device: Any, timings: dict[str, float]) -> Outcome:
     """Build and run the candidate on the handed inputs, write its outputs, profile and time it."""
+    import torch
+
+    cap_mb = job["gpu_memory_mb"]
+    if device.type == "cuda":  # the unit tests run this side on the CPU
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(memory_fraction(cap_mb, total), device)
+    try:
+        return _candidate_run(job, workdir, device, timings)
+    except torch.OutOfMemoryError:
+        return Outcome("runtime_error", f"the candidate needs more than the device memory cap of {cap_mb} MiB")
+
+
+def _candidate_run(job: dict, workdir: Path, device: Any, timings: dict[str, float]) -> Outcome:
     import torch
 
     _set_tf32_off()

@@ -29,6 +29,12 @@ class SandboxLimits(BaseModel):
     workdir_mb: int = Field(
         256, gt=0, description="all it may write to its work folder together, MiB (a tmpfs of this size)"
     )
+    gpu_memory_mb: int = Field(
+        16384,
+        gt=0,
+        description="tier 3: device memory the candidate's process may allocate, MiB (torch's allocator is "
+        "capped to it; tier 0 rejects allocating device memory any other way)",
+    )
 
 
 class VerifySettings(BaseModel):

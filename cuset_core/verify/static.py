@@ -37,6 +37,12 @@ _TENSOR_WORK = {
     "triu", "diag", "addcmul", "lerp", "hardtanh", "softplus", "leaky_relu", "elu", "selu",
 }  # fmt: skip
 _TORCH_ROOTS = {"torch", "F", "nn", "functional"}
+# Device memory outside torch's allocator escapes tier 3's cap (SandboxLimits.gpu_memory_mb), and
+# looking CUDA entry points up by name or pasting tokens is how a source would hide such a call.
+_RAW_DEVICE_MEMORY = re.compile(
+    r"\b(cudaMalloc\w*|cudaHostAlloc|cuMemAlloc\w*|cuMemCreate|cuMemMap|cudaMemPoolCreate|dlopen|dlsym|"
+    r"cudaGetDriverEntryPoint\w*|cuGetProcAddress\w*)\b|##"
+)
 
 
 @dataclass
@@ -102,8 +108,19 @@ def _reject(verdict: Verdict, reason: str, line: int | None = None, column: int 
     )  # fmt: skip
 
 
+def _raw_device_memory(source: str) -> str | None:
+    """The first call in a CUDA/C++ ``source`` that would allocate device memory past tier 3's cap."""
+    match = _RAW_DEVICE_MEMORY.search(source)
+    if match is None:
+        return None
+    found = "token pasting (##)" if match.group(0) == "##" else match.group(0)
+    return f"the kernel source uses {found}: device memory must come from torch (torch::empty), which tier 3 caps"
+
+
 def _check_cu(candidate: Candidate) -> VerifyResult | None:
     code = candidate.code
+    if (reason := _raw_device_memory(code)) is not None:
+        return _reject(Verdict.STATIC_REJECT, reason)
     if "__global__" not in code:
         return _reject(Verdict.STATIC_REJECT, "no __global__ kernel in the CUDA source")
     if "PYBIND11_MODULE" not in code:
@@ -126,6 +143,9 @@ def _check_python(candidate: Candidate, tree: ast.Module) -> tuple[VerifyResult 
         return _reject(Verdict.STATIC_REJECT, reason, first_call), []
     if not sources.has_kernel:
         return _reject(Verdict.STATIC_REJECT, "no __global__ kernel in the load_inline sources", first_call), []
+    raw = _raw_device_memory("\n".join([sources.cuda, *(ext.cpp for ext in sources.extensions)]))
+    if raw is not None:
+        return _reject(Verdict.STATIC_REJECT, raw, first_call), []
     forward = _method(model_new, "forward")
     if forward is None:
         return _reject(Verdict.STATIC_REJECT, "ModelNew defines no forward", _line(candidate, model_new.lineno)), []

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cuset_core.verify import gpu, protocol
+from cuset_core.verify import gpu, gpu_harness, protocol
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.gpu_harness import aliased_pairs, classify_kernels, kernel_names, timing_stats
 from cuset_core.verify.protocol import (
@@ -113,7 +113,11 @@ def test_gpu_limits_raise_only_what_a_gpu_job_needs():
 def test_the_job_names_the_candidates_kernels():
     candidate = parse_candidate((DEMO / "solutions" / "02_relu.py").read_text())
     settings = VerifySettings(seeds=2, timing_trials=7)
-    assert gpu.job_fields(candidate, settings) == {"timing_trials": 7, "kernel_names": ["relu_kernel"]}
+    assert gpu.job_fields(candidate, settings) == {
+        "timing_trials": 7,
+        "kernel_names": ["relu_kernel"],
+        "gpu_memory_mb": SandboxLimits().gpu_memory_mb,
+    }
 
 
 SPEC = TierSpec(Tier.GPU, gpu.HARNESS_MODULE, SandboxLimits(), lambda folder: {})
@@ -166,6 +170,30 @@ def test_without_a_gpu_tier_3_is_unsupported_with_the_reason(monkeypatch):
     result = gpu.run_gpu_tier("problem", candidate, VerifySettings(tier=Tier.GPU))
     assert (result.verdict, result.tier, result.unsupported_feature) == (Verdict.UNSUPPORTED, Tier.GPU, "gpu")
     assert result.reason == "no CUDA GPU on this machine"
+
+
+def test_the_device_memory_cap_is_a_share_of_the_device_at_most_all_of_it():
+    assert gpu_harness.memory_fraction(16384, 64 << 30) == 0.25
+    assert gpu_harness.memory_fraction(16384, 8 << 30) == 1.0
+
+
+@pytest.mark.gpu
+def test_a_candidate_past_the_device_memory_cap_is_a_runtime_error():
+    problem = (DEMO / "problems" / "02_relu.py").read_text()
+    greedy = (
+        (DEMO / "solutions" / "02_relu.py")
+        .read_text()
+        .replace(
+            "return relu_ext.relu_cuda(x)",
+            "self.hoard = torch.empty(1 << 30, device=x.device)\n        return relu_ext.relu_cuda(x)",
+        )
+    )
+    settings = VerifySettings(tier=Tier.GPU, timing_trials=5, limits=SandboxLimits(gpu_memory_mb=1024))
+    result = gpu.run_gpu_tier(problem, parse_candidate(greedy), settings)
+    assert (result.verdict, result.reason) == (
+        Verdict.RUNTIME_ERROR,
+        "the candidate needs more than the device memory cap of 1024 MiB",
+    )
 
 
 @pytest.mark.gpu
@@ -262,6 +290,7 @@ def cpu_protocol(monkeypatch, tmp_path):
             "seeds": 3,
             "timing_trials": 4,
             "kernel_names": ["relu_kernel"],
+            "gpu_memory_mb": 1024,
         }
         try:
             reference = gpu_harness.reference_side(job, reference_dir, torch.device("cpu"), {})

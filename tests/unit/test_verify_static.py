@@ -135,6 +135,30 @@ def test_cu_candidate_needs_a_kernel_and_a_binding():
     assert result.reason == "no PYBIND11_MODULE: the extension binds nothing"
 
 
+@pytest.mark.parametrize(
+    "allocation",
+    [
+        "float* tmp; cudaMalloc(&tmp, 4096);",
+        "void* tmp; cudaMallocManaged(&tmp, 4096);",
+        "CUdeviceptr tmp; cuMemAlloc_v2(&tmp, 4096);",
+        'auto alloc = dlsym(RTLD_DEFAULT, "cudaMal" "loc");',
+        "#define ALLOC(a, b) a##b\nfloat* tmp; ALLOC(cudaMal, loc)(&tmp, 4096);",
+    ],
+)
+def test_device_memory_outside_torchs_allocator_is_rejected(allocation):
+    # Tier 3 caps device memory through torch's allocator; a raw allocation would escape the cap.
+    code = GOOD.replace("auto y = torch::empty_like(x);", f"auto y = torch::empty_like(x);\n    {allocation}")
+    assert code != GOOD
+    result = verdict(fenced(code))
+    assert result.verdict is Verdict.STATIC_REJECT
+    assert result.reason.startswith("the kernel source uses ") and "torch::empty" in result.reason
+    cu = KERNEL.split('"""')[1].replace(
+        "auto y = torch::empty_like(x);", f"auto y = torch::empty_like(x);\n{allocation}"
+    )
+    cu += '\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("forward", &relu_cuda); }\n'
+    assert verdict(f"```cpp\n{cu}```").verdict is Verdict.STATIC_REJECT
+
+
 def test_result_is_json_serialisable():
     result = verdict(fenced(GOOD.replace("class ModelNew", "class Fast")))
     assert json.loads(json.dumps(result.model_dump(mode="json")))["verdict"] == "static_reject"
