@@ -52,7 +52,7 @@ class StepEMA:
 
     def _fold(self) -> None:
         """Take the finished step's mean statistic into the EMA."""
-        if self._pending_count:
+        if self._pending_sum is not None:  # set together with a count of at least 1
             mean = self._pending_sum / self._pending_count
             self.value = mean if self.value is None else self.decay * self.value + (1.0 - self.decay) * mean
         self._pending_sum, self._pending_count = None, 0
