@@ -45,8 +45,10 @@ def lean_parts(model: nn.Module) -> LeanParts | None:
     return LeanParts(decoder, head)
 
 
-def _last_hidden_state(output) -> Tensor:
-    return output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+def _last_hidden_state(output: Any) -> Tensor:
+    """The hidden states [B, T, H] of a decoder's output: a ModelOutput, or a tuple without return_dict."""
+    hidden: Tensor = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+    return hidden
 
 
 def model_token_loss(

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -184,10 +184,10 @@ class ReferenceWeights:
         for name, value in attrs.items():
             setattr(self, name, value)
 
-    def named_parameters(self):
+    def named_parameters(self) -> Iterator[tuple[str, Any]]:
         return iter(self._tensors.items())
 
-    def named_buffers(self):
+    def named_buffers(self) -> Iterator[tuple[str, Any]]:
         return iter(())
 
 
