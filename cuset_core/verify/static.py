@@ -21,6 +21,8 @@ from typing import TypeGuard
 from cuset_core.verify.candidate import Candidate
 from cuset_core.verify.result import Diagnostic, Tier, Verdict, VerifyResult
 
+# Tier 0 treats sync and async definitions alike.
+_Function = ast.FunctionDef | ast.AsyncFunctionDef
 # torch calls that only allocate or describe tensors: glue, not work.
 _TORCH_GLUE = {
     "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
@@ -38,8 +40,6 @@ _TENSOR_WORK = {
     "triu", "diag", "addcmul", "lerp", "hardtanh", "softplus", "leaky_relu", "elu", "selu",
 }  # fmt: skip
 _TORCH_ROOTS = {"torch", "F", "nn", "functional"}
-# Tier 0 treats sync and async definitions alike.
-_Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 @dataclass
