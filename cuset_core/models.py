@@ -59,7 +59,10 @@ class ModelSource:
     def pretrained(self) -> str | Path:
         """What ``from_pretrained`` is given: the repo id (so transformers resolves the cache and
         the Hub itself) or the folder."""
-        return self.repo_id or self.folder
+        if self.repo_id:
+            return self.repo_id
+        assert self.folder is not None, "a source without a repo id is a local folder"
+        return self.folder
 
     def hf_kwargs(self) -> dict:
         """Keyword arguments for ``from_pretrained`` that select the GGUF file when there is one."""
@@ -274,7 +277,7 @@ def load_model(
         kwargs["quantization_config"] = _quantization_config(quantization, dtype)
         # 4-bit weights are placed at load time; under torchrun each rank takes its own GPU.
         kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}
-    model = AutoModelForCausalLM.from_pretrained(source.pretrained, **kwargs)
+    model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(source.pretrained, **kwargs)
     if source.gguf_file:
         drop_dequantized_marker(model)
     if source.adapter is not None and with_adapter:

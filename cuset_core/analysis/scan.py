@@ -201,12 +201,16 @@ class _Scanner:
                 return True
             return False
         if kind == "function_declarator":
-            name = node.child_by_field_name("declarator")
-            if name is not None and self.text(name) in cat.MODULE_MACROS:
+            declarator = node.child_by_field_name("declarator")
+            if declarator is not None and self.text(declarator) in cat.MODULE_MACROS:
                 self.emit(node, Category.BINDING)
                 return True
-            if name is not None and name.type == "identifier" and self.text(name) in self.binding_names:
-                self.emit(name, Category.BINDING)
+            if (
+                declarator is not None
+                and declarator.type == "identifier"
+                and self.text(declarator) in self.binding_names
+            ):
+                self.emit(declarator, Category.BINDING)
             return False
         if kind == "number_literal":
             if cat.is_full_mask(self.text(node)):
@@ -217,7 +221,7 @@ class _Scanner:
             return True
         if kind in _CONDITION_OWNERS or (kind == "condition_clause" and _is_orphan(node)):
             owned = node if kind == "condition_clause" else node.child_by_field_name("condition")
-            condition = _unwrap(owned)
+            condition = _unwrap(owned) if owned is not None else None
             if condition is not None and self.is_guard(condition, scope):
                 self.emit(condition, Category.BOUNDS_GUARD)
                 self.claimed.add(condition.id)
@@ -391,9 +395,9 @@ def _operands(node: Node) -> list[Node]:
     return [child for child in (node.child_by_field_name("left"), node.child_by_field_name("right")) if child]
 
 
-def _unwrap(node: Node | None) -> Node | None:
+def _unwrap(node: Node) -> Node:
     """The expression inside ``condition_clause`` and redundant parentheses."""
-    while node is not None and node.type in ("condition_clause", "parenthesized_expression"):
+    while node.type in ("condition_clause", "parenthesized_expression"):
         inner = node.child_by_field_name("value")
         if inner is None:
             named = node.named_children

@@ -67,9 +67,9 @@ class _Builder:
 
     def add(self, text: str, answer_start: int | None, raw_map: list[int] | None = None) -> None:
         """Append ``text``; ``raw_map[i]`` (or ``answer_start + i``) is the origin of char i."""
-        if answer_start is not None or raw_map is not None:
-            if raw_map is None:
-                raw_map = [answer_start + i for i in range(len(text))]
+        if raw_map is None and answer_start is not None:
+            raw_map = [answer_start + i for i in range(len(text))]
+        if raw_map is not None:
             run_start = 0
             for i in range(1, len(text) + 1):
                 if i == len(text) or raw_map[i] != raw_map[i - 1] + 1:
@@ -176,7 +176,8 @@ class _Resolver:
         prefix = line.encode("utf-8")[:col_bytes].decode("utf-8", errors="ignore")
         return line_start + len(prefix)
 
-    def node_span(self, node: ast.AST) -> tuple[int, int]:
+    def node_span(self, node: ast.expr) -> tuple[int, int]:
+        assert node.end_lineno is not None and node.end_col_offset is not None, "parsed nodes have end positions"
         start = self.char_offset(node.lineno, node.col_offset)
         end = self.char_offset(node.end_lineno, node.end_col_offset)
         return start, end
@@ -185,7 +186,7 @@ class _Resolver:
         if depth > 20:
             return None
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            return self._literal(node)
+            return self._literal(node, node.value)
         if isinstance(node, ast.Name) and node.id in self.assignments:
             return self.resolve(self.assignments[node.id], depth + 1)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
@@ -239,15 +240,16 @@ class _Resolver:
             out.extend(part)
         return out
 
-    def _literal(self, node: ast.Constant) -> _Builder:
+    def _literal(self, node: ast.Constant, value: str) -> _Builder:
+        """The string constant ``node`` (whose ``value`` is ``value``), mapped to its source characters."""
         start, end = self.node_span(node)
         raw = self.code[start:end]
         out = _Builder()
         pieces = _string_tokens(raw)
         decoded_total = "".join(text for text, _ in pieces)
-        if decoded_total != node.value:
+        if decoded_total != value:
             # Could not map reliably (unusual literal): keep the text, drop the origin.
-            out.add(node.value, None)
+            out.add(value, None)
             return out
         base = self.code_start + start
         for text, raw_map in pieces:

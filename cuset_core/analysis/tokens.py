@@ -39,9 +39,9 @@ def align_tokens(analysis: Analysis, offsets: Sequence[tuple[int, int]], answer_
     spans = analysis.spans
     starts = [span.start for span in spans]
     region_of = [-1] * len(spans)
-    for region in analysis.regions:
-        for index in region.span_indices:
-            region_of[index] = region.id
+    for found in analysis.regions:
+        for index in found.span_indices:
+            region_of[index] = found.id
     owner = _unit_owners(analysis)
     sensitive: list[bool] = []
     category: list[Category | None] = []

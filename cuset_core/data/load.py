@@ -113,16 +113,17 @@ def load_records(path: str | Path, options: LoadOptions = LoadOptions(), tokeniz
             continue
         total += 1
         record, row_issues = record_from_row(row, line, options)
-        keep = record is not None and not any(i.severity == "error" for i in row_issues)
-        if keep and options.max_tokens is not None:
+        issues.extend(row_issues)
+        if record is None or any(i.severity == "error" for i in row_issues):
+            continue
+        if options.max_tokens is not None:
             # Only records that would be kept are rendered: counting tokens is the slow check.
             n_tokens = len(encode_record(record, tokenizer).input_ids)
             too_long = check_token_count(n_tokens, options.max_tokens, line)
-            row_issues += too_long
-            keep = not too_long
-        issues.extend(row_issues)
-        if keep:
-            records.append(record)
+            if too_long:
+                issues.extend(too_long)
+                continue
+        records.append(record)
     if total == 0 and not issues:
         issues.append(DataIssue(line=0, field="", code=ErrorCode.empty_file, message=f"{path.name} holds no rows"))
     return LoadResult(records=records, issues=issues, total=total)

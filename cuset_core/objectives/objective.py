@@ -232,6 +232,7 @@ def _check_batch(config: MethodConfig, batch: ObjectiveBatch) -> None:
 def _confidence(config: MethodConfig, batch: ObjectiveBatch) -> Tensor:
     """p [B, T], detached, from the configured source."""
     if config.confidence == "reference":
+        assert batch.reference_confidence is not None, "_check_batch rejects a reference batch without it"
         return batch.reference_confidence.detach().to(batch.token_loss.dtype)
     return online_confidence(batch.token_loss)
 

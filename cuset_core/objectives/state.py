@@ -12,6 +12,7 @@ data-parallel ranks before they get here, so every rank holds the same state.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -52,17 +53,17 @@ class StepEMA:
 
     def _fold(self) -> None:
         """Take the finished step's mean statistic into the EMA."""
-        if self._pending_count:
+        if self._pending_sum is not None:  # set together with a count of at least 1
             mean = self._pending_sum / self._pending_count
             self.value = mean if self.value is None else self.decay * self.value + (1.0 - self.decay) * mean
         self._pending_sum, self._pending_count = None, 0
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Plain floats to save with a checkpoint (the pending step is folded in first)."""
         self._fold()
         return {"value": None if self.value is None else float(self.value), "step": self._step}
 
-    def load_state_dict(self, saved: dict) -> None:
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
         """Restore what ``state_dict`` gave (``frozen`` stays as constructed)."""
         if not self.frozen:
             value = saved.get("value")
@@ -92,9 +93,9 @@ class ObjectiveState:
             StepEMA(0.0, torch.tensor(float(weight_mean)), frozen=True),
         )
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"tau_lo": self.tau_lo.state_dict(), "weight_mean": self.weight_mean.state_dict()}
 
-    def load_state_dict(self, saved: dict) -> None:
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
         self.tau_lo.load_state_dict(saved.get("tau_lo", {}))
         self.weight_mean.load_state_dict(saved.get("weight_mean", {}))

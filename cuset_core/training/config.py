@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -151,7 +151,7 @@ def format_validation_error(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse_config(data: dict) -> TuneConfig:
+def parse_config(data: dict[str, Any]) -> TuneConfig:
     """Validate a job config given as a dict; raises ConfigError with one line."""
     try:
         return TuneConfig.model_validate(data)

@@ -14,8 +14,12 @@ import json
 import os
 import tarfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_FILES = (ADAPTER_CONFIG, "adapter_model.safetensors")
@@ -115,7 +119,7 @@ def export_merged(run_dir: Path, out: Path, dtype: torch.dtype | None = None) ->
     return out
 
 
-def _stored_dtype(config) -> torch.dtype | None:
+def _stored_dtype(config: PretrainedConfig) -> torch.dtype | None:
     stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
     if isinstance(stored, str):
         stored = getattr(torch, stored, None)

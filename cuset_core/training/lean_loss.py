@@ -5,6 +5,7 @@ applied to the supervised positions in chunks (``chunked_token_loss``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -28,7 +29,10 @@ class LeanParts:
 def lean_parts(model: nn.Module) -> LeanParts | None:
     """The decoder and LM head of a causal LM, plain or peft-wrapped, or None when its logits
     are not ``head(decoder output)`` or the parts cannot be found."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    # Duck-typed: a peft wrapper has get_base_model, a causal LM get_decoder and
+    # get_output_embeddings; nn.Module's static type declares none of them.
+    wrapped: Any = model
+    base = wrapped.get_base_model() if hasattr(wrapped, "get_base_model") else wrapped
     config = getattr(base, "config", None)
     if any(getattr(config, name, None) is not None for name in LOGIT_TRANSFORMS):
         return None
@@ -41,8 +45,10 @@ def lean_parts(model: nn.Module) -> LeanParts | None:
     return LeanParts(decoder, head)
 
 
-def _last_hidden_state(output) -> Tensor:
-    return output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+def _last_hidden_state(output: Any) -> Tensor:
+    """The hidden states [B, T, H] of a decoder's output: a ModelOutput, or a tuple without return_dict."""
+    hidden: Tensor = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+    return hidden
 
 
 def model_token_loss(

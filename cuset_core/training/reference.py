@@ -27,11 +27,13 @@ CACHE_VERSION = "1"
 def model_fingerprint(spec: str) -> str:
     """Identify a model spec by its files' names, sizes and modification times (no hashing of GBs)."""
     source = resolve_model(spec)
-    if source.gguf_file:
+    if source.folder is None:
+        # A repo id not cached yet has no files to describe; it is cached once its model loads.
+        files: list[Path] = []
+    elif source.gguf_file:
         files = [source.folder / source.gguf_file]
     else:
-        # A repo id not cached yet has no files to describe; it is cached once its model loads.
-        files = sorted(source.folder.iterdir()) if source.folder is not None else []
+        files = sorted(source.folder.iterdir())
     parts = [spec]
     for path in files:
         if path.is_file():

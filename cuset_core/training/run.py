@@ -160,7 +160,7 @@ def prepare_model(config: TuneConfig):
     lora = config.lora
     adapter = LoraConfig(
         r=lora.rank,
-        lora_alpha=lora.alpha,
+        lora_alpha=lora.alpha,  # type: ignore[arg-type]  # peft annotates int but only divides by it; floats work
         lora_dropout=lora.dropout,
         target_modules=lora.target_modules,
         task_type="CAUSAL_LM",
@@ -220,11 +220,12 @@ def _objective_state(config: TuneConfig, examples, pad_token_id: int, writer: Pr
     if not method.dataset_reweighting:
         return ObjectiveState.for_method(method.tau_lo_decay, method.normaliser_decay)
     state = dataset_reweighting_state(method, examples, pad_token_id)
-    tau_lo = state.tau_lo.value
+    tau_lo, weight_mean = state.tau_lo.value, state.weight_mean.value
+    assert weight_mean is not None, "a dataset pass always sets the weight normaliser"
     writer.event(
         "dataset reweighting: tau_lo "
         + ("none (no regions)" if tau_lo is None else f"{float(tau_lo):.4f}")
-        + f", weight normaliser {float(state.weight_mean.value):.4f}"
+        + f", weight normaliser {float(weight_mean):.4f}"
     )
     return state
 

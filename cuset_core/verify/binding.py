@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -120,12 +120,14 @@ def apply_binding(plan: list[ArgSource], inputs: list[Any], module: Any, init_in
     args: list[Any] = []
     for source in plan:
         if source.kind == "input":
+            assert source.index is not None, "an input source always has an index"
             args.append(inputs[source.index])
         elif source.kind == "tensor":
             args.append(tensors[source.names[0]])
         elif source.kind == "tensor_list":
             args.append([tensors[name] for name in source.names])
         elif source.kind == "init":
+            assert source.index is not None, "an init source always has an index"
             args.append(init_inputs[source.index])
         elif source.kind == "attr":
             args.append(getattr(module, source.names[0]))
@@ -136,7 +138,9 @@ def apply_binding(plan: list[ArgSource], inputs: list[Any], module: Any, init_in
 
 def init_arg_names(model_cls: type) -> list[str]:
     """Positional argument names of ``model_cls.__init__`` (without ``self``)."""
-    signature = inspect.signature(model_cls.__init__)
+    # mypy calls instance-level __init__ access unsound because a subclass may change it; the
+    # subclass's own __init__ is exactly what this reads.
+    signature = inspect.signature(model_cls.__init__)  # type: ignore[misc]
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     names = [p.name for p in signature.parameters.values() if p.kind in kinds]
     return names[1:]
@@ -180,10 +184,10 @@ class ReferenceWeights:
         for name, value in attrs.items():
             setattr(self, name, value)
 
-    def named_parameters(self):
+    def named_parameters(self) -> Iterator[tuple[str, Any]]:
         return iter(self._tensors.items())
 
-    def named_buffers(self):
+    def named_buffers(self) -> Iterator[tuple[str, Any]]:
         return iter(())
 
 
@@ -335,7 +339,9 @@ def _is_definition_head(text: str, name_start: int) -> bool:
 
 
 def _split_top_level(params: str) -> list[str]:
-    pieces, depth, current = [], 0, []
+    pieces: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in params:
         if ch in "<([{":
             depth += 1

@@ -337,7 +337,7 @@ def _base_name(demangled: str) -> str:
 
 
 def _dedupe(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
-    seen: set[tuple] = set()
+    seen: set[tuple[str, str, int | None]] = set()
     unique = []
     for d in diagnostics:
         key = (d.severity, d.message, d.line)

@@ -88,7 +88,8 @@ def classify_kernels(event_names: list[str], extension_kernels: list[str]) -> tu
     when the candidate's kernel names are unknown (macro-generated), any kernel that does not
     look like a library kernel counts.
     """
-    custom, library = [], []
+    custom: list[str] = []
+    library: list[str] = []
     for name in event_names:
         if extension_kernels:
             mine = any(re.search(rf"\b{re.escape(k)}\b", name) for k in extension_kernels)
@@ -165,6 +166,8 @@ def _check_tf32(expected: tuple[bool, bool, str]) -> None:
 
 def _load_module(path: Path, name: str) -> types.ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no module loader for {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
@@ -210,7 +213,11 @@ def _l2_flusher(device: Any) -> Callable[[], None]:
     properties = torch.cuda.get_device_properties(device)
     l2_bytes = getattr(properties, "L2_cache_size", 0) or (128 << 20)
     buffer = torch.empty(2 * l2_bytes // 4 + 1, dtype=torch.float32, device=device)
-    return lambda: buffer.fill_(1.0)
+
+    def flush() -> None:
+        buffer.fill_(1.0)
+
+    return flush
 
 
 def _time_calls(model: Any, input_sets: list[list[Any]], trials: int, flush: Callable[[], None]) -> list[float]:

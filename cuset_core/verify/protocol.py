@@ -51,6 +51,8 @@ from cuset_core.verify.sandbox import SandboxOutcome, describe, run_sandboxed
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
 if TYPE_CHECKING:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
     from cuset_core.verify.candidate import Candidate
 
 INIT_SEED = 42  # KernelBench seeds weight initialisation with 42
@@ -303,6 +305,9 @@ def candidate_factory(
     if kind == "cu":
         from cuset_core.verify.binding import BindingError, bind_extension
 
+        if binding is None:
+            raise ValueError("a .cu candidate needs the reference's binding")
+
         def construct() -> Any:
             layout, tensors = binding
             tensors = {name: t.clone() if device is None else t.to(device) for name, t in tensors.items()}
@@ -449,7 +454,7 @@ class FallbackMonitor:
         self.compute_ops: dict[str, int] = {}
         self._depth = 0
         self._kernel_made: dict[int, bool] = {}
-        self._mode = None
+        self._mode: TorchDispatchMode | None = None
 
     # -- the extension side
     def wrap_extension(self, module: Any) -> Any:
@@ -496,7 +501,8 @@ class FallbackMonitor:
 
     def made_by_kernel(self, tensor: Any) -> bool:
         """Whether ``tensor``'s storage holds data a custom extension produced or derived from it."""
-        return self._kernel_made.get(_storage_key(tensor), False)
+        key = _storage_key(tensor)
+        return key is not None and self._kernel_made.get(key, False)
 
     def observe(self, name: str, inputs: list[Any], outputs: list[Any], in_place_target: Any) -> None:
         """Record one aten op run outside any extension call."""
@@ -543,6 +549,7 @@ class FallbackMonitor:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        assert self._mode is not None, "__exit__ without __enter__"
         self._mode.__exit__(*exc)
 
     def fallback_reason(self, outputs: list[Any]) -> str | None:
@@ -901,7 +908,8 @@ def _judge(
             return reference, {}
         details = reference.report.get("details")
         details = details if isinstance(details, dict) else {}
-        handed = details.get("candidate_job") if isinstance(details.get("candidate_job"), dict) else {}
+        candidate_job = details.get("candidate_job")
+        handed: dict[str, Any] = candidate_job if isinstance(candidate_job, dict) else {}
         if building is not None:
             building.result()
             handed = {**handed, "prebuilt": _hand_over_builds(Path(build_folder), root / "candidate")}
@@ -927,7 +935,8 @@ def _hand_over_builds(build_folder: Path, candidate_folder: Path) -> list[dict[s
         report = read_report(build_folder) or {}
     except UntrustedFileError:
         return []
-    details = report.get("details") if isinstance(report.get("details"), dict) else {}
+    details = report.get("details")
+    details = details if isinstance(details, dict) else {}
     handed = []
     for entry in details.get("built", []) if isinstance(details.get("built"), list) else []:
         name = entry.get("file") if isinstance(entry, dict) else None

@@ -16,10 +16,13 @@ import ast
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from cuset_core.verify.candidate import Candidate
 from cuset_core.verify.result import Diagnostic, Tier, Verdict, VerifyResult
 
+# Tier 0 treats sync and async definitions alike.
+_Function = ast.FunctionDef | ast.AsyncFunctionDef
 # torch calls that only allocate or describe tensors: glue, not work.
 _TORCH_GLUE = {
     "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
@@ -50,7 +53,7 @@ class _Module:
     """What tier 0 needs to know about the candidate module's names."""
 
     tree: ast.Module
-    functions: dict[str, ast.FunctionDef] = field(default_factory=dict)
+    functions: dict[str, _Function] = field(default_factory=dict)
     classes: dict[str, ast.ClassDef] = field(default_factory=dict)
     ext_names: set[str] = field(default_factory=set)  # names bound to an extension or its ops
     ext_attrs: set[str] = field(default_factory=set)  # self.<attr> bound to one
@@ -158,7 +161,7 @@ def _check_python(candidate: Candidate, tree: ast.Module) -> tuple[VerifyResult 
     inherits_reference = any(_dotted(base) == "Model" for base in model_new.bases)
     for function in [model_new, *reached]:
         for node in ast.walk(function):
-            if _calls_reference(node, inherits_reference and function is model_new):
+            if isinstance(node, ast.Call) and _calls_reference(node, inherits_reference and function is model_new):
                 line = _line(candidate, node.lineno)
                 return _reject(Verdict.STATIC_REJECT, f"line {line}: ModelNew calls the reference Model", line), []
     calls = [node for function in reached for node in ast.walk(function) if isinstance(node, ast.Call)]
@@ -179,7 +182,7 @@ def _index(tree: ast.Module, candidate: Candidate) -> _Module:
     module = _Module(tree)
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            module.functions[node.name] = node  # type: ignore[assignment]
+            module.functions[node.name] = node
         elif isinstance(node, ast.ClassDef):
             module.classes[node.name] = node
     for ext in candidate.sources.extensions:
@@ -187,12 +190,12 @@ def _index(tree: ast.Module, candidate: Candidate) -> _Module:
     builders = {name for name, fn in module.functions.items() if _returns_extension(fn)}
     # Bindings can chain (ext = load_inline(...); self.ext = ext; fn = self.ext.op): iterate to a fixpoint.
     for _ in range(4):
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                is_ext = _is_extension_expr(node.value, module, builders)
+        for assign in ast.walk(tree):
+            if isinstance(assign, (ast.Assign, ast.AnnAssign)) and assign.value is not None:
+                targets = assign.targets if isinstance(assign, ast.Assign) else [assign.target]
+                is_ext = _is_extension_expr(assign.value, module, builders)
                 for target in targets:
-                    _bind(target, node.value, is_ext, module)
+                    _bind(target, assign.value, is_ext, module)
     return module
 
 
@@ -211,7 +214,7 @@ def _bind(target: ast.expr, value: ast.expr, is_ext: bool, module: _Module) -> N
                 module.class_attrs[attr] = value.func.id
 
 
-def _returns_extension(function: ast.FunctionDef) -> bool:
+def _returns_extension(function: _Function) -> bool:
     return any(
         isinstance(node, ast.Return) and node.value is not None and _is_load_inline(node.value)
         for node in ast.walk(function)
@@ -253,12 +256,12 @@ def _is_kernel_call(call: ast.Call, module: _Module) -> bool:
     return _refers_to_extension(call.func, module) or _dotted(call.func).startswith("torch.ops.")
 
 
-def _is_load_inline(node: ast.AST) -> bool:
+def _is_load_inline(node: ast.AST) -> TypeGuard[ast.Call]:
     return isinstance(node, ast.Call) and _dotted(node.func).split(".")[-1] == "load_inline"
 
 
 def _load_inline_calls(tree: ast.Module) -> list[ast.Call]:
-    return [node for node in ast.walk(tree) if _is_load_inline(node)]  # type: ignore[misc]
+    return [node for node in ast.walk(tree) if _is_load_inline(node)]
 
 
 def _dotted(node: ast.expr) -> str:
@@ -279,19 +282,19 @@ def _self_attr(node: ast.expr) -> str | None:
     return None
 
 
-def _method(cls: ast.ClassDef, name: str) -> ast.FunctionDef | None:
+def _method(cls: ast.ClassDef, name: str) -> _Function | None:
     for node in cls.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            return node  # type: ignore[return-value]
+            return node
     return None
 
 
-def _reachable(module: _Module, model_new: ast.ClassDef) -> list[ast.FunctionDef]:
+def _reachable(module: _Module, model_new: ast.ClassDef) -> list[_Function]:
     """``ModelNew.forward`` and every local function, method, sub-module ``forward`` and autograd
     ``Function.forward`` it calls, transitively."""
     start = _method(model_new, "forward")
-    seen: list[ast.FunctionDef] = []
-    stack: list[tuple[ast.FunctionDef, ast.ClassDef]] = [(start, model_new)] if start else []
+    seen: list[_Function] = []
+    stack: list[tuple[_Function, ast.ClassDef]] = [(start, model_new)] if start else []
     while stack:
         function, owner = stack.pop()
         if any(function is done for done in seen):
@@ -302,7 +305,7 @@ def _reachable(module: _Module, model_new: ast.ClassDef) -> list[ast.FunctionDef
     return seen
 
 
-def _callees(call: ast.Call, owner: ast.ClassDef, module: _Module) -> Iterator[tuple[ast.FunctionDef, ast.ClassDef]]:
+def _callees(call: ast.Call, owner: ast.ClassDef, module: _Module) -> Iterator[tuple[_Function, ast.ClassDef]]:
     func = call.func
     if isinstance(func, ast.Name) and func.id in module.functions:
         yield module.functions[func.id], owner
@@ -325,10 +328,8 @@ def _callees(call: ast.Call, owner: ast.ClassDef, module: _Module) -> Iterator[t
             yield init, cls
 
 
-def _calls_reference(node: ast.AST, inherits_reference: bool) -> bool:
+def _calls_reference(node: ast.Call, inherits_reference: bool) -> bool:
     """``Model(...)``, or ``super().forward(...)`` in a ModelNew that subclasses ``Model``."""
-    if not isinstance(node, ast.Call):
-        return False
     if isinstance(node.func, ast.Name) and node.func.id == "Model":
         return True
     func = node.func

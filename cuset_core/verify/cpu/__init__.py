@@ -11,6 +11,7 @@ features the runtime cannot model are reported as ``unsupported`` with the featu
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from cuset_core.verify.candidate import Candidate
 from cuset_core.verify.cpu.build import BuildError, prepare_preludes, toolchain
@@ -27,11 +28,11 @@ _SIZE_SENSITIVE = {Verdict.RUNTIME_ERROR, Verdict.VALUE_MISMATCH, Verdict.SHAPE_
 __all__ = ["run_cpu_tier"]
 
 
-def _result(verdict: Verdict, reason: str, **fields) -> VerifyResult:
+def _result(verdict: Verdict, reason: str, **fields: Any) -> VerifyResult:
     return VerifyResult(verdict=verdict, tier=Tier.CPU, tiers_run=[Tier.CPU], reason=reason, **fields)
 
 
-def _prebuild(candidate: Candidate) -> list[dict]:
+def _prebuild(candidate: Candidate) -> list[dict[str, Any]]:
     """The extensions the harness can start compiling before the candidate runs (Python only)."""
     if candidate.kind != "python":
         return []
@@ -89,9 +90,9 @@ def _at_original_sizes(
     problem_code: str,
     candidate: Candidate,
     settings: VerifySettings,
-    job: dict,
+    job: dict[str, Any],
     reduced: VerifyResult,
-    details: dict,
+    details: dict[str, Any],
 ) -> VerifyResult:
     """The verdict for a candidate that failed at reduced sizes: the original sizes decide when
     they fit; else a candidate that hard-codes them is ``unsupported`` (never blamed)."""

@@ -112,7 +112,9 @@ def _matching(text: str, start: int, open_ch: str, close_ch: str) -> int:
 
 def split_top_level(text: str) -> list[str]:
     """Split ``text`` at commas outside brackets; empty text gives no items."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in text:
         if ch in "([{<":
             depth += 1
