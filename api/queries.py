@@ -4,17 +4,23 @@ list shape, where ``after`` names the last item of the previous page."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from pydantic import BaseModel
 from sqlalchemy import Select, select, tuple_
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from api.errors import bad_request, not_found
 from api.schemas.common import ListPage
 
+
+class _Listed(Protocol):
+    """An item of a list page: its id is the cursor of the next page."""
+
+    id: str
+
+
 Row = TypeVar("Row")
-Item = TypeVar("Item", bound=BaseModel)
+Page = TypeVar("Page", bound=ListPage)
 
 
 def owned_or_404(
@@ -63,11 +69,9 @@ def keyset_rows(
     return session.scalars(query.order_by(*ordering).limit(limit + 1)).all()
 
 
-def list_page(
-    rows: Sequence[Row], limit: int, view: Callable[[Row], Item], page: type[ListPage] = ListPage
-) -> ListPage[Item]:
-    """The list envelope of ``rows`` (as fetched by ``keyset_rows``: at most one past ``limit``),
-    each item made by ``view``."""
+def list_page(page: type[Page], rows: Sequence[Row], limit: int, view: Callable[[Row], _Listed]) -> Page:
+    """The list envelope ``page`` (``ListPage`` or a subclass) of ``rows`` as fetched by
+    ``keyset_rows`` (at most one past ``limit``), each item made by ``view``."""
     data = [view(row) for row in rows[:limit]]
     return page(
         data=data,

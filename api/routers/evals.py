@@ -151,7 +151,7 @@ def list_evals(
         )
         cursor = (anchor.created_at, anchor.id)
     rows = keyset_rows(session, select(Eval).where(Eval.owner == owner), (Eval.created_at, Eval.id), cursor, limit)
-    return list_page(rows, limit, _view)
+    return list_page(ListPage[EvalObject], rows, limit, _view)
 
 
 @router.get("/evals/{eval_id}", response_model=EvalObject)
@@ -176,6 +176,7 @@ def list_eval_problems(
         descending=False,
     )
     return list_page(
+        ListPage[EvalProblemObject],
         rows,
         limit,
         lambda row: EvalProblemObject(id=row.problem_id, eval_id=row.eval_id, row=row.row, samples=row.samples),

@@ -168,7 +168,7 @@ def list_files(
         anchor = owned_file(session, owner, after, param="after")
         cursor = (anchor.created_at, anchor.id)
     rows = keyset_rows(session, query, (File.created_at, File.id), cursor, limit, descending=order == "desc")
-    return list_page(rows, limit, to_object, FileList)
+    return list_page(FileList, rows, limit, to_object)
 
 
 @router.get("/files/{file_id}", response_model=FileObject, summary="Retrieve a file")

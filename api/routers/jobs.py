@@ -250,7 +250,7 @@ def list_jobs(
         )
         cursor = (anchor.created_at, anchor.id)
     rows = keyset_rows(session, query, (Job.created_at, Job.id), cursor, limit)
-    return list_page(rows, limit, job_object)
+    return list_page(ListPage[JobObject], rows, limit, job_object)
 
 
 @router.get("/{job_id}", response_model=JobObject)
@@ -310,7 +310,7 @@ def list_events(
     rows = keyset_rows(
         session, select(JobEvent).where(JobEvent.job_id == job_id), (JobEvent.seq, JobEvent.id), cursor, limit
     )
-    return list_page(rows, limit, _event_object)
+    return list_page(ListPage[JobEventObject], rows, limit, _event_object)
 
 
 @router.get("/{job_id}/checkpoints", response_model=ListPage[CheckpointObject])
@@ -333,6 +333,7 @@ def list_checkpoints(
     )
     name = job.fine_tuned_model or job.tuned_model_name
     return list_page(
+        ListPage[CheckpointObject],
         rows,
         limit,
         lambda row: CheckpointObject(
