@@ -20,8 +20,8 @@ from api.errors import APIError
 from db.models import Generation
 from db.session import session_factory
 from db.settings import Settings
+from db.statuses import GENERATION_FINAL, GenerationStatus
 
-FINAL = frozenset({"succeeded", "failed"})
 FIRST_POLL_S = 0.01
 MAX_POLL_S = 0.1
 BACKOFF = 1.5
@@ -42,7 +42,7 @@ class Snapshot:
 
     @property
     def final(self) -> bool:
-        return self.status in FINAL
+        return self.status in GENERATION_FINAL
 
 
 def _read(url: str, generation_id: str) -> Snapshot:
@@ -58,9 +58,9 @@ def _give_up(url: str, generation_id: str, seconds: float) -> None:
     with session_factory(url)() as session, session.begin():
         session.execute(
             update(Generation)
-            .where(Generation.id == generation_id, Generation.status == "queued")
+            .where(Generation.id == generation_id, Generation.status == GenerationStatus.QUEUED)
             .values(
-                status="failed",
+                status=GenerationStatus.FAILED,
                 finished_at=time.time(),
                 error={"code": "generation_timeout", "message": f"not started within {seconds:g} s"},
             )
@@ -102,7 +102,7 @@ async def wait_final(settings: Settings, generation_id: str) -> Snapshot:
     """The row once it has succeeded; the failure or timeout APIError otherwise."""
     async for snapshot in follow(settings, generation_id):
         if snapshot.final:
-            if snapshot.status == "failed":
+            if snapshot.status == GenerationStatus.FAILED:
                 raise failure_error(snapshot)
             return snapshot
     raise AssertionError("follow() ends with a final snapshot")

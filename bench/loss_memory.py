@@ -41,8 +41,9 @@ sys.path.insert(0, str(BENCH))
 
 from objective_overhead import fix_mmap_threshold, proc_status_kib, reset_peak_rss  # noqa: E402
 
+from cuset_core.data import IGNORE_INDEX  # noqa: E402
 from cuset_core.models import tiny_model  # noqa: E402
-from cuset_core.objectives import IGNORE_INDEX, MethodConfig  # noqa: E402
+from cuset_core.objectives import MethodConfig  # noqa: E402
 from cuset_core.training.config import Hyperparameters  # noqa: E402
 
 MEMORY_TARGET, TIME_TARGET = 0.5, 1.05

@@ -40,9 +40,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cuset_core.data import IGNORE_INDEX  # noqa: E402
 from cuset_core.models import BUNDLED_MODEL, load_model, load_tokenizer, tiny_model  # noqa: E402
 from cuset_core.objectives import (  # noqa: E402
-    IGNORE_INDEX,
     MethodConfig,
     ObjectiveBatch,
     compute_objective,

@@ -8,11 +8,12 @@ from sqlalchemy.orm import Session
 
 from db.models import Job
 from db.settings import Settings
+from db.statuses import JobStatus
 
 
 def succeeded_tuned_jobs(owner: str) -> Select[tuple[Job]]:
     """The owner's succeeded jobs that produced a fine-tuned model: the models they may use."""
-    return select(Job).where(Job.owner == owner, Job.status == "succeeded", Job.fine_tuned_model.is_not(None))
+    return select(Job).where(Job.owner == owner, Job.status == JobStatus.SUCCEEDED, Job.fine_tuned_model.is_not(None))
 
 
 def tuned_job(session: Session, owner: str, model_id: str) -> Job | None:

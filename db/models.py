@@ -13,6 +13,8 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from db.statuses import EvalStatus, GenerationStatus, JobStatus
+
 DEFAULT_OWNER = "local"
 RESULTS_PURPOSE = "fine-tune-results"  # OpenAI's purpose of the files a tuning job produced
 
@@ -80,7 +82,7 @@ class Job(Base):
     suffix: Mapped[str | None] = mapped_column(String(64))
     seed: Mapped[int] = mapped_column(Integer, default=0)
     user_metadata: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
-    status: Mapped[str] = mapped_column(String(24), index=True, default="validating_files")
+    status: Mapped[str] = mapped_column(String(24), index=True, default=JobStatus.VALIDATING_FILES)  # a JobStatus
     error: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # {"code","message","param"}
     fine_tuned_model: Mapped[str | None] = mapped_column(String(255), index=True)
     output_dir: Mapped[str | None] = mapped_column(String(512))  # relative to the artifact root
@@ -167,9 +169,7 @@ class Generation(Base):
     model: Mapped[str] = mapped_column(String(255), index=True)
     kind: Mapped[str] = mapped_column(String(16))  # generate | completion | chat | confidence
     request: Mapped[dict[str, Any]] = mapped_column()
-    status: Mapped[str] = mapped_column(
-        String(16), index=True, default="queued"
-    )  # queued|running|verifying|succeeded|failed
+    status: Mapped[str] = mapped_column(String(16), index=True, default=GenerationStatus.QUEUED)  # a GenerationStatus
     samples: Mapped[list[Any]] = mapped_column(default=list)
     usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     timings: Mapped[dict[str, Any] | None] = mapped_column(JSON)
@@ -189,7 +189,7 @@ class Eval(Base):
     eval_file: Mapped[str | None] = mapped_column(ForeignKey("files.id", ondelete="RESTRICT"))
     problems: Mapped[str | None] = mapped_column(String(64))  # "demo" / "demo:held-out" when no file
     config: Mapped[dict[str, Any]] = mapped_column()  # the core's EvalConfig fields
-    status: Mapped[str] = mapped_column(String(16), index=True, default="queued")
+    status: Mapped[str] = mapped_column(String(16), index=True, default=EvalStatus.QUEUED)  # an EvalStatus
     progress: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # {"done": n, "total": m}
     aggregate: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     error: Mapped[dict[str, Any] | None] = mapped_column(JSON)

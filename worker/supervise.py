@@ -21,10 +21,10 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from db.ids import new_id
+from db.job_rows import add_event, beat
 from db.models import Checkpoint, Job, JobMetric
 from db.session import session_scope
 from db.settings import Settings
-from worker.job_rows import add_event
 
 POLL_S = 0.25  # how often the progress file and the process are looked at
 _NOT_METRICS = {"type", "time", "step", "max_steps", "trained_tokens", "eta_s"}
@@ -155,17 +155,6 @@ class Recorder:
         )
 
 
-def _beat(session: Session, job_id: str, attempt: int) -> tuple[bool, bool]:
-    """Refresh the heartbeat; ``(still ours, cancel requested)``."""
-    owned = session.execute(
-        update(Job)
-        .where(Job.id == job_id, Job.status == "running", Job.attempts == attempt)
-        .values(heartbeat_at=time.time())
-    ).rowcount
-    cancel = session.scalar(select(Job.cancel_requested).where(Job.id == job_id))
-    return bool(owned), bool(cancel)
-
-
 def stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:
     """SIGTERM (the run saves a checkpoint and exits), then SIGKILL after ``grace_s`` seconds."""
     if process.poll() is not None:
@@ -205,7 +194,7 @@ def supervise(
             if time.monotonic() - last_beat >= settings.heartbeat_interval_s:
                 last_beat = time.monotonic()
                 with session_scope(url) as session:
-                    owned, cancel = _beat(session, job_id, attempt)
+                    owned, cancel = beat(session, job_id, attempt)
                 if not owned:
                     report.lost = True
                     stop(process)

@@ -19,6 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from cuset_core.demo import HELD_OUT, demo_problems, demo_record
+from db.statuses import EVAL_FINAL, JOB_ACTIVE, EvalStatus, JobStatus
 
 _HERE = Path(__file__).resolve().parent.parent
 templates = Jinja2Templates(directory=_HERE / "templates")
@@ -41,8 +42,17 @@ def _demo_choices() -> list[dict]:
     return sorted(problems, key=lambda p: (not p["held_out"], p["id"]))
 
 
+# Every job status (the jobs page's filter) and the unfinished ones the page scripts poll for
+# (api/static/js/api.js reads them).
+STATUSES = {
+    "job": list(JobStatus),
+    "job_active": sorted(JOB_ACTIVE),
+    "eval_active": sorted(set(EvalStatus) - EVAL_FINAL),
+}
+
+
 def _page(request: Request, template: str, active: str, **context) -> HTMLResponse:
-    return templates.TemplateResponse(request, template, {"active": active, **context})
+    return templates.TemplateResponse(request, template, {"active": active, "statuses": STATUSES, **context})
 
 
 @router.get("/", response_class=HTMLResponse)

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from sqlalchemy import select, tuple_
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.deps import OwnerDep, SessionDep, SettingsDep
-from api.errors import APIError, bad_request, not_found
+from api.errors import APIError, bad_request
+from api.queries import cursor_anchor, keyset_rows, list_page, owned_or_404
 from api.routers.models import model_spec
 from api.schemas.common import ListPage
 from api.schemas.evals import EvalCreate, EvalObject, EvalProblemObject
@@ -26,6 +27,7 @@ from db.dispatch import enqueue
 from db.ids import new_id
 from db.models import Eval, EvalProblem, File
 from db.settings import Settings
+from db.statuses import EvalStatus
 
 router = APIRouter(tags=["evals"])
 
@@ -98,13 +100,6 @@ def _view(row: Eval) -> EvalObject:
     )
 
 
-def _owned(session: Session, owner: str, eval_id: str) -> Eval:
-    row = session.scalar(select(Eval).where(Eval.id == eval_id, Eval.owner == owner))
-    if row is None:
-        raise not_found("eval", eval_id)
-    return row
-
-
 @router.post("/evals", response_model=EvalObject)
 def create_eval(body: EvalCreate, session: SessionDep, settings: SettingsDep, owner: OwnerDep) -> EvalObject:
     """Queue an evaluation of ``model`` over an eval file or the demo problems."""
@@ -132,7 +127,7 @@ def create_eval(body: EvalCreate, session: SessionDep, settings: SettingsDep, ow
         eval_file=body.eval_file,
         problems=body.problems,
         config=config,
-        status="queued",
+        status=EvalStatus.QUEUED,
         progress={"done": 0, "total": len(problems)},
     )
     session.add(row)
@@ -146,26 +141,23 @@ def list_evals(
     session: SessionDep, owner: OwnerDep, after: str | None = None, limit: LIMIT = 20
 ) -> ListPage[EvalObject]:
     """This owner's evals, newest first; ``after`` is the last id of the previous page."""
-    query = select(Eval).where(Eval.owner == owner)
+    cursor = None
     if after is not None:
-        anchor = session.scalar(select(Eval).where(Eval.id == after, Eval.owner == owner))
-        if anchor is None:
-            raise bad_request(f"No eval found with id '{after}'.", param="after", code="eval_not_found")
-        query = query.where(tuple_(Eval.created_at, Eval.id) < tuple_(anchor.created_at, anchor.id))
-    rows = session.scalars(query.order_by(Eval.created_at.desc(), Eval.id.desc()).limit(limit + 1)).all()
-    data = [_view(row) for row in rows[:limit]]
-    return ListPage(
-        data=data,
-        has_more=len(rows) > limit,
-        first_id=data[0].id if data else None,
-        last_id=data[-1].id if data else None,
-    )
+        anchor = cursor_anchor(
+            session,
+            select(Eval).where(Eval.id == after, Eval.owner == owner),
+            f"No eval found with id '{after}'.",
+            code="eval_not_found",
+        )
+        cursor = (anchor.created_at, anchor.id)
+    rows = keyset_rows(session, select(Eval).where(Eval.owner == owner), (Eval.created_at, Eval.id), cursor, limit)
+    return list_page(ListPage[EvalObject], rows, limit, _view)
 
 
 @router.get("/evals/{eval_id}", response_model=EvalObject)
 def retrieve_eval(eval_id: str, session: SessionDep, owner: OwnerDep) -> EvalObject:
     """One eval: status, progress and (when finished) the aggregate metrics."""
-    return _view(_owned(session, owner, eval_id))
+    return _view(owned_or_404(session, Eval, eval_id, owner, "eval"))
 
 
 @router.get("/evals/{eval_id}/problems", response_model=ListPage[EvalProblemObject])
@@ -174,20 +166,20 @@ def list_eval_problems(
 ) -> ListPage[EvalProblemObject]:
     """The finished problems of an eval in problem-id order, each with its samples and verdicts;
     ``after`` is the last problem id of the previous page."""
-    _owned(session, owner, eval_id)
-    query = select(EvalProblem).where(EvalProblem.eval_id == eval_id)
-    if after is not None:
-        query = query.where(EvalProblem.problem_id > after)
-    rows = session.scalars(query.order_by(EvalProblem.problem_id).limit(limit + 1)).all()
-    data = [
-        EvalProblemObject(id=row.problem_id, eval_id=row.eval_id, row=row.row, samples=row.samples)
-        for row in rows[:limit]
-    ]
-    return ListPage(
-        data=data,
-        has_more=len(rows) > limit,
-        first_id=data[0].id if data else None,
-        last_id=data[-1].id if data else None,
+    owned_or_404(session, Eval, eval_id, owner, "eval")
+    rows = keyset_rows(
+        session,
+        select(EvalProblem).where(EvalProblem.eval_id == eval_id),
+        (EvalProblem.problem_id,),
+        None if after is None else (after,),
+        limit,
+        descending=False,
+    )
+    return list_page(
+        ListPage[EvalProblemObject],
+        rows,
+        limit,
+        lambda row: EvalProblemObject(id=row.problem_id, eval_id=row.eval_id, row=row.row, samples=row.samples),
     )
 
 
@@ -195,13 +187,11 @@ def list_eval_problems(
 def cancel_eval(eval_id: str, session: SessionDep, owner: OwnerDep) -> EvalObject:
     """Cancel a queued or running eval (the worker stops before its next batch); finished
     problems keep their rows. Cancelling a cancelled eval is a no-op."""
-    row = session.scalar(select(Eval).where(Eval.id == eval_id, Eval.owner == owner).with_for_update())
-    if row is None:
-        raise not_found("eval", eval_id)
-    if row.status in ("queued", "running"):
-        row.status, row.finished_at = "cancelled", time.time()
+    row = owned_or_404(session, Eval, eval_id, owner, "eval", for_update=True)
+    if row.status in (EvalStatus.QUEUED, EvalStatus.RUNNING):
+        row.status, row.finished_at = EvalStatus.CANCELLED, time.time()
         session.commit()
-    elif row.status != "cancelled":
+    elif row.status != EvalStatus.CANCELLED:
         session.rollback()
         raise APIError(
             409, f"Eval '{eval_id}' already {row.status}; it cannot be cancelled.", code="eval_not_cancellable"

@@ -13,13 +13,14 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
-from sqlalchemy import or_, select, tuple_
+from sqlalchemy import or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from api.deps import OwnerDep, SessionDep, SettingsDep
-from api.errors import APIError, ErrorResponse, not_found
+from api.errors import APIError, ErrorResponse
 from api.file_contents import PURPOSES, check_file, excerpt, read_records
+from api.queries import keyset_rows, list_page, owned_or_404
 from api.routers.models import model_spec
 from api.schemas.files import (
     AnswerConfidence,
@@ -41,6 +42,7 @@ from db.dispatch import enqueue
 from db.ids import new_id
 from db.models import RESULTS_PURPOSE, Eval, File, Generation, Job
 from db.settings import Settings
+from db.statuses import GenerationStatus
 
 router = APIRouter(tags=["files"])
 
@@ -77,10 +79,7 @@ def to_object(row: File) -> FileObject:
 
 def owned_file(session: Session, owner: str, file_id: str, param: str | None = None) -> File:
     """The owner's file ``file_id``; 404 when unknown or someone else's."""
-    row = session.get(File, file_id)
-    if row is None or row.owner != owner:
-        raise not_found("file", file_id, param=param)
-    return row
+    return owned_or_404(session, File, file_id, owner, "file", param=param)
 
 
 @router.post(
@@ -164,20 +163,12 @@ def list_files(
     query = select(File).where(File.owner == owner)
     if purpose is not None:
         query = query.where(File.purpose == purpose)
-    key = tuple_(File.created_at, File.id)
+    cursor = None
     if after is not None:
         anchor = owned_file(session, owner, after, param="after")
-        anchor_key = tuple_(anchor.created_at, anchor.id)
-        query = query.where(key < anchor_key if order == "desc" else key > anchor_key)
-    ordering = (File.created_at.desc(), File.id.desc()) if order == "desc" else (File.created_at, File.id)
-    rows = session.scalars(query.order_by(*ordering).limit(limit + 1)).all()
-    data = [to_object(row) for row in rows[:limit]]
-    return FileList(
-        data=data,
-        has_more=len(rows) > limit,
-        first_id=data[0].id if data else None,
-        last_id=data[-1].id if data else None,
-    )
+        cursor = (anchor.created_at, anchor.id)
+    rows = keyset_rows(session, query, (File.created_at, File.id), cursor, limit, descending=order == "desc")
+    return list_page(FileList, rows, limit, to_object)
 
 
 @router.get("/files/{file_id}", response_model=FileObject, summary="Retrieve a file")
@@ -362,7 +353,7 @@ def _submit_confidence(session: Session, settings: Settings, owner: str, file_id
         model=model,
         kind="confidence",
         request={"file_id": file_id, "n": n, "model": model, "spec": spec},
-        status="queued",
+        status=GenerationStatus.QUEUED,
         samples=[],
     )
     session.add(row)

@@ -40,6 +40,7 @@ from db.dispatch import enqueue
 from db.ids import new_id
 from db.models import Generation
 from db.settings import Settings
+from db.statuses import GenerationStatus
 
 router = APIRouter(tags=["inference"])
 
@@ -79,7 +80,7 @@ def _submit(session: Session, settings: Settings, owner: str, model: str, kind: 
         model=model,
         kind=kind,
         request=request | {"spec": spec},
-        status="queued",
+        status=GenerationStatus.QUEUED,
         samples=[],
     )
     session.add(row)
@@ -124,7 +125,7 @@ async def _openai_events(settings: Settings, created: Snapshot, chat: bool, incl
     finished: set[int] = set()
     try:
         async for snapshot in follow(settings, created.id):
-            if snapshot.status == "failed":
+            if snapshot.status == GenerationStatus.FAILED:
                 yield sse(_error_body(failure_error(snapshot)))
                 break
             for sample in snapshot.samples:
@@ -139,7 +140,7 @@ async def _openai_events(settings: Settings, created: Snapshot, chat: bool, incl
                 if sample["finish_reason"] and index not in finished:
                     finished.add(index)
                     yield chunk(index, finish=sample["finish_reason"])
-            if snapshot.status == "succeeded" and include_usage:
+            if snapshot.status == GenerationStatus.SUCCEEDED and include_usage:
                 yield sse(base | {"choices": [], "usage": _usage(snapshot).model_dump()})
     except APIError as error:
         yield sse(_error_body(error))
@@ -216,7 +217,7 @@ async def _generate_events(settings: Settings, created: Snapshot) -> AsyncIterat
     verified: set[int] = set()
     try:
         async for snapshot in follow(settings, created.id):
-            if snapshot.status == "failed":
+            if snapshot.status == GenerationStatus.FAILED:
                 yield sse(_error_body(failure_error(snapshot)), event="error")
                 break
             for sample in snapshot.samples:
@@ -233,7 +234,7 @@ async def _generate_events(settings: Settings, created: Snapshot) -> AsyncIterat
                 if sample.get("verification") is not None and index not in verified:
                     verified.add(index)
                     yield sse({"index": index, "verification": sample["verification"]}, event="sample.verification")
-            if snapshot.status == "succeeded":
+            if snapshot.status == GenerationStatus.SUCCEEDED:
                 yield sse(
                     {
                         "id": snapshot.id,

@@ -8,12 +8,13 @@ import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query
-from sqlalchemy import func, select, text, update
+from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from api.deps import OwnerDep, SessionDep, SettingsDep
-from api.errors import APIError, bad_request, not_found
+from api.errors import APIError, bad_request
+from api.queries import cursor_anchor, keyset_rows, list_page, owned_or_404
 from api.schemas.common import ListPage
 from api.schemas.jobs import (
     CheckpointObject,
@@ -31,21 +32,21 @@ from cuset_core.models import ModelNotFoundError, ModelOptionError, Quantization
 from cuset_core.training.tracking import missing_packages
 from db.dispatch import enqueue
 from db.ids import new_id
+from db.job_rows import add_event, cancel
 from db.model_specs import tuned_job
 from db.models import Checkpoint, File, Job, JobEvent, JobMetric
 from db.settings import Settings
+from db.statuses import JOB_ACTIVE, JOB_FINAL, JobStatus
 
 router = APIRouter(prefix="/fine_tuning/jobs", tags=["fine-tuning"])
 
-FINISHED = ("succeeded", "failed", "cancelled")
-NOT_STARTED = ("validating_files", "queued")
 Limit = Annotated[int, Query(ge=1, le=100)]
 
 
 def job_object(job: Job) -> JobObject:
     """The API view of a job row."""
     percent = round(100 * job.step / job.total_steps, 1) if job.total_steps else None
-    running = job.status == "running" and job.eta_s is not None
+    running = job.status == JobStatus.RUNNING and job.eta_s is not None
     return JobObject(
         id=job.id,
         created_at=int(job.created_at),
@@ -72,15 +73,7 @@ def job_object(job: Job) -> JobObject:
 
 
 def _owned_job(session: Session, owner: str, job_id: str) -> Job:
-    job = session.scalar(select(Job).where(Job.id == job_id, Job.owner == owner))
-    if job is None:
-        raise not_found("fine-tuning job", job_id)
-    return job
-
-
-def _add_event(session: Session, job_id: str, message: str, level: str = "info") -> None:
-    seq = session.scalar(select(func.coalesce(func.max(JobEvent.seq), 0)).where(JobEvent.job_id == job_id)) + 1
-    session.add(JobEvent(id=new_id("ftevent"), job_id=job_id, level=level, message=message, seq=seq))
+    return owned_or_404(session, Job, job_id, owner, "fine-tuning job")
 
 
 def _check_file(session: Session, owner: str, file_id: str | None, param: str) -> None:
@@ -182,17 +175,12 @@ def _replay(session: Session, owner: str, key: str, fields: dict[str, Any]) -> J
     return job
 
 
-ACTIVE_STATUSES = ("validating_files", "queued", "running")
-
-
 def _check_active_jobs(session: Session, settings: Settings, owner: str) -> None:
     """429 when the owner already has ``max_concurrent_jobs`` unfinished jobs. On Postgres an
     advisory lock per owner (held until commit) makes concurrent creates count one at a time."""
     if session.get_bind().dialect.name == "postgresql":
         session.execute(text("SELECT pg_advisory_xact_lock(hashtext(:owner))"), {"owner": owner})
-    active = session.scalar(
-        select(func.count()).select_from(Job).where(Job.owner == owner, Job.status.in_(ACTIVE_STATUSES))
-    )
+    active = session.scalar(select(func.count()).select_from(Job).where(Job.owner == owner, Job.status.in_(JOB_ACTIVE)))
     if active >= settings.max_concurrent_jobs:
         raise APIError(
             429,
@@ -224,7 +212,7 @@ def create_job(
         id=new_id("ftjob"),
         owner=owner,
         idempotency_key=idempotency_key,
-        status="validating_files",
+        status=JobStatus.VALIDATING_FILES,
         created_at=time.time(),
         **fields,
     )
@@ -238,19 +226,10 @@ def create_job(
         if earlier is None:
             raise
         return job_object(earlier)
-    _add_event(session, job.id, "Job created")
+    add_event(session, job.id, "Job created")
     session.commit()
     enqueue(settings, "cuset.validate_job_files", job.id)
     return job_object(job)
-
-
-def _page_after(session: Session, owner: str, after: str | None) -> Any:
-    if after is None:
-        return None
-    anchor = session.scalar(select(Job).where(Job.id == after, Job.owner == owner))
-    if anchor is None:
-        raise bad_request(f"No fine-tuning job found with id '{after}'.", param="after", code="invalid_cursor")
-    return anchor
 
 
 @router.get("", response_model=ListPage[JobObject])
@@ -262,18 +241,16 @@ def list_jobs(
 ) -> ListPage[JobObject]:
     """This owner's jobs, newest first; ``after`` is the last id of the previous page."""
     query = select(Job).where(Job.owner == owner)
-    if (anchor := _page_after(session, owner, after)) is not None:
-        query = query.where(
-            (Job.created_at < anchor.created_at) | ((Job.created_at == anchor.created_at) & (Job.id < anchor.id))
+    cursor = None
+    if after is not None:
+        anchor = cursor_anchor(
+            session,
+            select(Job).where(Job.id == after, Job.owner == owner),
+            f"No fine-tuning job found with id '{after}'.",
         )
-    rows = session.scalars(query.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit + 1)).all()
-    data = [job_object(job) for job in rows[:limit]]
-    return ListPage(
-        data=data,
-        has_more=len(rows) > limit,
-        first_id=data[0].id if data else None,
-        last_id=data[-1].id if data else None,
-    )
+        cursor = (anchor.created_at, anchor.id)
+    rows = keyset_rows(session, query, (Job.created_at, Job.id), cursor, limit)
+    return list_page(ListPage[JobObject], rows, limit, job_object)
 
 
 @router.get("/{job_id}", response_model=JobObject)
@@ -286,25 +263,14 @@ def cancel_job(job_id: str, session: SessionDep, owner: OwnerDep) -> JobObject:
     """Ask a job to stop. One not yet running is cancelled at once; a running one stops after
     its worker saves a checkpoint (the worker sets ``cancelled``)."""
     job = _owned_job(session, owner, job_id)
-    if job.status in FINISHED:
+    if job.status in JOB_FINAL:
         raise APIError(
             409,
             f"Job {job_id} is already {job.status} and cannot be cancelled.",
             code="job_not_cancellable",
             param="job_id",
         )
-    now = time.time()
-    # Conditional updates: the worker may be moving the job along at the same moment.
-    stopped = session.execute(
-        update(Job)
-        .where(Job.id == job_id, Job.status.in_(NOT_STARTED))
-        .values(status="cancelled", cancel_requested=True, finished_at=now)
-    ).rowcount
-    if stopped:
-        _add_event(session, job_id, "Job cancelled")
-    else:
-        session.execute(update(Job).where(Job.id == job_id, Job.status == "running").values(cancel_requested=True))
-        _add_event(session, job_id, "Cancellation requested; stopping after a checkpoint")
+    cancel(session, job_id)
     session.commit()
     session.refresh(job)
     return job_object(job)
@@ -332,23 +298,19 @@ def list_events(
 ) -> ListPage[JobEventObject]:
     """A job's events, newest first (as OpenAI lists them); ``after`` is an event id."""
     _owned_job(session, owner, job_id)
-    query = select(JobEvent).where(JobEvent.job_id == job_id)
+    cursor = None
     if after is not None:
-        anchor = session.scalar(select(JobEvent).where(JobEvent.id == after, JobEvent.job_id == job_id))
-        if anchor is None:
-            raise bad_request(
-                f"No event found with id '{after}' in job {job_id}.", param="after", code="invalid_cursor"
-            )
-        # The id breaks ties: the API and a worker can give two events the same seq.
-        query = query.where((JobEvent.seq < anchor.seq) | ((JobEvent.seq == anchor.seq) & (JobEvent.id < anchor.id)))
-    rows = session.scalars(query.order_by(JobEvent.seq.desc(), JobEvent.id.desc()).limit(limit + 1)).all()
-    data = [_event_object(event) for event in rows[:limit]]
-    return ListPage(
-        data=data,
-        has_more=len(rows) > limit,
-        first_id=data[0].id if data else None,
-        last_id=data[-1].id if data else None,
+        anchor = cursor_anchor(
+            session,
+            select(JobEvent).where(JobEvent.id == after, JobEvent.job_id == job_id),
+            f"No event found with id '{after}' in job {job_id}.",
+        )
+        cursor = (anchor.seq, anchor.id)
+    # The id breaks ties: the API and a worker can give two events the same seq.
+    rows = keyset_rows(
+        session, select(JobEvent).where(JobEvent.job_id == job_id), (JobEvent.seq, JobEvent.id), cursor, limit
     )
+    return list_page(ListPage[JobEventObject], rows, limit, _event_object)
 
 
 @router.get("/{job_id}/checkpoints", response_model=ListPage[CheckpointObject])
@@ -357,32 +319,31 @@ def list_checkpoints(
 ) -> ListPage[CheckpointObject]:
     """A job's saved checkpoints, newest (highest step) first."""
     job = _owned_job(session, owner, job_id)
-    query = select(Checkpoint).where(Checkpoint.job_id == job_id)
+    cursor = None
     if after is not None:
-        anchor = session.scalar(select(Checkpoint).where(Checkpoint.id == after, Checkpoint.job_id == job_id))
-        if anchor is None:
-            raise bad_request(
-                f"No checkpoint found with id '{after}' in job {job_id}.", param="after", code="invalid_cursor"
-            )
-        query = query.where(Checkpoint.step < anchor.step)
-    rows = session.scalars(query.order_by(Checkpoint.step.desc()).limit(limit + 1)).all()
+        anchor = cursor_anchor(
+            session,
+            select(Checkpoint).where(Checkpoint.id == after, Checkpoint.job_id == job_id),
+            f"No checkpoint found with id '{after}' in job {job_id}.",
+        )
+        cursor = (anchor.step,)
+    # One checkpoint per step (uq_checkpoints_job_step): the step alone orders them.
+    rows = keyset_rows(
+        session, select(Checkpoint).where(Checkpoint.job_id == job_id), (Checkpoint.step,), cursor, limit
+    )
     name = job.fine_tuned_model or job.tuned_model_name
-    data = [
-        CheckpointObject(
+    return list_page(
+        ListPage[CheckpointObject],
+        rows,
+        limit,
+        lambda row: CheckpointObject(
             id=row.id,
             created_at=int(row.created_at),
             step_number=row.step,
             fine_tuning_job_id=job_id,
             fine_tuned_model_checkpoint=f"{name}:ckpt-step-{row.step}",
             metrics={"step": row.step, **(row.metrics or {})},
-        )
-        for row in rows[:limit]
-    ]
-    return ListPage(
-        data=data,
-        has_more=len(rows) > limit,
-        first_id=data[0].id if data else None,
-        last_id=data[-1].id if data else None,
+        ),
     )
 
 

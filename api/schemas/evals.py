@@ -8,8 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cuset_core.evaluation.runner import DEMO_HELD_OUT, DEMO_PROBLEMS
 from cuset_core.verify.result import Tier
-
-EvalStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+from db.statuses import EvalStatus
 
 
 class EvalCreate(BaseModel):

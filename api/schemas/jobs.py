@@ -24,6 +24,7 @@ from cuset_core.training.config import (
     format_validation_error,
 )
 from cuset_core.training.tracking import Integration
+from db.statuses import JobStatus
 
 SUFFIX_PATTERN = re.compile(r"^[a-z0-9-]{1,40}$")
 MAX_METADATA_PAIRS = 16
@@ -204,7 +205,7 @@ class JobObject(BaseModel):
     fine_tuned_model: str | None
     organization_id: str = "org-local"
     result_files: list[str] = []
-    status: str
+    status: JobStatus
     validation_file: str | None
     training_file: str
     hyperparameters: dict[str, Any]

@@ -10,15 +10,13 @@ from cuset_core.objectives.config import MethodConfig, MethodName
 from cuset_core.objectives.objective import ObjectiveBatch, ObjectiveOutput, compute_objective
 from cuset_core.objectives.state import ObjectiveState
 from cuset_core.objectives.token_loss import (
-    IGNORE_INDEX,
     chunked_token_loss,
-    online_confidence,
     per_token_loss,
     supervised_mask,
+    token_probability,
 )
 
 __all__ = [
-    "IGNORE_INDEX",
     "MethodConfig",
     "MethodName",
     "ObjectiveBatch",
@@ -26,7 +24,7 @@ __all__ = [
     "ObjectiveState",
     "chunked_token_loss",
     "compute_objective",
-    "online_confidence",
     "per_token_loss",
     "supervised_mask",
+    "token_probability",
 ]

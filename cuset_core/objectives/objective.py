@@ -49,7 +49,7 @@ from cuset_core.objectives.rules import (
     token_factor,
 )
 from cuset_core.objectives.state import ObjectiveState
-from cuset_core.objectives.token_loss import online_confidence
+from cuset_core.objectives.token_loss import token_probability
 
 
 @dataclass
@@ -234,7 +234,7 @@ def _confidence(config: MethodConfig, batch: ObjectiveBatch) -> Tensor:
     if config.confidence == "reference":
         assert batch.reference_confidence is not None, "_check_batch rejects a reference batch without it"
         return batch.reference_confidence.detach().to(batch.token_loss.dtype)
-    return online_confidence(batch.token_loss)
+    return token_probability(batch.token_loss)
 
 
 def _denominator(num_items_in_batch: int | Tensor | None, supervised: Tensor) -> Tensor | float:

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-IGNORE_INDEX = -100
+from cuset_core.data.encode import IGNORE_INDEX
 
 
 def per_token_loss(logits: Tensor, labels: Tensor) -> Tensor:
@@ -48,8 +48,9 @@ def supervised_mask(labels: Tensor) -> Tensor:
     return mask
 
 
-def online_confidence(token_loss: Tensor) -> Tensor:
-    """p = exp(-l), detached: the probability of the gold token, from the per-token loss [B, T]."""
+def token_probability(token_loss: Tensor) -> Tensor:
+    """p = exp(-l), detached: the model's probability of each gold token, from its cross-entropy
+    ``token_loss`` (nats, any shape; 0 gives p = 1). Same shape, no second softmax."""
     with torch.no_grad():
         return torch.exp(-token_loss.detach())
 

@@ -15,8 +15,8 @@ from torch import Tensor
 
 from cuset_core.analysis.analyze import analyze_answer
 from cuset_core.analysis.tokens import align_tokens
+from cuset_core.data import IGNORE_INDEX
 from cuset_core.data.encode import encode_record
-from cuset_core.objectives.token_loss import IGNORE_INDEX
 
 NO_REGION = -1
 

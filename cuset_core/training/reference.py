@@ -17,7 +17,7 @@ import torch
 from cuset_core.models import resolve_model
 from cuset_core.objectives import MethodConfig, ObjectiveBatch, ObjectiveState
 from cuset_core.objectives.objective import dataset_state
-from cuset_core.objectives.token_loss import supervised_mask
+from cuset_core.objectives.token_loss import supervised_mask, token_probability
 from cuset_core.training.collator import CusetCollator, TrainingExample, as_item
 from cuset_core.training.lean_loss import lean_parts, model_token_loss
 
@@ -78,7 +78,7 @@ def compute_reference_confidence(
         batch = collate([as_item(example) for example in chunk])
         inputs = {"input_ids": batch["input_ids"].to(device), "attention_mask": batch["attention_mask"].to(device)}
         token_loss, _ = model_token_loss(model, parts, inputs, batch["labels"].to(device), loss_chunk_size)
-        p = torch.exp(-token_loss).cpu()
+        p = token_probability(token_loss).cpu()
         result.extend(p[row, : len(example.input_ids)].tolist() for row, example in enumerate(chunk))
         if on_progress is not None:
             on_progress(len(result), len(examples))

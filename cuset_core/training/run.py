@@ -16,6 +16,13 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+from transformers import PrinterCallback, TrainingArguments, set_seed
+from transformers.trainer_utils import get_last_checkpoint
+
+from cuset_core.models import load_model, load_tokenizer, resolve_dtype, resolve_model, write_base_spec
+from cuset_core.objectives import ObjectiveState
 from cuset_core.training.callbacks import (
     CANCEL_FILE,
     MetricStash,
@@ -25,6 +32,7 @@ from cuset_core.training.callbacks import (
     SigtermCallback,
 )
 from cuset_core.training.config import ConfigError, TuneConfig, read_config
+from cuset_core.training.tracking import report_to, tracking_env
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
 
@@ -66,11 +74,6 @@ def load_examples(path: Path, config: TuneConfig, tokenizer, writer: ProgressWri
 
 def training_arguments(config: TuneConfig):
     """transformers TrainingArguments for a job (checkpoints in ``output_dir/checkpoint-N``)."""
-    import torch
-    from transformers import TrainingArguments
-
-    from cuset_core.training.tracking import report_to
-
     hp = config.hyperparameters
     return TrainingArguments(
         **length_grouping(hp.group_by_length),
@@ -110,8 +113,6 @@ def training_arguments(config: TuneConfig):
 def length_grouping(enabled: bool) -> dict:
     """TrainingArguments fields that batch records of similar length: transformers renamed
     ``group_by_length`` to ``train_sampling_strategy``, and both releases are supported."""
-    from transformers import TrainingArguments
-
     if "train_sampling_strategy" in TrainingArguments.__dataclass_fields__:
         return {"train_sampling_strategy": "group_by_length" if enabled else "random"}
     return {"group_by_length": enabled}
@@ -119,8 +120,6 @@ def length_grouping(enabled: bool) -> dict:
 
 def resume_checkpoint(config: TuneConfig) -> str | None:
     """The checkpoint to resume from: the configured folder, the newest in output_dir, or None."""
-    from transformers.trainer_utils import get_last_checkpoint
-
     if isinstance(config.resume, Path):
         return str(config.resume)
     if config.resume and config.output_dir.is_dir():
@@ -132,8 +131,6 @@ def prepare_model(config: TuneConfig):
     """Load the base model in the configured dtype (4-bit with ``quantization``) and wrap it in
     a LoRA adapter, whose parameters peft keeps in float32 (or leave it whole for full
     fine-tuning)."""
-    from cuset_core.models import load_model, resolve_dtype
-
     hp = config.hyperparameters
     model, _ = load_model(
         config.model,
@@ -144,8 +141,6 @@ def prepare_model(config: TuneConfig):
     )
     checkpointing = {"use_reentrant": False}
     if hp.quantization is not None:
-        from peft import prepare_model_for_kbit_training
-
         # Freezes the 4-bit base, keeps its norms in float32 and enables checkpointing if asked.
         model = prepare_model_for_kbit_training(
             model, use_gradient_checkpointing=hp.gradient_checkpointing, gradient_checkpointing_kwargs=checkpointing
@@ -155,8 +150,6 @@ def prepare_model(config: TuneConfig):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpointing)
     if config.lora is None:
         return model
-    from peft import LoraConfig, get_peft_model
-
     lora = config.lora
     adapter = LoraConfig(
         r=lora.rank,
@@ -175,8 +168,6 @@ def run_job(config: TuneConfig, writer: ProgressWriter) -> JobOutcome:
 
     SIGTERM is caught from here on, so a cancel during loading still ends cleanly.
     """
-    from cuset_core.models import resolve_model
-
     if resolve_model(config.model).adapter is not None:
         raise ConfigError("model: a tuned adapter folder cannot be tuned again; give its base model")
     cancel_file = config.output_dir / CANCEL_FILE
@@ -213,7 +204,6 @@ def _objective_state(config: TuneConfig, examples, pad_token_id: int, writer: Pr
     """The objective's EMAs for this run; with dataset-wide reweighting (reference confidence),
     tau_lo and the weight normaliser from one pass over the training examples, reported as an
     event."""
-    from cuset_core.objectives import ObjectiveState
     from cuset_core.training.reference import dataset_reweighting_state
 
     method = config.method
@@ -232,12 +222,8 @@ def _objective_state(config: TuneConfig, examples, pad_token_id: int, writer: Pr
 
 def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) -> JobOutcome:
     """Load tokenizer, data and model (in that order, cheapest first), then train and save."""
-    from transformers import PrinterCallback, set_seed
-
-    from cuset_core.models import load_tokenizer, resolve_model, write_base_spec
     from cuset_core.training.collator import CusetCollator, ExampleDataset
     from cuset_core.training.reference import attach_reference
-    from cuset_core.training.tracking import tracking_env
     from cuset_core.training.trainer import CusetTrainer
 
     set_seed(config.seed)

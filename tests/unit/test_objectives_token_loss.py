@@ -6,12 +6,12 @@ import pytest
 import torch
 from transformers.loss.loss_utils import ForCausalLMLoss
 
+from cuset_core.data import IGNORE_INDEX
 from cuset_core.objectives import (
-    IGNORE_INDEX,
     chunked_token_loss,
-    online_confidence,
     per_token_loss,
     supervised_mask,
+    token_probability,
 )
 
 
@@ -68,9 +68,9 @@ def test_supervised_mask_excludes_ignored_labels_and_the_first_position():
     assert supervised_mask(labels).tolist() == [[False, True, False, True]]
 
 
-def test_online_confidence_is_exp_of_minus_loss_and_detached():
+def test_token_probability_is_exp_of_minus_loss_and_detached():
     loss = torch.tensor([[0.0, 1.0]], requires_grad=True)
-    p = online_confidence(loss)
+    p = token_probability(loss)
     assert not p.requires_grad
     assert p[0].tolist() == pytest.approx([1.0, 0.36787944])
 

@@ -122,13 +122,14 @@ def test_config_file_that_is_not_json_names_the_line(tmp_path):
 def test_bad_job_exits_2_with_one_line_before_loading_anything(
     tmp_path, data_file, changes, expected, capsys, monkeypatch
 ):
-    import cuset_core.models
+    import cuset_core.training.run
 
     def no_loading(*args, **kwargs):
         raise AssertionError("a model or tokenizer was loaded")
 
-    monkeypatch.setattr(cuset_core.models, "load_model", no_loading)
-    monkeypatch.setattr(cuset_core.models, "load_tokenizer", no_loading)
+    # The names the training run calls (bound when it is imported).
+    monkeypatch.setattr(cuset_core.training.run, "load_model", no_loading)
+    monkeypatch.setattr(cuset_core.training.run, "load_tokenizer", no_loading)
     path = tmp_path / "job.json"
     path.write_text(json.dumps(job(tmp_path, data_file, **changes)))
 

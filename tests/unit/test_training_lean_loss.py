@@ -10,9 +10,9 @@ import pytest
 import torch
 from transformers import TrainingArguments
 
+from cuset_core.data import IGNORE_INDEX
 from cuset_core.models import tiny_model
 from cuset_core.objectives import MethodConfig, MethodName
-from cuset_core.objectives.token_loss import IGNORE_INDEX
 from cuset_core.training.callbacks import MetricStash
 from cuset_core.training.collator import CusetCollator
 from cuset_core.training.lean_loss import lean_parts

@@ -28,6 +28,7 @@ from cuset_core.evaluation.confidence_report import ReportSettings, record_confi
 from db.models import File, Generation
 from db.session import session_scope
 from db.settings import get_settings
+from db.statuses import GenerationStatus
 from worker.app import app
 from worker.model_cache import models
 
@@ -53,8 +54,8 @@ def confidence(generation_id: str) -> None:
     with session_scope(url) as session:
         claimed = session.execute(
             update(Generation)
-            .where(Generation.id == generation_id, Generation.status == "queued")
-            .values(status="running")
+            .where(Generation.id == generation_id, Generation.status == GenerationStatus.QUEUED)
+            .values(status=GenerationStatus.RUNNING)
         ).rowcount
         if claimed != 1:
             return  # redelivered, or given up by the API
@@ -74,14 +75,14 @@ def confidence(generation_id: str) -> None:
                 raise ConfidenceError("model_load_failed", f"could not load model {request['spec']!r}: {exc}") from exc
             sample = token_confidence(model, tokenizer, record)
     except ConfidenceError as exc:
-        _finish(url, generation_id, status="failed", error={"code": exc.code, "message": str(exc)})
+        _finish(url, generation_id, status=GenerationStatus.FAILED, error={"code": exc.code, "message": str(exc)})
         return
     except Exception as exc:  # noqa: BLE001 - a failure fails the row, never the worker
         log.exception("confidence of %s failed", generation_id)
         _finish(
             url,
             generation_id,
-            status="failed",
+            status=GenerationStatus.FAILED,
             error={"code": "confidence_failed", "message": f"{type(exc).__name__}: {exc}"},
         )
         return
@@ -89,7 +90,7 @@ def confidence(generation_id: str) -> None:
     _finish(
         url,
         generation_id,
-        status="succeeded",
+        status=GenerationStatus.SUCCEEDED,
         samples=[sample],
         timings={
             "queue_s": round(started - created_at, 4),
@@ -166,6 +167,6 @@ def _finish(url: str, generation_id: str, **values: Any) -> None:
     with session_scope(url) as session:
         session.execute(
             update(Generation)
-            .where(Generation.id == generation_id, Generation.status == "running")
+            .where(Generation.id == generation_id, Generation.status == GenerationStatus.RUNNING)
             .values(finished_at=time.time(), **values)
         )

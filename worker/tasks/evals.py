@@ -34,12 +34,13 @@ from cuset_core.evaluation.runner import (
 )
 from cuset_core.generation.extract import answer_code
 from cuset_core.models import ModelNotFoundError
+from db.job_rows import model_spec
 from db.models import Eval, EvalProblem, File
 from db.session import session_scope
 from db.settings import Settings, get_settings
+from db.statuses import EvalStatus
 from worker.app import app
 from worker.heartbeat import heartbeat
-from worker.job_rows import model_spec
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def run_eval_task(eval_id: str) -> None:
     url = settings.resolved_database_url
     with session_scope(url) as session:
         claimed = session.execute(
-            update(Eval).where(Eval.id == eval_id, Eval.status == "queued").values(status="running")
+            update(Eval).where(Eval.id == eval_id, Eval.status == EvalStatus.QUEUED).values(status=EvalStatus.RUNNING)
         ).rowcount
         if not claimed:
             log.info("eval %s is not queued; nothing to do", eval_id)
@@ -68,16 +69,24 @@ def run_eval_task(eval_id: str) -> None:
     except EvalStopped:
         log.info("eval %s stopped (cancelled)", eval_id)
     except EvalInputError as exc:
-        _finish(url, eval_id, status="failed", error={"code": "invalid_eval_input", "message": str(exc)})
+        _finish(url, eval_id, status=EvalStatus.FAILED, error={"code": "invalid_eval_input", "message": str(exc)})
     except ModelNotFoundError:
         # The detail names server paths; the log keeps it, the user gets the model id.
         log.exception("eval %s: model unavailable", eval_id)
         _finish(
-            url, eval_id, status="failed", error={"code": "model_unavailable", "message": _model_gone(url, eval_id)}
+            url,
+            eval_id,
+            status=EvalStatus.FAILED,
+            error={"code": "model_unavailable", "message": _model_gone(url, eval_id)},
         )
     except Exception as exc:  # noqa: BLE001 - any failure is recorded on the row, never lost
         log.exception("eval %s failed", eval_id)
-        _finish(url, eval_id, status="failed", error={"code": "eval_failed", "message": f"{type(exc).__name__}: {exc}"})
+        _finish(
+            url,
+            eval_id,
+            status=EvalStatus.FAILED,
+            error={"code": "eval_failed", "message": f"{type(exc).__name__}: {exc}"},
+        )
 
 
 def _run(settings: Settings, eval_id: str) -> None:
@@ -105,7 +114,10 @@ def _run(settings: Settings, eval_id: str) -> None:
             _record(url, eval_id, report, done=len(rows) + len(report.problems), total=len(problems))
             rows.extend(report.problems)
     _finish(
-        url, eval_id, status="succeeded", result=aggregate(rows, config.tier, config.k_values).model_dump(mode="json")
+        url,
+        eval_id,
+        status=EvalStatus.SUCCEEDED,
+        result=aggregate(rows, config.tier, config.k_values).model_dump(mode="json"),
     )
 
 
@@ -133,7 +145,7 @@ def _write_batch(path: Path, batch: list[Problem]) -> Path:
 
 def _check_running(url: str, eval_id: str) -> None:
     with session_scope(url) as session:
-        if session.scalar(select(Eval.status).where(Eval.id == eval_id)) != "running":
+        if session.scalar(select(Eval.status).where(Eval.id == eval_id)) != EvalStatus.RUNNING:
             raise EvalStopped(eval_id)
 
 
@@ -141,7 +153,7 @@ def _record(url: str, eval_id: str, report: EvalReport, *, done: int, total: int
     """Store one batch's problem rows (each with its samples) and advance progress (problems)."""
     with session_scope(url) as session:
         row = session.scalar(select(Eval).where(Eval.id == eval_id).with_for_update())
-        if row.status != "running":
+        if row.status != EvalStatus.RUNNING:
             raise EvalStopped(eval_id)
         for problem in report.problems:
             samples = [_sample_json(s) for s in report.samples if s.problem_id == problem.id]
@@ -167,11 +179,13 @@ def _sample_json(sample: SampleRecord) -> dict:
     }
 
 
-def _finish(url: str, eval_id: str, *, status: str, result: dict | None = None, error: dict | None = None) -> None:
+def _finish(
+    url: str, eval_id: str, *, status: EvalStatus, result: dict | None = None, error: dict | None = None
+) -> None:
     """Settle a running eval; a cancelled one stays cancelled."""
     with session_scope(url) as session:
         session.execute(
             update(Eval)
-            .where(Eval.id == eval_id, Eval.status == "running")
+            .where(Eval.id == eval_id, Eval.status == EvalStatus.RUNNING)
             .values(status=status, aggregate=result, error=error, finished_at=time.time())
         )

@@ -41,6 +41,7 @@ from db.dispatch import enqueue
 from db.models import Generation
 from db.session import session_scope
 from db.settings import Settings, get_settings
+from db.statuses import GenerationStatus
 from worker.app import app
 from worker.model_cache import models
 
@@ -94,7 +95,9 @@ def generate(generation_id: str) -> None:
 def _claim(session, generation_id: str) -> Claimed | None:
     """Mark the row running if it is still queued; None when someone else has it."""
     claimed = session.execute(
-        update(Generation).where(Generation.id == generation_id, Generation.status == "queued").values(status="running")
+        update(Generation)
+        .where(Generation.id == generation_id, Generation.status == GenerationStatus.QUEUED)
+        .values(status=GenerationStatus.RUNNING)
     ).rowcount
     if claimed != 1:
         return None
@@ -116,7 +119,9 @@ def _claim_batch(url: str, lead: Claimed, limit: int) -> list[Claimed]:
         # SKIP LOCKED (Postgres): rows another task is claiming right now are left to it.
         candidates = session.scalars(
             select(Generation)
-            .where(Generation.status == "queued", Generation.model == lead.model, Generation.id != lead.id)
+            .where(
+                Generation.status == GenerationStatus.QUEUED, Generation.model == lead.model, Generation.id != lead.id
+            )
             .order_by(Generation.created_at)
             .limit(4 * limit)
             .with_for_update(skip_locked=True)
@@ -285,7 +290,7 @@ def _record(
         "samples": samples,
         "usage": _usage(samples),
         "timings": timings,
-        "status": "verifying" if verifying else "succeeded",
+        "status": GenerationStatus.VERIFYING if verifying else GenerationStatus.SUCCEEDED,
     }
     if not verifying:
         values["finished_at"] = decoded
@@ -302,6 +307,6 @@ def _fail(url: str, ids: list[str], code: str, message: str) -> None:
     with session_scope(url) as session:
         session.execute(
             update(Generation)
-            .where(Generation.id.in_(ids), Generation.status.in_(("queued", "running")))
-            .values(status="failed", error={"code": code, "message": message}, finished_at=time.time())
+            .where(Generation.id.in_(ids), Generation.status.in_((GenerationStatus.QUEUED, GenerationStatus.RUNNING)))
+            .values(status=GenerationStatus.FAILED, error={"code": code, "message": message}, finished_at=time.time())
         )

@@ -13,11 +13,12 @@ from celery.signals import worker_ready
 from sqlalchemy import select, update
 
 from db.dispatch import enqueue
+from db.job_rows import add_event, finish_attempt, requeue_or_fail
 from db.models import Eval, Generation, Job
 from db.session import session_scope
 from db.settings import get_settings
+from db.statuses import EvalStatus, GenerationStatus, JobStatus
 from worker.app import app
-from worker.job_rows import add_event, finish_attempt, requeue_or_fail
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +29,14 @@ def _reap_jobs(settings) -> list[str]:
     cutoff = time.time() - settings.heartbeat_timeout_s
     with session_scope(settings.resolved_database_url) as session:
         stale = session.scalars(
-            select(Job).where(Job.status == "running", Job.heartbeat_at < cutoff).with_for_update(skip_locked=True)
+            select(Job)
+            .where(Job.status == JobStatus.RUNNING, Job.heartbeat_at < cutoff)
+            .with_for_update(skip_locked=True)
         ).all()
         for job in stale:
             if job.cancel_requested:
                 # The user asked it to stop; the lost worker cannot finish that, so we do.
-                if finish_attempt(session, job.id, job.attempts, "cancelled"):
+                if finish_attempt(session, job.id, job.attempts, JobStatus.CANCELLED):
                     add_event(session, job.id, "Job cancelled (its worker was lost)", level="warning")
             elif requeue_or_fail(session, settings, job, "worker loss", "worker_lost"):
                 requeued.append(job.id)
@@ -51,8 +54,11 @@ def _reap_generations(settings) -> int:
     with session_scope(settings.resolved_database_url) as session:
         return session.execute(
             update(Generation)
-            .where(Generation.status.in_(("running", "verifying")), Generation.created_at < cutoff)
-            .values(status="failed", error=error, finished_at=time.time())
+            .where(
+                Generation.status.in_((GenerationStatus.RUNNING, GenerationStatus.VERIFYING)),
+                Generation.created_at < cutoff,
+            )
+            .values(status=GenerationStatus.FAILED, error=error, finished_at=time.time())
         ).rowcount
 
 
@@ -62,8 +68,8 @@ def _reap_evals(settings) -> int:
     with session_scope(settings.resolved_database_url) as session:
         return session.execute(
             update(Eval)
-            .where(Eval.status == "running", Eval.heartbeat_at < cutoff)
-            .values(status="failed", error=error, finished_at=time.time())
+            .where(Eval.status == EvalStatus.RUNNING, Eval.heartbeat_at < cutoff)
+            .values(status=EvalStatus.FAILED, error=error, finished_at=time.time())
         ).rowcount
 
 

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import logging
 import subprocess
-import time
 from pathlib import Path
-
-from sqlalchemy import or_, update
 
 from cuset_core.objectives import MethodConfig
 from cuset_core.training.callbacks import CANCEL_FILE
@@ -22,52 +19,26 @@ from cuset_core.training.export import write_archive
 from cuset_core.training.launch import training_command
 from db.dispatch import enqueue
 from db.ids import new_id
+from db.job_rows import (
+    add_event,
+    claim,
+    fail_attempt,
+    finish_attempt,
+    job_dir,
+    model_spec,
+    requeue,
+    resume_point,
+)
 from db.models import RESULTS_PURPOSE, File, Job
 from db.session import session_scope
 from db.settings import Settings, get_settings
+from db.statuses import JobStatus
 from worker.app import app
-from worker.job_rows import (
-    MAX_ATTEMPTS,
-    add_event,
-    finish_attempt,
-    job_dir,
-    latest_checkpoint,
-    model_spec,
-)
 from worker.model_cache import models
 from worker.supervise import ProgressFollower, RunReport, stop, supervise
 
 log = logging.getLogger(__name__)
 STDERR_TAIL_CHARS = 2000
-
-
-def claim(settings: Settings, job_id: str) -> int | None:
-    """Take a job: queued, or running with a heartbeat older than the timeout (its worker is
-    gone). Returns this attempt's number, or None when the job is not ours to run."""
-    now = time.time()
-    with session_scope(settings.resolved_database_url) as session:
-        row = session.execute(
-            update(Job)
-            .where(
-                Job.id == job_id,
-                Job.cancel_requested.is_(False),
-                or_(
-                    Job.status == "queued",
-                    (Job.status == "running")
-                    & (Job.heartbeat_at < now - settings.heartbeat_timeout_s)
-                    & (Job.attempts < MAX_ATTEMPTS),
-                ),
-            )
-            .values(
-                status="running",
-                attempts=Job.attempts + 1,
-                started_at=now,
-                heartbeat_at=now,
-                output_dir=str(Path("jobs") / job_id / "out"),
-            )
-            .returning(Job.attempts)
-        ).first()
-        return row[0] if row else None
 
 
 def _merged_base(adapter_dir: str, dest: Path) -> str:
@@ -150,7 +121,7 @@ def _record_end(settings: Settings, job_id: str, attempt: int, report: RunReport
                 session,
                 job_id,
                 attempt,
-                "succeeded",
+                JobStatus.SUCCEEDED,
                 fine_tuned_model=name,
                 step=report.done.get("steps", job.step),
                 trained_tokens=report.done.get("train_tokens", job.trained_tokens),
@@ -169,28 +140,20 @@ def _record_end(settings: Settings, job_id: str, attempt: int, report: RunReport
                 f"the job ran past its wall-clock limit of {limit:g} s (setting job_max_wall_s) and was "
                 f"stopped at step {job.step}; its last checkpoint is kept"
             )
-            error = {"code": "wall_clock_limit", "message": message, "param": None}
-            if finish_attempt(session, job_id, attempt, "failed", error=error):
-                add_event(session, job_id, f"Job failed: {message}", level="error")
+            fail_attempt(session, job_id, attempt, "wall_clock_limit", message)
             return False
         if report.returncode == 0 and report.cancel_sent:
-            if finish_attempt(session, job_id, attempt, "cancelled"):
+            if finish_attempt(session, job_id, attempt, JobStatus.CANCELLED):
                 add_event(session, job_id, f"Job cancelled at step {job.step}; checkpoint saved", level="warning")
             return False
         if report.returncode == 0:
             # Stopped by a signal nobody here sent (the worker is shutting down): run it again later.
-            checkpoint = latest_checkpoint(session, settings, job_id)
-            if attempt < MAX_ATTEMPTS and checkpoint is not None:
-                if finish_attempt(session, job_id, attempt, "queued", heartbeat_at=None):
-                    add_event(
-                        session, job_id, f"interrupted; requeued to resume from step {checkpoint.step}", level="warning"
-                    )
-                    return True
-                return False
+            checkpoint = resume_point(session, settings, job_id, attempt)
+            if checkpoint is not None:
+                return requeue(session, job_id, attempt, f"interrupted; requeued to resume from step {checkpoint.step}")
         code = "invalid_config" if report.returncode == 2 else "training_failed"
         message = report.error or _stderr_tail(log_path)
-        if finish_attempt(session, job_id, attempt, "failed", error={"code": code, "message": message, "param": None}):
-            add_event(session, job_id, f"Job failed: {message.splitlines()[-1] if message else code}", level="error")
+        fail_attempt(session, job_id, attempt, code, message, message.splitlines()[-1] if message else code)
         return False
 
 
@@ -222,17 +185,16 @@ def _adapter_archive(settings: Settings, job: Job) -> File:
 
 
 def _fail(settings: Settings, job_id: str, attempt: int, exc: BaseException) -> None:
-    error = {"code": "internal_error", "message": f"{type(exc).__name__}: {exc}", "param": None}
     with session_scope(settings.resolved_database_url) as session:
-        if finish_attempt(session, job_id, attempt, "failed", error=error):
-            add_event(session, job_id, f"Job failed: {error['message']}", level="error")
+        fail_attempt(session, job_id, attempt, "internal_error", f"{type(exc).__name__}: {exc}")
 
 
 @app.task(name="cuset.tune")
 def tune(job_id: str) -> None:
     """Run one attempt of a fine-tuning job, start to end."""
     settings = get_settings()
-    attempt = claim(settings, job_id)
+    with session_scope(settings.resolved_database_url) as session:
+        attempt = claim(session, settings, job_id)
     if attempt is None:
         log.info("job %s is not claimable; skipping", job_id)
         return

@@ -5,19 +5,17 @@ fails the job."""
 from __future__ import annotations
 
 import logging
-import time
-
-from sqlalchemy import update
 
 from cuset_core.data import DataFileError, LoadOptions, load_records
 from cuset_core.models import load_tokenizer
 from cuset_core.training.config import TuneConfig
 from db.dispatch import enqueue
+from db.job_rows import finish_validation, model_spec
 from db.models import File, Job
 from db.session import session_scope
 from db.settings import get_settings
+from db.statuses import JobStatus
 from worker.app import app
-from worker.job_rows import add_event, model_spec
 
 log = logging.getLogger(__name__)
 _PROMPT_STYLE = TuneConfig.model_fields["prompt_style"].default
@@ -50,7 +48,7 @@ def validate_job_files(job_id: str) -> None:
     url = settings.resolved_database_url
     with session_scope(url) as session:
         job = session.get(Job, job_id)
-        if job is None or job.status != "validating_files":
+        if job is None or job.status != JobStatus.VALIDATING_FILES:
             return  # redelivered, or cancelled meanwhile
         files = [(session.get(File, job.training_file), "training_file")]
         if job.validation_file:
@@ -68,19 +66,7 @@ def validate_job_files(job_id: str) -> None:
         except Exception as exc:  # noqa: BLE001 - any failure to check is the job's failure, said in words
             log.exception("validating job %s", job_id)
             error = {"code": "validation_error", "message": f"{type(exc).__name__}: {exc}", "param": None}
-        status = "failed" if error else "queued"
-        moved = session.execute(
-            update(Job)
-            .where(Job.id == job_id, Job.status == "validating_files")
-            .values(status=status, error=error, **({"finished_at": time.time()} if error else {}))
-        ).rowcount
-        if not moved:
+        if not finish_validation(session, job_id, notes, error):
             return
-        for level, note in notes:
-            add_event(session, job_id, note, level=level)
-        if error:
-            add_event(session, job_id, f"Validation failed: {error['message']}", level="error")
-        else:
-            add_event(session, job_id, "Validated training file; job queued")
     if not error:
         enqueue(settings, "cuset.tune", job_id)

@@ -19,6 +19,7 @@ from cuset_core.verify.settings import VerifySettings
 from db.models import Generation
 from db.session import session_scope
 from db.settings import get_settings
+from db.statuses import GenerationStatus
 from worker.app import app
 
 
@@ -51,13 +52,17 @@ def _verify(generation_id: str, index: int) -> None:
     url = settings.resolved_database_url
     with session_scope(url) as session:
         row = session.get(Generation, generation_id)
-        if row is None or row.status != "verifying" or row.samples[index].get("verification") is not None:
+        if (
+            row is None
+            or row.status != GenerationStatus.VERIFYING
+            or row.samples[index].get("verification") is not None
+        ):
             return  # finished, failed, or a redelivered message for a sample already verified
         problem, answer, tier = row.request["problem"], row.samples[index]["text"], row.request["verify"]
     result = verify(problem, answer, VerifySettings(tier=Tier(tier)), cache_dir=settings.verify_cache_dir)
     with session_scope(url) as session:
         row = locked_generation(session, generation_id)
-        if row is None or row.status != "verifying":
+        if row is None or row.status != GenerationStatus.VERIFYING:
             return
         samples = [dict(s) for s in row.samples]
         samples[index]["verification"] = result.model_dump(mode="json")
@@ -67,4 +72,4 @@ def _verify(generation_id: str, index: int) -> None:
             timings = dict(row.timings or {})
             timings["verify_s"] = round(now - timings.get("decoded_at", now), 4)
             timings["total_s"] = round(now - row.created_at, 4)
-            row.timings, row.status, row.finished_at = timings, "succeeded", now
+            row.timings, row.status, row.finished_at = timings, GenerationStatus.SUCCEEDED, now

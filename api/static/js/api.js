@@ -146,7 +146,10 @@ const Cuset = (() => {
     return el("span", { class: `badge status-${status || "unknown"}`, text: label });
   }
 
-  const ACTIVE_JOB = new Set(["validating_files", "queued", "running"]);
+  // The unfinished statuses of each kind of row, rendered by the server from db/statuses.py.
+  const STATUSES = JSON.parse(document.getElementById("cuset-statuses").textContent);
+  const ACTIVE_JOB = new Set(STATUSES.job_active);
+  const ACTIVE_EVAL = new Set(STATUSES.eval_active);
 
   /** Progress of a job (its `progress` object): {step, total, fraction (0..1 or null), eta (seconds or null)}. */
   function jobProgress(job) {
@@ -216,5 +219,5 @@ const Cuset = (() => {
   }
 
   return { api, listAll, ApiError, el, $, showError, fmtTime, fmtDuration, fmtNumber, fmtBytes,
-           statusBadge, jobProgress, progressBar, poll, ACTIVE_JOB, evalMetrics };
+           statusBadge, jobProgress, progressBar, poll, ACTIVE_JOB, ACTIVE_EVAL, evalMetrics };
 })();

@@ -1,10 +1,9 @@
 /* Eval page: aggregate metrics, failures by verdict, and every problem with its kernels and logs. */
 "use strict";
 (() => {
-  const { api, listAll, el, fmtTime, fmtDuration, statusBadge, poll, evalMetrics } = Cuset;
+  const { api, listAll, el, fmtTime, fmtDuration, statusBadge, poll, evalMetrics, ACTIVE_EVAL } = Cuset;
   const evalId = window.CUSET_EVAL_ID;
   const path = `/v1/evals/${encodeURIComponent(evalId)}`;
-  const ACTIVE = new Set(["queued", "running"]);
   const open = new Set(); // problems the reader unfolded survive refreshes
 
   function fact(term, value) { return el("div", {}, el("dt", { text: term }), el("dd", {}, value)); }
@@ -77,7 +76,7 @@
     }, {});
     document.getElementById("verdict-chart").replaceChildren(Verdict.bars(counts));
     document.getElementById("eval-body").setAttribute("aria-busy", "false");
-    return ACTIVE.has(e.status);
+    return ACTIVE_EVAL.has(e.status);
   }
 
   poll(async () => {

@@ -1,8 +1,7 @@
 /* Evals page: start an evaluation and list them, polling while any is running. */
 "use strict";
 (() => {
-  const { api, el, fmtTime, statusBadge, poll, showError, evalMetrics } = Cuset;
-  const ACTIVE = new Set(["queued", "running"]);
+  const { api, el, fmtTime, statusBadge, poll, showError, evalMetrics, ACTIVE_EVAL } = Cuset;
 
   function metricsText(agg) {
     const metrics = evalMetrics(agg);
@@ -25,7 +24,7 @@
         el("td", { class: "small", text: metricsText(e.aggregate) }),
         el("td", { text: fmtTime(e.created_at) }));
     }));
-    const active = evals.some((e) => ACTIVE.has(e.status));
+    const active = evals.some((e) => ACTIVE_EVAL.has(e.status));
     document.getElementById("poll-state").textContent = active ? "Live: refreshing every 3 s" : "";
     return active;
   }
