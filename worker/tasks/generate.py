@@ -51,7 +51,6 @@ from db.generations import (
     GenerationSample,
     decode_repairs,
     dump_samples,
-    finish,
     locked_generation,
     read_samples,
     settle,
@@ -370,7 +369,8 @@ def _record(
         if stored.status in FINAL:
             return  # a verified sample ended the request while later ones were decoded
         if not row.verifying:
-            finish(stored, decoded)
+            stored.status, stored.finished_at = "succeeded", decoded
+            stored.timings = stored.timings | {"total_s": round(decoded - row.created_at, 4)}
             return
         stored.status = "verifying"
         steps = settle(stored, row.request, samples, decoded)
