@@ -9,15 +9,16 @@ the static tier), as the sandbox probe seeds its row."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from cuset_core.demo import demo_problems
 from cuset_core.generation.prompts import build_messages, repair_messages
 from cuset_core.generation.sampling import render_prompt
-from cuset_core.verify.result import VerifyResult
+from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from db.dispatch import enqueue
-from db.generations import GenerationRequest, GenerationSample, dump_samples, read_samples
+from db.generations import GenerationRequest, GenerationSample, dump_samples, locked_generation, read_samples, settle
 from db.ids import new_id
 from db.models import Generation
 from db.session import session_scope
@@ -190,6 +191,62 @@ def test_without_first_pass_stopping_every_sample_is_verified_and_the_pass_chose
     assert [s.verification.verdict for s in samples] == ["pass", "no_code", samples[2].verification.verdict]
     assert (samples[2].round, samples[2].repair_of) == (1, 1)  # the failing one was repaired, the pass was not
     assert not any(s.cancelled for s in samples)
+
+
+def _record_a_pass(settings, generation_id: str, index: int) -> None:
+    """Record that attempt ``index`` passed, as the verify task records a result: under the row
+    lock, followed by ``settle``."""
+    with session_scope(settings.resolved_database_url) as session:
+        row = locked_generation(session, generation_id)
+        samples = read_samples(row.samples)
+        samples[index].verification = VerifyResult(verdict=Verdict.PASS, tier=Tier.STATIC, reason="a known answer")
+        settle(row, GenerationRequest.model_validate(row.request), samples, time.time())
+
+
+def test_a_pass_while_later_samples_are_decoded_stops_the_decoding(service_settings, worker):
+    request = GenerationRequest(
+        spec=service_settings.base_models["tiny"],
+        prompts=[build_messages(PROBLEM.problem_code, "compact")],
+        n=3,
+        temperature=1.0,
+        max_tokens=64,
+        verify="static",
+        problem=PROBLEM.problem_code,
+        stop_at_first_pass=True,
+    )
+    generation_id = new_id("gen")
+    with session_scope(service_settings.resolved_database_url) as session:
+        session.add(
+            Generation(
+                id=generation_id,
+                owner=TEST_OWNER,
+                model="tiny",
+                kind="generate",
+                status="queued",
+                request=request.model_dump(mode="json"),
+                samples=[],
+            )
+        )
+    enqueue(service_settings, "cuset.generate", generation_id)
+
+    def first_sample_done():
+        samples = read_samples(_row(service_settings, generation_id).samples)
+        return samples and samples[0].finish_reason
+
+    # Sample 1 is being decoded now (its 64 tokens take far longer than one poll).
+    wait_for(first_sample_done, timeout=180, interval=0.02, what="sample 0 to be decoded")
+    _record_a_pass(service_settings, generation_id, 0)
+    row = wait_for(
+        lambda: (r := _row(service_settings, generation_id)).timings and "generate_s" in r.timings and r,
+        what="the decoding task to end",
+    )
+
+    assert row.status == "succeeded" and row.error is None
+    samples = read_samples(row.samples)
+    assert samples[0].passed
+    assert samples[1].cancelled and samples[1].finish_reason is None  # stopped mid-answer, or before it
+    assert samples[2].cancelled and samples[2].text == "" and samples[2].completion_tokens == 0  # never started
+    assert row.usage["completion_tokens"] == samples[0].completion_tokens
 
 
 @pytest.mark.parametrize(
