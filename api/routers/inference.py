@@ -275,8 +275,11 @@ def _generate_request(settings: Settings, body: GenerateRequest) -> GenerationRe
         raise bad_request(
             "verify needs a problem to check the kernels against; send problem instead of prompt.", param="verify"
         )
-    searching = {"best_of": body.best_of is not None, "stop_at_first_pass": body.stop_at_first_pass}
-    searching["repair_rounds"] = body.repair_rounds > 0
+    searching = {
+        "best_of": body.best_of is not None,
+        "stop_at_first_pass": body.stop_at_first_pass,
+        "repair_rounds": body.repair_rounds > 0,
+    }
     for field, asked in searching.items():
         if asked and body.verify == "none":
             raise bad_request(
@@ -318,7 +321,10 @@ def _generate_request(settings: Settings, body: GenerateRequest) -> GenerationRe
 @router.post("/generate", response_model=GenerateResponse)
 async def create_generation(body: GenerateRequest, session: SessionDep, settings: SettingsDep, owner: OwnerDep):
     """Kernels for a problem (or answers to a prompt), each with its code and, when asked, its
-    verification; ``stream`` sends server-sent events as samples grow and get verified."""
+    verification; ``stream`` sends server-sent events as samples grow and get verified. With
+    verification, ``best_of`` candidates are verified as they finish, ``stop_at_first_pass`` ends
+    the request at the first passing one, and ``repair_rounds`` sends a failing one back to the
+    model with its error; ``samples`` then lists every attempt and ``chosen`` the passing one."""
     request = _generate_request(settings, body)
     created = await run_in_threadpool(_submit, session, settings, owner, body.model, "generate", request)
     if body.stream:

@@ -110,7 +110,8 @@ def generate(generation_id: str, attempt: int | None = None) -> None:
         rows = [lead] if sequential else [lead, *_claim_batch(url, lead, settings.generation_batch_max - 1)]
         try:
             if sequential:
-                results = [_decode_sequentially(settings, model, tokenizer, lead)]
+                _decode_sequentially(settings, model, tokenizer, lead)
+                results: list[list[GenerationSample] | None] = [None]  # already in the row
             else:
                 results = _decode_batch(model, tokenizer, rows)
         except Exception as exc:  # noqa: BLE001 - a decoding failure fails the rows, never the worker
@@ -119,7 +120,7 @@ def generate(generation_id: str, attempt: int | None = None) -> None:
             return
     decoded = time.time()
     for row, samples in zip(rows, results):
-        _record(settings, row, None if sequential else samples, started, decoded, batch_size=len(rows))
+        _record(settings, row, samples, started, decoded, batch_size=len(rows))
 
 
 def _claim(session, generation_id: str) -> Claimed | None:
