@@ -92,7 +92,10 @@ class GenerateRequest(Decoding):
         False, description="end the request at the first attempt that passes verification; needs verify"
     )
     repair_rounds: int = Field(
-        0, ge=0, description="times a failing sample is sent back with its verifier error to fix; needs verify"
+        0,
+        ge=0,
+        description="times a failing sample is sent back with its verifier error to fix; needs verify. "
+        "Every attempt, repairs included, must finish within the server's generation timeout",
     )
 
     @model_validator(mode="after")
