@@ -42,6 +42,7 @@ class Settings(BaseSettings):
     max_records_per_file: int = Field(200_000, ge=1)
     max_generation_tokens: int = Field(4096, ge=1, description="max_tokens ceiling per request")
     max_samples_per_request: int = Field(16, ge=1)
+    max_repair_rounds: int = Field(4, ge=0, description="repair_rounds ceiling of /v1/generate")
 
     verify_cache_dir: Path | None = Field(
         None,

@@ -37,6 +37,7 @@ from api.schemas.inference import (
 from api.streaming import DONE, Snapshot, failure_error, follow, sse, wait_final
 from cuset_core.generation.prompts import build_messages
 from db.dispatch import enqueue
+from db.generations import GenerationRequest, GenerationSample, chosen_attempt, read_samples
 from db.ids import new_id
 from db.models import Generation
 from db.settings import Settings
@@ -45,6 +46,8 @@ from db.statuses import GenerationStatus
 router = APIRouter(tags=["inference"])
 
 CHAT_DEFAULT_MAX_TOKENS = 512
+START_FIELDS = {"index", "round", "repair_of"}
+DONE_FIELDS = {"index", "text", "code", "finish_reason"}
 
 
 def _check_limits(settings: Settings, max_tokens: int, n: int) -> None:
@@ -60,6 +63,7 @@ def _check_limits(settings: Settings, max_tokens: int, n: int) -> None:
 
 
 def _decoding(body: Decoding, max_tokens: int) -> dict[str, Any]:
+    """The request fields every inference request fills from its decoding settings."""
     return {
         "n": body.n,
         "temperature": body.temperature,
@@ -71,7 +75,9 @@ def _decoding(body: Decoding, max_tokens: int) -> dict[str, Any]:
     }
 
 
-def _submit(session: Session, settings: Settings, owner: str, model: str, kind: str, request: dict) -> Snapshot:
+def _submit(
+    session: Session, settings: Settings, owner: str, model: str, kind: str, request: GenerationRequest
+) -> Snapshot:
     """Create the queued row and enqueue its decoding; the row as created."""
     spec = model_spec(session, settings, owner, model)
     row = Generation(
@@ -79,7 +85,7 @@ def _submit(session: Session, settings: Settings, owner: str, model: str, kind: 
         owner=owner,
         model=model,
         kind=kind,
-        request=request | {"spec": spec},
+        request=request.model_copy(update={"spec": spec}).model_dump(mode="json"),
         status=GenerationStatus.QUEUED,
         samples=[],
     )
@@ -128,8 +134,8 @@ async def _openai_events(settings: Settings, created: Snapshot, chat: bool, incl
             if snapshot.status == GenerationStatus.FAILED:
                 yield sse(_error_body(failure_error(snapshot)))
                 break
-            for sample in snapshot.samples:
-                index, text = sample["index"], sample["text"]
+            for sample in read_samples(snapshot.samples):
+                index, text = sample.index, sample.text
                 if index not in sent:
                     sent[index] = ""
                     if chat:
@@ -137,9 +143,9 @@ async def _openai_events(settings: Settings, created: Snapshot, chat: bool, incl
                 if len(text) > len(sent[index]) and text.startswith(sent[index]):
                     yield chunk(index, text[len(sent[index]) :])
                     sent[index] = text
-                if sample["finish_reason"] and index not in finished:
+                if sample.finish_reason and index not in finished:
                     finished.add(index)
-                    yield chunk(index, finish=sample["finish_reason"])
+                    yield chunk(index, finish=sample.finish_reason)
             if snapshot.status == GenerationStatus.SUCCEEDED and include_usage:
                 yield sse(base | {"choices": [], "usage": _usage(snapshot).model_dump()})
     except APIError as error:
@@ -154,7 +160,7 @@ async def create_completion(body: CompletionRequest, session: SessionDep, settin
     prompts = body.prompts()
     if not prompts:
         raise bad_request("prompt must hold at least one text.", param="prompt")
-    request = _decoding(body, body.max_tokens) | {"form": "raw", "prompts": prompts}
+    request = GenerationRequest(**_decoding(body, body.max_tokens), form="raw", prompts=prompts)
     created = await run_in_threadpool(_submit, session, settings, owner, body.model, "completion", request)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -166,7 +172,8 @@ async def create_completion(body: CompletionRequest, session: SessionDep, settin
         model=done.model,
         usage=_usage(done),
         choices=[
-            CompletionChoice(index=s["index"], text=s["text"], finish_reason=s["finish_reason"]) for s in done.samples
+            CompletionChoice(index=s.index, text=s.text, finish_reason=s.finish_reason)
+            for s in read_samples(done.samples)
         ],
     )
 
@@ -178,7 +185,7 @@ async def create_chat_completion(
     """Answer a conversation, rendered with the model's chat template."""
     max_tokens = body.token_limit(min(CHAT_DEFAULT_MAX_TOKENS, settings.max_generation_tokens))
     _check_limits(settings, max_tokens, body.n)
-    request = _decoding(body, max_tokens) | {"form": "chat", "prompts": [body.chat()]}
+    request = GenerationRequest(**_decoding(body, max_tokens), form="chat", prompts=[body.chat()])
     created = await run_in_threadpool(_submit, session, settings, owner, body.model, "chat", request)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -190,19 +197,22 @@ async def create_chat_completion(
         model=done.model,
         usage=_usage(done),
         choices=[
-            ChatChoice(index=s["index"], message=AssistantMessage(content=s["text"]), finish_reason=s["finish_reason"])
-            for s in done.samples
+            ChatChoice(index=s.index, message=AssistantMessage(content=s.text), finish_reason=s.finish_reason)
+            for s in read_samples(done.samples)
         ],
     )
 
 
-def _generated(sample: dict) -> GeneratedSample:
+def _generated(sample: GenerationSample) -> GeneratedSample:
     return GeneratedSample(
-        index=sample["index"],
-        text=sample["text"],
-        code=sample.get("code", ""),
-        finish_reason=sample["finish_reason"],
-        verification=sample.get("verification"),
+        index=sample.index,
+        text=sample.text,
+        code=sample.code or "",
+        finish_reason=sample.finish_reason,
+        verification=None if sample.verification is None else sample.verification.model_dump(mode="json"),
+        round=sample.round,
+        repair_of=sample.repair_of,
+        cancelled=sample.cancelled,
     )
 
 
@@ -211,35 +221,45 @@ def _timings(snapshot: Snapshot) -> GenerateTimings:
 
 
 async def _generate_events(settings: Settings, created: Snapshot) -> AsyncIterator[str]:
-    """``sample.delta``, ``sample.done``, ``sample.verification``, ``generation.done``, ``[DONE]``."""
+    """Per attempt ``sample.start`` (its round and what it repairs), ``sample.delta``,
+    ``sample.done``, then ``sample.verification`` or ``sample.cancelled``; ``generation.done``
+    (usage, timings, the chosen attempt), ``[DONE]``."""
     sent: dict[int, str] = {}
     done: set[int] = set()
-    verified: set[int] = set()
+    settled: set[int] = set()
     try:
         async for snapshot in follow(settings, created.id):
             if snapshot.status == GenerationStatus.FAILED:
                 yield sse(_error_body(failure_error(snapshot)), event="error")
                 break
-            for sample in snapshot.samples:
-                index, text, previous = sample["index"], sample["text"], sent.get(sample["index"], "")
-                if len(text) > len(previous) and text.startswith(previous):
-                    yield sse({"index": index, "delta": text[len(previous) :]}, event="sample.delta")
+            samples = read_samples(snapshot.samples)
+            for sample in samples:
+                index, text = sample.index, sample.text
+                if index not in sent:
+                    sent[index] = ""
+                    yield sse(_generated(sample).model_dump(include=START_FIELDS), event="sample.start")
+                if len(text) > len(sent[index]) and text.startswith(sent[index]):
+                    yield sse({"index": index, "delta": text[len(sent[index]) :]}, event="sample.delta")
                     sent[index] = text
-                if sample["finish_reason"] and index not in done:
+                if sample.finish_reason and index not in done:
                     done.add(index)
-                    yield sse(
-                        _generated(sample).model_dump(include={"index", "text", "code", "finish_reason"}),
-                        event="sample.done",
-                    )
-                if sample.get("verification") is not None and index not in verified:
-                    verified.add(index)
-                    yield sse({"index": index, "verification": sample["verification"]}, event="sample.verification")
+                    yield sse(_generated(sample).model_dump(include=DONE_FIELDS), event="sample.done")
+                if sample.settled and index not in settled:
+                    settled.add(index)
+                    if sample.cancelled:
+                        yield sse({"index": index}, event="sample.cancelled")
+                    else:
+                        yield sse(
+                            {"index": index, "verification": _generated(sample).verification},
+                            event="sample.verification",
+                        )
             if snapshot.status == GenerationStatus.SUCCEEDED:
                 yield sse(
                     {
                         "id": snapshot.id,
                         "usage": _usage(snapshot).model_dump(),
                         "timings": _timings(snapshot).model_dump(),
+                        "chosen": chosen_attempt(samples),
                     },
                     event="generation.done",
                 )
@@ -248,36 +268,76 @@ async def _generate_events(settings: Settings, created: Snapshot) -> AsyncIterat
     yield DONE
 
 
-@router.post("/generate", response_model=GenerateResponse)
-async def create_generation(body: GenerateRequest, session: SessionDep, settings: SettingsDep, owner: OwnerDep):
-    """Kernels for a problem (or answers to a prompt), each with its code and, when asked, its
-    verification; ``stream`` sends server-sent events as samples grow and get verified."""
+def _generate_request(settings: Settings, body: GenerateRequest) -> GenerationRequest:
+    """The stored request of ``/v1/generate``; 400 naming the field for what this server or the
+    verification settings do not allow."""
     _check_limits(settings, body.max_tokens, body.n)
     if body.verify != "none" and body.problem is None:
         raise bad_request(
             "verify needs a problem to check the kernels against; send problem instead of prompt.", param="verify"
+        )
+    searching = {
+        "best_of": body.best_of is not None,
+        "stop_at_first_pass": body.stop_at_first_pass,
+        "repair_rounds": body.repair_rounds > 0,
+    }
+    for field, asked in searching.items():
+        if asked and body.verify == "none":
+            raise bad_request(
+                f"{field} needs verification to tell passing kernels from failing ones; "
+                "set verify to static, compile, cpu or gpu.",
+                param=field,
+            )
+    if body.best_of is not None:
+        if body.n != 1:
+            raise bad_request("best_of and n both set the number of samples; send best_of alone.", param="best_of")
+        if body.best_of > settings.max_samples_per_request:
+            raise bad_request(
+                f"best_of is {body.best_of}; this server allows at most {settings.max_samples_per_request} "
+                "samples per request.",
+                param="best_of",
+            )
+    if body.repair_rounds > settings.max_repair_rounds:
+        raise bad_request(
+            f"repair_rounds is {body.repair_rounds}; this server allows at most {settings.max_repair_rounds}.",
+            param="repair_rounds",
         )
     messages = (
         build_messages(body.problem, body.prompt_style)
         if body.problem is not None
         else [{"role": "user", "content": body.prompt}]
     )
-    request = _decoding(body, body.max_tokens) | {
-        "form": "chat",
-        "prompts": [messages],
-        "verify": body.verify,
-        "problem": body.problem,
-        "prompt_style": body.prompt_style,
-    }
+    return GenerationRequest(
+        **(_decoding(body, body.max_tokens) | {"n": body.best_of or body.n}),
+        form="chat",
+        prompts=[messages],
+        verify=body.verify,
+        problem=body.problem,
+        prompt_style=body.prompt_style,
+        stop_at_first_pass=body.stop_at_first_pass,
+        repair_rounds=body.repair_rounds,
+    )
+
+
+@router.post("/generate", response_model=GenerateResponse)
+async def create_generation(body: GenerateRequest, session: SessionDep, settings: SettingsDep, owner: OwnerDep):
+    """Kernels for a problem (or answers to a prompt), each with its code and, when asked, its
+    verification; ``stream`` sends server-sent events as samples grow and get verified. With
+    verification, ``best_of`` candidates are verified as they finish, ``stop_at_first_pass`` ends
+    the request at the first passing one, and ``repair_rounds`` sends a failing one back to the
+    model with its error; ``samples`` then lists every attempt and ``chosen`` the passing one."""
+    request = _generate_request(settings, body)
     created = await run_in_threadpool(_submit, session, settings, owner, body.model, "generate", request)
     if body.stream:
         return _event_stream(_generate_events(settings, created))
     done = await wait_final(settings, created.id)
+    samples = read_samples(done.samples)
     return GenerateResponse(
         id=done.id,
         created=int(done.created_at),
         model=done.model,
         usage=_usage(done),
-        samples=[_generated(s) for s in done.samples],
+        samples=[_generated(s) for s in samples],
+        chosen=chosen_attempt(samples) if body.verify != "none" else None,
         timings=_timings(done),
     )

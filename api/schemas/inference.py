@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-VerifyTier = Literal["none", "static", "compile", "cpu", "gpu"]
+from db.generations import VerifyTier
 
 
 class Decoding(BaseModel):
@@ -85,6 +85,18 @@ class GenerateRequest(Decoding):
     temperature: float = Field(0.0, ge=0, le=2)
     max_tokens: int = Field(1024, ge=1)
     verify: VerifyTier = "none"
+    best_of: int | None = Field(
+        None, ge=1, description="candidates to draw and verify for one answer (instead of n); needs verify"
+    )
+    stop_at_first_pass: bool = Field(
+        False, description="end the request at the first attempt that passes verification; needs verify"
+    )
+    repair_rounds: int = Field(
+        0,
+        ge=0,
+        description="times a failing sample is sent back with its verifier error to fix; needs verify. "
+        "Every attempt, repairs included, must finish within the server's generation timeout",
+    )
 
     @model_validator(mode="after")
     def _one_input(self) -> GenerateRequest:
@@ -137,11 +149,16 @@ class ChatCompletionResponse(BaseModel):
 
 
 class GeneratedSample(BaseModel):
+    """One attempt: a drawn sample (round 0) or a repair of a failed attempt (round >= 1)."""
+
     index: int
     text: str
     code: str = Field(description="the first fenced code block of text (all of text when unfenced)")
     finish_reason: str | None
     verification: dict[str, Any] | None = Field(None, description="cuset_core VerifyResult; null when not verified")
+    round: int = Field(0, description="0 for a drawn sample, r for the r-th repair of one")
+    repair_of: int | None = Field(None, description="index of the failed attempt this one repairs")
+    cancelled: bool = Field(False, description="never decoded or verified: another attempt passed first")
 
 
 class GenerateTimings(BaseModel):
@@ -157,6 +174,7 @@ class GenerateResponse(BaseModel):
     object: Literal["generation"] = "generation"
     created: int
     model: str
-    samples: list[GeneratedSample]
+    samples: list[GeneratedSample] = Field(description="every attempt: the drawn samples, then repairs as they came")
+    chosen: int | None = Field(None, description="index of the first attempt that passed verification; null if none")
     usage: Usage
     timings: GenerateTimings

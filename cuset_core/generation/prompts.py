@@ -1,4 +1,5 @@
-"""Prompts for kernel generation: a full one-shot prompt, a compact one, and the way back.
+"""Prompts for kernel generation: a full one-shot prompt, a compact one, the follow-up turn of a
+repair round, and the way back.
 
 A *problem* is KernelBench-format Python: ``class Model``, ``get_inputs()`` and
 ``get_init_inputs()``. The one-shot prompt teaches the answer format with a small worked example
@@ -14,6 +15,7 @@ import re
 from typing import Literal
 
 from cuset_core.generation.extract import first_code_block
+from cuset_core.verify.result import VerifyResult
 
 PromptStyle = Literal["kernelbench", "compact"]
 
@@ -204,3 +206,36 @@ def _parses(code: str) -> bool:
     except (SyntaxError, ValueError):
         return False
     return True
+
+
+REPAIR_ERROR_CHARS = 2000
+"""At most this many characters of verifier output go into a repair prompt (the first errors
+explain the rest, and a small model's context is short)."""
+
+_REPAIR_TEMPLATE = """Your answer failed verification: {verdict}.
+
+{error}
+
+Fix it. Reply with the complete corrected module in one ```python block."""
+
+
+def failure_report(result: VerifyResult, max_chars: int = REPAIR_ERROR_CHARS) -> str:
+    """What the verifier said about a failed candidate, as plain text for the model: the reason,
+    then the compiler's error diagnostics (``line N: message``), then the log, cut to ``max_chars``."""
+    lines = [result.reason] if result.reason else []
+    lines += [
+        f"line {d.line}: {d.message}" if d.line else d.message for d in result.diagnostics if d.severity == "error"
+    ]
+    if result.log:
+        lines.append(result.log)
+    return "\n".join(lines)[:max_chars].rstrip() or "(the verifier gave no details)"
+
+
+def repair_messages(messages: list[dict], answer: str, result: VerifyResult) -> list[dict]:
+    """The follow-up conversation of a repair round: the original turns, the failed ``answer`` as
+    the assistant's turn, and a user turn with the verifier's verdict and error asking for a fix.
+
+    Only the latest failed answer is shown, so the prompt stays one answer long however many
+    rounds came before."""
+    feedback = _REPAIR_TEMPLATE.format(verdict=result.verdict.value.replace("_", " "), error=failure_report(result))
+    return [*messages, {"role": "assistant", "content": answer}, {"role": "user", "content": feedback}]

@@ -249,6 +249,33 @@ def test_playground_streams_a_kernel_and_shows_its_verdict(page, worker):
     assert not page.errors
 
 
+def test_playground_shows_every_attempt_of_a_best_of_search_with_repairs(page, worker):
+    tab = page.open("/playground?model=tiny")
+    expect(tab.locator("#pg-model")).to_have_value("tiny")
+    tab.select_option("#pg-demo", "02_relu")
+    tab.fill("#pg-n", "2")
+    tab.fill("#pg-temp", "1")
+    tab.fill("#pg-max", "12")
+    tab.select_option("#pg-verify", "static")
+    tab.fill("#pg-repairs", "1")
+    tab.check("#pg-first-pass")
+    tab.click("#pg-go")
+
+    # The random model fails both samples; each gets one repair, shown under a title naming it.
+    expect(tab.locator("#pg-state")).to_have_text("Done.", timeout=180_000)
+    cards = tab.locator("[data-sample]")
+    expect(cards).to_have_count(4)
+    expect(tab.locator('[data-round="1"] .sample-title')).to_have_text(
+        [re.compile(r"Attempt [23]: repair 1 of attempt [01]")] * 2
+    )
+    for index in range(4):
+        expect(cards.nth(index).locator(".verification .badge")).to_be_visible()
+    expect(tab.locator("#pg-result")).to_have_text("No attempt passed verification.")
+    expect(tab.locator(".chosen")).to_have_count(0)
+    page.shot("playground-repairs")
+    assert not page.errors
+
+
 def test_kernel_view_tints_tokens_by_the_confidence_of_a_picked_model(page, api, worker, training_file):
     tab = page.open(f"/files/{training_file}/records/0")
     expect(tab.locator("#code .region").first).to_be_visible()

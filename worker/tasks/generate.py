@@ -1,16 +1,23 @@
-"""``cuset.generate``: decode one Generation row, together with queued rows it can share a batch with.
+"""``cuset.generate``: decode one Generation row, together with queued rows it can share a batch
+with; or, given an attempt index, decode one repair attempt of a verified row.
 
 The row is claimed atomically (queued -> running), so a redelivered message, or the task of a row
-another task already decoded in its batch, finds nothing to do. A non-streaming row takes up to
-``generation_batch_max - 1`` other queued, non-streaming, unseeded rows with the same model and
-decoding settings and decodes them in one ``sampling.generate`` call. A streaming row is decoded
-alone, one sample after another, its partial text written to ``samples[i]["text"]`` about every
-``FLUSH_S`` seconds for the API to forward.
+another task already decoded in its batch, finds nothing to do. A row that is neither streamed
+nor stopped at its first pass takes up to ``generation_batch_max - 1`` other queued, batchable,
+unseeded rows with the same model and decoding settings and decodes them in one
+``sampling.generate`` call. A streamed row, or one that stops at its first passing kernel, is
+decoded alone, one sample after another: its partial text reaches ``samples[i].text`` about every
+``FLUSH_S`` seconds, each finished sample goes to verification at once, and decoding stops when
+a verified sample has already ended the request.
 
-Request JSON (written by api/routers/inference.py): ``spec`` (cuset_core model spec), ``form``
-(``chat``: ``prompts`` are message lists; ``raw``: ``prompts`` are texts continued as they are),
-``n``, ``temperature``, ``top_p``, ``max_tokens``, ``seed``, ``stop`` (list), ``stream``, and for
-``/v1/generate`` ``verify`` and ``problem``. Sample ``k`` is sample ``k % n`` of prompt ``k // n``.
+A repair attempt (appended by the verify task, see db/generations.py) is decoded from a follow-up
+turn: the problem, the failed answer and the verifier's error. The row stays ``verifying`` while
+its repairs are decoded and verified.
+
+The row's ``request`` and ``samples`` are db.generations' ``GenerationRequest`` and
+``GenerationSample``. Sample ``k`` of the drawn samples is sample ``k % n`` of prompt ``k // n``.
+Every write to ``samples`` after the claim happens under the row lock, since verify tasks write
+into the same JSON concurrently.
 """
 
 from __future__ import annotations
@@ -19,13 +26,14 @@ import logging
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from sqlalchemy import select, update
+from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 from cuset_core.generation.extract import answer_code
+from cuset_core.generation.prompts import repair_messages
 from cuset_core.generation.sampling import (
     GeneratedText,
     completion_from_tokens,
@@ -38,10 +46,20 @@ from cuset_core.generation.sampling import (
     generate as generate_batch,
 )
 from db.dispatch import enqueue
+from db.generations import (
+    GenerationRequest,
+    GenerationSample,
+    decode_repairs,
+    dump_samples,
+    locked_generation,
+    read_samples,
+    settle,
+    usage_of,
+)
 from db.models import Generation
 from db.session import session_scope
 from db.settings import Settings, get_settings
-from db.statuses import GenerationStatus
+from db.statuses import GENERATION_FINAL, GenerationStatus
 from worker.app import app
 from worker.model_cache import models
 
@@ -49,6 +67,7 @@ log = logging.getLogger(__name__)
 
 FLUSH_S = 0.1  # how often a streaming sample's partial text reaches the database
 BATCH_KEYS = ("spec", "form", "n", "temperature", "top_p", "max_tokens", "stop")
+DECODED = {"text", "finish_reason", "prompt_tokens", "completion_tokens", "code"}  # what decoding writes
 
 
 @dataclass(frozen=True)
@@ -58,13 +77,21 @@ class Claimed:
     id: str
     model: str
     kind: str
-    request: dict[str, Any]
+    request: GenerationRequest
     created_at: float
+
+    @property
+    def verifying(self) -> bool:
+        return self.kind == "generate" and self.request.verify != "none"
 
 
 @app.task(name="cuset.generate")
-def generate(generation_id: str) -> None:
-    """Decode the row ``generation_id`` (and batch mates); record samples, usage and timings."""
+def generate(generation_id: str, attempt: int | None = None) -> None:
+    """Decode the row ``generation_id`` (and batch mates), or its repair attempt ``attempt``;
+    record samples, usage and timings and send samples to verification."""
+    if attempt is not None:
+        _repair(generation_id, attempt)
+        return
     settings = get_settings()
     url = settings.resolved_database_url
     with session_scope(url) as session:
@@ -74,15 +101,19 @@ def generate(generation_id: str) -> None:
     started = time.time()
     with ExitStack() as in_use:
         try:
-            model, tokenizer = in_use.enter_context(models.use(lead.request["spec"], lead.model))
+            model, tokenizer = in_use.enter_context(models.use(lead.request.spec, lead.model))
         except Exception as exc:  # noqa: BLE001 - any load failure is the request's failure
-            log.exception("loading model %s failed", lead.request["spec"])
-            _fail(url, [lead.id], "model_load_failed", f"could not load model {lead.request['spec']!r}: {exc}")
+            log.exception("loading model %s failed", lead.request.spec)
+            _fail(url, [lead.id], "model_load_failed", f"could not load model {lead.request.spec!r}: {exc}")
             return
-        streaming = lead.request["stream"]
-        rows = [lead] if streaming else [lead, *_claim_batch(url, lead, settings.generation_batch_max - 1)]
+        sequential = lead.request.sequential
+        rows = [lead] if sequential else [lead, *_claim_batch(url, lead, settings.generation_batch_max - 1)]
         try:
-            results = [_stream(url, model, tokenizer, lead)] if streaming else _decode_batch(model, tokenizer, rows)
+            if sequential:
+                _decode_sequentially(settings, model, tokenizer, lead)
+                results: list[list[GenerationSample] | None] = [None]  # already in the row
+            else:
+                results = _decode_batch(model, tokenizer, rows)
         except Exception as exc:  # noqa: BLE001 - a decoding failure fails the rows, never the worker
             log.exception("decoding %s failed", [row.id for row in rows])
             _fail(url, [row.id for row in rows], "decode_failed", f"{type(exc).__name__}: {exc}")
@@ -102,19 +133,23 @@ def _claim(session, generation_id: str) -> Claimed | None:
     if claimed != 1:
         return None
     row = session.get(Generation, generation_id)
-    return Claimed(row.id, row.model, row.kind, row.request, row.created_at)
+    return Claimed(row.id, row.model, row.kind, GenerationRequest.model_validate(row.request), row.created_at)
 
 
-def _batchable(request: dict) -> bool:
+def _batchable(request: GenerationRequest) -> bool:
     # A seed asks for reproducible samples, which sharing a batch (padding, RNG draws) would break.
-    return not request["stream"] and request["seed"] is None
+    return not request.sequential and request.seed is None
+
+
+def _batch_key(request: GenerationRequest) -> dict:
+    return request.model_dump(include=set(BATCH_KEYS))
 
 
 def _claim_batch(url: str, lead: Claimed, limit: int) -> list[Claimed]:
     """Claim up to ``limit`` queued rows that can be decoded in one batch with ``lead``."""
     if limit < 1 or not _batchable(lead.request):
         return []
-    key = [lead.request[k] for k in BATCH_KEYS]
+    key = _batch_key(lead.request)
     with session_scope(url) as session:
         # SKIP LOCKED (Postgres): rows another task is claiming right now are left to it.
         candidates = session.scalars(
@@ -126,7 +161,8 @@ def _claim_batch(url: str, lead: Claimed, limit: int) -> list[Claimed]:
             .limit(4 * limit)
             .with_for_update(skip_locked=True)
         ).all()
-        mates = [row for row in candidates if _batchable(row.request) and [row.request[k] for k in BATCH_KEYS] == key]
+        requests = [(row, GenerationRequest.model_validate(row.request)) for row in candidates]
+        mates = [row for row, request in requests if _batchable(request) and _batch_key(request) == key]
         claimed = [c for row in mates[:limit] if (c := _claim(session, row.id)) is not None]
     return claimed
 
@@ -147,28 +183,28 @@ class _RawTemplate:
         return messages[0]["content"]
 
 
-def _decode_batch(model, tokenizer, rows: list[Claimed]) -> list[list[dict]]:
+def _decode_batch(model, tokenizer, rows: list[Claimed]) -> list[list[GenerationSample]]:
     """Samples of every row, decoded in one batch (the rows share form and decoding settings)."""
     request = rows[0].request
-    raw = request["form"] == "raw"
-    conversations = [[{"role": "user", "content": p}] if raw else p for row in rows for p in row.request["prompts"]]
+    raw = request.form == "raw"
+    conversations = [[{"role": "user", "content": p}] if raw else p for row in rows for p in row.request.prompts]
     outputs = generate_batch(
         model,
         _RawTemplate(tokenizer) if raw else tokenizer,
         conversations,
-        n=request["n"],
-        temperature=request["temperature"],
-        top_p=request["top_p"],
-        max_new_tokens=request["max_tokens"],
-        seed=request["seed"],
+        n=request.n,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        max_new_tokens=request.max_tokens,
+        seed=request.seed,
     )
     results, position = [], 0
     for row in rows:
-        per_prompt = outputs[position : position + len(row.request["prompts"])]
-        position += len(row.request["prompts"])
+        per_prompt = outputs[position : position + len(row.request.prompts)]
+        position += len(row.request.prompts)
         results.append(
             [
-                _sample(row, p * row.request["n"] + j, p, generated)
+                _finished(row, GenerationSample(index=p * row.request.n + j, prompt_index=p), generated)
                 for p, samples in enumerate(per_prompt)
                 for j, generated in enumerate(samples)
             ]
@@ -176,20 +212,18 @@ def _decode_batch(model, tokenizer, rows: list[Claimed]) -> list[list[dict]]:
     return results
 
 
-def _sample(row: Claimed, index: int, prompt_index: int, generated: GeneratedText) -> dict:
-    """A finished sample as stored: stop strings applied, code extracted for /v1/generate."""
-    text, stopped = _cut_at_stop(generated.text, row.request["stop"])
-    sample = {
-        "index": index,
-        "prompt_index": prompt_index,
-        "text": text,
-        "finish_reason": "stop" if stopped else generated.finish_reason,
-        "prompt_tokens": generated.prompt_tokens,
-        "completion_tokens": generated.completion_tokens,
-    }
-    if row.kind == "generate":
-        sample |= {"code": answer_code(text).code, "verification": None}
-    return sample
+def _finished(row: Claimed, sample: GenerationSample, generated: GeneratedText) -> GenerationSample:
+    """``sample`` with its decoded answer: stop strings applied, code extracted for /v1/generate."""
+    text, stopped = _cut_at_stop(generated.text, row.request.stop)
+    return sample.model_copy(
+        update={
+            "text": text,
+            "finish_reason": "stop" if stopped else generated.finish_reason,
+            "prompt_tokens": generated.prompt_tokens,
+            "completion_tokens": generated.completion_tokens,
+            "code": answer_code(text).code if row.kind == "generate" else None,
+        }
+    )
 
 
 def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
@@ -217,96 +251,181 @@ class _TokenStreamer(BaseStreamer):
         pass
 
 
-def _stream(url: str, model, tokenizer, row: Claimed) -> list[dict]:
-    """Decode the samples of a streaming row one by one, flushing partial text as it grows."""
+class _Ended(StoppingCriteria):
+    """Stops decoding once the row has ended (another attempt passed first, or it failed)."""
+
+    def __init__(self) -> None:
+        self.ended = False
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+        return torch.full((input_ids.shape[0],), self.ended, dtype=torch.bool, device=input_ids.device)
+
+
+def _decode_one(url: str, model, tokenizer, row: Claimed, sample: GenerationSample, prompt) -> GenerationSample | None:
+    """Decode ``sample`` of ``row`` from ``prompt`` (a message list, or a text for raw rows), its
+    partial text written into the row as it grows; the finished sample, or None when the row
+    ended meanwhile."""
     request = row.request
-    n, stops = request["n"], request["stop"]
-    samples: list[dict] = [
-        {"index": p * n + j, "prompt_index": p, "text": "", "finish_reason": None}
-        for p in range(len(request["prompts"]))
-        for j in range(n)
-    ]
-    _write_samples(url, row.id, samples)
+    stops = request.stop
     stop_ids = stop_token_ids(model, tokenizer)
     device = next(model.parameters()).device
-    kwargs = decoding_kwargs(request["temperature"], request["top_p"], request["max_tokens"])
+    kwargs = decoding_kwargs(request.temperature, request.top_p, request.max_tokens)
     holdback = max((len(s) for s in stops), default=1) - 1  # a partial stop string is not sent yet
-    for sample in samples:
-        prompt = request["prompts"][sample["prompt_index"]]
-        text = prompt if request["form"] == "raw" else render_prompt(tokenizer, prompt)
-        encoded = tokenizer([text], return_tensors="pt", add_special_tokens=False).to(device)
+    text = prompt if request.form == "raw" else render_prompt(tokenizer, prompt)
+    encoded = tokenizer([text], return_tensors="pt", add_special_tokens=False).to(device)
+    ended = _Ended()
+    last_flush = time.monotonic()
+
+    def flush_partial(tokens: list[int]) -> None:
+        nonlocal last_flush
+        if ended.ended or time.monotonic() - last_flush < FLUSH_S:
+            return
+        partial = completion_from_tokens(tokens, 0, stop_ids, tokenizer).text.rstrip("\ufffd")  # no half characters
+        partial, stopped = _cut_at_stop(partial, stops)
+        shown = partial if stopped else partial[: len(partial) - holdback]
+        ended.ended = not _write_sample(url, row.id, sample.model_copy(update={"text": shown}))
         last_flush = time.monotonic()
 
-        def flush_partial(tokens: list[int], sample=sample) -> None:
-            nonlocal last_flush
-            if time.monotonic() - last_flush < FLUSH_S:
-                return
-            partial = completion_from_tokens(tokens, 0, stop_ids, tokenizer).text.rstrip("\ufffd")  # no half characters
-            partial, stopped = _cut_at_stop(partial, stops)
-            sample["text"] = partial if stopped else partial[: len(partial) - holdback]
-            _write_samples(url, row.id, samples)
-            last_flush = time.monotonic()
-
-        seed = None if request["seed"] is None else request["seed"] + sample["index"] % n
-        streamer = _TokenStreamer(flush_partial)
-        with torch.no_grad(), seeded(seed, device):
-            model.generate(**encoded, **kwargs, streamer=streamer, pad_token_id=tokenizer.pad_token_id)
-        done = completion_from_tokens(streamer.tokens, encoded["input_ids"].shape[1], stop_ids, tokenizer)
-        sample |= _sample(row, sample["index"], sample["prompt_index"], done)
-        _write_samples(url, row.id, samples)
-    return samples
-
-
-def _write_samples(url: str, generation_id: str, samples: list[dict]) -> None:
-    with session_scope(url) as session:
-        session.execute(
-            update(Generation).where(Generation.id == generation_id).values(samples=[dict(s) for s in samples])
+    seed = None if request.seed is None else request.seed + sample.index % request.n
+    streamer = _TokenStreamer(flush_partial)
+    with torch.no_grad(), seeded(seed, device):
+        model.generate(
+            **encoded,
+            **kwargs,
+            streamer=streamer,
+            stopping_criteria=StoppingCriteriaList([ended]),
+            pad_token_id=tokenizer.pad_token_id,
         )
+    if ended.ended:
+        return None
+    done = _finished(
+        row, sample, completion_from_tokens(streamer.tokens, encoded["input_ids"].shape[1], stop_ids, tokenizer)
+    )
+    return done if _write_sample(url, row.id, done) else None
 
 
-def _usage(samples: list[dict]) -> dict[str, int]:
-    prompt_tokens = sum({s["prompt_index"]: s["prompt_tokens"] for s in samples}.values())
-    completion_tokens = sum(s["completion_tokens"] for s in samples)
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
+def _decode_sequentially(settings: Settings, model, tokenizer, row: Claimed) -> None:
+    """Decode the samples of a streamed or first-pass row one by one; each finished sample goes
+    to verification at once. Stops early when the row has ended."""
+    request, url = row.request, settings.resolved_database_url
+    samples = [
+        GenerationSample(index=p * request.n + j, prompt_index=p)
+        for p in range(len(request.prompts))
+        for j in range(request.n)
+    ]
+    with session_scope(url) as session:  # the row is ours alone until its first sample is verified
+        session.execute(update(Generation).where(Generation.id == row.id).values(samples=dump_samples(samples)))
+    for sample in samples:
+        done = _decode_one(url, model, tokenizer, row, sample, request.prompts[sample.prompt_index])
+        if done is None:
+            return
+        if row.verifying:
+            _verify_later(settings, row, [done.index])
+
+
+def _write_sample(url: str, generation_id: str, sample: GenerationSample) -> bool:
+    """Write the decoded fields of ``sample`` into the row, under its lock; False when the row
+    has ended or the attempt was cancelled meanwhile (the sample is then not written)."""
+    with session_scope(url) as session:
+        row = locked_generation(session, generation_id)
+        if row is None or row.status in GENERATION_FINAL:
+            return False
+        samples = read_samples(row.samples)
+        if samples[sample.index].cancelled:
+            return False
+        samples[sample.index] = samples[sample.index].model_copy(update=sample.model_dump(include=DECODED))
+        row.samples = dump_samples(samples)
+        row.usage = usage_of(samples)
+        return True
+
+
+def _verify_later(settings: Settings, row: Claimed, indexes: list[int]) -> None:
+    task = "cuset.verify_gpu" if row.request.verify == "gpu" else "cuset.verify_sample"
+    for index in indexes:
+        enqueue(settings, task, row.id, index)
 
 
 def _record(
-    settings: Settings, row: Claimed, samples: list[dict], started: float, decoded: float, batch_size: int
+    settings: Settings,
+    row: Claimed,
+    samples: list[GenerationSample] | None,
+    started: float,
+    decoded: float,
+    batch_size: int,
 ) -> None:
-    """Store a decoded row; finish it, or hand its samples to the verification tasks."""
-    tier = row.request.get("verify", "none")
-    verifying = row.kind == "generate" and tier != "none"
+    """Finish decoding a row (``samples`` from a batch; None when they were written one by one):
+    store usage and timings, then finish it or hand its samples to verification."""
     timings = {
         "queue_s": round(started - row.created_at, 4),
         "generate_s": round(decoded - started, 4),
         "batch_size": batch_size,
         "decoded_at": decoded,
     }
-    values: dict[str, Any] = {
-        "samples": samples,
-        "usage": _usage(samples),
-        "timings": timings,
-        "status": GenerationStatus.VERIFYING if verifying else GenerationStatus.SUCCEEDED,
-    }
-    if not verifying:
-        values["finished_at"] = decoded
-        timings["total_s"] = round(decoded - row.created_at, 4)
     with session_scope(settings.resolved_database_url) as session:
-        session.execute(update(Generation).where(Generation.id == row.id).values(**values))
-    if verifying:
-        task = "cuset.verify_gpu" if tier == "gpu" else "cuset.verify_sample"
-        for sample in samples:
-            enqueue(settings, task, row.id, sample["index"])
+        stored = locked_generation(session, row.id)
+        if stored is None or stored.status == GenerationStatus.FAILED:
+            return
+        stored.timings = timings | (stored.timings or {})
+        if samples is None:
+            samples = read_samples(stored.samples)
+        else:
+            stored.samples = dump_samples(samples)
+        stored.usage = usage_of(samples)
+        if stored.status in GENERATION_FINAL:
+            return  # a verified sample ended the request while later ones were decoded
+        if not row.verifying:
+            stored.status, stored.finished_at = GenerationStatus.SUCCEEDED, decoded
+            stored.timings = stored.timings | {"total_s": round(decoded - row.created_at, 4)}
+            return
+        stored.status = GenerationStatus.VERIFYING
+        steps = settle(stored, row.request, samples, decoded)
+    if not row.request.sequential:
+        _verify_later(settings, row, [sample.index for sample in samples])
+    decode_repairs(settings, row.id, steps.repairs)
+
+
+def _repair(generation_id: str, index: int) -> None:
+    """Decode repair attempt ``index``: the failed attempt it repairs and its error as a follow-up
+    turn; then verify it. Nothing to do when the row ended or the attempt is done or cancelled."""
+    settings = get_settings()
+    url = settings.resolved_database_url
+    with session_scope(url) as session:
+        stored = session.get(Generation, generation_id)
+        if stored is None or stored.status in GENERATION_FINAL or stored.status == GenerationStatus.QUEUED:
+            return
+        row = Claimed(
+            stored.id, stored.model, stored.kind, GenerationRequest.model_validate(stored.request), stored.created_at
+        )
+        samples = read_samples(stored.samples)
+    attempt = samples[index] if index < len(samples) else None
+    if attempt is None or attempt.repair_of is None or attempt.finish_reason is not None or attempt.cancelled:
+        return  # a redelivered message, or the request moved on
+    failed = samples[attempt.repair_of]
+    messages = repair_messages(row.request.prompts[attempt.prompt_index], failed.text, failed.verification)
+    with ExitStack() as in_use:
+        try:
+            model, tokenizer = in_use.enter_context(models.use(row.request.spec, row.model))
+        except Exception as exc:  # noqa: BLE001 - any load failure is the request's failure
+            log.exception("loading model %s failed", row.request.spec)
+            _fail(url, [row.id], "model_load_failed", f"could not load model {row.request.spec!r}: {exc}")
+            return
+        try:
+            done = _decode_one(url, model, tokenizer, row, attempt, messages)
+        except Exception as exc:  # noqa: BLE001 - a decoding failure fails the row, never the worker
+            log.exception("decoding repair %d of %s failed", index, row.id)
+            _fail(url, [row.id], "decode_failed", f"{type(exc).__name__}: {exc}")
+            return
+    if done is not None:
+        _verify_later(settings, row, [done.index])
 
 
 def _fail(url: str, ids: list[str], code: str, message: str) -> None:
     with session_scope(url) as session:
         session.execute(
             update(Generation)
-            .where(Generation.id.in_(ids), Generation.status.in_((GenerationStatus.QUEUED, GenerationStatus.RUNNING)))
+            .where(
+                Generation.id.in_(ids),
+                Generation.status.in_((GenerationStatus.QUEUED, GenerationStatus.RUNNING, GenerationStatus.VERIFYING)),
+            )
             .values(status=GenerationStatus.FAILED, error={"code": code, "message": message}, finished_at=time.time())
         )

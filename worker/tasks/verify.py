@@ -1,26 +1,33 @@
 """``cuset.verify_sample`` (cpu queue: tiers static, compile, cpu) and ``cuset.verify_gpu`` (gpu
-queue: tier gpu): verify one sample of a ``/v1/generate`` row against its problem.
+queue: tier gpu): verify one attempt of a ``/v1/generate`` row against its problem.
 
-Samples of one row are verified concurrently, each writing its result into the row's ``samples``
-JSON; the write happens under a row lock so one result never overwrites another. The row turns
-succeeded when every sample has its result.
+Attempts of one row are verified concurrently, as they finish decoding, each writing its result
+into the row's ``samples`` JSON under the row lock so one result never overwrites another. After
+each result ``db.generations.settle`` decides what follows: a passing attempt may end the request
+(``stop_at_first_pass``: attempts not yet verified are cancelled, and their queued messages find
+nothing to do), a failing one may get a repair attempt (decoded by ``cuset.generate``), and the
+row turns succeeded when every attempt is settled. A verification already running when the
+request ends runs to its end and its result is dropped.
 """
 
 from __future__ import annotations
 
 import time
 
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
-
 from cuset_core.verify.result import Tier
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import VerifySettings
+from db.generations import GenerationRequest, decode_repairs, locked_generation, read_samples, settle
 from db.models import Generation
 from db.session import session_scope
 from db.settings import get_settings
 from db.statuses import GenerationStatus
 from worker.app import app
+
+LIVE = (
+    GenerationStatus.RUNNING,
+    GenerationStatus.VERIFYING,
+)  # a row still decoding its drawn samples can verify finished ones
 
 
 @app.task(name="cuset.verify_sample")
@@ -33,43 +40,27 @@ def verify_gpu(generation_id: str, index: int) -> None:
     _verify(generation_id, index)
 
 
-def locked_generation(session: Session, generation_id: str) -> Generation | None:
-    """The row, locked for the rest of the transaction (``SELECT ... FOR UPDATE``)."""
-    if session.get_bind().dialect.name == "sqlite":
-        # SQLite has no row locks: a no-op write takes the database's write lock first, so the
-        # read below sees every committed update and nobody writes until this transaction ends.
-        session.execute(update(Generation).where(Generation.id == generation_id).values(status=Generation.status))
-    return session.scalars(
-        select(Generation)
-        .where(Generation.id == generation_id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    ).one_or_none()
-
-
 def _verify(generation_id: str, index: int) -> None:
     settings = get_settings()
     url = settings.resolved_database_url
     with session_scope(url) as session:
         row = session.get(Generation, generation_id)
-        if (
-            row is None
-            or row.status != GenerationStatus.VERIFYING
-            or row.samples[index].get("verification") is not None
-        ):
-            return  # finished, failed, or a redelivered message for a sample already verified
-        problem, answer, tier = row.request["problem"], row.samples[index]["text"], row.request["verify"]
-    result = verify(problem, answer, VerifySettings(tier=Tier(tier)), cache_dir=settings.verify_cache_dir)
+        if row is None or row.status not in LIVE:
+            return  # finished (perhaps by another attempt's pass) or failed
+        request = GenerationRequest.model_validate(row.request)
+        attempt = read_samples(row.samples)[index]
+        if attempt.settled:
+            return  # a redelivered message for an attempt already verified, or a cancelled one
+    result = verify(
+        request.problem, attempt.text, VerifySettings(tier=Tier(request.verify)), cache_dir=settings.verify_cache_dir
+    )
     with session_scope(url) as session:
         row = locked_generation(session, generation_id)
-        if row is None or row.status != GenerationStatus.VERIFYING:
+        if row is None or row.status not in LIVE:
             return
-        samples = [dict(s) for s in row.samples]
-        samples[index]["verification"] = result.model_dump(mode="json")
-        row.samples = samples
-        if all(s.get("verification") is not None for s in samples):
-            now = time.time()
-            timings = dict(row.timings or {})
-            timings["verify_s"] = round(now - timings.get("decoded_at", now), 4)
-            timings["total_s"] = round(now - row.created_at, 4)
-            row.timings, row.status, row.finished_at = timings, GenerationStatus.SUCCEEDED, now
+        samples = read_samples(row.samples)
+        if samples[index].settled:
+            return
+        samples[index].verification = result
+        steps = settle(row, request, samples, time.time())
+    decode_repairs(settings, generation_id, steps.repairs)

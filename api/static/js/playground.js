@@ -1,6 +1,8 @@
 /* Playground: POST /v1/generate with stream=true and show the server-sent events as they come:
- * sample.delta (text grows), sample.done (extracted code), sample.verification (verdict),
- * generation.done (usage and timings), error, then [DONE]. */
+ * per attempt (a drawn sample, or a repair of a failed one) sample.start (its round), sample.delta
+ * (text grows), sample.done (extracted code), sample.verification (verdict) or sample.cancelled
+ * (another attempt passed first); generation.done (usage, timings, the chosen attempt), error,
+ * then [DONE]. */
 "use strict";
 (() => {
   const { api, el, fmtNumber, showError } = Cuset;
@@ -34,7 +36,8 @@
     if (!card) {
       if (!samplesBox.querySelector("[data-sample]")) samplesBox.replaceChildren();
       card = el("article", { class: "card sample", "data-sample": index, "aria-live": "polite" },
-        el("h3", {}, `Sample ${index} `, el("span", { class: "sample-state badge status-running", text: "writing…" })),
+        el("h3", {}, el("span", { class: "sample-title", text: `Sample ${index} ` }),
+          el("span", { class: "sample-state badge status-running", text: "writing…" })),
         el("pre", { class: "code stream" }, el("code", { class: "sample-text" })),
         el("div", { class: "sample-verdict" }));
       const cards = [...samplesBox.querySelectorAll("[data-sample]")];
@@ -45,7 +48,14 @@
   }
 
   function handle(event, data) {
-    if (event === "sample.delta") {
+    if (event === "sample.start") {
+      const card = sampleCard(data.index);
+      card.dataset.round = data.round;
+      if (data.round > 0) {
+        card.querySelector(".sample-title").textContent =
+          `Attempt ${data.index}: repair ${data.round} of attempt ${data.repair_of} `;
+      }
+    } else if (event === "sample.delta") {
       const text = sampleCard(data.index).querySelector(".sample-text");
       text.append(data.delta);
       const pre = text.parentElement;
@@ -65,8 +75,22 @@
       const card = sampleCard(data.index);
       card.dataset.verdict = data.verification.verdict;
       card.querySelector(".sample-verdict").replaceChildren(Verdict.details(data.verification));
+    } else if (event === "sample.cancelled") {
+      const card = sampleCard(data.index);
+      card.dataset.verdict = "cancelled";
+      card.querySelector(".sample-state").replaceWith(el("span", { class: "sample-state badge status-cancelled", text: "cancelled" }));
+      card.querySelector(".sample-verdict").replaceChildren(el("p", { class: "muted small", text: "Not verified: another attempt passed first." }));
     } else if (event === "generation.done") {
       const u = data.usage || {}, t = data.timings || {};
+      if (data.chosen !== null && data.chosen !== undefined) {
+        const chosen = sampleCard(data.chosen);
+        chosen.classList.add("chosen");
+        chosen.querySelector("h3").append(el("span", { class: "badge chosen-badge", text: "chosen" }));
+      }
+      if ($("pg-verify").value !== "none") {
+        $("pg-result").textContent = data.chosen === null || data.chosen === undefined
+          ? "No attempt passed verification." : `Attempt ${data.chosen} passed verification and is the answer.`;
+      }
       $("pg-summary").textContent = `${fmtNumber(u.prompt_tokens)} prompt + ${fmtNumber(u.completion_tokens)} generated tokens` +
         (t.total_s ? ` in ${t.total_s.toFixed(1)} s (queue ${(t.queue_s || 0).toFixed(1)} s, generate ${(t.generate_s || 0).toFixed(1)} s, verify ${(t.verify_s || 0).toFixed(1)} s)` : "");
     } else if (event === "error") {
@@ -106,20 +130,29 @@
     showError(null);
     samplesBox.replaceChildren(el("p", { class: "muted", text: "Queued: waiting for a worker…" }));
     $("pg-summary").textContent = "";
+    $("pg-result").textContent = "";
     $("pg-go").disabled = true;
     $("pg-stop").hidden = false;
     $("pg-state").textContent = "Generating…";
     controller = new AbortController();
     try {
+      const verify = $("pg-verify").value;
+      const samples = Number($("pg-n").value) || 1;
+      // With verification the samples are candidates of one answer (best_of); without, plain samples.
+      const search = verify === "none" ? { n: samples } : {
+        best_of: samples,
+        stop_at_first_pass: $("pg-first-pass").checked,
+        repair_rounds: Number($("pg-repairs").value) || 0,
+      };
       const response = await api("/v1/generate", { method: "POST", raw: true, signal: controller.signal, body: {
         model: $("pg-model").value,
         problem,
-        n: Number($("pg-n").value) || 1,
         temperature: Number($("pg-temp").value) || 0,
         max_tokens: Number($("pg-max").value) || 512,
-        verify: $("pg-verify").value,
+        verify,
         prompt_style: $("pg-style").value,
         stream: true,
+        ...search,
       } });
       await readEvents(response);
       $("pg-state").textContent = "Done.";
