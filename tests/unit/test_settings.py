@@ -64,15 +64,15 @@ def test_invalid_values_are_rejected(monkeypatch):
         Settings()
 
 
-def test_worker_command_serves_both_queues_with_beat_in_one_process(tmp_path):
+def test_worker_command_serves_every_queue_with_beat_in_one_process(tmp_path):
     from api.embedded import worker_command
 
     command = worker_command(schedule_file=tmp_path / "beat")
     assert command[1:6] == ["-m", "celery", "-A", "worker.app", "worker"]
-    assert command[command.index("-Q") + 1] == "gpu,cpu"
+    assert command[command.index("-Q") + 1] == "train,infer,cpu"
     assert command[command.index("--pool") + 1] == "prefork"
     assert "-B" in command and command[command.index("-s") + 1] == str(tmp_path / "beat")
-    assert "-B" not in worker_command(("gpu",), 1, beat=False)
+    assert "-B" not in worker_command(("train",), 1, beat=False)
 
 
 def _compose_command() -> list[str] | None:

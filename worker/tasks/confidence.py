@@ -21,6 +21,7 @@ from contextlib import ExitStack
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from celery import shared_task
 from sqlalchemy import update
 
 from cuset_core.data import IGNORE_INDEX, EncodedRecord, LoadOptions, Record, encode_record, load_records
@@ -28,7 +29,7 @@ from cuset_core.evaluation.confidence_report import ReportSettings, record_confi
 from db.models import File, Generation
 from db.session import session_scope
 from db.settings import get_settings
-from worker.app import app
+from worker.device_share import hold
 from worker.model_cache import models
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class ConfidenceError(Exception):
         self.code = code
 
 
-@app.task(name="cuset.confidence")
+@shared_task(name="cuset.confidence")
 def confidence(generation_id: str) -> None:
     """Measure the token confidence the row ``generation_id`` asks for and store it."""
     settings = get_settings()
@@ -67,6 +68,7 @@ def confidence(generation_id: str) -> None:
         if relative is None:
             raise ConfidenceError("file_not_found", f"file {request['file_id']!r} no longer exists")
         record = _record(_stored_path(settings.artifacts, relative), request["n"])
+        hold(settings, models)
         with ExitStack() as in_use:
             try:
                 model, tokenizer = in_use.enter_context(models.use(request["spec"], request["model"]))

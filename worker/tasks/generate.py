@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from celery import shared_task
 from sqlalchemy import select, update
 from transformers.generation.streamers import BaseStreamer
 
@@ -41,7 +42,7 @@ from db.dispatch import enqueue
 from db.models import Generation
 from db.session import session_scope
 from db.settings import Settings, get_settings
-from worker.app import app
+from worker.device_share import hold
 from worker.model_cache import models
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ class Claimed:
     created_at: float
 
 
-@app.task(name="cuset.generate")
+@shared_task(name="cuset.generate")
 def generate(generation_id: str) -> None:
     """Decode the row ``generation_id`` (and batch mates); record samples, usage and timings."""
     settings = get_settings()
@@ -71,6 +72,7 @@ def generate(generation_id: str) -> None:
     if lead is None:
         return  # decoded in another task's batch, redelivered, or given up by the API
     started = time.time()
+    hold(settings, models)
     with ExitStack() as in_use:
         try:
             model, tokenizer = in_use.enter_context(models.use(lead.request["spec"], lead.model))

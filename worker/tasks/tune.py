@@ -1,4 +1,4 @@
-"""``cuset.tune`` (gpu queue): claim a queued job, run ``python -m cuset_core.training job.json``
+"""``cuset.tune`` (train queue): claim a queued job, run ``python -m cuset_core.training job.json``
 as a subprocess, follow it (worker/supervise.py) and record how it ended.
 
 The claim is one conditional UPDATE, so a redelivered message or a second worker cannot run a
@@ -13,6 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from celery import shared_task
 from sqlalchemy import or_, update
 
 from cuset_core.objectives import MethodConfig
@@ -25,7 +26,7 @@ from db.ids import new_id
 from db.models import RESULTS_PURPOSE, File, Job
 from db.session import session_scope
 from db.settings import Settings, get_settings
-from worker.app import app
+from worker.device_share import free_device
 from worker.job_rows import (
     MAX_ATTEMPTS,
     add_event,
@@ -121,8 +122,9 @@ def _start(settings: Settings, job_id: str, attempt: int) -> tuple[subprocess.Po
             f"Fine-tuning job started (attempt {attempt})"
             + (", resuming from the last checkpoint" if config.resume else ""),
         )
-    # This worker's GPU goes to the training run: the models it kept for generation leave it first.
-    models.release()
+    # The device goes to the training run: the models kept on it for generation, by this process
+    # or by the infer worker beside it, leave it first.
+    free_device(settings, models)
     progress = config.progress_path
     offset = progress.stat().st_size if progress.is_file() else 0  # earlier attempts' lines are recorded
     log_path = job_dir(settings, job_id) / f"train-{attempt}.log"
@@ -228,7 +230,7 @@ def _fail(settings: Settings, job_id: str, attempt: int, exc: BaseException) -> 
             add_event(session, job_id, f"Job failed: {error['message']}", level="error")
 
 
-@app.task(name="cuset.tune")
+@shared_task(name="cuset.tune")
 def tune(job_id: str) -> None:
     """Run one attempt of a fine-tuning job, start to end."""
     settings = get_settings()

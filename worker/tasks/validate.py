@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 
+from celery import shared_task
 from sqlalchemy import update
 
 from cuset_core.data import DataFileError, LoadOptions, load_records
@@ -16,7 +17,6 @@ from db.dispatch import enqueue
 from db.models import File, Job
 from db.session import session_scope
 from db.settings import get_settings
-from worker.app import app
 from worker.job_rows import add_event, model_spec
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def _check_file(
     return notes, None
 
 
-@app.task(name="cuset.validate_job_files")
+@shared_task(name="cuset.validate_job_files")
 def validate_job_files(job_id: str) -> None:
     """Move a ``validating_files`` job to ``queued`` (and enqueue training) or to ``failed``."""
     settings = get_settings()

@@ -1,4 +1,4 @@
-"""``cuset.verify_sample`` (cpu queue: tiers static, compile, cpu) and ``cuset.verify_gpu`` (gpu
+"""``cuset.verify_sample`` (cpu queue: tiers static, compile, cpu) and ``cuset.verify_gpu`` (infer
 queue: tier gpu): verify one sample of a ``/v1/generate`` row against its problem.
 
 Samples of one row are verified concurrently, each writing its result into the row's ``samples``
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from celery import shared_task
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
@@ -18,18 +19,23 @@ from cuset_core.verify.run import verify
 from cuset_core.verify.settings import VerifySettings
 from db.models import Generation
 from db.session import session_scope
-from db.settings import get_settings
-from worker.app import app
+from db.settings import Settings, get_settings
 
 
-@app.task(name="cuset.verify_sample")
+@shared_task(name="cuset.verify_sample")
 def verify_sample(generation_id: str, index: int) -> None:
     _verify(generation_id, index)
 
 
-@app.task(name="cuset.verify_gpu")
+@shared_task(name="cuset.verify_gpu")
 def verify_gpu(generation_id: str, index: int) -> None:
     _verify(generation_id, index)
+
+
+def service_verify_settings(settings: Settings, verify_settings: VerifySettings) -> VerifySettings:
+    """``verify_settings`` with what the service keeps on disk hidden from candidates."""
+    hidden = tuple(str(path) for path in settings.sandbox_hidden_paths())
+    return verify_settings.model_copy(update={"limits": verify_settings.limits.model_copy(update={"hidden": hidden})})
 
 
 def locked_generation(session: Session, generation_id: str) -> Generation | None:
@@ -54,7 +60,8 @@ def _verify(generation_id: str, index: int) -> None:
         if row is None or row.status != "verifying" or row.samples[index].get("verification") is not None:
             return  # finished, failed, or a redelivered message for a sample already verified
         problem, answer, tier = row.request["problem"], row.samples[index]["text"], row.request["verify"]
-    result = verify(problem, answer, VerifySettings(tier=Tier(tier)), cache_dir=settings.verify_cache_dir)
+    checks = service_verify_settings(settings, VerifySettings(tier=Tier(tier)))
+    result = verify(problem, answer, checks, cache_dir=settings.verify_cache_dir)
     with session_scope(url) as session:
         row = locked_generation(session, generation_id)
         if row is None or row.status != "verifying":
