@@ -11,7 +11,7 @@ they must leave it. The protocol, through Redis (the broker's, or ``settings.red
 - a training task writes a new request id there and waits until every holder with a fresh
   stamp has acknowledged it (``ack``) or holds nothing (``loaded`` false);
 - a holder that sees a new request id releases its models (``ModelCache.release``, which
-  waits for a generation in progress to finish) and acknowledges it.
+  waits for a generation in progress to finish) and then acknowledges it.
 
 Polling a key rather than a pub/sub message: a holder that was busy or reconnecting when the
 request came still sees it. A holder killed outright stops stamping and is ignored after
@@ -66,23 +66,30 @@ class DeviceKeys:
 
 
 class ModelHolder:
-    """One process's side of the protocol: ``poll`` acts on a new request and stamps the state."""
+    """One process's side of the protocol: ``poll`` starts releasing on a new request and
+    stamps the state. The release runs in a thread of its own because it waits for a generation
+    in progress; meanwhile the stamps go on (still loaded, not acknowledged), so the training
+    run keeps waiting for this holder rather than taking it for gone."""
 
     def __init__(self, client: redis.Redis, keys: DeviceKeys, cache: ModelCache, holder_id: str) -> None:
         self.client, self.keys, self.cache, self.holder_id = client, keys, cache, holder_id
+        self._seen: str | None = None
         self._acked: str | None = None
 
     def poll(self) -> None:
         request = self.client.get(self.keys.request)
         request = request.decode() if request is not None else None
-        if request is not None and request != self._acked:
-            if self.cache.loaded()["base"]:
-                log.info("releasing the models on this device for a training run (request %s)", request)
-            self.cache.release()  # waits for a generation that is using the model
-            self._acked = request
-        loaded = bool(self.cache.loaded()["base"])
-        state = {"at": time.time(), "loaded": loaded, "ack": self._acked}
+        if request is not None and request != self._seen:
+            self._seen = request
+            threading.Thread(target=self._release, args=(request,), name="cuset-release", daemon=True).start()
+        state = {"at": time.time(), "loaded": self.cache.holds_model, "ack": self._acked}
         self.client.hset(self.keys.holders, self.holder_id, json.dumps(state))
+
+    def _release(self, request: str) -> None:
+        if self.cache.holds_model:
+            log.info("releasing the models on this device for a training run (request %s)", request)
+        self.cache.release()  # waits for a generation that is using the model
+        self._acked = request
 
     def forget(self) -> None:
         self.client.hdel(self.keys.holders, self.holder_id)
@@ -141,6 +148,7 @@ def hold(settings: Settings, cache: ModelCache) -> None:
         stop = threading.Event()
         _holding[(settings.resolved_redis_url, keys.holders)] = stop
     holder = ModelHolder(client, keys, cache, f"{socket.gethostname()}:{os.getpid()}")
+    holder.poll()  # known to the device before the caller loads anything
     threading.Thread(target=holder.run, args=(stop,), name="cuset-device-holder", daemon=True).start()
 
 

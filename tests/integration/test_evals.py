@@ -81,12 +81,12 @@ def test_demo_eval_progresses_to_succeeded_with_aggregate_and_a_row_per_problem(
     assert created.status_code == 200, created.text
     body = created.json()
     assert body["object"] == "eval" and body["status"] == "queued" and body["model"] == "tiny"
-    assert body["progress"] == {"done": 0, "total": 4}
+    assert body["progress"] == {"done": 0, "generated": 0, "total": 4}
     assert body["config"]["samples"] == 2 and body["config"]["max_new_tokens"] == 32
 
     final, seen = _wait_finished(client, body["id"])
     assert final["status"] == "succeeded", (final, worker.log()[-3000:])
-    assert final["progress"] == {"done": 4, "total": 4}
+    assert final["progress"] == {"done": 4, "generated": 4, "total": 4}
     assert seen == sorted(seen), "progress never goes back"
     assert final["finished_at"] >= final["created_at"] and final["error"] is None
     aggregate = final["aggregate"]
