@@ -35,7 +35,9 @@ def move_legacy_messages(app: Celery, timeout_s: float = 1.0) -> int:
         queue = destination(message.headers.get("task"))
         return app.amqp.queues[queue] if queue else None
 
-    state = move(new_queue, app=app, source=[LEGACY_GPU_QUEUE], timeout=timeout_s)
-    if state.filtered:
-        log.warning("moved %d message(s) from the old %r queue to train/infer/cpu", state.filtered, LEGACY_GPU_QUEUE)
-    return state.filtered
+    moved: list[str] = []
+    # ``move`` returns the consumer's count of messages seen; its callback sees only those moved.
+    move(new_queue, app=app, source=[LEGACY_GPU_QUEUE], timeout=timeout_s, callback=lambda *_: moved.append("m"))
+    if moved:
+        log.warning("moved %d message(s) from the old %r queue to train/infer/cpu", len(moved), LEGACY_GPU_QUEUE)
+    return len(moved)
