@@ -94,6 +94,9 @@ def worker(
     beat: Annotated[
         bool, typer.Option("--beat/--no-beat", help="also schedule the reaper (run it in ONE worker)")
     ] = False,
+    name: Annotated[
+        str | None, typer.Option(help="Celery node name, unique per host (default <queues>@<host>)")
+    ] = None,
     data_dir: DataDirOption = None,
     log_level: Annotated[str, typer.Option(help="Celery log level")] = "INFO",
 ) -> None:
@@ -109,7 +112,7 @@ def worker(
         beat=beat,
         log_level=log_level,
         schedule_file=Path(settings.data_dir).resolve() / "celerybeat-schedule",
-        hostname=f"{'-'.join(wanted)}@%h",
+        hostname=name or f"{'-'.join(wanted)}@%h",
     )
     os.execve(command[0], command, child_env(settings))
 
