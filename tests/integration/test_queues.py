@@ -72,9 +72,12 @@ def test_generation_goes_on_while_a_training_run_holds_the_train_worker(split_cl
     job = split_client.post("/v1/fine_tuning/jobs", json=job_request(training_file, max_steps=40)).json()
     wait_for(lambda: job_state(split_client, job["id"])["status"] == "running", timeout=120, what="training to start")
     # The training run asked the infer worker on its device to let its model go, and it did.
-    wait_for(lambda: "releasing the models on this device" in split_workers["infer"].log(), timeout=60, what="release")
-    holders = _holders(split_settings)
-    assert holders and all(state["ack"] is not None for state in holders.values())
+    released = wait_for(
+        lambda: (holders := _holders(split_settings)) and all(s["ack"] and not s["loaded"] for s in holders.values()),
+        timeout=60,
+        what="the infer worker to release its model",
+    )
+    assert released and "releasing the models on this device" in split_workers["infer"].log()
 
     generated = _generate(split_client)
 
