@@ -48,9 +48,13 @@ def device_key() -> str:
     in every container given that GPU), else the CPU of this host."""
     import torch
 
+    host = socket.gethostname()
     if torch.cuda.is_available():
-        return ",".join(str(torch.cuda.get_device_properties(i).uuid) for i in range(torch.cuda.device_count()))
-    return f"cpu@{socket.gethostname()}"
+        return ",".join(
+            str(getattr(torch.cuda.get_device_properties(i), "uuid", None) or f"cuda{i}@{host}")
+            for i in range(torch.cuda.device_count())
+        )
+    return f"cpu@{host}"
 
 
 @dataclass(frozen=True)

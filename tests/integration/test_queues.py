@@ -81,9 +81,9 @@ def test_generation_goes_on_while_a_training_run_holds_the_train_worker(split_cl
 
     generated = _generate(split_client)
 
-    assert generated["status"] == "succeeded" and generated["samples"]
+    assert generated["samples"] and generated["usage"]["completion_tokens"] > 0
     assert job_state(split_client, job["id"])["status"] == "running", "generation finished while the job trained"
-    assert "cuset.generate" not in split_workers["train"].log() and "cuset.tune" not in split_workers["infer"].log()
+    assert "cuset.generate[" not in split_workers["train"].log() and "cuset.tune[" not in split_workers["infer"].log()
     split_client.post(f"/v1/fine_tuning/jobs/{job['id']}/cancel")
     wait_for(lambda: job_state(split_client, job["id"])["status"] in FINISHED, timeout=120, what="the job to stop")
 
