@@ -88,8 +88,19 @@ def test_generation_goes_on_while_a_training_run_holds_the_train_worker(split_cl
     wait_for(lambda: job_state(split_client, job["id"])["status"] in FINISHED, timeout=120, what="the job to stop")
 
 
+@pytest.mark.nvcc
 def test_an_eval_spreads_verification_over_cpu_workers_and_shows_progress(split_client, split_workers):
-    request = {"model": "tiny", "samples": 1, "max_tokens": 16, "tier": "compile", "problems": "demo", "batch_size": 2}
+    # Two batches of two problems; each batch's group gives each cpu worker one problem (a
+    # worker with one process holds one unacknowledged message), and nvcc takes seconds per
+    # sample, so the eval is seen part-way.
+    request = {
+        "model": "tiny",
+        "samples": 1,
+        "max_tokens": 16,
+        "tier": "compile",
+        "problems": "demo:held-out",
+        "batch_size": 2,
+    }
     created = split_client.post("/v1/evals", json=request)
     assert created.status_code == 200, created.text
     eval_id = created.json()["id"]
@@ -102,7 +113,7 @@ def test_an_eval_spreads_verification_over_cpu_workers_and_shows_progress(split_
         seen.append((body["progress"]["generated"], body["progress"]["done"], listed))
         return body if body["status"] not in ("queued", "running") else None
 
-    final = wait_for(finished, timeout=600, interval=0.5, what="the eval to finish")
+    final = wait_for(finished, timeout=300, interval=0.3, what="the eval to finish")
 
     assert final["status"] == "succeeded", (final, split_workers["infer"].log()[-2000:])
     assert final["progress"] == {"done": total, "generated": total, "total": total}
