@@ -83,7 +83,6 @@ def _reap_evals(settings) -> int:
 def reap(task) -> None:
     """One pass over running jobs, generations and evals, and over the old ``gpu`` queue."""
     settings = get_settings()
-    move_legacy_messages(task.app)
     for job_id in _reap_jobs(settings):
         enqueue(settings, "cuset.tune", job_id)
     failed = _reap_generations(settings)
@@ -92,6 +91,7 @@ def reap(task) -> None:
     lost = _reap_evals(settings)
     if lost:
         log.warning("failed %d eval(s) whose worker was lost", lost)
+    move_legacy_messages(task.app)
 
 
 @worker_ready.connect
