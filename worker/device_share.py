@@ -135,7 +135,9 @@ def redis_for(settings: Settings) -> redis.Redis | None:
     return redis.Redis.from_url(url) if url else None
 
 
-_holding: dict[tuple[str, str], threading.Event] = {}  # this process's holder threads
+# This process's holder threads, one per Redis and device: a holder lives as long as the process
+# (its models do too), so the registry is the process's, not a task's.
+_holding: dict[tuple[str, str], threading.Event] = {}
 _holding_lock = threading.Lock()
 
 
@@ -152,7 +154,10 @@ def hold(settings: Settings, cache: ModelCache) -> None:
         stop = threading.Event()
         _holding[(settings.resolved_redis_url, keys.holders)] = stop
     holder = ModelHolder(client, keys, cache, f"{socket.gethostname()}:{os.getpid()}")
-    holder.poll()  # known to the device before the caller loads anything
+    try:
+        holder.poll()  # known to the device before the caller loads anything
+    except redis.RedisError:
+        log.warning("device share: Redis unreachable; the holder thread keeps trying", exc_info=True)
     threading.Thread(target=holder.run, args=(stop,), name="cuset-device-holder", daemon=True).start()
 
 
