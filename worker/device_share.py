@@ -95,9 +95,6 @@ class ModelHolder:
         self.cache.release()  # waits for a generation that is using the model
         self._acked = request
 
-    def forget(self) -> None:
-        self.client.hdel(self.keys.holders, self.holder_id)
-
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
             try:
@@ -108,11 +105,14 @@ class ModelHolder:
 
 
 def still_loaded(client: redis.Redis, keys: DeviceKeys, request: str, now: float) -> list[str]:
-    """Holders with a fresh stamp that keep models loaded and have not acknowledged ``request``."""
+    """Holders with a fresh stamp that keep models loaded and have not acknowledged ``request``;
+    holders gone silent are dropped from the device's hash (a live one stamps again at once)."""
     waiting = []
     for holder, raw in client.hgetall(keys.holders).items():
         state = json.loads(raw)
-        if now - state["at"] <= STALE_S and state["loaded"] and state["ack"] != request:
+        if now - state["at"] > STALE_S:
+            client.hdel(keys.holders, holder)
+        elif state["loaded"] and state["ack"] != request:
             waiting.append(holder.decode())
     return waiting
 
@@ -170,7 +170,11 @@ def free_device(settings: Settings, cache: ModelCache) -> list[str]:
     if client is None:
         return []
     keys = DeviceKeys.of(settings.broker_key_prefix, device_key())
-    waiting = request_release(client, keys, settings.model_release_timeout_s)
+    try:
+        waiting = request_release(client, keys, settings.model_release_timeout_s)
+    except redis.RedisError:
+        log.warning("device share: Redis unreachable; training starts without asking for the device", exc_info=True)
+        return []
     if waiting:
         log.warning("holders %s kept their models on this device; training starts beside them", waiting)
     return waiting

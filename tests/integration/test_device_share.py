@@ -91,6 +91,7 @@ def test_a_silent_holder_is_not_waited_for_and_a_live_one_that_never_answers_tim
     gone = {"at": time.time() - STALE_S - 5, "loaded": True, "ack": None}
     client.hset(keys.holders, "killed-worker", json.dumps(gone))
     assert request_release(client, keys, timeout_s=5) == []
+    assert client.hget(keys.holders, "killed-worker") is None, "a gone holder leaves the device's hash"
 
     stuck = {"at": time.time() + 60, "loaded": True, "ack": None}  # fresh for the whole wait, never acks
     client.hset(keys.holders, "stuck-worker", json.dumps(stuck))
