@@ -22,8 +22,15 @@ from worker.legacy_queue import move_legacy_messages
 
 
 @pytest.fixture(scope="module")
-def split_settings(service_settings):
-    return service_settings.model_copy(update={"broker_key_prefix": f"{service_settings.broker_key_prefix}split:"})
+def split_settings(service_settings, tmp_path_factory):
+    """The run's settings with queues of their own and an empty verification cache (a cached
+    verdict would come back at once, and one cpu worker could then take every problem)."""
+    return service_settings.model_copy(
+        update={
+            "broker_key_prefix": f"{service_settings.broker_key_prefix}split:",
+            "verify_cache_dir": tmp_path_factory.mktemp("split-verify-cache"),
+        }
+    )
 
 
 @pytest.fixture(scope="module")
