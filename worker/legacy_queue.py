@@ -26,10 +26,22 @@ def destination(task_name: str | None) -> str | None:
     return ROUTES.get(task_name) if task_name else None
 
 
+def waiting(app: Celery) -> int:
+    """Messages on the legacy queue. A plain declare (which leaves an empty queue declared, as
+    the move itself would): kombu's Redis transport answers a passive one "not found" under a
+    key prefix."""
+    with app.connection_for_write() as connection:
+        return connection.default_channel.queue_declare(queue=LEGACY_GPU_QUEUE).message_count
+
+
 def move_legacy_messages(app: Celery, timeout_s: float = 1.0) -> int:
     """Move every message on the legacy ``gpu`` queue to its task's queue; returns how many.
 
-    A message of an unknown task stays where it is (unacknowledged, so the broker keeps it)."""
+    A message of an unknown task stays where it is (unacknowledged, so the broker keeps it).
+    An empty queue costs one round trip: the move (which waits ``timeout_s`` for messages)
+    only runs when there is something to move."""
+    if not waiting(app):
+        return 0
 
     def new_queue(_body, message) -> Queue | None:
         queue = destination(message.headers.get("task"))

@@ -95,19 +95,10 @@ def test_generation_goes_on_while_a_training_run_holds_the_train_worker(split_cl
     wait_for(lambda: job_state(split_client, job["id"])["status"] in FINISHED, timeout=120, what="the job to stop")
 
 
-@pytest.mark.nvcc
 def test_an_eval_spreads_verification_over_cpu_workers_and_shows_progress(split_client, split_workers):
-    # Two batches of two problems; each batch's group gives each cpu worker one problem (a
-    # worker with one process holds one unacknowledged message), and nvcc takes seconds per
-    # sample, so the eval is seen part-way.
-    request = {
-        "model": "tiny",
-        "samples": 1,
-        "max_tokens": 16,
-        "tier": "compile",
-        "problems": "demo:held-out",
-        "batch_size": 2,
-    }
+    # The whole demo set, five problems a batch: each batch's group of five verification tasks
+    # goes to whichever cpu worker is free (a worker with one process holds one message at a time).
+    request = {"model": "tiny", "samples": 1, "max_tokens": 8, "tier": "static", "problems": "demo", "batch_size": 5}
     created = split_client.post("/v1/evals", json=request)
     assert created.status_code == 200, created.text
     eval_id = created.json()["id"]
@@ -126,7 +117,7 @@ def test_an_eval_spreads_verification_over_cpu_workers_and_shows_progress(split_
     assert final["progress"] == {"done": total, "generated": total, "total": total}
     assert final["aggregate"]["problems"] == total
     # Partial results while it ran: some problems verified and listed, others not yet.
-    assert any(0 < done < total and listed == done for _generated, done, listed in seen), seen
+    assert any(0 < done <= listed < total for _generated, done, listed in seen), seen
     assert [g for g, _d, _l in seen] == sorted(g for g, _d, _l in seen), "generation progress never goes back"
     assert "cuset.eval[" in split_workers["infer"].log()
     verifying = [name for name in ("cpu-a", "cpu-b") if "cuset.eval_verify[" in split_workers[name].log()]
