@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from db.dispatch import ROUTES
+from db.dispatch import INFER_QUEUE, LEGACY_GPU_QUEUE, QUEUES, TRAIN_QUEUE
 
 
 def _settings(data_dir: Path | None):
@@ -64,22 +64,46 @@ def migrate(data_dir: DataDirOption = None) -> None:
     typer.echo("database at the newest schema")
 
 
+def worker_queues(queues: str) -> tuple[str, ...]:
+    """The queues a ``--queues`` value names, in order; the old ``gpu`` stands for train and infer
+    (kept for one release so that existing deployments start), with a warning."""
+    wanted: list[str] = []
+    for name in (q.strip() for q in queues.split(",") if q.strip()):
+        if name == LEGACY_GPU_QUEUE:
+            typer.echo(
+                f"warning: queue {LEGACY_GPU_QUEUE!r} is now {TRAIN_QUEUE!r} and {INFER_QUEUE!r}; serving both",
+                err=True,
+            )
+            wanted += [TRAIN_QUEUE, INFER_QUEUE]
+        elif name in QUEUES:
+            wanted.append(name)
+        else:
+            raise typer.BadParameter(f"queues must be among {', '.join(QUEUES)}; got {name!r}", param_hint="--queues")
+    if not wanted:
+        raise typer.BadParameter(f"name at least one of {', '.join(QUEUES)}", param_hint="--queues")
+    return tuple(dict.fromkeys(wanted))
+
+
 def worker(
-    queues: Annotated[str, typer.Option(help="comma-separated queues: gpu, cpu")] = "gpu,cpu",
-    concurrency: Annotated[int, typer.Option(min=1, help="pool processes; 1 per GPU on the gpu queue")] = 2,
+    queues: Annotated[
+        str, typer.Option(help="comma-separated queues: train (tuning), infer (decoding, tier 3), cpu")
+    ] = ",".join(QUEUES),
+    concurrency: Annotated[
+        int, typer.Option(min=1, help="pool processes; 1 for a train or infer worker that owns a GPU")
+    ] = 2,
     beat: Annotated[
         bool, typer.Option("--beat/--no-beat", help="also schedule the reaper (run it in ONE worker)")
     ] = False,
+    name: Annotated[
+        str | None, typer.Option(help="Celery node name, unique per host (default <queues>@<host>)")
+    ] = None,
     data_dir: DataDirOption = None,
     log_level: Annotated[str, typer.Option(help="Celery log level")] = "INFO",
 ) -> None:
     """Run a Celery worker in the foreground (it replaces this process)."""
     from api.embedded import child_env, worker_command
 
-    wanted = tuple(q.strip() for q in queues.split(",") if q.strip())
-    known = set(ROUTES.values())
-    if not wanted or set(wanted) - known:
-        raise typer.BadParameter(f"queues must be among {', '.join(sorted(known))}", param_hint="--queues")
+    wanted = worker_queues(queues)
     settings = _settings(data_dir)
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     command = worker_command(
@@ -88,7 +112,7 @@ def worker(
         beat=beat,
         log_level=log_level,
         schedule_file=Path(settings.data_dir).resolve() / "celerybeat-schedule",
-        hostname=f"{'-'.join(wanted)}@%h",
+        hostname=name or f"{'-'.join(wanted)}@%h",
     )
     os.execve(command[0], command, child_env(settings))
 

@@ -21,14 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from db.dispatch import CPU_QUEUE, GPU_QUEUE
+from db.dispatch import QUEUES
 from db.keys import create_key, has_keys
 from db.migrate import upgrade
 from db.models import DEFAULT_OWNER
 from db.session import session_scope
 from db.settings import Settings
 
-DEFAULT_QUEUES = (GPU_QUEUE, CPU_QUEUE)
+DEFAULT_QUEUES = QUEUES
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 

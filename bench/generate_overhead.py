@@ -83,7 +83,7 @@ def spawn(folder: Path, spec: str, broker: str | None) -> tuple[str, list[subpro
                 "worker.app",
                 "worker",
                 "-Q",
-                "gpu,cpu",
+                "infer,cpu",
                 "-c",
                 "1",
                 "--pool",

@@ -8,25 +8,35 @@ prefetch 1, so a worker that dies mid-task leaves its message to be redelivered,
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import lru_cache
 
-from celery import Celery
+from celery import Celery, group
 from kombu import Queue
 
 from db.settings import Settings
 
-GPU_QUEUE = "gpu"
+TRAIN_QUEUE = "train"
+INFER_QUEUE = "infer"
 CPU_QUEUE = "cpu"
+QUEUES = (TRAIN_QUEUE, INFER_QUEUE, CPU_QUEUE)
+# The one queue of GPU work before train/infer split it. Messages an older API left there are
+# moved to their task's queue (worker/legacy_queue.py); nothing sends to it any more.
+LEGACY_GPU_QUEUE = "gpu"
 
-# Task name -> queue. GPU work: training, decoding, tier-3 verification. CPU work: the rest.
+# Task name -> queue. Training has a queue of its own so that a run that takes days never
+# holds up decoding; infer is the rest of the GPU work (decoding, confidence, tier 3); cpu is
+# file validation, tiers 0-2 and bookkeeping.
 ROUTES: dict[str, str] = {
-    "cuset.tune": GPU_QUEUE,
-    "cuset.generate": GPU_QUEUE,
-    "cuset.verify_gpu": GPU_QUEUE,
-    "cuset.confidence": GPU_QUEUE,
+    "cuset.tune": TRAIN_QUEUE,
+    "cuset.generate": INFER_QUEUE,
+    "cuset.verify_gpu": INFER_QUEUE,
+    "cuset.confidence": INFER_QUEUE,
+    "cuset.eval": INFER_QUEUE,
+    "cuset.eval_verify_gpu": INFER_QUEUE,
     "cuset.validate_job_files": CPU_QUEUE,
     "cuset.verify_sample": CPU_QUEUE,
-    "cuset.eval": CPU_QUEUE,
+    "cuset.eval_verify": CPU_QUEUE,
     "cuset.reap": CPU_QUEUE,
 }
 
@@ -35,7 +45,7 @@ def make_celery(settings: Settings) -> Celery:
     """A Celery app on the configured broker with the project's queues and routes."""
     app = Celery("cuset", broker=settings.resolved_broker_url)
     app.conf.update(
-        task_queues=[Queue(GPU_QUEUE), Queue(CPU_QUEUE)],
+        task_queues=[Queue(name) for name in QUEUES],
         task_default_queue=CPU_QUEUE,
         task_routes={name: {"queue": queue} for name, queue in ROUTES.items()},
         task_acks_late=True,
@@ -68,9 +78,23 @@ def _producer(broker_url: str, key_prefix: str, visibility_timeout_s: int) -> Ce
     )
 
 
+def producer_for(settings: Settings) -> Celery:
+    """The (cached) Celery app that sends messages for ``settings``' broker."""
+    return _producer(settings.resolved_broker_url, settings.broker_key_prefix, settings.visibility_timeout_s)
+
+
 def enqueue(settings: Settings, task: str, *args) -> None:
     """Send ``task`` (a name in ROUTES) with ``args`` to its queue."""
     if task not in ROUTES:
         raise KeyError(f"unknown task {task!r}")
-    producer = _producer(settings.resolved_broker_url, settings.broker_key_prefix, settings.visibility_timeout_s)
-    producer.send_task(task, args=list(args))
+    producer_for(settings).send_task(task, args=list(args))
+
+
+def enqueue_group(settings: Settings, task: str, calls: Iterable[tuple]) -> None:
+    """Send one ``task`` message per argument tuple of ``calls``, as one Celery group (spread
+    over every worker of the task's queue). No result backend: each task records its result in
+    the database, and the last one to finish settles the parent row."""
+    if task not in ROUTES:
+        raise KeyError(f"unknown task {task!r}")
+    producer = producer_for(settings)
+    group(producer.signature(task, args=list(args)) for args in calls).apply_async()

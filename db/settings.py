@@ -60,6 +60,11 @@ class Settings(BaseSettings):
         description="wall-clock limit of one attempt of a tuning job: it is stopped (checkpoint saved) and fails",
     )
     generation_batch_max: int = Field(8, ge=1, description="queued requests for one model decoded together")
+    model_release_timeout_s: float = Field(
+        120.0,
+        ge=0,
+        description="how long a training run waits for the generation workers on its device to release their models",
+    )
     training_launcher: list[str] = Field(
         default_factory=list, description='e.g. ["accelerate", "launch"]; empty: python'
     )

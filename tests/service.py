@@ -137,7 +137,7 @@ def service_env(settings: Settings) -> dict[str, str]:
 class WorkerProcess:
     """A real ``celery worker`` child process, with beat (the reaper's schedule) embedded."""
 
-    def __init__(self, settings: Settings, log_dir: Path, queues: str = "gpu,cpu", concurrency: int = 2):
+    def __init__(self, settings: Settings, log_dir: Path, queues: str = "train,infer,cpu", concurrency: int = 2):
         self.settings, self.log_dir, self.queues, self.concurrency = settings, log_dir, queues, concurrency
         self.process: subprocess.Popen | None = None
         self.starts = 0
@@ -204,7 +204,7 @@ class WorkerProcess:
 
 @pytest.fixture(scope="session")
 def worker(service_settings, tmp_path_factory) -> Iterator[WorkerProcess]:
-    """One worker process serving both queues for the whole run (tests may kill and restart it)."""
+    """One worker process serving every queue for the whole run (tests may kill and restart it)."""
     process = WorkerProcess(service_settings, tmp_path_factory.mktemp("worker-logs"))
     process.start()
     yield process

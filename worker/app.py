@@ -1,4 +1,9 @@
-"""The worker's Celery app: ``celery -A worker.app worker -Q gpu`` (or ``-Q cpu``)."""
+"""The worker's Celery app: ``celery -A worker.app worker -Q train,infer,cpu`` (or any subset).
+
+The task modules are listed in ``include``: Celery imports them when a worker starts, and they
+declare their tasks with ``shared_task``, so no task module imports this one and this one
+imports no task module.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,25 @@ import os
 
 from celery.signals import worker_ready, worker_shutdown
 
-from cuset_core.verify.sandbox import HIDE_ENV, log_isolation
+from cuset_core.verify.sandbox import log_isolation
 from cuset_core.verify.settings import SandboxSettings
 from db.dispatch import make_celery
 from db.settings import get_settings
 from db.worker_status import forget_sandbox, record_sandbox
 
+TASK_MODULES = [
+    "worker.tasks.confidence",
+    "worker.tasks.evals",
+    "worker.tasks.generate",
+    "worker.tasks.reaper",
+    "worker.tasks.tune",
+    "worker.tasks.validate",
+    "worker.tasks.verify",
+]
+
 settings = get_settings()
 app = make_celery(settings)
-# Candidate kernels run in the sandbox; it also hides what this service keeps on disk from them.
-os.environ[HIDE_ENV] = os.pathsep.join(str(path) for path in settings.sandbox_hidden_paths())
+app.conf.include = TASK_MODULES
 
 
 @worker_ready.connect
@@ -31,7 +45,3 @@ def _check_sandbox(sender=None, **_kwargs) -> None:
 @worker_shutdown.connect
 def _forget_sandbox(sender=None, **_kwargs) -> None:
     forget_sandbox(settings, getattr(sender, "hostname", None) or f"worker-{os.getpid()}")
-
-
-# Importing the modules registers their tasks with ``app``.
-from worker.tasks import confidence, evals, generate, reaper, tune, validate, verify  # noqa: E402,F401

@@ -82,6 +82,12 @@ class ModelCache:
                 return {"base": [], "adapters": []}
             return {"base": [self._base.key[0]], "adapters": list(self._base.adapters)}
 
+    @property
+    def holds_model(self) -> bool:
+        """Whether a base model is loaded; read without the lock, so it answers at once while
+        a caller is using the model (a momentary answer, for status reports)."""
+        return self._base is not None
+
     def release(self) -> None:
         """Drop every model and return the GPU memory they held to the driver."""
         with self._lock:

@@ -1,9 +1,10 @@
 """``/v1/evals``: evaluate a model over an eval file or the demo problems.
 
 Creating an eval validates everything up front (model, problem source, limits), stores an
-``Eval`` row ``queued`` and enqueues ``cuset.eval``; a cpu worker generates and verifies the
-samples, writing one ``EvalProblem`` row per finished problem. Cancelling marks the row
-``cancelled``; the worker stops before its next batch of problems.
+``Eval`` row ``queued`` and enqueues ``cuset.eval``: an infer worker generates the samples a
+batch at a time, and cpu workers verify them (worker/tasks/evals.py), writing one ``EvalProblem``
+row per finished problem, listed while the eval runs. Cancelling marks the row ``cancelled``;
+generation stops before its next batch and verification records nothing more.
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ def create_eval(body: EvalCreate, session: SessionDep, settings: SettingsDep, ow
         problems=body.problems,
         config=config,
         status=EvalStatus.QUEUED,
-        progress={"done": 0, "total": len(problems)},
+        progress={"done": 0, "generated": 0, "total": len(problems)},
     )
     session.add(row)
     session.commit()

@@ -40,10 +40,12 @@ class EvalCreate(BaseModel):
 
 
 class EvalProgress(BaseModel):
-    """Problems finished (generated and verified) out of the problem set."""
+    """Problems of the set: generated (answers drawn, verification under way) and done
+    (verified, their row listed under ``/problems``), out of ``total``."""
 
     done: int
     total: int
+    generated: int = 0
 
 
 class EvalError(BaseModel):

@@ -229,7 +229,9 @@ def _jsonl_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
 
 
 @dataclass(frozen=True)
-class _Sample:
+class Answer:
+    """One answer to score: its text, whether it is the greedy one, and generation facts."""
+
     answer: str
     greedy: bool = False
     prompt_tokens: int | None = None
@@ -237,33 +239,61 @@ class _Sample:
     finish_reason: str | None = None
 
 
-def _generate_samples(config: EvalConfig, problems: list[Problem], progress: bool) -> dict[str, list[_Sample]]:
-    """Per problem, the greedy sample (when ``config.greedy``) then ``config.samples`` i.i.d.
-    samples at ``config.temperature``, from the configured model, batched over problems."""
-    from cuset_core.generation.prompts import build_messages
-    from cuset_core.generation.sampling import generate
+def _generate_samples(config: EvalConfig, problems: list[Problem], progress: bool) -> dict[str, list[Answer]]:
+    """:func:`generate_answers` from the configured model, loaded for this run."""
     from cuset_core.models import inference_dtype, load_model, place_for_inference
 
     model, tokenizer = load_model(config.model, inference_dtype())
     model = place_for_inference(model)  # generation dominates an eval's time; the GPU is what it is for
+    batches = [problems[i : i + config.batch_size] for i in range(0, len(problems), config.batch_size)]
+    out: dict[str, list[Answer]] = {}
+    for batch in tqdm(batches, desc="generate", unit="batch", disable=not progress):
+        out |= generate_answers(model, tokenizer, config, batch)
+    return out
+
+
+def generate_answers(model, tokenizer, config: EvalConfig, problems: list[Problem]) -> dict[str, list[Answer]]:
+    """Per problem, the greedy answer (when ``config.greedy``) then ``config.samples`` i.i.d.
+    answers at ``config.temperature``, from ``model`` in one batch over ``problems`` (callers
+    pass ``config.batch_size`` problems at a time, in set order, so seeds match run to run)."""
+    from cuset_core.generation.prompts import build_messages
+    from cuset_core.generation.sampling import generate
+
     runs = []
     if config.greedy:
         runs.append((True, dict(n=1, temperature=0.0, top_p=1.0)))
     if config.samples:
         runs.append((False, dict(n=config.samples, temperature=config.temperature, top_p=config.top_p)))
-    out: dict[str, list[_Sample]] = {p.id: [] for p in problems}
-    batches = [problems[i : i + config.batch_size] for i in range(0, len(problems), config.batch_size)]
-    for batch in tqdm(batches, desc="generate", unit="batch", disable=not progress):
-        messages = [build_messages(p.code, config.prompt_style) for p in batch]
-        for greedy, run in runs:
-            generated = generate(
-                model, tokenizer, messages, max_new_tokens=config.max_new_tokens, seed=config.seed, **run
+    out: dict[str, list[Answer]] = {p.id: [] for p in problems}
+    messages = [build_messages(p.code, config.prompt_style) for p in problems]
+    for greedy, run in runs:
+        generated = generate(model, tokenizer, messages, max_new_tokens=config.max_new_tokens, seed=config.seed, **run)
+        for problem, texts in zip(problems, generated):
+            out[problem.id].extend(
+                Answer(g.text, greedy, g.prompt_tokens, g.completion_tokens, g.finish_reason) for g in texts
             )
-            for problem, texts in zip(batch, generated):
-                out[problem.id].extend(
-                    _Sample(g.text, greedy, g.prompt_tokens, g.completion_tokens, g.finish_reason) for g in texts
-                )
     return out
+
+
+def score_problem(
+    problem: Problem, answers: list[Answer], settings: VerifySettings, cache_dir: Path | None, use_cache: bool
+) -> tuple[ProblemRow, list[SampleRecord]]:
+    """Verify every answer of one problem; its row (greedy and i.i.d. apart) and the samples."""
+    records = [
+        SampleRecord(
+            problem_id=problem.id,
+            index=index,
+            greedy=sample.greedy,
+            answer=sample.answer,
+            prompt_tokens=sample.prompt_tokens,
+            completion_tokens=sample.completion_tokens,
+            finish_reason=sample.finish_reason,
+            result=verify(problem.code, sample.answer, settings, cache_dir=cache_dir, use_cache=use_cache),
+        )
+        for index, sample in enumerate(answers)
+    ]
+    greedy = next((r.result for r in records if r.greedy), None)
+    return problem_row(problem.id, [r.result for r in records if not r.greedy], greedy), records
 
 
 # ---------------------------------------------------------------- run
@@ -281,32 +311,14 @@ def run_eval(config: EvalConfig, *, progress: bool = True) -> EvalReport:
         k_values = config.k_values
         samples = _generate_samples(config, problems, progress)
     settings = config.verify_settings()
-    total = sum(len(s) for s in samples.values())
+    rows: list[ProblemRow] = []
     records: list[SampleRecord] = []
-    with tqdm(total=total, desc=f"verify ({config.tier.value})", unit="sample", disable=not progress) as bar:
+    with tqdm(total=len(problems), desc=f"verify ({config.tier.value})", unit="problem", disable=not progress) as bar:
         for problem in problems:
-            for index, sample in enumerate(samples[problem.id]):
-                result = verify(
-                    problem.code, sample.answer, settings, cache_dir=config.cache_dir, use_cache=config.cache
-                )
-                records.append(
-                    SampleRecord(
-                        problem_id=problem.id,
-                        index=index,
-                        greedy=sample.greedy,
-                        answer=sample.answer,
-                        prompt_tokens=sample.prompt_tokens,
-                        completion_tokens=sample.completion_tokens,
-                        finish_reason=sample.finish_reason,
-                        result=result,
-                    )
-                )
-                bar.update(1)
-    rows = []
-    for problem in problems:
-        mine = [r for r in records if r.problem_id == problem.id]
-        greedy = next((r.result for r in mine if r.greedy), None)
-        rows.append(problem_row(problem.id, [r.result for r in mine if not r.greedy], greedy))
+            row, scored = score_problem(problem, samples[problem.id], settings, config.cache_dir, config.cache)
+            rows.append(row)
+            records += scored
+            bar.update(1)
     return EvalReport(
         config=config,
         aggregate=aggregate(rows, config.tier, k_values),
@@ -316,10 +328,10 @@ def run_eval(config: EvalConfig, *, progress: bool = True) -> EvalReport:
     )
 
 
-def _answer_samples(answers: ProblemAnswers) -> list[_Sample]:
+def _answer_samples(answers: ProblemAnswers) -> list[Answer]:
     """The greedy answer first (when given), then the i.i.d. ones."""
-    first = [] if answers.greedy is None else [_Sample(answers.greedy, greedy=True)]
-    return first + [_Sample(text) for text in answers.sampled]
+    first = [] if answers.greedy is None else [Answer(answers.greedy, greedy=True)]
+    return first + [Answer(text) for text in answers.sampled]
 
 
 def _answer_k_values(config: EvalConfig, answers: dict[str, ProblemAnswers]) -> list[int]:

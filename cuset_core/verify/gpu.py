@@ -49,15 +49,14 @@ def gpu_limits(limits: SandboxLimits) -> SandboxLimits:
     The memory cap that holds is ``memory_mb`` of host memory for all the job's processes
     together (the sandbox's memory cgroup); the per-process address space cannot be capped,
     because the CUDA driver reserves device and host memory in it (docs/deploy.md)."""
-    return SandboxLimits(
-        wall_s=max(limits.wall_s, _MIN_WALL_S),
-        cpu_s=max(limits.cpu_s, _MIN_CPU_S),
-        memory_mb=max(limits.memory_mb, _MIN_MEMORY_MB),
-        address_space_mb=_ADDRESS_SPACE_MB,
-        max_processes=max(limits.max_processes, _MIN_PROCESSES),
-        file_size_mb=limits.file_size_mb,
-        workdir_mb=limits.workdir_mb,
-        gpu_memory_mb=limits.gpu_memory_mb,
+    return limits.model_copy(
+        update={
+            "wall_s": max(limits.wall_s, _MIN_WALL_S),
+            "cpu_s": max(limits.cpu_s, _MIN_CPU_S),
+            "memory_mb": max(limits.memory_mb, _MIN_MEMORY_MB),
+            "address_space_mb": _ADDRESS_SPACE_MB,
+            "max_processes": max(limits.max_processes, _MIN_PROCESSES),
+        }
     )
 
 

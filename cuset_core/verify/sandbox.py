@@ -61,7 +61,6 @@ OUTPUT_TAIL_BYTES = 20_000
 _PR_SET_PDEATHSIG = 1
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _CGROUP_PREFIX = "cuset-sandbox-"
-HIDE_ENV = "CUSET_SANDBOX_HIDE"
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Messages by which common runtimes report a refused allocation or an oversized write.
 _MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory")
@@ -412,14 +411,6 @@ class _Tail:
         return bytes(self._data[-OUTPUT_TAIL_BYTES:]).decode("utf-8", errors="replace")
 
 
-def hidden_paths() -> list[str]:
-    """Folders and files a candidate must not see at all, from ``CUSET_SANDBOX_HIDE``
-    (``os.pathsep``-separated). A service sets it to its artifact root and database files; they
-    are covered wherever they lie inside a folder the sandbox mounts."""
-    listed = os.environ.get(HIDE_ENV, "")
-    return [str(Path(p).resolve()) for p in listed.split(os.pathsep) if p.strip()]
-
-
 def _readable_roots() -> list[Path]:
     """Folders mounted read-only: the toolchain, Python and this package (nothing else of the
     repository it lives in), the CUDA toolkit and the CPU tier's precompiled preludes."""
@@ -475,7 +466,7 @@ def _bwrap_args(workdir: Path, limits: SandboxLimits) -> list[str]:
         args += ["--dev-bind", str(node), str(node)]
     if gpu_nodes:  # the CUDA driver reads the devices' PCI topology; read-only
         args += ["--ro-bind-try", "/sys", "/sys"]
-    for hidden in hidden_paths():
+    for hidden in (str(Path(p).resolve()) for p in limits.hidden):
         if not _under(hidden, roots) or _under(str(workdir), [Path(hidden)]):
             continue
         # An empty folder nobody may enter; for a file, the null device (a read gets nothing).

@@ -35,6 +35,13 @@ class SandboxLimits(BaseModel):
         description="tier 3: device memory the candidate's process may allocate, MiB (torch's allocator is "
         "capped to it; tier 0 rejects allocating device memory any other way)",
     )
+    hidden: tuple[str, ...] = Field(
+        (),
+        exclude=True,  # where a service keeps its files changes no verdict, so no cache key
+        description="absolute paths covered inside the sandbox wherever they lie in a folder it mounts "
+        "(a service's data dir, artifact root and database files): a folder shows up empty and unreadable, "
+        "a file as the null device",
+    )
 
 
 class VerifySettings(BaseModel):

@@ -217,6 +217,7 @@ def test_an_eval_shows_metrics_and_failures_by_verdict(page, api, worker):
     wait_for(lambda: api.get(f"/v1/evals/{created['id']}").json()["status"] in FINISHED, timeout=240, what="the eval")
     tab = page.open(f"/evals/{created['id']}")
     expect(tab.locator("#eval-status .badge")).to_have_text("succeeded")
+    expect(tab.locator("#eval-facts")).to_contain_text("4 generated · 4 verified, of 4 problems")
     expect(tab.locator(".tile").first).to_be_visible()
     expect(tab.locator(".bar-row").first).to_be_visible()
     problems = tab.locator("details.problem")

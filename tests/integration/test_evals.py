@@ -11,9 +11,10 @@ import pytest
 from cuset_core.demo import HELD_OUT, demo_problems
 from cuset_core.verify.result import Verdict
 from db.ids import new_id
-from db.models import File, Job
+from db.models import Eval, File, Job
 from db.session import session_scope
 from tests.service import TEST_OWNER, wait_for
+from worker.tasks.reaper import _reap_evals
 
 FAST = {"model": "tiny", "samples": 0, "max_tokens": 32, "tier": "static", "problems": "demo:held-out"}
 VERDICTS = {v.value for v in Verdict}
@@ -81,12 +82,12 @@ def test_demo_eval_progresses_to_succeeded_with_aggregate_and_a_row_per_problem(
     assert created.status_code == 200, created.text
     body = created.json()
     assert body["object"] == "eval" and body["status"] == "queued" and body["model"] == "tiny"
-    assert body["progress"] == {"done": 0, "total": 4}
+    assert body["progress"] == {"done": 0, "generated": 0, "total": 4}
     assert body["config"]["samples"] == 2 and body["config"]["max_new_tokens"] == 32
 
     final, seen = _wait_finished(client, body["id"])
     assert final["status"] == "succeeded", (final, worker.log()[-3000:])
-    assert final["progress"] == {"done": 4, "total": 4}
+    assert final["progress"] == {"done": 4, "generated": 4, "total": 4}
     assert seen == sorted(seen), "progress never goes back"
     assert final["finished_at"] >= final["created_at"] and final["error"] is None
     aggregate = final["aggregate"]
@@ -251,3 +252,35 @@ def test_eval_of_a_tuned_model_whose_adapter_is_gone_fails_with_an_error(client,
     assert final["status"] == "failed" and final["aggregate"] is None
     assert final["error"]["code"] == "model_unavailable" and name in final["error"]["message"]
     assert str(service_settings.artifacts) not in final["error"]["message"]
+
+
+def _running_eval(settings, progress: dict, heartbeat_at: float) -> str:
+    eval_id = new_id("eval")
+    with session_scope(settings.resolved_database_url) as session:
+        session.add(
+            Eval(
+                id=eval_id,
+                owner=TEST_OWNER,
+                model="tiny",
+                problems="demo:held-out",
+                config={"samples": 0},
+                status="running",
+                progress=progress,
+                heartbeat_at=heartbeat_at,
+            )
+        )
+    return eval_id
+
+
+def test_the_reaper_fails_an_eval_whose_generation_stopped_but_not_one_being_verified(service_settings):
+    long_ago = time.time() - 10 * service_settings.heartbeat_timeout_s
+    generating = _running_eval(service_settings, {"done": 0, "generated": 2, "total": 4}, long_ago)
+    verifying = _running_eval(service_settings, {"done": 1, "generated": 4, "total": 4}, long_ago)
+
+    _reap_evals(service_settings)
+
+    with session_scope(service_settings.resolved_database_url) as session:
+        lost, waiting = session.get(Eval, generating), session.get(Eval, verifying)
+        assert lost.status == "failed" and lost.error["code"] == "worker_lost"
+        # Its verification messages are the broker's to redeliver; the eval finishes when they do.
+        assert waiting.status == "running" and waiting.error is None

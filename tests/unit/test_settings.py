@@ -64,15 +64,15 @@ def test_invalid_values_are_rejected(monkeypatch):
         Settings()
 
 
-def test_worker_command_serves_both_queues_with_beat_in_one_process(tmp_path):
+def test_worker_command_serves_every_queue_with_beat_in_one_process(tmp_path):
     from api.embedded import worker_command
 
     command = worker_command(schedule_file=tmp_path / "beat")
     assert command[1:6] == ["-m", "celery", "-A", "worker.app", "worker"]
-    assert command[command.index("-Q") + 1] == "gpu,cpu"
+    assert command[command.index("-Q") + 1] == "train,infer,cpu"
     assert command[command.index("--pool") + 1] == "prefork"
     assert "-B" in command and command[command.index("-s") + 1] == str(tmp_path / "beat")
-    assert "-B" not in worker_command(("gpu",), 1, beat=False)
+    assert "-B" not in worker_command(("train",), 1, beat=False)
 
 
 def _compose_command() -> list[str] | None:
@@ -103,3 +103,41 @@ def test_printed_urls_hide_passwords():
 
     assert _redact("postgresql+psycopg://cuset:secret@db:5432/cuset") == "postgresql+psycopg://cuset:***@db:5432/cuset"
     assert _redact("redis://redis:6379/0") == "redis://redis:6379/0"
+
+
+def test_worker_queues_names_train_infer_and_cpu_and_reads_the_old_gpu_as_train_and_infer():
+    import typer
+
+    from api.cli import worker_queues
+
+    assert worker_queues("train") == ("train",)
+    assert worker_queues(" infer , cpu ") == ("infer", "cpu")
+    assert worker_queues("gpu,cpu") == ("train", "infer", "cpu")
+    with pytest.raises(typer.BadParameter, match="'bogus'"):
+        worker_queues("cpu,bogus")
+    with pytest.raises(typer.BadParameter, match="at least one"):
+        worker_queues(" , ")
+
+
+def test_compose_pins_a_train_and_an_infer_worker_to_each_gpu_and_serves_every_queue():
+    import yaml
+
+    from api.cli import worker_queues
+    from db.dispatch import QUEUES
+
+    services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
+    served: set[str] = set()
+    by_device: dict[tuple[str, ...], set[str]] = {}
+    for service in services.values():
+        command = service.get("command") or []
+        if command[:2] != ["cuset", "worker"]:
+            continue
+        queues = worker_queues(command[command.index("--queues") + 1])
+        served.update(queues)
+        devices = service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
+        if "cpu" not in queues:
+            assert len(devices) == 1 and "count" not in devices[0], "a GPU worker reserves its GPU by id"
+            assert command[command.index("--concurrency") + 1] == "1", "one process per queue and GPU"
+            by_device.setdefault(tuple(devices[0]["device_ids"]), set()).update(queues)
+    assert served == set(QUEUES)
+    assert by_device and all(queues == {"train", "infer"} for queues in by_device.values())

@@ -230,7 +230,7 @@ def test_cgroups_left_by_a_dead_verifier_are_removed_by_the_next_run(tmp_path):
 
 
 def test_hidden_folders_and_files_are_invisible_to_the_command(tmp_path, monkeypatch):
-    from cuset_core.verify.sandbox import HIDE_ENV, isolation
+    from cuset_core.verify.sandbox import isolation
 
     if not isolation().available:
         pytest.skip(f"no isolation here ({isolation().reason}): hiding needs it")
@@ -243,9 +243,9 @@ def test_hidden_folders_and_files_are_invisible_to_the_command(tmp_path, monkeyp
     (secrets_dir / "adapter.bin").write_text("weights")
     database = shared / "cuset.sqlite"
     database.write_text("rows")
-    monkeypatch.setenv(HIDE_ENV, os.pathsep.join([str(secrets_dir), str(database)]))
+    hiding = LIMITS.model_copy(update={"hidden": (str(secrets_dir), str(database))})
     probe = f"import os\nprint(os.access({str(secrets_dir)!r}, os.R_OK))\nprint(repr(open({str(database)!r}).read()))"
-    outcome = run_python(probe, tmp_path / "w")
+    outcome = run_python(probe, tmp_path / "w", hiding)
     assert outcome.ok, outcome.stderr
     assert outcome.stdout == "False\n''\n"
     # Outside the sandbox nothing changed.

@@ -1,1 +1,1 @@
-"""Task modules; importing this package registers every task with the worker's Celery app."""
+"""Task modules; a worker imports them at start (``include`` in worker/app.py), which registers their tasks."""

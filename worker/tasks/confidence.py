@@ -21,6 +21,7 @@ from contextlib import ExitStack
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from celery import shared_task
 from sqlalchemy import update
 
 from cuset_core.data import IGNORE_INDEX, EncodedRecord, LoadOptions, Record, encode_record, load_records
@@ -29,7 +30,7 @@ from db.models import File, Generation
 from db.session import session_scope
 from db.settings import get_settings
 from db.statuses import GenerationStatus
-from worker.app import app
+from worker.device_share import hold
 from worker.model_cache import models
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ class ConfidenceError(Exception):
         self.code = code
 
 
-@app.task(name="cuset.confidence")
+@shared_task(name="cuset.confidence")
 def confidence(generation_id: str) -> None:
     """Measure the token confidence the row ``generation_id`` asks for and store it."""
     settings = get_settings()
@@ -68,6 +69,7 @@ def confidence(generation_id: str) -> None:
         if relative is None:
             raise ConfidenceError("file_not_found", f"file {request['file_id']!r} no longer exists")
         record = _record(_stored_path(settings.artifacts, relative), request["n"])
+        hold(settings, models)
         with ExitStack() as in_use:
             try:
                 model, tokenizer = in_use.enter_context(models.use(request["spec"], request["model"]))

@@ -1,46 +1,58 @@
-"""``cuset.eval``: run an ``Eval`` row through the core's evaluation runner, a batch of problems
-at a time, so ``EvalProblem`` rows appear and progress advances as problems finish.
+"""An ``Eval`` row, spread over the workers: ``cuset.eval`` (infer queue) generates, and one
+``cuset.eval_verify`` per problem (cpu queue; ``cuset.eval_verify_gpu`` on the infer queue for
+tier gpu) verifies and records that problem's row.
 
-Each batch is one ``run_eval`` call over a JSONL file holding just that batch (the batches are
-the runner's own, ``config.batch_size`` problems in set order, so the samples and seeds are
-those of one ``run_eval`` over the whole set). The final aggregate is the core's ``aggregate``
-over every problem row. The row is claimed ``queued -> running`` atomically; a message for an
-eval that is not queued does nothing. Cancellation (status set to ``cancelled`` by the API) is
-seen between batches; every write checks the row is still ``running``.
+``cuset.eval`` claims the row ``queued -> running``, takes the model from the worker's model
+cache (loaded once, kept for the next eval or generation), and generates a batch of
+``config.batch_size`` problems at a time (the core's batches, in set order, so the samples and
+seeds are those of one ``run_eval`` over the whole set). After each batch it sends that batch's
+problems, with their answers, as one Celery group of verification tasks, so verification runs
+beside generation on every cpu worker. ``progress`` counts problems ``generated`` and ``done``
+(verified and recorded) out of ``total``.
+
+There is no result backend (Postgres holds the results), so no chord: each verification task
+records its problem under a lock on the eval row, and the one that records the last problem
+computes the aggregate (the core's ``aggregate`` over every problem row) and settles the eval.
+Cancellation (status set to ``cancelled`` by the API) is seen between batches and by every
+verification task, which then records nothing.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import logging
-import tempfile
 import time
-from pathlib import Path
 
-from sqlalchemy import delete, select, update
+from celery import shared_task
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from cuset_core.evaluation.metrics import ProblemRow, aggregate
 from cuset_core.evaluation.runner import (
     DEMO_HELD_OUT,
     DEMO_PROBLEMS,
+    Answer,
     EvalConfig,
     EvalInputError,
-    EvalReport,
     Problem,
     SampleRecord,
+    generate_answers,
     load_problems,
-    run_eval,
+    score_problem,
 )
 from cuset_core.generation.extract import answer_code
 from cuset_core.models import ModelNotFoundError
+from cuset_core.verify.result import Tier
+from db.dispatch import enqueue_group
 from db.job_rows import model_spec
 from db.models import Eval, EvalProblem, File
 from db.session import session_scope
 from db.settings import Settings, get_settings
 from db.statuses import EvalStatus
-from worker.app import app
+from worker.device_share import hold
 from worker.heartbeat import heartbeat
+from worker.model_cache import models
+from worker.tasks.verify import service_verify_settings
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +61,9 @@ class EvalStopped(Exception):
     """The eval is no longer ``running`` (cancelled): stop without touching it."""
 
 
-@app.task(name="cuset.eval")
+@shared_task(name="cuset.eval")
 def run_eval_task(eval_id: str) -> None:
-    """Generate and verify every problem of eval ``eval_id``, recording rows as problems finish."""
+    """Generate every problem of eval ``eval_id`` and send each batch off to be verified."""
     settings = get_settings()
     url = settings.resolved_database_url
     with session_scope(url) as session:
@@ -65,7 +77,7 @@ def run_eval_task(eval_id: str) -> None:
         session.execute(delete(EvalProblem).where(EvalProblem.eval_id == eval_id))
     try:
         with heartbeat(url, Eval, eval_id, settings.heartbeat_interval_s):
-            _run(settings, eval_id)
+            _generate(settings, eval_id)
     except EvalStopped:
         log.info("eval %s stopped (cancelled)", eval_id)
     except EvalInputError as exc:
@@ -89,7 +101,7 @@ def run_eval_task(eval_id: str) -> None:
         )
 
 
-def _run(settings: Settings, eval_id: str) -> None:
+def _generate(settings: Settings, eval_id: str) -> None:
     url = settings.resolved_database_url
     with session_scope(url) as session:
         row = session.get(Eval, eval_id)
@@ -97,28 +109,78 @@ def _run(settings: Settings, eval_id: str) -> None:
             spec = model_spec(session, settings, row)
         except LookupError as exc:
             raise ModelNotFoundError(str(exc)) from exc
-        config = EvalConfig(
-            model=spec,
-            problems=_problems_spec(session, settings, row),
-            cache_dir=settings.verify_cache_dir,
-            **row.config,
-        )
-    rows: list[ProblemRow] = []
-    with tempfile.TemporaryDirectory(prefix=f"cuset-{eval_id}-") as work:
-        problems = load_problems(config.problems)
-        batches = [problems[i : i + config.batch_size] for i in range(0, len(problems), config.batch_size)]
-        for number, batch in enumerate(batches):
+        model_id = row.model
+        config = EvalConfig(model=spec, problems=_problems_spec(session, settings, row), **row.config)
+    problems = load_problems(config.problems)
+    batches = [problems[i : i + config.batch_size] for i in range(0, len(problems), config.batch_size)]
+    task = "cuset.eval_verify_gpu" if config.tier is Tier.GPU else "cuset.eval_verify"
+    generated = 0
+    hold(settings, models)
+    with models.use(spec, model_id) as (model, tokenizer):
+        for batch in batches:
             _check_running(url, eval_id)
-            batch_file = _write_batch(Path(work) / f"batch-{number:04d}.jsonl", batch)
-            report = run_eval(config.model_copy(update={"problems": str(batch_file)}), progress=False)
-            _record(url, eval_id, report, done=len(rows) + len(report.problems), total=len(problems))
-            rows.extend(report.problems)
-    _finish(
-        url,
-        eval_id,
-        status=EvalStatus.SUCCEEDED,
-        result=aggregate(rows, config.tier, config.k_values).model_dump(mode="json"),
+            answers = generate_answers(model, tokenizer, config, batch)
+            generated += len(batch)
+            _set_generated(url, eval_id, generated)
+            calls = [
+                (eval_id, problem.id, problem.code, [dataclasses.asdict(a) for a in answers[problem.id]])
+                for problem in batch
+            ]
+            enqueue_group(settings, task, calls)
+
+
+@shared_task(name="cuset.eval_verify")
+def verify_problem(eval_id: str, problem_id: str, problem_code: str, answers: list[dict]) -> None:
+    """Verify one problem's answers and record its row; the last problem settles the eval."""
+    _verify_problem(eval_id, problem_id, problem_code, answers)
+
+
+@shared_task(name="cuset.eval_verify_gpu")
+def verify_problem_gpu(eval_id: str, problem_id: str, problem_code: str, answers: list[dict]) -> None:
+    _verify_problem(eval_id, problem_id, problem_code, answers)
+
+
+def _verify_problem(eval_id: str, problem_id: str, problem_code: str, answers: list[dict]) -> None:
+    settings = get_settings()
+    url = settings.resolved_database_url
+    with session_scope(url) as session:
+        row = session.get(Eval, eval_id)
+        if (
+            row is None
+            or row.status != EvalStatus.RUNNING
+            or session.get(EvalProblem, (eval_id, problem_id)) is not None
+        ):
+            return  # cancelled, failed, or a redelivered message for a problem already recorded
+        config = _stored_config(row)
+    checks = service_verify_settings(settings, config.verify_settings())
+    problem_row, records = score_problem(
+        Problem(problem_id, problem_code),
+        [Answer(**answer) for answer in answers],
+        checks,
+        settings.verify_cache_dir,
+        config.cache,
     )
+    _record(url, eval_id, problem_row, records, config)
+
+
+def _stored_config(row: Eval) -> EvalConfig:
+    """The eval's config as stored (the model and problems fields only satisfy validation)."""
+    return EvalConfig(model=row.model, problems=row.problems or row.eval_file or "", **row.config)
+
+
+def _set_generated(url: str, eval_id: str, generated: int) -> None:
+    with session_scope(url) as session:
+        row = _locked_eval(session, eval_id)
+        if row is None or row.status != EvalStatus.RUNNING:
+            raise EvalStopped(eval_id)
+        row.progress = {**(row.progress or {}), "generated": generated}
+
+
+def _locked_eval(session: Session, eval_id: str) -> Eval | None:
+    """The eval row, locked for the rest of the transaction: a no-op UPDATE takes the row lock
+    in Postgres and the write lock in SQLite (which has no ``FOR UPDATE``)."""
+    session.execute(update(Eval).where(Eval.id == eval_id).values(status=Eval.status))
+    return session.scalars(select(Eval).where(Eval.id == eval_id).execution_options(populate_existing=True)).first()
 
 
 def _model_gone(url: str, eval_id: str) -> str:
@@ -137,32 +199,39 @@ def _problems_spec(session: Session, settings: Settings, row: Eval) -> str:
     return str(settings.artifacts / file.path)
 
 
-def _write_batch(path: Path, batch: list[Problem]) -> Path:
-    """A problems JSONL file (``{"id", "problem"}`` rows) holding just ``batch``."""
-    path.write_text("".join(json.dumps({"id": p.id, "problem": p.code}) + "\n" for p in batch))
-    return path
-
-
 def _check_running(url: str, eval_id: str) -> None:
     with session_scope(url) as session:
         if session.scalar(select(Eval.status).where(Eval.id == eval_id)) != EvalStatus.RUNNING:
             raise EvalStopped(eval_id)
 
 
-def _record(url: str, eval_id: str, report: EvalReport, *, done: int, total: int) -> None:
-    """Store one batch's problem rows (each with its samples) and advance progress (problems)."""
+def _record(url: str, eval_id: str, row: ProblemRow, records: list[SampleRecord], config: EvalConfig) -> None:
+    """Store one problem's row with its samples and advance ``done``; the problem that makes
+    ``done`` reach ``total`` also writes the aggregate and settles the eval."""
     with session_scope(url) as session:
-        row = session.scalar(select(Eval).where(Eval.id == eval_id).with_for_update())
-        if row.status != EvalStatus.RUNNING:
-            raise EvalStopped(eval_id)
-        for problem in report.problems:
-            samples = [_sample_json(s) for s in report.samples if s.problem_id == problem.id]
-            session.add(
-                EvalProblem(
-                    eval_id=eval_id, problem_id=problem.id, row=problem.model_dump(mode="json"), samples=samples
-                )
+        evaluation = _locked_eval(session, eval_id)
+        if evaluation is None or evaluation.status != EvalStatus.RUNNING:
+            return
+        if session.get(EvalProblem, (eval_id, row.id)) is not None:
+            return  # another delivery of this message recorded it first
+        session.add(
+            EvalProblem(
+                eval_id=eval_id,
+                problem_id=row.id,
+                row=row.model_dump(mode="json"),
+                samples=[_sample_json(s) for s in records],
             )
-        row.progress = {"done": done, "total": total}
+        )
+        session.flush()
+        done = session.scalar(select(func.count()).select_from(EvalProblem).where(EvalProblem.eval_id == eval_id))
+        progress = {**evaluation.progress, "done": done}
+        evaluation.progress, evaluation.heartbeat_at = progress, time.time()
+        if done < progress["total"]:
+            return
+        stored = session.scalars(select(EvalProblem.row).where(EvalProblem.eval_id == eval_id)).all()
+        rows = [ProblemRow.model_validate(r) for r in stored]
+        evaluation.aggregate = aggregate(rows, config.tier, config.k_values).model_dump(mode="json")
+        evaluation.status, evaluation.finished_at = EvalStatus.SUCCEEDED, time.time()
 
 
 def _sample_json(sample: SampleRecord) -> dict:

@@ -28,6 +28,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 import torch
+from celery import shared_task
 from sqlalchemy import select, update
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
@@ -60,7 +61,7 @@ from db.models import Generation
 from db.session import session_scope
 from db.settings import Settings, get_settings
 from db.statuses import GENERATION_FINAL, GenerationStatus
-from worker.app import app
+from worker.device_share import hold
 from worker.model_cache import models
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class Claimed:
         return self.kind == "generate" and self.request.verify != "none"
 
 
-@app.task(name="cuset.generate")
+@shared_task(name="cuset.generate")
 def generate(generation_id: str, attempt: int | None = None) -> None:
     """Decode the row ``generation_id`` (and batch mates), or its repair attempt ``attempt``;
     record samples, usage and timings and send samples to verification."""
@@ -99,6 +100,7 @@ def generate(generation_id: str, attempt: int | None = None) -> None:
     if lead is None:
         return  # decoded in another task's batch, redelivered, or given up by the API
     started = time.time()
+    hold(settings, models)
     with ExitStack() as in_use:
         try:
             model, tokenizer = in_use.enter_context(models.use(lead.request.spec, lead.model))

@@ -1,7 +1,7 @@
 """``cuset.reap`` (cpu queue; on the beat schedule and once when a worker starts): settle work
 whose worker died. A running job silent for longer than ``heartbeat_timeout_s`` is requeued to
 resume from its last checkpoint (up to MAX_ATTEMPTS attempts) or failed with ``worker_lost``;
-a running eval whose heartbeat stopped is failed (it starts over if resubmitted); a generation
+a running eval whose generation's heartbeat stopped is failed (it starts over if resubmitted); a generation
 still decoding or verifying after ``generation_timeout_s`` is failed."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 
+from celery import shared_task
 from celery.signals import worker_ready
 from sqlalchemy import select, update
 
@@ -18,7 +19,7 @@ from db.models import Eval, Generation, Job
 from db.session import session_scope
 from db.settings import get_settings
 from db.statuses import EvalStatus, GenerationStatus, JobStatus
-from worker.app import app
+from worker.legacy_queue import move_legacy_messages
 
 log = logging.getLogger(__name__)
 
@@ -63,19 +64,32 @@ def _reap_generations(settings) -> int:
 
 
 def _reap_evals(settings) -> int:
+    """Fail running evals whose generating worker went silent. Once every problem is generated,
+    the eval's work is verification messages, which the broker redelivers if their worker dies
+    (acks late); their heartbeat only says one is running, so those evals are left alone."""
     cutoff = time.time() - settings.heartbeat_timeout_s
     error = {"code": "worker_lost", "message": "The worker running this eval stopped; create the eval again."}
     with session_scope(settings.resolved_database_url) as session:
+        silent = session.scalars(
+            select(Eval)
+            .where(Eval.status == EvalStatus.RUNNING, Eval.heartbeat_at < cutoff)
+            .with_for_update(skip_locked=True)
+        ).all()
+        generating = [
+            e.id for e in silent if (e.progress or {}).get("generated", 0) < (e.progress or {}).get("total", 1)
+        ]
+        if not generating:
+            return 0
         return session.execute(
             update(Eval)
-            .where(Eval.status == EvalStatus.RUNNING, Eval.heartbeat_at < cutoff)
+            .where(Eval.id.in_(generating), Eval.status == EvalStatus.RUNNING)
             .values(status=EvalStatus.FAILED, error=error, finished_at=time.time())
         ).rowcount
 
 
-@app.task(name="cuset.reap")
-def reap() -> None:
-    """One pass over running jobs and generations."""
+@shared_task(name="cuset.reap", bind=True)
+def reap(task) -> None:
+    """One pass over running jobs, generations and evals, and over the old ``gpu`` queue."""
     settings = get_settings()
     for job_id in _reap_jobs(settings):
         enqueue(settings, "cuset.tune", job_id)
@@ -85,6 +99,7 @@ def reap() -> None:
     lost = _reap_evals(settings)
     if lost:
         log.warning("failed %d eval(s) whose worker was lost", lost)
+    move_legacy_messages(task.app)
 
 
 @worker_ready.connect

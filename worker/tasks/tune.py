@@ -1,4 +1,4 @@
-"""``cuset.tune`` (gpu queue): claim a queued job, run ``python -m cuset_core.training job.json``
+"""``cuset.tune`` (train queue): claim a queued job, run ``python -m cuset_core.training job.json``
 as a subprocess, follow it (worker/supervise.py) and record how it ended.
 
 The claim is one conditional UPDATE, so a redelivered message or a second worker cannot run a
@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import subprocess
 from pathlib import Path
+
+from celery import shared_task
 
 from cuset_core.objectives import MethodConfig
 from cuset_core.training.callbacks import CANCEL_FILE
@@ -33,7 +35,7 @@ from db.models import RESULTS_PURPOSE, File, Job
 from db.session import session_scope
 from db.settings import Settings, get_settings
 from db.statuses import JobStatus
-from worker.app import app
+from worker.device_share import free_device
 from worker.model_cache import models
 from worker.supervise import ProgressFollower, RunReport, stop, supervise
 
@@ -92,8 +94,9 @@ def _start(settings: Settings, job_id: str, attempt: int) -> tuple[subprocess.Po
             f"Fine-tuning job started (attempt {attempt})"
             + (", resuming from the last checkpoint" if config.resume else ""),
         )
-    # This worker's GPU goes to the training run: the models it kept for generation leave it first.
-    models.release()
+    # The device goes to the training run: the models kept on it for generation, by this process
+    # or by the infer worker beside it, leave it first.
+    free_device(settings, models)
     progress = config.progress_path
     offset = progress.stat().st_size if progress.is_file() else 0  # earlier attempts' lines are recorded
     log_path = job_dir(settings, job_id) / f"train-{attempt}.log"
@@ -189,7 +192,7 @@ def _fail(settings: Settings, job_id: str, attempt: int, exc: BaseException) -> 
         fail_attempt(session, job_id, attempt, "internal_error", f"{type(exc).__name__}: {exc}")
 
 
-@app.task(name="cuset.tune")
+@shared_task(name="cuset.tune")
 def tune(job_id: str) -> None:
     """Run one attempt of a fine-tuning job, start to end."""
     settings = get_settings()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 
+from celery import shared_task
+
 from cuset_core.data import DataFileError, LoadOptions, load_records
 from cuset_core.models import load_tokenizer
 from cuset_core.training.config import TuneConfig
@@ -15,7 +17,6 @@ from db.models import File, Job
 from db.session import session_scope
 from db.settings import get_settings
 from db.statuses import JobStatus
-from worker.app import app
 
 log = logging.getLogger(__name__)
 _PROMPT_STYLE = TuneConfig.model_fields["prompt_style"].default
@@ -41,7 +42,7 @@ def _check_file(
     return notes, None
 
 
-@app.task(name="cuset.validate_job_files")
+@shared_task(name="cuset.validate_job_files")
 def validate_job_files(job_id: str) -> None:
     """Move a ``validating_files`` job to ``queued`` (and enqueue training) or to ``failed``."""
     settings = get_settings()

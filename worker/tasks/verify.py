@@ -1,4 +1,4 @@
-"""``cuset.verify_sample`` (cpu queue: tiers static, compile, cpu) and ``cuset.verify_gpu`` (gpu
+"""``cuset.verify_sample`` (cpu queue: tiers static, compile, cpu) and ``cuset.verify_gpu`` (infer
 queue: tier gpu): verify one attempt of a ``/v1/generate`` row against its problem.
 
 Attempts of one row are verified concurrently, as they finish decoding, each writing its result
@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import time
 
+from celery import shared_task
+
 from cuset_core.verify.result import Tier
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import VerifySettings
 from db.generations import GenerationRequest, decode_repairs, locked_generation, read_samples, settle
 from db.models import Generation
 from db.session import session_scope
-from db.settings import get_settings
+from db.settings import Settings, get_settings
 from db.statuses import GenerationStatus
-from worker.app import app
 
 LIVE = (
     GenerationStatus.RUNNING,
@@ -30,14 +31,20 @@ LIVE = (
 )  # a row still decoding its drawn samples can verify finished ones
 
 
-@app.task(name="cuset.verify_sample")
+@shared_task(name="cuset.verify_sample")
 def verify_sample(generation_id: str, index: int) -> None:
     _verify(generation_id, index)
 
 
-@app.task(name="cuset.verify_gpu")
+@shared_task(name="cuset.verify_gpu")
 def verify_gpu(generation_id: str, index: int) -> None:
     _verify(generation_id, index)
+
+
+def service_verify_settings(settings: Settings, verify_settings: VerifySettings) -> VerifySettings:
+    """``verify_settings`` with what the service keeps on disk hidden from candidates."""
+    hidden = tuple(str(path) for path in settings.sandbox_hidden_paths())
+    return verify_settings.model_copy(update={"limits": verify_settings.limits.model_copy(update={"hidden": hidden})})
 
 
 def _verify(generation_id: str, index: int) -> None:
@@ -51,9 +58,8 @@ def _verify(generation_id: str, index: int) -> None:
         attempt = read_samples(row.samples)[index]
         if attempt.settled:
             return  # a redelivered message for an attempt already verified, or a cancelled one
-    result = verify(
-        request.problem, attempt.text, VerifySettings(tier=Tier(request.verify)), cache_dir=settings.verify_cache_dir
-    )
+    checks = service_verify_settings(settings, VerifySettings(tier=Tier(request.verify)))
+    result = verify(request.problem, attempt.text, checks, cache_dir=settings.verify_cache_dir)
     with session_scope(url) as session:
         row = locked_generation(session, generation_id)
         if row is None or row.status not in LIVE:

@@ -20,7 +20,7 @@
     document.getElementById("eval-facts").replaceChildren(...[
       fact("Model", el("code", { text: e.model })),
       fact("Problems", e.eval_file ? el("a", { href: `/files/${encodeURIComponent(e.eval_file)}`, text: e.eval_file }) : (e.problems || "—")),
-      fact("Progress", p ? `${p.done} / ${p.total} problems` : "—"),
+      fact("Progress", p ? `${p.generated ?? p.done} generated · ${p.done} verified, of ${p.total} problems` : "—"),
       fact("Verified up to", c.tier || "—"),
       fact("Greedy sample", c.greedy === false ? "no" : "yes, drawn apart"),
       fact("i.i.d. samples per problem", c.samples ?? "—"),

@@ -1,0 +1,52 @@
+"""The worker's Celery app registers every routed task through ``include``, no task module
+imports the app (the import circle of a registry imported at the bottom of the app is gone),
+and what the sandbox hides is passed with each verification, not through the environment."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from cuset_core.verify.cache import cache_key
+from cuset_core.verify.result import Tier
+from cuset_core.verify.settings import VerifySettings
+from db.dispatch import ROUTES
+from db.settings import Settings
+
+TASKS = Path(__file__).resolve().parents[2] / "worker" / "tasks"
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def test_every_routed_task_is_registered_once_the_worker_imports_its_modules():
+    from worker.app import app
+
+    app.loader.import_default_modules()
+
+    assert set(ROUTES) <= set(app.tasks)
+
+
+def test_no_task_module_imports_the_app():
+    for path in TASKS.glob("*.py"):
+        assert "worker.app" not in _imports(path), path.name
+
+
+def test_the_service_hides_its_files_in_each_verification_without_changing_the_cache_key(tmp_path):
+    from worker.tasks.verify import service_verify_settings
+
+    settings = Settings(data_dir=tmp_path / "data", artifact_root=tmp_path / "artifacts")
+    plain = VerifySettings(tier=Tier.CPU)
+
+    hiding = service_verify_settings(settings, plain)
+
+    assert set(hiding.limits.hidden) >= {str((tmp_path / "data").resolve()), str((tmp_path / "artifacts").resolve())}
+    assert str((tmp_path / "data" / "cuset.sqlite").resolve()) in hiding.limits.hidden
+    assert cache_key("p", "a", Tier.CPU, hiding) == cache_key("p", "a", Tier.CPU, plain)
