@@ -61,9 +61,14 @@ def gpu_limits(limits: SandboxLimits) -> SandboxLimits:
 
 
 def job_fields(candidate: Candidate, settings: VerifySettings) -> dict[str, Any]:
-    """The tier-3 fields of both sides' ``job.json``: timed calls per side and the candidate's kernel names."""
+    """The tier-3 fields of both sides' ``job.json``: timed calls per side, whether the reference side
+    also times torch.compile, and the candidate's kernel names."""
     cuda = candidate.sources.cuda + "\n" + "\n".join(ext.cpp for ext in candidate.sources.extensions)
-    return {"timing_trials": settings.timing_trials, "kernel_names": kernel_names(cuda)}
+    return {
+        "timing_trials": settings.timing_trials,
+        "compile_baseline": settings.compile_baseline,
+        "kernel_names": kernel_names(cuda),
+    }
 
 
 def gpu_env(workdir: Path) -> dict[str, str]:
