@@ -271,24 +271,34 @@ def test_the_markdown_report_shows_the_greedy_and_pass_at_k_blocks_apart():
         ],
         elapsed_s=1.25,
     )
+    fast_rows = "".join(f"| {p} | 0.500 |\n" for p in ("0.0", "0.5", "0.8", "1.0", "1.5")) + "| 2.0 | 0.000 |\n"
     assert render_markdown(report) == (
         "# Evaluation results\n\n"
         "model `m` on `demo`: 2 problems, 6 samples, tier `gpu`, a greedy sample + 2 i.i.d. samples per problem "
-        "at temperature 0.7 (top-p 0.95), prompt `kernelbench`, 1.2 s.\n\n"
+        "at temperature 0.7 (top-p 0.95), prompt `kernelbench`, 1.2 s. Verification: 5 correctness trials "
+        "(input seeds 1000..1004), tolerance profile `kernelbench`, nvcc `sm_90`.\n\n"
         "## Greedy: one greedy sample per problem, drawn apart\n\n"
         "Share of 2 problems whose greedy sample passed.\n\n"
         "| metric | value |\n|---|---|\n"
         "| compile@1 | 0.500 |\n| cpu_correct@1 | 0.500 |\n| correct@1 | 0.500 |\n"
-        "| fast_1.0 | 0.500 |\n| fast_1.5 | 0.500 |\n\n"
-        "## pass@k: i.i.d. samples at one temperature (unbiased estimator, Chen et al. 2021)\n\n"
+        + "".join(f"| fast_{p} | 0.500 |\n" for p in ("0.0", "0.5", "0.8", "1.0", "1.5"))
+        + "| fast_2.0 | 0.000 |\n"
+        "\n## pass@k: i.i.d. samples at one temperature (unbiased estimator, Chen et al. 2021)\n\n"
         "4 samples over 2 problems, k = 1, 2; no greedy sample among them.\n\n"
         "| metric | value |\n|---|---|\n"
         "| compile@1 | 0.250 |\n| compile@2 | 0.500 |\n| cpu_correct@1 | 0.250 |\n| cpu_correct@2 | 0.500 |\n"
-        "| correct@1 | 0.250 |\n| correct@2 | 0.500 |\n| fast_1.0 | 0.250 |\n| fast_1.5 | 0.250 |\n\n"
+        "| correct@1 | 0.250 |\n| correct@2 | 0.500 |\n"
+        + "".join(f"| fast_{p} (mean over samples) | 0.250 |\n" for p in ("0.0", "0.5", "0.8", "1.0", "1.5"))
+        + "| fast_2.0 (mean over samples) | 0.000 |\n\n"
+        "## KernelBench: fast_p over one scored sample per problem\n\n"
+        "The greedy sample of each of 2 problems (1 correct); a problem is fast_p when its sample is correct and "
+        "more than p times faster than the baseline.\n\n"
+        "| p | fast_p (eager) |\n|---|---|\n" + fast_rows + "\n"
+        "Geometric-mean speedup over eager of the correct samples: 1.75.\n\n"
         "## Verdicts\n\n| verdict | greedy | i.i.d. |\n|---|---|---|\n| compile_error | 1 | 3 |\n| pass | 1 | 1 |\n\n"
         "## Problems\n\n"
-        "| problem | greedy | n | compiled | cpu_correct | correct | best speedup | verdicts (i.i.d.) |\n"
-        "|---|---|---|---|---|---|---|---|\n"
-        "| a | pass | 2 | 1 | 1 | 1 | 1.75 | compile_error 1, pass 1 |\n"
-        "| b | compile_error | 2 | 0 | 0 | 0 | - | compile_error 2 |\n"
+        "| problem | greedy | n | compiled | cpu_correct | correct | best speedup | scored speedup | verdicts (i.i.d.) |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
+        "| a | pass | 2 | 1 | 1 | 1 | 1.75 | 1.75 | compile_error 1, pass 1 |\n"
+        "| b | compile_error | 2 | 0 | 0 | 0 | - | - | compile_error 2 |\n"
     )
