@@ -190,6 +190,55 @@ def test_impossible_sampling_options_are_refused(problem_dir, args, message):
 
 
 @pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--tolerance-profile", "loose"), "error: tolerance_profile: Input should be 'kernelbench' or 'v0'"),
+        (("--atol", "-1"), "error: atol: Input should be greater than or equal to 0"),
+        (("--arch", "90"), "error: arch: String should match pattern"),
+        (("--trials", "0"), "error: trials: Input should be greater than or equal to 1"),
+    ],
+)
+def test_bad_verification_options_name_the_option(problem_dir, args, message):
+    outcome = run_cli("--model", "smollm2-135m", "--problems", str(problem_dir), "--out", "o", *args)
+    assert outcome.exit_code == 2
+    assert outcome.output.startswith(message)
+
+
+def test_a_malformed_endpoint_model_is_refused_before_anything_runs(tmp_path, problem_dir):
+    outcome = run_cli("--model", "openai:localhost:8000#m", "--problems", str(problem_dir), "--out", str(tmp_path))
+    assert outcome.exit_code == 2
+    assert outcome.output.startswith("error: options: model: 'openai:localhost:8000#m': the URL must be http(s)")
+
+
+def test_the_verification_knobs_reach_the_verifier_and_the_report(tmp_path, problem_dir):
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text(json.dumps({"problem_id": "02_relu", "answer": "no code"}) + "\n")
+    knobs = ("--trials", "3", "--input-seed", "7", "--tolerance-profile", "v0", "--rtol", "0.001", "--arch", "sm_80")
+    out = tmp_path / "out"
+    outcome = run_cli(
+        "--answers", str(answers), "--problems", str(problem_dir), "--tier", "static", "--out", str(out), *knobs
+    )
+    assert outcome.exit_code == 0, outcome.output
+    config = EvalConfig.model_validate(json.loads((out / "results.json").read_text())["config"])
+    settings = config.verify_settings()
+    assert (settings.seeds, settings.input_seed, settings.arch) == (3, 7, "sm_80")
+    assert settings.tolerance("float32") == (1e-2, 1e-3)  # v0's atol, the explicit rtol
+    assert (
+        "Verification: 3 correctness trials (input seeds 7..9), tolerance profile `v0` with atol 0.01, rtol 0.001"
+        in (out / "results.md").read_text()
+    )
+
+
+def test_kernelbench_defaults_five_trials_and_its_tolerances():
+    settings = EvalConfig(model="m", problems="demo").verify_settings()
+    assert (settings.seeds, settings.tolerance("float32"), settings.tolerance("bfloat16")) == (
+        5,
+        (1e-4, 1e-4),
+        (1e-2, 1e-2),
+    )
+
+
+@pytest.mark.parametrize(
     ("content", "message"),
     [
         ('{"problem_id": "02_relu", "answer": "x"}\nnot json\n', "error: answers.jsonl line 2: not valid JSON"),
