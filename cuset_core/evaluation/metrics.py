@@ -266,7 +266,7 @@ def greedy_scores(row: ProblemRow, tier: Tier) -> dict[str, float]:
         return {}
     scores = {f"{name}@1": float(getattr(greedy, field) > 0) for name, field in _reached(tier)}
     if tier is Tier.GPU:
-        scores.update({f"fast_{p}": float(greedy.fast.get(str(p), 0) > 0) for p in FAST_P_THRESHOLDS})
+        scores.update({f"fast_{p}": float(count > 0) for p, count in _fast_counts(greedy).items()})
     return scores
 
 
@@ -279,8 +279,13 @@ def sampled_scores(row: ProblemRow, tier: Tier, k_values: list[int]) -> dict[str
         f"{name}@{k}": pass_at_k(row.n, getattr(row, field), k) for name, field in _reached(tier) for k in k_values
     }
     if tier is Tier.GPU:
-        scores.update({f"fast_{p}": row.fast.get(str(p), 0) / row.n for p in FAST_P_THRESHOLDS})
+        scores.update({f"fast_{p}": count / row.n for p, count in _fast_counts(row).items()})
     return scores
+
+
+def _fast_counts(counts: SampleCounts) -> dict[str, int]:
+    """p -> fast samples, for the thresholds the counts hold (rows of older results hold fewer)."""
+    return {str(p): counts.fast[str(p)] for p in FAST_P_THRESHOLDS if str(p) in counts.fast}
 
 
 def mean_scores(per_problem: list[dict[str, float]]) -> dict[str, float]:

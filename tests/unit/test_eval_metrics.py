@@ -267,3 +267,18 @@ def test_the_kernelbench_block_scores_the_greedy_sample_else_the_first_one_per_p
 def test_without_torch_compile_timings_the_block_has_no_compile_figures():
     block = aggregate([problem_row("a", [result("pass", "gpu", 1.5)])], Tier.GPU, [1]).kernelbench
     assert (block.fast_p["1.0"], block.fast_p_compile, block.geo_mean_compile_speedup) == (1.0, {}, None)
+
+
+def test_rows_of_older_results_report_only_the_thresholds_they_counted():
+    row = problem_row("a", [result("pass", "gpu", 1.2)], greedy=result("pass", "gpu", 1.2))
+    old = row.model_copy(
+        update={"fast": {"1.0": 1, "1.5": 0}, "greedy": row.greedy.model_copy(update={"fast": {"1.0": 1, "1.5": 0}})}
+    )
+    assert {k: v for k, v in greedy_scores(old, Tier.GPU).items() if k.startswith("fast_")} == {
+        "fast_1.0": 1.0,
+        "fast_1.5": 0.0,
+    }
+    assert {k: v for k, v in sampled_scores(old, Tier.GPU, [1]).items() if k.startswith("fast_")} == {
+        "fast_1.0": 1.0,
+        "fast_1.5": 0.0,
+    }
