@@ -72,9 +72,16 @@ def job_fields(candidate: Candidate, settings: VerifySettings) -> dict[str, Any]
 
 
 def gpu_env(workdir: Path) -> dict[str, str]:
-    """Environment for the harness: the CUDA variables of this process and where to build."""
+    """Environment for the harness: the CUDA variables of this process and where to build (the
+    candidate's extension; inductor's and Triton's caches for the torch.compile baseline), all
+    inside the side's own work folder, the one place the sandbox lets it write."""
     passed = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
-    return harness_env(**passed, TORCH_EXTENSIONS_DIR=str(workdir / "torch_extensions"))
+    return harness_env(
+        **passed,
+        TORCH_EXTENSIONS_DIR=str(workdir / "torch_extensions"),
+        TORCHINDUCTOR_CACHE_DIR=str(workdir / "inductor"),
+        TRITON_CACHE_DIR=str(workdir / "triton"),
+    )
 
 
 def run_gpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettings) -> VerifyResult:

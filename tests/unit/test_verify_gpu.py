@@ -439,3 +439,12 @@ def test_the_reference_side_times_eager_then_torch_compile_and_draws_inputs_from
     _, other = reference("c", input_seed=8, compile_baseline=False)
     assert torch.equal(again[0][0], inputs[0][0]) and torch.equal(other[0][0], inputs[1][0])
     assert len(timed) == 5  # eager + compile twice, then eager only
+
+
+def test_the_harness_builds_and_caches_only_inside_its_work_folder(tmp_path):
+    env = gpu.gpu_env(tmp_path)
+    assert [env[name] for name in ("TORCH_EXTENSIONS_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")] == [
+        str(tmp_path / "torch_extensions"),
+        str(tmp_path / "inductor"),
+        str(tmp_path / "triton"),
+    ]
