@@ -953,7 +953,8 @@ def _hand_over_builds(build_folder: Path, candidate_folder: Path) -> list[dict[s
 
 def _speed(reference: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
     """Tier-3 timing fields from the two sides' reports (each side timed itself)."""
-    details = reference.get("details") if isinstance(reference.get("details"), dict) else {}
+    raw = reference.get("details")
+    details: dict[str, Any] = raw if isinstance(raw, dict) else {}
     compiled = details.get("compile_timing")
     speed = speed_fields(
         _float(reference.get("reference_ms")),
