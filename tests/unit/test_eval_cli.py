@@ -351,3 +351,24 @@ def test_the_markdown_report_shows_the_greedy_and_pass_at_k_blocks_apart():
         "| a | pass | 2 | 1 | 1 | 1 | 1.75 | 1.75 | compile_error 1, pass 1 |\n"
         "| b | compile_error | 2 | 0 | 0 | 0 | - | - | compile_error 2 |\n"
     )
+
+
+def test_the_markdown_report_gives_fast_p_against_torch_compile_when_it_was_timed():
+    fast = VerifyResult(verdict=Verdict.PASS, tier=Tier.GPU, speedup=2.5, compile_speedup=0.9)
+    slow = VerifyResult(verdict=Verdict.PASS, tier=Tier.GPU, speedup=0.7, compile_speedup=0.4)
+    rows = [problem_row("a", [fast]), problem_row("b", [slow])]
+    report = EvalReport(
+        config=EvalConfig(answers=Path("a.jsonl"), problems="demo", tier=Tier.GPU, compile_baseline=True),
+        aggregate=aggregate(rows, Tier.GPU, [1]),
+        problems=rows,
+        samples=[],
+        elapsed_s=1.0,
+    )
+    text = render_markdown(report)
+    assert "nvcc `sm_90`, torch.compile baseline timed." in text
+    assert "The first i.i.d. sample of each of 2 problems (2 correct)" in text
+    assert "| p | fast_p (eager) | fast_p (torch.compile) |\n|---|---|---|\n| 0.0 | 1.000 | 1.000 |\n" in text
+    assert "| 0.8 | 0.500 | 0.500 |\n| 1.0 | 0.500 | 0.000 |\n" in text
+    assert (
+        "speedup over eager of the correct samples: 1.32.\nOver torch.compile: 0.60." in text
+    )  # sqrt(2.5*0.7), sqrt(0.36)
