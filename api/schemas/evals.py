@@ -32,12 +32,18 @@ class EvalCreate(BaseModel):
     k: list[int] | None = Field(None, description="the k of pass@k (each 1..samples); default 1 and samples")
     tier: Tier = Field(Tier.COMPILE, description="verify every sample up to this tier")
     trials: int = Field(5, ge=1, le=20, description="correctness trials per sample (tiers 2-3; KernelBench: 5)")
-    input_seed: int = Field(1000, ge=0, description="trial i draws the problem's inputs under seed input_seed + i")
+    input_seed: int = Field(
+        1000, ge=0, le=2**31 - 1, description="trial i draws the problem's inputs under seed input_seed + i"
+    )
     tolerance_profile: ToleranceProfile = Field(
         "kernelbench", description="kernelbench: atol = rtol = 1e-4 for fp32 outputs, 1e-2 for fp16/bf16; v0: 1e-2"
     )
-    atol: float | None = Field(None, ge=0, description="absolute tolerance for every dtype; null: the profile's")
-    rtol: float | None = Field(None, ge=0, description="relative tolerance for every dtype; null: the profile's")
+    atol: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="absolute tolerance for every dtype; null: the profile's"
+    )
+    rtol: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="relative tolerance for every dtype; null: the profile's"
+    )
     arch: str = Field("sm_90", pattern=r"^sm_\d+[a-z]?$", description="nvcc target of the compile tier, e.g. sm_80")
     compile_baseline: bool = Field(False, description="GPU tier: also time torch.compile of the reference")
     temperature: float = Field(0.8, ge=0.0, le=2.0, description="of the i.i.d. samples")

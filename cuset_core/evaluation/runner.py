@@ -63,12 +63,18 @@ class EvalConfig(BaseModel):
     max_new_tokens: int = Field(1024, ge=1)
     tier: Tier = Tier.COMPILE
     trials: int = Field(5, ge=1, le=20, description="correctness trials per sample (tiers 2-3; KernelBench: 5)")
-    input_seed: int = Field(1000, ge=0, description="trial i draws the problem's inputs under seed input_seed + i")
+    input_seed: int = Field(
+        1000, ge=0, le=2**31 - 1, description="trial i draws the problem's inputs under seed input_seed + i"
+    )
     tolerance_profile: ToleranceProfile = Field(
         "kernelbench", description="kernelbench: atol = rtol = 1e-4 for fp32, 1e-2 for fp16/bf16; v0: 1e-2 for all"
     )
-    atol: float | None = Field(None, ge=0, description="absolute tolerance for every dtype; None: the profile's")
-    rtol: float | None = Field(None, ge=0, description="relative tolerance for every dtype; None: the profile's")
+    atol: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="absolute tolerance for every dtype; None: the profile's"
+    )
+    rtol: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="relative tolerance for every dtype; None: the profile's"
+    )
     arch: str = Field("sm_90", pattern=r"^sm_\d+[a-z]?$", description="nvcc target of tier 1 (compile)")
     compile_baseline: bool = Field(False, description="tier 3: also time torch.compile of the reference")
     prompt_style: Literal["kernelbench", "compact"] = "kernelbench"

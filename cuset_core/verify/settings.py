@@ -49,12 +49,16 @@ class VerifySettings(BaseModel):
     arch: str = Field("sm_90", pattern=r"^sm_\d+[a-z]?$", description="nvcc target for tier 1")
     strict_headers: bool = Field(False, description="tier 1 against the real torch headers")
     seeds: int = Field(5, ge=1, le=20, description="correctness trials, one seed each (KernelBench: 5)")
-    input_seed: int = Field(1000, ge=0, description="trial i draws its inputs under seed input_seed + i")
+    input_seed: int = Field(1000, ge=0, le=2**31 - 1, description="trial i draws its inputs under seed input_seed + i")
     tolerance_profile: ToleranceProfile = Field(
         "kernelbench", description="atol = rtol by output dtype: kernelbench (fp32 1e-4, fp16/bf16 1e-2) or v0 (1e-2)"
     )
-    atol: float | None = Field(None, ge=0, description="absolute tolerance for every dtype; None: the profile's")
-    rtol: float | None = Field(None, ge=0, description="relative tolerance for every dtype; None: the profile's")
+    atol: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="absolute tolerance for every dtype; None: the profile's"
+    )
+    rtol: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="relative tolerance for every dtype; None: the profile's"
+    )
     reduce_sizes: bool = Field(True, description="tier 2: shrink module-level size constants")
     max_elements: int = Field(1 << 18, gt=0, description="tier 2: target tensor size after shrink")
     timing_trials: int = Field(100, ge=1, description="tier 3: timed calls after warmup")

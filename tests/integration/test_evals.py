@@ -148,6 +148,8 @@ def test_eval_over_an_uploaded_eval_file_scores_the_file_problems(client, worker
         ({"colour": "blue"}, 422, "colour"),
         ({"tolerance_profile": "loose"}, 422, "tolerance_profile"),
         ({"atol": -1}, 422, "atol"),
+        ({"rtol": "Infinity"}, 422, "rtol"),
+        ({"input_seed": 2**40}, 422, "input_seed"),
         ({"trials": 0}, 422, "trials"),
         ({"arch": "90"}, 422, "arch"),
     ],
