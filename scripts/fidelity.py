@@ -124,6 +124,12 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--cache-dir", type=Path, default=None, help="verification cache (default: the user's)")
     parser.add_argument("--no-cache", action="store_true", help="verify every kernel afresh")
+    parser.add_argument(
+        "--tolerance-profile",
+        choices=["kernelbench", "v0"],
+        default="kernelbench",
+        help="kernelbench: fp32 1e-4, fp16/bf16 1e-2 (default); v0: 1e-2 for every dtype",
+    )
     parser.add_argument("--rows-out", type=Path, default=None, help="write per-kernel results (JSONL)")
     args = parser.parse_args()
     if not args.data.is_file():
@@ -131,7 +137,7 @@ def main() -> int:
         return 2
     top = Tier(args.tier)
     rows = balanced(load_rows(args.data), args.limit)
-    settings = VerifySettings(tier=top)
+    settings = VerifySettings(tier=top, tolerance_profile=args.tolerance_profile)
     start = time.perf_counter()
     done = 0
 

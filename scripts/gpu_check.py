@@ -200,7 +200,8 @@ def generate(work: Path, size: Size, adapters: list[str]) -> dict[str, Any]:
 
 
 def verify_demo(work: Path, size: Size) -> dict[str, Any]:
-    """The demo solutions scored as answers up to ``size.tier`` (tier 3, ``gpu``, on a GPU)."""
+    """The demo solutions scored as answers up to ``size.tier`` (tier 3, ``gpu``, on a GPU), timed
+    against eager PyTorch and torch.compile, with KernelBench's fast_p block."""
     from cuset_core.demo import demo_problems
     from cuset_core.evaluation.runner import EvalConfig, run_eval
 
@@ -210,7 +211,9 @@ def verify_demo(work: Path, size: Size) -> dict[str, Any]:
     answers.write_text(
         "".join(json.dumps({"problem_id": p.id, "answer": f"```python\n{p.solution_code}\n```"}) + "\n" for p in chosen)
     )
-    report = run_eval(EvalConfig(problems=str(problems), answers=answers, tier=size.tier, cache=False), progress=False)
+    config = EvalConfig(problems=str(problems), answers=answers, tier=size.tier, compile_baseline=True, cache=False)
+    report = run_eval(config, progress=False)
+    kernelbench = report.aggregate.kernelbench
     results = {sample.problem_id: sample.result for sample in report.samples}
     return {
         "tier": size.tier,
@@ -219,6 +222,10 @@ def verify_demo(work: Path, size: Size) -> dict[str, Any]:
         "verdicts": {pid: result.verdict.value for pid, result in results.items()},
         "reasons": {pid: result.reason for pid, result in results.items() if not result.passed},
         "speedup": {pid: result.speedup for pid, result in results.items() if result.speedup is not None},
+        "compile_speedup": {
+            pid: result.compile_speedup for pid, result in results.items() if result.compile_speedup is not None
+        },
+        "kernelbench": None if kernelbench is None else kernelbench.model_dump(),
     }
 
 

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cuset_core.evaluation.runner import DEMO_HELD_OUT, DEMO_PROBLEMS
 from cuset_core.verify.result import Tier
+from cuset_core.verify.settings import ToleranceProfile
 from db.statuses import EvalStatus
 
 
@@ -29,6 +30,21 @@ class EvalCreate(BaseModel):
     samples: int = Field(0, ge=0, description="n: i.i.d. samples per problem at temperature, for pass@k")
     k: list[int] | None = Field(None, description="the k of pass@k (each 1..samples); default 1 and samples")
     tier: Tier = Field(Tier.COMPILE, description="verify every sample up to this tier")
+    trials: int = Field(5, ge=1, le=20, description="correctness trials per sample (tiers 2-3; KernelBench: 5)")
+    input_seed: int = Field(
+        1000, ge=0, le=2**31 - 1, description="trial i draws the problem's inputs under seed input_seed + i"
+    )
+    tolerance_profile: ToleranceProfile = Field(
+        "kernelbench", description="kernelbench: atol = rtol = 1e-4 for fp32 outputs, 1e-2 for fp16/bf16; v0: 1e-2"
+    )
+    atol: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="absolute tolerance for every dtype; null: the profile's"
+    )
+    rtol: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="relative tolerance for every dtype; null: the profile's"
+    )
+    arch: str = Field("sm_90", pattern=r"^sm_\d+[a-z]?$", description="nvcc target of the compile tier, e.g. sm_80")
+    compile_baseline: bool = Field(False, description="GPU tier: also time torch.compile of the reference")
     temperature: float = Field(0.8, ge=0.0, le=2.0, description="of the i.i.d. samples")
     top_p: float = Field(0.95, gt=0.0, le=1.0)
     max_tokens: int | None = Field(
@@ -67,8 +83,10 @@ class EvalObject(BaseModel):
     aggregate: dict[str, Any] | None = Field(
         None,
         description="problems, samples, tier, k_values; greedy (problems, metrics compile@1, cpu_correct@1, "
-        "correct@1, verdicts) and sampled (pass@k from the i.i.d. samples: metrics compile@k ..., fast_p, "
-        "verdicts), each null when no such sample was drawn; verdicts (all samples)",
+        "correct@1, fast_<p>, verdicts) and sampled (pass@k from the i.i.d. samples: metrics compile@k ..., "
+        "fast_p averaged over samples, verdicts), each null when no such sample was drawn; kernelbench (GPU "
+        "tier: KernelBench's fast_p at p = 0, 0.5, 0.8, 1, 1.5, 2 over one scored sample per problem, "
+        "geo_mean_speedup, and the same against torch.compile); verdicts (all samples)",
     )
     created_at: float
     finished_at: float | None = None
@@ -96,6 +114,7 @@ class EvalProblemObject(BaseModel):
     eval_id: str
     row: dict[str, Any] = Field(
         description="over the i.i.d. samples: n, compiled, cpu_correct, correct, fast, "
-        "best_speedup, verdicts; greedy: the same over the greedy sample (or null)"
+        "best_speedup, verdicts; greedy: the same over the greedy sample (or null); scored: the sample "
+        "KernelBench scores (correct, speedup, compile_speedup, fast per p; or null)"
     )
     samples: list[EvalSample]

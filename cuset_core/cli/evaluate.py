@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import NoReturn
 
@@ -16,8 +17,13 @@ PROBLEMS_HELP = (
     'Folder of KernelBench .py problems, a .py file, a .jsonl of {"id","problem"} rows, "demo" or "demo:held-out".'
 )
 ANSWERS_HELP = (
-    'JSONL of {"problem_id","answer","greedy"?: bool} or {"id","samples":[...],"greedy"?: str} rows to score '
-    "instead of generating."
+    'JSONL of {"problem_id","answer","greedy"?: bool} or {"id","samples":[...],"greedy"?: str} rows, or a '
+    "KernelBench runs/<run_name> folder of level_<L>_problem_<P>_sample_<S>_kernel.py files, to score instead of "
+    "generating."
+)
+MODEL_HELP = (
+    "Model spec: smollm2-135m, a folder, a .gguf, an adapter; or openai:URL#NAME for any OpenAI-compatible "
+    "endpoint (URL as the openai client's base_url, e.g. http://127.0.0.1:8000/v1)."
 )
 
 
@@ -31,7 +37,10 @@ def register(app: typer.Typer) -> None:
 def evaluate(
     problems: str = typer.Option(..., "--problems", help=PROBLEMS_HELP),
     out: Path = typer.Option(..., "--out", help="Folder for results.json and results.md."),
-    model: str | None = typer.Option(None, "--model", help="Model spec: smollm2-135m, a folder, a .gguf, an adapter."),
+    model: str | None = typer.Option(None, "--model", help=MODEL_HELP),
+    api_key_env: str = typer.Option(
+        "OPENAI_API_KEY", "--api-key-env", help="Environment variable holding an openai: endpoint's API key."
+    ),
     answers: Path | None = typer.Option(None, "--answers", help=ANSWERS_HELP),
     greedy: bool = typer.Option(
         True, "--greedy/--no-greedy", help="Draw one greedy sample per problem, apart: greedy compile@1, cpu_correct@1."
@@ -42,6 +51,23 @@ def evaluate(
     top_p: float = typer.Option(0.95, "--top-p"),
     max_new_tokens: int = typer.Option(1024, "--max-new-tokens"),
     tier: Tier = typer.Option(Tier.COMPILE, "--tier", help="Verify up to this tier."),
+    trials: int = typer.Option(5, "--trials", help="Correctness trials per sample (tiers 2-3), one input seed each."),
+    input_seed: int = typer.Option(1000, "--input-seed", help="Trial i draws its inputs under seed input_seed + i."),
+    tolerance_profile: str = typer.Option(
+        "kernelbench",
+        "--tolerance-profile",
+        help="kernelbench: atol = rtol = 1e-4 for fp32 outputs, 1e-2 for fp16/bf16; v0: 1e-2 for every dtype.",
+    ),
+    atol: float | None = typer.Option(
+        None, "--atol", help="Absolute tolerance for every dtype (overrides the profile)."
+    ),
+    rtol: float | None = typer.Option(
+        None, "--rtol", help="Relative tolerance for every dtype (overrides the profile)."
+    ),
+    arch: str = typer.Option("sm_90", "--arch", help="nvcc target of the compile tier, e.g. sm_80."),
+    compile_baseline: bool = typer.Option(
+        False, "--compile-baseline", help="GPU tier: also time torch.compile of the reference (fast_p against it)."
+    ),
     prompt_style: PromptStyle = typer.Option("kernelbench", "--prompt-style"),
     seed: int = typer.Option(0, "--seed"),
     batch_size: int = typer.Option(4, "--batch-size", help="Problems per generation batch."),
@@ -54,6 +80,7 @@ def evaluate(
     """Score a greedy sample and n i.i.d. samples per problem (or --answers): greedy metrics and pass@k."""
     from cuset_core.evaluation.report import write_results
     from cuset_core.evaluation.runner import EvalConfig, EvalInputError, run_eval
+    from cuset_core.generation.endpoint import is_endpoint_spec
     from cuset_core.models import ModelNotFoundError, resolve_model
 
     try:
@@ -68,15 +95,22 @@ def evaluate(
             top_p=top_p,
             max_new_tokens=max_new_tokens,
             tier=tier,
+            trials=trials,
+            input_seed=input_seed,
+            tolerance_profile=tolerance_profile,
+            atol=atol,
+            rtol=rtol,
+            arch=arch,
+            compile_baseline=compile_baseline,
             prompt_style=prompt_style,
             seed=seed,
             batch_size=batch_size,
             cache=not no_cache,
             cache_dir=cache_dir,
         )
-        if config.model is not None:
+        if config.model is not None and not is_endpoint_spec(config.model):
             resolve_model(config.model)
-        report = run_eval(config, progress=not quiet)
+        report = run_eval(config, progress=not quiet, api_key=os.environ.get(api_key_env))
     except ValidationError as exc:
         _fail(_first_error(exc))
     except (EvalInputError, ModelNotFoundError) as exc:
@@ -90,6 +124,14 @@ def evaluate(
     for name, metrics in blocks:
         if metrics:
             typer.echo(f"{name}: " + ", ".join(f"{metric} {value:.3f}" for metric, value in metrics.items()))
+    if agg.kernelbench is not None:
+        kernelbench = agg.kernelbench
+        geo_mean = "n/a" if kernelbench.geo_mean_speedup is None else f"{kernelbench.geo_mean_speedup:.3f}"
+        typer.echo(
+            "kernelbench: "
+            + ", ".join(f"fast_{p} {value:.3f}" for p, value in kernelbench.fast_p.items())
+            + f", geo-mean speedup {geo_mean}"
+        )
     typer.echo(f"wrote {json_path} and {md_path}")
 
 

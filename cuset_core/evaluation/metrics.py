@@ -17,8 +17,19 @@ a tier that was skipped (no nvcc) passes nothing. Results from before ``tier_ver
 fall back to the deciding tier: T passed when a later tier decided (tiers run cheapest first
 and stop at the first failure), or T decided and the verdict is ``pass``.
 
-``fast_p`` (GPU only) is KernelBench's: the share of samples that are correct *and* faster
-than eager PyTorch by more than ``p``, averaged per problem, then over problems.
+``fast_p`` (GPU only) at KernelBench's thresholds p = 0, 0.5, 0.8, 1, 1.5, 2: a sample is fast_p
+when it is correct *and* its speedup over eager PyTorch is greater than p (so fast_0 is the
+correct share). Three places report it:
+- the ``kernelbench`` block: KernelBench's own definition (its ``benchmark_eval_analysis``): one
+  sample per problem, the one KernelBench scores (its ``sample_id`` 0: here the greedy sample
+  when one was drawn, else the first i.i.d. one), fast_p = the share of problems whose sample is
+  fast_p, beside the geometric mean of the speedups of the correct ones; and the same against
+  the torch.compile baseline where tier 3 timed it. This is the figure comparable with
+  KernelBench's leaderboard, whatever the number of samples;
+- the greedy block's ``fast_<p>``: the same over the greedy samples;
+- the pass@k block's ``fast_p``: the share of a problem's i.i.d. samples that are fast_p, averaged
+  over problems (equal to KernelBench's only with one sample per problem).
+A correct sample without a timing counts as not fast and is left out of the geometric mean.
 ``unsupported`` samples (a feature the CPU runtime cannot model, or no GPU) never pass; they
 are counted under their verdict so a reader can discount them.
 
@@ -29,14 +40,15 @@ reports the others apart.
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, Field
 
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 
-FAST_P_THRESHOLDS = (1.0, 1.5)
+FAST_P_THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)  # KernelBench's
 # metric name prefix -> (the tier a sample must pass, the ProblemRow field counting such samples)
 METRIC_TIERS = {
     "compile": (Tier.COMPILE, "compiled"),
@@ -67,6 +79,24 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - failure
 
 
+def fast_p(speedups: Sequence[float | None], p: float) -> float:
+    """KernelBench's fast_p over problems: the share of ``speedups`` greater than ``p``.
+
+    One entry per problem: the speedup (baseline time / kernel time, both per call) of its scored
+    sample when that sample is correct, None when it is not (or was not timed). 0 for no problems.
+    """
+    if not speedups:
+        return 0.0
+    return sum(s is not None and s > p for s in speedups) / len(speedups)
+
+
+def geometric_mean_speedup(speedups: Sequence[float | None]) -> float | None:
+    """Geometric mean of the speedups of correct samples (None entries: incorrect, skipped); None
+    when there is none. KernelBench's "geometric mean of speedup for correct samples"."""
+    values = [s for s in speedups if s is not None]
+    return statistics.geometric_mean(values) if values else None
+
+
 def passed_tier(result: VerifyResult, tier: Tier) -> bool:
     """Whether ``tier`` passed this sample (see the module docstring)."""
     if result.tier_verdicts:
@@ -89,12 +119,25 @@ class SampleCounts(BaseModel):
     verdicts: dict[str, int] = Field(default_factory=dict, description="verdict -> samples")
 
 
+class ScoredSample(BaseModel):
+    """The sample KernelBench scores for a problem (its ``sample_id`` 0): the greedy sample when
+    one was drawn, else the first i.i.d. one; fast_p of this one problem."""
+
+    greedy: bool = Field(description="the greedy sample (else the first i.i.d. one)")
+    correct: bool = Field(description="passed the GPU tier")
+    speedup: float | None = Field(None, description="over eager PyTorch; None unless correct and timed")
+    compile_speedup: float | None = Field(None, description="over torch.compile; None unless correct and timed")
+    fast: dict[str, bool] = Field(default_factory=dict, description="p -> correct and speedup > p (eager)")
+
+
 class ProblemRow(SampleCounts):
     """One problem: counts over its i.i.d. samples (the pass@k pool; ``n`` may be 0) and, apart,
-    over its greedy sample (``greedy.n`` is 1; None when none was drawn)."""
+    over its greedy sample (``greedy.n`` is 1; None when none was drawn); ``scored``: the sample
+    KernelBench scores (None when there is none, or the verifier failed on it)."""
 
     id: str
     greedy: SampleCounts | None = None
+    scored: ScoredSample | None = None
 
 
 class GreedyBlock(BaseModel):
@@ -116,6 +159,20 @@ class SampledBlock(BaseModel):
     verdicts: dict[str, int] = Field(default_factory=dict, description="verdict -> i.i.d. samples")
 
 
+class KernelBenchBlock(BaseModel):
+    """KernelBench's figures (GPU tier): over one scored sample per problem (``ScoredSample``)."""
+
+    problems: int = Field(description="problems with a judged scored sample: the fast_p denominator")
+    greedy: int = Field(description="of which the scored sample is the greedy one (else the first i.i.d.)")
+    correct: int
+    fast_p: dict[str, float] = Field(description='"1.0" -> share of problems correct and > 1.0x eager')
+    geo_mean_speedup: float | None = Field(description="over eager, geometric mean over correct timed samples")
+    fast_p_compile: dict[str, float] = Field(
+        default_factory=dict, description="the same against torch.compile; {} when no sample was timed against it"
+    )
+    geo_mean_compile_speedup: float | None = None
+
+
 class Aggregate(BaseModel):
     """Metrics over the whole problem set: the greedy block and the pass@k block, each None when
     the run drew no such sample."""
@@ -127,6 +184,7 @@ class Aggregate(BaseModel):
     k_values: list[int] = Field(default_factory=list, description="the k of the sampled block's pass@k")
     greedy: GreedyBlock | None = None
     sampled: SampledBlock | None = None
+    kernelbench: KernelBenchBlock | None = Field(None, description="GPU tier only")
     verdicts: dict[str, int] = Field(default_factory=dict, description="verdict -> samples, greedy and i.i.d.")
 
 
@@ -152,10 +210,46 @@ def sample_counts(results: list[VerifyResult]) -> SampleCounts:
 
 def problem_row(problem_id: str, sampled: list[VerifyResult], greedy: VerifyResult | None = None) -> ProblemRow:
     """One problem's row from its i.i.d. samples' results and its greedy sample's, if any."""
+    first = greedy if greedy is not None else sampled[0] if sampled else None
     return ProblemRow(
         id=problem_id,
         **sample_counts(sampled).model_dump(),
         greedy=None if greedy is None else sample_counts([greedy]),
+        scored=None if first is None else scored_sample(first, greedy=greedy is not None),
+    )
+
+
+def scored_sample(result: VerifyResult, *, greedy: bool) -> ScoredSample | None:
+    """``result`` as the problem's KernelBench-scored sample; None when the verifier failed on it."""
+    if result.verdict is Verdict.INTERNAL_ERROR:
+        return None
+    correct = passed_tier(result, Tier.GPU)
+    speedup = result.speedup if correct else None
+    return ScoredSample(
+        greedy=greedy,
+        correct=correct,
+        speedup=speedup,
+        compile_speedup=result.compile_speedup if correct else None,
+        fast={str(p): speedup is not None and speedup > p for p in FAST_P_THRESHOLDS},
+    )
+
+
+def kernelbench_block(rows: list[ProblemRow]) -> KernelBenchBlock | None:
+    """KernelBench's fast_p and geometric-mean speedup over the rows' scored samples; None without any."""
+    scored = [row.scored for row in rows if row.scored is not None]
+    if not scored:
+        return None
+    eager = [s.speedup for s in scored]
+    compiled = [s.compile_speedup for s in scored]
+    timed_against_compile = any(c is not None for c in compiled)
+    return KernelBenchBlock(
+        problems=len(scored),
+        greedy=sum(s.greedy for s in scored),
+        correct=sum(s.correct for s in scored),
+        fast_p={str(p): fast_p(eager, p) for p in FAST_P_THRESHOLDS},
+        geo_mean_speedup=geometric_mean_speedup(eager),
+        fast_p_compile={str(p): fast_p(compiled, p) for p in FAST_P_THRESHOLDS} if timed_against_compile else {},
+        geo_mean_compile_speedup=geometric_mean_speedup(compiled),
     )
 
 
@@ -172,7 +266,7 @@ def greedy_scores(row: ProblemRow, tier: Tier) -> dict[str, float]:
         return {}
     scores = {f"{name}@1": float(getattr(greedy, field) > 0) for name, field in _reached(tier)}
     if tier is Tier.GPU:
-        scores.update({f"fast_{p}": float(greedy.fast.get(str(p), 0) > 0) for p in FAST_P_THRESHOLDS})
+        scores.update({f"fast_{p}": float(count > 0) for p, count in _fast_counts(greedy).items()})
     return scores
 
 
@@ -185,8 +279,13 @@ def sampled_scores(row: ProblemRow, tier: Tier, k_values: list[int]) -> dict[str
         f"{name}@{k}": pass_at_k(row.n, getattr(row, field), k) for name, field in _reached(tier) for k in k_values
     }
     if tier is Tier.GPU:
-        scores.update({f"fast_{p}": row.fast.get(str(p), 0) / row.n for p in FAST_P_THRESHOLDS})
+        scores.update({f"fast_{p}": count / row.n for p, count in _fast_counts(row).items()})
     return scores
+
+
+def _fast_counts(counts: SampleCounts) -> dict[str, int]:
+    """p -> fast samples, for the thresholds the counts hold (rows of older results hold fewer)."""
+    return {str(p): counts.fast[str(p)] for p in FAST_P_THRESHOLDS if str(p) in counts.fast}
 
 
 def mean_scores(per_problem: list[dict[str, float]]) -> dict[str, float]:
@@ -199,7 +298,8 @@ def mean_scores(per_problem: list[dict[str, float]]) -> dict[str, float]:
 
 
 def aggregate(rows: list[ProblemRow], tier: Tier, k_values: list[int]) -> Aggregate:
-    """The greedy block and the pass@k block (for ``k_values``) over ``rows``."""
+    """The greedy block, the pass@k block (for ``k_values``) and, at the GPU tier, KernelBench's
+    block over ``rows``."""
     with_greedy = [row for row in rows if row.greedy is not None and row.greedy.n]
     with_samples = [row for row in rows if row.n]
     greedy = None
@@ -230,6 +330,7 @@ def aggregate(rows: list[ProblemRow], tier: Tier, k_values: list[int]) -> Aggreg
         k_values=k_values,
         greedy=greedy,
         sampled=sampled,
+        kernelbench=kernelbench_block(rows) if tier is Tier.GPU else None,
         verdicts=_verdicts(everything),
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cuset_core.evaluation.metrics import METRIC_TIERS
+from cuset_core.evaluation.metrics import METRIC_TIERS, KernelBenchBlock
 from cuset_core.evaluation.runner import EvalReport
 from cuset_core.verify.result import Tier
 
@@ -32,7 +32,7 @@ def render_markdown(report: EvalReport) -> str:
         "# Evaluation results",
         "",
         f"{source} on `{config.problems}`: {agg.problems} problems, {agg.samples} samples, "
-        f"tier `{agg.tier.value}`{drawn}, {report.elapsed_s:.1f} s."
+        f"tier `{agg.tier.value}`{drawn}, {report.elapsed_s:.1f} s. {_verification(report)}"
         + (
             f" {agg.internal_errors} samples hit a verifier fault (`internal_error`) and are left out of every metric."
             if agg.internal_errors
@@ -64,7 +64,9 @@ def render_markdown(report: EvalReport) -> str:
             "|---|---|",
         ]
         lines += [f"| {name} | {value:.3f} |" for name, value in agg.sampled.metrics.items()]
-        lines += [f"| fast_{p} | {value:.3f} |" for p, value in agg.sampled.fast_p.items()]
+        lines += [f"| fast_{p} (mean over samples) | {value:.3f} |" for p, value in agg.sampled.fast_p.items()]
+    if agg.kernelbench is not None:
+        lines += ["", *_kernelbench_lines(agg.kernelbench)]
     greedy_verdicts = agg.greedy.verdicts if agg.greedy else {}
     sampled_verdicts = agg.sampled.verdicts if agg.sampled else {}
     lines += ["", "## Verdicts", "", "| verdict | greedy | i.i.d. |", "|---|---|---|"]
@@ -79,7 +81,7 @@ def render_markdown(report: EvalReport) -> str:
         "greedy",
         "n",
         *(field for _, field in columns),
-        *(["best speedup"] if gpu else []),
+        *(["best speedup", "scored speedup"] if gpu else []),
         "verdicts (i.i.d.)",
     ]
     lines += ["", "## Problems", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -87,10 +89,46 @@ def render_markdown(report: EvalReport) -> str:
         greedy = ", ".join(row.greedy.verdicts) if row.greedy else "-"
         cells = [row.id, greedy, str(row.n), *(str(getattr(row, field)) for _, field in columns)]
         if gpu:
-            cells.append(_fmt(row.best_speedup, 2))
+            cells += [_fmt(row.best_speedup, 2), _fmt(row.scored.speedup if row.scored else None, 2)]
         cells.append(", ".join(f"{v} {c}" for v, c in row.verdicts.items()) or "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _verification(report: EvalReport) -> str:
+    """One sentence: the verification knobs that decide correctness (and speed)."""
+    config = report.config
+    settings = config.verify_settings()
+    tolerance = f"tolerance profile `{config.tolerance_profile}`"
+    if config.atol is not None or config.rtol is not None:
+        tolerance += f" with atol {settings.tolerance('float32')[0]:g}, rtol {settings.tolerance('float32')[1]:g}"
+    compile_baseline = ", torch.compile baseline timed" if config.compile_baseline else ""
+    return (
+        f"Verification: {config.trials} correctness trials (input seeds {config.input_seed}.."
+        f"{config.input_seed + config.trials - 1}), {tolerance}, nvcc `{config.arch}`{compile_baseline}."
+    )
+
+
+def _kernelbench_lines(block: KernelBenchBlock) -> list[str]:
+    """The KernelBench section: fast_p over eager (and torch.compile) and the geometric means."""
+    scored = "greedy" if block.greedy == block.problems else "first i.i.d." if not block.greedy else "greedy or first"
+    header = "| p | fast_p (eager) |" + (" fast_p (torch.compile) |" if block.fast_p_compile else "")
+    lines = [
+        "## KernelBench: fast_p over one scored sample per problem",
+        "",
+        f"The {scored} sample of each of {block.problems} problems ({block.correct} correct); a problem is "
+        "fast_p when its sample is correct and more than p times faster than the baseline.",
+        "",
+        header,
+        "|---|---|" + ("---|" if block.fast_p_compile else ""),
+    ]
+    for p, value in block.fast_p.items():
+        compiled = f" {block.fast_p_compile[p]:.3f} |" if block.fast_p_compile else ""
+        lines.append(f"| {p} | {value:.3f} |{compiled}")
+    lines += ["", f"Geometric-mean speedup over eager of the correct samples: {_fmt(block.geo_mean_speedup, 2)}."]
+    if block.fast_p_compile:
+        lines.append(f"Over torch.compile: {_fmt(block.geo_mean_compile_speedup, 2)}.")
+    return lines
 
 
 def write_results(report: EvalReport, out_dir: Path) -> tuple[Path, Path]:

@@ -5,18 +5,23 @@ Problems come from a folder of ``.py`` files (id = file stem), a single ``.py`` 
 ``"demo:held-out"`` (its problems kept out of training data). Answers to
 score without a model come from a ``.jsonl`` file of ``{"problem_id", "answer"}`` rows (one
 per sample, several rows per problem allowed; ``"greedy": true`` marks a problem's greedy
-answer) or ``{"id", "samples": [...]}`` rows (optionally ``"greedy": "<answer>"``).
+answer) or ``{"id", "samples": [...]}`` rows (optionally ``"greedy": "<answer>"``), or from a
+KernelBench ``runs/<run_name>`` folder of generations (:mod:`.kernelbench_runs`).
 
 With a model, samples are generated in batches of problems: one greedy sample per problem
-when ``greedy`` is on, drawn apart, and ``samples`` i.i.d. samples at ``temperature``. Every
-sample is verified up to ``tier``; the greedy sample feeds the greedy metrics and the i.i.d.
-ones pass@k (:mod:`.metrics`), never the other way round.
+when ``greedy`` is on, drawn apart, and ``samples`` i.i.d. samples at ``temperature``. The model
+is loaded in this process, or is any OpenAI-compatible endpoint (``openai:URL#NAME``), asked
+``batch_size`` problems at a time. Every sample is verified up to ``tier`` with the run's
+verification knobs (correctness trials and their input seed, tolerances, nvcc arch, the
+torch.compile baseline); the greedy sample feeds the greedy metrics and the i.i.d. ones pass@k
+(:mod:`.metrics`), never the other way round.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -25,9 +30,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
 from cuset_core.evaluation.metrics import Aggregate, ProblemRow, aggregate, problem_row
+from cuset_core.generation.endpoint import is_endpoint_spec, parse_endpoint
 from cuset_core.verify.result import Tier, VerifyResult
 from cuset_core.verify.run import verify
-from cuset_core.verify.settings import VerifySettings
+from cuset_core.verify.settings import ToleranceProfile, VerifySettings
 
 DEMO_PROBLEMS = "demo"
 DEMO_HELD_OUT = "demo:held-out"
@@ -42,8 +48,12 @@ class EvalConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
-    model: str | None = Field(None, description="model spec (see cuset_core.models); None with answers")
-    answers: Path | None = Field(None, description="JSONL answers to score instead of generating")
+    model: str | None = Field(
+        None, description="model spec (see cuset_core.models) or openai:URL#NAME (an endpoint); None with answers"
+    )
+    answers: Path | None = Field(
+        None, description="JSONL answers, or a KernelBench runs/<name> folder, to score instead of generating"
+    )
     problems: str = Field(description='folder of .py problems, a .py file, a .jsonl file, "demo", "demo:held-out"')
     greedy: bool = Field(True, description="draw one greedy sample per problem, apart (greedy metrics)")
     samples: int = Field(0, ge=0, le=1000, description="n: i.i.d. samples per problem at temperature (pass@k)")
@@ -52,6 +62,21 @@ class EvalConfig(BaseModel):
     top_p: float = Field(0.95, gt=0.0, le=1.0)
     max_new_tokens: int = Field(1024, ge=1)
     tier: Tier = Tier.COMPILE
+    trials: int = Field(5, ge=1, le=20, description="correctness trials per sample (tiers 2-3; KernelBench: 5)")
+    input_seed: int = Field(
+        1000, ge=0, le=2**31 - 1, description="trial i draws the problem's inputs under seed input_seed + i"
+    )
+    tolerance_profile: ToleranceProfile = Field(
+        "kernelbench", description="kernelbench: atol = rtol = 1e-4 for fp32, 1e-2 for fp16/bf16; v0: 1e-2 for all"
+    )
+    atol: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="absolute tolerance for every dtype; None: the profile's"
+    )
+    rtol: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="relative tolerance for every dtype; None: the profile's"
+    )
+    arch: str = Field("sm_90", pattern=r"^sm_\d+[a-z]?$", description="nvcc target of tier 1 (compile)")
+    compile_baseline: bool = Field(False, description="tier 3: also time torch.compile of the reference")
     prompt_style: Literal["kernelbench", "compact"] = "kernelbench"
     seed: int = 0
     batch_size: int = Field(4, ge=1, description="problems per generation batch")
@@ -74,6 +99,8 @@ class EvalConfig(BaseModel):
     def _one_source(self) -> EvalConfig:
         if (self.model is None) == (self.answers is None):
             raise ValueError("give exactly one of model (to generate answers) or answers (to score them)")
+        if self.model is not None and is_endpoint_spec(self.model):
+            parse_endpoint(self.model)
         if self.model is not None and not self.greedy and self.samples == 0:
             raise ValueError("nothing to generate: turn greedy on or ask for samples >= 1")
         for k in self.k or []:
@@ -90,7 +117,16 @@ class EvalConfig(BaseModel):
 
     def verify_settings(self) -> VerifySettings:
         """Verification settings of this run."""
-        return VerifySettings(tier=self.tier)
+        return VerifySettings(
+            tier=self.tier,
+            arch=self.arch,
+            seeds=self.trials,
+            input_seed=self.input_seed,
+            tolerance_profile=self.tolerance_profile,
+            atol=self.atol,
+            rtol=self.rtol,
+            compile_baseline=self.compile_baseline,
+        )
 
 
 @dataclass(frozen=True)
@@ -175,8 +211,12 @@ class ProblemAnswers:
 
 
 def load_answers(path: Path, problem_ids: list[str]) -> dict[str, ProblemAnswers]:
-    """Answers per problem id; every id must name a problem of the set, and a problem has at
-    most one greedy answer."""
+    """Answers per problem id, from a JSONL file or a KernelBench run folder; every id must name a
+    problem of the set, and a problem has at most one greedy answer."""
+    if path.is_dir():
+        from cuset_core.evaluation.kernelbench_runs import load_kernelbench_run
+
+        return load_kernelbench_run(path, problem_ids)
     if not path.is_file():
         raise EvalInputError(f"answers: file not found: {path}")
     known = set(problem_ids)
@@ -239,8 +279,23 @@ class Answer:
     finish_reason: str | None = None
 
 
-def _generate_samples(config: EvalConfig, problems: list[Problem], progress: bool) -> dict[str, list[Answer]]:
-    """:func:`generate_answers` from the configured model, loaded for this run."""
+def _runs(config: EvalConfig) -> list[tuple[bool, dict[str, Any]]]:
+    """The decoding runs per problem: (greedy?, sampling arguments), greedy first."""
+    runs: list[tuple[bool, dict[str, Any]]] = []
+    if config.greedy:
+        runs.append((True, dict(n=1, temperature=0.0, top_p=1.0)))
+    if config.samples:
+        runs.append((False, dict(n=config.samples, temperature=config.temperature, top_p=config.top_p)))
+    return runs
+
+
+def _generate_samples(
+    config: EvalConfig, problems: list[Problem], progress: bool, api_key: str | None
+) -> dict[str, list[Answer]]:
+    """:func:`generate_answers` from the configured model, loaded for this run, or the same
+    answers from an ``openai:`` endpoint."""
+    if is_endpoint_spec(config.model):
+        return _endpoint_samples(config, problems, progress, api_key)
     from cuset_core.models import inference_dtype, load_model, place_for_inference
 
     model, tokenizer = load_model(config.model, inference_dtype())
@@ -259,14 +314,9 @@ def generate_answers(model, tokenizer, config: EvalConfig, problems: list[Proble
     from cuset_core.generation.prompts import build_messages
     from cuset_core.generation.sampling import generate
 
-    runs = []
-    if config.greedy:
-        runs.append((True, dict(n=1, temperature=0.0, top_p=1.0)))
-    if config.samples:
-        runs.append((False, dict(n=config.samples, temperature=config.temperature, top_p=config.top_p)))
     out: dict[str, list[Answer]] = {p.id: [] for p in problems}
     messages = [build_messages(p.code, config.prompt_style) for p in problems]
-    for greedy, run in runs:
+    for greedy, run in _runs(config):
         generated = generate(model, tokenizer, messages, max_new_tokens=config.max_new_tokens, seed=config.seed, **run)
         for problem, texts in zip(problems, generated):
             out[problem.id].extend(
@@ -296,11 +346,52 @@ def score_problem(
     return problem_row(problem.id, [r.result for r in records if not r.greedy], greedy), records
 
 
+def _endpoint_samples(
+    config: EvalConfig, problems: list[Problem], progress: bool, api_key: str | None
+) -> dict[str, list[Answer]]:
+    """The answers of :func:`generate_answers` from an OpenAI-compatible endpoint: one chat
+    request per problem and run (greedy, i.i.d.), ``batch_size`` requests in flight."""
+    import httpx
+
+    from cuset_core.generation.endpoint import DEFAULT_TIMEOUT_S, EndpointError, chat_answers
+    from cuset_core.generation.prompts import build_messages
+
+    endpoint = parse_endpoint(config.model)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    runs = _runs(config)
+
+    def ask(client: httpx.Client, problem: Problem) -> list[Answer]:
+        messages = build_messages(problem.code, config.prompt_style)
+        answers = []
+        for greedy, run in runs:
+            replies = chat_answers(
+                client, endpoint, messages, max_tokens=config.max_new_tokens, seed=config.seed, **run
+            )
+            answers += [Answer(a.text, greedy, a.prompt_tokens, a.completion_tokens, a.finish_reason) for a in replies]
+        return answers
+
+    with (
+        httpx.Client(headers=headers, timeout=DEFAULT_TIMEOUT_S) as client,
+        ThreadPoolExecutor(max_workers=config.batch_size) as pool,
+    ):
+        futures = {p.id: pool.submit(ask, client, p) for p in problems}
+        try:
+            return {
+                pid: future.result()
+                for pid, future in tqdm(futures.items(), desc="generate", unit="problem", disable=not progress)
+            }
+        except EndpointError as exc:
+            for future in futures.values():
+                future.cancel()
+            raise EvalInputError(str(exc)) from None
+
+
 # ---------------------------------------------------------------- run
 
 
-def run_eval(config: EvalConfig, *, progress: bool = True) -> EvalReport:
-    """Generate (or read) the samples, verify each, and compute the metrics."""
+def run_eval(config: EvalConfig, *, progress: bool = True, api_key: str | None = None) -> EvalReport:
+    """Generate (or read) the samples, verify each, and compute the metrics. ``api_key`` is the
+    bearer token of an ``openai:`` endpoint (never recorded in the report)."""
     start = time.perf_counter()
     problems = load_problems(config.problems)
     if config.answers is not None:
@@ -309,7 +400,7 @@ def run_eval(config: EvalConfig, *, progress: bool = True) -> EvalReport:
         samples = {pid: _answer_samples(a) for pid, a in answers.items()}
     else:
         k_values = config.k_values
-        samples = _generate_samples(config, problems, progress)
+        samples = _generate_samples(config, problems, progress, api_key)
     settings = config.verify_settings()
     rows: list[ProblemRow] = []
     records: list[SampleRecord] = []

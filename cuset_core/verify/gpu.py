@@ -61,19 +61,28 @@ def gpu_limits(limits: SandboxLimits) -> SandboxLimits:
 
 
 def job_fields(candidate: Candidate, settings: VerifySettings) -> dict[str, Any]:
-    """The tier-3 fields of both sides' ``job.json``: timed calls per side and the candidate's kernel names."""
+    """The tier-3 fields of both sides' ``job.json``: timed calls per side, whether the reference side
+    also times torch.compile, and the candidate's kernel names."""
     cuda = candidate.sources.cuda + "\n" + "\n".join(ext.cpp for ext in candidate.sources.extensions)
     return {
         "timing_trials": settings.timing_trials,
+        "compile_baseline": settings.compile_baseline,
         "kernel_names": kernel_names(cuda),
         "gpu_memory_mb": settings.limits.gpu_memory_mb,
     }
 
 
 def gpu_env(workdir: Path) -> dict[str, str]:
-    """Environment for the harness: the CUDA variables of this process and where to build."""
+    """Environment for the harness: the CUDA variables of this process and where to build (the
+    candidate's extension; inductor's and Triton's caches for the torch.compile baseline), all
+    inside the side's own work folder, the one place the sandbox lets it write."""
     passed = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
-    return harness_env(**passed, TORCH_EXTENSIONS_DIR=str(workdir / "torch_extensions"))
+    return harness_env(
+        **passed,
+        TORCH_EXTENSIONS_DIR=str(workdir / "torch_extensions"),
+        TORCHINDUCTOR_CACHE_DIR=str(workdir / "inductor"),
+        TRITON_CACHE_DIR=str(workdir / "triton"),
+    )
 
 
 def run_gpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettings) -> VerifyResult:

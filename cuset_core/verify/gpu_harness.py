@@ -3,7 +3,7 @@
 ``python -m cuset_core.verify.gpu_harness SIDE JOB_JSON`` with SIDE one of:
 
 - ``reference``: TF32 off (``matmul.allow_tf32``, ``cudnn.allow_tf32``, precision "highest");
-  weights under ``INIT_SEED``; one trial per seed (inputs drawn under that seed); writes the
+  weights under ``INIT_SEED``; one trial per seed (inputs drawn under ``input_seed + trial``); writes the
   candidate's inputs and the expected outputs; then times eager PyTorch (below).
 - ``candidate``: TF32 off; builds the candidate with the real ``torch.utils.cpp_extension``
   (``load_inline`` from its own code, or ``load`` for a ``.cu`` file; a failed build is
@@ -19,7 +19,9 @@ Timing, on either side: warmup, then ``timing_trials`` calls, each on cloned inp
 between two input sets so a cached result is wrong), an L2 flush (writing a buffer twice the L2
 size) before each, CUDA events around the call with ``torch.cuda.synchronize()`` before the end
 event. Speedup = reference mean / candidate mean; the candidate's time is measured in its own
-process, so it is informative, never part of the verdict.
+process, so it is informative, never part of the verdict. With ``compile_baseline`` the reference
+side also times ``torch.compile(model)`` the same way (its compilation happens in the warmup
+calls), for a speedup over torch.compile beside the one over eager.
 
 Anti-hacking rejections use the verdict ``runtime_error`` with a reason starting "anti-hacking:".
 """
@@ -41,7 +43,6 @@ from typing import Any
 
 from cuset_core.verify.protocol import (
     INIT_SEED,
-    INPUT_SEED_BASE,
     INPUTS_FILE,
     OUTPUTS_FILE,
     REFERENCE_FILE,
@@ -55,6 +56,7 @@ from cuset_core.verify.protocol import (
     run_side,
     save_values,
     tail,
+    trial_seeds,
 )
 
 WARMUP_CALLS = 5
@@ -278,8 +280,8 @@ def reference_side(job: dict, workdir: Path, device: Any, timings: dict[str, flo
     outputs, aliases = [], False
     clock = time.perf_counter()
     with torch.no_grad():
-        for trial in range(job["seeds"]):
-            torch.manual_seed(INPUT_SEED_BASE + trial)
+        for seed in trial_seeds(job):
+            torch.manual_seed(seed)
             inputs = list(problem.get_inputs())
             data["trials"].append(inputs)
             on_device = _on(_clone(inputs), device)
@@ -292,9 +294,25 @@ def reference_side(job: dict, workdir: Path, device: Any, timings: dict[str, flo
         clock = time.perf_counter()
         stats = _timed(model, data["trials"], job, device)
         timings["reference_timing"] = time.perf_counter() - clock
-    return Outcome(
-        "pass", reference_ms=stats["mean"], details={"timing": stats, "candidate_job": {"reference_aliases": aliases}}
-    )
+        details: dict[str, Any] = {"timing": stats, "candidate_job": {"reference_aliases": aliases}}
+        if job.get("compile_baseline"):
+            clock = time.perf_counter()
+            details.update(_compile_baseline(model, data["trials"], job, device))
+            timings["compile_timing"] = time.perf_counter() - clock
+    return Outcome("pass", reference_ms=stats["mean"], details=details)
+
+
+def _compile_baseline(model: Any, trials: list[list[Any]], job: dict, device: Any) -> dict[str, Any]:
+    """``{"compile_timing": stats}`` of the reference under ``torch.compile`` (inductor, default mode,
+    as KernelBench's torch.compile baseline), or ``{"compile_error": reason}``: a problem inductor
+    cannot compile has no such baseline, which never decides the verdict."""
+    import torch
+
+    try:
+        compiled = torch.compile(model, backend="inductor", mode="default")
+        return {"compile_timing": _timed(compiled, trials, job, device)}
+    except Exception as exc:  # noqa: BLE001 - a missing baseline is reported, not fatal
+        return {"compile_error": first_line(exc)}
 
 
 # ---------------------------------------------------------------- the candidate side

@@ -56,7 +56,6 @@ if TYPE_CHECKING:
     from cuset_core.verify.candidate import Candidate
 
 INIT_SEED = 42  # KernelBench seeds weight initialisation with 42
-INPUT_SEED_BASE = 1000  # trial i draws its inputs under seed INPUT_SEED_BASE + i
 LOG_CHARS = 4000
 REASON_CHARS = 600
 INPUTS_FILE = "inputs.safetensors"
@@ -69,6 +68,11 @@ HEADER_CAP_BYTES = 1 << 20  # safetensors JSON header
 LIBRARY_CAP_BYTES = 512 << 20  # an extension the build side compiled
 _RUNTIME_MESSAGE = "cuset runtime:"  # how the CPU runtime starts the line explaining an abort
 _FAILURES = {v.value for v in Verdict} - {Verdict.PASS.value, Verdict.NO_CODE.value}
+
+
+def trial_seeds(job: dict[str, Any]) -> list[int]:
+    """The input seed of each correctness trial of a side's ``job.json``: ``input_seed`` + 0, 1, ..."""
+    return [job["input_seed"] + trial for trial in range(job["seeds"])]
 
 
 @dataclass
@@ -604,9 +608,12 @@ def _same_bits(a: Any, b: Any) -> bool:
 # ---------------------------------------------------------------- judge side
 
 
-def compare_outputs(reference: list[Any], candidate: list[Any], atol: float, rtol: float) -> Outcome:
+def compare_outputs(
+    reference: list[Any], candidate: list[Any], tolerance: Callable[[str], tuple[float, float]]
+) -> Outcome:
     """A ``pass`` outcome with the worst differences when every output matches; else the first
-    ``shape_mismatch``/``value_mismatch``."""
+    ``shape_mismatch``/``value_mismatch``. ``tolerance`` gives (atol, rtol) for the reference
+    output's dtype name ("float32", "float16", ...: ``VerifySettings.tolerance``)."""
     import torch
 
     if len(reference) != len(candidate):
@@ -631,6 +638,7 @@ def compare_outputs(reference: list[Any], candidate: list[Any], atol: float, rto
         max_diff = float(diff.max()) if diff.numel() else 0.0
         mean_diff = float(diff.mean()) if diff.numel() else 0.0
         worst_max, worst_mean = max(worst_max, max_diff), max(worst_mean, mean_diff)
+        atol, rtol = tolerance(str(ref.dtype).removeprefix("torch."))
         if not torch.allclose(new.detach().to(ref.dtype), ref.detach(), atol=atol, rtol=rtol):
             return Outcome(
                 "value_mismatch",
@@ -849,12 +857,12 @@ def compare_trials(
                 trials=trial + 1,
                 launches=launches,
             )
-        compared = compare_outputs(expected, new, settings.atol, settings.rtol)
+        compared = compare_outputs(expected, new, settings.tolerance)
         if compared.verdict != "pass":
             return _result(
                 spec,
                 compared.verdict,
-                f"trial {trial + 1} (seed {INPUT_SEED_BASE + trial}): {compared.reason}",
+                f"trial {trial + 1} (seed {settings.input_seed + trial}): {compared.reason}",
                 max_abs_diff=compared.max_abs_diff,
                 mean_abs_diff=compared.mean_abs_diff,
                 trials=trial + 1,
@@ -894,7 +902,7 @@ def judge(
 def _judge(
     spec: TierSpec, problem_code: str, candidate: Candidate, settings: VerifySettings, job: dict[str, Any]
 ) -> tuple[VerifyResult, dict[str, Any]]:
-    common = {"seeds": settings.seeds, "kind": candidate.kind, **job}
+    common = {"seeds": settings.seeds, "input_seed": settings.input_seed, "kind": candidate.kind, **job}
     with (
         tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-") as folder,
         tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-build-") as build_folder,
@@ -953,13 +961,39 @@ def _hand_over_builds(build_folder: Path, candidate_folder: Path) -> list[dict[s
 
 
 def _speed(reference: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
-    """Tier-3 timing fields: each side timed itself (the candidate's figure is informative only)."""
-    reference_ms, runtime_ms = _float(reference.get("reference_ms")), _float(candidate.get("runtime_ms"))
-    if not (reference_ms and runtime_ms):
-        return {"reference_ms": reference_ms, "runtime_ms": runtime_ms}
-    speedup = reference_ms / runtime_ms
-    reason = f"{runtime_ms:.4f} ms vs eager {reference_ms:.4f} ms (speedup {speedup:.2f}x)"
-    return {"reference_ms": reference_ms, "runtime_ms": runtime_ms, "speedup": speedup, "speed_note": reason}
+    """Tier-3 timing fields from the two sides' reports (each side timed itself)."""
+    raw = reference.get("details")
+    details: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    compiled = details.get("compile_timing")
+    speed = speed_fields(
+        _float(reference.get("reference_ms")),
+        _float(compiled.get("mean")) if isinstance(compiled, dict) else None,
+        _float(candidate.get("runtime_ms")),
+    )
+    if isinstance(details.get("compile_error"), str):
+        failed = f"no torch.compile baseline: {clip(details['compile_error'], 200)}"
+        speed["speed_note"] = f"{speed['speed_note']}; {failed}" if "speed_note" in speed else failed
+    return speed
+
+
+def speed_fields(reference_ms: float | None, compile_ms: float | None, runtime_ms: float | None) -> dict[str, Any]:
+    """``VerifyResult`` timing fields from mean milliseconds per call: the eager reference's, the
+    reference under torch.compile (None: not timed) and the candidate's (informative only, never
+    part of the verdict). ``speedup`` = reference_ms / runtime_ms and ``compile_speedup`` =
+    compile_ms / runtime_ms, each left out where a time is missing; ``speed_note`` says it in words."""
+    fields: dict[str, Any] = {"reference_ms": reference_ms, "compile_ms": compile_ms, "runtime_ms": runtime_ms}
+    if not runtime_ms:
+        return fields
+    notes = []
+    if reference_ms:
+        fields["speedup"] = reference_ms / runtime_ms
+        notes.append(f"{runtime_ms:.4f} ms vs eager {reference_ms:.4f} ms (speedup {fields['speedup']:.2f}x)")
+    if compile_ms:
+        fields["compile_speedup"] = compile_ms / runtime_ms
+        notes.append(f"vs torch.compile {compile_ms:.4f} ms ({fields['compile_speedup']:.2f}x)")
+    if notes:
+        fields["speed_note"] = ", ".join(notes)
+    return fields
 
 
 def _timings(report: dict[str, Any]) -> dict[str, float]:

@@ -87,6 +87,8 @@ class VerifyResult(BaseModel):
     runtime_ms: float | None = Field(None, description="tier 3: candidate mean time per call")
     reference_ms: float | None = Field(None, description="tier 3: eager PyTorch mean time per call")
     speedup: float | None = Field(None, description="tier 3: reference_ms / runtime_ms")
+    compile_ms: float | None = Field(None, description="tier 3: the reference under torch.compile, mean time per call")
+    compile_speedup: float | None = Field(None, description="tier 3: compile_ms / runtime_ms")
     log: str = Field("", description="excerpt of the log that explains a failure")
     cached: bool = False
 

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cuset_core.verify.result import Tier
+
+ToleranceProfile = Literal["kernelbench", "v0"]
+# atol = rtol per output dtype. "kernelbench" is KernelBench's current rule (torchbench's values):
+# 1e-4 for fp32, 1e-2 for fp16/bf16; "v0" is KernelBench v0/v0.1's 1e-2 for every dtype, loose
+# enough for an fp32 kernel that skips one of 4,096 summed elements to pass.
+HALF_DTYPES = ("float16", "bfloat16")
+PROFILE_TOLERANCE = {"kernelbench": (1e-4, 1e-2), "v0": (1e-2, 1e-2)}  # (fp32 and others, fp16/bf16)
 
 
 class SandboxLimits(BaseModel):
@@ -52,13 +61,31 @@ class VerifySettings(BaseModel):
     tier: Tier = Tier.CPU
     arch: str = Field("sm_90", pattern=r"^sm_\d+[a-z]?$", description="nvcc target for tier 1")
     strict_headers: bool = Field(False, description="tier 1 against the real torch headers")
-    seeds: int = Field(3, ge=1, le=20, description="correctness trials, one seed each")
-    atol: float = Field(1e-2, ge=0)
-    rtol: float = Field(1e-2, ge=0)
+    seeds: int = Field(5, ge=1, le=20, description="correctness trials, one seed each (KernelBench: 5)")
+    input_seed: int = Field(1000, ge=0, le=2**31 - 1, description="trial i draws its inputs under seed input_seed + i")
+    tolerance_profile: ToleranceProfile = Field(
+        "kernelbench", description="atol = rtol by output dtype: kernelbench (fp32 1e-4, fp16/bf16 1e-2) or v0 (1e-2)"
+    )
+    atol: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="absolute tolerance for every dtype; None: the profile's"
+    )
+    rtol: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="relative tolerance for every dtype; None: the profile's"
+    )
     reduce_sizes: bool = Field(True, description="tier 2: shrink module-level size constants")
     max_elements: int = Field(1 << 18, gt=0, description="tier 2: target tensor size after shrink")
     timing_trials: int = Field(100, ge=1, description="tier 3: timed calls after warmup")
+    compile_baseline: bool = Field(
+        False, description="tier 3: also time the reference under torch.compile (inductor, default mode)"
+    )
     limits: SandboxLimits = SandboxLimits()
+
+    def tolerance(self, dtype: str) -> tuple[float, float]:
+        """(atol, rtol) for an output of ``dtype`` (torch's name without the prefix, e.g. "float16"):
+        the profile's value for that dtype, where ``atol``/``rtol`` do not override it."""
+        wide, half = PROFILE_TOLERANCE[self.tolerance_profile]
+        default = half if dtype in HALF_DTYPES else wide
+        return (default if self.atol is None else self.atol, default if self.rtol is None else self.rtol)
 
 
 class SandboxSettings(BaseSettings):

@@ -147,6 +147,12 @@ def test_eval_over_an_uploaded_eval_file_scores_the_file_problems(client, worker
         ({"problems": None}, 400, "eval_file"),
         ({"eval_file": "file-unknown"}, 400, "problems"),
         ({"colour": "blue"}, 422, "colour"),
+        ({"tolerance_profile": "loose"}, 422, "tolerance_profile"),
+        ({"atol": -1}, 422, "atol"),
+        ({"rtol": "Infinity"}, 422, "rtol"),
+        ({"input_seed": 2**40}, 422, "input_seed"),
+        ({"trials": 0}, 422, "trials"),
+        ({"arch": "90"}, 422, "arch"),
     ],
 )
 def test_invalid_eval_requests_name_the_field(client, change, status, param):
@@ -154,6 +160,24 @@ def test_invalid_eval_requests_name_the_field(client, change, status, param):
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert error["param"] == param and error["message"]
+
+
+def test_the_verification_knobs_are_the_evals_config_with_kernelbench_defaults(client):
+    default = client.post("/v1/evals", json=FAST).json()
+    knobs = {"trials": 3, "input_seed": 7, "tolerance_profile": "v0", "rtol": 1e-3, "arch": "sm_80"}
+    chosen = client.post("/v1/evals", json=FAST | knobs | {"compile_baseline": True}).json()
+    for created in (default, chosen):
+        client.post(f"/v1/evals/{created['id']}/cancel")
+    assert {k: default["config"][k] for k in (*knobs, "atol", "compile_baseline")} == {
+        "trials": 5,
+        "input_seed": 1000,
+        "tolerance_profile": "kernelbench",
+        "rtol": None,
+        "arch": "sm_90",
+        "atol": None,
+        "compile_baseline": False,
+    }
+    assert {k: chosen["config"][k] for k in knobs} == knobs and chosen["config"]["compile_baseline"] is True
 
 
 def test_eval_file_must_exist_and_have_purpose_eval(client, service_settings):

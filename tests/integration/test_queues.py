@@ -76,7 +76,9 @@ def test_generation_goes_on_while_a_training_run_holds_the_train_worker(split_cl
     assert any(state["loaded"] for state in _holders(split_settings).values()), "and keeps the model loaded"
 
     training_file = upload_demo_dataset(split_client)
-    job = split_client.post("/v1/fine_tuning/jobs", json=job_request(training_file, max_steps=40)).json()
+    # Far more steps than the test lasts (it cancels the job): the job must still be training when
+    # the generation ends, on a fast machine too.
+    job = split_client.post("/v1/fine_tuning/jobs", json=job_request(training_file, max_steps=5000)).json()
     wait_for(lambda: job_state(split_client, job["id"])["status"] == "running", timeout=120, what="training to start")
     # The training run asked the infer worker on its device to let its model go, and it did.
     released = wait_for(

@@ -190,6 +190,55 @@ def test_impossible_sampling_options_are_refused(problem_dir, args, message):
 
 
 @pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--tolerance-profile", "loose"), "error: tolerance_profile: Input should be 'kernelbench' or 'v0'"),
+        (("--atol", "-1"), "error: atol: Input should be greater than or equal to 0"),
+        (("--arch", "90"), "error: arch: String should match pattern"),
+        (("--trials", "0"), "error: trials: Input should be greater than or equal to 1"),
+    ],
+)
+def test_bad_verification_options_name_the_option(problem_dir, args, message):
+    outcome = run_cli("--model", "smollm2-135m", "--problems", str(problem_dir), "--out", "o", *args)
+    assert outcome.exit_code == 2
+    assert outcome.output.startswith(message)
+
+
+def test_a_malformed_endpoint_model_is_refused_before_anything_runs(tmp_path, problem_dir):
+    outcome = run_cli("--model", "openai:localhost:8000#m", "--problems", str(problem_dir), "--out", str(tmp_path))
+    assert outcome.exit_code == 2
+    assert outcome.output.startswith("error: options: model: 'openai:localhost:8000#m': the URL must be http(s)")
+
+
+def test_the_verification_knobs_reach_the_verifier_and_the_report(tmp_path, problem_dir):
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text(json.dumps({"problem_id": "02_relu", "answer": "no code"}) + "\n")
+    knobs = ("--trials", "3", "--input-seed", "7", "--tolerance-profile", "v0", "--rtol", "0.001", "--arch", "sm_80")
+    out = tmp_path / "out"
+    outcome = run_cli(
+        "--answers", str(answers), "--problems", str(problem_dir), "--tier", "static", "--out", str(out), *knobs
+    )
+    assert outcome.exit_code == 0, outcome.output
+    config = EvalConfig.model_validate(json.loads((out / "results.json").read_text())["config"])
+    settings = config.verify_settings()
+    assert (settings.seeds, settings.input_seed, settings.arch) == (3, 7, "sm_80")
+    assert settings.tolerance("float32") == (1e-2, 1e-3)  # v0's atol, the explicit rtol
+    assert (
+        "Verification: 3 correctness trials (input seeds 7..9), tolerance profile `v0` with atol 0.01, rtol 0.001"
+        in (out / "results.md").read_text()
+    )
+
+
+def test_kernelbench_defaults_five_trials_and_its_tolerances():
+    settings = EvalConfig(model="m", problems="demo").verify_settings()
+    assert (settings.seeds, settings.tolerance("float32"), settings.tolerance("bfloat16")) == (
+        5,
+        (1e-4, 1e-4),
+        (1e-2, 1e-2),
+    )
+
+
+@pytest.mark.parametrize(
     ("content", "message"),
     [
         ('{"problem_id": "02_relu", "answer": "x"}\nnot json\n', "error: answers.jsonl line 2: not valid JSON"),
@@ -271,24 +320,55 @@ def test_the_markdown_report_shows_the_greedy_and_pass_at_k_blocks_apart():
         ],
         elapsed_s=1.25,
     )
+    fast_rows = "".join(f"| {p} | 0.500 |\n" for p in ("0.0", "0.5", "0.8", "1.0", "1.5")) + "| 2.0 | 0.000 |\n"
     assert render_markdown(report) == (
         "# Evaluation results\n\n"
         "model `m` on `demo`: 2 problems, 6 samples, tier `gpu`, a greedy sample + 2 i.i.d. samples per problem "
-        "at temperature 0.7 (top-p 0.95), prompt `kernelbench`, 1.2 s.\n\n"
+        "at temperature 0.7 (top-p 0.95), prompt `kernelbench`, 1.2 s. Verification: 5 correctness trials "
+        "(input seeds 1000..1004), tolerance profile `kernelbench`, nvcc `sm_90`.\n\n"
         "## Greedy: one greedy sample per problem, drawn apart\n\n"
         "Share of 2 problems whose greedy sample passed.\n\n"
         "| metric | value |\n|---|---|\n"
         "| compile@1 | 0.500 |\n| cpu_correct@1 | 0.500 |\n| correct@1 | 0.500 |\n"
-        "| fast_1.0 | 0.500 |\n| fast_1.5 | 0.500 |\n\n"
-        "## pass@k: i.i.d. samples at one temperature (unbiased estimator, Chen et al. 2021)\n\n"
+        + "".join(f"| fast_{p} | 0.500 |\n" for p in ("0.0", "0.5", "0.8", "1.0", "1.5"))
+        + "| fast_2.0 | 0.000 |\n"
+        "\n## pass@k: i.i.d. samples at one temperature (unbiased estimator, Chen et al. 2021)\n\n"
         "4 samples over 2 problems, k = 1, 2; no greedy sample among them.\n\n"
         "| metric | value |\n|---|---|\n"
         "| compile@1 | 0.250 |\n| compile@2 | 0.500 |\n| cpu_correct@1 | 0.250 |\n| cpu_correct@2 | 0.500 |\n"
-        "| correct@1 | 0.250 |\n| correct@2 | 0.500 |\n| fast_1.0 | 0.250 |\n| fast_1.5 | 0.250 |\n\n"
+        "| correct@1 | 0.250 |\n| correct@2 | 0.500 |\n"
+        + "".join(f"| fast_{p} (mean over samples) | 0.250 |\n" for p in ("0.0", "0.5", "0.8", "1.0", "1.5"))
+        + "| fast_2.0 (mean over samples) | 0.000 |\n\n"
+        "## KernelBench: fast_p over one scored sample per problem\n\n"
+        "The greedy sample of each of 2 problems (1 correct); a problem is fast_p when its sample is correct and "
+        "more than p times faster than the baseline.\n\n"
+        "| p | fast_p (eager) |\n|---|---|\n" + fast_rows + "\n"
+        "Geometric-mean speedup over eager of the correct samples: 1.75.\n\n"
         "## Verdicts\n\n| verdict | greedy | i.i.d. |\n|---|---|---|\n| compile_error | 1 | 3 |\n| pass | 1 | 1 |\n\n"
         "## Problems\n\n"
-        "| problem | greedy | n | compiled | cpu_correct | correct | best speedup | verdicts (i.i.d.) |\n"
-        "|---|---|---|---|---|---|---|---|\n"
-        "| a | pass | 2 | 1 | 1 | 1 | 1.75 | compile_error 1, pass 1 |\n"
-        "| b | compile_error | 2 | 0 | 0 | 0 | - | compile_error 2 |\n"
+        "| problem | greedy | n | compiled | cpu_correct | correct | best speedup | scored speedup | verdicts (i.i.d.) |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
+        "| a | pass | 2 | 1 | 1 | 1 | 1.75 | 1.75 | compile_error 1, pass 1 |\n"
+        "| b | compile_error | 2 | 0 | 0 | 0 | - | - | compile_error 2 |\n"
     )
+
+
+def test_the_markdown_report_gives_fast_p_against_torch_compile_when_it_was_timed():
+    fast = VerifyResult(verdict=Verdict.PASS, tier=Tier.GPU, speedup=2.5, compile_speedup=0.9)
+    slow = VerifyResult(verdict=Verdict.PASS, tier=Tier.GPU, speedup=0.7, compile_speedup=0.4)
+    rows = [problem_row("a", [fast]), problem_row("b", [slow])]
+    report = EvalReport(
+        config=EvalConfig(answers=Path("a.jsonl"), problems="demo", tier=Tier.GPU, compile_baseline=True),
+        aggregate=aggregate(rows, Tier.GPU, [1]),
+        problems=rows,
+        samples=[],
+        elapsed_s=1.0,
+    )
+    text = render_markdown(report)
+    assert "nvcc `sm_90`, torch.compile baseline timed." in text
+    assert "The first i.i.d. sample of each of 2 problems (2 correct)" in text
+    assert "| p | fast_p (eager) | fast_p (torch.compile) |\n|---|---|---|\n| 0.0 | 1.000 | 1.000 |\n" in text
+    assert "| 0.8 | 0.500 | 0.500 |\n| 1.0 | 0.500 | 0.000 |\n" in text
+    assert (
+        "speedup over eager of the correct samples: 1.32.\nOver torch.compile: 0.60." in text
+    )  # sqrt(2.5*0.7), sqrt(0.36)

@@ -8,6 +8,8 @@ import pytest
 
 from cuset_core.evaluation.metrics import (
     aggregate,
+    fast_p,
+    geometric_mean_speedup,
     greedy_scores,
     pass_at_k,
     passed_tier,
@@ -17,9 +19,9 @@ from cuset_core.evaluation.metrics import (
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 
 
-def result(verdict: str, tier: str, speedup: float | None = None) -> VerifyResult:
+def result(verdict: str, tier: str, speedup: float | None = None, compile_speedup: float | None = None) -> VerifyResult:
     """A result as cached before ``tier_verdicts`` existed: only the deciding tier is known."""
-    return VerifyResult(verdict=Verdict(verdict), tier=Tier(tier), speedup=speedup)
+    return VerifyResult(verdict=Verdict(verdict), tier=Tier(tier), speedup=speedup, compile_speedup=compile_speedup)
 
 
 def tiered(**verdicts: str) -> VerifyResult:
@@ -106,7 +108,7 @@ def test_problem_rows_count_tiers_verdicts_and_speed():
         ],
     )
     assert (row.n, row.compiled, row.cpu_correct, row.correct) == (4, 3, 3, 2)
-    assert row.fast == {"1.0": 2, "1.5": 1}
+    assert row.fast == {"0.0": 2, "0.5": 2, "0.8": 2, "1.0": 2, "1.5": 1, "2.0": 0}
     assert row.best_speedup == 2.0
     assert row.verdicts == {"compile_error": 1, "pass": 2, "value_mismatch": 1}
 
@@ -137,7 +139,15 @@ def test_aggregate_at_the_gpu_tier_adds_correct_and_fast_p():
     agg = aggregate(rows, Tier.GPU, [1, 2])
     assert agg.sampled.metrics["correct@1"] == pytest.approx(0.75)
     assert agg.sampled.metrics["correct@2"] == 1.0
-    assert agg.sampled.fast_p == {"1.0": pytest.approx((0.5 + 0.5) / 2), "1.5": pytest.approx(0.25)}
+    # a: 2.0 and 0.9 (each correct), b: one correct at 1.2 of two -> per problem shares, averaged
+    assert agg.sampled.fast_p == {
+        "0.0": pytest.approx((1.0 + 0.5) / 2),
+        "0.5": pytest.approx((1.0 + 0.5) / 2),
+        "0.8": pytest.approx((1.0 + 0.5) / 2),
+        "1.0": pytest.approx((0.5 + 0.5) / 2),
+        "1.5": pytest.approx(0.25),
+        "2.0": 0.0,
+    }
 
 
 def test_the_greedy_sample_is_scored_apart_and_never_enters_pass_at_k():
@@ -167,8 +177,12 @@ def test_a_greedy_only_run_has_no_pass_at_k_block():
         "compile@1": 1.0,
         "cpu_correct@1": 1.0,
         "correct@1": 0.5,
+        "fast_0.0": 0.5,
+        "fast_0.5": 0.5,
+        "fast_0.8": 0.5,
         "fast_1.0": 0.5,
         "fast_1.5": 0.5,
+        "fast_2.0": 0.0,
     }
 
 
@@ -208,3 +222,63 @@ def test_a_greedy_sample_the_verifier_failed_on_leaves_the_greedy_block_out():
     agg = aggregate(rows, Tier.CPU, [])
     assert agg.greedy.problems == 1 and agg.greedy.metrics == {"compile@1": 1.0, "cpu_correct@1": 1.0}
     assert (agg.samples, agg.internal_errors) == (1, 1)
+
+
+def test_fast_p_is_the_share_of_problems_correct_and_faster_than_p():
+    # four problems: correct at 2.5x, 1.2x and 0.6x eager, one incorrect (None)
+    speedups = [2.5, 1.2, 0.6, None]
+    assert [fast_p(speedups, p) for p in (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)] == [0.75, 0.75, 0.5, 0.5, 0.25, 0.25]
+    assert fast_p([1.0], 1.0) == 0.0  # strictly faster than p
+    assert fast_p([], 1.0) == 0.0
+
+
+def test_the_geometric_mean_speedup_covers_correct_samples_only():
+    assert geometric_mean_speedup([2.0, 0.5, 4.0, None]) == pytest.approx(4 ** (1 / 3))  # (2 * 0.5 * 4) ** (1/3)
+    assert geometric_mean_speedup([None, None]) is None
+
+
+def test_the_kernelbench_block_scores_the_greedy_sample_else_the_first_one_per_problem():
+    rows = [
+        # greedy drawn: it is the scored sample, whatever the i.i.d. ones did
+        problem_row("a", [result("pass", "gpu", 9.0)], greedy=result("pass", "gpu", 2.0, compile_speedup=1.6)),
+        # no greedy sample: the first i.i.d. one is scored (KernelBench's sample_id 0)
+        problem_row("b", [result("pass", "gpu", 0.5, compile_speedup=0.25), result("pass", "gpu", 8.0)]),
+        problem_row("c", [result("value_mismatch", "gpu"), result("pass", "gpu", 3.0)]),
+        # the verifier failed on its scored sample: left out of the denominator
+        problem_row("d", [tiered(static="pass", compile="pass", cpu="pass", gpu="internal_error")]),
+    ]
+    assert rows[1].scored.model_dump() == {
+        "greedy": False,
+        "correct": True,
+        "speedup": 0.5,
+        "compile_speedup": 0.25,
+        "fast": {"0.0": True, "0.5": False, "0.8": False, "1.0": False, "1.5": False, "2.0": False},
+    }
+    assert rows[3].scored is None
+    block = aggregate(rows, Tier.GPU, [1]).kernelbench
+    assert (block.problems, block.greedy, block.correct) == (3, 1, 2)
+    assert block.fast_p == {"0.0": 2 / 3, "0.5": 1 / 3, "0.8": 1 / 3, "1.0": 1 / 3, "1.5": 1 / 3, "2.0": 0.0}
+    assert block.geo_mean_speedup == pytest.approx(1.0)  # sqrt(2.0 * 0.5)
+    assert block.fast_p_compile == {"0.0": 2 / 3, "0.5": 1 / 3, "0.8": 1 / 3, "1.0": 1 / 3, "1.5": 1 / 3, "2.0": 0.0}
+    assert block.geo_mean_compile_speedup == pytest.approx((1.6 * 0.25) ** 0.5)
+    assert aggregate(rows, Tier.CPU, [1]).kernelbench is None  # no speedups below the GPU tier
+
+
+def test_without_torch_compile_timings_the_block_has_no_compile_figures():
+    block = aggregate([problem_row("a", [result("pass", "gpu", 1.5)])], Tier.GPU, [1]).kernelbench
+    assert (block.fast_p["1.0"], block.fast_p_compile, block.geo_mean_compile_speedup) == (1.0, {}, None)
+
+
+def test_rows_of_older_results_report_only_the_thresholds_they_counted():
+    row = problem_row("a", [result("pass", "gpu", 1.2)], greedy=result("pass", "gpu", 1.2))
+    old = row.model_copy(
+        update={"fast": {"1.0": 1, "1.5": 0}, "greedy": row.greedy.model_copy(update={"fast": {"1.0": 1, "1.5": 0}})}
+    )
+    assert {k: v for k, v in greedy_scores(old, Tier.GPU).items() if k.startswith("fast_")} == {
+        "fast_1.0": 1.0,
+        "fast_1.5": 0.0,
+    }
+    assert {k: v for k, v in sampled_scores(old, Tier.GPU, [1]).items() if k.startswith("fast_")} == {
+        "fast_1.0": 1.0,
+        "fast_1.5": 0.0,
+    }

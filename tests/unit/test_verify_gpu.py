@@ -90,12 +90,37 @@ def test_an_output_that_does_not_change_with_the_inputs_looks_cached():
 
 def test_compare_outputs_reports_shape_then_values():
     ref = [torch.zeros(2, 3)]
-    assert compare_outputs(ref, [torch.zeros(3, 2)], 1e-2, 1e-2).verdict == "shape_mismatch"
-    assert compare_outputs(ref, [torch.zeros(2, 3), torch.zeros(1)], 1e-2, 1e-2).verdict == "shape_mismatch"
-    mismatch = compare_outputs(ref, [torch.full((2, 3), 0.5)], 1e-2, 1e-2)
+    v0 = VerifySettings(tolerance_profile="v0").tolerance
+    assert compare_outputs(ref, [torch.zeros(3, 2)], v0).verdict == "shape_mismatch"
+    assert compare_outputs(ref, [torch.zeros(2, 3), torch.zeros(1)], v0).verdict == "shape_mismatch"
+    mismatch = compare_outputs(ref, [torch.full((2, 3), 0.5)], v0)
     assert (mismatch.verdict, mismatch.max_abs_diff, mismatch.mean_abs_diff) == ("value_mismatch", 0.5, 0.5)
-    ok = compare_outputs(ref, [torch.full((2, 3), 0.005)], 1e-2, 1e-2)
+    ok = compare_outputs(ref, [torch.full((2, 3), 0.005)], v0)
     assert (ok.verdict, ok.max_abs_diff) == ("pass", pytest.approx(0.005))
+
+
+def test_tolerances_follow_the_output_dtype_as_kernelbench_does_now():
+    kernelbench = VerifySettings().tolerance
+    assert [kernelbench(name) for name in ("float32", "float64", "float16", "bfloat16")] == [
+        (1e-4, 1e-4),
+        (1e-4, 1e-4),
+        (1e-2, 1e-2),
+        (1e-2, 1e-2),
+    ]
+    assert VerifySettings(tolerance_profile="v0").tolerance("float32") == (1e-2, 1e-2)
+    assert VerifySettings(atol=1e-3).tolerance("float16") == (1e-3, 1e-2)  # an explicit value overrides the profile
+
+
+def test_a_kernel_that_drops_one_of_4096_summed_terms_fails_in_fp32_and_passes_only_under_v0():
+    terms = torch.rand(4096, generator=torch.Generator().manual_seed(0), dtype=torch.float64)  # sum about 2048
+    expected = terms.sum().float().reshape(1)
+    dropped = terms.max()  # the kernel's slip: the largest term left out, about 1/2048 of the sum
+    skipped = (terms.sum() - dropped).float().reshape(1)
+    assert 1e-4 < float(dropped / terms.sum()) < 1e-2
+    assert compare_outputs([expected], [skipped], VerifySettings().tolerance).verdict == "value_mismatch"
+    assert compare_outputs([expected], [skipped], VerifySettings(tolerance_profile="v0").tolerance).verdict == "pass"
+    # the same slip in fp16 is within KernelBench's 1e-2 for half precision
+    assert compare_outputs([expected.half()], [skipped.half()], VerifySettings().tolerance).verdict == "pass"
 
 
 def test_flatten_outputs_unpacks_nested_tuples():
@@ -112,9 +137,10 @@ def test_gpu_limits_raise_only_what_a_gpu_job_needs():
 
 def test_the_job_names_the_candidates_kernels():
     candidate = parse_candidate((DEMO / "solutions" / "02_relu.py").read_text())
-    settings = VerifySettings(seeds=2, timing_trials=7)
+    settings = VerifySettings(seeds=2, timing_trials=7, compile_baseline=True)
     assert gpu.job_fields(candidate, settings) == {
         "timing_trials": 7,
+        "compile_baseline": True,
         "kernel_names": ["relu_kernel"],
         "gpu_memory_mb": SandboxLimits().gpu_memory_mb,
     }
@@ -288,6 +314,7 @@ def cpu_protocol(monkeypatch, tmp_path):
             "candidate": "candidate.py",
             "kind": "python",
             "seeds": 3,
+            "input_seed": 1000,
             "timing_trials": 4,
             "kernel_names": ["relu_kernel"],
             "gpu_memory_mb": 1024,
@@ -390,3 +417,60 @@ def test_the_factory_turns_a_missing_or_crashing_model_new_into_a_runtime_error(
         "runtime_error",
         "constructing ModelNew failed: bad size",
     )
+
+
+def test_speed_fields_over_eager_and_torch_compile():
+    fields = protocol.speed_fields(reference_ms=3.0, compile_ms=1.5, runtime_ms=1.2)
+    assert (fields["speedup"], fields["compile_speedup"]) == (pytest.approx(2.5), pytest.approx(1.25))
+    assert fields["speed_note"] == "1.2000 ms vs eager 3.0000 ms (speedup 2.50x), vs torch.compile 1.5000 ms (1.25x)"
+    eager_only = protocol.speed_fields(reference_ms=3.0, compile_ms=None, runtime_ms=1.2)
+    assert "compile_speedup" not in eager_only and eager_only["compile_ms"] is None
+    assert "speedup" not in protocol.speed_fields(reference_ms=3.0, compile_ms=1.5, runtime_ms=None)
+
+
+def test_a_failed_torch_compile_baseline_is_a_note_never_a_verdict():
+    reference = {"reference_ms": 2.0, "details": {"compile_error": "inductor: unsupported op"}}
+    speed = protocol._speed(reference, {"runtime_ms": 1.0})
+    assert (speed["speedup"], speed["compile_ms"]) == (2.0, None)
+    assert speed["speed_note"].endswith("; no torch.compile baseline: inductor: unsupported op")
+
+
+def test_the_reference_side_times_eager_then_torch_compile_and_draws_inputs_from_input_seed(monkeypatch, tmp_path):
+    from cuset_core.verify import gpu_harness
+
+    timed = []
+
+    def time_calls(model, sets, trials, flush):
+        timed.append(model)
+        return [4.0] * trials if len(timed) == 1 else [1.0, 3.0] * (trials // 2)
+
+    monkeypatch.setattr(gpu_harness, "_time_calls", time_calls)
+    monkeypatch.setattr(gpu_harness, "_l2_flusher", lambda device: lambda: None)
+    monkeypatch.setattr(gpu_harness, "_set_tf32_off", lambda: None)  # process-wide state other tests see
+    job = {"kind": "python", "seeds": 2, "input_seed": 7, "timing_trials": 4, "compile_baseline": True}
+
+    def reference(folder: str, **changes):
+        workdir = tmp_path / folder
+        workdir.mkdir()
+        (workdir / "problem.py").write_text(RELU_PROBLEM)
+        outcome = gpu_harness.reference_side(job | changes, workdir, torch.device("cpu"), {})
+        return outcome, load_values((workdir / "inputs.safetensors").read_bytes())["trials"]
+
+    outcome, inputs = reference("a")
+    assert outcome.reference_ms == 4.0 and outcome.details["compile_timing"]["mean"] == 2.0
+    assert isinstance(timed[1], torch._dynamo.eval_frame.OptimizedModule) and timed[1]._orig_mod is timed[0]
+    torch.manual_seed(8)
+    assert torch.equal(inputs[1][0], torch.randn_like(inputs[1][0]))  # trial 1 under input_seed + 1
+    _, again = reference("b")
+    _, other = reference("c", input_seed=8, compile_baseline=False)
+    assert torch.equal(again[0][0], inputs[0][0]) and torch.equal(other[0][0], inputs[1][0])
+    assert len(timed) == 5  # eager + compile twice, then eager only
+
+
+def test_the_harness_builds_and_caches_only_inside_its_work_folder(tmp_path):
+    env = gpu.gpu_env(tmp_path)
+    assert [env[name] for name in ("TORCH_EXTENSIONS_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")] == [
+        str(tmp_path / "torch_extensions"),
+        str(tmp_path / "inductor"),
+        str(tmp_path / "triton"),
+    ]

@@ -83,7 +83,8 @@ def test_a_cache_hit_is_marked_and_fast(tmp_path):
 def test_the_cache_key_covers_settings_and_can_be_bypassed(tmp_path):
     verify(PROBLEM, fenced(GOOD), STATIC, cache_dir=tmp_path)
     assert verify(PROBLEM, fenced(GOOD), STATIC, cache_dir=tmp_path).cached
-    assert not verify(PROBLEM, fenced(GOOD), STATIC.model_copy(update={"seeds": 5}), cache_dir=tmp_path).cached
+    for change in ({"seeds": 3}, {"input_seed": 7}, {"tolerance_profile": "v0"}, {"atol": 1e-3}):
+        assert not verify(PROBLEM, fenced(GOOD), STATIC.model_copy(update=change), cache_dir=tmp_path).cached
     assert not verify(PROBLEM, fenced(GOOD), STATIC, cache_dir=tmp_path, use_cache=False).cached
 
 

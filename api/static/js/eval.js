@@ -24,6 +24,8 @@
       fact("Verified up to", c.tier || "—"),
       fact("Greedy sample", c.greedy === false ? "no" : "yes, drawn apart"),
       fact("i.i.d. samples per problem", c.samples ?? "—"),
+      fact("Correctness trials", c.trials ?? "—"),
+      fact("Tolerances", c.tolerance_profile ? `${c.tolerance_profile}${c.atol != null ? `, atol ${c.atol}` : ""}${c.rtol != null ? `, rtol ${c.rtol}` : ""}` : "—"),
       fact("Created", fmtTime(e.created_at)),
       fact("Finished", fmtTime(e.finished_at)),
       fact("Took", e.finished_at ? fmtDuration(e.finished_at - e.created_at) : "—"),
@@ -37,6 +39,11 @@
       const metrics = evalMetrics(agg);
       const tiles = metrics.map(([k, v]) => tile(k, `${(100 * v).toFixed(1)}%`, k.includes("fast_") ? "correct and faster than PyTorch" : null));
       for (const [pth, v] of Object.entries(agg.fast_p || {})) tiles.push(tile(`fast_${pth}`, `${(100 * v).toFixed(1)}%`, "correct and faster than PyTorch"));
+      const kb = agg.kernelbench;
+      if (kb) {
+        for (const pth of ["0.0", "1.0", "1.5"]) tiles.push(tile(`KernelBench fast_${pth}`, `${(100 * kb.fast_p[pth]).toFixed(1)}%`, "one scored sample per problem, vs eager"));
+        if (kb.geo_mean_speedup != null) tiles.push(tile("geo-mean speedup", `×${kb.geo_mean_speedup.toFixed(2)}`, "correct kernels, vs eager"));
+      }
       tiles.push(tile("problems", String(agg.problems)), tile("samples", String(agg.samples)));
       if (agg.internal_errors) tiles.push(tile("internal errors", String(agg.internal_errors), "verifier faults, left out of every metric"));
       if (!metrics.length) {

@@ -6,7 +6,7 @@
   device) until the inputs plus weights, and the outputs, each hold at most ``max_elements``
   elements; when the reduced problem breaks the reference it runs the original sizes if they
   fit (``sizes.original_fits``), else reports ``unsupported``. Then one trial per seed: inputs
-  drawn under that seed, weights under ``INIT_SEED``; writes ``inputs.safetensors`` and
+  drawn under that seed (``input_seed + trial``), weights under ``INIT_SEED``; writes ``inputs.safetensors`` and
   ``reference.safetensors``.
 - ``candidate``: builds the candidate (``load_inline``/``load`` compile with g++ and the
   runtime; a failed build is ``compile_error`` even when the candidate catches it), builds
@@ -38,7 +38,6 @@ from typing import Any
 
 from cuset_core.verify.protocol import (
     INIT_SEED,
-    INPUT_SEED_BASE,
     INPUTS_FILE,
     OUTPUTS_FILE,
     REFERENCE_FILE,
@@ -52,6 +51,7 @@ from cuset_core.verify.protocol import (
     run_side,
     save_values,
     tail,
+    trial_seeds,
 )
 
 SCHEDULES = ("ascending thread order", "descending thread order", "odd threads first")
@@ -304,7 +304,7 @@ def _clone(values: list[Any]) -> list[Any]:
     return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def run_reference(problem_source: str, overrides: dict[str, int], kind: str, seeds: int) -> dict[str, Any]:
+def run_reference(problem_source: str, overrides: dict[str, int], kind: str, seeds: list[int]) -> dict[str, Any]:
     """The reference at the given sizes: the candidate's inputs (``init``, ``trials``, and for a
     ``.cu`` candidate the reference's ``layout`` and ``weights``) and the expected ``outputs``.
     Any failure raises ``Decided`` (``internal_error``: the problem, not the candidate)."""
@@ -335,8 +335,8 @@ def run_reference(problem_source: str, overrides: dict[str, int], kind: str, see
             data["weights"] = {
                 name: t.detach().clone() for name, t in [*model.named_parameters(), *model.named_buffers()]
             }
-        for trial in range(seeds):
-            torch.manual_seed(INPUT_SEED_BASE + trial)
+        for seed in seeds:  # one trial each
+            torch.manual_seed(seed)
             try:
                 inputs = list(problem.get_inputs())
             except Exception as exc:  # noqa: BLE001
@@ -360,7 +360,7 @@ def reference_side(job: dict, workdir: Path, timings: dict[str, float]) -> Outco
     overrides = size_overrides(problem_source, job["max_elements"]) if job["reduce_sizes"] else {}
     fits = not overrides or original_fits(_safe_elements(problem_source), job["max_elements"])
     try:
-        data = run_reference(problem_source, overrides, job["kind"], job["seeds"])
+        data = run_reference(problem_source, overrides, job["kind"], trial_seeds(job))
     except Decided as decided:
         if not overrides:
             raise
@@ -375,7 +375,7 @@ def reference_side(job: dict, workdir: Path, timings: dict[str, float]) -> Outco
                 )
             ) from None
         note = f"the reduced problem broke the reference ({decided.outcome.reason}); original sizes used"
-        overrides, data = {}, run_reference(problem_source, {}, job["kind"], job["seeds"])
+        overrides, data = {}, run_reference(problem_source, {}, job["kind"], trial_seeds(job))
     else:
         shrunk = ", ".join(f"{name}={constants[name]}->{value}" for name, value in overrides.items())
         note = f"sizes reduced: {shrunk}" if shrunk else ""

@@ -1,0 +1,112 @@
+"""A model served elsewhere behind an OpenAI-compatible API (vLLM, SGLang, TGI, llama.cpp server,
+this project's own ``/v1``): the ``openai:URL#NAME`` model spec of ``cuset eval``.
+
+``URL`` is the API's base URL as the ``openai`` client takes it (``http://host:8000/v1``) and
+``NAME`` the served model's id; answers come from ``POST URL/chat/completions`` with the same
+chat messages the in-process path renders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import httpx
+
+OPENAI_PREFIX = "openai:"
+DEFAULT_TIMEOUT_S = 600.0  # one request: n answers of up to max_tokens each
+
+
+class EndpointError(ValueError):
+    """The endpoint refused or failed a request; one line says which and why."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a served model answers: the API's base URL and the model's id there."""
+
+    base_url: str
+    model: str
+
+
+@dataclass(frozen=True)
+class EndpointAnswer:
+    """One choice of a chat completion. Token counts come from the response's ``usage``, which
+    covers the whole request: ``completion_tokens`` is known per answer only when n is 1."""
+
+    text: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    finish_reason: str | None
+
+
+def is_endpoint_spec(spec: str) -> bool:
+    """Whether a model spec names an OpenAI-compatible endpoint (``openai:...``)."""
+    return spec.startswith(OPENAI_PREFIX)
+
+
+def parse_endpoint(spec: str) -> Endpoint:
+    """``openai:URL#NAME`` as an ``Endpoint``; ValueError saying what is wrong otherwise."""
+    body = spec.removeprefix(OPENAI_PREFIX)
+    url, hash_sign, name = body.rpartition("#")
+    expected = "expected openai:URL#NAME, e.g. openai:http://127.0.0.1:8000/v1#my-model"
+    if not hash_sign or not name.strip() or not url:
+        raise ValueError(f"model: {spec!r}: {expected}")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"model: {spec!r}: the URL must be http(s)://host[:port]/path; {expected}")
+    return Endpoint(base_url=url.rstrip("/"), model=name.strip())
+
+
+def chat_answers(
+    client: httpx.Client,
+    endpoint: Endpoint,
+    messages: list[dict],
+    *,
+    n: int,
+    temperature: float,
+    top_p: float,
+    max_tokens: int,
+    seed: int | None,
+) -> list[EndpointAnswer]:
+    """``n`` answers to one chat conversation from ``endpoint`` (temperature 0: greedy), in choice
+    order; ``EndpointError`` when the endpoint cannot be reached or answers with an error."""
+    body = {
+        "model": endpoint.model,
+        "messages": messages,
+        "n": n,
+        "temperature": temperature,
+        "top_p": top_p,
+        "max_tokens": max_tokens,
+        "seed": seed,
+    }
+    url = f"{endpoint.base_url}/chat/completions"
+    try:
+        response = client.post(url, json=body)
+    except httpx.HTTPError as exc:
+        raise EndpointError(f"model: cannot reach {url}: {exc}") from None
+    if response.status_code != 200:
+        raise EndpointError(f"model: {url} answered {response.status_code}: {_error_message(response)}")
+    try:
+        data = response.json()
+        choices = sorted(data["choices"], key=lambda choice: choice["index"])
+        answers = [(choice["message"]["content"] or "", choice.get("finish_reason")) for choice in choices]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EndpointError(f"model: {url} answered 200 without chat completion choices ({exc!r})") from None
+    if len(answers) != n:
+        raise EndpointError(f"model: {url} returned {len(answers)} choices for n={n}")
+    usage = data.get("usage") or {}
+    prompt_tokens = usage.get("prompt_tokens")
+    completion_tokens = usage.get("completion_tokens") if n == 1 else None
+    return [EndpointAnswer(text, prompt_tokens, completion_tokens, finish) for text, finish in answers]
+
+
+def _error_message(response: httpx.Response) -> str:
+    """The OpenAI error shape's message, else the start of the body."""
+    try:
+        error = response.json().get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"]
+    except ValueError:
+        pass
+    return response.text[:300] or response.reason_phrase
