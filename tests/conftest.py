@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-# The service fixtures (Postgres, Redis, worker, server) for integration and browser tests.
-pytest_plugins = ["tests.service"]
+# The service fixtures: the real one (Postgres, Redis, worker, server) for integration and browser
+# tests, the embedded one (SQLite, no worker) for fast tests.
+pytest_plugins = ["tests.service", "tests.sqlite_service"]
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("CUSET_SHARED_DATA", REPO.parent / "shared" / "data"))

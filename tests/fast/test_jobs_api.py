@@ -1,0 +1,141 @@
+"""``/v1/fine_tuning/jobs`` through ``create_app`` on the embedded SQLite database, without a
+worker: a created job waits in ``validating_files`` with its message in the SQLite broker, bad
+requests name their field, a job not yet running cancels at once, and lists page by cursor."""
+
+from __future__ import annotations
+
+import pytest
+
+from db.models import Job
+from db.session import session_scope
+from tests.integration.job_support import event_messages, job_request, upload_demo_dataset, upload_eval_problems
+from tests.sqlite_service import OTHER_OWNER, enqueued
+
+
+@pytest.fixture
+def training_file(fast_client) -> str:
+    return upload_demo_dataset(fast_client)
+
+
+def created(client, body: dict) -> dict:
+    response = client.post("/v1/fine_tuning/jobs", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_a_created_job_waits_for_its_file_check_in_the_broker(fast_client, fast_settings, training_file):
+    job = created(fast_client, job_request(training_file))
+    assert (job["status"], job["model"], job["training_file"]) == ("validating_files", "tiny", training_file)
+    assert job["method"]["type"] == "cuset" and job["hyperparameters"]["max_steps"] == 8
+    assert enqueued(fast_settings) == [("cuset.validate_job_files", [job["id"]])]
+    assert event_messages(fast_client, job["id"]) == ["Job created"]
+    assert fast_client.get(f"/v1/fine_tuning/jobs/{job['id']}").json() == job
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "param"),
+    [
+        ({"training_file": "file-nope"}, 400, "training_file"),
+        ({"model": "gpt-17"}, 400, "model"),
+        ({"method": {"type": "cuset", "mask_ratio": 1.5}}, 400, "method.mask_ratio"),
+        ({"method": {"type": "magic"}}, 400, "method.type"),
+        ({"hyperparameters": {"n_epochs": 0}}, 400, "hyperparameters.n_epochs"),
+        ({"hyperparameters": {"batch_size": "many"}}, 400, "hyperparameters.batch_size"),
+        ({"hyperparameters": {"warp_speed": 9}}, 400, "hyperparameters.warp_speed"),
+        ({"hyperparameters": {"max_seq_len": 10**7}}, 400, "hyperparameters.max_seq_len"),
+        ({"suffix": "Has Spaces"}, 422, "suffix"),
+        ({"seed": -1}, 422, "seed"),
+    ],
+)
+def test_a_bad_request_names_its_field_and_creates_nothing(
+    fast_client, fast_settings, training_file, change, status, param
+):
+    response = fast_client.post("/v1/fine_tuning/jobs", json=job_request(training_file) | change)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["param"] == param and error["type"] == "invalid_request_error" and error["message"]
+    assert fast_client.get("/v1/fine_tuning/jobs").json()["data"] == []
+    assert enqueued(fast_settings) == []
+
+
+def test_an_eval_file_cannot_be_a_training_file(fast_client):
+    response = fast_client.post("/v1/fine_tuning/jobs", json=job_request(upload_eval_problems(fast_client)))
+    assert response.status_code == 400
+    assert (response.json()["error"]["param"], response.json()["error"]["code"]) == (
+        "training_file",
+        "invalid_file_purpose",
+    )
+
+
+def test_a_job_not_yet_running_is_cancelled_at_once_and_only_once(fast_client, training_file):
+    job = created(fast_client, job_request(training_file))
+    cancelled = fast_client.post(f"/v1/fine_tuning/jobs/{job['id']}/cancel").json()
+    assert cancelled["status"] == "cancelled" and cancelled["finished_at"] is not None
+    assert event_messages(fast_client, job["id"])[-1] == "Job cancelled"
+    again = fast_client.post(f"/v1/fine_tuning/jobs/{job['id']}/cancel")
+    assert again.status_code == 409 and again.json()["error"]["code"] == "job_not_cancellable"
+
+
+def test_the_same_idempotency_key_answers_with_the_same_job(fast_client, fast_settings, training_file):
+    body = job_request(training_file, suffix="idem")
+    first, second = (created_with_key(fast_client, body, "key-1") for _ in range(2))
+    assert first.json()["id"] == second.json()["id"]
+    assert len(enqueued(fast_settings)) == 1
+    other = created_with_key(fast_client, body | {"suffix": "other"}, "key-1")
+    assert other.status_code == 409 and other.json()["error"]["code"] == "idempotency_key_reused"
+
+
+def created_with_key(client, body: dict, key: str):
+    return client.post("/v1/fine_tuning/jobs", json=body, headers={"Idempotency-Key": key})
+
+
+def test_more_unfinished_jobs_than_allowed_is_a_429_until_one_ends(fast_client, fast_settings, training_file):
+    ids = [created(fast_client, job_request(training_file))["id"] for _ in range(fast_settings.max_concurrent_jobs)]
+    response = fast_client.post("/v1/fine_tuning/jobs", json=job_request(training_file))
+    assert response.status_code == 429 and response.json()["error"]["code"] == "concurrent_jobs_limit"
+    fast_client.post(f"/v1/fine_tuning/jobs/{ids[0]}/cancel")
+    created(fast_client, job_request(training_file))
+
+
+def test_jobs_and_events_page_newest_first_by_cursor(fast_client, fast_settings, training_file):
+    ids = [created(fast_client, job_request(training_file))["id"] for _ in range(fast_settings.max_concurrent_jobs)]
+    seen, after = [], None
+    while True:
+        page = fast_client.get("/v1/fine_tuning/jobs", params={"limit": 2} | ({"after": after} if after else {})).json()
+        assert len(page["data"]) <= 2
+        seen += [job["id"] for job in page["data"]]
+        if not page["has_more"]:
+            break
+        after = page["last_id"]
+    assert seen == ids[::-1]
+
+    fast_client.post(f"/v1/fine_tuning/jobs/{ids[0]}/cancel")
+    newest = fast_client.get(f"/v1/fine_tuning/jobs/{ids[0]}/events", params={"limit": 1}).json()
+    assert [e["message"] for e in newest["data"]] == ["Job cancelled"] and newest["has_more"]
+    older = fast_client.get(
+        f"/v1/fine_tuning/jobs/{ids[0]}/events", params={"limit": 1, "after": newest["last_id"]}
+    ).json()
+    assert [e["message"] for e in older["data"]] == ["Job created"] and not older["has_more"]
+    unknown = fast_client.get("/v1/fine_tuning/jobs", params={"after": "ftjob-nope"})
+    assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "after"
+
+
+def test_another_owners_job_is_a_404_like_an_unknown_one(fast_client, fast_settings, training_file):
+    with session_scope(fast_settings.resolved_database_url) as session:
+        session.add(
+            Job(
+                id="ftjob-theirs",
+                owner=OTHER_OWNER,
+                model="tiny",
+                training_file=training_file,
+                method={},
+                hyperparameters={},
+            )
+        )
+    for job_id in ("ftjob-unknown", "ftjob-theirs"):
+        for method, suffix in (("GET", ""), ("GET", "/events"), ("GET", "/checkpoints"), ("GET", "/metrics"), ("POST", "/cancel")):
+            response = fast_client.request(method, f"/v1/fine_tuning/jobs/{job_id}{suffix}")
+            assert response.status_code == 404, (method, suffix)
+            error = response.json()["error"]
+            assert (error["type"], error["code"]) == ("not_found_error", "fine-tuning_job_not_found")
+    assert fast_client.get("/v1/fine_tuning/jobs").json()["data"] == []
