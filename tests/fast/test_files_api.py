@@ -46,7 +46,12 @@ def test_an_upload_is_stored_and_described_as_openai_does(fast_client, fast_sett
     content = jsonl(*(demo_record(p) for p in PROBLEMS))
     body = uploaded(fast_client, content)
     assert body["id"].startswith("file-") and body["object"] == "file" and body["purpose"] == "fine-tune"
-    assert (body["bytes"], body["format"], body["records"], body["filename"]) == (len(content), "jsonl", 3, "data.jsonl")
+    assert (body["bytes"], body["format"], body["records"], body["filename"]) == (
+        len(content),
+        "jsonl",
+        3,
+        "data.jsonl",
+    )
     assert stored(fast_settings) == [fast_settings.artifacts / "files" / f"{body['id']}.jsonl"]
     assert fast_client.get(f"/v1/files/{body['id']}").json() == body
 
@@ -123,7 +128,15 @@ def test_delete_refuses_a_file_a_job_trains_on(fast_client, fast_settings):
 def test_another_owners_file_is_a_404_like_an_unknown_one(fast_client, fast_settings):
     with session_scope(fast_settings.resolved_database_url) as session:
         session.add(
-            File(id="file-theirs", owner=OTHER_OWNER, filename="x.jsonl", purpose="fine-tune", format="jsonl", bytes=1, path="files/x.jsonl")
+            File(
+                id="file-theirs",
+                owner=OTHER_OWNER,
+                filename="x.jsonl",
+                purpose="fine-tune",
+                format="jsonl",
+                bytes=1,
+                path="files/x.jsonl",
+            )
         )
     for file_id in ("file-unknown", "file-theirs"):
         for method, suffix in (("GET", ""), ("GET", "/content"), ("GET", "/records"), ("DELETE", "")):

@@ -133,7 +133,13 @@ def test_another_owners_job_is_a_404_like_an_unknown_one(fast_client, fast_setti
             )
         )
     for job_id in ("ftjob-unknown", "ftjob-theirs"):
-        for method, suffix in (("GET", ""), ("GET", "/events"), ("GET", "/checkpoints"), ("GET", "/metrics"), ("POST", "/cancel")):
+        for method, suffix in (
+            ("GET", ""),
+            ("GET", "/events"),
+            ("GET", "/checkpoints"),
+            ("GET", "/metrics"),
+            ("POST", "/cancel"),
+        ):
             response = fast_client.request(method, f"/v1/fine_tuning/jobs/{job_id}{suffix}")
             assert response.status_code == 404, (method, suffix)
             error = response.json()["error"]

@@ -4,9 +4,7 @@ that lost the job change nothing."""
 
 from __future__ import annotations
 
-import shutil
 import time
-from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -22,30 +20,18 @@ from db.job_rows import (
     finish_validation,
     requeue_or_fail,
 )
-from db.migrate import upgrade
 from db.models import Checkpoint, File, Job, JobEvent
-from db.session import engine_for, session_scope
+from db.session import session_scope
 from db.settings import Settings
 from db.statuses import JOB_FINAL, JobStatus
 
 
-@pytest.fixture(scope="module")
-def schema(tmp_path_factory) -> Path:
-    """A database file the migrations built, copied for each test (migrating takes a second)."""
-    path = tmp_path_factory.mktemp("schema") / "cuset.sqlite"
-    url = f"sqlite:///{path}"
-    upgrade(url)
-    engine_for(url).dispose()  # closing the last connection folds the WAL into the file
-    return path
-
-
 @pytest.fixture
-def settings(tmp_path, schema) -> Settings:
-    settings = Settings(data_dir=tmp_path, heartbeat_timeout_s=60)
-    shutil.copyfile(schema, tmp_path / schema.name)
-    with session_scope(settings.resolved_database_url) as session:
+def settings(sqlite_settings) -> Settings:
+    """The embedded settings on a fresh migrated database holding one training file."""
+    with session_scope(sqlite_settings.resolved_database_url) as session:
         session.add(File(id="file-1", filename="a.jsonl", purpose="fine-tune", format="jsonl", bytes=1, path="a"))
-    return settings
+    return sqlite_settings
 
 
 def _job(settings: Settings, status: JobStatus, **values) -> str:

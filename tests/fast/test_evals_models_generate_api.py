@@ -1,0 +1,212 @@
+"""``/v1/evals``, ``/v1/models`` and ``/v1/generate``'s request checks through ``create_app`` on the
+embedded SQLite database, without a worker: what the API decides before anything is decoded."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.main import create_app
+from cuset_core.demo import demo_problems
+from db.models import Eval, File, Generation, Job
+from db.session import session_scope
+from tests.integration.job_support import upload_demo_dataset, upload_eval_problems
+from tests.sqlite_service import FAST_OWNER, OTHER_OWNER, enqueued
+
+EVAL = {"model": "tiny", "samples": 0, "max_tokens": 32, "tier": "static", "problems": "demo:held-out"}
+PROBLEM = demo_problems()[0]
+
+
+def generation_rows(settings) -> int:
+    with session_scope(settings.resolved_database_url) as session:
+        return session.query(Generation).count()
+
+
+# ------------------------------------------------------------------ evals
+
+
+def test_a_created_eval_is_queued_with_its_problem_count_and_its_message(fast_client, fast_settings):
+    response = fast_client.post("/v1/evals", json=EVAL)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert (body["status"], body["model"], body["problems"]) == ("queued", "tiny", "demo:held-out")
+    assert body["progress"]["done"] == 0 and body["progress"]["total"] > 0
+    assert (body["config"]["tier"], body["config"]["max_new_tokens"]) == ("static", 32)
+    assert enqueued(fast_settings) == [("cuset.eval", [body["id"]])]
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "param"),
+    [
+        ({"tier": "quantum"}, 422, "tier"),
+        ({"greedy": False, "samples": 0}, 400, "samples"),
+        ({"samples": 2, "k": [1, 4]}, 400, "k"),
+        ({"samples": 10_000}, 400, "samples"),
+        ({"max_tokens": 10**9}, 400, "max_tokens"),
+        ({"temperature": -1}, 422, "temperature"),
+        ({"model": "no-such-model"}, 404, "model"),
+        ({"problems": None}, 400, "eval_file"),
+        ({"eval_file": "file-unknown"}, 400, "problems"),
+        ({"colour": "blue"}, 422, "colour"),
+    ],
+)
+def test_a_bad_eval_request_names_its_field_and_creates_nothing(fast_client, fast_settings, change, status, param):
+    response = fast_client.post("/v1/evals", json=EVAL | change)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["param"] == param and error["message"]
+    assert fast_client.get("/v1/evals").json()["data"] == [] and enqueued(fast_settings) == []
+
+
+def test_an_eval_file_must_be_an_eval_purpose_jsonl_file(fast_client):
+    training = upload_demo_dataset(fast_client)
+    response = fast_client.post("/v1/evals", json={**EVAL, "problems": None, "eval_file": training})
+    assert response.status_code == 400
+    assert (response.json()["error"]["param"], response.json()["error"]["code"]) == (
+        "eval_file",
+        "invalid_file_purpose",
+    )
+    problems = upload_eval_problems(fast_client)
+    created = fast_client.post("/v1/evals", json={**EVAL, "problems": None, "eval_file": problems}).json()
+    assert (created["eval_file"], created["progress"]["total"]) == (problems, 2)
+
+
+def test_evals_cancel_and_list_newest_first_by_cursor(fast_client):
+    ids = [fast_client.post("/v1/evals", json=EVAL).json()["id"] for _ in range(3)]
+    cancelled = fast_client.post(f"/v1/evals/{ids[0]}/cancel").json()
+    assert cancelled["status"] == "cancelled" and cancelled["finished_at"] is not None
+    assert fast_client.post(f"/v1/evals/{ids[0]}/cancel").json()["status"] == "cancelled"  # a no-op
+    first = fast_client.get("/v1/evals", params={"limit": 2}).json()
+    assert ([e["id"] for e in first["data"]], first["has_more"]) == ([ids[2], ids[1]], True)
+    second = fast_client.get("/v1/evals", params={"limit": 2, "after": first["last_id"]}).json()
+    assert ([e["id"] for e in second["data"]], second["has_more"]) == ([ids[0]], False)
+
+
+def test_another_owners_eval_is_a_404_like_an_unknown_one(fast_client, fast_settings):
+    with session_scope(fast_settings.resolved_database_url) as session:
+        session.add(Eval(id="eval-theirs", owner=OTHER_OWNER, model="tiny", problems="demo", config={}))
+    for eval_id in ("eval-unknown", "eval-theirs"):
+        for method, suffix in (("GET", ""), ("GET", "/problems"), ("POST", "/cancel")):
+            response = fast_client.request(method, f"/v1/evals/{eval_id}{suffix}")
+            assert response.status_code == 404, (method, suffix)
+            assert response.json()["error"]["code"] == "eval_not_found"
+
+
+# ------------------------------------------------------------------ models
+
+
+def test_models_list_every_base_model_with_its_source(fast_settings, tmp_path):
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    base_models = {
+        "tiny": fast_settings.base_models["tiny"],
+        "bundled": "smollm2-135m",
+        "file": str(gguf),
+        "hub": "org/coder",
+        "gone": str(tmp_path / "gone"),
+    }
+    settings = fast_settings.model_copy(update={"base_models": base_models, "auth": False})
+    with TestClient(create_app(settings)) as client:
+        listing = client.get("/v1/models").json()
+        one = client.get("/v1/models/file").json()
+    assert [(m["id"], m["owned_by"], m["source"]) for m in listing["data"]] == [
+        ("tiny", "cuset", "folder"),
+        ("bundled", "cuset", "bundled"),
+        ("file", "cuset", "gguf"),
+        ("hub", "cuset", "hub"),
+        ("gone", "cuset", None),
+    ]
+    assert one == {"id": "file", "object": "model", "created": 0, "owned_by": "cuset", "source": "gguf"}
+
+
+def _tuned(settings, name: str, owner: str) -> None:
+    """A succeeded job of ``owner`` whose fine-tuned model is ``ft:tiny:<name>``."""
+    with session_scope(settings.resolved_database_url) as session:
+        session.add(
+            File(
+                id=f"file-{name}",
+                owner=owner,
+                filename="t.jsonl",
+                purpose="fine-tune",
+                format="jsonl",
+                bytes=1,
+                path="x",
+            )
+        )
+        session.flush()
+        session.add(
+            Job(
+                id=f"ftjob-{name}",
+                owner=owner,
+                model="tiny",
+                training_file=f"file-{name}",
+                method={},
+                hyperparameters={},
+                status="succeeded",
+                fine_tuned_model=f"ft:tiny:{name}",
+                output_dir=f"adapters/{name}",
+                finished_at=time.time(),
+            )
+        )
+
+
+def test_an_owners_tuned_models_are_listed_for_that_owner_only(fast_client, fast_settings):
+    _tuned(fast_settings, "mine", FAST_OWNER)
+    _tuned(fast_settings, "theirs", OTHER_OWNER)
+    listed = {m["id"]: m for m in fast_client.get("/v1/models").json()["data"]}
+    assert set(listed) == {"tiny", "ft:tiny:mine"}
+    assert (listed["ft:tiny:mine"]["owned_by"], listed["ft:tiny:mine"]["source"]) == (FAST_OWNER, "adapter")
+    theirs = fast_client.get("/v1/models/ft:tiny:theirs")
+    assert theirs.status_code == 404 and theirs.json()["error"]["param"] == "model"
+
+
+# ------------------------------------------------------------------ /v1/generate request checks
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"max_tokens": 10**6}, "max_tokens"),
+        ({"n": 10**3}, "n"),
+        ({"best_of": 2}, "best_of"),  # a search needs verification
+        ({"stop_at_first_pass": True}, "stop_at_first_pass"),
+        ({"repair_rounds": 1}, "repair_rounds"),
+        ({"verify": "static", "best_of": 10**3}, "best_of"),
+        ({"verify": "static", "best_of": 2, "n": 2}, "best_of"),
+        ({"verify": "static", "repair_rounds": 99}, "repair_rounds"),
+    ],
+)
+def test_a_generate_request_the_server_cannot_honour_is_a_400_naming_the_field(fast_client, fast_settings, body, param):
+    response = fast_client.post("/v1/generate", json={"model": "tiny", "problem": PROBLEM.problem_code} | body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert (error["param"], error["type"]) == (param, "invalid_request_error") and param in error["message"]
+    assert generation_rows(fast_settings) == 0 and enqueued(fast_settings) == []
+
+
+@pytest.mark.parametrize("body", [{"best_of": 0}, {"repair_rounds": -1}, {"n": 0}, {"verify": "maybe"}])
+def test_a_generate_setting_out_of_range_is_a_422_naming_the_field(fast_client, fast_settings, body):
+    response = fast_client.post("/v1/generate", json={"model": "tiny", "problem": PROBLEM.problem_code} | body)
+    assert response.status_code == 422
+    assert response.json()["error"]["param"] == next(iter(body))
+    assert generation_rows(fast_settings) == 0
+
+
+def test_verification_without_a_problem_is_a_400_naming_verify(fast_client):
+    response = fast_client.post("/v1/generate", json={"model": "tiny", "prompt": "hi", "verify": "static"})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "verify"
+
+
+def test_generating_with_an_unknown_model_is_a_404_naming_model(fast_client, fast_settings):
+    response = fast_client.post("/v1/generate", json={"model": "no-such-model", "prompt": "hi"})
+    assert response.status_code == 404
+    assert (response.json()["error"]["param"], response.json()["error"]["code"]) == ("model", "model_not_found")
+    assert generation_rows(fast_settings) == 0
+
+
+def test_an_unknown_route_answers_in_the_error_shape(fast_client):
+    response = fast_client.get("/v1/nothing-here")
+    assert response.status_code == 404
+    assert set(response.json()["error"]) == {"message", "type", "param", "code"}
