@@ -37,9 +37,12 @@ def sqlite_schema(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def sqlite_settings(tmp_path, sqlite_schema) -> Settings:
-    """Embedded settings on a fresh copy of the migrated schema in this test's ``tmp_path``."""
-    shutil.copyfile(sqlite_schema, tmp_path / sqlite_schema.name)
-    return Settings(data_dir=tmp_path, rate_limit_rps=0)
+    """Embedded settings on a fresh copy of the migrated schema in this test's ``tmp_path``; the
+    verification cache beside the data dir (candidates never see the data dir)."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    shutil.copyfile(sqlite_schema, data_dir / sqlite_schema.name)
+    return Settings(data_dir=data_dir, verify_cache_dir=tmp_path / "verify-cache", rate_limit_rps=0)
 
 
 @pytest.fixture
@@ -66,6 +69,7 @@ def task_settings(fast_settings, monkeypatch) -> Settings:
     """``fast_settings``, also set as the ``CUSET_*`` environment a task's ``get_settings()`` reads."""
     monkeypatch.setenv("CUSET_DATA_DIR", str(fast_settings.data_dir))
     monkeypatch.setenv("CUSET_BASE_MODELS", json.dumps(fast_settings.base_models))
+    monkeypatch.setenv("CUSET_VERIFY_CACHE_DIR", str(fast_settings.verify_cache_dir))
     monkeypatch.setenv("CUSET_RATE_LIMIT_RPS", "0")
     for name in ("DATABASE_URL", "BROKER_URL", "ARTIFACT_ROOT", "HEARTBEAT_TIMEOUT_S", "GENERATION_TIMEOUT_S"):
         monkeypatch.delenv(f"CUSET_{name}", raising=False)

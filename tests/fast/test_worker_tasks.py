@@ -1,0 +1,265 @@
+"""Task bodies called directly, without a Celery worker, on the embedded SQLite database and
+broker: the reaper's pass over silent jobs, stuck generations and lost evals; the file check of a
+new job; the verification of a ``/v1/generate`` attempt at the static tier. Each task reads its
+settings from ``CUSET_*`` (the ``task_settings`` fixture sets them)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from cuset_core.demo import demo_problems
+from cuset_core.generation.prompts import build_messages
+from db.dispatch import make_celery
+from db.generations import GenerationRequest, GenerationSample, dump_samples, read_samples
+from db.models import Checkpoint, Eval, File, Generation, Job, JobEvent
+from db.session import session_scope
+from db.settings import Settings
+from db.statuses import EvalStatus, GenerationStatus, JobStatus
+from tests.integration.job_support import job_request, upload_demo_dataset
+from tests.sqlite_service import FAST_OWNER, enqueued
+from worker.tasks.validate import validate_job_files
+from worker.tasks.verify import verify_sample
+
+PROBLEM = demo_problems()[0]
+SOLVED = f"```python\n{PROBLEM.solution_code}\n```"
+
+
+def _row(settings: Settings, model: type, row_id: str):
+    with session_scope(settings.resolved_database_url) as session:
+        row = session.get(model, row_id)
+        session.expunge(row)
+        return row
+
+
+def _events(settings: Settings, job_id: str) -> list[tuple[str, str]]:
+    with session_scope(settings.resolved_database_url) as session:
+        rows = session.query(JobEvent).filter(JobEvent.job_id == job_id).order_by(JobEvent.seq)
+        return [(row.level, row.message) for row in rows]
+
+
+# ------------------------------------------------------------------ the reaper
+
+
+def _running_job(settings: Settings, job_id: str, silent_s: float, checkpoint: bool = False, **values) -> str:
+    """A running job (attempt 1) whose heartbeat is ``silent_s`` seconds old."""
+    with session_scope(settings.resolved_database_url) as session:
+        if session.get(File, "file-train") is None:
+            session.add(
+                File(id="file-train", filename="t.jsonl", purpose="fine-tune", format="jsonl", bytes=1, path="t")
+            )
+            session.flush()
+        session.add(
+            Job(
+                id=job_id,
+                model="tiny",
+                training_file="file-train",
+                method={},
+                hyperparameters={},
+                status=JobStatus.RUNNING,
+                attempts=1,
+                heartbeat_at=time.time() - silent_s,
+                output_dir=f"jobs/{job_id}/out",
+                **values,
+            )
+        )
+        if checkpoint:
+            session.flush()  # the job row before its checkpoint's foreign key
+            (settings.artifacts / "jobs" / job_id / "out" / "checkpoint-4").mkdir(parents=True)
+            session.add(Checkpoint(id=f"ckpt-{job_id}", job_id=job_id, step=4, path=f"jobs/{job_id}/out/checkpoint-4"))
+    return job_id
+
+
+def _generation(settings: Settings, generation_id: str, status: GenerationStatus, age_s: float) -> str:
+    with session_scope(settings.resolved_database_url) as session:
+        session.add(
+            Generation(
+                id=generation_id,
+                model="tiny",
+                kind="generate",
+                status=status,
+                request={},
+                samples=[],
+                created_at=time.time() - age_s,
+            )
+        )
+    return generation_id
+
+
+def _running_eval(settings: Settings, eval_id: str, progress: dict, silent_s: float) -> str:
+    with session_scope(settings.resolved_database_url) as session:
+        session.add(
+            Eval(
+                id=eval_id,
+                model="tiny",
+                problems="demo",
+                config={},
+                status=EvalStatus.RUNNING,
+                progress=progress,
+                heartbeat_at=time.time() - silent_s,
+            )
+        )
+    return eval_id
+
+
+def reap(settings: Settings) -> None:
+    """One reaper pass, as beat runs it: the task bound to an app on the test's broker."""
+    app = make_celery(settings)
+    try:
+        app.tasks["cuset.reap"].run()
+    finally:
+        app.close()
+
+
+def test_the_reaper_requeues_a_silent_job_with_a_checkpoint_and_fails_one_without(task_settings):
+    late = 2 * task_settings.heartbeat_timeout_s
+    resumable = _running_job(task_settings, "ftjob-resumable", late, checkpoint=True)
+    lost = _running_job(task_settings, "ftjob-lost", late)
+    live = _running_job(task_settings, "ftjob-live", 1)
+    stopping = _running_job(task_settings, "ftjob-stopping", late, cancel_requested=True)
+
+    reap(task_settings)
+
+    assert _row(task_settings, Job, resumable).status == JobStatus.QUEUED
+    assert _events(task_settings, resumable)[-1] == ("warning", "requeued after worker loss; resuming from step 4")
+    assert enqueued(task_settings) == [("cuset.tune", [resumable])]
+    failed = _row(task_settings, Job, lost)
+    assert (failed.status, failed.error["code"]) == (JobStatus.FAILED, "worker_lost")
+    assert _row(task_settings, Job, live).status == JobStatus.RUNNING
+    assert _row(task_settings, Job, stopping).status == JobStatus.CANCELLED
+
+
+def test_the_reaper_fails_generations_past_their_timeout_only(task_settings):
+    timeout = task_settings.generation_timeout_s
+    stuck = _generation(task_settings, "gen-stuck", GenerationStatus.VERIFYING, 2 * timeout)
+    young = _generation(task_settings, "gen-young", GenerationStatus.RUNNING, timeout / 2)
+    done = _generation(task_settings, "gen-done", GenerationStatus.SUCCEEDED, 2 * timeout)
+
+    reap(task_settings)
+
+    failed = _row(task_settings, Generation, stuck)
+    assert (failed.status, failed.error["code"], failed.finished_at is not None) == ("failed", "timeout", True)
+    assert _row(task_settings, Generation, young).status == GenerationStatus.RUNNING
+    assert _row(task_settings, Generation, done).status == GenerationStatus.SUCCEEDED
+
+
+def test_the_reaper_fails_an_eval_lost_while_generating_but_not_one_being_verified(task_settings):
+    late = 2 * task_settings.heartbeat_timeout_s
+    generating = _running_eval(task_settings, "eval-generating", {"done": 0, "generated": 2, "total": 4}, late)
+    verifying = _running_eval(task_settings, "eval-verifying", {"done": 1, "generated": 4, "total": 4}, late)
+
+    reap(task_settings)
+
+    lost = _row(task_settings, Eval, generating)
+    assert (lost.status, lost.error["code"]) == (EvalStatus.FAILED, "worker_lost")
+    assert _row(task_settings, Eval, verifying).status == EvalStatus.RUNNING
+
+
+# ------------------------------------------------------------------ the file check of a new job
+
+
+@pytest.fixture
+def new_job(fast_client, task_settings):
+    """Create a job through the API (it waits in ``validating_files``); call with its hyperparameters."""
+    training_file = upload_demo_dataset(fast_client)
+
+    def create(**hyperparameters) -> str:
+        body = job_request(training_file)
+        body["hyperparameters"] |= hyperparameters
+        response = fast_client.post("/v1/fine_tuning/jobs", json=body)
+        assert response.status_code == 200, response.text
+        return response.json()["id"]
+
+    return create
+
+
+def test_a_good_training_file_queues_the_job_for_training(new_job, task_settings):
+    job_id = new_job()
+
+    validate_job_files.run(job_id)
+
+    assert _row(task_settings, Job, job_id).status == JobStatus.QUEUED
+    assert _events(task_settings, job_id)[-1] == ("info", "Validated training file; job queued")
+    assert enqueued(task_settings)[-1] == ("cuset.tune", [job_id])
+
+
+def test_a_file_without_a_usable_record_fails_the_job_naming_the_file(new_job, task_settings):
+    # Every demo record is longer than 64 tokens, so none survives the limit.
+    job_id = new_job(max_seq_len=64)
+
+    validate_job_files.run(job_id)
+
+    job = _row(task_settings, Job, job_id)
+    assert (job.status, job.error["code"], job.error["param"]) == (JobStatus.FAILED, "invalid_file", "training_file")
+    assert "no usable record" in job.error["message"] and "max_seq_len 64" in job.error["message"]
+    assert [name for name, _ in enqueued(task_settings)] == ["cuset.validate_job_files"]
+
+
+def test_a_redelivered_check_of_a_cancelled_job_does_nothing(new_job, fast_client, task_settings):
+    job_id = new_job()
+    fast_client.post(f"/v1/fine_tuning/jobs/{job_id}/cancel")
+
+    validate_job_files.run(job_id)
+
+    assert _row(task_settings, Job, job_id).status == JobStatus.CANCELLED
+    assert [name for name, _ in enqueued(task_settings)] == ["cuset.validate_job_files"]
+
+
+# ------------------------------------------------------------------ verification of /v1/generate attempts
+
+
+def _decoded(settings: Settings, answers: list[str], stop_at_first_pass: bool, repair_rounds: int = 0) -> str:
+    """A /v1/generate row whose drawn attempts are ``answers``, decoded and waiting for the static tier."""
+    request = GenerationRequest(
+        spec=settings.base_models["tiny"],
+        prompts=[build_messages(PROBLEM.problem_code, "compact")],
+        n=len(answers),
+        verify="static",
+        problem=PROBLEM.problem_code,
+        stop_at_first_pass=stop_at_first_pass,
+        repair_rounds=repair_rounds,
+    )
+    samples = [GenerationSample(index=i, text=text, finish_reason="stop", code=text) for i, text in enumerate(answers)]
+    with session_scope(settings.resolved_database_url) as session:
+        session.add(
+            Generation(
+                id="gen-decoded",
+                owner=FAST_OWNER,
+                model="tiny",
+                kind="generate",
+                status=GenerationStatus.VERIFYING,
+                request=request.model_dump(mode="json"),
+                samples=dump_samples(samples),
+            )
+        )
+    return "gen-decoded"
+
+
+def test_a_passing_attempt_ends_a_first_pass_request_and_cancels_the_rest(task_settings):
+    generation_id = _decoded(task_settings, ["no kernel here", SOLVED, "nor here"], stop_at_first_pass=True)
+
+    verify_sample.run(generation_id, 1)
+
+    row = _row(task_settings, Generation, generation_id)
+    samples = read_samples(row.samples)
+    assert row.status == GenerationStatus.SUCCEEDED and row.finished_at is not None
+    assert (samples[1].verification.verdict, samples[1].verification.tier) == ("pass", "static")
+    assert [(s.cancelled, s.verification) for s in (samples[0], samples[2])] == [(True, None), (True, None)]
+    verify_sample.run(generation_id, 0)  # a message arriving after the end finds nothing to do
+    assert _row(task_settings, Generation, generation_id).samples == row.samples
+
+
+def test_a_failing_attempt_gets_a_repair_queued_for_decoding(task_settings):
+    generation_id = _decoded(task_settings, ["no kernel here"], stop_at_first_pass=False, repair_rounds=1)
+
+    verify_sample.run(generation_id, 0)
+
+    row = _row(task_settings, Generation, generation_id)
+    samples = read_samples(row.samples)
+    assert row.status == GenerationStatus.VERIFYING
+    assert samples[0].verification.verdict == "no_code"
+    assert (len(samples), samples[1].round, samples[1].repair_of) == (2, 1, 0)
+    assert enqueued(task_settings) == [("cuset.generate", [generation_id, 1])]
+    verify_sample.run(generation_id, 0)  # a redelivery of a settled attempt adds nothing
+    assert len(read_samples(_row(task_settings, Generation, generation_id).samples)) == 2
