@@ -19,6 +19,7 @@ from db.settings import Settings
 from db.statuses import EvalStatus, GenerationStatus, JobStatus
 from tests.integration.job_support import job_request, upload_demo_dataset
 from tests.sqlite_service import FAST_OWNER, enqueued
+from worker.tasks.reaper import reap as reap_task
 from worker.tasks.validate import validate_job_files
 from worker.tasks.verify import verify_sample
 
@@ -104,10 +105,11 @@ def _running_eval(settings: Settings, eval_id: str, progress: dict, silent_s: fl
 
 
 def reap(settings: Settings) -> None:
-    """One reaper pass, as beat runs it: the task bound to an app on the test's broker."""
+    """One reaper pass, as beat runs it: the shared task bound to an app on the test's broker
+    (the pass also moves messages off the old ``gpu`` queue of that broker)."""
     app = make_celery(settings)
     try:
-        app.tasks["cuset.reap"].run()
+        app.tasks[reap_task.name].run()
     finally:
         app.close()
 
