@@ -11,6 +11,7 @@ import base64
 import json
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -51,16 +52,23 @@ def fast_settings(sqlite_settings, tiny_model_dir) -> Settings:
     return sqlite_settings.model_copy(update={"base_models": {"tiny": str(tiny_model_dir)}})
 
 
-@pytest.fixture
-def fast_client(fast_settings) -> Iterator:
-    """A TestClient of ``create_app(fast_settings)`` sending a fresh API key of ``FAST_OWNER``."""
+@contextmanager
+def api_client(settings: Settings) -> Iterator:
+    """A TestClient of ``create_app(settings)`` sending a fresh API key of ``FAST_OWNER``."""
     from fastapi.testclient import TestClient
 
     from api.main import create_app
 
-    with session_scope(fast_settings.resolved_database_url) as session:
+    with session_scope(settings.resolved_database_url) as session:
         secret = create_key(session, FAST_OWNER).secret
-    with TestClient(create_app(fast_settings), headers={"Authorization": f"Bearer {secret}"}) as client:
+    with TestClient(create_app(settings), headers={"Authorization": f"Bearer {secret}"}) as client:
+        yield client
+
+
+@pytest.fixture
+def fast_client(fast_settings) -> Iterator:
+    """``api_client`` of ``fast_settings``."""
+    with api_client(fast_settings) as client:
         yield client
 
 

@@ -6,14 +6,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from fastapi.testclient import TestClient
 
-from api.main import create_app
 from cuset_core.demo import demo_problems
 from db.models import Eval, File, Generation, Job
 from db.session import session_scope
 from tests.integration.job_support import upload_demo_dataset, upload_eval_problems
-from tests.sqlite_service import FAST_OWNER, OTHER_OWNER, enqueued
+from tests.sqlite_service import FAST_OWNER, OTHER_OWNER, api_client, enqueued
 
 EVAL = {"model": "tiny", "samples": 0, "max_tokens": 32, "tier": "static", "problems": "demo:held-out"}
 PROBLEM = demo_problems()[0]
@@ -107,8 +105,7 @@ def test_models_list_every_base_model_with_its_source(fast_settings, tmp_path):
         "hub": "org/coder",
         "gone": str(tmp_path / "gone"),
     }
-    settings = fast_settings.model_copy(update={"base_models": base_models, "auth": False})
-    with TestClient(create_app(settings)) as client:
+    with api_client(fast_settings.model_copy(update={"base_models": base_models})) as client:
         listing = client.get("/v1/models").json()
         one = client.get("/v1/models/file").json()
     assert [(m["id"], m["owned_by"], m["source"]) for m in listing["data"]] == [

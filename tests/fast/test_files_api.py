@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from cuset_core.demo import demo_problems, demo_record
 from db.models import File, Job
 from db.session import session_scope
-from tests.sqlite_service import OTHER_OWNER
+from tests.sqlite_service import OTHER_OWNER, api_client
 
 PROBLEMS = demo_problems()[:3]
 
@@ -62,8 +62,9 @@ def test_a_file_with_a_bad_row_is_rejected_by_line_and_field_and_leaves_nothing(
     response = upload(fast_client, jsonl(good, b"{not json", no_answer))
     assert response.status_code == 400, response.text
     error = response.json()["error"]
-    assert (error["type"], error["code"]) == ("invalid_request_error", "invalid_file")
-    assert "line 2" in error["message"] and "line 3" in error["message"] and "messages" in error["message"]
+    assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", "invalid_file", "file")
+    assert "line 2: invalid_json" in error["message"]
+    assert "line 3, messages[0].role: wrong_role_order" in error["message"]
     assert (file_rows(fast_settings), stored(fast_settings)) == (0, [])
 
 
@@ -156,3 +157,22 @@ def test_a_request_without_a_valid_key_is_refused_in_the_error_shape(fast_client
     assert response.status_code == 401
     assert set(response.json()["error"]) == {"message", "type", "param", "code"}
     assert response.json()["error"]["type"] == "authentication_error"
+
+
+def test_records_page_by_offset_and_an_answer_is_analysed_without_a_model(fast_client):
+    file_id = uploaded(fast_client, jsonl(*(demo_record(p) for p in PROBLEMS)))["id"]
+    page = fast_client.get(f"/v1/files/{file_id}/records", params={"offset": 1, "limit": 1}).json()
+    assert (page["total"], [(r["index"], r["line"]) for r in page["data"]]) == (3, [(1, 2)])
+    analysis = fast_client.get(f"/v1/files/{file_id}/records/1/analysis").json()
+    assert (analysis["index"], analysis["line"]) == (1, 2) and "confidence" not in analysis
+    assert analysis["analysis"]["regions"] and all(r["category"] for r in analysis["analysis"]["regions"])
+    missing = fast_client.get(f"/v1/files/{file_id}/records/3/analysis")
+    assert missing.status_code == 404
+    assert (missing.json()["error"]["param"], missing.json()["error"]["code"]) == ("n", "record_not_found")
+
+
+def test_an_upload_over_the_size_limit_is_a_413_and_leaves_nothing(fast_settings):
+    with api_client(fast_settings.model_copy(update={"max_upload_mb": 1})) as client:
+        response = upload(client, jsonl(demo_record(PROBLEMS[0])) * 2000)
+    assert response.status_code == 413 and response.json()["error"]["code"] == "file_too_large"
+    assert (file_rows(fast_settings), stored(fast_settings)) == (0, [])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from db.models import Job
+from db.models import Checkpoint, Job, JobMetric
 from db.session import session_scope
 from tests.integration.job_support import event_messages, job_request, upload_demo_dataset, upload_eval_problems
 from tests.sqlite_service import OTHER_OWNER, enqueued
@@ -145,3 +145,20 @@ def test_another_owners_job_is_a_404_like_an_unknown_one(fast_client, fast_setti
             error = response.json()["error"]
             assert (error["type"], error["code"]) == ("not_found_error", "fine-tuning_job_not_found")
     assert fast_client.get("/v1/fine_tuning/jobs").json()["data"] == []
+
+
+def test_checkpoints_page_by_step_and_metrics_drop_values_json_cannot_hold(fast_client, fast_settings, training_file):
+    job_id = created(fast_client, job_request(training_file, suffix="kb"))["id"]
+    with session_scope(fast_settings.resolved_database_url) as session:
+        for step in (2, 4, 6):
+            session.add(Checkpoint(id=f"ckpt-{step}", job_id=job_id, step=step, path="x", metrics={"loss": 1 / step}))
+            session.add(JobMetric(job_id=job_id, step=step, values={"loss": 1 / step, "grad_norm": float("nan")}))
+    newest = fast_client.get(f"/v1/fine_tuning/jobs/{job_id}/checkpoints", params={"limit": 2}).json()
+    assert [c["step_number"] for c in newest["data"]] == [6, 4] and newest["has_more"]
+    assert newest["data"][0]["fine_tuned_model_checkpoint"] == f"ft:tiny:kb:{job_id}:ckpt-step-6"
+    assert newest["data"][0]["metrics"] == {"step": 6, "loss": 1 / 6}
+    rest = fast_client.get(f"/v1/fine_tuning/jobs/{job_id}/checkpoints", params={"after": newest["last_id"]}).json()
+    assert [c["step_number"] for c in rest["data"]] == [2] and not rest["has_more"]
+
+    series = fast_client.get(f"/v1/fine_tuning/jobs/{job_id}/metrics", params={"after_step": 2, "limit": 1}).json()
+    assert (series["data"], series["has_more"]) == ([{"step": 4, "loss": 0.25}], True)
