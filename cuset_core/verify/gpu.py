@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from cuset_core.verify.candidate import Candidate
 from cuset_core.verify.gpu_harness import kernel_names
-from cuset_core.verify.protocol import TierSpec, harness_env, judge
+from cuset_core.verify.protocol import GpuJob, TierSpec, harness_env, judge
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
@@ -60,16 +59,19 @@ def gpu_limits(limits: SandboxLimits) -> SandboxLimits:
     )
 
 
-def job_fields(candidate: Candidate, settings: VerifySettings) -> dict[str, Any]:
-    """The tier-3 fields of both sides' ``job.json``: timed calls per side, whether the reference side
-    also times torch.compile, and the candidate's kernel names."""
+def gpu_job(candidate: Candidate, settings: VerifySettings) -> GpuJob:
+    """Both sides' ``job.json``: the trials, timed calls per side, whether the reference side also
+    times torch.compile, the candidate's kernel names and the device memory cap."""
     cuda = candidate.sources.cuda + "\n" + "\n".join(ext.cpp for ext in candidate.sources.extensions)
-    return {
-        "timing_trials": settings.timing_trials,
-        "compile_baseline": settings.compile_baseline,
-        "kernel_names": kernel_names(cuda),
-        "gpu_memory_mb": settings.limits.gpu_memory_mb,
-    }
+    return GpuJob(
+        kind=candidate.kind,
+        seeds=settings.seeds,
+        input_seed=settings.input_seed,
+        timing_trials=settings.timing_trials,
+        compile_baseline=settings.compile_baseline,
+        kernel_names=kernel_names(cuda),
+        gpu_memory_mb=settings.limits.gpu_memory_mb,
+    )
 
 
 def gpu_env(workdir: Path) -> dict[str, str]:
@@ -96,5 +98,5 @@ def run_gpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettin
             reason=NO_GPU_REASON,
         )
     spec = TierSpec(Tier.GPU, HARNESS_MODULE, gpu_limits(settings.limits), gpu_env)
-    result, _ = judge(spec, problem_code, candidate, settings, job_fields(candidate, settings))
+    result, _ = judge(spec, problem_code, candidate, settings, gpu_job(candidate, settings))
     return result

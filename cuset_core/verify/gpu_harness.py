@@ -46,8 +46,10 @@ from cuset_core.verify.protocol import (
     INPUTS_FILE,
     OUTPUTS_FILE,
     REFERENCE_FILE,
+    CandidateJob,
     Decided,
     FallbackMonitor,
+    GpuJob,
     Outcome,
     candidate_factory,
     first_line,
@@ -58,6 +60,7 @@ from cuset_core.verify.protocol import (
     tail,
     trial_seeds,
 )
+from cuset_core.verify.result import Verdict
 
 WARMUP_CALLS = 5
 
@@ -163,7 +166,7 @@ def _set_tf32_off() -> None:
 def _check_tf32(expected: tuple[bool, bool, str]) -> None:
     if _tf32_state() != expected:
         changed = _tf32_state()
-        raise Decided(Outcome("runtime_error", f"anti-hacking: the candidate changed TF32 settings to {changed}"))
+        raise Decided(Outcome(Verdict.RUNTIME_ERROR, f"anti-hacking: the candidate changed TF32 settings to {changed}"))
 
 
 def _load_module(path: Path, name: str) -> types.ModuleType:
@@ -193,7 +196,7 @@ def _clone(values: list[Any]) -> list[Any]:
     return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def _call(model: Any, inputs: list[Any], what: str, verdict: str = "runtime_error") -> list[Any]:
+def _call(model: Any, inputs: list[Any], what: str, verdict: Verdict = Verdict.RUNTIME_ERROR) -> list[Any]:
     import torch
 
     try:
@@ -244,16 +247,16 @@ def _time_calls(model: Any, input_sets: list[list[Any]], trials: int, flush: Cal
     return samples
 
 
-def _timed(model: Any, trials: list[list[Any]], job: dict, device: Any) -> dict[str, float]:
+def _timed(model: Any, trials: list[list[Any]], job: GpuJob, device: Any) -> dict[str, float]:
     """Timing statistics of ``model`` over the first two trials' inputs."""
     input_sets = [_on(inputs, device) for inputs in trials[:2]]
-    return timing_stats(_time_calls(model, input_sets, job["timing_trials"], _l2_flusher(device)))
+    return timing_stats(_time_calls(model, input_sets, job.timing_trials, _l2_flusher(device)))
 
 
 # ---------------------------------------------------------------- the reference side
 
 
-def reference_side(job: dict, workdir: Path, device: Any, timings: dict[str, float]) -> Outcome:
+def reference_side(job: GpuJob, workdir: Path, device: Any, timings: dict[str, float]) -> Outcome:
     """Run the reference on every trial's inputs, write them and its outputs, then time it."""
     import torch
 
@@ -268,13 +271,13 @@ def reference_side(job: dict, workdir: Path, device: Any, timings: dict[str, flo
     except Exception as exc:  # noqa: BLE001 - the problem's own code: not the candidate's fault
         raise Decided(
             Outcome(
-                "internal_error",
+                Verdict.INTERNAL_ERROR,
                 f"the reference construction failed: {first_line(exc)}",
                 log=tail(traceback.format_exc()),
             )
         ) from exc
     data: dict[str, Any] = {"init": init_inputs, "trials": []}
-    if job["kind"] == "cu":
+    if job.kind == "cu":
         data["layout"] = dataclasses.asdict(reference_layout(model))
         data["weights"] = {name: t.detach().clone() for name, t in [*model.named_parameters(), *model.named_buffers()]}
     outputs, aliases = [], False
@@ -285,7 +288,7 @@ def reference_side(job: dict, workdir: Path, device: Any, timings: dict[str, flo
             inputs = list(problem.get_inputs())
             data["trials"].append(inputs)
             on_device = _on(_clone(inputs), device)
-            produced = _call(model, on_device, "reference", "internal_error")
+            produced = _call(model, on_device, "reference", Verdict.INTERNAL_ERROR)
             aliases = aliases or bool(aliased_pairs(produced, on_device))
             outputs.append(produced)
         save_values(workdir / INPUTS_FILE, data)
@@ -294,15 +297,18 @@ def reference_side(job: dict, workdir: Path, device: Any, timings: dict[str, flo
         clock = time.perf_counter()
         stats = _timed(model, data["trials"], job, device)
         timings["reference_timing"] = time.perf_counter() - clock
-        details: dict[str, Any] = {"timing": stats, "candidate_job": {"reference_aliases": aliases}}
-        if job.get("compile_baseline"):
+        details: dict[str, Any] = {
+            "timing": stats,
+            "candidate_job": CandidateJob(reference_aliases=aliases).model_dump(),
+        }
+        if job.compile_baseline:
             clock = time.perf_counter()
             details.update(_compile_baseline(model, data["trials"], job, device))
             timings["compile_timing"] = time.perf_counter() - clock
-    return Outcome("pass", reference_ms=stats["mean"], details=details)
+    return Outcome(Verdict.PASS, reference_ms=stats["mean"], details=details)
 
 
-def _compile_baseline(model: Any, trials: list[list[Any]], job: dict, device: Any) -> dict[str, Any]:
+def _compile_baseline(model: Any, trials: list[list[Any]], job: GpuJob, device: Any) -> dict[str, Any]:
     """``{"compile_timing": stats}`` of the reference under ``torch.compile`` (inductor, default mode,
     as KernelBench's torch.compile baseline), or ``{"compile_error": reason}``: a problem inductor
     cannot compile has no such baseline, which never decides the verdict."""
@@ -319,7 +325,7 @@ def _compile_baseline(model: Any, trials: list[list[Any]], job: dict, device: An
 
 
 def _build_candidate(
-    job: dict, workdir: Path, monitor: FallbackMonitor, inputs: dict[str, Any], device: Any
+    job: GpuJob, workdir: Path, monitor: FallbackMonitor, inputs: dict[str, Any], device: Any
 ) -> Callable[[], Any]:
     """Compile the candidate; return a factory that builds the candidate module on ``device`` (seed it first)."""
     import torch.utils.cpp_extension as cpp_extension
@@ -328,16 +334,16 @@ def _build_candidate(
     # the candidate's own ``from torch.utils.cpp_extension import load_inline`` gets the counted one
     cpp_extension.load_inline = lambda *args, **kwargs: monitor.wrap_extension(load_inline(*args, **kwargs))
     cpp_extension.load = lambda *args, **kwargs: monitor.wrap_extension(load(*args, **kwargs))
-    candidate_path = workdir / job["candidate"]
+    candidate_path = workdir / str(job.candidate)
     try:
-        if job["kind"] == "cu":
+        if job.kind == "cu":
             built = cpp_extension.load(
                 name="cuset_cu_candidate", sources=[str(candidate_path)], extra_cuda_cflags=["-O3"], verbose=False
             )
         else:
             built = _load_module(candidate_path, "cuset_candidate")
     except Exception as exc:  # noqa: BLE001 - any failure to build or import decides the verdict
-        verdict = "compile_error" if _is_build_failure(exc) else "runtime_error"
+        verdict = Verdict.COMPILE_ERROR if _is_build_failure(exc) else Verdict.RUNTIME_ERROR
         raise Decided(
             Outcome(
                 verdict,
@@ -346,18 +352,18 @@ def _build_candidate(
             )
         ) from exc
     binding = None
-    if job["kind"] == "cu":
+    if job.kind == "cu":
         from cuset_core.verify.binding import ReferenceLayout
 
         binding = (ReferenceLayout(**inputs["layout"]), inputs["weights"])
     n_inputs = len(inputs["trials"][0]) if inputs["trials"] else 0
-    return candidate_factory(job["kind"], built, inputs["init"], candidate_path.read_text(), n_inputs, binding, device)
+    return candidate_factory(job.kind, built, inputs["init"], candidate_path.read_text(), n_inputs, binding, device)
 
 
 def _run_trials(
     candidate: Any,
     trials: list[list[Any]],
-    job: dict,
+    job: GpuJob,
     device: Any,
     monitor: FallbackMonitor,
     tf32: tuple[bool, bool, str],
@@ -371,11 +377,13 @@ def _run_trials(
         _check_tf32(tf32)
         fallback = monitor.fallback_reason(produced)
         if fallback:
-            raise Decided(Outcome("static_reject", f"trial {trial + 1}: {fallback}"))
+            raise Decided(Outcome(Verdict.STATIC_REJECT, f"trial {trial + 1}: {fallback}"))
         aliased = aliased_pairs(produced, new_inputs)
-        if aliased and not job.get("reference_aliases", False):
+        if aliased and not job.handed.reference_aliases:
             out_i, in_i = aliased[0]
-            raise Decided(Outcome("runtime_error", f"anti-hacking: output {out_i} shares memory with input {in_i}"))
+            raise Decided(
+                Outcome(Verdict.RUNTIME_ERROR, f"anti-hacking: output {out_i} shares memory with input {in_i}")
+            )
         outputs.append(_on(produced, "cpu"))
     return outputs
 
@@ -400,7 +408,7 @@ def _profile_candidate(
         shown = ", ".join(sorted({n.split("(")[0] for n in library}))[:300] or "none"
         raise Decided(
             Outcome(
-                "runtime_error",
+                Verdict.RUNTIME_ERROR,
                 f"anti-hacking: no kernel of the candidate ran during forward (kernels seen: {shown})",
                 launches=launches,
             )
@@ -415,21 +423,21 @@ def memory_fraction(cap_mb: int, total_bytes: int) -> float:
     return min(1.0, cap_mb * (1 << 20) / total_bytes)
 
 
-def candidate_side(job: dict, workdir: Path, device: Any, timings: dict[str, float]) -> Outcome:
+def candidate_side(job: GpuJob, workdir: Path, device: Any, timings: dict[str, float]) -> Outcome:
     """Build and run the candidate on the handed inputs, write its outputs, profile and time it."""
     import torch
 
-    cap_mb = job["gpu_memory_mb"]
+    cap_mb = job.gpu_memory_mb
     if device.type == "cuda":  # the unit tests run this side on the CPU
         total = torch.cuda.get_device_properties(device).total_memory
         torch.cuda.set_per_process_memory_fraction(memory_fraction(cap_mb, total), device)
     try:
         return _candidate_run(job, workdir, device, timings)
     except torch.OutOfMemoryError:
-        return Outcome("runtime_error", f"the candidate needs more than the device memory cap of {cap_mb} MiB")
+        return Outcome(Verdict.RUNTIME_ERROR, f"the candidate needs more than the device memory cap of {cap_mb} MiB")
 
 
-def _candidate_run(job: dict, workdir: Path, device: Any, timings: dict[str, float]) -> Outcome:
+def _candidate_run(job: GpuJob, workdir: Path, device: Any, timings: dict[str, float]) -> Outcome:
     import torch
 
     _set_tf32_off()
@@ -447,28 +455,28 @@ def _candidate_run(job: dict, workdir: Path, device: Any, timings: dict[str, flo
         outputs = _run_trials(candidate, inputs["trials"], job, device, monitor, tf32)
         timings["correctness"] = time.perf_counter() - clock
         save_values(workdir / OUTPUTS_FILE, {"trials": outputs})
-        launches, share = _profile_candidate(candidate, inputs["trials"][0], job["kernel_names"], device)
+        launches, share = _profile_candidate(candidate, inputs["trials"][0], job.kernel_names, device)
         clock = time.perf_counter()
         stats = _timed(candidate, inputs["trials"], job, device)
         _check_tf32(tf32)
         timings["timing"] = time.perf_counter() - clock
     return Outcome(
-        "pass",
+        Verdict.PASS,
         runtime_ms=stats["mean"],
         launches=launches,
         log=json.dumps({"candidate_ms": stats, "custom_time_share": share}),
     )
 
 
-def side_main(side: str, job: dict, workdir: Path, timings: dict[str, float]) -> Outcome:
+def side_main(side: str, job: GpuJob, workdir: Path, timings: dict[str, float]) -> Outcome:
     """One side of the tier-3 check; ``unsupported`` where this process sees no GPU."""
     import torch
 
     if not torch.cuda.is_available():
-        return Outcome("unsupported", "no CUDA GPU on this machine", unsupported_feature="gpu")
+        return Outcome(Verdict.UNSUPPORTED, "no CUDA GPU on this machine", unsupported_feature="gpu")
     run = reference_side if side == "reference" else candidate_side
     return run(job, workdir, torch.device("cuda"), timings)
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_side(side_main, sys.argv[1:], "GPU"))
+    raise SystemExit(run_side(side_main, GpuJob, sys.argv[1:], "GPU"))

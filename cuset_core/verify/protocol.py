@@ -19,6 +19,9 @@ other, each in a folder of its own:
 Data crosses processes as safetensors (data only, never pickle); non-tensor values (init
 arguments, scalars) travel as JSON in the file's metadata.
 
+The judge hands each side a ``job.json``: a :class:`CpuJob` or :class:`GpuJob` (both
+:class:`HarnessJob`), written with ``model_dump_json`` and read back with ``model_validate_json``.
+
 Parent (judge) side: :func:`judge`. Harness side: :func:`read_job`, :class:`Outcome`,
 :class:`Decided`, :func:`candidate_factory`, :func:`save_values`, :func:`load_values`,
 :func:`write_report`, :class:`FallbackMonitor`.
@@ -43,7 +46,9 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import cuset_core
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
@@ -67,19 +72,89 @@ REFERENCE_CAP_BYTES = 8 << 30  # the reference is the problem's own code: bounde
 HEADER_CAP_BYTES = 1 << 20  # safetensors JSON header
 LIBRARY_CAP_BYTES = 512 << 20  # an extension the build side compiled
 _RUNTIME_MESSAGE = "cuset runtime:"  # how the CPU runtime starts the line explaining an abort
-_FAILURES = {v.value for v in Verdict} - {Verdict.PASS.value, Verdict.NO_CODE.value}
 
 
-def trial_seeds(job: dict[str, Any]) -> list[int]:
-    """The input seed of each correctness trial of a side's ``job.json``: ``input_seed`` + 0, 1, ..."""
-    return [job["input_seed"] + trial for trial in range(job["seeds"])]
+_FAILURES = set(Verdict) - {Verdict.PASS, Verdict.NO_CODE}
+
+
+# ---------------------------------------------------------------- the job of a side
+
+
+class _Contract(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class CandidateJob(_Contract):
+    """What the reference side hands the candidate side (through the judge) in its report's
+    ``details["candidate_job"]``."""
+
+    overrides: dict[str, int] = Field(default_factory=dict, description="tier 2: reduced problem sizes, by name")
+    constants: dict[str, int] = Field(default_factory=dict, description="tier 2: the problem's int constants")
+    reference_aliases: bool = Field(False, description="tier 3: the reference returns views of its inputs")
+
+
+class HarnessJob(_Contract):
+    """The ``job.json`` of one side, the fields of every tier; each tier's job adds its own."""
+
+    kind: str = Field(description="python | cu, the candidate's kind")
+    seeds: int = Field(description="correctness trials")
+    input_seed: int = Field(description="seed of trial 0's inputs; trial i draws with input_seed + i")
+    candidate: str | None = Field(None, description="candidate side: its file in the work folder")
+    handed: CandidateJob = Field(default_factory=CandidateJob, description="candidate side: the reference's hand-over")
+
+
+class PrebuildExtension(_Contract):
+    """An extension of a Python candidate that the build side compiles before the candidate runs."""
+
+    name: str
+    cuda: str
+    cpp: str
+    functions: list[str] | None = None
+
+
+class PrebuiltLibrary(_Contract):
+    """A library the build side compiled, handed to the candidate side (``file`` in its folder)."""
+
+    module: str
+    digest: str = Field(description="sha256 (hex) of the translation unit")
+    file: str
+
+
+class CpuJob(HarnessJob):
+    """Tier 2's ``job.json``: size reduction, the g++ toolchain and the extensions to prebuild."""
+
+    reduce_sizes: bool
+    max_elements: int
+    preludes: list[str] = Field(description="folders of the precompiled runtime preludes")
+    include_dirs: list[str]
+    library_dirs: list[str]
+    prebuild: list[PrebuildExtension] = Field(default_factory=list)
+    prebuilt: list[PrebuiltLibrary] = Field(default_factory=list, description="candidate side: from the build side")
+
+
+class GpuJob(HarnessJob):
+    """Tier 3's ``job.json``: timed calls per side, the torch.compile baseline, the candidate's kernels
+    and the device memory cap (MiB)."""
+
+    timing_trials: int
+    compile_baseline: bool = False
+    kernel_names: list[str] = Field(default_factory=list)
+    gpu_memory_mb: int
+
+
+JobT = TypeVar("JobT", bound=HarnessJob)
+
+
+def trial_seeds(job: HarnessJob) -> list[int]:
+    """The input seed of each correctness trial of a side's job: ``input_seed`` + 0, 1, ..."""
+    return [job.input_seed + trial for trial in range(job.seeds)]
 
 
 @dataclass
 class Outcome:
     """What one side's harness found; on the candidate side it can only reject."""
 
-    verdict: str
+    verdict: Verdict
     reason: str = ""
     log: str = ""
     unsupported_feature: str | None = None
@@ -255,11 +330,11 @@ def read_report(folder: Path) -> dict[str, Any] | None:
 # ---------------------------------------------------------------- harness side
 
 
-def read_job(argv: list[str]) -> tuple[str, dict[str, Any], Path]:
-    """The side (``reference``/``candidate``), job and work folder of a harness command line
-    ``SIDE JOB_JSON``."""
+def read_job(argv: list[str], job_type: type[JobT]) -> tuple[str, JobT, Path]:
+    """The side (``reference``/``candidate``/``build``), job and work folder of a harness command
+    line ``SIDE JOB_JSON``."""
     side, job_path = argv[0], Path(argv[1]).resolve()
-    return side, json.loads(job_path.read_text()), job_path.parent
+    return side, job_type.model_validate_json(job_path.read_bytes()), job_path.parent
 
 
 def write_report(workdir: Path, outcome: Outcome) -> None:
@@ -272,17 +347,20 @@ def write_report(workdir: Path, outcome: Outcome) -> None:
 
 
 def run_side(
-    side_main: Callable[[str, dict[str, Any], Path, dict[str, float]], Outcome], argv: list[str], harness: str
+    side_main: Callable[[str, JobT, Path, dict[str, float]], Outcome],
+    job_type: type[JobT],
+    argv: list[str],
+    harness: str,
 ) -> int:
     """Entry point of a harness: run one side and always leave a report unless killed."""
-    side, job, workdir = read_job(argv)
+    side, job, workdir = read_job(argv, job_type)
     timings: dict[str, float] = {}
     try:
         outcome = side_main(side, job, workdir, timings)
     except Decided as decided:
         outcome = decided.outcome
     except Exception:  # noqa: BLE001 - report, never crash without a result
-        verdict = "internal_error" if side == "reference" else "runtime_error"
+        verdict = Verdict.INTERNAL_ERROR if side == "reference" else Verdict.RUNTIME_ERROR
         outcome = Outcome(verdict, f"the {harness} harness failed on the {side} side", log=tail(traceback.format_exc()))
     outcome.timings_s = {**timings, **outcome.timings_s}
     write_report(workdir, outcome)
@@ -318,10 +396,10 @@ def candidate_factory(
             try:
                 return bind_extension(layout, tensors, init_inputs, n_inputs, source, built.forward)
             except BindingError as exc:
-                raise Decided(Outcome("runtime_error", f"cannot bind the .cu forward: {exc}")) from exc
+                raise Decided(Outcome(Verdict.RUNTIME_ERROR, f"cannot bind the .cu forward: {exc}")) from exc
     else:
         if not hasattr(built, "ModelNew"):
-            raise Decided(Outcome("runtime_error", "the candidate defines no ModelNew"))
+            raise Decided(Outcome(Verdict.RUNTIME_ERROR, "the candidate defines no ModelNew"))
 
         def construct() -> Any:
             return built.ModelNew(*init_inputs)
@@ -334,7 +412,7 @@ def candidate_factory(
             raise
         except Exception as exc:  # noqa: BLE001 - a constructor crash decides the verdict
             raise Decided(
-                Outcome("runtime_error", f"constructing ModelNew failed: {exc}", log=tail(traceback.format_exc()))
+                Outcome(Verdict.RUNTIME_ERROR, f"constructing ModelNew failed: {exc}", log=tail(traceback.format_exc()))
             ) from exc
 
     return guarded
@@ -617,23 +695,23 @@ def compare_outputs(
     import torch
 
     if len(reference) != len(candidate):
-        return Outcome("shape_mismatch", f"expected {len(reference)} outputs, got {len(candidate)}")
+        return Outcome(Verdict.SHAPE_MISMATCH, f"expected {len(reference)} outputs, got {len(candidate)}")
     worst_max, worst_mean = 0.0, 0.0
     for index, (ref, new) in enumerate(zip(reference, candidate)):
         if not isinstance(ref, torch.Tensor):
             if isinstance(new, torch.Tensor) or new != ref:
                 return Outcome(
-                    "value_mismatch", f"output {index}: expected {clip(repr(ref), 80)}, got {clip(repr(new), 80)}"
+                    Verdict.VALUE_MISMATCH, f"output {index}: expected {clip(repr(ref), 80)}, got {clip(repr(new), 80)}"
                 )
             continue
         if not isinstance(new, torch.Tensor):
-            return Outcome("shape_mismatch", f"output {index} is {type(new).__name__}, not a tensor")
+            return Outcome(Verdict.SHAPE_MISMATCH, f"output {index} is {type(new).__name__}, not a tensor")
         if tuple(ref.shape) != tuple(new.shape):
             return Outcome(
-                "shape_mismatch", f"output {index}: expected shape {tuple(ref.shape)}, got {tuple(new.shape)}"
+                Verdict.SHAPE_MISMATCH, f"output {index}: expected shape {tuple(ref.shape)}, got {tuple(new.shape)}"
             )
         if new.dtype.is_complex != ref.dtype.is_complex:
-            return Outcome("value_mismatch", f"output {index}: expected dtype {ref.dtype}, got {new.dtype}")
+            return Outcome(Verdict.VALUE_MISMATCH, f"output {index}: expected dtype {ref.dtype}, got {new.dtype}")
         diff = (ref.detach().double() - new.detach().double()).abs()
         max_diff = float(diff.max()) if diff.numel() else 0.0
         mean_diff = float(diff.mean()) if diff.numel() else 0.0
@@ -641,12 +719,12 @@ def compare_outputs(
         atol, rtol = tolerance(str(ref.dtype).removeprefix("torch."))
         if not torch.allclose(new.detach().to(ref.dtype), ref.detach(), atol=atol, rtol=rtol):
             return Outcome(
-                "value_mismatch",
+                Verdict.VALUE_MISMATCH,
                 f"output {index}: max abs diff {max_diff:.3g} exceeds atol {atol:g} / rtol {rtol:g}",
                 max_abs_diff=max_diff if math.isfinite(max_diff) else None,
                 mean_abs_diff=mean_diff if math.isfinite(mean_diff) else None,
             )
-    return Outcome("pass", max_abs_diff=worst_max, mean_abs_diff=worst_mean)
+    return Outcome(Verdict.PASS, max_abs_diff=worst_max, mean_abs_diff=worst_mean)
 
 
 def looks_cached(ref_first: list[Any], ref_second: list[Any], new_first: list[Any], new_second: list[Any]) -> bool:
@@ -692,12 +770,12 @@ class ReferenceRun:
     report: dict[str, Any]
 
 
-def _result(spec: TierSpec, verdict: Verdict | str, reason: str, **fields: Any) -> VerifyResult:
-    return VerifyResult(verdict=Verdict(verdict), tier=spec.tier, tiers_run=[spec.tier], reason=clip(reason), **fields)
+def _result(spec: TierSpec, verdict: Verdict, reason: str, **fields: Any) -> VerifyResult:
+    return VerifyResult(verdict=verdict, tier=spec.tier, tiers_run=[spec.tier], reason=clip(reason), **fields)
 
 
-def _run_side(spec: TierSpec, side: str, folder: Path, job: dict[str, Any]) -> SandboxOutcome:
-    (folder / "job.json").write_text(json.dumps(job))
+def _run_side(spec: TierSpec, side: str, folder: Path, job: HarnessJob) -> SandboxOutcome:
+    (folder / "job.json").write_text(job.model_dump_json())
     return run_sandboxed(
         [sys.executable, "-m", spec.module, side, str(folder / "job.json")],
         workdir=folder,
@@ -731,13 +809,12 @@ def _without_report(spec: TierSpec, side: str, outcome: SandboxOutcome) -> Verif
 
 
 def _from_report(
-    spec: TierSpec, report: dict[str, Any], allowed: set[str], otherwise: Verdict = Verdict.RUNTIME_ERROR
+    spec: TierSpec, report: dict[str, Any], allowed: set[Verdict], otherwise: Verdict = Verdict.RUNTIME_ERROR
 ) -> VerifyResult:
     """A failure verdict a side reported, restricted to ``allowed`` verdicts (else ``otherwise``)
     and cut to size."""
-    verdict = report.get("verdict")
-    if verdict not in allowed:
-        verdict = otherwise.value
+    reported = report.get("verdict")
+    verdict = Verdict(reported) if isinstance(reported, str) and reported in allowed else otherwise
     feature = report.get("unsupported_feature")
     return _result(
         spec,
@@ -756,7 +833,7 @@ def _launches(report: dict[str, Any]) -> dict[str, int]:
     return {clip(k, 120): v for k, v in list(launches.items())[:64] if isinstance(v, int) and v >= 0}
 
 
-def run_reference(spec: TierSpec, root: Path, problem_code: str, job: dict[str, Any]) -> ReferenceRun | VerifyResult:
+def run_reference(spec: TierSpec, root: Path, problem_code: str, job: HarnessJob) -> ReferenceRun | VerifyResult:
     """Run the reference side; its data, or the result that ends verification (its folder is gone
     either way)."""
     folder = root / "reference"
@@ -768,8 +845,8 @@ def run_reference(spec: TierSpec, root: Path, problem_code: str, job: dict[str, 
             report = read_report(folder)
             if report is None:
                 return _without_report(spec, "reference", outcome)
-            if report.get("verdict") != "pass":
-                allowed = {Verdict.INTERNAL_ERROR.value, Verdict.UNSUPPORTED.value}
+            if report.get("verdict") != Verdict.PASS:
+                allowed = {Verdict.INTERNAL_ERROR, Verdict.UNSUPPORTED}
                 return _from_report(spec, report, allowed, Verdict.INTERNAL_ERROR)
             inputs = read_untrusted(folder, INPUTS_FILE, REFERENCE_CAP_BYTES)
             expected = read_untrusted(folder, REFERENCE_FILE, REFERENCE_CAP_BYTES)
@@ -787,7 +864,7 @@ def run_candidate(
     root: Path,
     candidate: Candidate,
     reference: ReferenceRun,
-    job: dict[str, Any],
+    job: HarnessJob,
     settings: VerifySettings,
 ) -> tuple[VerifyResult, dict[str, Any]]:
     """Run the candidate side on the reference's inputs; the judged result and its (untrusted) report."""
@@ -800,7 +877,7 @@ def _judge_candidate(
     root: Path,
     candidate: Candidate,
     reference: ReferenceRun,
-    job: dict[str, Any],
+    job: HarnessJob,
     settings: VerifySettings,
     report: dict[str, Any],
 ) -> VerifyResult:
@@ -809,13 +886,13 @@ def _judge_candidate(
     candidate_file = "candidate.cu" if candidate.kind == "cu" else "candidate.py"
     (folder / candidate_file).write_text(candidate.code)
     (folder / INPUTS_FILE).write_bytes(reference.inputs)
-    outcome = _run_side(spec, "candidate", folder, {**job, "candidate": candidate_file, "kind": candidate.kind})
+    outcome = _run_side(spec, "candidate", folder, job.model_copy(update={"candidate": candidate_file}))
     try:
         report.update(read_report(folder) or {})
         if not report:
             return _without_report(spec, "candidate", outcome)
-        if report.get("verdict") != "pass":  # it can only reject itself; "pass" is the judge's word
-            return _from_report(spec, report, _FAILURES - {Verdict.INTERNAL_ERROR.value})
+        if report.get("verdict") != Verdict.PASS:  # it can only reject itself; "pass" is the judge's word
+            return _from_report(spec, report, _FAILURES - {Verdict.INTERNAL_ERROR})
         expected_bytes = sum(
             t.numel() * t.element_size() for trial in reference.expected for t in _tensor_values(trial)
         )
@@ -858,7 +935,7 @@ def compare_trials(
                 launches=launches,
             )
         compared = compare_outputs(expected, new, settings.tolerance)
-        if compared.verdict != "pass":
+        if compared.verdict is not Verdict.PASS:
             return _result(
                 spec,
                 compared.verdict,
@@ -885,12 +962,12 @@ def compare_trials(
 
 
 def judge(
-    spec: TierSpec, problem_code: str, candidate: Candidate, settings: VerifySettings, job: dict[str, Any]
+    spec: TierSpec, problem_code: str, candidate: Candidate, settings: VerifySettings, job: HarnessJob
 ) -> tuple[VerifyResult, dict[str, Any]]:
     """Run the reference side, then the candidate side, and decide (see the module docstring).
 
-    ``job`` holds the tier's fields of both sides' ``job.json``; the reference's
-    ``details["candidate_job"]`` fields are added to the candidate's. Returns the verdict and
+    ``job`` is the tier's ``job.json`` of both sides; the candidate's also gets its file name and
+    the reference's ``details["candidate_job"]`` (a :class:`CandidateJob`). Returns the verdict and
     the reference's ``details`` (empty when the reference decided).
     """
     started = time.monotonic()
@@ -900,9 +977,8 @@ def judge(
 
 
 def _judge(
-    spec: TierSpec, problem_code: str, candidate: Candidate, settings: VerifySettings, job: dict[str, Any]
+    spec: TierSpec, problem_code: str, candidate: Candidate, settings: VerifySettings, job: HarnessJob
 ) -> tuple[VerifyResult, dict[str, Any]]:
-    common = {"seeds": settings.seeds, "input_seed": settings.input_seed, "kind": candidate.kind, **job}
     with (
         tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-") as folder,
         tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-build-") as build_folder,
@@ -910,18 +986,24 @@ def _judge(
     ):
         root = Path(folder)
         # Separate random folders: g++ on the candidate's sources cannot name the reference's.
-        building = pool.submit(_run_side, spec, "build", Path(build_folder), common) if spec.build_side else None
-        reference = run_reference(spec, root, problem_code, common)
+        building = pool.submit(_run_side, spec, "build", Path(build_folder), job) if spec.build_side else None
+        reference = run_reference(spec, root, problem_code, job)
         if isinstance(reference, VerifyResult):
             return reference, {}
         details = reference.report.get("details")
         details = details if isinstance(details, dict) else {}
-        candidate_job = details.get("candidate_job")
-        handed: dict[str, Any] = candidate_job if isinstance(candidate_job, dict) else {}
+        try:
+            handed = handed_job(details)
+        except ValidationError as exc:
+            reason = f"the reference side handed over a malformed candidate job: {exc.errors()[0]['msg']}"
+            return _result(spec, Verdict.INTERNAL_ERROR, reason), {}
+        candidate_fields: dict[str, Any] = {"handed": handed}
         if building is not None:
             building.result()
-            handed = {**handed, "prebuilt": _hand_over_builds(Path(build_folder), root / "candidate")}
-        result, report = run_candidate(spec, root, candidate, reference, {**common, **handed}, settings)
+            candidate_fields["prebuilt"] = _hand_over_builds(Path(build_folder), root / "candidate")
+        result, report = run_candidate(
+            spec, root, candidate, reference, job.model_copy(update=candidate_fields), settings
+        )
     timings = {**_timings(report), f"{spec.tier.value}_reference": sum(_timings(reference.report).values())}
     update: dict[str, Any] = {"timings_s": {**timings, **result.timings_s}}
     note = details.get("note")
@@ -935,7 +1017,14 @@ def _judge(
     return result.model_copy(update=update), details
 
 
-def _hand_over_builds(build_folder: Path, candidate_folder: Path) -> list[dict[str, str]]:
+def handed_job(details: dict[str, Any]) -> CandidateJob:
+    """The :class:`CandidateJob` in a reference report's ``details`` (the defaults when it has none).
+
+    Raises ``ValidationError`` when it is malformed."""
+    return CandidateJob.model_validate(details.get("candidate_job", {}))
+
+
+def _hand_over_builds(build_folder: Path, candidate_folder: Path) -> list[PrebuiltLibrary]:
     """Copy the libraries the build side reported into the candidate's folder (created here);
     their entries for the candidate's job. Anything odd is left out: the candidate side rebuilds."""
     candidate_folder.mkdir()
@@ -945,7 +1034,7 @@ def _hand_over_builds(build_folder: Path, candidate_folder: Path) -> list[dict[s
         return []
     details = report.get("details")
     details = details if isinstance(details, dict) else {}
-    handed = []
+    handed: list[PrebuiltLibrary] = []
     for entry in details.get("built", []) if isinstance(details.get("built"), list) else []:
         name = entry.get("file") if isinstance(entry, dict) else None
         if not (isinstance(name, str) and re.fullmatch(r"[\w.-]+\.so", name)):
@@ -956,7 +1045,7 @@ def _hand_over_builds(build_folder: Path, candidate_folder: Path) -> list[dict[s
             continue
         if data is not None:
             (candidate_folder / name).write_bytes(data)
-            handed.append({"module": str(entry.get("module")), "digest": str(entry.get("digest")), "file": name})
+            handed.append(PrebuiltLibrary(module=str(entry.get("module")), digest=str(entry.get("digest")), file=name))
     return handed
 
 

@@ -13,7 +13,9 @@ from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.gpu_harness import aliased_pairs, classify_kernels, kernel_names, timing_stats
 from cuset_core.verify.protocol import (
     REFERENCE_FILE,
+    CandidateJob,
     Decided,
+    GpuJob,
     ReferenceRun,
     TierSpec,
     candidate_factory,
@@ -91,12 +93,12 @@ def test_an_output_that_does_not_change_with_the_inputs_looks_cached():
 def test_compare_outputs_reports_shape_then_values():
     ref = [torch.zeros(2, 3)]
     v0 = VerifySettings(tolerance_profile="v0").tolerance
-    assert compare_outputs(ref, [torch.zeros(3, 2)], v0).verdict == "shape_mismatch"
-    assert compare_outputs(ref, [torch.zeros(2, 3), torch.zeros(1)], v0).verdict == "shape_mismatch"
+    assert compare_outputs(ref, [torch.zeros(3, 2)], v0).verdict is Verdict.SHAPE_MISMATCH
+    assert compare_outputs(ref, [torch.zeros(2, 3), torch.zeros(1)], v0).verdict is Verdict.SHAPE_MISMATCH
     mismatch = compare_outputs(ref, [torch.full((2, 3), 0.5)], v0)
     assert (mismatch.verdict, mismatch.max_abs_diff, mismatch.mean_abs_diff) == ("value_mismatch", 0.5, 0.5)
     ok = compare_outputs(ref, [torch.full((2, 3), 0.005)], v0)
-    assert (ok.verdict, ok.max_abs_diff) == ("pass", pytest.approx(0.005))
+    assert (ok.verdict, ok.max_abs_diff) == (Verdict.PASS, pytest.approx(0.005))
 
 
 def test_tolerances_follow_the_output_dtype_as_kernelbench_does_now():
@@ -117,10 +119,12 @@ def test_a_kernel_that_drops_one_of_4096_summed_terms_fails_in_fp32_and_passes_o
     dropped = terms.max()  # the kernel's slip: the largest term left out, about 1/2048 of the sum
     skipped = (terms.sum() - dropped).float().reshape(1)
     assert 1e-4 < float(dropped / terms.sum()) < 1e-2
-    assert compare_outputs([expected], [skipped], VerifySettings().tolerance).verdict == "value_mismatch"
-    assert compare_outputs([expected], [skipped], VerifySettings(tolerance_profile="v0").tolerance).verdict == "pass"
+    assert compare_outputs([expected], [skipped], VerifySettings().tolerance).verdict is Verdict.VALUE_MISMATCH
+    assert (
+        compare_outputs([expected], [skipped], VerifySettings(tolerance_profile="v0").tolerance).verdict is Verdict.PASS
+    )
     # the same slip in fp16 is within KernelBench's 1e-2 for half precision
-    assert compare_outputs([expected.half()], [skipped.half()], VerifySettings().tolerance).verdict == "pass"
+    assert compare_outputs([expected.half()], [skipped.half()], VerifySettings().tolerance).verdict is Verdict.PASS
 
 
 def test_flatten_outputs_unpacks_nested_tuples():
@@ -138,12 +142,15 @@ def test_gpu_limits_raise_only_what_a_gpu_job_needs():
 def test_the_job_names_the_candidates_kernels():
     candidate = parse_candidate((DEMO / "solutions" / "02_relu.py").read_text())
     settings = VerifySettings(seeds=2, timing_trials=7, compile_baseline=True)
-    assert gpu.job_fields(candidate, settings) == {
-        "timing_trials": 7,
-        "compile_baseline": True,
-        "kernel_names": ["relu_kernel"],
-        "gpu_memory_mb": SandboxLimits().gpu_memory_mb,
-    }
+    assert gpu.gpu_job(candidate, settings) == GpuJob(
+        kind="python",
+        seeds=2,
+        input_seed=settings.input_seed,
+        timing_trials=7,
+        compile_baseline=True,
+        kernel_names=["relu_kernel"],
+        gpu_memory_mb=SandboxLimits().gpu_memory_mb,
+    )
 
 
 SPEC = TierSpec(Tier.GPU, gpu.HARNESS_MODULE, SandboxLimits(), lambda folder: {})
@@ -186,7 +193,7 @@ def test_the_judge_passes_matching_trials_and_keeps_only_sane_launch_counts():
 
 
 def test_a_side_reports_a_failure_but_never_a_pass_the_judge_did_not_see():
-    forged = protocol._from_report(SPEC, {"verdict": "pass", "reason": "trust me" * 10_000}, {"runtime_error"})
+    forged = protocol._from_report(SPEC, {"verdict": "pass", "reason": "trust me" * 10_000}, {Verdict.RUNTIME_ERROR})
     assert forged.verdict is Verdict.RUNTIME_ERROR and len(forged.reason) <= protocol.REASON_CHARS
 
 
@@ -310,19 +317,19 @@ def cpu_protocol(monkeypatch, tmp_path):
         candidate_dir.mkdir()
         (reference_dir / "problem.py").write_text(RELU_PROBLEM)
         (candidate_dir / "candidate.py").write_text(candidate_file(CANDIDATES[name]))
-        job = {
-            "candidate": "candidate.py",
-            "kind": "python",
-            "seeds": 3,
-            "input_seed": 1000,
-            "timing_trials": 4,
-            "kernel_names": ["relu_kernel"],
-            "gpu_memory_mb": 1024,
-        }
+        job = GpuJob(
+            candidate="candidate.py",
+            kind="python",
+            seeds=3,
+            input_seed=1000,
+            timing_trials=4,
+            kernel_names=["relu_kernel"],
+            gpu_memory_mb=1024,
+        )
         try:
             reference = gpu_harness.reference_side(job, reference_dir, torch.device("cpu"), {})
             (candidate_dir / "inputs.safetensors").write_bytes((reference_dir / "inputs.safetensors").read_bytes())
-            job.update(reference.details["candidate_job"])
+            job = job.model_copy(update={"handed": CandidateJob.model_validate(reference.details["candidate_job"])})
             outcome = gpu_harness.candidate_side(job, candidate_dir, torch.device("cpu"), {})
         except gpu_harness.Decided as decided:
             return decided.outcome.verdict, decided.outcome.reason
@@ -447,13 +454,13 @@ def test_the_reference_side_times_eager_then_torch_compile_and_draws_inputs_from
     monkeypatch.setattr(gpu_harness, "_time_calls", time_calls)
     monkeypatch.setattr(gpu_harness, "_l2_flusher", lambda device: lambda: None)
     monkeypatch.setattr(gpu_harness, "_set_tf32_off", lambda: None)  # process-wide state other tests see
-    job = {"kind": "python", "seeds": 2, "input_seed": 7, "timing_trials": 4, "compile_baseline": True}
+    job = GpuJob(kind="python", seeds=2, input_seed=7, timing_trials=4, compile_baseline=True, gpu_memory_mb=1024)
 
     def reference(folder: str, **changes):
         workdir = tmp_path / folder
         workdir.mkdir()
         (workdir / "problem.py").write_text(RELU_PROBLEM)
-        outcome = gpu_harness.reference_side(job | changes, workdir, torch.device("cpu"), {})
+        outcome = gpu_harness.reference_side(job.model_copy(update=changes), workdir, torch.device("cpu"), {})
         return outcome, load_values((workdir / "inputs.safetensors").read_bytes())["trials"]
 
     outcome, inputs = reference("a")

@@ -17,7 +17,16 @@ from cuset_core.verify.candidate import Candidate
 from cuset_core.verify.cpu.build import BuildError, prepare_preludes, toolchain
 from cuset_core.verify.cpu.rewrite import unsupported_feature
 from cuset_core.verify.cpu.sizes import hardcoded_sizes
-from cuset_core.verify.protocol import TierSpec, clip, harness_env, judge, tail
+from cuset_core.verify.protocol import (
+    CpuJob,
+    PrebuildExtension,
+    TierSpec,
+    clip,
+    handed_job,
+    harness_env,
+    judge,
+    tail,
+)
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import VerifySettings
 
@@ -32,12 +41,12 @@ def _result(verdict: Verdict, reason: str, **fields: Any) -> VerifyResult:
     return VerifyResult(verdict=verdict, tier=Tier.CPU, tiers_run=[Tier.CPU], reason=reason, **fields)
 
 
-def _prebuild(candidate: Candidate) -> list[dict[str, Any]]:
+def _prebuild(candidate: Candidate) -> list[PrebuildExtension]:
     """The extensions the harness can start compiling before the candidate runs (Python only)."""
     if candidate.kind != "python":
         return []
     return [
-        {"name": ext.name, "cuda": ext.cuda, "cpp": ext.cpp, "functions": list(ext.functions or []) or None}
+        PrebuildExtension(name=ext.name, cuda=ext.cuda, cpp=ext.cpp, functions=list(ext.functions or []) or None)
         for ext in candidate.sources.extensions
     ]
 
@@ -68,17 +77,19 @@ def run_cpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettin
         lambda folder: harness_env(OMP_NUM_THREADS="1"),
         build_side=candidate.kind == "python",
     )
-    job = {
-        "reduce_sizes": settings.reduce_sizes,
-        "max_elements": settings.max_elements,
-        "preludes": [str(prelude) for prelude in preludes],
-        "include_dirs": list(chain.include_dirs),
-        "library_dirs": list(chain.library_dirs),
-        "prebuild": _prebuild(candidate),
-    }
+    job = CpuJob(
+        kind=candidate.kind,
+        seeds=settings.seeds,
+        input_seed=settings.input_seed,
+        reduce_sizes=settings.reduce_sizes,
+        max_elements=settings.max_elements,
+        preludes=[str(prelude) for prelude in preludes],
+        include_dirs=list(chain.include_dirs),
+        library_dirs=list(chain.library_dirs),
+        prebuild=_prebuild(candidate),
+    )
     result, details = judge(spec, problem_code, candidate, settings, job)
-    overrides = details.get("candidate_job", {}).get("overrides") or {}
-    if result.verdict in _SIZE_SENSITIVE and overrides:
+    if result.verdict in _SIZE_SENSITIVE and handed_job(details).overrides:
         result = _at_original_sizes(spec, problem_code, candidate, settings, job, result, details)
     if pch_s > 1.0:
         result.timings_s["pch"] = pch_s
@@ -90,21 +101,21 @@ def _at_original_sizes(
     problem_code: str,
     candidate: Candidate,
     settings: VerifySettings,
-    job: dict[str, Any],
+    job: CpuJob,
     reduced: VerifyResult,
     details: dict[str, Any],
 ) -> VerifyResult:
     """The verdict for a candidate that failed at reduced sizes: the original sizes decide when
     they fit; else a candidate that hard-codes them is ``unsupported`` (never blamed)."""
-    candidate_job = details.get("candidate_job", {})
+    handed = handed_job(details)
     at_reduced = f"at reduced sizes: {reduced.verdict.value}: {reduced.reason}"
     if details.get("original_fits"):
-        result, _ = judge(spec, problem_code, candidate, settings, {**job, "reduce_sizes": False})
+        result, _ = judge(spec, problem_code, candidate, settings, job.model_copy(update={"reduce_sizes": False}))
         timings = {**result.timings_s, **{f"reduced_{k}": v for k, v in reduced.timings_s.items()}}
         return result.model_copy(
             update={"reason": clip(f"at the original sizes: {result.reason}; {at_reduced}"), "timings_s": timings}
         )
-    hardcoded = hardcoded_sizes(candidate.code, candidate_job.get("constants", {}), candidate_job.get("overrides", {}))
+    hardcoded = hardcoded_sizes(candidate.code, handed.constants, handed.overrides)
     if not hardcoded:
         return reduced
     return reduced.model_copy(

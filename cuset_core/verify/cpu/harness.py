@@ -41,9 +41,12 @@ from cuset_core.verify.protocol import (
     INPUTS_FILE,
     OUTPUTS_FILE,
     REFERENCE_FILE,
+    CandidateJob,
+    CpuJob,
     Decided,
     FallbackMonitor,
     Outcome,
+    PrebuiltLibrary,
     candidate_factory,
     first_line,
     flatten_outputs,
@@ -53,6 +56,7 @@ from cuset_core.verify.protocol import (
     tail,
     trial_seeds,
 )
+from cuset_core.verify.result import Verdict
 
 SCHEDULES = ("ascending thread order", "descending thread order", "odd threads first")
 _MISSING_HEADER = re.compile(r"fatal error: ([\w./]+): No such file or directory")
@@ -162,7 +166,7 @@ class Builder:
 
         feature = unsupported_feature(cuda + "\n" + cpp)
         if feature:
-            self.failure = Outcome("unsupported", f"uses {feature}", log=feature, unsupported_feature=feature)
+            self.failure = Outcome(Verdict.UNSUPPORTED, f"uses {feature}", log=feature, unsupported_feature=feature)
             raise Decided(self.failure)
         module_name = extension_module_name(name, len(self.libraries))
         clock = time.perf_counter()
@@ -177,10 +181,12 @@ class Builder:
             missing = _MISSING_HEADER.search(str(exc))
             if missing:  # a CUDA header the runtime has no stand-in for (a library, PTX helpers...)
                 header = f"header <{missing.group(1)}>"
-                self.failure = Outcome("unsupported", f"uses {header}", log=tail(str(exc)), unsupported_feature=header)
+                self.failure = Outcome(
+                    Verdict.UNSUPPORTED, f"uses {header}", log=tail(str(exc)), unsupported_feature=header
+                )
             else:
                 self.failure = Outcome(
-                    "compile_error", f"g++ rejected the extension: {_first_error(str(exc))}", log=tail(str(exc))
+                    Verdict.COMPILE_ERROR, f"g++ rejected the extension: {_first_error(str(exc))}", log=tail(str(exc))
                 )
             raise
         finally:
@@ -287,7 +293,7 @@ def candidate_overrides(
 # ---------------------------------------------------------------- the reference side
 
 
-def _call(model: Any, inputs: list[Any], what: str, verdict: str = "runtime_error") -> list[Any]:
+def _call(model: Any, inputs: list[Any], what: str, verdict: Verdict = Verdict.RUNTIME_ERROR) -> list[Any]:
     try:
         return flatten_outputs(model(*inputs))
     except Decided:
@@ -317,7 +323,9 @@ def run_reference(problem_source: str, overrides: dict[str, int], kind: str, see
     def failed(what: str, exc: Exception) -> Decided:
         return Decided(
             Outcome(
-                "internal_error", f"the reference {what} failed: {first_line(exc)}", log=tail(traceback.format_exc())
+                Verdict.INTERNAL_ERROR,
+                f"the reference {what} failed: {first_line(exc)}",
+                log=tail(traceback.format_exc()),
             )
         )
 
@@ -342,11 +350,11 @@ def run_reference(problem_source: str, overrides: dict[str, int], kind: str, see
             except Exception as exc:  # noqa: BLE001
                 raise failed("get_inputs()", exc) from exc
             data["trials"].append(inputs)
-            data["outputs"].append(_call(model, _clone(inputs), "reference", "internal_error"))
+            data["outputs"].append(_call(model, _clone(inputs), "reference", Verdict.INTERNAL_ERROR))
     return data
 
 
-def reference_side(job: dict, workdir: Path, timings: dict[str, float]) -> Outcome:
+def reference_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome:
     """Plan the sizes, run the reference, write the candidate's inputs and the expected outputs."""
     import torch
 
@@ -357,17 +365,17 @@ def reference_side(job: dict, workdir: Path, timings: dict[str, float]) -> Outco
     map_cuda_to_cpu()
     problem_source = (workdir / "problem.py").read_text()
     constants = int_constants(ast.parse(problem_source))
-    overrides = size_overrides(problem_source, job["max_elements"]) if job["reduce_sizes"] else {}
-    fits = not overrides or original_fits(_safe_elements(problem_source), job["max_elements"])
+    overrides = size_overrides(problem_source, job.max_elements) if job.reduce_sizes else {}
+    fits = not overrides or original_fits(_safe_elements(problem_source), job.max_elements)
     try:
-        data = run_reference(problem_source, overrides, job["kind"], trial_seeds(job))
+        data = run_reference(problem_source, overrides, job.kind, trial_seeds(job))
     except Decided as decided:
         if not overrides:
             raise
         if not fits:
             raise Decided(
                 Outcome(
-                    "unsupported",
+                    Verdict.UNSUPPORTED,
                     "the reduced problem breaks the reference "
                     f"({decided.outcome.reason}) and its original sizes are too large for tier 2",
                     log=decided.outcome.log,
@@ -375,7 +383,7 @@ def reference_side(job: dict, workdir: Path, timings: dict[str, float]) -> Outco
                 )
             ) from None
         note = f"the reduced problem broke the reference ({decided.outcome.reason}); original sizes used"
-        overrides, data = {}, run_reference(problem_source, {}, job["kind"], trial_seeds(job))
+        overrides, data = {}, run_reference(problem_source, {}, job.kind, trial_seeds(job))
     else:
         shrunk = ", ".join(f"{name}={constants[name]}->{value}" for name, value in overrides.items())
         note = f"sizes reduced: {shrunk}" if shrunk else ""
@@ -384,11 +392,11 @@ def reference_side(job: dict, workdir: Path, timings: dict[str, float]) -> Outco
     save_values(workdir / REFERENCE_FILE, {"trials": outputs})
     timings["reference"] = time.perf_counter() - clock
     return Outcome(
-        "pass",
+        Verdict.PASS,
         details={
             "note": note,
             "original_fits": fits,
-            "candidate_job": {"overrides": overrides, "constants": constants},
+            "candidate_job": CandidateJob(overrides=overrides, constants=constants).model_dump(),
         },
     )
 
@@ -404,14 +412,14 @@ def _safe_elements(problem_source: str) -> int | None:
 # ---------------------------------------------------------------- the candidate side
 
 
-def _import_candidate(job: dict, workdir: Path, builder: Builder, inputs: dict[str, Any]) -> Callable[[], Any]:
+def _import_candidate(job: CpuJob, workdir: Path, builder: Builder, inputs: dict[str, Any]) -> Callable[[], Any]:
     """Build the candidate; return a factory for the module under test (seed it first)."""
-    source = (workdir / job["candidate"]).read_text()
+    source = (workdir / str(job.candidate)).read_text()
     try:
-        if job["kind"] == "cu":
+        if job.kind == "cu":
             built = builder.build("cuset_cu_candidate", source, "", None)
         else:
-            overrides = candidate_overrides(source, job["constants"], job["overrides"])
+            overrides = candidate_overrides(source, job.handed.constants, job.handed.overrides)
             built = load_source(source, "cuset_candidate", overrides, "candidate.py")
     except Decided:
         raise
@@ -420,21 +428,23 @@ def _import_candidate(job: dict, workdir: Path, builder: Builder, inputs: dict[s
             raise Decided(builder.failure) from exc
         raise Decided(
             Outcome(
-                "runtime_error", f"importing the candidate failed: {first_line(exc)}", log=tail(traceback.format_exc())
+                Verdict.RUNTIME_ERROR,
+                f"importing the candidate failed: {first_line(exc)}",
+                log=tail(traceback.format_exc()),
             )
         ) from exc
     if builder.failure:
         raise Decided(builder.failure)
     binding = None
-    if job["kind"] == "cu":
+    if job.kind == "cu":
         from cuset_core.verify.binding import ReferenceLayout
 
         binding = (ReferenceLayout(**inputs["layout"]), inputs["weights"])
     n_inputs = len(inputs["trials"][0]) if inputs["trials"] else 0
-    return candidate_factory(job["kind"], built, inputs["init"], source, n_inputs, binding)
+    return candidate_factory(job.kind, built, inputs["init"], source, n_inputs, binding)
 
 
-def start_prebuilds(job: dict, workdir: Path, preludes: list[Path], chain, pool: ThreadPoolExecutor) -> dict:
+def start_prebuilds(job: CpuJob, workdir: Path, preludes: list[Path], chain, pool: ThreadPoolExecutor) -> dict:
     """Start g++ on the statically known extensions before torch is imported.
 
     Importing torch and the problem takes seconds that the compiler can use; ``Builder``
@@ -442,11 +452,11 @@ def start_prebuilds(job: dict, workdir: Path, preludes: list[Path], chain, pool:
     """
     from cuset_core.verify.cpu.build import compile_extension, translation_unit
 
-    built = {(entry["module"], entry["digest"]): workdir / entry["file"] for entry in job.get("prebuilt", [])}
+    built = {(entry.module, entry.digest): workdir / entry.file for entry in job.prebuilt}
     started = {}
-    for index, ext in enumerate(job.get("prebuild", [])):
-        module_name = extension_module_name(ext["name"], index)
-        unit = translation_unit(module_name, ext["cuda"], ext["cpp"], ext["functions"])
+    for index, ext in enumerate(job.prebuild):
+        module_name = extension_module_name(ext.name, index)
+        unit = translation_unit(module_name, ext.cuda, ext.cpp, ext.functions)
         library = built.get((module_name, unit_digest(unit)))
         if library is not None and library.is_file():  # compiled by the build side, next to the reference
             done: Future[Path] = Future()
@@ -464,33 +474,33 @@ def unit_digest(unit: str) -> str:
     return hashlib.sha256(unit.encode()).hexdigest()
 
 
-def build_side(job: dict, workdir: Path, timings: dict[str, float]) -> Outcome:
+def build_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome:
     """Compile the statically known extensions only (g++ on the candidate's sources; none of its
     Python runs), while the reference side runs; a failed build is left to the candidate side."""
     from cuset_core.verify.cpu.build import BuildError, Toolchain, compile_extension, translation_unit
 
-    chain = Toolchain(tuple(job["include_dirs"]), tuple(job["library_dirs"]))
-    preludes = [Path(folder) for folder in job["preludes"]]
+    chain = Toolchain(tuple(job.include_dirs), tuple(job.library_dirs))
+    preludes = [Path(folder) for folder in job.preludes]
     clock = time.perf_counter()
     built = []
-    for index, ext in enumerate(job.get("prebuild", [])):
-        module_name = extension_module_name(ext["name"], index)
-        unit = translation_unit(module_name, ext["cuda"], ext["cpp"], ext["functions"])
+    for index, ext in enumerate(job.prebuild):
+        module_name = extension_module_name(ext.name, index)
+        unit = translation_unit(module_name, ext.cuda, ext.cpp, ext.functions)
         try:
             library = compile_extension(module_name, unit, workdir, preludes, chain)
         except BuildError:
             break
-        built.append({"module": module_name, "digest": unit_digest(unit), "file": library.name})
+        built.append(PrebuiltLibrary(module=module_name, digest=unit_digest(unit), file=library.name).model_dump())
     timings["prebuild"] = time.perf_counter() - clock
-    return Outcome("pass", details={"built": built})
+    return Outcome(Verdict.PASS, details={"built": built})
 
 
-def candidate_side(job: dict, workdir: Path, timings: dict[str, float]) -> Outcome:
+def candidate_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome:
     """Build and run the candidate on the inputs the judge handed over; write its outputs."""
     from cuset_core.verify.cpu.build import Toolchain
 
-    chain = Toolchain(tuple(job["include_dirs"]), tuple(job["library_dirs"]))
-    preludes = [Path(folder) for folder in job["preludes"]]
+    chain = Toolchain(tuple(job.include_dirs), tuple(job.library_dirs))
+    preludes = [Path(folder) for folder in job.preludes]
     monitor = FallbackMonitor()
     with ThreadPoolExecutor(max_workers=1) as pool:
         prebuilt = start_prebuilds(job, workdir, preludes, chain, pool)
@@ -499,7 +509,7 @@ def candidate_side(job: dict, workdir: Path, timings: dict[str, float]) -> Outco
 
 
 def _run_candidate(
-    job: dict, workdir: Path, timings: dict[str, float], builder: Builder, monitor: FallbackMonitor
+    job: CpuJob, workdir: Path, timings: dict[str, float], builder: Builder, monitor: FallbackMonitor
 ) -> Outcome:
     import torch
     import torch.utils.cpp_extension
@@ -522,18 +532,20 @@ def _run_candidate(
                 produced = _call(candidate, _clone(trial_inputs), "candidate")
             fallback = monitor.fallback_reason(produced)
             if fallback:
-                raise Decided(Outcome("static_reject", f"trial {trial + 1}: {fallback}", launches=builder.launches()))
+                raise Decided(
+                    Outcome(Verdict.STATIC_REJECT, f"trial {trial + 1}: {fallback}", launches=builder.launches())
+                )
             outputs.append(produced)
         timings["run"] = time.perf_counter() - clock
     save_values(workdir / OUTPUTS_FILE, {"trials": outputs})
-    return Outcome("pass", launches=builder.launches())
+    return Outcome(Verdict.PASS, launches=builder.launches())
 
 
-def side_main(side: str, job: dict, workdir: Path, timings: dict[str, float]) -> Outcome:
+def side_main(side: str, job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome:
     """One side of the tier-2 check (``reference`` or ``candidate``)."""
     sides = {"reference": reference_side, "candidate": candidate_side, "build": build_side}
     return sides[side](job, workdir, timings)
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_side(side_main, sys.argv[1:], "CPU"))
+    raise SystemExit(run_side(side_main, CpuJob, sys.argv[1:], "CPU"))
