@@ -334,7 +334,7 @@ def _build_candidate(
     # the candidate's own ``from torch.utils.cpp_extension import load_inline`` gets the counted one
     cpp_extension.load_inline = lambda *args, **kwargs: monitor.wrap_extension(load_inline(*args, **kwargs))
     cpp_extension.load = lambda *args, **kwargs: monitor.wrap_extension(load(*args, **kwargs))
-    candidate_path = workdir / str(job.candidate)
+    candidate_path = workdir / job.candidate_file()
     try:
         if job.kind == "cu":
             built = cpp_extension.load(

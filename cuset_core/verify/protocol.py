@@ -72,8 +72,6 @@ REFERENCE_CAP_BYTES = 8 << 30  # the reference is the problem's own code: bounde
 HEADER_CAP_BYTES = 1 << 20  # safetensors JSON header
 LIBRARY_CAP_BYTES = 512 << 20  # an extension the build side compiled
 _RUNTIME_MESSAGE = "cuset runtime:"  # how the CPU runtime starts the line explaining an abort
-
-
 _FAILURES = set(Verdict) - {Verdict.PASS, Verdict.NO_CODE}
 
 
@@ -101,6 +99,12 @@ class HarnessJob(_Contract):
     input_seed: int = Field(description="seed of trial 0's inputs; trial i draws with input_seed + i")
     candidate: str | None = Field(None, description="candidate side: its file in the work folder")
     handed: CandidateJob = Field(default_factory=CandidateJob, description="candidate side: the reference's hand-over")
+
+    def candidate_file(self) -> str:
+        """The candidate side's file name; only the candidate side's job has one."""
+        if self.candidate is None:
+            raise ValueError("this job.json names no candidate file: it is not the candidate side's")
+        return self.candidate
 
 
 class PrebuildExtension(_Contract):

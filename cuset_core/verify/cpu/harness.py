@@ -414,7 +414,7 @@ def _safe_elements(problem_source: str) -> int | None:
 
 def _import_candidate(job: CpuJob, workdir: Path, builder: Builder, inputs: dict[str, Any]) -> Callable[[], Any]:
     """Build the candidate; return a factory for the module under test (seed it first)."""
-    source = (workdir / str(job.candidate)).read_text()
+    source = (workdir / job.candidate_file()).read_text()
     try:
         if job.kind == "cu":
             built = builder.build("cuset_cu_candidate", source, "", None)
