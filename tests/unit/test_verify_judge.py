@@ -3,21 +3,77 @@ run-time fallback monitor and the size-reduction rules."""
 
 from __future__ import annotations
 
+import json
 import os
 import types
 
 import pytest
 import torch
+from pydantic import ValidationError
 
 from cuset_core.verify.cpu.sizes import ORIGINAL_SIZE_FACTOR, hardcoded_sizes, original_fits
 from cuset_core.verify.protocol import (
+    CandidateJob,
+    CpuJob,
     FallbackMonitor,
+    GpuJob,
+    Outcome,
+    PrebuiltLibrary,
     UntrustedFileError,
+    handed_job,
     load_values,
+    read_job,
     read_report,
     read_untrusted,
     save_values,
+    trial_seeds,
+    write_report,
 )
+from cuset_core.verify.result import Verdict
+
+CPU_JOB = CpuJob(
+    kind="python",
+    seeds=3,
+    input_seed=1000,
+    reduce_sizes=True,
+    max_elements=1 << 20,
+    preludes=["preludes/light"],
+    include_dirs=["torch/include"],
+    library_dirs=["torch/lib"],
+)
+
+
+def test_the_candidate_sides_job_reads_back_as_written_with_the_reference_hand_over(tmp_path):
+    handed = CandidateJob(overrides={"N": 64}, constants={"N": 4096})
+    prebuilt = [PrebuiltLibrary(module="ext_0", digest="ab" * 32, file="ext_0.so")]
+    job = CPU_JOB.model_copy(update={"candidate": "candidate.py", "handed": handed, "prebuilt": prebuilt})
+    (tmp_path / "job.json").write_text(job.model_dump_json())
+    side, read, workdir = read_job(["candidate", str(tmp_path / "job.json")], CpuJob)
+    assert (side, read, workdir) == ("candidate", job, tmp_path.resolve())
+    assert read.candidate_file() == "candidate.py" and trial_seeds(read) == [1000, 1001, 1002]
+    with pytest.raises(ValueError, match="names no candidate file"):
+        CPU_JOB.candidate_file()
+
+
+def test_a_job_with_a_field_its_tier_does_not_know_is_refused(tmp_path):
+    (tmp_path / "job.json").write_text(json.dumps({**CPU_JOB.model_dump(), "timing_trials": 4}))
+    with pytest.raises(ValidationError, match="timing_trials"):
+        read_job(["reference", str(tmp_path / "job.json")], CpuJob)
+    with pytest.raises(ValidationError, match="gpu_memory_mb"):
+        read_job(["reference", str(tmp_path / "job.json")], GpuJob)
+
+
+def test_the_reference_hand_over_is_typed_and_defaults_when_absent():
+    assert handed_job({}) == CandidateJob()
+    assert handed_job({"candidate_job": {"reference_aliases": True}}).reference_aliases is True
+    with pytest.raises(ValidationError, match="overrides"):
+        handed_job({"candidate_job": {"overrides": {"N": "a lot"}}})
+
+
+def test_a_verdict_reaches_the_report_as_its_plain_string(tmp_path):
+    write_report(tmp_path, Outcome(Verdict.STATIC_REJECT, "trial 1: fallback"))
+    report = read_report(tmp_path)
+    assert report is not None and report["verdict"] == "static_reject" and type(report["verdict"]) is str
 
 
 def test_values_cross_processes_as_safetensors_with_their_structure(tmp_path):
