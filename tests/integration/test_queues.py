@@ -73,7 +73,13 @@ def _generate(client) -> dict:
 
 def test_generation_goes_on_while_a_training_run_holds_the_train_worker(split_client, split_workers, split_settings):
     assert _generate(split_client)["samples"], "the infer worker serves generation"
-    assert any(state["loaded"] for state in _holders(split_settings).values()), "and keeps the model loaded"
+    # The holder stamps its state every POLL_S seconds: a fast generation can end before the
+    # first stamp that shows the model loaded.
+    assert wait_for(
+        lambda: any(state["loaded"] for state in _holders(split_settings).values()),
+        timeout=10,
+        what="the infer worker to show its model loaded",
+    ), "and keeps the model loaded"
 
     training_file = upload_demo_dataset(split_client)
     # Far more steps than the test lasts (it cancels the job): the job must still be training when
