@@ -1,7 +1,16 @@
-"""Wait on a Generation row, or follow it as it changes, by polling Postgres (the source of
-truth; the API never reads a Celery result). Polls start 10 ms apart and back off to 100 ms,
-so a short request is answered within milliseconds of its row finishing. Database reads run in
-the thread pool, never on the event loop.
+"""Wait on a Generation row, or follow it as it changes. The row is the source of truth (the API
+never reads a Celery result); how its changes reach the API depends on the deployment:
+
+- with Redis, the workers publish what they change (text deltas, attempts, status) on the row's
+  channel (db/generation_events.py). ``follow`` subscribes first, then reads the row once, and
+  from then on applies events to its copy: a delta only where it continues the text it has
+  (none is shown twice), one that starts past it waits until the row's next low-rate write
+  (``row`` event) fills the gap. The row is read again for a final status, and every
+  ``RESYNC_S`` seconds of silence in case an event was lost.
+- in the embedded SQLite mode nothing is published, so the row is polled: 10 ms apart at first,
+  backing off to 100 ms, so a short request is answered within milliseconds of its row finishing.
+
+Database reads run in the thread pool, never on the event loop.
 """
 
 from __future__ import annotations
@@ -10,13 +19,17 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import redis.asyncio as aioredis
 from sqlalchemy import update
+from sse_starlette import ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
 from api.errors import APIError
+from db.generation_events import GenerationEvent, channel, publishing
+from db.generations import GenerationSample, dump_samples, read_samples
 from db.models import Generation
 from db.session import session_factory
 from db.settings import Settings
@@ -25,6 +38,9 @@ from db.statuses import GENERATION_FINAL, GenerationStatus
 FIRST_POLL_S = 0.01
 MAX_POLL_S = 0.1
 BACKOFF = 1.5
+RESYNC_S = 5.0  # silence on the channel after which the row is read again (a lost event)
+# Statuses in the order a row moves through them; a follower never steps back.
+STATUS_ORDER = {"queued": 0, "running": 1, "verifying": 2, "succeeded": 3, "failed": 3}
 
 
 @dataclass(frozen=True)
@@ -80,6 +96,13 @@ def failure_error(snapshot: Snapshot) -> APIError:
 async def follow(settings: Settings, generation_id: str) -> AsyncIterator[Snapshot]:
     """Snapshots of the row each time it changes, the last one final; raises the timeout
     APIError after ``settings.generation_timeout_s``."""
+    changes = _listen if publishing(settings) else _poll
+    async for snapshot in changes(settings, generation_id):
+        yield snapshot
+
+
+async def _poll(settings: Settings, generation_id: str) -> AsyncIterator[Snapshot]:
+    """``follow`` by reading the row until it is final (nothing is published without Redis)."""
     url = settings.resolved_database_url
     deadline = time.monotonic() + settings.generation_timeout_s
     delay, last = FIRST_POLL_S, None
@@ -92,10 +115,141 @@ async def follow(settings: Settings, generation_id: str) -> AsyncIterator[Snapsh
         if snapshot.final:
             return
         if time.monotonic() > deadline:
-            await run_in_threadpool(_give_up, url, generation_id, settings.generation_timeout_s)
-            raise timeout_error(settings.generation_timeout_s)
+            await _time_out(settings, generation_id)
         await asyncio.sleep(delay)
         delay = min(delay * BACKOFF, MAX_POLL_S)
+
+
+async def _time_out(settings: Settings, generation_id: str) -> None:
+    await run_in_threadpool(_give_up, settings.resolved_database_url, generation_id, settings.generation_timeout_s)
+    raise timeout_error(settings.generation_timeout_s)
+
+
+async def _listen(settings: Settings, generation_id: str) -> AsyncIterator[Snapshot]:
+    """``follow`` from the row's pub/sub channel: subscribe, read the row, then apply events."""
+    url = settings.resolved_database_url
+    deadline = time.monotonic() + settings.generation_timeout_s
+    client = aioredis.Redis.from_url(settings.resolved_redis_url)
+    pubsub = client.pubsub()
+    try:
+        await pubsub.subscribe(channel(settings, generation_id))
+        view = Following(await run_in_threadpool(_read, url, generation_id))
+        yield view.snapshot
+        heard = time.monotonic()
+        while not view.snapshot.final:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                await _time_out(settings, generation_id)
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=min(RESYNC_S, remaining))
+            if message is None and time.monotonic() - heard < RESYNC_S:
+                continue  # a subscribe confirmation (also answered with None), not silence
+            heard = time.monotonic()
+            event = None if message is None else GenerationEvent.model_validate_json(message["data"])
+            if event is None or view.wants_row(event):
+                changed = view.with_row(await run_in_threadpool(_read, url, generation_id))
+            else:
+                changed = view.with_event(event)
+            if changed:
+                yield view.snapshot
+    finally:
+        await pubsub.aclose()
+        await client.aclose()
+
+
+def merged_sample(have: GenerationSample | None, news: GenerationSample) -> GenerationSample:
+    """An attempt as known from ``have`` and newer word ``news`` (the row or an event): a finished
+    attempt's text is final; otherwise the longer text wins where it continues the shorter; a
+    verdict or a cancellation, once known, stays."""
+    if have is None:
+        return news
+    finished = have.finish_reason is not None and news.finish_reason is None
+    decoded = have if finished else news
+    longer = news.finish_reason is not None or (len(news.text) > len(have.text) and news.text.startswith(have.text))
+    return news.model_copy(
+        update={
+            "text": news.text if longer and not finished else have.text,
+            "finish_reason": decoded.finish_reason,
+            "prompt_tokens": decoded.prompt_tokens,
+            "completion_tokens": decoded.completion_tokens,
+            "code": decoded.code,
+            "verification": news.verification or have.verification,
+            "cancelled": news.cancelled or have.cancelled,
+        }
+    )
+
+
+def with_delta(sample: GenerationSample, offset: int, delta: str) -> GenerationSample | None:
+    """``sample`` with the text ``delta`` that starts at character ``offset`` of its text: unchanged
+    when it adds nothing new (a repeat, or the attempt is finished), None when it starts past the
+    text (a gap: deltas before it are missing)."""
+    if sample.finish_reason is not None or offset + len(delta) <= len(sample.text):
+        return sample
+    if offset > len(sample.text):
+        return None
+    return sample.model_copy(update={"text": sample.text + delta[len(sample.text) - offset :]})
+
+
+@dataclass
+class Following:
+    """A follower's copy of a row: the snapshot it last read, changed by events since, and the
+    deltas it could not apply yet (they start past the text it has)."""
+
+    snapshot: Snapshot
+    waiting: list[GenerationEvent] = field(default_factory=list)
+
+    def wants_row(self, event: GenerationEvent) -> bool:
+        """Whether to read the row rather than apply ``event``: it is final (usage, timings and
+        error are in the row), or it says the row holds text this follower is missing."""
+        return event.status in GENERATION_FINAL or (event.row and bool(self.waiting))
+
+    def with_row(self, row: Snapshot) -> bool:
+        """Take in a fresh read of the row; whether anything changed. A final row is the whole
+        truth (and a confidence row's samples are not attempts), so it is taken as it is."""
+        before = self.snapshot
+        if row.final:
+            self.snapshot, self.waiting = row, []
+            return self.snapshot != before
+        samples = self._merged(read_samples(row.samples))
+        status = row.status if STATUS_ORDER[row.status] >= STATUS_ORDER[before.status] else before.status
+        self.snapshot = replace(row, status=status, samples=dump_samples(samples))
+        self._apply_waiting()
+        return self.snapshot != before
+
+    def with_event(self, event: GenerationEvent) -> bool:
+        """Apply one event; whether anything changed."""
+        before = self.snapshot
+        samples = self._merged(event.samples)
+        if event.index is not None:
+            self.waiting.append(event)
+        status = before.status
+        if event.status is not None and STATUS_ORDER[event.status] > STATUS_ORDER[status]:
+            status = event.status
+        self.snapshot = replace(before, status=status, samples=dump_samples(samples))
+        self._apply_waiting()
+        return self.snapshot != before
+
+    def _merged(self, news: list[GenerationSample]) -> list[GenerationSample]:
+        samples = read_samples(self.snapshot.samples)
+        for sample in news:
+            samples.extend(GenerationSample(index=i) for i in range(len(samples), sample.index + 1))
+            samples[sample.index] = merged_sample(samples[sample.index], sample)
+        return samples
+
+    def _apply_waiting(self) -> None:
+        """Apply every waiting delta that now continues its attempt's text (in text order, so
+        one delta makes room for the next); keep those that start past it."""
+        samples = read_samples(self.snapshot.samples)
+        left = []
+        for event in sorted(self.waiting, key=lambda e: (e.index, e.offset)):
+            applied = (
+                with_delta(samples[event.index], event.offset, event.delta) if event.index < len(samples) else None
+            )
+            if applied is None:
+                left.append(event)
+            else:
+                samples[event.index] = applied
+        self.waiting = left
+        self.snapshot = replace(self.snapshot, samples=dump_samples(samples))
 
 
 async def wait_final(settings: Settings, generation_id: str) -> Snapshot:
@@ -108,10 +262,10 @@ async def wait_final(settings: Settings, generation_id: str) -> Snapshot:
     raise AssertionError("follow() ends with a final snapshot")
 
 
-def sse(data: Any, event: str | None = None) -> str:
+def sse(data: Any, event: str | None = None) -> ServerSentEvent:
     """One server-sent event; ``data`` is JSON-encoded unless it is already a string."""
     payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
-    return (f"event: {event}\n" if event else "") + f"data: {payload}\n\n"
+    return ServerSentEvent(data=payload, event=event, sep="\n")
 
 
 DONE = sse("[DONE]")

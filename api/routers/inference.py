@@ -2,8 +2,8 @@
 ``/v1/generate`` (kernels from a KernelBench problem, optionally verified).
 
 Every request becomes a Generation row plus a ``cuset.generate`` message; the answer is read
-back from the row (api/streaming.py): awaited whole, or streamed as server-sent events while the
-worker writes partial text into it.
+back from the row (api/streaming.py): awaited whole, or streamed as server-sent events (through
+sse-starlette) from the text deltas and changes the worker publishes while it decodes.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import OwnerDep, SessionDep, SettingsDep
@@ -46,6 +46,7 @@ from db.statuses import GenerationStatus
 router = APIRouter(tags=["inference"])
 
 CHAT_DEFAULT_MAX_TOKENS = 512
+PING_S = 15  # keep-alive comment period of a silent event stream
 START_FIELDS = {"index", "round", "repair_of"}
 DONE_FIELDS = {"index", "text", "code", "finish_reason"}
 
@@ -103,13 +104,15 @@ def _error_body(error: APIError) -> dict:
     return {"error": {"message": error.message, "type": "server_error", "param": error.param, "code": error.code}}
 
 
-def _event_stream(events: AsyncIterator[str]) -> StreamingResponse:
-    return StreamingResponse(
-        events, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    )
+def _event_stream(events: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:
+    # sse-starlette sends a comment line as a keep-alive while a long decode is silent; "\n"
+    # ends lines as this API always has (clients accept either).
+    return EventSourceResponse(events, sep="\n", ping=PING_S)
 
 
-async def _openai_events(settings: Settings, created: Snapshot, chat: bool, include_usage: bool) -> AsyncIterator[str]:
+async def _openai_events(
+    settings: Settings, created: Snapshot, chat: bool, include_usage: bool
+) -> AsyncIterator[ServerSentEvent]:
     """OpenAI stream chunks: per choice a role delta (chat), text deltas, a finish_reason chunk;
     an optional usage chunk; then ``[DONE]``."""
     base = {
@@ -119,7 +122,7 @@ async def _openai_events(settings: Settings, created: Snapshot, chat: bool, incl
         "model": created.model,
     }
 
-    def chunk(index: int, text: str | None = None, finish: str | None = None, role: bool = False) -> str:
+    def chunk(index: int, text: str | None = None, finish: str | None = None, role: bool = False) -> ServerSentEvent:
         if chat:
             delta = {"role": "assistant", "content": ""} if role else {} if text is None else {"content": text}
             choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
@@ -220,7 +223,7 @@ def _timings(snapshot: Snapshot) -> GenerateTimings:
     return GenerateTimings(**{k: v for k, v in (snapshot.timings or {}).items() if k in GenerateTimings.model_fields})
 
 
-async def _generate_events(settings: Settings, created: Snapshot) -> AsyncIterator[str]:
+async def _generate_events(settings: Settings, created: Snapshot) -> AsyncIterator[ServerSentEvent]:
     """Per attempt ``sample.start`` (its round and what it repairs), ``sample.delta``,
     ``sample.done``, then ``sample.verification`` or ``sample.cancelled``; ``generation.done``
     (usage, timings, the chosen attempt), ``[DONE]``."""

@@ -26,9 +26,10 @@ from sqlalchemy import update
 
 from cuset_core.data import IGNORE_INDEX, EncodedRecord, LoadOptions, Record, encode_record, load_records
 from cuset_core.evaluation.confidence_report import ReportSettings, record_confidence
+from db.generation_events import GenerationEvent, publish
 from db.models import File, Generation
 from db.session import session_scope
-from db.settings import get_settings
+from db.settings import Settings, get_settings
 from db.statuses import GenerationStatus
 from worker.device_share import hold
 from worker.model_cache import models
@@ -77,12 +78,12 @@ def confidence(generation_id: str) -> None:
                 raise ConfidenceError("model_load_failed", f"could not load model {request['spec']!r}: {exc}") from exc
             sample = token_confidence(model, tokenizer, record)
     except ConfidenceError as exc:
-        _finish(url, generation_id, status=GenerationStatus.FAILED, error={"code": exc.code, "message": str(exc)})
+        _finish(settings, generation_id, status=GenerationStatus.FAILED, error={"code": exc.code, "message": str(exc)})
         return
     except Exception as exc:  # noqa: BLE001 - a failure fails the row, never the worker
         log.exception("confidence of %s failed", generation_id)
         _finish(
-            url,
+            settings,
             generation_id,
             status=GenerationStatus.FAILED,
             error={"code": "confidence_failed", "message": f"{type(exc).__name__}: {exc}"},
@@ -90,7 +91,7 @@ def confidence(generation_id: str) -> None:
         return
     done = time.time()
     _finish(
-        url,
+        settings,
         generation_id,
         status=GenerationStatus.SUCCEEDED,
         samples=[sample],
@@ -165,10 +166,12 @@ def _stored_path(artifacts: Path, relative: str) -> Path:
     return path
 
 
-def _finish(url: str, generation_id: str, **values: Any) -> None:
-    with session_scope(url) as session:
+def _finish(settings: Settings, generation_id: str, **values: Any) -> None:
+    """End the running row with ``values`` and tell its follower (the analysis endpoint) so."""
+    with session_scope(settings.resolved_database_url) as session:
         session.execute(
             update(Generation)
             .where(Generation.id == generation_id, Generation.status == GenerationStatus.RUNNING)
             .values(finished_at=time.time(), **values)
         )
+    publish(settings, generation_id, GenerationEvent(status=values["status"]))

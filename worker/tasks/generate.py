@@ -6,9 +6,12 @@ another task already decoded in its batch, finds nothing to do. A row that is ne
 nor stopped at its first pass takes up to ``generation_batch_max - 1`` other queued, batchable,
 unseeded rows with the same model and decoding settings and decodes them in one
 ``sampling.generate`` call. A streamed row, or one that stops at its first passing kernel, is
-decoded alone, one sample after another: its partial text reaches ``samples[i].text`` about every
-``FLUSH_S`` seconds, each finished sample goes to verification at once, and decoding stops when
-a verified sample has already ended the request.
+decoded alone, one sample after another; each finished sample goes to verification at once, and
+decoding stops when a verified sample has already ended the request. Its partial text goes out
+as it grows: with Redis, as text deltas on the row's pub/sub channel about every ``DELTA_S``
+seconds (db/generation_events.py), and into ``samples[i].text`` only every ``ROW_FLUSH_S``
+seconds, so a follower that joins late can catch up from the row; without Redis (the embedded
+SQLite mode, where the API polls the row) into the row every ``FLUSH_S`` seconds.
 
 A repair attempt (appended by the verify task, see db/generations.py) is decoded from a follow-up
 turn: the problem, the failed answer and the verifier's error. The row stays ``verifying`` while
@@ -47,6 +50,7 @@ from cuset_core.generation.sampling import (
     generate as generate_batch,
 )
 from db.dispatch import enqueue
+from db.generation_events import GenerationEvent, publish, publishing
 from db.generations import (
     GenerationRequest,
     GenerationSample,
@@ -66,7 +70,9 @@ from worker.model_cache import models
 
 log = logging.getLogger(__name__)
 
-FLUSH_S = 0.1  # how often a streaming sample's partial text reaches the database
+FLUSH_S = 0.1  # how often a streaming sample's partial text reaches the row when nothing is published
+DELTA_S = 0.02  # how often a streaming sample's new text is published (with Redis)
+ROW_FLUSH_S = 1.0  # how often it reaches the row then: for followers that join late
 BATCH_KEYS = ("spec", "form", "n", "temperature", "top_p", "max_tokens", "stop")
 DECODED = {"text", "finish_reason", "prompt_tokens", "completion_tokens", "code"}  # what decoding writes
 
@@ -106,7 +112,7 @@ def generate(generation_id: str, attempt: int | None = None) -> None:
             model, tokenizer = in_use.enter_context(models.use(lead.request.spec, lead.model))
         except Exception as exc:  # noqa: BLE001 - any load failure is the request's failure
             log.exception("loading model %s failed", lead.request.spec)
-            _fail(url, [lead.id], "model_load_failed", f"could not load model {lead.request.spec!r}: {exc}")
+            _fail(settings, [lead.id], "model_load_failed", f"could not load model {lead.request.spec!r}: {exc}")
             return
         sequential = lead.request.sequential
         rows = [lead] if sequential else [lead, *_claim_batch(url, lead, settings.generation_batch_max - 1)]
@@ -118,7 +124,7 @@ def generate(generation_id: str, attempt: int | None = None) -> None:
                 results = _decode_batch(model, tokenizer, rows)
         except Exception as exc:  # noqa: BLE001 - a decoding failure fails the rows, never the worker
             log.exception("decoding %s failed", [row.id for row in rows])
-            _fail(url, [row.id for row in rows], "decode_failed", f"{type(exc).__name__}: {exc}")
+            _fail(settings, [row.id for row in rows], "decode_failed", f"{type(exc).__name__}: {exc}")
             return
     decoded = time.time()
     for row, samples in zip(rows, results):
@@ -263,11 +269,13 @@ class _Ended(StoppingCriteria):
         return torch.full((input_ids.shape[0],), self.ended, dtype=torch.bool, device=input_ids.device)
 
 
-def _decode_one(url: str, model, tokenizer, row: Claimed, sample: GenerationSample, prompt) -> GenerationSample | None:
+def _decode_one(
+    settings: Settings, model, tokenizer, row: Claimed, sample: GenerationSample, prompt
+) -> GenerationSample | None:
     """Decode ``sample`` of ``row`` from ``prompt`` (a message list, or a text for raw rows), its
-    partial text written into the row as it grows; the finished sample, or None when the row
-    ended meanwhile."""
-    request = row.request
+    partial text sent to followers as it grows (see the module docstring); the finished sample,
+    or None when the row ended meanwhile."""
+    request, url = row.request, settings.resolved_database_url
     stops = request.stop
     stop_ids = stop_token_ids(model, tokenizer)
     device = next(model.parameters()).device
@@ -276,17 +284,26 @@ def _decode_one(url: str, model, tokenizer, row: Claimed, sample: GenerationSamp
     text = prompt if request.form == "raw" else render_prompt(tokenizer, prompt)
     encoded = tokenizer([text], return_tensors="pt", add_special_tokens=False).to(device)
     ended = _Ended()
-    last_flush = time.monotonic()
+    tick_s, row_s = (DELTA_S, ROW_FLUSH_S) if publishing(settings) else (FLUSH_S, FLUSH_S)
+    sent = ""  # the partial text followers have: published deltas and the row's copy both end here
+    last_tick = last_row = time.monotonic()
 
     def flush_partial(tokens: list[int]) -> None:
-        nonlocal last_flush
-        if ended.ended or time.monotonic() - last_flush < FLUSH_S:
+        nonlocal sent, last_tick, last_row
+        now = time.monotonic()
+        if ended.ended or now - last_tick < tick_s:
             return
+        last_tick = now
         partial = completion_from_tokens(tokens, 0, stop_ids, tokenizer).text.rstrip("\ufffd")  # no half characters
         partial, stopped = _cut_at_stop(partial, stops)
         shown = partial if stopped else partial[: len(partial) - holdback]
-        ended.ended = not _write_sample(url, row.id, sample.model_copy(update={"text": shown}))
-        last_flush = time.monotonic()
+        if len(shown) > len(sent) and shown.startswith(sent):
+            publish(settings, row.id, GenerationEvent(index=sample.index, offset=len(sent), delta=shown[len(sent) :]))
+            sent = shown
+        if now - last_row >= row_s:
+            last_row = now
+            ended.ended = _write_sample(url, row.id, sample.model_copy(update={"text": sent})) is None
+            publish(settings, row.id, GenerationEvent(row=True))
 
     seed = None if request.seed is None else request.seed + sample.index % request.n
     streamer = _TokenStreamer(flush_partial)
@@ -303,7 +320,11 @@ def _decode_one(url: str, model, tokenizer, row: Claimed, sample: GenerationSamp
     done = _finished(
         row, sample, completion_from_tokens(streamer.tokens, encoded["input_ids"].shape[1], stop_ids, tokenizer)
     )
-    return done if _write_sample(url, row.id, done) else None
+    stored = _write_sample(url, row.id, done)
+    if stored is None:
+        return None
+    publish(settings, row.id, GenerationEvent(samples=[stored]))
+    return done
 
 
 def _decode_sequentially(settings: Settings, model, tokenizer, row: Claimed) -> None:
@@ -317,28 +338,30 @@ def _decode_sequentially(settings: Settings, model, tokenizer, row: Claimed) -> 
     ]
     with session_scope(url) as session:  # the row is ours alone until its first sample is verified
         session.execute(update(Generation).where(Generation.id == row.id).values(samples=dump_samples(samples)))
+    publish(settings, row.id, GenerationEvent(samples=samples, status=GenerationStatus.RUNNING))
     for sample in samples:
-        done = _decode_one(url, model, tokenizer, row, sample, request.prompts[sample.prompt_index])
+        done = _decode_one(settings, model, tokenizer, row, sample, request.prompts[sample.prompt_index])
         if done is None:
             return
         if row.verifying:
             _verify_later(settings, row, [done.index])
 
 
-def _write_sample(url: str, generation_id: str, sample: GenerationSample) -> bool:
-    """Write the decoded fields of ``sample`` into the row, under its lock; False when the row
-    has ended or the attempt was cancelled meanwhile (the sample is then not written)."""
+def _write_sample(url: str, generation_id: str, sample: GenerationSample) -> GenerationSample | None:
+    """Write the decoded fields of ``sample`` into the row, under its lock; the attempt as now
+    stored, or None when the row has ended or the attempt was cancelled meanwhile (the sample is
+    then not written)."""
     with session_scope(url) as session:
         row = locked_generation(session, generation_id)
         if row is None or row.status in GENERATION_FINAL:
-            return False
+            return None
         samples = read_samples(row.samples)
         if samples[sample.index].cancelled:
-            return False
+            return None
         samples[sample.index] = samples[sample.index].model_copy(update=sample.model_dump(include=DECODED))
         row.samples = dump_samples(samples)
         row.usage = usage_of(samples)
-        return True
+        return samples[sample.index]
 
 
 def _verify_later(settings: Settings, row: Claimed, indexes: list[int]) -> None:
@@ -363,6 +386,7 @@ def _record(
         "batch_size": batch_size,
         "decoded_at": decoded,
     }
+    batched = samples is not None
     with session_scope(settings.resolved_database_url) as session:
         stored = locked_generation(session, row.id)
         if stored is None or stored.status == GenerationStatus.FAILED:
@@ -375,12 +399,17 @@ def _record(
         stored.usage = usage_of(samples)
         if stored.status in GENERATION_FINAL:
             return  # a verified sample ended the request while later ones were decoded
+        steps = None
         if not row.verifying:
             stored.status, stored.finished_at = GenerationStatus.SUCCEEDED, decoded
             stored.timings = stored.timings | {"total_s": round(decoded - row.created_at, 4)}
-            return
-        stored.status = GenerationStatus.VERIFYING
-        steps = settle(stored, row.request, samples, decoded)
+        else:
+            stored.status = GenerationStatus.VERIFYING
+            steps = settle(stored, row.request, samples, decoded)
+        status = stored.status
+    publish(settings, row.id, GenerationEvent(samples=samples if batched else [], status=status))
+    if steps is None:
+        return
     if not row.request.sequential:
         _verify_later(settings, row, [sample.index for sample in samples])
     decode_repairs(settings, row.id, steps.repairs)
@@ -409,20 +438,20 @@ def _repair(generation_id: str, index: int) -> None:
             model, tokenizer = in_use.enter_context(models.use(row.request.spec, row.model))
         except Exception as exc:  # noqa: BLE001 - any load failure is the request's failure
             log.exception("loading model %s failed", row.request.spec)
-            _fail(url, [row.id], "model_load_failed", f"could not load model {row.request.spec!r}: {exc}")
+            _fail(settings, [row.id], "model_load_failed", f"could not load model {row.request.spec!r}: {exc}")
             return
         try:
-            done = _decode_one(url, model, tokenizer, row, attempt, messages)
+            done = _decode_one(settings, model, tokenizer, row, attempt, messages)
         except Exception as exc:  # noqa: BLE001 - a decoding failure fails the row, never the worker
             log.exception("decoding repair %d of %s failed", index, row.id)
-            _fail(url, [row.id], "decode_failed", f"{type(exc).__name__}: {exc}")
+            _fail(settings, [row.id], "decode_failed", f"{type(exc).__name__}: {exc}")
             return
     if done is not None:
         _verify_later(settings, row, [done.index])
 
 
-def _fail(url: str, ids: list[str], code: str, message: str) -> None:
-    with session_scope(url) as session:
+def _fail(settings: Settings, ids: list[str], code: str, message: str) -> None:
+    with session_scope(settings.resolved_database_url) as session:
         session.execute(
             update(Generation)
             .where(
@@ -431,3 +460,5 @@ def _fail(url: str, ids: list[str], code: str, message: str) -> None:
             )
             .values(status=GenerationStatus.FAILED, error={"code": code, "message": message}, finished_at=time.time())
         )
+    for generation_id in ids:
+        publish(settings, generation_id, GenerationEvent(status=GenerationStatus.FAILED))

@@ -19,6 +19,7 @@ from celery import shared_task
 from cuset_core.verify.result import Tier
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import VerifySettings
+from db.generation_events import GenerationEvent, publish
 from db.generations import GenerationRequest, decode_repairs, locked_generation, read_samples, settle
 from db.models import Generation
 from db.session import session_scope
@@ -69,4 +70,7 @@ def _verify(generation_id: str, index: int) -> None:
             return
         samples[index].verification = result
         steps = settle(row, request, samples, time.time())
+        changed = [samples[i] for i in sorted({index, *steps.cancel, *(r.index for r in steps.repairs)})]
+        status = row.status
+    publish(settings, generation_id, GenerationEvent(samples=changed, status=status))
     decode_repairs(settings, generation_id, steps.repairs)
