@@ -4,6 +4,7 @@ dashboard or a client polling for progress sends), from concurrent loopback clie
 Usage (from the repository root):
 
     .venv/bin/python bench/api_load.py --spawn [--workers 1] [--concurrency 8] [--seconds 10]
+        [--tuning [--broker redis://127.0.0.1:6379/1] [--tuning-model smollm2-135m]]
     .venv/bin/python bench/api_load.py --url http://127.0.0.1:8000 --database-url URL
 
 ``--spawn`` (the default) creates a temporary Postgres database next to ``--admin-url``,
@@ -14,6 +15,11 @@ then polls those jobs round-robin with ``--concurrency`` httpx async clients unt
 ``--seconds`` or ``--requests`` is reached, after a short warm-up. The spawned server has the
 per-key rate limit off (it would measure the limiter, not the API). Prints one JSON line.
 Target on the 2-core development machine: >= 300 requests/s with p99 <= 100 ms.
+
+``--tuning`` (with ``--spawn``) measures the same load while a tuning job trains on the same
+machine: the server gets ``--broker`` and a Celery worker on the ``train`` queue, the bench
+uploads the demo dataset, creates a CuSeT job on ``--tuning-model`` through the API, starts the
+load once the job runs, checks it was still running when the load ended, then cancels it.
 """
 
 from __future__ import annotations
@@ -67,9 +73,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=20_000, help="stop after this many requests")
     parser.add_argument("--warmup", type=float, default=2.0, help="untimed warm-up, s")
     parser.add_argument("--jobs", type=int, default=20, help="job rows polled round-robin")
+    parser.add_argument("--tuning", action="store_true", help="measure while a tuning job trains (--spawn)")
+    parser.add_argument("--broker", default="redis://127.0.0.1:6379/1", help="Celery broker with --tuning")
+    parser.add_argument("--tuning-model", default="smollm2-135m", help="base model the tuning job trains")
     args = parser.parse_args()
     if args.url and not args.database_url:
         parser.error("--url needs --database-url (the bench writes its job rows there)")
+    if args.url and args.tuning:
+        parser.error("--tuning starts its own worker; use it with --spawn")
     return args
 
 
@@ -157,10 +168,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn_server(database_url: str, workers: int, data_dir: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
+def service_env(database_url: str, data_dir: Path, broker: str | None) -> dict[str, str]:
+    """The environment of the spawned server (and tuning worker): this database, no rate limit."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("CUSET_")}
     env.update(CUSET_DATABASE_URL=database_url, CUSET_DATA_DIR=str(data_dir), CUSET_RATE_LIMIT_RPS="0")
+    if broker:
+        env.update(CUSET_BROKER_URL=broker, CUSET_BROKER_KEY_PREFIX=f"cuset-bench-{os.getpid()}:")
+    return env
+
+
+def spawn_server(env: dict[str, str], workers: int, data_dir: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
     process = subprocess.Popen(
         [
             sys.executable,
@@ -195,6 +213,65 @@ def spawn_server(database_url: str, workers: int, data_dir: Path) -> tuple[subpr
             time.sleep(0.2)
     process.kill()
     raise RuntimeError("uvicorn did not start in 60 s")
+
+
+def spawn_train_worker(env: dict[str, str], data_dir: Path) -> subprocess.Popen:
+    """One Celery worker on the ``train`` queue (training runs in its own subprocess)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "-Q", "train", "-c", "1", "-l", "WARNING"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(data_dir / "worker.log", "wb"),
+    )
+
+
+def start_tuning(base: str, key: str, model: str, timeout_s: float = 300) -> str:
+    """Upload the demo dataset, create a long CuSeT job on ``model``, wait until it runs; its id."""
+    from cuset_core.demo import write_demo_dataset
+
+    headers = {"Authorization": f"Bearer {key}"}
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "demo.jsonl"
+        write_demo_dataset(path)
+        uploaded = httpx.post(
+            f"{base}/v1/files",
+            headers=headers,
+            files={"file": ("demo.jsonl", path.read_bytes())},
+            data={"purpose": "fine-tune"},
+            timeout=60,
+        )
+    uploaded.raise_for_status()
+    created = httpx.post(
+        f"{base}/v1/fine_tuning/jobs",
+        headers=headers,
+        timeout=60,
+        json={
+            "model": model,
+            "training_file": uploaded.json()["id"],
+            "method": {"type": "cuset"},
+            "hyperparameters": {"max_steps": 10_000, "batch_size": 2, "max_seq_len": 1024},
+        },
+    )
+    created.raise_for_status()
+    job_id = created.json()["id"]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = tuning_status(base, key, job_id)
+        if status["status"] == "running" and status["step"] > 0:
+            return job_id
+        if status["status"] in ("failed", "cancelled", "succeeded"):
+            raise RuntimeError(f"the tuning job ended before the load: {status}")
+        time.sleep(1)
+    raise RuntimeError(f"the tuning job did not start training in {timeout_s:g} s")
+
+
+def tuning_status(base: str, key: str, job_id: str) -> dict:
+    """The job's status and step, as the API reports them."""
+    job = httpx.get(f"{base}/v1/fine_tuning/jobs/{job_id}", headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    job.raise_for_status()
+    body = job.json()
+    return {"status": body["status"], "step": body["progress"]["step"]}
 
 
 # ---------------------------------------------------------------- the load
@@ -267,13 +344,34 @@ def main() -> None:
         return
     with TemporaryDatabase(args.admin_url) as database_url, tempfile.TemporaryDirectory() as data_dir:
         key, job_ids, _ = seed_rows(database_url, args.jobs)
-        server, base = spawn_server(database_url, args.workers, Path(data_dir))
+        env = service_env(database_url, Path(data_dir), args.broker if args.tuning else None)
+        server, base = spawn_server(env, args.workers, Path(data_dir))
+        trainer = spawn_train_worker(env, Path(data_dir)) if args.tuning else None
+        tuning: dict = {}
         try:
+            tuning_id = start_tuning(base, key, args.tuning_model) if args.tuning else None
+            before = tuning_status(base, key, tuning_id) if tuning_id else None
             result = asyncio.run(load(base, key, job_ids, args.concurrency, args.seconds, args.requests, args.warmup))
+            if tuning_id:
+                after = tuning_status(base, key, tuning_id)
+                tuning = {"tuning_model": args.tuning_model, "tuning_steps": [before["step"], after["step"]]}
+                tuning["tuning_ran_throughout"] = after["status"] == "running" and after["step"] > before["step"]
+                httpx.post(
+                    f"{base}/v1/fine_tuning/jobs/{tuning_id}/cancel",
+                    headers={"Authorization": f"Bearer {key}"},
+                    timeout=30,
+                )
+        except Exception:
+            for log in ("uvicorn.log", "worker.log"):
+                if (Path(data_dir) / log).exists():
+                    print((Path(data_dir) / log).read_text()[-3000:], file=sys.stderr)
+            raise
         finally:
-            server.terminate()
-            server.wait(20)
-    print(json.dumps(result | {"uvicorn_workers": args.workers, "cpus": os.cpu_count()}))
+            for process in (server, trainer):
+                if process is not None:
+                    process.terminate()
+                    process.wait(60)
+    print(json.dumps(result | tuning | {"uvicorn_workers": args.workers, "cpus": os.cpu_count()}))
 
 
 if __name__ == "__main__":

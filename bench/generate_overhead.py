@@ -28,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
@@ -125,6 +127,24 @@ def spawn(folder: Path, spec: str, broker: str | None) -> tuple[str, list[subpro
     raise RuntimeError(f"service did not start: {(folder / 'service.log').read_text()[-3000:]}")
 
 
+@contextmanager
+def service(spec: str, broker: str | None) -> Iterator[str]:
+    """``spawn`` in a temporary folder for the ``with`` block; its base URL. On a failure the
+    service log goes to stderr; the processes are stopped either way."""
+    processes: list[subprocess.Popen] = []
+    with tempfile.TemporaryDirectory(prefix="cuset-bench-") as folder:
+        try:
+            base, processes = spawn(Path(folder), spec, broker)
+            yield base
+        except Exception:
+            print((Path(folder) / "service.log").read_text()[-4000:], file=sys.stderr)
+            raise
+        finally:
+            for process in processes:
+                process.terminate()
+                process.wait(30)
+
+
 def through_service(base: str, model: str, max_tokens: int, api_key: str | None) -> tuple[float, int]:
     """Seconds for one /v1/generate round trip, and the completion tokens it reports."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -161,34 +181,23 @@ def main() -> None:
     args = parser.parse_args()
     spec = args.model_dir or args.model
 
-    processes: list[subprocess.Popen] = []
-    with tempfile.TemporaryDirectory(prefix="cuset-bench-") as folder:
-        try:
-            if args.spawn:
-                base, processes = spawn(Path(folder), spec, args.broker)
-                served = MODEL_ID
-            else:
-                base, served = args.base_url.rstrip("/"), args.model
-            model, tokenizer = load_model(spec)
-            model.eval()
-            through_service(base, served, args.max_tokens, args.api_key)  # the worker loads the model
-            direct(model, tokenizer, args.max_tokens)  # first-call warmup in this process
-            service_s, direct_s = [], []
-            for _ in range(args.repeats):
-                seconds, service_tokens = through_service(base, served, args.max_tokens, args.api_key)
-                service_s.append(seconds)
-                seconds, direct_tokens = direct(model, tokenizer, args.max_tokens)
-                direct_s.append(seconds)
-                if service_tokens != direct_tokens:
-                    raise SystemExit(f"token counts differ: service {service_tokens}, direct {direct_tokens}")
-        except Exception:
-            if args.spawn:
-                print((Path(folder) / "service.log").read_text()[-4000:], file=sys.stderr)
-            raise
-        finally:
-            for process in processes:
-                process.terminate()
-                process.wait(30)
+    with ExitStack() as stack:
+        if args.spawn:
+            base, served = stack.enter_context(service(spec, args.broker)), MODEL_ID
+        else:
+            base, served = args.base_url.rstrip("/"), args.model
+        model, tokenizer = load_model(spec)
+        model.eval()
+        through_service(base, served, args.max_tokens, args.api_key)  # the worker loads the model
+        direct(model, tokenizer, args.max_tokens)  # first-call warmup in this process
+        service_s, direct_s = [], []
+        for _ in range(args.repeats):
+            seconds, service_tokens = through_service(base, served, args.max_tokens, args.api_key)
+            service_s.append(seconds)
+            seconds, direct_tokens = direct(model, tokenizer, args.max_tokens)
+            direct_s.append(seconds)
+            if service_tokens != direct_tokens:
+                raise SystemExit(f"token counts differ: service {service_tokens}, direct {direct_tokens}")
     service_median, direct_median = statistics.median(service_s), statistics.median(direct_s)
     ratio = service_median / direct_median
     print(

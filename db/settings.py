@@ -60,6 +60,12 @@ class Settings(BaseSettings):
         description="wall-clock limit of one attempt of a tuning job: it is stopped (checkpoint saved) and fails",
     )
     generation_batch_max: int = Field(8, ge=1, description="queued requests for one model decoded together")
+    generation_batch_wait_s: float = Field(
+        0.1,
+        ge=0,
+        description="how long a batchable request waits for another to share its batch (again after each one "
+        "joins: requests sent together reach the queue ms apart); 0 decodes what is queued at once",
+    )
     model_release_timeout_s: float = Field(
         120.0,
         ge=0,

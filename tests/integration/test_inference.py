@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -320,3 +321,28 @@ def test_concurrent_requests_for_one_model_are_decoded_in_one_batch(server, work
         sizes = [row.timings["batch_size"] for row in session.scalars(select(Generation).where(Generation.id.in_(ids)))]
     assert max(sizes) > 1
     assert sum(1 for size in sizes if size > 1) >= 2  # a batch of k reports k on each of its rows
+
+
+def test_requests_sent_together_to_a_running_worker_share_one_batch(server, worker, service_settings, auth_headers):
+    # They reach the queue some milliseconds apart; the first one claimed waits for the others
+    # (generation_batch_wait_s after each that joins) instead of being decoded alone. The test
+    # worker runs two processes, so a second task may lead a batch of its own meanwhile.
+    prompts = [f"Together {i}:" for i in range(4)]
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        answers = list(
+            pool.map(
+                lambda prompt: httpx.post(
+                    f"{server}/v1/completions",
+                    timeout=150,
+                    headers=auth_headers,
+                    json={"model": "tiny", "prompt": prompt, "max_tokens": 8, "temperature": 0},
+                ),
+                prompts,
+            )
+        )
+
+    assert all(answer.status_code == 200 for answer in answers), [answer.text for answer in answers]
+    with session_scope(service_settings.resolved_database_url) as session:
+        ids = [answer.json()["id"] for answer in answers]
+        sizes = [row.timings["batch_size"] for row in session.scalars(select(Generation).where(Generation.id.in_(ids)))]
+    assert max(sizes) >= 3

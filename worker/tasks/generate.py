@@ -5,7 +5,8 @@ The row is claimed atomically (queued -> running), so a redelivered message, or 
 another task already decoded in its batch, finds nothing to do. A row that is neither streamed
 nor stopped at its first pass takes up to ``generation_batch_max - 1`` other queued, batchable,
 unseeded rows with the same model and decoding settings and decodes them in one
-``sampling.generate`` call. A streamed row, or one that stops at its first passing kernel, is
+``sampling.generate`` call; it waits up to ``generation_batch_wait_s`` for them, since requests
+sent together reach the queue some milliseconds apart. A streamed row, or one that stops at its first passing kernel, is
 decoded alone, one sample after another; each finished sample goes to verification at once, and
 decoding stops when a verified sample has already ended the request. Its partial text goes out
 as it grows: with Redis, as text deltas on the row's pub/sub channel about every ``DELTA_S``
@@ -73,6 +74,7 @@ log = logging.getLogger(__name__)
 FLUSH_S = 0.1  # how often a streaming sample's partial text reaches the row when nothing is published
 DELTA_S = 0.02  # how often a streaming sample's new text is published (with Redis)
 ROW_FLUSH_S = 1.0  # how often it reaches the row then: for followers that join late
+BATCH_POLL_S = 0.02  # how often the queue is looked at again while a batch gathers
 BATCH_KEYS = ("spec", "form", "n", "temperature", "top_p", "max_tokens", "stop")
 DECODED = {"text", "finish_reason", "prompt_tokens", "completion_tokens", "code"}  # what decoding writes
 
@@ -115,7 +117,8 @@ def generate(generation_id: str, attempt: int | None = None) -> None:
             _fail(settings, [lead.id], "model_load_failed", f"could not load model {lead.request.spec!r}: {exc}")
             return
         sequential = lead.request.sequential
-        rows = [lead] if sequential else [lead, *_claim_batch(url, lead, settings.generation_batch_max - 1)]
+        mates = [] if sequential else _gather_batch(url, lead, settings.generation_batch_max - 1, settings)
+        rows = [lead, *mates]
         try:
             if sequential:
                 _decode_sequentially(settings, model, tokenizer, lead)
@@ -153,10 +156,24 @@ def _batch_key(request: GenerationRequest) -> dict:
     return request.model_dump(include=set(BATCH_KEYS))
 
 
-def _claim_batch(url: str, lead: Claimed, limit: int) -> list[Claimed]:
-    """Claim up to ``limit`` queued rows that can be decoded in one batch with ``lead``."""
+def _gather_batch(url: str, lead: Claimed, limit: int, settings: Settings) -> list[Claimed]:
+    """Claim up to ``limit`` batch mates of ``lead``; while the batch has room, keep looking
+    (every ``BATCH_POLL_S``) until ``generation_batch_wait_s`` pass without a new one."""
     if limit < 1 or not _batchable(lead.request):
         return []
+    mates = _claim_batch(url, lead, limit)
+    deadline = time.monotonic() + settings.generation_batch_wait_s
+    while len(mates) < limit and time.monotonic() < deadline:
+        time.sleep(BATCH_POLL_S)
+        more = _claim_batch(url, lead, limit - len(mates))
+        if more:
+            mates += more
+            deadline = time.monotonic() + settings.generation_batch_wait_s
+    return mates
+
+
+def _claim_batch(url: str, lead: Claimed, limit: int) -> list[Claimed]:
+    """Claim up to ``limit`` queued rows that can be decoded in one batch with ``lead``."""
     key = _batch_key(lead.request)
     with session_scope(url) as session:
         # SKIP LOCKED (Postgres): rows another task is claiming right now are left to it.
