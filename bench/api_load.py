@@ -16,10 +16,12 @@ then polls those jobs round-robin with ``--concurrency`` httpx async clients unt
 per-key rate limit off (it would measure the limiter, not the API). Prints one JSON line.
 Target on the 2-core development machine: >= 300 requests/s with p99 <= 100 ms.
 
-``--tuning`` (with ``--spawn``) measures the same load while a tuning job trains on the same
-machine: the server gets ``--broker`` and a Celery worker on the ``train`` queue, the bench
-uploads the demo dataset, creates a CuSeT job on ``--tuning-model`` through the API, starts the
-load once the job runs, checks it was still running when the load ended, then cancels it.
+``--tuning`` (with ``--spawn``) measures the load twice in one run: first with nothing else
+running (printed under ``idle``), then while a tuning job trains on the same machine. The server
+gets ``--broker`` and a Celery worker on the ``train`` and ``cpu`` queues; the bench uploads the
+demo dataset, creates a CuSeT job on ``--tuning-model`` through the API, starts the second load
+once the job has trained a step, checks it was still running when the load ended (its steps
+before and after are printed), then cancels it. The top-level figures are those under training.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -174,6 +177,8 @@ def service_env(database_url: str, data_dir: Path, broker: str | None) -> dict[s
     env.update(CUSET_DATABASE_URL=database_url, CUSET_DATA_DIR=str(data_dir), CUSET_RATE_LIMIT_RPS="0")
     if broker:
         env.update(CUSET_BROKER_URL=broker, CUSET_BROKER_KEY_PREFIX=f"cuset-bench-{os.getpid()}:")
+        # The seeded job rows count as the owner's running jobs; the real one must still fit.
+        env.update(CUSET_MAX_CONCURRENT_JOBS="1000")
     return env
 
 
@@ -216,9 +221,10 @@ def spawn_server(env: dict[str, str], workers: int, data_dir: Path) -> tuple[sub
 
 
 def spawn_train_worker(env: dict[str, str], data_dir: Path) -> subprocess.Popen:
-    """One Celery worker on the ``train`` queue (training runs in its own subprocess)."""
+    """One Celery worker on the ``train`` queue (training runs in its own subprocess) and ``cpu``
+    (the training file's validation)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "-Q", "train", "-c", "1", "-l", "WARNING"],
+        [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "-Q", "train,cpu", "-c", "2", "-l", "WARNING"],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -263,7 +269,7 @@ def start_tuning(base: str, key: str, model: str, timeout_s: float = 300) -> str
         if status["status"] in ("failed", "cancelled", "succeeded"):
             raise RuntimeError(f"the tuning job ended before the load: {status}")
         time.sleep(1)
-    raise RuntimeError(f"the tuning job did not start training in {timeout_s:g} s")
+    raise RuntimeError(f"the tuning job did not start training in {timeout_s:g} s: {status}")
 
 
 def tuning_status(base: str, key: str, job_id: str) -> dict:
@@ -349,13 +355,20 @@ def main() -> None:
         trainer = spawn_train_worker(env, Path(data_dir)) if args.tuning else None
         tuning: dict = {}
         try:
-            tuning_id = start_tuning(base, key, args.tuning_model) if args.tuning else None
-            before = tuning_status(base, key, tuning_id) if tuning_id else None
-            result = asyncio.run(load(base, key, job_ids, args.concurrency, args.seconds, args.requests, args.warmup))
-            if tuning_id:
+            measure = partial(load, base, key, job_ids, args.concurrency, args.seconds, args.requests, args.warmup)
+            if args.tuning:
+                idle = asyncio.run(measure())
+                tuning_id = start_tuning(base, key, args.tuning_model)
+                before = tuning_status(base, key, tuning_id)
+            result = asyncio.run(measure())
+            if args.tuning:
                 after = tuning_status(base, key, tuning_id)
-                tuning = {"tuning_model": args.tuning_model, "tuning_steps": [before["step"], after["step"]]}
-                tuning["tuning_ran_throughout"] = after["status"] == "running" and after["step"] > before["step"]
+                tuning = {
+                    "idle": {name: idle[name] for name in ("requests_per_s", "p50_ms", "p99_ms", "errors")},
+                    "tuning_model": args.tuning_model,
+                    "tuning_steps": [before["step"], after["step"]],
+                    "tuning_ran_throughout": after["status"] == "running",
+                }
                 httpx.post(
                     f"{base}/v1/fine_tuning/jobs/{tuning_id}/cancel",
                     headers={"Authorization": f"Bearer {key}"},
