@@ -142,7 +142,11 @@ def service(spec: str, broker: str | None) -> Iterator[str]:
         finally:
             for process in processes:
                 process.terminate()
-                process.wait(30)
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:  # a worker finishing a decode; the error above matters
+                    process.kill()
+                    process.wait(30)
 
 
 def through_service(base: str, model: str, max_tokens: int, api_key: str | None) -> tuple[float, int]:
