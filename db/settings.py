@@ -31,6 +31,9 @@ class Settings(BaseSettings):
         description="model id served as a base -> its cuset_core model spec: the bundled name, a GGUF file, "
         "a Hugging Face folder or a Hugging Face repo id (org/name, from the HF cache or the Hub)",
     )
+    shipped_adapters: bool = Field(
+        True, description="serve the LoRA adapters shipped with the package (cuset-ew-135m) by name, to every owner"
+    )
 
     auth: bool = Field(True, description="require `Authorization: Bearer <key>` on /v1 (off only on localhost)")
     rate_limit_rps: float = Field(50.0, ge=0, description="requests per second per key; 0 turns it off")

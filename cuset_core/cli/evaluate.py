@@ -22,7 +22,7 @@ ANSWERS_HELP = (
     "generating."
 )
 MODEL_HELP = (
-    "Model spec: smollm2-135m, a folder, a .gguf, an adapter; or openai:URL#NAME for any OpenAI-compatible "
+    "Model spec: smollm2-135m, a folder, a .gguf, an adapter, a shipped adapter's name (cuset-ew-135m); or openai:URL#NAME for any OpenAI-compatible "
     "endpoint (URL as the openai client's base_url, e.g. http://127.0.0.1:8000/v1)."
 )
 

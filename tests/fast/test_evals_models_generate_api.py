@@ -159,6 +159,27 @@ def test_an_owners_tuned_models_are_listed_for_that_owner_only(fast_client, fast
     assert theirs.status_code == 404 and theirs.json()["error"]["param"] == "model"
 
 
+def test_shipped_adapters_present_are_served_by_name_to_every_owner(fast_settings, tmp_path, monkeypatch):
+    import cuset_core.adapters as adapters
+    from db.model_specs import model_spec_for
+
+    root = tmp_path / "adapters"
+    for name in adapters.SHIPPED:
+        (root / name).mkdir(parents=True)
+        for file in adapters.SHIPPED_FILES:
+            (root / name / file).write_text("{}")
+    monkeypatch.setattr(adapters, "ADAPTERS_ROOT", root)
+    served = fast_settings.model_copy(update={"shipped_adapters": True})
+    with api_client(served) as client:
+        listed = [(m["id"], m["owned_by"], m["source"]) for m in client.get("/v1/models").json()["data"]]
+        one = client.get("/v1/models/cuset-ew-135m").json()
+    assert listed == [("tiny", "cuset", "folder"), ("cuset-ew-135m", "cuset", "adapter")]
+    assert (one["id"], one["source"]) == ("cuset-ew-135m", "adapter")
+    with session_scope(served.resolved_database_url) as session:
+        assert model_spec_for(session, served, OTHER_OWNER, "cuset-ew-135m") == "cuset-ew-135m"
+        assert model_spec_for(session, fast_settings, OTHER_OWNER, "cuset-ew-135m") is None  # turned off
+
+
 # ------------------------------------------------------------------ /v1/generate request checks
 
 
