@@ -78,7 +78,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="shipped adapter that writes the kernel (greedy) when the service lists it; 'none': the job's model",
     )
     parser.add_argument(
-        "--samples", type=int, default=4, help="without the adapter: kernels drawn and verified until one passes"
+        "--samples", type=int, default=3, help="without the adapter: kernels drawn and verified until one passes"
     )
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of those kernels")
     parser.add_argument(

@@ -92,5 +92,5 @@ def test_the_shipped_adapter_writes_greedily_when_listed_else_best_of_n_stops_at
     assert (model, decoding) == ("cuset-ew-135m", {"n": 1, "temperature": 0})
     model, decoding, told = module.generation_plan(["smollm2-135m"], "ft:demo", args)
     assert model == "ft:demo"
-    assert decoding == {"best_of": 4, "stop_at_first_pass": True, "temperature": 0.7}
-    assert "cuset-ew-135m is not in this installation" in told and "up to 4 samples until one passes" in told
+    assert decoding == {"best_of": 3, "stop_at_first_pass": True, "temperature": 0.7}
+    assert "cuset-ew-135m is not in this installation" in told and "up to 3 samples until one passes" in told
