@@ -115,3 +115,14 @@ def test_cli_refuses_to_ship_without_a_card_in_one_line(run_dir, root):
     result = CliRunner().invoke(app, ["ship-adapter", str(run_dir), "--name", NAME])
     assert result.exit_code == 2
     assert "error: no model card" in result.output
+
+
+def test_the_workers_model_cache_serves_the_name_on_its_base(run_dir, card, root):
+    from worker.model_cache import ModelCache
+
+    ship_adapter(run_dir, NAME, card=card)
+    run, _ = load_model(run_dir)
+    cache = ModelCache(device=torch.device("cpu"))
+    with cache.use(NAME, NAME) as (model, _tokenizer):
+        torch.testing.assert_close(logits(model, IDS), logits(run.eval(), IDS), rtol=1e-2, atol=1e-2)
+    assert cache.loaded()["adapters"] == [NAME]
