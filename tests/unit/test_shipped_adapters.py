@@ -126,3 +126,15 @@ def test_the_workers_model_cache_serves_the_name_on_its_base(run_dir, card, root
     with cache.use(NAME, NAME) as (model, _tokenizer):
         torch.testing.assert_close(logits(model, IDS), logits(run.eval(), IDS), rtol=1e-2, atol=1e-2)
     assert cache.loaded()["adapters"] == [NAME]
+
+
+@pytest.mark.parametrize(
+    "command", [["eval", "--problems", "demo", "--samples", "0", "--tier", "static"], ["generate", "--problem"]]
+)
+def test_clis_name_the_missing_files_of_an_absent_shipped_adapter(root, tmp_path, command):
+    problem = tmp_path / "problem.py"
+    problem.write_text("import torch\n")
+    args = [*command, str(problem)] if command[-1] == "--problem" else [*command, "--out", str(tmp_path / "eval")]
+    result = CliRunner().invoke(app, [*args, "--model", NAME])
+    assert result.exit_code != 0
+    assert f"shipped adapter '{NAME}' is not in this installation" in result.output
