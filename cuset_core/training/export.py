@@ -113,7 +113,7 @@ def cast_safetensors(source: Path, target: Path, dtype: torch.dtype) -> None:
 
     with safe_open(str(source), framework="pt") as opened:
         metadata = opened.metadata() or {}
-        tensors = {key: opened.get_tensor(key) for key in opened.keys()}  # noqa: SIM118 - not a dict
+        tensors = {key: opened.get_tensor(key) for key in opened.keys()}
     cast = {key: t.to(dtype) if t.is_floating_point() else t for key, t in tensors.items()}
     save_file(cast, str(target), metadata={**metadata, "format": "pt"})
 

@@ -54,7 +54,7 @@ def test_a_shipped_adapter_holds_float16_weights_its_card_and_base(run_dir, card
         "cuset_base.json",
     ]
     with safe_open(str(folder / "adapter_model.safetensors"), framework="pt") as weights:
-        assert {weights.get_tensor(key).dtype for key in weights.keys()} == {torch.float16}  # noqa: SIM118
+        assert {weights.get_tensor(key).dtype for key in weights.keys()} == {torch.float16}
     assert json.loads((folder / "cuset_base.json").read_text()) == {"base_model": str(tiny_model_dir)}
     assert (folder / "README.md").read_text() == card.read_text()
     assert not list(root.glob(".*"))  # no partial or old folder left behind
