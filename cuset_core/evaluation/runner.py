@@ -30,10 +30,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
 from cuset_core.evaluation.metrics import Aggregate, ProblemRow, aggregate, problem_row
+from cuset_core.evaluation.settings import VerificationSettings
 from cuset_core.generation.endpoint import is_endpoint_spec, parse_endpoint
-from cuset_core.verify.result import Tier, VerifyResult
+from cuset_core.verify.result import VerifyResult
 from cuset_core.verify.run import verify
-from cuset_core.verify.settings import ToleranceProfile, VerifySettings
+from cuset_core.verify.settings import VerifySettings
 
 DEMO_PROBLEMS = "demo"
 DEMO_HELD_OUT = "demo:held-out"
@@ -43,8 +44,9 @@ class EvalInputError(ValueError):
     """A problem set, answers file or option the user gave is unusable; one line says why."""
 
 
-class EvalConfig(BaseModel):
-    """Everything that defines an evaluation run; recorded in its results."""
+class EvalConfig(VerificationSettings):
+    """Everything that defines an evaluation run (the verification knobs of
+    ``VerificationSettings``, then the source and decoding); recorded in its results."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
@@ -61,22 +63,6 @@ class EvalConfig(BaseModel):
     temperature: float = Field(0.8, ge=0.0, description="of the i.i.d. samples")
     top_p: float = Field(0.95, gt=0.0, le=1.0)
     max_new_tokens: int = Field(1024, ge=1)
-    tier: Tier = Tier.COMPILE
-    trials: int = Field(5, ge=1, le=20, description="correctness trials per sample (tiers 2-3; KernelBench: 5)")
-    input_seed: int = Field(
-        1000, ge=0, le=2**31 - 1, description="trial i draws the problem's inputs under seed input_seed + i"
-    )
-    tolerance_profile: ToleranceProfile = Field(
-        "kernelbench", description="kernelbench: atol = rtol = 1e-4 for fp32, 1e-2 for fp16/bf16; v0: 1e-2 for all"
-    )
-    atol: float | None = Field(
-        None, ge=0, allow_inf_nan=False, description="absolute tolerance for every dtype; None: the profile's"
-    )
-    rtol: float | None = Field(
-        None, ge=0, allow_inf_nan=False, description="relative tolerance for every dtype; None: the profile's"
-    )
-    arch: str = Field("sm_90", pattern=r"^sm_\d+[a-z]?$", description="nvcc target of tier 1 (compile)")
-    compile_baseline: bool = Field(False, description="tier 3: also time torch.compile of the reference")
     prompt_style: Literal["kernelbench", "compact"] = "kernelbench"
     seed: int = 0
     batch_size: int = Field(4, ge=1, description="problems per generation batch")
@@ -114,19 +100,6 @@ class EvalConfig(BaseModel):
         if self.k is not None:
             return sorted(set(self.k))
         return sorted({1, self.samples}) if self.samples else []
-
-    def verify_settings(self) -> VerifySettings:
-        """Verification settings of this run."""
-        return VerifySettings(
-            tier=self.tier,
-            arch=self.arch,
-            seeds=self.trials,
-            input_seed=self.input_seed,
-            tolerance_profile=self.tolerance_profile,
-            atol=self.atol,
-            rtol=self.rtol,
-            compile_baseline=self.compile_baseline,
-        )
 
 
 @dataclass(frozen=True)
