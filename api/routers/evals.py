@@ -26,6 +26,7 @@ from api.schemas.evals import EvalCreate, EvalObject, EvalProblemObject
 from cuset_core.evaluation.runner import EvalConfig, EvalInputError, load_problems
 from cuset_core.evaluation.settings import VerificationSettings
 from db.dispatch import enqueue
+from db.evals import read_row, read_samples
 from db.ids import new_id
 from db.models import Eval, EvalProblem, File
 from db.settings import Settings
@@ -181,7 +182,9 @@ def list_eval_problems(
         ListPage[EvalProblemObject],
         rows,
         limit,
-        lambda row: EvalProblemObject(id=row.problem_id, eval_id=row.eval_id, row=row.row, samples=row.samples),
+        lambda row: EvalProblemObject(
+            id=row.problem_id, eval_id=row.eval_id, row=read_row(row.row), samples=read_samples(row.samples)
+        ),
     )
 
 

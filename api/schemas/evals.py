@@ -6,8 +6,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cuset_core.evaluation.metrics import ProblemRow
 from cuset_core.evaluation.runner import DEMO_HELD_OUT, DEMO_PROBLEMS
 from cuset_core.evaluation.settings import VerificationSettings
+from db.evals import EvalSampleRecord
 from db.statuses import EvalStatus
 
 
@@ -77,28 +79,15 @@ class EvalObject(BaseModel):
     error: EvalError | None = None
 
 
-class EvalSample(BaseModel):
-    """One generated answer, the code extracted from it and its verification result."""
-
-    index: int
-    greedy: bool = Field(False, description="the problem's greedy sample (scored apart from pass@k)")
-    answer: str
-    code: str = Field(description="the code that was scored (first fenced block, or the whole answer)")
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    finish_reason: str | None = None
-    result: dict[str, Any] = Field(description="the core's VerifyResult: verdict, tier, reason, log, timings, ...")
-
-
 class EvalProblemObject(BaseModel):
     """One problem of an eval: its counts (the core's ``ProblemRow``) and every sample."""
 
     id: str = Field(description="the problem id")
     object: Literal["eval.problem"] = "eval.problem"
     eval_id: str
-    row: dict[str, Any] = Field(
+    row: ProblemRow = Field(
         description="over the i.i.d. samples: n, compiled, cpu_correct, correct, fast, "
         "best_speedup, verdicts; greedy: the same over the greedy sample (or null); scored: the sample "
         "KernelBench scores (correct, speedup, compile_speedup, fast per p; or null)"
     )
-    samples: list[EvalSample]
+    samples: list[EvalSampleRecord]
