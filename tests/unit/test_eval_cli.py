@@ -45,6 +45,10 @@ def problem_dir(tmp_path) -> Path:
     return folder
 
 
+def write_jsonl(path: Path, *rows: dict) -> None:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
 def run_cli(*args: str):
     return CliRunner().invoke(app, ["eval", *args])
 
@@ -74,11 +78,10 @@ def run_tiny_model(tiny_model_dir: Path, problem_dir: Path, out: Path, *args: st
 @pytest.mark.nvcc
 def test_scoring_one_right_and_one_wrong_answer_at_the_compile_tier(tmp_path, problem_dir):
     answers = tmp_path / "answers.jsonl"
-    answers.write_text(
-        json.dumps({"problem_id": "02_relu", "answer": fenced((DEMO / "solutions" / "02_relu.py").read_text())})
-        + "\n"
-        + json.dumps({"id": "01_vector_add", "samples": [broken_vector_add()]})
-        + "\n"
+    write_jsonl(
+        answers,
+        {"problem_id": "02_relu", "answer": fenced((DEMO / "solutions" / "02_relu.py").read_text())},
+        {"id": "01_vector_add", "samples": [broken_vector_add()]},
     )
     out = tmp_path / "out"
     outcome = run_cli(
@@ -111,15 +114,12 @@ def test_scoring_one_right_and_one_wrong_answer_at_the_compile_tier(tmp_path, pr
 def test_a_greedy_answer_is_scored_apart_from_the_samples(tmp_path, problem_dir):
     relu = fenced((DEMO / "solutions" / "02_relu.py").read_text())
     answers = tmp_path / "answers.jsonl"
-    answers.write_text(
-        json.dumps({"id": "02_relu", "greedy": relu, "samples": [broken_vector_add(), relu]})
-        + "\n"
-        + json.dumps({"problem_id": "01_vector_add", "answer": broken_vector_add(), "greedy": True})
-        + "\n"
-        + json.dumps({"problem_id": "01_vector_add", "answer": broken_vector_add()})
-        + "\n"
-        + json.dumps({"problem_id": "01_vector_add", "answer": broken_vector_add()})
-        + "\n"
+    write_jsonl(
+        answers,
+        {"id": "02_relu", "greedy": relu, "samples": [broken_vector_add(), relu]},
+        {"problem_id": "01_vector_add", "answer": broken_vector_add(), "greedy": True},
+        {"problem_id": "01_vector_add", "answer": broken_vector_add()},
+        {"problem_id": "01_vector_add", "answer": broken_vector_add()},
     )
     out = tmp_path / "out"
     outcome = run_cli(
@@ -221,7 +221,7 @@ def test_a_malformed_endpoint_model_is_refused_before_anything_runs(tmp_path, pr
 
 def test_the_verification_knobs_reach_the_verifier_and_the_report(tmp_path, problem_dir):
     answers = tmp_path / "answers.jsonl"
-    answers.write_text(json.dumps({"problem_id": "02_relu", "answer": "no code"}) + "\n")
+    write_jsonl(answers, {"problem_id": "02_relu", "answer": "no code"})
     knobs = ("--trials", "3", "--input-seed", "7", "--tolerance-profile", "v0", "--rtol", "0.001", "--arch", "sm_80")
     out = tmp_path / "out"
     outcome = run_cli(
@@ -274,11 +274,10 @@ def test_a_bad_answers_file_is_one_clear_line_and_exit_2(tmp_path, problem_dir, 
 
 def test_pass_at_k_over_answers_needs_k_answers_for_every_problem(tmp_path, problem_dir):
     answers = tmp_path / "answers.jsonl"
-    answers.write_text(
-        json.dumps({"id": "02_relu", "samples": ["a", "b"]})
-        + "\n"
-        + json.dumps({"id": "01_vector_add", "samples": ["c"]})
-        + "\n"
+    write_jsonl(
+        answers,
+        {"id": "02_relu", "samples": ["a", "b"]},
+        {"id": "01_vector_add", "samples": ["c"]},
     )
     outcome = run_cli(
         "--answers", str(answers), "--problems", str(problem_dir), "--k", "2", "--out", str(tmp_path / "o")
@@ -425,11 +424,10 @@ def test_a_sample_its_repair_fixes_passes_within_one_repair_and_the_model_saw_it
 def test_given_answers_are_repaired_by_the_model_for_r_rounds_and_counted_apart(tmp_path, problem_dir, tiny_model_dir):
     answers = tmp_path / "answers.jsonl"
     relu = fenced((DEMO / "solutions" / "02_relu.py").read_text())
-    answers.write_text(
-        json.dumps({"problem_id": "01_vector_add", "answer": "no code"})
-        + "\n"
-        + json.dumps({"problem_id": "02_relu", "answer": relu})
-        + "\n"
+    write_jsonl(
+        answers,
+        {"problem_id": "01_vector_add", "answer": "no code"},
+        {"problem_id": "02_relu", "answer": relu},
     )
     out = tmp_path / "out"
     results = run_tiny_model(tiny_model_dir, problem_dir, out, "--answers", str(answers), "--repair-rounds", "2")
