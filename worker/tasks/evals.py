@@ -40,10 +40,10 @@ from cuset_core.evaluation.runner import (
     load_problems,
     score_problem,
 )
-from cuset_core.generation.extract import answer_code
 from cuset_core.models import ModelNotFoundError
 from cuset_core.verify.result import Tier
 from db.dispatch import enqueue_group
+from db.evals import dump_samples, read_row
 from db.job_rows import model_spec
 from db.models import Eval, EvalProblem, File
 from db.session import session_scope
@@ -219,7 +219,7 @@ def _record(url: str, eval_id: str, row: ProblemRow, records: list[SampleRecord]
                 eval_id=eval_id,
                 problem_id=row.id,
                 row=row.model_dump(mode="json"),
-                samples=[_sample_json(s) for s in records],
+                samples=dump_samples(records),
             )
         )
         session.flush()
@@ -229,23 +229,9 @@ def _record(url: str, eval_id: str, row: ProblemRow, records: list[SampleRecord]
         if done < progress["total"]:
             return
         stored = session.scalars(select(EvalProblem.row).where(EvalProblem.eval_id == eval_id)).all()
-        rows = [ProblemRow.model_validate(r) for r in stored]
+        rows = [read_row(r) for r in stored]
         evaluation.aggregate = aggregate(rows, config.tier, config.k_values).model_dump(mode="json")
         evaluation.status, evaluation.finished_at = EvalStatus.SUCCEEDED, time.time()
-
-
-def _sample_json(sample: SampleRecord) -> dict:
-    """One sample as stored: the answer, the code that was scored, generation facts, the result."""
-    return {
-        "index": sample.index,
-        "greedy": sample.greedy,
-        "answer": sample.answer,
-        "code": answer_code(sample.answer).code,
-        "prompt_tokens": sample.prompt_tokens,
-        "completion_tokens": sample.completion_tokens,
-        "finish_reason": sample.finish_reason,
-        "result": sample.result.model_dump(mode="json"),
-    }
 
 
 def _finish(
