@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 
 from cuset_core.verify.result import Verdict, VerifyResult
 from db.dispatch import enqueue
+from db.model_specs import EngineRoute
 from db.models import Generation
 from db.settings import Settings
 from db.statuses import GenerationStatus
@@ -40,6 +41,7 @@ class GenerationRequest(BaseModel):
     tokenizer."""
 
     spec: str = Field("", description="cuset_core model spec of the served model")
+    engine: EngineRoute | None = Field(None, description="the engine that decodes it; None: the worker decodes")
     form: Literal["chat", "raw"] = Field("chat", description="chat: prompts are message lists; raw: texts")
     prompts: list[Any] = Field(default_factory=list)
     n: int = Field(1, ge=1, description="samples per prompt (for best-of-n: the candidates)")

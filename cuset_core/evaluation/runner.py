@@ -295,7 +295,7 @@ def _generate_samples(
     """:func:`generate_answers` from the configured model, loaded for this run, or the same
     answers from an ``openai:`` endpoint."""
     if is_endpoint_spec(config.model):
-        return _endpoint_samples(config, problems, progress, api_key)
+        return endpoint_answers(config, problems, progress, api_key)
     from cuset_core.models import inference_dtype, load_model, place_for_inference
 
     model, tokenizer = load_model(config.model, inference_dtype())
@@ -346,7 +346,7 @@ def score_problem(
     return problem_row(problem.id, [r.result for r in records if not r.greedy], greedy), records
 
 
-def _endpoint_samples(
+def endpoint_answers(
     config: EvalConfig, problems: list[Problem], progress: bool, api_key: str | None
 ) -> dict[str, list[Answer]]:
     """The answers of :func:`generate_answers` from an OpenAI-compatible endpoint: one chat

@@ -3,14 +3,12 @@ embedded SQLite database, without a worker: what the API decides before anything
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from cuset_core.demo import demo_problems
-from db.models import Eval, File, Generation, Job
+from db.models import Eval, Generation
 from db.session import session_scope
-from tests.integration.job_support import upload_demo_dataset, upload_eval_problems
+from tests.integration.job_support import add_tuned_model, upload_demo_dataset, upload_eval_problems
 from tests.sqlite_service import FAST_OWNER, OTHER_OWNER, api_client, enqueued
 
 EVAL = {"model": "tiny", "samples": 0, "max_tokens": 32, "tier": "static", "problems": "demo:held-out"}
@@ -118,40 +116,9 @@ def test_models_list_every_base_model_with_its_source(fast_settings, tmp_path):
     assert one == {"id": "file", "object": "model", "created": 0, "owned_by": "cuset", "source": "gguf"}
 
 
-def _tuned(settings, name: str, owner: str) -> None:
-    """A succeeded job of ``owner`` whose fine-tuned model is ``ft:tiny:<name>``."""
-    with session_scope(settings.resolved_database_url) as session:
-        session.add(
-            File(
-                id=f"file-{name}",
-                owner=owner,
-                filename="t.jsonl",
-                purpose="fine-tune",
-                format="jsonl",
-                bytes=1,
-                path="x",
-            )
-        )
-        session.flush()
-        session.add(
-            Job(
-                id=f"ftjob-{name}",
-                owner=owner,
-                model="tiny",
-                training_file=f"file-{name}",
-                method={},
-                hyperparameters={},
-                status="succeeded",
-                fine_tuned_model=f"ft:tiny:{name}",
-                output_dir=f"adapters/{name}",
-                finished_at=time.time(),
-            )
-        )
-
-
 def test_an_owners_tuned_models_are_listed_for_that_owner_only(fast_client, fast_settings):
-    _tuned(fast_settings, "mine", FAST_OWNER)
-    _tuned(fast_settings, "theirs", OTHER_OWNER)
+    add_tuned_model(fast_settings, "mine", "adapters/mine", FAST_OWNER)
+    add_tuned_model(fast_settings, "theirs", "adapters/theirs", OTHER_OWNER)
     listed = {m["id"]: m for m in fast_client.get("/v1/models").json()["data"]}
     assert set(listed) == {"tiny", "ft:tiny:mine"}
     assert (listed["ft:tiny:mine"]["owned_by"], listed["ft:tiny:mine"]["source"]) == (FAST_OWNER, "adapter")

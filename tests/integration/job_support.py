@@ -1,13 +1,17 @@
 """Helpers the job tests share: upload the demo dataset, build a small CuSeT job request, and
-read a job's state straight from the API."""
+read a job's state straight from the API, and record a succeeded job that produced a tuned model."""
 
 from __future__ import annotations
 
 import json
 import tempfile
+import time
 from pathlib import Path
 
 from cuset_core.demo import demo_problems, write_demo_dataset
+from db.models import File, Job
+from db.session import session_scope
+from tests.service import TEST_OWNER
 
 # Long enough for the demo answers (most are 600-1000 tokens), short enough to train in seconds.
 MAX_SEQ_LEN = 1024
@@ -61,3 +65,28 @@ def event_messages(client, job_id: str) -> list[str]:
         e["message"]
         for e in reversed(client.get(f"/v1/fine_tuning/jobs/{job_id}/events", params={"limit": 100}).json()["data"])
     ]
+
+
+def add_tuned_model(settings, name: str, output_dir: str, owner: str = TEST_OWNER) -> None:
+    """A succeeded fine-tuning job whose adapter lives in ``output_dir`` (under the artifact root)."""
+    with session_scope(settings.resolved_database_url) as session:
+        file = File(
+            id=f"file-{name}", owner=owner, filename="t.jsonl", purpose="fine-tune", format="jsonl", bytes=1, path="x"
+        )
+        session.add(file)
+        session.flush()
+        session.add(
+            Job(
+                id=f"ftjob-{name}",
+                owner=owner,
+                model="tiny",
+                training_file=file.id,
+                method={"type": "supervised"},
+                hyperparameters={},
+                status="succeeded",
+                fine_tuned_model=f"ft:tiny:{name}",
+                output_dir=output_dir,
+                created_at=time.time(),
+                finished_at=time.time(),
+            )
+        )

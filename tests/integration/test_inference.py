@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import httpx
 import pytest
@@ -13,8 +12,9 @@ from sqlalchemy import select
 
 from cuset_core.demo import demo_problems
 from cuset_core.verify.result import VerifyResult
-from db.models import File, Generation, Job
+from db.models import Generation
 from db.session import session_scope
+from tests.integration.job_support import add_tuned_model
 from tests.service import TEST_OWNER, wait_for
 
 HELLO = [{"role": "user", "content": "Write a CUDA kernel that adds two vectors."}]
@@ -207,37 +207,6 @@ def test_chat_max_tokens_over_the_limit_is_a_400(client):
     assert response.status_code == 400 and response.json()["error"]["param"] == "max_tokens"
 
 
-def _add_tuned_model(settings, name: str, output_dir: str, owner: str = TEST_OWNER) -> None:
-    """A succeeded fine-tuning job whose adapter lives in ``output_dir`` (under the artifact root)."""
-    with session_scope(settings.resolved_database_url) as session:
-        file = File(
-            id=f"file-{name}",
-            owner=owner,
-            filename="train.jsonl",
-            purpose="fine-tune",
-            format="jsonl",
-            bytes=1,
-            path="x",
-        )
-        session.add(file)
-        session.flush()
-        session.add(
-            Job(
-                id=f"ftjob-{name}",
-                owner=owner,
-                model="tiny",
-                training_file=file.id,
-                method={"type": "supervised"},
-                hyperparameters={},
-                status="succeeded",
-                fine_tuned_model=f"ft:tiny:{name}",
-                output_dir=output_dir,
-                created_at=time.time(),
-                finished_at=time.time(),
-            )
-        )
-
-
 def test_a_tuned_adapter_is_listed_and_serves_generations(client, worker, service_settings, tiny_model_dir):
     from peft import LoraConfig, get_peft_model
 
@@ -247,7 +216,7 @@ def test_a_tuned_adapter_is_listed_and_serves_generations(client, worker, servic
     base, _ = load_model(tiny_model_dir)
     get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj", "v_proj"])).save_pretrained(folder)
     write_base_spec(folder, str(tiny_model_dir))
-    _add_tuned_model(service_settings, "lora1", "adapters/lora1")
+    add_tuned_model(service_settings, "lora1", "adapters/lora1")
 
     listed = [m for m in client.get("/v1/models").json()["data"] if m["id"] == "ft:tiny:lora1"]
     response = client.post(
@@ -260,7 +229,7 @@ def test_a_tuned_adapter_is_listed_and_serves_generations(client, worker, servic
 
 
 def test_another_owners_tuned_model_is_unknown(client, service_settings):
-    _add_tuned_model(service_settings, "theirs", "adapters/theirs", owner="someone-else")
+    add_tuned_model(service_settings, "theirs", "adapters/theirs", owner="someone-else")
 
     listed = [m["id"] for m in client.get("/v1/models").json()["data"]]
     retrieved = client.get("/v1/models/ft:tiny:theirs")
@@ -274,7 +243,7 @@ def test_another_owners_tuned_model_is_unknown(client, service_settings):
 def test_a_model_that_fails_to_load_fails_the_request_with_its_reason(client, worker, service_settings):
     (service_settings.artifacts / "adapters" / "broken").mkdir(parents=True)
     (service_settings.artifacts / "adapters" / "broken" / "adapter_config.json").write_text("{}")
-    _add_tuned_model(service_settings, "broken", "adapters/broken")
+    add_tuned_model(service_settings, "broken", "adapters/broken")
 
     response = client.post("/v1/chat/completions", json={"model": "ft:tiny:broken", "messages": HELLO, "max_tokens": 8})
 
