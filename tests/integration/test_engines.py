@@ -176,3 +176,31 @@ def test_readyz_reports_each_engine(front, service_settings, server):
     assert down.status_code == 200, "an engine down fails only its models' requests, not readiness"
     assert down.json()["engines"]["tiny"]["status"] == "unreachable"
     assert down.json()["engines"]["tiny"]["model"] == "base"
+
+
+def test_an_engine_that_cannot_be_reached_fails_the_generation_with_the_reason(front):
+    from db.dispatch import enqueue
+    from db.generations import GenerationRequest
+    from db.ids import new_id
+    from db.model_specs import EngineRoute
+    from tests.service import wait_for
+
+    # A row as the API writes it for a model whose engine has gone away since.
+    gone = EngineRoute(url="http://127.0.0.1:9/v1", model="tiny")
+    request = GenerationRequest(spec="tiny", engine=gone, prompts=[HELLO], max_tokens=8)
+    url = front.settings.resolved_database_url
+    with session_scope(url) as session:
+        row = Generation(
+            id=new_id("gen"), owner=TEST_OWNER, model="tiny", kind="chat", request=request.model_dump(mode="json")
+        )
+        session.add(row)
+        generation_id = row.id
+    enqueue(front.settings, "cuset.generate", generation_id)
+
+    def failed() -> dict | None:
+        with session_scope(url) as session:
+            stored = session.get(Generation, generation_id)
+            return stored.error if stored.status == "failed" else None
+
+    error = wait_for(failed, timeout=60, what="the generation to fail")
+    assert error["code"] == "decode_failed" and "cannot reach http://127.0.0.1:9/v1" in error["message"]

@@ -181,13 +181,18 @@ def _engine_client(engine: EngineRoute) -> httpx.Client:
 def _engine_samples(client: httpx.Client, row: Claimed) -> list[GenerationSample]:
     """Every sample of ``row`` from its engine, as concurrent requests (the engine batches them)."""
     request = row.request
-    samples = [
+    samples = _drawn_samples(request)
+    with ThreadPoolExecutor(max_workers=min(len(samples), MAX_ENGINE_REQUESTS)) as pool:
+        return list(pool.map(lambda s: _engine_answer(client, row, s, request.prompts[s.prompt_index], None), samples))
+
+
+def _drawn_samples(request: GenerationRequest) -> list[GenerationSample]:
+    """The request's drawn samples, not yet decoded: ``n`` per prompt, in prompt order."""
+    return [
         GenerationSample(index=p * request.n + j, prompt_index=p)
         for p in range(len(request.prompts))
         for j in range(request.n)
     ]
-    with ThreadPoolExecutor(max_workers=min(len(samples), MAX_ENGINE_REQUESTS)) as pool:
-        return list(pool.map(lambda s: _engine_answer(client, row, s, request.prompts[s.prompt_index], None), samples))
 
 
 def _engine_decode_one(
@@ -430,11 +435,7 @@ def _decode_sequentially(settings: Settings, row: Claimed, decode_one: DecodeOne
     """Decode the samples of a streamed or first-pass row one by one with ``decode_one``; each
     finished sample goes to verification at once. Stops early when the row has ended."""
     request, url = row.request, settings.resolved_database_url
-    samples = [
-        GenerationSample(index=p * request.n + j, prompt_index=p)
-        for p in range(len(request.prompts))
-        for j in range(request.n)
-    ]
+    samples = _drawn_samples(request)
     with session_scope(url) as session:  # the row is ours alone until its first sample is verified
         session.execute(update(Generation).where(Generation.id == row.id).values(samples=dump_samples(samples)))
     for sample in samples:
