@@ -140,6 +140,7 @@ def stream_answer(
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    body = {name: value for name, value in body.items() if value is not None}  # unset: the engine's default
     url = f"{endpoint.base_url}/{'chat/completions' if chat else 'completions'}"
     try:
         with client.stream("POST", url, json=body) as response:
