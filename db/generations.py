@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from cuset_core.generation.prompts import repairable
 from cuset_core.verify.result import VerifyResult
 from db.dispatch import enqueue
+from db.model_specs import EngineRoute
 from db.models import Generation
 from db.settings import Settings
 from db.statuses import GenerationStatus
@@ -37,6 +38,7 @@ class GenerationRequest(BaseModel):
     tokenizer."""
 
     spec: str = Field("", description="cuset_core model spec of the served model")
+    engine: EngineRoute | None = Field(None, description="the engine that decodes it; None: the worker decodes")
     form: Literal["chat", "raw"] = Field("chat", description="chat: prompts are message lists; raw: texts")
     prompts: list[Any] = Field(default_factory=list)
     n: int = Field(1, ge=1, description="samples per prompt (for best-of-n: the candidates)")

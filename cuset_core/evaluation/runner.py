@@ -380,6 +380,12 @@ def generate_answers(model, tokenizer, config: EvalConfig, problems: list[Proble
     return answers_for(model_decoder(model, tokenizer, config), config, problems)
 
 
+def endpoint_answers(config: EvalConfig, problems: list[Problem], api_key: str | None) -> dict[str, list[Answer]]:
+    """:func:`answers_for` from the OpenAI-compatible endpoint that ``config.model`` names."""
+    with _decoder(config, api_key) as decode:
+        return answers_for(decode, config, problems)
+
+
 def answers_for(decode: Decode, config: EvalConfig, problems: list[Problem]) -> dict[str, list[Answer]]:
     """Per problem, the greedy answer (when ``config.greedy``) then ``config.samples`` i.i.d.
     answers at ``config.temperature``, in one batch over ``problems`` (callers pass
