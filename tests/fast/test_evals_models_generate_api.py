@@ -3,14 +3,12 @@ embedded SQLite database, without a worker: what the API decides before anything
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from cuset_core.demo import demo_problems
-from db.models import Eval, File, Generation, Job
+from db.models import Eval, Generation
 from db.session import session_scope
-from tests.integration.job_support import upload_demo_dataset, upload_eval_problems
+from tests.integration.job_support import insert_tuned_model, upload_demo_dataset, upload_eval_problems
 from tests.sqlite_service import FAST_OWNER, OTHER_OWNER, api_client, enqueued
 
 EVAL = {"model": "tiny", "samples": 0, "max_tokens": 32, "tier": "static", "problems": "demo:held-out"}
@@ -120,33 +118,7 @@ def test_models_list_every_base_model_with_its_source(fast_settings, tmp_path):
 
 def _tuned(settings, name: str, owner: str) -> None:
     """A succeeded job of ``owner`` whose fine-tuned model is ``ft:tiny:<name>``."""
-    with session_scope(settings.resolved_database_url) as session:
-        session.add(
-            File(
-                id=f"file-{name}",
-                owner=owner,
-                filename="t.jsonl",
-                purpose="fine-tune",
-                format="jsonl",
-                bytes=1,
-                path="x",
-            )
-        )
-        session.flush()
-        session.add(
-            Job(
-                id=f"ftjob-{name}",
-                owner=owner,
-                model="tiny",
-                training_file=f"file-{name}",
-                method={},
-                hyperparameters={},
-                status="succeeded",
-                fine_tuned_model=f"ft:tiny:{name}",
-                output_dir=f"adapters/{name}",
-                finished_at=time.time(),
-            )
-        )
+    insert_tuned_model(settings.resolved_database_url, name, f"adapters/{name}", owner)
 
 
 def test_an_owners_tuned_models_are_listed_for_that_owner_only(fast_client, fast_settings):
