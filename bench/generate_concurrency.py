@@ -27,9 +27,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -37,10 +41,33 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.generate_overhead import MODEL_ID, service  # noqa: E402
+from bench.generate_overhead import MODEL_ID, spawn  # noqa: E402
 
 TARGET_RATIO = 3.0
 TOPICS = ["vector add", "ReLU", "softmax", "matrix multiply", "layer norm", "transpose", "reduction sum", "GELU"]
+
+
+@contextmanager
+def service(spec: str, broker: str) -> Iterator[str]:
+    """uvicorn and one worker (``generate_overhead.spawn``) serving ``spec`` for the ``with``
+    block; its base URL. On a failure the service log goes to stderr; the processes are stopped
+    (killed if a decode keeps one busy past 30 s) either way."""
+    processes: list[subprocess.Popen] = []
+    with tempfile.TemporaryDirectory(prefix="cuset-bench-") as folder:
+        try:
+            base, processes = spawn(Path(folder), {"BASE_MODELS": {MODEL_ID: spec}}, broker)
+            yield base
+        except Exception:
+            print((Path(folder) / "service.log").read_text()[-4000:], file=sys.stderr)
+            raise
+        finally:
+            for process in processes:
+                process.terminate()
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(30)
 
 
 def prompts(count: int) -> list[str]:

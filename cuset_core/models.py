@@ -11,7 +11,8 @@ A model *spec* is one of:
   The project itself never downloads: a repo id found neither way fails at once with the
   command that fetches it;
 - a path to a tuned output folder: a peft adapter (``adapter_config.json``) whose base spec is
-  recorded in ``cuset_base.json`` next to it.
+  recorded in ``cuset_base.json`` next to it;
+- the name of an adapter the project ships (``cuset-ew-135m``, see ``cuset_core.adapters``).
 """
 
 from __future__ import annotations
@@ -88,6 +89,8 @@ def spec_kind(spec: str | Path) -> SourceKind | None:
     Hub or the HF cache; None when it has none of them."""
     if str(spec) == BUNDLED_MODEL:
         return "bundled"
+    if _shipped_name(spec):
+        return "adapter"
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         return "gguf"
@@ -105,6 +108,10 @@ def resolve_model(spec: str | Path) -> ModelSource:
     a repo id neither cached nor offline asks the Hub whether it exists)."""
     kind = spec_kind(spec)
     path = Path(spec).expanduser()
+    if _shipped_name(spec):
+        from cuset_core.adapters import shipped_adapter_dir
+
+        path = shipped_adapter_dir(str(spec))
     if kind == "bundled":
         gguf = bundled_gguf_path()
         return ModelSource(gguf.parent, gguf.name, kind="bundled")
@@ -119,8 +126,15 @@ def resolve_model(spec: str | Path) -> ModelSource:
         return resolve_repo_id(str(spec))
     raise ModelNotFoundError(
         f"model not found: {spec!r} (expected {BUNDLED_MODEL!r}, a .gguf file, a Hugging Face "
-        "model folder, a Hugging Face repo id (org/name) or a tuned adapter folder)"
+        "model folder, a Hugging Face repo id (org/name), a tuned adapter folder or a shipped adapter name)"
     )
+
+
+def _shipped_name(spec: str | Path) -> bool:
+    """Whether ``spec`` names a shipped adapter (a name, not a path: ``Path`` specs never do)."""
+    from cuset_core.adapters import is_shipped_name
+
+    return is_shipped_name(spec)
 
 
 def resolve_repo_id(repo_id: str) -> ModelSource:

@@ -21,17 +21,15 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from cuset_core.verify.result import Verdict, VerifyResult
+from cuset_core.generation.prompts import repairable
+from cuset_core.verify.result import VerifyResult
 from db.dispatch import enqueue
+from db.model_specs import EngineRoute
 from db.models import Generation
 from db.settings import Settings
 from db.statuses import GenerationStatus
 
 VerifyTier = Literal["none", "static", "compile", "cpu", "gpu"]
-
-# Verdicts that blame the candidate, so a repair turn can help; unsupported and internal_error
-# are the verifier's limits, and showing them to the model would not fix anything.
-REPAIRABLE = frozenset(Verdict) - {Verdict.PASS, Verdict.UNSUPPORTED, Verdict.INTERNAL_ERROR}
 
 
 class GenerationRequest(BaseModel):
@@ -40,6 +38,7 @@ class GenerationRequest(BaseModel):
     tokenizer."""
 
     spec: str = Field("", description="cuset_core model spec of the served model")
+    engine: EngineRoute | None = Field(None, description="the engine that decodes it; None: the worker decodes")
     form: Literal["chat", "raw"] = Field("chat", description="chat: prompts are message lists; raw: texts")
     prompts: list[Any] = Field(default_factory=list)
     n: int = Field(1, ge=1, description="samples per prompt (for best-of-n: the candidates)")
@@ -113,7 +112,7 @@ def next_steps(request: GenerationRequest, samples: list[GenerationSample], deco
     """Decide what follows once an attempt was decoded or verified.
 
     With ``stop_at_first_pass`` a passing attempt finishes the request and cancels every attempt
-    not yet settled. Otherwise each failed attempt (a verdict in ``REPAIRABLE``) of a round below
+    not yet settled. Otherwise each failed attempt (``repairable``: the core's rule, shared with ``cuset eval``) of a round below
     ``repair_rounds`` gets one repair attempt, and the request finishes when the drawn samples are
     all decoded (``decoding`` False) and every attempt is settled with no repair left to start.
     """
@@ -125,7 +124,7 @@ def next_steps(request: GenerationRequest, samples: list[GenerationSample], deco
     for failed in samples:
         if (
             failed.verification is not None
-            and failed.verification.verdict in REPAIRABLE
+            and repairable(failed.verification)
             and failed.round < request.repair_rounds
             and failed.index not in repaired
         ):

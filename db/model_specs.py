@@ -1,11 +1,17 @@
-"""Which cuset_core model spec a service model id names: a configured base model, or the adapter
-folder of the owner's succeeded job that produced a fine-tuned model (shared by api/ and worker/)."""
+"""Which cuset_core model spec a service model id names: a configured base model, an adapter the
+project ships (by its name), or the adapter folder of the owner's succeeded job that produced a
+fine-tuned model; and which engine, if any, decodes it (shared by api/ and worker/)."""
 
 from __future__ import annotations
 
+import os
+
+from pydantic import BaseModel, Field
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
+from cuset_core.adapters import available_adapters
+from cuset_core.generation.endpoint import OPENAI_PREFIX, Endpoint
 from db.models import Job
 from db.settings import Settings
 from db.statuses import JobStatus
@@ -25,7 +31,54 @@ def model_spec_for(session: Session, settings: Settings, owner: str, model_id: s
     """The spec ``model_id`` names for ``owner``, or None when it names nothing they may use."""
     if model_id in settings.base_models:
         return settings.base_models[model_id]
+    if settings.shipped_adapters and model_id in available_adapters():
+        return model_id  # every owner may use them; their weights are part of the installation
     job = tuned_job(session, owner, model_id)
     if job is None or not job.output_dir:
         return None
     return str(settings.artifacts / job.output_dir)
+
+
+class EngineRoute(BaseModel):
+    """Where a model is decoded when an engine serves it: the engine's base URL and the name the
+    model has there (the base model's, or a tuned adapter's fine-tuned model id)."""
+
+    url: str
+    model: str
+    api_key_env: str | None = Field(None, description="environment variable holding the engine's key")
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint(base_url=self.url, model=self.model)
+
+    def spec(self) -> str:
+        """As a cuset_core model spec (``openai:URL#NAME``), which ``cuset eval`` decodes remotely."""
+        return f"{OPENAI_PREFIX}{self.url}#{self.model}"
+
+    def api_key(self) -> str | None:
+        """The engine's key, read from ``api_key_env`` in this process's environment (never stored)."""
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+    def headers(self) -> dict[str, str]:
+        key = self.api_key()
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def base_engine_routes(settings: Settings) -> dict[str, EngineRoute]:
+    """Per base model an engine serves, the route to the base model itself."""
+    return {
+        base: EngineRoute(url=engine.url, model=engine.model or base, api_key_env=engine.api_key_env)
+        for base, engine in settings.inference_engines.items()
+    }
+
+
+def engine_route_for(session: Session, settings: Settings, owner: str, model_id: str) -> EngineRoute | None:
+    """The engine that decodes ``model_id`` for ``owner``: its base model's engine, addressing a
+    tuned adapter by its fine-tuned model id (vLLM's ``--lora-modules`` name); None when the
+    model decodes in the worker."""
+    if not settings.inference_engines:
+        return None
+    if model_id in settings.base_models:
+        return base_engine_routes(settings).get(model_id)
+    job = tuned_job(session, owner, model_id)
+    route = None if job is None else base_engine_routes(settings).get(job.model)
+    return None if route is None else route.model_copy(update={"model": model_id})

@@ -9,8 +9,30 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from cuset_core.generation.endpoint import OPENAI_PREFIX, parse_endpoint
+
+
+class EngineConfig(BaseModel):
+    """An OpenAI-compatible engine (vLLM, SGLang, TGI, llama.cpp server) that decodes one base
+    model and its tuned adapters, each adapter registered there under its fine-tuned model id
+    (vLLM: ``--lora-modules ft:base:suffix=/path/to/adapter``)."""
+
+    model_config = {"extra": "forbid"}
+
+    url: str = Field(description="the engine's OpenAI base URL, as the openai client takes it: http://host:8000/v1")
+    model: str | None = Field(None, description="the base model's name at the engine; default the base model id")
+    api_key_env: str | None = Field(
+        None, description="environment variable holding the engine's API key (sent as a bearer token); none: no key"
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        parse_endpoint(f"{OPENAI_PREFIX}{url}#model")  # the same URL rule as cuset eval's openai:URL#NAME
+        return url.rstrip("/")
 
 
 class Settings(BaseSettings):
@@ -30,6 +52,15 @@ class Settings(BaseSettings):
         default_factory=lambda: {"smollm2-135m": "smollm2-135m"},
         description="model id served as a base -> its cuset_core model spec: the bundled name, a GGUF file, "
         "a Hugging Face folder or a Hugging Face repo id (org/name, from the HF cache or the Hub)",
+    )
+    shipped_adapters: bool = Field(
+        True, description="serve the LoRA adapters shipped with the package (cuset-ew-135m) by name, to every owner"
+    )
+
+    inference_engines: dict[str, EngineConfig] = Field(
+        default_factory=dict,
+        description="base model id -> the OpenAI-compatible engine that decodes it and its tuned adapters "
+        "(generations and evals of those models go there; models without one decode in the worker)",
     )
 
     auth: bool = Field(True, description="require `Authorization: Bearer <key>` on /v1 (off only on localhost)")
@@ -74,6 +105,16 @@ class Settings(BaseSettings):
     training_launcher: list[str] = Field(
         default_factory=list, description='e.g. ["accelerate", "launch"]; empty: python'
     )
+
+    @model_validator(mode="after")
+    def _engines_serve_base_models(self) -> Settings:
+        unknown = sorted(set(self.inference_engines) - set(self.base_models))
+        if unknown:
+            raise ValueError(
+                f"inference_engines: {unknown} are not base models; engines decode base models "
+                f"(and their tuned adapters), which are {sorted(self.base_models)}"
+            )
+        return self
 
     @property
     def resolved_database_url(self) -> str:

@@ -1,14 +1,19 @@
 """The CuSeT demo over HTTP, end to end, against the embedded service.
 
 Starts ``cuset serve`` on a fresh data dir (or uses ``--url``), then, as any client would:
-uploads the demo dataset (``POST /v1/files``), creates a short CuSeT LoRA job on the bundled
-SmolLM2-135M (``POST /v1/fine_tuning/jobs``), follows it with a progress bar until it succeeds,
-asks the tuned model for several kernels for a held-out problem, each verified up to the CPU
-tier (``POST /v1/generate``: best-of-n with verification), prints the first that passes (or says
-plainly that none did) with what every tier concluded, and stops the service (``--keep-serving``
-leaves it up for the dashboard until Ctrl-C).
+uploads the elementwise family of the demo dataset without the problem it will ask for
+(``POST /v1/files``), creates a short CuSeT LoRA job on the bundled SmolLM2-135M
+(``POST /v1/fine_tuning/jobs``) and follows it with a progress bar until it succeeds. Then it asks
+for a kernel for that held-out problem, verified up to the CPU tier (``POST /v1/generate``): from
+the adapter the project tuned and ships (``cuset-ew-135m``, greedy) when this installation has
+it, else from the job's model, best-of-n with verification that stops at the first pass. It
+prints the kernel with what every tier concluded (or says plainly that no candidate passed), and
+stops the service (``--keep-serving`` leaves it up for the dashboard until Ctrl-C).
 
-    .venv/bin/python scripts/demo_service.py [--steps 4] [--samples 4] [--keep-serving]
+A few tuning steps show the service at work; they do not teach a 135M model to write kernels,
+which is why the kernel comes from the shipped adapter (docs/results.md: how it was tuned).
+
+    .venv/bin/python scripts/demo_service.py [--steps 2] [--samples 4] [--keep-serving]
 """
 
 from __future__ import annotations
@@ -29,10 +34,13 @@ from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.syntax import Syntax
 
-from cuset_core.demo import HELD_OUT, demo_problems, write_demo_dataset
+from cuset_core.demo import CATEGORIES, demo_problems, write_demo_dataset
 
 REPO = Path(__file__).resolve().parent.parent
 FINISHED = ("succeeded", "failed", "cancelled")
+SHIPPED_ADAPTER = "cuset-ew-135m"
+# An elementwise problem the shipped adapter never saw in training (its operation, sigmoid, it did).
+PROBLEM = "06_sigmoid"
 console = Console()
 
 
@@ -57,11 +65,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=8000, help="port for the started service (a free one if taken)")
     parser.add_argument("--model", default="smollm2-135m", help="base model id served by the service")
     parser.add_argument("--method", default="cuset", help="training objective (cuset, sft, ...)")
-    parser.add_argument("--steps", type=int, default=4, help="optimizer steps of the tuning job")
-    parser.add_argument("--samples", type=int, default=4, help="kernels sampled for the held-out problem (best-of-n)")
-    parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of the kernels")
-    parser.add_argument("--problem", default=HELD_OUT[0], help="held-out demo problem to write a kernel for")
-    parser.add_argument("--max-tokens", type=int, default=768, help="generation budget, tokens")
+    parser.add_argument("--steps", type=int, default=2, help="optimizer steps of the tuning job")
+    parser.add_argument(
+        "--family",
+        default="elementwise",
+        choices=[*CATEGORIES, "all"],
+        help="demo problem family uploaded for tuning (short records: a step takes seconds, not a minute)",
+    )
+    parser.add_argument(
+        "--adapter",
+        default=SHIPPED_ADAPTER,
+        help="shipped adapter that writes the kernel (greedy) when the service lists it; 'none': the job's model",
+    )
+    parser.add_argument(
+        "--samples", type=int, default=3, help="without the adapter: kernels drawn and verified until one passes"
+    )
+    parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of those kernels")
+    parser.add_argument(
+        "--problem", default=PROBLEM, help="demo problem to write a kernel for (left out of the uploaded data)"
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=640, help="generation budget, tokens (the demo's kernels take 450-900)"
+    )
     parser.add_argument(
         "--verify", default="cpu", choices=["static", "compile", "cpu", "gpu"], help="highest verification tier"
     )
@@ -169,9 +194,10 @@ def check(response: httpx.Response, what: str) -> dict:
     raise DemoError(f"{what}: HTTP {response.status_code}: {message}")
 
 
-def upload_dataset(client: httpx.Client, out: Path) -> dict:
+def upload_dataset(client: httpx.Client, out: Path, args: argparse.Namespace) -> dict:
     path = out / "demo_train.jsonl"
-    written = write_demo_dataset(path, held_out=HELD_OUT)
+    families = None if args.family == "all" else [args.family]
+    written = write_demo_dataset(path, held_out=[args.problem], categories=families)
     with open(path, "rb") as handle:
         file = check(
             client.post(
@@ -179,7 +205,9 @@ def upload_dataset(client: httpx.Client, out: Path) -> dict:
             ),
             "upload",
         )
-    console.print(f"uploaded {written} demo records ({len(HELD_OUT)} problems held out) as [bold]{file['id']}[/]")
+    console.print(
+        f"uploaded {written} demo records ({args.family} family, {args.problem} held out) as [bold]{file['id']}[/]"
+    )
     return file
 
 
@@ -196,7 +224,8 @@ def create_job(client: httpx.Client, file_id: str, args: argparse.Namespace) -> 
             "warmup_steps": min(2, args.steps - 1),
             # Every demo record fits (the longest, with its compact prompt, is ~1,650 tokens).
             "max_seq_len": 2048,
-            "gradient_checkpointing": True,
+            # 135M parameters and two sequences fit in memory; recomputing activations costs a third more.
+            "gradient_checkpointing": False,
             "save_steps": args.steps,
         },
     }
@@ -262,24 +291,44 @@ def _new_events(client: httpx.Client, job_id: str, seen: set[str]) -> list[dict]
     return sorted(fresh, key=lambda event: event["created_at"])
 
 
-def generate_kernel(client: httpx.Client, model: str, args: argparse.Namespace) -> dict:
+def generation_plan(listed: list[str], tuned_model: str, args: argparse.Namespace) -> tuple[str, dict, str]:
+    """(model, decoding fields of /v1/generate, what to tell the user): the shipped adapter,
+    greedy, when the service lists it; else the tuned model, drawing up to ``--samples`` kernels
+    and stopping at the first that passes verification."""
+    if args.adapter != "none" and args.adapter in listed:
+        return args.adapter, {"n": 1, "temperature": 0}, f"the shipped adapter {args.adapter} (greedy)"
+    missing = (
+        ""
+        if args.adapter == "none"
+        else f"{args.adapter} is not in this installation (no weights under cuset_core/adapters/); "
+    )
+    decoding = {"best_of": args.samples, "stop_at_first_pass": True, "temperature": args.temperature}
+    return (
+        tuned_model,
+        decoding,
+        f"{missing}the {args.steps}-step model {tuned_model}, up to {args.samples} samples until one passes",
+    )
+
+
+def generate_kernel(client: httpx.Client, model: str, decoding: dict, args: argparse.Namespace) -> dict:
     problem = {p.id: p for p in demo_problems()}[args.problem]
     body = {
         "model": model,
         "problem": problem.problem_code,
         "max_tokens": args.max_tokens,
-        "n": args.samples,
-        "temperature": args.temperature if args.samples > 1 else 0,
         "verify": args.verify,
+        **decoding,
     }
-    with console.status(
-        f"generating {args.samples} kernel(s) for {args.problem} and verifying each (up to tier {args.verify})..."
-    ):
+    with console.status(f"writing a kernel for {args.problem} and verifying it (up to tier {args.verify})..."):
         return check(client.post("/v1/generate", json=body, timeout=1800), "generate")
 
 
-def best_sample(samples: list[dict]) -> tuple[int, dict]:
-    """(index, sample): the first that passed, else the one that got furthest through the tiers."""
+def best_sample(result: dict) -> tuple[int, dict]:
+    """(index, sample): the chosen one (the first that passed), else the one that got furthest
+    through the tiers, the earliest of equals."""
+    samples = result["samples"]
+    if result.get("chosen") is not None:
+        return result["chosen"], samples[result["chosen"]]
 
     def progress(item: tuple[int, dict]) -> tuple[bool, int, int]:
         verification = item[1].get("verification") or {}
@@ -290,20 +339,23 @@ def best_sample(samples: list[dict]) -> tuple[int, dict]:
 
 def show_generation(result: dict, problem: str, out: Path) -> None:
     samples = result["samples"]
-    for index, sample in enumerate(samples):
+    drawn = [(index, sample) for index, sample in enumerate(samples) if not sample.get("cancelled")]
+    for index, sample in drawn:
         (out / f"generated_{problem}_{index}.md").write_text(sample["text"])
         verification = sample.get("verification") or {}
         console.print(
             f"  sample {index}: {verification.get('verdict', 'not verified')} "
             f"(tier {verification.get('tier', '-')}) {verification.get('reason', '')[:100]}"
         )
-    index, sample = best_sample(samples)
+    if len(drawn) < len(samples):
+        console.print(f"  {len(samples) - len(drawn)} more not drawn: a kernel had passed")
+    index, sample = best_sample(result)
     verification = sample.get("verification") or {}
     verdict = verification.get("verdict", "not verified")
     console.print(
         Panel(
             Syntax(sample["code"] or sample["text"], "python", word_wrap=True),
-            title=f"sample {index} of {len(samples)} for {problem} ({sample['finish_reason']})",
+            title=f"sample {index} of {len(drawn)} for {problem} ({sample['finish_reason']})",
         )
     )
     tiers = verification.get("tier_verdicts") or {}
@@ -314,7 +366,7 @@ def show_generation(result: dict, problem: str, out: Path) -> None:
         console.print(f"[green]verdict: pass[/] (decided by tier {verification.get('tier')}): a verified kernel")
     else:
         console.print(
-            f"[yellow]no candidate passed[/]: the best of {len(samples)} stopped at "
+            f"[yellow]no candidate passed[/]: the best of {len(drawn)} stopped at "
             f"{verdict} (tier {verification.get('tier', '-')})"
         )
     if verification.get("reason"):
@@ -331,7 +383,7 @@ def run_demo(base: str, api_key: str | None, args: argparse.Namespace) -> None:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     with httpx.Client(base_url=base, headers=headers, timeout=60) as client:
         console.rule("1. Upload the demo dataset")
-        file = upload_dataset(client, out)
+        file = upload_dataset(client, out, args)
         console.rule("2. Tune")
         job = create_job(client, file["id"], args)
         started = time.monotonic()
@@ -342,8 +394,13 @@ def run_demo(base: str, api_key: str | None, args: argparse.Namespace) -> None:
         console.print(
             f"[green]succeeded[/] in {time.monotonic() - started:.0f} s: model [bold]{job['fine_tuned_model']}[/]"
         )
-        console.rule(f"3. Generate a kernel for held-out {args.problem}")
-        show_generation(generate_kernel(client, job["fine_tuned_model"], args), args.problem, out)
+        console.rule(f"3. Write a kernel for held-out {args.problem}")
+        listed = [model["id"] for model in check(client.get("/v1/models"), "list the models")["data"]]
+        model, decoding, told = generation_plan(listed, job["fine_tuned_model"], args)
+        console.print(f"with {told}")
+        started = time.monotonic()
+        show_generation(generate_kernel(client, model, decoding, args), args.problem, out)
+        console.print(f"generation and verification took {time.monotonic() - started:.0f} s")
         console.rule("Done")
         console.print(f"dashboard: {base}/  (this job: {base}/jobs/{job['id']})")
 
@@ -351,8 +408,9 @@ def run_demo(base: str, api_key: str | None, args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out = args.out.resolve()
-    if args.problem not in HELD_OUT:
-        console.print(f"[yellow]note: {args.problem} is in the training data; held-out ones: {', '.join(HELD_OUT)}")
+    if args.problem not in {problem.id for problem in demo_problems()}:
+        console.print(f"[red]no demo problem {args.problem!r}[/] (cuset_core/demo/problems/)")
+        return 2
     started = time.monotonic()
     service, log = None, None
     base, api_key = (args.url or "").rstrip("/"), args.api_key

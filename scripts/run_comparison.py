@@ -73,6 +73,7 @@ class Size:
     grad_accum: int = 1
     parallel: int = 1  # runs trained/evaluated at once (1 on shared CPUs; several share one big GPU)
     gpu_generate: bool = False  # generate eval answers on the GPU here, then score with `cuset eval --answers`
+    temperature: float = 0.8  # of the K-1 i.i.d. samples
 
 
 SIZES = {
@@ -406,6 +407,8 @@ def evaluate(size: Size, model: str, out: Path, problems: Path) -> bool:
             str(size.max_new_tokens),
             "--prompt-style",
             "compact",
+            "--temperature",
+            str(size.temperature),
             "--seed",
             "0",
             "--batch-size",
@@ -422,7 +425,7 @@ def size_name(size: Size) -> str:
 
 def generate_answers(size: Size, model: str, problems: Path, out: Path) -> None:
     """The same samples `cuset eval` would draw (the greedy one, marked ``"greedy": true``, then K-1
-    i.i.d. at temperature 0.8, top-p 0.95, seed 0, compact prompts), generated on the GPU in bf16;
+    i.i.d. at the size's temperature, top-p 0.95, seed 0, compact prompts), generated on the GPU in bf16;
     one JSONL row per sample."""
     import torch
 
@@ -434,7 +437,7 @@ def generate_answers(size: Size, model: str, problems: Path, out: Path) -> None:
     network = network.to("cuda" if torch.cuda.is_available() else "cpu").eval()
     rows = [json.loads(line) for line in problems.read_text().splitlines() if line.strip()]
     messages = [build_messages(row["problem"], "compact") for row in rows]
-    runs = [dict(n=1, temperature=0.0, top_p=1.0), dict(n=size.samples - 1, temperature=0.8, top_p=0.95)]
+    runs = [dict(n=1, temperature=0.0, top_p=1.0), dict(n=size.samples - 1, temperature=size.temperature, top_p=0.95)]
     answers: dict[str, list] = {row["id"]: [] for row in rows}
     for run in runs[: 1 + (size.samples > 1)]:
         for row, texts in zip(

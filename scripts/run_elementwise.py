@@ -2,6 +2,8 @@
 
     .venv/bin/python scripts/run_elementwise.py gate        # data, sft seed 0 to GATE_STEPS, greedy evals
     .venv/bin/python scripts/run_elementwise.py data        # only write the family's data and split.json
+    .venv/bin/python scripts/run_elementwise.py compare     # the comparison at the gate's steps (resumes)
+    .venv/bin/python scripts/run_elementwise.py report      # comparison/report.md from what has finished
 
 A 135M model can learn a narrow template. The family is every KernelBench level-1 problem of
 ../shared/data whose reference is one elementwise operation, plus the demo's elementwise problems
@@ -25,6 +27,7 @@ gitignored ``runs/elementwise-data``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import shutil
@@ -92,6 +95,23 @@ SIZE = common.Size(
     save_steps=10,
     grad_accum=2,
 )
+
+
+# The comparison (issue 14, part 5) at the gate's number of steps: the gate passed at its first
+# evaluation, step 50, so every run trains 50 steps (its learning-rate schedule ends there too).
+# Per problem: one greedy answer and 4 i.i.d. answers at temperature 0.7 (pass@1, pass@4).
+COMPARE_STEPS = 50
+COMPARE = dataclasses.replace(SIZE, max_steps=COMPARE_STEPS, samples=5, temperature=0.7)
+COMPARE_DIR = OUT / "comparison"
+COMPARE_METHODS = (
+    common.Run("sft", 0),
+    common.Run("cuset", 0),
+    common.Run("dft", 0),
+    common.Run("cuset_v1", 0),
+    common.Run("cuset", 0, {"mask_rule": "uncertain_plain"}, "cuset-uncertain"),
+)
+COMPARE_RUNS = [*COMPARE_METHODS, *(dataclasses.replace(run, seed=1) for run in COMPARE_METHODS)]
+EVAL_SETS = ("unseen", "seen")
 
 
 def split_ops() -> tuple[list[str], list[str]]:
@@ -284,9 +304,110 @@ def write_gate(split: dict, run_dir: Path) -> None:
     common.log(f"gate: {gate['decision']} {json.dumps(steps)}")
 
 
+def compare() -> None:
+    """Train and evaluate every comparison run in turn; finished stages are skipped on a rerun,
+    and an interrupted training run resumes from its last checkpoint."""
+    ensure_data()
+    status = COMPARE_DIR / "status.json"
+    signal.signal(signal.SIGTERM, common.stop_children)
+    signal.signal(signal.SIGINT, common.stop_children)
+    for run in COMPARE_RUNS:
+        run_dir = COMPARE_DIR / run.name
+        if not common.train(COMPARE, run, run_dir, COMPARE.model, DATA_DIR / "train.jsonl"):
+            common.mark(status, f"{run.name}/train", "failed")
+            return
+        common.mark(status, f"{run.name}/train", "done")
+        for name in EVAL_SETS:
+            ok = common.evaluate(
+                COMPARE, common.rel(run_dir), run_dir / f"eval_{name}", DATA_DIR / f"eval_{name}.jsonl"
+            )
+            common.mark(status, f"{run.name}/eval_{name}", "done" if ok else "failed")
+            if not ok:
+                return
+        report()
+
+
+def report() -> None:
+    """comparison/report.{json,md}: each finished run's figures, and CuSeT (v2) against SFT as a
+    paired bootstrap interval over problems (seeds averaged per problem) where both have finished."""
+    from cuset_core.evaluation.compare import compare_runs, read_run
+
+    rows, table = [], []
+    for run in COMPARE_RUNS:
+        results = {name: COMPARE_DIR / run.name / f"eval_{name}" / "results.json" for name in EVAL_SETS}
+        if not all(path.is_file() for path in results.values()):
+            continue
+        row = {"run": run.name}
+        for name, path in results.items():
+            aggregate = json.loads(path.read_text())["aggregate"]
+            greedy, sampled = aggregate["greedy"]["metrics"], (aggregate["sampled"] or {}).get("metrics", {})
+            row[name] = {
+                "greedy compile@1": greedy["compile@1"],
+                "greedy cpu_correct@1": greedy["cpu_correct@1"],
+                "pass@1": sampled.get("cpu_correct@1"),
+                "pass@4": sampled.get("cpu_correct@4"),
+                "verdicts": aggregate.get("verdicts"),
+            }
+        rows.append(row)
+    comparisons = {}
+    for name in EVAL_SETS:
+        sides = {}
+        for method in ("cuset", "sft"):
+            paths = [
+                COMPARE_DIR / run.name / f"eval_{name}"
+                for run in COMPARE_RUNS
+                if run.name.startswith(f"{method}-s")
+                and (COMPARE_DIR / run.name / f"eval_{name}" / "results.json").is_file()
+            ]
+            sides[method] = paths
+        seeds = min(len(sides["cuset"]), len(sides["sft"]))
+        if seeds:
+            result = compare_runs(
+                [read_run(path) for path in sides["cuset"][:seeds]], [read_run(path) for path in sides["sft"][:seeds]]
+            )
+            comparisons[name] = {"seeds": seeds, "cuset_minus_sft": result.model_dump(mode="json")}
+    for row in rows:
+        for name in EVAL_SETS:
+            figures = row[name]
+            table.append(
+                f"| {row['run']} | {name} | "
+                + " | ".join(
+                    "n/a" if figures[key] is None else f"{figures[key]:.3f}"
+                    for key in ("greedy compile@1", "greedy cpu_correct@1", "pass@1", "pass@4")
+                )
+                + " |"
+            )
+    COMPARE_DIR.mkdir(parents=True, exist_ok=True)
+    (COMPARE_DIR / "report.json").write_text(
+        json.dumps({"steps": COMPARE_STEPS, "runs": rows, "comparisons": comparisons}, indent=1) + "\n"
+    )
+    lines = [
+        f"# The elementwise comparison at {COMPARE_STEPS} steps",
+        "",
+        f"{len(rows)} of {len(COMPARE_RUNS)} runs finished. Greedy answers and 4 i.i.d. answers at temperature "
+        f"{COMPARE.temperature} per problem, verified to tier cpu.",
+        "",
+        "| run | problems | greedy compile@1 | greedy cpu_correct@1 | pass@1 | pass@4 |",
+        "|---|---|---|---|---|---|",
+        *table,
+        "",
+    ]
+    for name, entry in comparisons.items():
+        lines.append(f"## CuSeT - SFT on {name} problems ({entry['seeds']} seed(s) each, paired bootstrap 95%)")
+        lines.append("")
+        for item in entry["cuset_minus_sft"]["intervals"]:
+            lines.append(
+                f"- {item['metric']} over {item['problems']} problems: CuSeT {item['a']:.3f}, SFT {item['b']:.3f}, "
+                f"difference {item['difference']:+.3f} [{item['low']:+.3f}, {item['high']:+.3f}]"
+            )
+        lines.append("")
+    (COMPARE_DIR / "report.md").write_text("\n".join(lines))
+    common.log(f"report: {len(rows)} runs; {COMPARE_DIR / 'report.md'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("stage", choices=("data", "gate"))
+    parser.add_argument("stage", choices=("data", "gate", "compare", "report"))
     parser.add_argument(
         "--no-base",
         dest="base",
@@ -296,6 +417,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.stage == "data":
         print(json.dumps(write_data(), indent=1))
+        return
+    if args.stage == "compare":
+        compare()
+        return
+    if args.stage == "report":
+        report()
         return
     gate(args)
 

@@ -228,47 +228,69 @@ def client(app, auth_headers) -> Iterator:
         yield test_client
 
 
+class ServiceServer:
+    """A real uvicorn serving ``settings`` on a free loopback port (``base`` is its URL)."""
+
+    def __init__(self, settings: Settings, log_dir: Path):
+        self.settings, self.log_path = settings, log_dir / "server.log"
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 60) -> None:
+        log = open(self.log_path, "a")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "api.main:app_factory",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+            ],
+            cwd=REPO,
+            env=service_env(self.settings),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.base}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+            if self.process.poll() is not None:
+                raise RuntimeError(self.log_path.read_text()[-3000:])
+        self.stop()
+        raise RuntimeError(f"server not up in {timeout} s: {self.log_path.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
 @pytest.fixture(scope="session")
 def server(service_settings, tmp_path_factory) -> Iterator[str]:
     """A real uvicorn server on a free loopback port; yields its base URL."""
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("server-logs") / "server.log"
-    log = open(log_path, "w")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "--factory",
-            "api.main:app_factory",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        cwd=REPO,
-        env=service_env(service_settings),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-        if process.poll() is not None:
-            raise RuntimeError(log_path.read_text())
-    else:
-        process.kill()
-        raise RuntimeError(f"server not up in 60 s: {log_path.read_text()}")
-    yield base
-    process.terminate()
-    process.wait(10)
+    process = ServiceServer(service_settings, tmp_path_factory.mktemp("server-logs"))
+    process.start()
+    yield process.base
+    process.stop()
 
 
 def wait_for(predicate, timeout: float = 60, interval: float = 0.2, what: str = "condition"):

@@ -48,8 +48,9 @@ def sqlite_settings(tmp_path, sqlite_schema) -> Settings:
 
 @pytest.fixture
 def fast_settings(sqlite_settings, tiny_model_dir) -> Settings:
-    """``sqlite_settings`` serving the tiny config-built model as the base ``tiny``."""
-    return sqlite_settings.model_copy(update={"base_models": {"tiny": str(tiny_model_dir)}})
+    """``sqlite_settings`` serving the tiny config-built model as the base ``tiny`` and nothing
+    else (no shipped adapter, whether or not this checkout has their weights)."""
+    return sqlite_settings.model_copy(update={"base_models": {"tiny": str(tiny_model_dir)}, "shipped_adapters": False})
 
 
 @contextmanager

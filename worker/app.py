@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 
-from celery.signals import worker_ready, worker_shutdown
+from celery.signals import worker_init, worker_process_init, worker_ready, worker_shutdown
 
 from cuset_core.verify.sandbox import log_isolation
 from cuset_core.verify.settings import SandboxSettings
@@ -31,6 +31,33 @@ TASK_MODULES = [
 settings = get_settings()
 app = make_celery(settings)
 app.conf.include = TASK_MODULES
+_pool = {"size": 1}  # the pool's process count, set in the main process before the children fork
+
+
+def torch_threads(cores: int, pool_size: int) -> int:
+    """Intra-op threads of each pool process: its share of the cores, at least one.
+
+    Each pool process decodes or verifies on its own; with torch's default (every core in every
+    process) they fight over the cores, and OpenMP threads that wait for a descheduled sibling
+    make a decoding step several times slower than on one thread.
+    """
+    return max(1, cores // max(1, pool_size))
+
+
+@worker_init.connect
+def _remember_pool_size(sender=None, **_kwargs) -> None:
+    concurrency = getattr(sender, "concurrency", None)
+    _pool["size"] = concurrency if isinstance(concurrency, int) and concurrency > 0 else 1
+
+
+@worker_process_init.connect
+def _share_cores(**_kwargs) -> None:
+    """Give this pool process its share of the cores, unless the operator set OMP_NUM_THREADS."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return
+    import torch
+
+    torch.set_num_threads(torch_threads(len(os.sched_getaffinity(0)), _pool["size"]))
 
 
 @worker_ready.connect

@@ -24,7 +24,9 @@ from api.routers.models import model_spec
 from api.schemas.common import ListPage
 from api.schemas.evals import EvalCreate, EvalObject, EvalProblemObject
 from cuset_core.evaluation.runner import EvalConfig, EvalInputError, load_problems
+from cuset_core.evaluation.settings import VerificationSettings
 from db.dispatch import enqueue
+from db.evals import read_row, read_samples
 from db.ids import new_id
 from db.models import Eval, EvalProblem, File
 from db.settings import Settings
@@ -78,14 +80,7 @@ def _config(body: EvalCreate, settings: Settings) -> dict:
         "temperature": body.temperature,
         "top_p": body.top_p,
         "max_new_tokens": max_tokens,
-        "tier": body.tier.value,
-        "trials": body.trials,
-        "input_seed": body.input_seed,
-        "tolerance_profile": body.tolerance_profile,
-        "atol": body.atol,
-        "rtol": body.rtol,
-        "arch": body.arch,
-        "compile_baseline": body.compile_baseline,
+        **body.model_dump(mode="json", include=set(VerificationSettings.model_fields)),
         "prompt_style": body.prompt_style,
         "seed": body.seed,
         "batch_size": batch_size,
@@ -187,7 +182,9 @@ def list_eval_problems(
         ListPage[EvalProblemObject],
         rows,
         limit,
-        lambda row: EvalProblemObject(id=row.problem_id, eval_id=row.eval_id, row=row.row, samples=row.samples),
+        lambda row: EvalProblemObject(
+            id=row.problem_id, eval_id=row.eval_id, row=read_row(row.row), samples=read_samples(row.samples)
+        ),
     )
 
 

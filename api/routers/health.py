@@ -1,10 +1,12 @@
 """Liveness (the process answers) and readiness (database and broker reachable), with what each
-worker found about the verification sandbox when it started."""
+worker found about the verification sandbox when it started and whether each inference engine
+answers."""
 
 from __future__ import annotations
 
 import asyncio
 
+import httpx
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from kombu import Connection
@@ -12,10 +14,14 @@ from sqlalchemy import text
 
 from api.deps import SettingsDep
 from api.errors import error_json
+from db.model_specs import EngineRoute, base_engine_routes
 from db.session import engine_for
+from db.settings import Settings
 from db.worker_status import sandbox_states
 
 router = APIRouter(tags=["health"])
+
+ENGINE_CHECK_S = 2.0
 
 
 @router.get("/healthz", summary="The process is up")
@@ -31,6 +37,26 @@ def _check_database(url: str) -> None:
 def _check_broker(url: str) -> None:
     with Connection(url, connect_timeout=2) as connection:
         connection.ensure_connection(max_retries=1, timeout=2)
+
+
+async def _engine_state(client: httpx.AsyncClient, route: EngineRoute) -> dict:
+    """Whether the engine lists its models (``GET URL/models``), with the reason when not."""
+    state = {"url": route.url, "model": route.model}
+    try:
+        response = await client.get(f"{route.url}/models", headers=route.headers())
+    except httpx.HTTPError as exc:
+        return state | {"status": "unreachable", "detail": f"{type(exc).__name__}: {exc}"}
+    if response.status_code != 200:
+        return state | {"status": "unreachable", "detail": f"GET /models answered {response.status_code}"}
+    return state | {"status": "reachable"}
+
+
+async def _engine_states(settings: Settings) -> dict[str, dict]:
+    """Per base model served by an engine, that engine's state (checked concurrently)."""
+    routes = base_engine_routes(settings)
+    async with httpx.AsyncClient(timeout=ENGINE_CHECK_S) as client:
+        states = await asyncio.gather(*(_engine_state(client, route) for route in routes.values()))
+    return dict(zip(routes, states))
 
 
 @router.get(
@@ -50,4 +76,6 @@ async def readyz(settings: SettingsDep) -> JSONResponse:
     # Verification is one service among several: a worker whose sandbox refuses (tiers 1-3 then
     # answer every candidate with the reason) is reported here, not made a readiness failure.
     sandbox = await asyncio.to_thread(sandbox_states, settings)
-    return JSONResponse({"status": "ready", "database": "ok", "broker": "ok", "sandbox": sandbox})
+    # Likewise an engine: only the models it serves fail while it is down.
+    engines = await _engine_states(settings)
+    return JSONResponse({"status": "ready", "database": "ok", "broker": "ok", "sandbox": sandbox, "engines": engines})

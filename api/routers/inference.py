@@ -39,6 +39,7 @@ from cuset_core.generation.prompts import build_messages
 from db.dispatch import enqueue
 from db.generations import GenerationRequest, GenerationSample, chosen_attempt, read_samples
 from db.ids import new_id
+from db.model_specs import engine_route_for
 from db.models import Generation
 from db.settings import Settings
 from db.statuses import GenerationStatus
@@ -79,14 +80,16 @@ def _decoding(body: Decoding, max_tokens: int) -> dict[str, Any]:
 def _submit(
     session: Session, settings: Settings, owner: str, model: str, kind: str, request: GenerationRequest
 ) -> Snapshot:
-    """Create the queued row and enqueue its decoding; the row as created."""
+    """Create the queued row and enqueue its decoding (by the worker, or the engine serving the
+    model); the row as created."""
     spec = model_spec(session, settings, owner, model)
+    engine = engine_route_for(session, settings, owner, model)
     row = Generation(
         id=new_id("gen"),
         owner=owner,
         model=model,
         kind=kind,
-        request=request.model_copy(update={"spec": spec}).model_dump(mode="json"),
+        request=request.model_copy(update={"spec": spec, "engine": engine}).model_dump(mode="json"),
         status=GenerationStatus.QUEUED,
         samples=[],
     )

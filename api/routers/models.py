@@ -1,7 +1,9 @@
-"""``/v1/models``: the served base models and this owner's fine-tuned models (OpenAI shape).
+"""``/v1/models``: the served base models, the adapters the project ships and this owner's
+fine-tuned models (OpenAI shape).
 
 A model id resolves to a cuset_core model spec (``model_spec``): a base id to its configured
-spec, a fine-tuned model name to its job's adapter folder under the artifact root.
+spec, a shipped adapter's name to itself, a fine-tuned model name to its job's adapter folder
+under the artifact root.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from api.deps import OwnerDep, SessionDep, SettingsDep
 from api.errors import not_found
+from cuset_core.adapters import available_adapters
 from cuset_core.models import SourceKind, spec_kind
 from db.model_specs import model_spec_for, succeeded_tuned_jobs, tuned_job
 from db.models import Job
@@ -53,6 +56,15 @@ def _base_object(settings: Settings, model_id: str) -> ModelObject:
     return ModelObject(id=model_id, created=0, owned_by=BASE_OWNER, source=spec_kind(settings.base_models[model_id]))
 
 
+def _shipped_object(name: str) -> ModelObject:
+    # Shipped with the package, like base models: no creation time of their own.
+    return ModelObject(id=name, created=0, owned_by=BASE_OWNER, source="adapter")
+
+
+def _shipped(settings: Settings) -> list[str]:
+    return available_adapters() if settings.shipped_adapters else []
+
+
 def model_spec(session: Session, settings: Settings, owner: str, model_id: str) -> str:
     """The cuset_core model spec ``model_id`` names for ``owner``; 404 (param ``model``) if none."""
     spec = model_spec_for(session, settings, owner, model_id)
@@ -63,15 +75,22 @@ def model_spec(session: Session, settings: Settings, owner: str, model_id: str) 
 
 @router.get("/models", response_model=ModelList)
 def list_models(session: SessionDep, settings: SettingsDep, owner: OwnerDep) -> ModelList:
-    """Every base model, then this owner's succeeded fine-tuned models, newest first."""
+    """Every base model, the shipped adapters present, then this owner's succeeded fine-tuned
+    models, newest first."""
     jobs = session.scalars(succeeded_tuned_jobs(owner).order_by(Job.created_at.desc())).all()
-    return ModelList(data=[_base_object(settings, i) for i in settings.base_models] + [_tuned_object(j) for j in jobs])
+    return ModelList(
+        data=[_base_object(settings, i) for i in settings.base_models]
+        + [_shipped_object(name) for name in _shipped(settings) if name not in settings.base_models]
+        + [_tuned_object(j) for j in jobs]
+    )
 
 
 @router.get("/models/{model_id}", response_model=ModelObject)
 def retrieve_model(model_id: str, session: SessionDep, settings: SettingsDep, owner: OwnerDep) -> ModelObject:
     if model_id in settings.base_models:
         return _base_object(settings, model_id)
+    if model_id in _shipped(settings):
+        return _shipped_object(model_id)
     job = tuned_job(session, owner, model_id)
     if job is None:
         raise not_found("model", model_id, param="model")

@@ -6,14 +6,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cuset_core.evaluation.metrics import ProblemRow
 from cuset_core.evaluation.runner import DEMO_HELD_OUT, DEMO_PROBLEMS
-from cuset_core.verify.result import Tier
-from cuset_core.verify.settings import ToleranceProfile
+from cuset_core.evaluation.settings import VerificationSettings
+from db.evals import EvalSampleRecord
 from db.statuses import EvalStatus
 
 
-class EvalCreate(BaseModel):
-    """``POST /v1/evals``: a model, a problem source (an eval file or the demo set) and decoding knobs.
+class EvalCreate(VerificationSettings):
+    """``POST /v1/evals``: a model, a problem source (an eval file or the demo set), decoding knobs and
+    the verification knobs (``VerificationSettings``, the core's ``EvalConfig`` has the same).
 
     Limits that depend on the service settings (``samples``, ``max_tokens``, ``batch_size``) are
     checked by the router.
@@ -29,22 +31,6 @@ class EvalCreate(BaseModel):
     greedy: bool = Field(True, description="draw one greedy sample per problem, apart: greedy compile@1, cpu_correct@1")
     samples: int = Field(0, ge=0, description="n: i.i.d. samples per problem at temperature, for pass@k")
     k: list[int] | None = Field(None, description="the k of pass@k (each 1..samples); default 1 and samples")
-    tier: Tier = Field(Tier.COMPILE, description="verify every sample up to this tier")
-    trials: int = Field(5, ge=1, le=20, description="correctness trials per sample (tiers 2-3; KernelBench: 5)")
-    input_seed: int = Field(
-        1000, ge=0, le=2**31 - 1, description="trial i draws the problem's inputs under seed input_seed + i"
-    )
-    tolerance_profile: ToleranceProfile = Field(
-        "kernelbench", description="kernelbench: atol = rtol = 1e-4 for fp32 outputs, 1e-2 for fp16/bf16; v0: 1e-2"
-    )
-    atol: float | None = Field(
-        None, ge=0, allow_inf_nan=False, description="absolute tolerance for every dtype; null: the profile's"
-    )
-    rtol: float | None = Field(
-        None, ge=0, allow_inf_nan=False, description="relative tolerance for every dtype; null: the profile's"
-    )
-    arch: str = Field("sm_90", pattern=r"^sm_\d+[a-z]?$", description="nvcc target of the compile tier, e.g. sm_80")
-    compile_baseline: bool = Field(False, description="GPU tier: also time torch.compile of the reference")
     temperature: float = Field(0.8, ge=0.0, le=2.0, description="of the i.i.d. samples")
     top_p: float = Field(0.95, gt=0.0, le=1.0)
     max_tokens: int | None = Field(
@@ -93,28 +79,15 @@ class EvalObject(BaseModel):
     error: EvalError | None = None
 
 
-class EvalSample(BaseModel):
-    """One generated answer, the code extracted from it and its verification result."""
-
-    index: int
-    greedy: bool = Field(False, description="the problem's greedy sample (scored apart from pass@k)")
-    answer: str
-    code: str = Field(description="the code that was scored (first fenced block, or the whole answer)")
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    finish_reason: str | None = None
-    result: dict[str, Any] = Field(description="the core's VerifyResult: verdict, tier, reason, log, timings, ...")
-
-
 class EvalProblemObject(BaseModel):
     """One problem of an eval: its counts (the core's ``ProblemRow``) and every sample."""
 
     id: str = Field(description="the problem id")
     object: Literal["eval.problem"] = "eval.problem"
     eval_id: str
-    row: dict[str, Any] = Field(
+    row: ProblemRow = Field(
         description="over the i.i.d. samples: n, compiled, cpu_correct, correct, fast, "
         "best_speedup, verdicts; greedy: the same over the greedy sample (or null); scored: the sample "
         "KernelBench scores (correct, speedup, compile_speedup, fast per p; or null)"
     )
-    samples: list[EvalSample]
+    samples: list[EvalSampleRecord]

@@ -22,7 +22,7 @@ ANSWERS_HELP = (
     "generating."
 )
 MODEL_HELP = (
-    "Model spec: smollm2-135m, a folder, a .gguf, an adapter; or openai:URL#NAME for any OpenAI-compatible "
+    "Model spec: smollm2-135m, a folder, a .gguf, an adapter, a shipped adapter's name (cuset-ew-135m); or openai:URL#NAME for any OpenAI-compatible "
     "endpoint (URL as the openai client's base_url, e.g. http://127.0.0.1:8000/v1)."
 )
 
@@ -71,13 +71,20 @@ def evaluate(
     prompt_style: PromptStyle = typer.Option("kernelbench", "--prompt-style"),
     seed: int = typer.Option(0, "--seed"),
     batch_size: int = typer.Option(4, "--batch-size", help="Problems per generation batch."),
+    repair_rounds: int = typer.Option(
+        0,
+        "--repair-rounds",
+        help="R: send a failing sample back to --model with its verifier error, up to R times, and also report "
+        "the figures within R repairs. With --answers, the given answers are repaired by --model.",
+    ),
     cache_dir: Path | None = typer.Option(
         None, "--cache-dir", help="Verification cache folder (default ~/.cache/cuset/verify)."
     ),
     no_cache: bool = typer.Option(False, "--no-cache", help="Verify every sample afresh."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Score a greedy sample and n i.i.d. samples per problem (or --answers): greedy metrics and pass@k."""
+    """Score a greedy sample and n i.i.d. samples per problem (or --answers): greedy metrics and pass@k,
+    and with --repair-rounds the same within R repairs."""
     from cuset_core.evaluation.report import write_results
     from cuset_core.evaluation.runner import EvalConfig, EvalInputError, run_eval
     from cuset_core.generation.endpoint import is_endpoint_spec
@@ -105,6 +112,7 @@ def evaluate(
             prompt_style=prompt_style,
             seed=seed,
             batch_size=batch_size,
+            repair_rounds=repair_rounds,
             cache=not no_cache,
             cache_dir=cache_dir,
         )
@@ -121,6 +129,12 @@ def evaluate(
         ("greedy", agg.greedy.metrics if agg.greedy else {}),
         ("pass@k", agg.sampled.metrics if agg.sampled else {}),
     ]
+    if agg.repaired is not None:
+        within = f"within {agg.repaired.rounds} repairs"
+        blocks += [
+            (f"greedy {within}", agg.repaired.greedy.metrics if agg.repaired.greedy else {}),
+            (f"pass@k {within}", agg.repaired.sampled.metrics if agg.repaired.sampled else {}),
+        ]
     for name, metrics in blocks:
         if metrics:
             typer.echo(f"{name}: " + ", ".join(f"{metric} {value:.3f}" for metric, value in metrics.items()))

@@ -28,7 +28,10 @@ Method = Enum("Method", {name: name for name in get_args(MethodName)}, type=str)
 PromptStyle = Enum("PromptStyle", {name: name for name in get_args(PromptStyleName)}, type=str)
 Dtype = Enum("Dtype", {name: name for name in get_args(DtypeName)}, type=str)
 Truncation = Enum("Truncation", {name: name for name in ("drop", "cut")}, type=str)
-MODEL_HELP = "smollm2-135m, a .gguf file, a model folder or a Hugging Face repo id (org/name, from the HF cache)"
+MODEL_HELP = (
+    "smollm2-135m, a .gguf file, a model folder or a Hugging Face repo id (org/name, from the HF cache); "
+    "generate also takes a shipped adapter's name (cuset-ew-135m)"
+)
 # Trackers that need no settings; W&B needs a project: give it in --config's "integrations".
 Tracker = Enum("Tracker", {name: name for name in ("tensorboard", "mlflow")}, type=str)
 
@@ -313,8 +316,34 @@ def export(
     typer.echo(f"{'merged model' if merge else 'model files'} written to {out}")
 
 
+def ship_adapter(
+    run: Annotated[Path, typer.Argument(help="a finished LoRA run folder (the --output of `cuset tune`)")],
+    name: Annotated[str, typer.Option(help="the shipped adapter's name (cuset_core.adapters.SHIPPED)")],
+    card: Annotated[
+        Path | None,
+        typer.Option(help="model card (README.md: training command, evaluation figures); default: keep the current"),
+    ] = None,
+    base_model: Annotated[
+        str | None, typer.Option(help="base model spec users load it on; default: the one the run recorded")
+    ] = None,
+) -> None:
+    """Ship a run's LoRA adapter inside the package as cuset_core/adapters/NAME (float16 weights,
+    at most 20 MiB), loadable everywhere by NAME."""
+    from cuset_core.adapters import ShipError, folder_mib
+    from cuset_core.adapters import ship_adapter as ship
+    from cuset_core.models import ModelNotFoundError
+    from cuset_core.training.export import ExportError
+
+    try:
+        folder = ship(run, name, card=card, base_model=base_model)
+    except (ShipError, ExportError, ModelNotFoundError) as exc:
+        raise fail(str(exc)) from None
+    typer.echo(f"shipped {name}: {folder} ({folder_mib(folder):.1f} MiB)")
+
+
 def register(app: typer.Typer) -> None:
-    """Add `tune`, `generate` and `export` to the `cuset` app."""
+    """Add `tune`, `generate`, `export` and `ship-adapter` to the `cuset` app."""
     app.command("tune")(tune)
     app.command("generate")(generate)
     app.command("export")(export)
+    app.command("ship-adapter")(ship_adapter)

@@ -122,14 +122,18 @@ def demo_record(problem: DemoProblem) -> dict:
     }
 
 
-def write_demo_dataset(path: Path, held_out: Iterable[str] = ()) -> int:
-    """Write one JSONL record per demo problem not in ``held_out``; returns the number written."""
+def write_demo_dataset(path: Path, held_out: Iterable[str] = (), categories: Iterable[str] | None = None) -> int:
+    """Write one JSONL record per demo problem not in ``held_out`` (and, when ``categories`` is
+    given, in one of those families); returns the number written."""
     problems = demo_problems()
     skip = set(held_out)
     unknown = skip - {problem.id for problem in problems}
     if unknown:
         raise ValueError(f"held_out: unknown demo problem id(s) {', '.join(sorted(unknown))}")
-    kept = [problem for problem in problems if problem.id not in skip]
+    families = set(CATEGORIES if categories is None else categories)
+    if families - set(CATEGORIES):
+        raise ValueError(f"categories: unknown famil(ies) {', '.join(sorted(families - set(CATEGORIES)))}")
+    kept = [problem for problem in problems if problem.id not in skip and problem.category in families]
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as out:
         for problem in kept:

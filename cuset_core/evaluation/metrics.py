@@ -33,6 +33,12 @@ A correct sample without a timing counts as not fast and is left out of the geom
 ``unsupported`` samples (a feature the CPU runtime cannot model, or no GPU) never pass; they
 are counted under their verdict so a reader can discount them.
 
+With repair rounds (``cuset eval --repair-rounds R``) a failing sample is sent back to the model
+with its verifier error, up to R times; a sample and its repairs form a *chain*. The ``repaired``
+figures count chains: a chain passes a tier when any of its attempts did (so R repairs never
+lower a figure), its verdict is its last attempt's, and it counts in ``n`` when its first attempt
+was judged, so the plain and the repaired pass@k share their denominator.
+
 ``internal_error`` samples (a fault of the verifier or the machine, not of the model) are left
 out of every denominator: ``n`` counts the samples that were judged, and ``internal_errors``
 reports the others apart.
@@ -130,14 +136,26 @@ class ScoredSample(BaseModel):
     fast: dict[str, bool] = Field(default_factory=dict, description="p -> correct and speedup > p (eager)")
 
 
+class RepairedCounts(BaseModel):
+    """One problem's counts over chains (a sample, then its repairs): within ``rounds`` repairs."""
+
+    rounds: int = Field(description="R: repairs a failing sample could get")
+    repairs: int = Field(description="repair attempts made for this problem's samples")
+    sampled: SampleCounts = Field(description="over the i.i.d. samples' chains (the pass@k pool)")
+    greedy: SampleCounts | None = Field(None, description="over the greedy sample's chain; None without one")
+
+
 class ProblemRow(SampleCounts):
     """One problem: counts over its i.i.d. samples (the pass@k pool; ``n`` may be 0) and, apart,
     over its greedy sample (``greedy.n`` is 1; None when none was drawn); ``scored``: the sample
-    KernelBench scores (None when there is none, or the verifier failed on it)."""
+    KernelBench scores (None when there is none, or the verifier failed on it); ``repaired``: the
+    same counts within R repairs (None when the run made no repair rounds). The plain counts
+    never include a repair."""
 
     id: str
     greedy: SampleCounts | None = None
     scored: ScoredSample | None = None
+    repaired: RepairedCounts | None = None
 
 
 class GreedyBlock(BaseModel):
@@ -173,9 +191,18 @@ class KernelBenchBlock(BaseModel):
     geo_mean_compile_speedup: float | None = None
 
 
+class RepairedBlock(BaseModel):
+    """The greedy and pass@k blocks again, counting each sample with its repairs (``RepairedCounts``)."""
+
+    rounds: int = Field(description="R: repairs a failing sample could get")
+    repairs: int = Field(description="repair attempts made over the whole set")
+    greedy: GreedyBlock | None = None
+    sampled: SampledBlock | None = None
+
+
 class Aggregate(BaseModel):
     """Metrics over the whole problem set: the greedy block and the pass@k block, each None when
-    the run drew no such sample."""
+    the run drew no such sample; ``repaired``: both within R repairs (None without repair rounds)."""
 
     problems: int
     samples: int = Field(description="samples judged, greedy and i.i.d. (internal errors excluded)")
@@ -186,25 +213,46 @@ class Aggregate(BaseModel):
     sampled: SampledBlock | None = None
     kernelbench: KernelBenchBlock | None = Field(None, description="GPU tier only")
     verdicts: dict[str, int] = Field(default_factory=dict, description="verdict -> samples, greedy and i.i.d.")
+    repaired: RepairedBlock | None = None
 
 
 def sample_counts(results: list[VerifyResult]) -> SampleCounts:
     """Count ``results`` (the samples that count) by tier passed, verdict and speed; samples the
     verifier failed on (``internal_error``) are counted apart, never in ``n``."""
-    verdicts = dict(sorted(Counter(r.verdict.value for r in results).items()))
-    internal = [r for r in results if r.verdict is Verdict.INTERNAL_ERROR]
-    results = [r for r in results if r.verdict is not Verdict.INTERNAL_ERROR]
-    correct = [r for r in results if passed_tier(r, Tier.GPU)]
-    speedups = [r.speedup for r in correct if r.speedup is not None]
+    return chain_counts([[result] for result in results])
+
+
+def chain_counts(chains: list[list[VerifyResult]]) -> SampleCounts:
+    """Count chains (a sample's result, then its repairs' in order) as the module docstring says:
+    a chain passes a tier, is correct or fast when any attempt was; its verdict is the last
+    attempt's; one whose first attempt hit a verifier fault is counted apart, never in ``n``."""
+    verdicts = dict(sorted(Counter(chain[-1].verdict.value for chain in chains).items()))
+    internal = [chain for chain in chains if chain[0].verdict is Verdict.INTERNAL_ERROR]
+    chains = [chain for chain in chains if chain[0].verdict is not Verdict.INTERNAL_ERROR]
+    correct = [[r for r in chain if passed_tier(r, Tier.GPU)] for chain in chains]
+    speedups = [max(timed) for rs in correct if (timed := [r.speedup for r in rs if r.speedup is not None])]
     return SampleCounts(
-        n=len(results),
+        n=len(chains),
         internal_errors=len(internal),
-        compiled=sum(passed_tier(r, Tier.COMPILE) for r in results),
-        cpu_correct=sum(passed_tier(r, Tier.CPU) for r in results),
-        correct=len(correct),
+        compiled=sum(any(passed_tier(r, Tier.COMPILE) for r in chain) for chain in chains),
+        cpu_correct=sum(any(passed_tier(r, Tier.CPU) for r in chain) for chain in chains),
+        correct=sum(bool(rs) for rs in correct),
         fast={str(p): sum(s > p for s in speedups) for p in FAST_P_THRESHOLDS},
         best_speedup=max(speedups) if speedups else None,
         verdicts=verdicts,
+    )
+
+
+def repaired_counts(
+    rounds: int, sampled: list[list[VerifyResult]], greedy: list[VerifyResult] | None = None
+) -> RepairedCounts:
+    """One problem's ``RepairedCounts`` from the chains of its i.i.d. samples and its greedy one."""
+    chains = [*sampled, *([greedy] if greedy else [])]
+    return RepairedCounts(
+        rounds=rounds,
+        repairs=sum(len(chain) - 1 for chain in chains),
+        sampled=chain_counts(sampled),
+        greedy=None if greedy is None else chain_counts([greedy]),
     )
 
 
@@ -261,7 +309,11 @@ def _reached(tier: Tier) -> list[tuple[str, str]]:
 def greedy_scores(row: ProblemRow, tier: Tier) -> dict[str, float]:
     """1.0 or 0.0 per greedy metric (``compile@1`` ..., ``fast_<p>`` on a GPU); {} without a
     greedy sample."""
-    greedy = row.greedy
+    return _at_1(row.greedy, tier)
+
+
+def _at_1(greedy: SampleCounts | None, tier: Tier) -> dict[str, float]:
+    """1.0 or 0.0 per metric of one greedy sample's counts; {} without one."""
     if greedy is None or greedy.n == 0:
         return {}
     scores = {f"{name}@1": float(getattr(greedy, field) > 0) for name, field in _reached(tier)}
@@ -270,8 +322,8 @@ def greedy_scores(row: ProblemRow, tier: Tier) -> dict[str, float]:
     return scores
 
 
-def sampled_scores(row: ProblemRow, tier: Tier, k_values: list[int]) -> dict[str, float]:
-    """pass@k per metric and k from the row's i.i.d. samples (``compile@4`` ...), plus
+def sampled_scores(row: SampleCounts, tier: Tier, k_values: list[int]) -> dict[str, float]:
+    """pass@k per metric and k from the row's i.i.d. samples (or their chains) (``compile@4`` ...), plus
     ``fast_<p>`` (share of samples correct and faster than p) on a GPU; {} without samples."""
     if row.n == 0:
         return {}
@@ -298,29 +350,11 @@ def mean_scores(per_problem: list[dict[str, float]]) -> dict[str, float]:
 
 
 def aggregate(rows: list[ProblemRow], tier: Tier, k_values: list[int]) -> Aggregate:
-    """The greedy block, the pass@k block (for ``k_values``) and, at the GPU tier, KernelBench's
-    block over ``rows``."""
-    with_greedy = [row for row in rows if row.greedy is not None and row.greedy.n]
+    """The greedy block, the pass@k block (for ``k_values``), at the GPU tier KernelBench's block
+    and, when the rows were repaired, both blocks within the repairs, over ``rows``."""
+    with_greedy = [row.greedy for row in rows if row.greedy is not None and row.greedy.n]
     with_samples = [row for row in rows if row.n]
-    greedy = None
-    if with_greedy:
-        greedy = GreedyBlock(
-            problems=len(with_greedy),
-            metrics=mean_scores([greedy_scores(row, tier) for row in with_greedy]),
-            verdicts=_verdicts(row.greedy for row in with_greedy),
-        )
-    sampled = None
-    if with_samples:
-        scores = mean_scores([sampled_scores(row, tier, k_values) for row in with_samples])
-        sampled = SampledBlock(
-            problems=len(with_samples),
-            samples=sum(row.n for row in with_samples),
-            k_values=k_values,
-            metrics={name: value for name, value in scores.items() if not name.startswith("fast_")},
-            fast_p={name.removeprefix("fast_"): value for name, value in scores.items() if name.startswith("fast_")},
-            verdicts=_verdicts(with_samples),
-        )
-    everything = [*with_samples, *(row.greedy for row in with_greedy)]
+    everything = [*with_samples, *with_greedy]
     return Aggregate(
         problems=len(rows),
         samples=sum(counts.n for counts in everything),
@@ -328,10 +362,50 @@ def aggregate(rows: list[ProblemRow], tier: Tier, k_values: list[int]) -> Aggreg
         + sum(row.greedy.internal_errors for row in rows if row.greedy is not None),
         tier=tier,
         k_values=k_values,
-        greedy=greedy,
-        sampled=sampled,
+        greedy=greedy_block([row.greedy for row in rows], tier),
+        sampled=sampled_block(rows, tier, k_values),
         kernelbench=kernelbench_block(rows) if tier is Tier.GPU else None,
         verdicts=_verdicts(everything),
+        repaired=repaired_block(rows, tier, k_values),
+    )
+
+
+def greedy_block(counts: Sequence[SampleCounts | None], tier: Tier) -> GreedyBlock | None:
+    """The greedy metrics over the problems' greedy counts (None: no greedy sample); None without any."""
+    judged = [c for c in counts if c is not None and c.n]
+    if not judged:
+        return None
+    return GreedyBlock(
+        problems=len(judged), metrics=mean_scores([_at_1(c, tier) for c in judged]), verdicts=_verdicts(judged)
+    )
+
+
+def sampled_block(counts: Sequence[SampleCounts], tier: Tier, k_values: list[int]) -> SampledBlock | None:
+    """pass@k (and fast_p on a GPU) over the problems' i.i.d. counts; None when none has a sample."""
+    judged = [c for c in counts if c.n]
+    if not judged:
+        return None
+    scores = mean_scores([sampled_scores(c, tier, k_values) for c in judged])
+    return SampledBlock(
+        problems=len(judged),
+        samples=sum(c.n for c in judged),
+        k_values=k_values,
+        metrics={name: value for name, value in scores.items() if not name.startswith("fast_")},
+        fast_p={name.removeprefix("fast_"): value for name, value in scores.items() if name.startswith("fast_")},
+        verdicts=_verdicts(judged),
+    )
+
+
+def repaired_block(rows: list[ProblemRow], tier: Tier, k_values: list[int]) -> RepairedBlock | None:
+    """Both blocks within the rows' repairs; None when no row was repaired (no repair rounds)."""
+    repaired = [row.repaired for row in rows if row.repaired is not None]
+    if not repaired:
+        return None
+    return RepairedBlock(
+        rounds=max(r.rounds for r in repaired),
+        repairs=sum(r.repairs for r in repaired),
+        greedy=greedy_block([r.greedy for r in repaired], tier),
+        sampled=sampled_block([r.sampled for r in repaired], tier, k_values),
     )
 
 

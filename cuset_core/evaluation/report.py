@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cuset_core.evaluation.metrics import METRIC_TIERS, KernelBenchBlock
+from cuset_core.evaluation.metrics import METRIC_TIERS, Aggregate, KernelBenchBlock
 from cuset_core.evaluation.runner import EvalReport
 from cuset_core.verify.result import Tier
 
@@ -67,6 +67,8 @@ def render_markdown(report: EvalReport) -> str:
         lines += [f"| fast_{p} (mean over samples) | {value:.3f} |" for p, value in agg.sampled.fast_p.items()]
     if agg.kernelbench is not None:
         lines += ["", *_kernelbench_lines(agg.kernelbench)]
+    if agg.repaired is not None:
+        lines += ["", *_repaired_lines(agg)]
     greedy_verdicts = agg.greedy.verdicts if agg.greedy else {}
     sampled_verdicts = agg.sampled.verdicts if agg.sampled else {}
     lines += ["", "## Verdicts", "", "| verdict | greedy | i.i.d. |", "|---|---|---|"]
@@ -93,6 +95,27 @@ def render_markdown(report: EvalReport) -> str:
         cells.append(", ".join(f"{v} {c}" for v, c in row.verdicts.items()) or "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _repaired_lines(agg: Aggregate) -> list[str]:
+    """The repair section: each metric plain and within R repairs, side by side."""
+    repaired = agg.repaired
+    lines = [
+        f"## Within {repaired.rounds} repairs: a failing sample sent back with its verifier error",
+        "",
+        f"{repaired.repairs} repair attempts. A sample passes within {repaired.rounds} repairs when it or one "
+        "of its repairs passed; the denominators are the plain ones.",
+        "",
+        "| block | metric | plain | within repairs |",
+        "|---|---|---|---|",
+    ]
+    for block, plain, within in (("greedy", agg.greedy, repaired.greedy), ("pass@k", agg.sampled, repaired.sampled)):
+        if within is not None:
+            lines += [
+                f"| {block} | {name} | {_fmt(plain.metrics.get(name) if plain else None)} | {value:.3f} |"
+                for name, value in within.metrics.items()
+            ]
+    return lines
 
 
 def _verification(report: EvalReport) -> str:

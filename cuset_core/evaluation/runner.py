@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -29,11 +31,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
-from cuset_core.evaluation.metrics import Aggregate, ProblemRow, aggregate, problem_row
+from cuset_core.evaluation.metrics import Aggregate, ProblemRow, aggregate, problem_row, repaired_counts
+from cuset_core.evaluation.settings import VerificationSettings
 from cuset_core.generation.endpoint import is_endpoint_spec, parse_endpoint
-from cuset_core.verify.result import Tier, VerifyResult
+from cuset_core.verify.result import VerifyResult
 from cuset_core.verify.run import verify
-from cuset_core.verify.settings import ToleranceProfile, VerifySettings
+from cuset_core.verify.settings import VerifySettings
 
 DEMO_PROBLEMS = "demo"
 DEMO_HELD_OUT = "demo:held-out"
@@ -43,8 +46,9 @@ class EvalInputError(ValueError):
     """A problem set, answers file or option the user gave is unusable; one line says why."""
 
 
-class EvalConfig(BaseModel):
-    """Everything that defines an evaluation run; recorded in its results."""
+class EvalConfig(VerificationSettings):
+    """Everything that defines an evaluation run (the verification knobs of
+    ``VerificationSettings``, then the source and decoding); recorded in its results."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
@@ -61,25 +65,16 @@ class EvalConfig(BaseModel):
     temperature: float = Field(0.8, ge=0.0, description="of the i.i.d. samples")
     top_p: float = Field(0.95, gt=0.0, le=1.0)
     max_new_tokens: int = Field(1024, ge=1)
-    tier: Tier = Tier.COMPILE
-    trials: int = Field(5, ge=1, le=20, description="correctness trials per sample (tiers 2-3; KernelBench: 5)")
-    input_seed: int = Field(
-        1000, ge=0, le=2**31 - 1, description="trial i draws the problem's inputs under seed input_seed + i"
-    )
-    tolerance_profile: ToleranceProfile = Field(
-        "kernelbench", description="kernelbench: atol = rtol = 1e-4 for fp32, 1e-2 for fp16/bf16; v0: 1e-2 for all"
-    )
-    atol: float | None = Field(
-        None, ge=0, allow_inf_nan=False, description="absolute tolerance for every dtype; None: the profile's"
-    )
-    rtol: float | None = Field(
-        None, ge=0, allow_inf_nan=False, description="relative tolerance for every dtype; None: the profile's"
-    )
-    arch: str = Field("sm_90", pattern=r"^sm_\d+[a-z]?$", description="nvcc target of tier 1 (compile)")
-    compile_baseline: bool = Field(False, description="tier 3: also time torch.compile of the reference")
     prompt_style: Literal["kernelbench", "compact"] = "kernelbench"
     seed: int = 0
     batch_size: int = Field(4, ge=1, description="problems per generation batch")
+    repair_rounds: int = Field(
+        0,
+        ge=0,
+        le=10,
+        description="R: times a failing sample (greedy or i.i.d.) is sent back to the model with its verifier "
+        "error as a follow-up turn; the results then also give the figures within R repairs",
+    )
     cache: bool = Field(True, description="reuse cached verification results")
     cache_dir: Path | None = Field(None, description="verification cache folder; None: the default one")
 
@@ -97,14 +92,19 @@ class EvalConfig(BaseModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> EvalConfig:
-        if (self.model is None) == (self.answers is None):
+        if self.model is None and self.answers is None:
             raise ValueError("give exactly one of model (to generate answers) or answers (to score them)")
+        if self.model is not None and self.answers is not None and not self.repair_rounds:
+            raise ValueError("give exactly one of model (to generate answers) or answers (to score them)")
+        if self.repair_rounds and self.model is None:
+            raise ValueError("repair_rounds: repairs need a model to send failing samples back to")
         if self.model is not None and is_endpoint_spec(self.model):
             parse_endpoint(self.model)
-        if self.model is not None and not self.greedy and self.samples == 0:
+        generating = self.answers is None
+        if generating and not self.greedy and self.samples == 0:
             raise ValueError("nothing to generate: turn greedy on or ask for samples >= 1")
         for k in self.k or []:
-            if k < 1 or (self.model is not None and k > self.samples):
+            if k < 1 or (generating and k > self.samples):
                 raise ValueError(f"k={k}: pass@k needs 1 <= k <= samples ({self.samples} i.i.d. samples per problem)")
         return self
 
@@ -114,19 +114,6 @@ class EvalConfig(BaseModel):
         if self.k is not None:
             return sorted(set(self.k))
         return sorted({1, self.samples}) if self.samples else []
-
-    def verify_settings(self) -> VerifySettings:
-        """Verification settings of this run."""
-        return VerifySettings(
-            tier=self.tier,
-            arch=self.arch,
-            seeds=self.trials,
-            input_seed=self.input_seed,
-            tolerance_profile=self.tolerance_profile,
-            atol=self.atol,
-            rtol=self.rtol,
-            compile_baseline=self.compile_baseline,
-        )
 
 
 @dataclass(frozen=True)
@@ -138,8 +125,10 @@ class Problem:
 
 
 class SampleRecord(BaseModel):
-    """One scored sample: the answer text, generation facts when generated, and its result.
-    ``greedy`` marks the problem's greedy sample (index 0 when there is one)."""
+    """One scored attempt: the answer text, generation facts when generated, and its result.
+    ``greedy`` marks the problem's greedy sample (index 0 when there is one) and its repairs.
+    A repair (round r >= 1) answers the follow-up turn showing attempt ``repair_of`` (of round
+    r - 1) and its verifier error; repairs follow a problem's drawn samples, in rounds."""
 
     problem_id: str
     index: int
@@ -149,6 +138,8 @@ class SampleRecord(BaseModel):
     completion_tokens: int | None = None
     finish_reason: str | None = None
     result: VerifyResult
+    round: int = Field(0, description="0 for a drawn or given sample, r for the r-th repair of one")
+    repair_of: int | None = Field(None, description="index of the failed attempt this one repairs")
 
 
 class EvalReport(BaseModel):
@@ -279,49 +270,133 @@ class Answer:
     finish_reason: str | None = None
 
 
-def _runs(config: EvalConfig) -> list[tuple[bool, dict[str, Any]]]:
-    """The decoding runs per problem: (greedy?, sampling arguments), greedy first."""
-    runs: list[tuple[bool, dict[str, Any]]] = []
+Conversation = list[dict]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One decoding run: ``n`` answers per conversation at ``temperature`` (0: greedy)."""
+
+    greedy: bool
+    n: int
+    temperature: float
+    top_p: float
+
+    def sampling(self) -> dict[str, Any]:
+        return dict(n=self.n, temperature=self.temperature, top_p=self.top_p)
+
+
+# The answers to each conversation of a batch, in order, for one run (``seed``: the run's seed).
+Decode = Callable[[list[Conversation], Run, int], list[list[Answer]]]
+
+
+def _runs(config: EvalConfig) -> list[Run]:
+    """The decoding runs per problem, greedy first."""
+    runs: list[Run] = []
     if config.greedy:
-        runs.append((True, dict(n=1, temperature=0.0, top_p=1.0)))
+        runs.append(_repair_run(config, greedy=True))
     if config.samples:
-        runs.append((False, dict(n=config.samples, temperature=config.temperature, top_p=config.top_p)))
+        runs.append(Run(False, config.samples, config.temperature, config.top_p))
     return runs
 
 
-def _generate_samples(
-    config: EvalConfig, problems: list[Problem], progress: bool, api_key: str | None
-) -> dict[str, list[Answer]]:
-    """:func:`generate_answers` from the configured model, loaded for this run, or the same
-    answers from an ``openai:`` endpoint."""
-    if is_endpoint_spec(config.model):
-        return _endpoint_samples(config, problems, progress, api_key)
-    from cuset_core.models import inference_dtype, load_model, place_for_inference
+def _repair_run(config: EvalConfig, *, greedy: bool) -> Run:
+    """One answer per conversation, greedy or at the i.i.d. samples' temperature."""
+    return Run(True, 1, 0.0, 1.0) if greedy else Run(False, 1, config.temperature, config.top_p)
 
-    model, tokenizer = load_model(config.model, inference_dtype())
-    model = place_for_inference(model)  # generation dominates an eval's time; the GPU is what it is for
+
+def model_decoder(model, tokenizer, config: EvalConfig) -> Decode:
+    """Answers from a model loaded in this process, one ``sampling.generate`` batch per call."""
+    from cuset_core.generation.sampling import generate
+
+    def decode(conversations: list[Conversation], run: Run, seed: int) -> list[list[Answer]]:
+        generated = generate(
+            model, tokenizer, conversations, max_new_tokens=config.max_new_tokens, seed=seed, **run.sampling()
+        )
+        return [
+            [Answer(g.text, run.greedy, g.prompt_tokens, g.completion_tokens, g.finish_reason) for g in texts]
+            for texts in generated
+        ]
+
+    return decode
+
+
+@contextmanager
+def _decoder(config: EvalConfig, api_key: str | None) -> Iterator[Decode]:
+    """The configured model's ``Decode``: the model loaded for this run, or an ``openai:``
+    endpoint asked one chat request per conversation, ``batch_size`` requests in flight."""
+    if not is_endpoint_spec(config.model):
+        from cuset_core.models import inference_dtype, load_model, place_for_inference
+
+        model, tokenizer = load_model(config.model, inference_dtype())
+        # generation dominates an eval's time; the GPU is what it is for
+        yield model_decoder(place_for_inference(model), tokenizer, config)
+        return
+    import httpx
+
+    from cuset_core.generation.endpoint import DEFAULT_TIMEOUT_S, EndpointError, chat_answers
+
+    endpoint = parse_endpoint(config.model)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    with (
+        httpx.Client(headers=headers, timeout=DEFAULT_TIMEOUT_S) as client,
+        ThreadPoolExecutor(max_workers=config.batch_size) as pool,
+    ):
+
+        def decode(conversations: list[Conversation], run: Run, seed: int) -> list[list[Answer]]:
+            futures = [
+                pool.submit(
+                    chat_answers, client, endpoint, m, max_tokens=config.max_new_tokens, seed=seed, **run.sampling()
+                )
+                for m in conversations
+            ]
+            try:
+                replies = [future.result() for future in futures]
+            except EndpointError as exc:
+                for future in futures:
+                    future.cancel()
+                raise EvalInputError(str(exc)) from None
+            return [
+                [Answer(a.text, run.greedy, a.prompt_tokens, a.completion_tokens, a.finish_reason) for a in answers]
+                for answers in replies
+            ]
+
+        yield decode
+
+
+def _generate_samples(
+    decode: Decode, config: EvalConfig, problems: list[Problem], progress: bool
+) -> dict[str, list[Answer]]:
+    """:func:`answers_for` over the whole set, ``config.batch_size`` problems at a time."""
     batches = [problems[i : i + config.batch_size] for i in range(0, len(problems), config.batch_size)]
     out: dict[str, list[Answer]] = {}
     for batch in tqdm(batches, desc="generate", unit="batch", disable=not progress):
-        out |= generate_answers(model, tokenizer, config, batch)
+        out |= answers_for(decode, config, batch)
     return out
 
 
 def generate_answers(model, tokenizer, config: EvalConfig, problems: list[Problem]) -> dict[str, list[Answer]]:
+    """:func:`answers_for` from ``model``, loaded by the caller."""
+    return answers_for(model_decoder(model, tokenizer, config), config, problems)
+
+
+def endpoint_answers(config: EvalConfig, problems: list[Problem], api_key: str | None) -> dict[str, list[Answer]]:
+    """:func:`answers_for` from the OpenAI-compatible endpoint that ``config.model`` names."""
+    with _decoder(config, api_key) as decode:
+        return answers_for(decode, config, problems)
+
+
+def answers_for(decode: Decode, config: EvalConfig, problems: list[Problem]) -> dict[str, list[Answer]]:
     """Per problem, the greedy answer (when ``config.greedy``) then ``config.samples`` i.i.d.
-    answers at ``config.temperature``, from ``model`` in one batch over ``problems`` (callers
-    pass ``config.batch_size`` problems at a time, in set order, so seeds match run to run)."""
+    answers at ``config.temperature``, in one batch over ``problems`` (callers pass
+    ``config.batch_size`` problems at a time, in set order, so seeds match run to run)."""
     from cuset_core.generation.prompts import build_messages
-    from cuset_core.generation.sampling import generate
 
     out: dict[str, list[Answer]] = {p.id: [] for p in problems}
     messages = [build_messages(p.code, config.prompt_style) for p in problems]
-    for greedy, run in _runs(config):
-        generated = generate(model, tokenizer, messages, max_new_tokens=config.max_new_tokens, seed=config.seed, **run)
-        for problem, texts in zip(problems, generated):
-            out[problem.id].extend(
-                Answer(g.text, greedy, g.prompt_tokens, g.completion_tokens, g.finish_reason) for g in texts
-            )
+    for run in _runs(config):
+        for problem, answers in zip(problems, decode(messages, run, config.seed)):
+            out[problem.id].extend(answers)
     return out
 
 
@@ -329,69 +404,92 @@ def score_problem(
     problem: Problem, answers: list[Answer], settings: VerifySettings, cache_dir: Path | None, use_cache: bool
 ) -> tuple[ProblemRow, list[SampleRecord]]:
     """Verify every answer of one problem; its row (greedy and i.i.d. apart) and the samples."""
-    records = [
-        SampleRecord(
-            problem_id=problem.id,
-            index=index,
-            greedy=sample.greedy,
-            answer=sample.answer,
-            prompt_tokens=sample.prompt_tokens,
-            completion_tokens=sample.completion_tokens,
-            finish_reason=sample.finish_reason,
-            result=verify(problem.code, sample.answer, settings, cache_dir=cache_dir, use_cache=use_cache),
-        )
-        for index, sample in enumerate(answers)
-    ]
-    greedy = next((r.result for r in records if r.greedy), None)
-    return problem_row(problem.id, [r.result for r in records if not r.greedy], greedy), records
+    records = [_scored(problem, index, sample, settings, cache_dir, use_cache) for index, sample in enumerate(answers)]
+    return row_of(problem.id, records), records
 
 
-def _endpoint_samples(
-    config: EvalConfig, problems: list[Problem], progress: bool, api_key: str | None
-) -> dict[str, list[Answer]]:
-    """The answers of :func:`generate_answers` from an OpenAI-compatible endpoint: one chat
-    request per problem and run (greedy, i.i.d.), ``batch_size`` requests in flight."""
-    import httpx
+def _scored(
+    problem: Problem,
+    index: int,
+    sample: Answer,
+    settings: VerifySettings,
+    cache_dir: Path | None,
+    use_cache: bool,
+    repair_of: SampleRecord | None = None,
+) -> SampleRecord:
+    """``sample`` verified as attempt ``index`` of ``problem`` (a repair of ``repair_of`` when given)."""
+    return SampleRecord(
+        problem_id=problem.id,
+        index=index,
+        greedy=sample.greedy,
+        answer=sample.answer,
+        prompt_tokens=sample.prompt_tokens,
+        completion_tokens=sample.completion_tokens,
+        finish_reason=sample.finish_reason,
+        result=verify(problem.code, sample.answer, settings, cache_dir=cache_dir, use_cache=use_cache),
+        round=0 if repair_of is None else repair_of.round + 1,
+        repair_of=None if repair_of is None else repair_of.index,
+    )
 
-    from cuset_core.generation.endpoint import DEFAULT_TIMEOUT_S, EndpointError, chat_answers
-    from cuset_core.generation.prompts import build_messages
 
-    endpoint = parse_endpoint(config.model)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    runs = _runs(config)
+def row_of(problem_id: str, records: list[SampleRecord], repair_rounds: int = 0) -> ProblemRow:
+    """A problem's row from its attempts: the plain counts over the drawn samples (round 0) and,
+    with ``repair_rounds``, the counts over each drawn sample's chain of repairs."""
+    drawn = [r for r in records if r.round == 0]
+    greedy = next((r for r in drawn if r.greedy), None)
+    row = problem_row(problem_id, [r.result for r in drawn if not r.greedy], None if greedy is None else greedy.result)
+    if not repair_rounds:
+        return row
+    chains = {r.index: [r] for r in drawn}
+    for record in records:  # a repair comes after the attempt it repairs
+        if record.repair_of is not None:
+            chains[record.index] = chains.pop(record.repair_of) + [record]
+    sampled = [[r.result for r in chain] for chain in chains.values() if not chain[0].greedy]
+    greedy_chain = next(([r.result for r in chain] for chain in chains.values() if chain[0].greedy), None)
+    return row.model_copy(update={"repaired": repaired_counts(repair_rounds, sampled, greedy_chain)})
 
-    def ask(client: httpx.Client, problem: Problem) -> list[Answer]:
-        messages = build_messages(problem.code, config.prompt_style)
-        answers = []
-        for greedy, run in runs:
-            replies = chat_answers(
-                client, endpoint, messages, max_tokens=config.max_new_tokens, seed=config.seed, **run
-            )
-            answers += [Answer(a.text, greedy, a.prompt_tokens, a.completion_tokens, a.finish_reason) for a in replies]
-        return answers
 
-    with (
-        httpx.Client(headers=headers, timeout=DEFAULT_TIMEOUT_S) as client,
-        ThreadPoolExecutor(max_workers=config.batch_size) as pool,
-    ):
-        futures = {p.id: pool.submit(ask, client, p) for p in problems}
-        try:
-            return {
-                pid: future.result()
-                for pid, future in tqdm(futures.items(), desc="generate", unit="problem", disable=not progress)
-            }
-        except EndpointError as exc:
-            for future in futures.values():
-                future.cancel()
-            raise EvalInputError(str(exc)) from None
+def repair(
+    decode: Decode,
+    config: EvalConfig,
+    problems: list[Problem],
+    records: dict[str, list[SampleRecord]],
+    settings: VerifySettings,
+    progress: bool = False,
+) -> None:
+    """Append up to ``config.repair_rounds`` rounds of repairs to ``records`` (per problem id):
+    in round r every attempt of round r - 1 that failed in a repairable way (the rule
+    ``/v1/generate`` uses) is sent back to the model as a follow-up turn with its verifier error
+    (the same turn), decoded like its drawn sample (greedy, or at the i.i.d. temperature, seed
+    ``seed + r``), ``batch_size`` at a time, and verified."""
+    from cuset_core.generation.prompts import build_messages, repair_messages, repairable
+
+    by_id = {p.id: p for p in problems}
+    for round_ in range(1, config.repair_rounds + 1):
+        failed = [r for p in problems for r in records[p.id] if r.round == round_ - 1 and repairable(r.result)]
+        for greedy in (True, False):
+            todo = [r for r in failed if r.greedy is greedy]
+            batches = [todo[i : i + config.batch_size] for i in range(0, len(todo), config.batch_size)]
+            for batch in tqdm(batches, desc=f"repair {round_}", unit="batch", disable=not progress):
+                conversations = [
+                    repair_messages(build_messages(by_id[r.problem_id].code, config.prompt_style), r.answer, r.result)
+                    for r in batch
+                ]
+                replies = decode(conversations, _repair_run(config, greedy=greedy), config.seed + round_)
+                for attempt, answers in zip(batch, replies):
+                    problem, own = by_id[attempt.problem_id], records[attempt.problem_id]
+                    own.append(
+                        _scored(problem, len(own), answers[0], settings, config.cache_dir, config.cache, attempt)
+                    )
 
 
 # ---------------------------------------------------------------- run
 
 
 def run_eval(config: EvalConfig, *, progress: bool = True, api_key: str | None = None) -> EvalReport:
-    """Generate (or read) the samples, verify each, and compute the metrics. ``api_key`` is the
-    bearer token of an ``openai:`` endpoint (never recorded in the report)."""
+    """Generate (or read) the samples, verify each, repair failing ones (``repair_rounds``), and
+    compute the metrics. ``api_key`` is the bearer token of an ``openai:`` endpoint (never
+    recorded in the report)."""
     start = time.perf_counter()
     problems = load_problems(config.problems)
     if config.answers is not None:
@@ -400,21 +498,24 @@ def run_eval(config: EvalConfig, *, progress: bool = True, api_key: str | None =
         samples = {pid: _answer_samples(a) for pid, a in answers.items()}
     else:
         k_values = config.k_values
-        samples = _generate_samples(config, problems, progress, api_key)
     settings = config.verify_settings()
-    rows: list[ProblemRow] = []
-    records: list[SampleRecord] = []
-    with tqdm(total=len(problems), desc=f"verify ({config.tier.value})", unit="problem", disable=not progress) as bar:
-        for problem in problems:
-            row, scored = score_problem(problem, samples[problem.id], settings, config.cache_dir, config.cache)
-            rows.append(row)
-            records += scored
-            bar.update(1)
+    with _decoder(config, api_key) if config.model is not None else nullcontext() as decode:
+        if config.answers is None:
+            samples = _generate_samples(decode, config, problems, progress)
+        records: dict[str, list[SampleRecord]] = {}
+        desc = f"verify ({config.tier.value})"
+        for problem in tqdm(problems, desc=desc, unit="problem", disable=not progress):
+            records[problem.id] = score_problem(problem, samples[problem.id], settings, config.cache_dir, config.cache)[
+                1
+            ]
+        if config.repair_rounds:
+            repair(decode, config, problems, records, settings, progress)
+    rows = [row_of(p.id, records[p.id], config.repair_rounds) for p in problems]
     return EvalReport(
         config=config,
         aggregate=aggregate(rows, config.tier, k_values),
         problems=rows,
-        samples=records,
+        samples=[record for p in problems for record in records[p.id]],
         elapsed_s=time.perf_counter() - start,
     )
 

@@ -8,6 +8,8 @@ chat messages the in-process path renders.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -101,12 +103,97 @@ def chat_answers(
     return [EndpointAnswer(text, prompt_tokens, completion_tokens, finish) for text, finish in answers]
 
 
+@dataclass(frozen=True)
+class EndpointDelta:
+    """One streamed piece of a single answer: new text, and at the end why it ended; the token
+    counts arrive with the usage chunk (``stream_options.include_usage``), if the server sends it."""
+
+    text: str = ""
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+def stream_answer(
+    client: httpx.Client,
+    endpoint: Endpoint,
+    prompt: list[dict] | str,
+    *,
+    temperature: float,
+    top_p: float,
+    max_tokens: int,
+    seed: int | None,
+    stop: list[str] | None = None,
+) -> Iterator[EndpointDelta]:
+    """One answer to ``prompt`` (a chat conversation, or a text for ``/completions``) streamed from
+    ``endpoint`` as it is decoded. Closing the iterator early closes the connection, which tells
+    the engine to stop decoding. ``EndpointError`` when the endpoint fails or sends an error."""
+    chat = not isinstance(prompt, str)
+    body = {
+        "model": endpoint.model,
+        ("messages" if chat else "prompt"): prompt,
+        "temperature": temperature,
+        "top_p": top_p,
+        "max_tokens": max_tokens,
+        "seed": seed,
+        "stop": stop or None,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    body = {name: value for name, value in body.items() if value is not None}  # unset: the engine's default
+    url = f"{endpoint.base_url}/{'chat/completions' if chat else 'completions'}"
+    try:
+        with client.stream("POST", url, json=body) as response:
+            if response.status_code != 200:
+                response.read()
+                raise EndpointError(f"model: {url} answered {response.status_code}: {_error_message(response)}")
+            for line in response.iter_lines():
+                if not line.startswith("data:"):
+                    continue  # blank separators, comments, event names
+                data = line.removeprefix("data:").strip()
+                if data == "[DONE]":
+                    return
+                yield _delta(url, data, chat)
+    except httpx.HTTPError as exc:
+        raise EndpointError(f"model: cannot reach {url}: {exc}") from None
+
+
+def _delta(url: str, data: str, chat: bool) -> EndpointDelta:
+    """One SSE ``data`` payload of an OpenAI stream as a delta of choice 0."""
+    try:
+        chunk = json.loads(data)
+        error = chunk.get("error")
+    except (ValueError, AttributeError) as exc:
+        raise EndpointError(f"model: {url} streamed a chunk that is not JSON ({exc!r})") from None
+    if error:
+        raise EndpointError(f"model: {url} failed while streaming: {_message_of(error)}")
+    try:
+        usage = chunk.get("usage") or {}
+        choice = (chunk.get("choices") or [{}])[0]
+        text = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
+        return EndpointDelta(
+            text=text or "",
+            finish_reason=choice.get("finish_reason"),
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=usage.get("completion_tokens"),
+        )
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise EndpointError(f"model: {url} streamed a chunk that is not a completion chunk ({exc!r})") from None
+
+
+def _message_of(error: object) -> str:
+    """The message of an OpenAI error object, else the object as text."""
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error["message"]
+    return str(error)[:300]
+
+
 def _error_message(response: httpx.Response) -> str:
     """The OpenAI error shape's message, else the start of the body."""
     try:
         error = response.json().get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return error["message"]
-    except ValueError:
+        if error:
+            return _message_of(error)
+    except (ValueError, AttributeError):
         pass
     return response.text[:300] or response.reason_phrase

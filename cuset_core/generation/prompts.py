@@ -15,7 +15,7 @@ import re
 from typing import Literal
 
 from cuset_core.generation.extract import first_code_block
-from cuset_core.verify.result import VerifyResult
+from cuset_core.verify.result import Verdict, VerifyResult
 
 PromptStyle = Literal["kernelbench", "compact"]
 
@@ -206,6 +206,16 @@ def _parses(code: str) -> bool:
     except (SyntaxError, ValueError):
         return False
     return True
+
+
+# Verdicts that blame the candidate, so a repair turn can help; unsupported and internal_error
+# are the verifier's limits, and showing them to the model would not fix anything.
+REPAIRABLE = frozenset(Verdict) - {Verdict.PASS, Verdict.UNSUPPORTED, Verdict.INTERNAL_ERROR}
+
+
+def repairable(result: VerifyResult) -> bool:
+    """Whether a verified attempt failed in a way a repair round can address (``REPAIRABLE``)."""
+    return result.verdict in REPAIRABLE
 
 
 REPAIR_ERROR_CHARS = 2000

@@ -85,16 +85,37 @@ def write_archive(run_dir: Path, dest: Path, *, folder: str, base_model: str | N
     return dest.stat().st_size
 
 
-def export_adapter(run_dir: Path, out: Path, *, base_model: str | None = None) -> list[Path]:
-    """Copy the run's model files (the adapter, or a full model) into ``out``; returns them."""
+def export_adapter(
+    run_dir: Path, out: Path, *, base_model: str | None = None, dtype: torch.dtype | None = None
+) -> list[Path]:
+    """Copy the run's model files (the adapter, or a full model) into ``out``; returns them.
+
+    ``dtype`` casts the floating-point tensors of the ``.safetensors`` files (e.g. float16 halves
+    a float32 adapter); None copies them as they are.
+    """
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for path in model_files(run_dir):
         target = out / path.name
         content = _content(path, base_model)
-        target.write_bytes(content if content is not None else path.read_bytes())
+        if dtype is not None and path.suffix == ".safetensors":
+            cast_safetensors(path, target, dtype)
+        else:
+            target.write_bytes(content if content is not None else path.read_bytes())
         written.append(target)
     return written
+
+
+def cast_safetensors(source: Path, target: Path, dtype: torch.dtype) -> None:
+    """Write ``source``'s tensors to ``target`` with floating-point ones cast to ``dtype``."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(source), framework="pt") as opened:
+        metadata = opened.metadata() or {}
+        tensors = {key: opened.get_tensor(key) for key in opened.keys()}
+    cast = {key: t.to(dtype) if t.is_floating_point() else t for key, t in tensors.items()}
+    save_file(cast, str(target), metadata={**metadata, "format": "pt"})
 
 
 def export_merged(run_dir: Path, out: Path, dtype: torch.dtype | None = None) -> Path:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -15,6 +15,16 @@ ToleranceProfile = Literal["kernelbench", "v0"]
 # enough for an fp32 kernel that skips one of 4,096 summed elements to pass.
 HALF_DTYPES = ("float16", "bfloat16")
 PROFILE_TOLERANCE = {"kernelbench": (1e-4, 1e-2), "v0": (1e-2, 1e-2)}  # (fp32 and others, fp16/bf16)
+
+# The checked types of the knobs an evaluation shares with the verifier (cuset_core.evaluation.settings).
+Arch = Annotated[str, Field(pattern=r"^sm_\d+[a-z]?$", description="nvcc target of tier 1 (compile), e.g. sm_80")]
+Trials = Annotated[int, Field(ge=1, le=20, description="correctness trials, one input seed each (KernelBench: 5)")]
+InputSeed = Annotated[
+    int, Field(ge=0, le=2**31 - 1, description="trial i draws the problem's inputs under seed input_seed + i")
+]
+Tolerance = Annotated[
+    float | None, Field(ge=0, allow_inf_nan=False, description="for every output dtype; None: the profile's")
+]
 
 
 class SandboxLimits(BaseModel):
@@ -59,19 +69,15 @@ class VerifySettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     tier: Tier = Tier.CPU
-    arch: str = Field("sm_90", pattern=r"^sm_\d+[a-z]?$", description="nvcc target for tier 1")
+    arch: Arch = "sm_90"
     strict_headers: bool = Field(False, description="tier 1 against the real torch headers")
-    seeds: int = Field(5, ge=1, le=20, description="correctness trials, one seed each (KernelBench: 5)")
-    input_seed: int = Field(1000, ge=0, le=2**31 - 1, description="trial i draws its inputs under seed input_seed + i")
+    seeds: Trials = 5
+    input_seed: InputSeed = 1000
     tolerance_profile: ToleranceProfile = Field(
         "kernelbench", description="atol = rtol by output dtype: kernelbench (fp32 1e-4, fp16/bf16 1e-2) or v0 (1e-2)"
     )
-    atol: float | None = Field(
-        None, ge=0, allow_inf_nan=False, description="absolute tolerance for every dtype; None: the profile's"
-    )
-    rtol: float | None = Field(
-        None, ge=0, allow_inf_nan=False, description="relative tolerance for every dtype; None: the profile's"
-    )
+    atol: Tolerance = Field(None, description="absolute tolerance for every dtype; None: the profile's")
+    rtol: Tolerance = Field(None, description="relative tolerance for every dtype; None: the profile's")
     reduce_sizes: bool = Field(True, description="tier 2: shrink module-level size constants")
     max_elements: int = Field(1 << 18, gt=0, description="tier 2: target tensor size after shrink")
     timing_trials: int = Field(100, ge=1, description="tier 3: timed calls after warmup")

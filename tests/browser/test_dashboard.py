@@ -9,8 +9,8 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from tests.integration.job_support import FINISHED, job_request, upload_demo_dataset
-from tests.service import TEST_OWNER, wait_for
+from tests.integration.job_support import FINISHED, insert_job, job_request, upload_demo_dataset
+from tests.service import wait_for
 
 PAGES = ["/", "/files", "/evals", "/playground"]
 
@@ -107,28 +107,19 @@ def test_job_page_chart_gains_points_while_it_runs(page, long_job):
 
 def test_job_charts_draw_ten_thousand_steps_quickly(page, service_settings, training_file):
     """A finished long run: 10,000 logged steps are fetched in one call and drawn at once."""
-    from db.ids import new_id
-    from db.models import Job, JobMetric
+    from db.models import JobMetric
     from db.session import session_scope
 
     steps = 10_000
-    job_id = new_id("ftjob")
+    job_id = insert_job(
+        service_settings.resolved_database_url,
+        training_file,
+        status="succeeded",
+        step=steps,
+        total_steps=steps,
+        finished_at=time.time(),
+    )
     with session_scope(service_settings.resolved_database_url) as session:
-        session.add(
-            Job(
-                id=job_id,
-                owner=TEST_OWNER,
-                model="tiny",
-                training_file=training_file,
-                method={"type": "cuset"},
-                hyperparameters={},
-                status="succeeded",
-                step=steps,
-                total_steps=steps,
-                finished_at=time.time(),
-            )
-        )
-        session.flush()
         session.add_all(
             JobMetric(
                 job_id=job_id,

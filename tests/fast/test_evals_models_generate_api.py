@@ -3,14 +3,12 @@ embedded SQLite database, without a worker: what the API decides before anything
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from cuset_core.demo import demo_problems
-from db.models import Eval, File, Generation, Job
+from db.models import Eval, Generation
 from db.session import session_scope
-from tests.integration.job_support import upload_demo_dataset, upload_eval_problems
+from tests.integration.job_support import insert_tuned_model, upload_demo_dataset, upload_eval_problems
 from tests.sqlite_service import FAST_OWNER, OTHER_OWNER, api_client, enqueued
 
 EVAL = {"model": "tiny", "samples": 0, "max_tokens": 32, "tier": "static", "problems": "demo:held-out"}
@@ -120,33 +118,7 @@ def test_models_list_every_base_model_with_its_source(fast_settings, tmp_path):
 
 def _tuned(settings, name: str, owner: str) -> None:
     """A succeeded job of ``owner`` whose fine-tuned model is ``ft:tiny:<name>``."""
-    with session_scope(settings.resolved_database_url) as session:
-        session.add(
-            File(
-                id=f"file-{name}",
-                owner=owner,
-                filename="t.jsonl",
-                purpose="fine-tune",
-                format="jsonl",
-                bytes=1,
-                path="x",
-            )
-        )
-        session.flush()
-        session.add(
-            Job(
-                id=f"ftjob-{name}",
-                owner=owner,
-                model="tiny",
-                training_file=f"file-{name}",
-                method={},
-                hyperparameters={},
-                status="succeeded",
-                fine_tuned_model=f"ft:tiny:{name}",
-                output_dir=f"adapters/{name}",
-                finished_at=time.time(),
-            )
-        )
+    insert_tuned_model(settings.resolved_database_url, name, f"adapters/{name}", owner)
 
 
 def test_an_owners_tuned_models_are_listed_for_that_owner_only(fast_client, fast_settings):
@@ -157,6 +129,27 @@ def test_an_owners_tuned_models_are_listed_for_that_owner_only(fast_client, fast
     assert (listed["ft:tiny:mine"]["owned_by"], listed["ft:tiny:mine"]["source"]) == (FAST_OWNER, "adapter")
     theirs = fast_client.get("/v1/models/ft:tiny:theirs")
     assert theirs.status_code == 404 and theirs.json()["error"]["param"] == "model"
+
+
+def test_shipped_adapters_present_are_served_by_name_to_every_owner(fast_settings, tmp_path, monkeypatch):
+    import cuset_core.adapters as adapters
+    from db.model_specs import model_spec_for
+
+    root = tmp_path / "adapters"
+    for name in adapters.SHIPPED:
+        (root / name).mkdir(parents=True)
+        for file in adapters.SHIPPED_FILES:
+            (root / name / file).write_text("{}")
+    monkeypatch.setattr(adapters, "ADAPTERS_ROOT", root)
+    served = fast_settings.model_copy(update={"shipped_adapters": True})
+    with api_client(served) as client:
+        listed = [(m["id"], m["owned_by"], m["source"]) for m in client.get("/v1/models").json()["data"]]
+        one = client.get("/v1/models/cuset-ew-135m").json()
+    assert listed == [("tiny", "cuset", "folder"), ("cuset-ew-135m", "cuset", "adapter")]
+    assert (one["id"], one["source"]) == ("cuset-ew-135m", "adapter")
+    with session_scope(served.resolved_database_url) as session:
+        assert model_spec_for(session, served, OTHER_OWNER, "cuset-ew-135m") == "cuset-ew-135m"
+        assert model_spec_for(session, fast_settings, OTHER_OWNER, "cuset-ew-135m") is None  # turned off
 
 
 # ------------------------------------------------------------------ /v1/generate request checks

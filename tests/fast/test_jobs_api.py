@@ -6,9 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from db.models import Checkpoint, Job, JobMetric
+from db.models import Checkpoint, JobMetric
 from db.session import session_scope
-from tests.integration.job_support import event_messages, job_request, upload_demo_dataset, upload_eval_problems
+from tests.integration.job_support import (
+    event_messages,
+    insert_job,
+    job_request,
+    upload_demo_dataset,
+    upload_eval_problems,
+)
 from tests.sqlite_service import OTHER_OWNER, enqueued
 
 
@@ -121,17 +127,7 @@ def test_jobs_and_events_page_newest_first_by_cursor(fast_client, fast_settings,
 
 
 def test_another_owners_job_is_a_404_like_an_unknown_one(fast_client, fast_settings, training_file):
-    with session_scope(fast_settings.resolved_database_url) as session:
-        session.add(
-            Job(
-                id="ftjob-theirs",
-                owner=OTHER_OWNER,
-                model="tiny",
-                training_file=training_file,
-                method={},
-                hyperparameters={},
-            )
-        )
+    insert_job(fast_settings.resolved_database_url, training_file, id="ftjob-theirs", owner=OTHER_OWNER)
     for job_id in ("ftjob-unknown", "ftjob-theirs"):
         for method, suffix in (
             ("GET", ""),

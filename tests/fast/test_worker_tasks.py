@@ -10,15 +10,20 @@ import time
 import pytest
 
 from cuset_core.demo import demo_problems
-from cuset_core.generation.prompts import build_messages
 from db.dispatch import make_celery
-from db.generations import GenerationRequest, GenerationSample, dump_samples, read_samples
+from db.generations import read_samples
 from db.models import Checkpoint, Eval, File, Generation, Job, JobEvent
 from db.session import session_scope
 from db.settings import Settings
 from db.statuses import EvalStatus, GenerationStatus, JobStatus
-from tests.integration.job_support import job_request, upload_demo_dataset
-from tests.sqlite_service import FAST_OWNER, enqueued
+from tests.integration.job_support import (
+    decoded_generation,
+    insert_generation,
+    insert_job,
+    job_request,
+    upload_demo_dataset,
+)
+from tests.sqlite_service import enqueued
 from worker.tasks.reaper import reap as reap_task
 from worker.tasks.validate import validate_job_files
 from worker.tasks.verify import verify_sample
@@ -50,42 +55,27 @@ def _running_job(settings: Settings, job_id: str, silent_s: float, checkpoint: b
             session.add(
                 File(id="file-train", filename="t.jsonl", purpose="fine-tune", format="jsonl", bytes=1, path="t")
             )
-            session.flush()
-        session.add(
-            Job(
-                id=job_id,
-                model="tiny",
-                training_file="file-train",
-                method={},
-                hyperparameters={},
-                status=JobStatus.RUNNING,
-                attempts=1,
-                heartbeat_at=time.time() - silent_s,
-                output_dir=f"jobs/{job_id}/out",
-                **values,
-            )
-        )
-        if checkpoint:
-            session.flush()  # the job row before its checkpoint's foreign key
-            (settings.artifacts / "jobs" / job_id / "out" / "checkpoint-4").mkdir(parents=True)
+    insert_job(
+        settings.resolved_database_url,
+        "file-train",
+        id=job_id,
+        status=JobStatus.RUNNING,
+        attempts=1,
+        heartbeat_at=time.time() - silent_s,
+        output_dir=f"jobs/{job_id}/out",
+        **values,
+    )
+    if checkpoint:
+        (settings.artifacts / "jobs" / job_id / "out" / "checkpoint-4").mkdir(parents=True)
+        with session_scope(settings.resolved_database_url) as session:
             session.add(Checkpoint(id=f"ckpt-{job_id}", job_id=job_id, step=4, path=f"jobs/{job_id}/out/checkpoint-4"))
     return job_id
 
 
 def _generation(settings: Settings, generation_id: str, status: GenerationStatus, age_s: float) -> str:
-    with session_scope(settings.resolved_database_url) as session:
-        session.add(
-            Generation(
-                id=generation_id,
-                model="tiny",
-                kind="generate",
-                status=status,
-                request={},
-                samples=[],
-                created_at=time.time() - age_s,
-            )
-        )
-    return generation_id
+    return insert_generation(
+        settings.resolved_database_url, {}, id=generation_id, status=status, created_at=time.time() - age_s
+    )
 
 
 def _running_eval(settings: Settings, eval_id: str, progress: dict, silent_s: float) -> str:
@@ -213,29 +203,13 @@ def test_a_redelivered_check_of_a_cancelled_job_does_nothing(new_job, fast_clien
 
 def _decoded(settings: Settings, answers: list[str], stop_at_first_pass: bool, repair_rounds: int = 0) -> str:
     """A /v1/generate row whose drawn attempts are ``answers``, decoded and waiting for the static tier."""
-    request = GenerationRequest(
-        spec=settings.base_models["tiny"],
-        prompts=[build_messages(PROBLEM.problem_code, "compact")],
-        n=len(answers),
-        verify="static",
-        problem=PROBLEM.problem_code,
+    return decoded_generation(
+        settings.resolved_database_url,
+        settings.base_models["tiny"],
+        answers,
         stop_at_first_pass=stop_at_first_pass,
         repair_rounds=repair_rounds,
     )
-    samples = [GenerationSample(index=i, text=text, finish_reason="stop", code=text) for i, text in enumerate(answers)]
-    with session_scope(settings.resolved_database_url) as session:
-        session.add(
-            Generation(
-                id="gen-decoded",
-                owner=FAST_OWNER,
-                model="tiny",
-                kind="generate",
-                status=GenerationStatus.VERIFYING,
-                request=request.model_dump(mode="json"),
-                samples=dump_samples(samples),
-            )
-        )
-    return "gen-decoded"
 
 
 def test_a_passing_attempt_ends_a_first_pass_request_and_cancels_the_rest(task_settings):

@@ -1,13 +1,22 @@
-"""Helpers the job tests share: upload the demo dataset, build a small CuSeT job request, and
-read a job's state straight from the API."""
+"""Helpers the job tests share: upload the demo dataset, build a small CuSeT job request, read a
+job's state straight from the API, and insert rows as they are (``insert_job``,
+``insert_tuned_model``, ``insert_generation``, ``decoded_generation``: states the API would take long to reach), on the
+real service's Postgres or a fast test's SQLite alike."""
 
 from __future__ import annotations
 
 import json
 import tempfile
+import time
 from pathlib import Path
 
 from cuset_core.demo import demo_problems, write_demo_dataset
+from cuset_core.generation.prompts import build_messages
+from db.generations import GenerationRequest, GenerationSample, dump_samples
+from db.ids import new_id
+from db.models import File, Generation, Job
+from db.session import session_scope
+from tests.service import TEST_OWNER
 
 # Long enough for the demo answers (most are 600-1000 tokens), short enough to train in seconds.
 MAX_SEQ_LEN = 1024
@@ -61,3 +70,79 @@ def event_messages(client, job_id: str) -> list[str]:
         e["message"]
         for e in reversed(client.get(f"/v1/fine_tuning/jobs/{job_id}/events", params={"limit": 100}).json()["data"])
     ]
+
+
+def insert_job(database_url: str, training_file: str, **columns) -> str:
+    """A Job row of ``TEST_OWNER`` on ``training_file`` (model "tiny", method cuset, status queued),
+    with ``columns`` over those defaults; its id."""
+    job_id = columns.pop("id", None) or new_id("ftjob")
+    defaults = {"owner": TEST_OWNER, "model": "tiny", "method": {"type": "cuset"}, "hyperparameters": {}}
+    with session_scope(database_url) as session:
+        session.add(Job(**(defaults | {"id": job_id, "training_file": training_file} | columns)))
+    return job_id
+
+
+def insert_tuned_model(database_url: str, name: str, output_dir: str, owner: str = TEST_OWNER) -> str:
+    """A succeeded job of ``owner`` (and its training File row) whose fine-tuned model is
+    ``ft:tiny:<name>`` with its adapter in ``output_dir`` (under the artifact root); that model id."""
+    with session_scope(database_url) as session:
+        session.add(
+            File(
+                id=f"file-{name}",
+                owner=owner,
+                filename="train.jsonl",
+                purpose="fine-tune",
+                format="jsonl",
+                bytes=1,
+                path="x",
+            )
+        )
+    now = time.time()
+    model = f"ft:tiny:{name}"
+    insert_job(
+        database_url,
+        f"file-{name}",
+        id=f"ftjob-{name}",
+        owner=owner,
+        status="succeeded",
+        fine_tuned_model=model,
+        output_dir=output_dir,
+        created_at=now,
+        finished_at=now,
+    )
+    return model
+
+
+def insert_generation(database_url: str, request: dict, **columns) -> str:
+    """A /v1/generate Generation row of ``TEST_OWNER`` with this ``request`` JSON (model "tiny",
+    status queued, no samples yet), with ``columns`` over those defaults; its id."""
+    generation_id = columns.pop("id", None) or new_id("gen")
+    defaults = {"owner": TEST_OWNER, "model": "tiny", "kind": "generate", "status": "queued", "samples": []}
+    with session_scope(database_url) as session:
+        session.add(Generation(**(defaults | {"id": generation_id, "request": request} | columns)))
+    return generation_id
+
+
+def decoded_generation(
+    database_url: str, spec: str, answers: list[str], *, stop_at_first_pass: bool, repair_rounds: int = 0, **columns
+) -> str:
+    """A /v1/generate row over the first demo problem whose drawn attempts are ``answers``,
+    decoded and waiting for the static tier; its id."""
+    problem = demo_problems()[0].problem_code
+    request = GenerationRequest(
+        spec=spec,
+        prompts=[build_messages(problem, "compact")],
+        n=len(answers),
+        verify="static",
+        problem=problem,
+        stop_at_first_pass=stop_at_first_pass,
+        repair_rounds=repair_rounds,
+    )
+    samples = [GenerationSample(index=i, text=text, finish_reason="stop", code=text) for i, text in enumerate(answers)]
+    return insert_generation(
+        database_url,
+        request.model_dump(mode="json"),
+        status="verifying",
+        samples=dump_samples(samples),
+        **columns,
+    )

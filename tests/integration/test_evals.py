@@ -11,8 +11,9 @@ import pytest
 from cuset_core.demo import HELD_OUT, demo_problems
 from cuset_core.verify.result import Verdict
 from db.ids import new_id
-from db.models import Eval, File, Job
+from db.models import Eval, File
 from db.session import session_scope
+from tests.integration.job_support import insert_job
 from tests.service import TEST_OWNER, wait_for
 from worker.tasks.reaper import _reap_evals
 
@@ -250,20 +251,13 @@ def test_cancelling_a_running_eval_stops_it_and_it_stays_cancelled(client, worke
 def _succeeded_job(settings, fine_tuned_model: str, output_dir: str) -> None:
     """A succeeded tuning job whose output folder is ``output_dir`` (relative to the artifact root)."""
     training = _store_file(settings, "fine-tune", [{"messages": [{"role": "user", "content": "hi"}]}])
-    with session_scope(settings.resolved_database_url) as session:
-        session.add(
-            Job(
-                id=new_id("ftjob"),
-                owner=TEST_OWNER,
-                model="tiny",
-                training_file=training,
-                method={"type": "supervised"},
-                hyperparameters={},
-                status="succeeded",
-                fine_tuned_model=fine_tuned_model,
-                output_dir=output_dir,
-            )
-        )
+    insert_job(
+        settings.resolved_database_url,
+        training,
+        status="succeeded",
+        fine_tuned_model=fine_tuned_model,
+        output_dir=output_dir,
+    )
 
 
 def test_eval_of_a_tuned_model_whose_adapter_is_gone_fails_with_an_error(client, worker, service_settings):

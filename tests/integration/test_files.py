@@ -19,6 +19,7 @@ from cuset_core.analysis.categories import Category
 from cuset_core.demo import demo_problems, demo_record, write_demo_dataset
 from db.models import File, Job
 from db.session import session_scope
+from tests.integration.job_support import insert_job
 
 PROBLEMS = demo_problems()[:4]
 
@@ -191,16 +192,7 @@ def test_delete_removes_row_and_file(client, service_settings):
 
 def test_delete_refuses_a_file_a_job_uses(client, service_settings):
     file_id = upload(client, jsonl(GOOD)).json()["id"]
-    with session_scope(service_settings.resolved_database_url) as session:
-        session.add(
-            Job(
-                id="ftjob-usesfile000000000000001",
-                model="tiny",
-                training_file=file_id,
-                method={"type": "supervised"},
-                hyperparameters={},
-            )
-        )
+    insert_job(service_settings.resolved_database_url, file_id, id="ftjob-usesfile000000000000001")
     response = client.delete(f"/v1/files/{file_id}")
     assert response.status_code == 409
     assert response.json()["error"]["code"] == "file_in_use"

@@ -18,12 +18,12 @@ from cuset_core.generation.prompts import build_messages, repair_messages
 from cuset_core.generation.sampling import render_prompt
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from db.dispatch import enqueue
-from db.generations import GenerationRequest, GenerationSample, dump_samples, locked_generation, read_samples, settle
-from db.ids import new_id
+from db.generations import GenerationRequest, locked_generation, read_samples, settle
 from db.models import Generation
 from db.session import session_scope
+from tests.integration.job_support import decoded_generation, insert_generation
 from tests.integration.test_inference import stream
-from tests.service import TEST_OWNER, wait_for
+from tests.service import wait_for
 
 PROBLEM = demo_problems()[0]
 
@@ -117,30 +117,13 @@ def test_a_streamed_first_pass_search_shows_every_attempt_and_its_verdict(client
 
 def _seeded_row(settings, answers: list[str], stop_at_first_pass: bool) -> str:
     """A /v1/generate row whose drawn samples are ``answers``, decoded and waiting for verification."""
-    request = GenerationRequest(
-        spec=settings.base_models["tiny"],
-        prompts=[build_messages(PROBLEM.problem_code, "compact")],
-        n=len(answers),
-        verify="static",
-        problem=PROBLEM.problem_code,
+    return decoded_generation(
+        settings.resolved_database_url,
+        settings.base_models["tiny"],
+        answers,
         stop_at_first_pass=stop_at_first_pass,
         repair_rounds=1,
     )
-    samples = [GenerationSample(index=i, text=text, finish_reason="stop", code=text) for i, text in enumerate(answers)]
-    generation_id = new_id("gen")
-    with session_scope(settings.resolved_database_url) as session:
-        session.add(
-            Generation(
-                id=generation_id,
-                owner=TEST_OWNER,
-                model="tiny",
-                kind="generate",
-                status="verifying",
-                request=request.model_dump(mode="json"),
-                samples=dump_samples(samples),
-            )
-        )
-    return generation_id
 
 
 def _row(settings, generation_id: str) -> Generation:
@@ -214,19 +197,7 @@ def test_a_pass_while_later_samples_are_decoded_stops_the_decoding(service_setti
         problem=PROBLEM.problem_code,
         stop_at_first_pass=True,
     )
-    generation_id = new_id("gen")
-    with session_scope(service_settings.resolved_database_url) as session:
-        session.add(
-            Generation(
-                id=generation_id,
-                owner=TEST_OWNER,
-                model="tiny",
-                kind="generate",
-                status="queued",
-                request=request.model_dump(mode="json"),
-                samples=[],
-            )
-        )
+    generation_id = insert_generation(service_settings.resolved_database_url, request.model_dump(mode="json"))
     enqueue(service_settings, "cuset.generate", generation_id)
 
     def first_sample_done():

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -14,8 +13,9 @@ from sqlalchemy import select
 
 from cuset_core.demo import demo_problems
 from cuset_core.verify.result import VerifyResult
-from db.models import File, Generation, Job
+from db.models import Generation
 from db.session import session_scope
+from tests.integration.job_support import insert_tuned_model
 from tests.service import TEST_OWNER, wait_for
 
 HELLO = [{"role": "user", "content": "Write a CUDA kernel that adds two vectors."}]
@@ -210,33 +210,7 @@ def test_chat_max_tokens_over_the_limit_is_a_400(client):
 
 def _add_tuned_model(settings, name: str, output_dir: str, owner: str = TEST_OWNER) -> None:
     """A succeeded fine-tuning job whose adapter lives in ``output_dir`` (under the artifact root)."""
-    with session_scope(settings.resolved_database_url) as session:
-        file = File(
-            id=f"file-{name}",
-            owner=owner,
-            filename="train.jsonl",
-            purpose="fine-tune",
-            format="jsonl",
-            bytes=1,
-            path="x",
-        )
-        session.add(file)
-        session.flush()
-        session.add(
-            Job(
-                id=f"ftjob-{name}",
-                owner=owner,
-                model="tiny",
-                training_file=file.id,
-                method={"type": "supervised"},
-                hyperparameters={},
-                status="succeeded",
-                fine_tuned_model=f"ft:tiny:{name}",
-                output_dir=output_dir,
-                created_at=time.time(),
-                finished_at=time.time(),
-            )
-        )
+    insert_tuned_model(settings.resolved_database_url, name, output_dir, owner)
 
 
 def test_a_tuned_adapter_is_listed_and_serves_generations(client, worker, service_settings, tiny_model_dir):

@@ -20,8 +20,9 @@ from sqlalchemy import create_engine, text
 from api.main import create_app
 from cuset_core.demo import demo_problems
 from db.ids import new_id
-from db.models import File, Generation, Job
+from db.models import File, Generation
 from db.session import session_scope
+from tests.integration.job_support import insert_generation, insert_job
 from tests.integration.security_support import assert_error, bearer, jsonl, new_key, secure_client, training_rows
 from tests.service import PG_ADMIN_URL, WorkerProcess, fresh_database, wait_for
 
@@ -127,22 +128,17 @@ def alices_things(service_settings, database_url, alice) -> dict[str, str]:
         client.post(f"/v1/evals/{evaluation.json()['id']}/cancel")
     owner = _owner_of(database_url, alice)
     tuned_job, model = new_id("ftjob"), f"ft:tiny:{owner}:{secrets.token_hex(3)}"
-    with session_scope(database_url) as session:
-        session.add(
-            Job(
-                id=tuned_job,
-                owner=owner,
-                model="tiny",
-                training_file=file_id,
-                method={"type": "sft"},
-                hyperparameters={},
-                status="succeeded",
-                fine_tuned_model=model,
-                output_dir=f"jobs/{tuned_job}/adapter",
-                created_at=time.time(),
-                finished_at=time.time(),
-            )
-        )
+    insert_job(
+        database_url,
+        file_id,
+        id=tuned_job,
+        owner=owner,
+        status="succeeded",
+        fine_tuned_model=model,
+        output_dir=f"jobs/{tuned_job}/adapter",
+        created_at=time.time(),
+        finished_at=time.time(),
+    )
     return {
         "file": file_id,
         "eval_file": eval_file,
@@ -517,21 +513,13 @@ def probe(service_settings, tmp_path_factory, monkeypatch_module):
         pg_port = int(PG_ADMIN_URL.rsplit(":", 1)[1].split("/")[0])
         worker = WorkerProcess(settings, tmp_path_factory.mktemp("sandbox-worker"), queues="cpu", concurrency=1)
         worker.start()
-        generation_id = new_id("gen")
-        with session_scope(database_url) as session:
-            session.add(
-                Generation(
-                    id=generation_id,
-                    owner="probe",
-                    model="tiny",
-                    kind="generate",
-                    status="verifying",
-                    request={"problem": ADD_PROBLEM, "verify": "cpu", "n": 1},
-                    samples=[
-                        {"index": 0, "text": hostile_answer(paths, [pg_port, redis_port]), "finish_reason": "stop"}
-                    ],
-                )
-            )
+        generation_id = insert_generation(
+            database_url,
+            {"problem": ADD_PROBLEM, "verify": "cpu", "n": 1},
+            owner="probe",
+            status="verifying",
+            samples=[{"index": 0, "text": hostile_answer(paths, [pg_port, redis_port]), "finish_reason": "stop"}],
+        )
         try:
             from db.dispatch import enqueue
 

@@ -9,8 +9,15 @@ import time
 from db.ids import new_id
 from db.models import Generation, Job
 from db.session import session_scope
-from tests.integration.job_support import FINISHED, event_messages, job_request, job_state, upload_demo_dataset
-from tests.service import TEST_OWNER, wait_for
+from tests.integration.job_support import (
+    FINISHED,
+    event_messages,
+    insert_job,
+    job_request,
+    job_state,
+    upload_demo_dataset,
+)
+from tests.service import wait_for
 
 
 def test_a_killed_worker_leaves_the_job_resumed_or_failed(client, worker, service_settings):
@@ -40,25 +47,16 @@ def test_a_killed_worker_leaves_the_job_resumed_or_failed(client, worker, servic
 
 
 def _insert_running_job(settings, training_file: str, heartbeat_age_s: float, **values) -> str:
-    job_id = new_id("ftjob")
-    now = time.time()
-    with session_scope(settings.resolved_database_url) as session:
-        session.add(
-            Job(
-                id=job_id,
-                owner=TEST_OWNER,
-                model="tiny",
-                training_file=training_file,
-                method={"type": "cuset"},
-                hyperparameters={},
-                status="running",
-                attempts=1,
-                started_at=now - heartbeat_age_s,
-                heartbeat_at=now - heartbeat_age_s,
-                **values,
-            )
-        )
-    return job_id
+    started = time.time() - heartbeat_age_s
+    return insert_job(
+        settings.resolved_database_url,
+        training_file,
+        status="running",
+        attempts=1,
+        started_at=started,
+        heartbeat_at=started,
+        **values,
+    )
 
 
 def test_a_silent_job_without_checkpoint_fails_as_worker_lost(client, worker, service_settings):

@@ -149,6 +149,16 @@ def test_writing_every_problem_by_default(tmp_path):
     assert write_demo_dataset(tmp_path / "all.jsonl") == len(PROBLEMS)
 
 
+def test_a_family_alone_can_be_written(tmp_path):
+    path = tmp_path / "elementwise.jsonl"
+    written = write_demo_dataset(path, held_out=["06_sigmoid"], categories=["elementwise"])
+    problems = [json.loads(line)["problem"] for line in path.read_text().splitlines()]
+    assert written == len(CATEGORIES["elementwise"]) - 1 == len(problems)
+    assert "06_sigmoid" not in problems and set(problems) < set(CATEGORIES["elementwise"])
+    with pytest.raises(ValueError, match="unknown famil.*spectral"):
+        write_demo_dataset(path, categories=["spectral"])
+
+
 def test_unknown_held_out_id_is_reported_by_name(tmp_path):
     with pytest.raises(ValueError, match="99_nope"):
         write_demo_dataset(tmp_path / "demo.jsonl", held_out=["99_nope", "01_vector_add"])

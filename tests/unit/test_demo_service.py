@@ -65,3 +65,32 @@ def test_progress_never_shows_none_while_the_job_validates():
     module = demo()
     assert module._steps_text({"step": None, "total_steps": None, "eta_s": None}) == ""
     assert module._steps_text({"step": 2, "total_steps": 4, "eta_s": 5.2}) == ": step 2/4, ETA 5 s"
+
+
+def test_the_chosen_kernel_is_shown_and_attempts_never_drawn_are_counted_once(tmp_path, capsys):
+    module = demo()
+    samples = [
+        sample("value_mismatch", ["static", "compile", "cpu"], "wrong = 1"),
+        sample("pass", ["static", "compile", "cpu"], "right = 2"),
+        {"text": "", "code": "", "finish_reason": None, "verification": None, "cancelled": True},
+    ]
+    module.show_generation({"samples": samples, "chosen": 1, "timings": {}}, "06_sigmoid", tmp_path)
+    printed = capsys.readouterr().out
+    assert "right = 2" in printed and "sample 1 of 2 for 06_sigmoid" in printed
+    assert "1 more not drawn: a kernel had passed" in printed and "verdict: pass" in printed
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "generated_06_sigmoid_0.md",
+        "generated_06_sigmoid_1.md",
+    ]
+
+
+def test_the_shipped_adapter_writes_greedily_when_listed_else_best_of_n_stops_at_a_pass():
+    module = demo()
+    args = module.parse_args([])
+    assert (args.adapter, args.problem) == ("cuset-ew-135m", "06_sigmoid")
+    model, decoding, told = module.generation_plan(["smollm2-135m", "cuset-ew-135m"], "ft:demo", args)
+    assert (model, decoding) == ("cuset-ew-135m", {"n": 1, "temperature": 0})
+    model, decoding, told = module.generation_plan(["smollm2-135m"], "ft:demo", args)
+    assert model == "ft:demo"
+    assert decoding == {"best_of": 3, "stop_at_first_pass": True, "temperature": 0.7}
+    assert "cuset-ew-135m is not in this installation" in told and "up to 3 samples until one passes" in told

@@ -11,7 +11,16 @@ from typer.testing import CliRunner
 from cuset_core.cli import app
 from cuset_core.evaluation.metrics import aggregate, problem_row
 from cuset_core.evaluation.report import render_markdown
-from cuset_core.evaluation.runner import EvalConfig, EvalReport, SampleRecord, load_problems
+from cuset_core.evaluation.runner import (
+    Answer,
+    EvalConfig,
+    EvalReport,
+    SampleRecord,
+    load_problems,
+    repair,
+    row_of,
+    score_problem,
+)
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 
 DEMO = Path(__file__).resolve().parents[2] / "cuset_core" / "demo"
@@ -36,18 +45,43 @@ def problem_dir(tmp_path) -> Path:
     return folder
 
 
+def write_jsonl(path: Path, *rows: dict) -> None:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
 def run_cli(*args: str):
     return CliRunner().invoke(app, ["eval", *args])
+
+
+def run_tiny_model(tiny_model_dir: Path, problem_dir: Path, out: Path, *args: str) -> dict:
+    """`cuset eval` with the tiny model at the static tier, 4 new tokens at most (``args`` come last,
+    so they override); its results.json."""
+    outcome = run_cli(
+        "--model",
+        str(tiny_model_dir),
+        "--problems",
+        str(problem_dir),
+        "--tier",
+        "static",
+        "--max-new-tokens",
+        "4",
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-cache",
+        *args,
+    )
+    assert outcome.exit_code == 0, outcome.output
+    return json.loads((out / "results.json").read_text())
 
 
 @pytest.mark.nvcc
 def test_scoring_one_right_and_one_wrong_answer_at_the_compile_tier(tmp_path, problem_dir):
     answers = tmp_path / "answers.jsonl"
-    answers.write_text(
-        json.dumps({"problem_id": "02_relu", "answer": fenced((DEMO / "solutions" / "02_relu.py").read_text())})
-        + "\n"
-        + json.dumps({"id": "01_vector_add", "samples": [broken_vector_add()]})
-        + "\n"
+    write_jsonl(
+        answers,
+        {"problem_id": "02_relu", "answer": fenced((DEMO / "solutions" / "02_relu.py").read_text())},
+        {"id": "01_vector_add", "samples": [broken_vector_add()]},
     )
     out = tmp_path / "out"
     outcome = run_cli(
@@ -80,15 +114,12 @@ def test_scoring_one_right_and_one_wrong_answer_at_the_compile_tier(tmp_path, pr
 def test_a_greedy_answer_is_scored_apart_from_the_samples(tmp_path, problem_dir):
     relu = fenced((DEMO / "solutions" / "02_relu.py").read_text())
     answers = tmp_path / "answers.jsonl"
-    answers.write_text(
-        json.dumps({"id": "02_relu", "greedy": relu, "samples": [broken_vector_add(), relu]})
-        + "\n"
-        + json.dumps({"problem_id": "01_vector_add", "answer": broken_vector_add(), "greedy": True})
-        + "\n"
-        + json.dumps({"problem_id": "01_vector_add", "answer": broken_vector_add()})
-        + "\n"
-        + json.dumps({"problem_id": "01_vector_add", "answer": broken_vector_add()})
-        + "\n"
+    write_jsonl(
+        answers,
+        {"id": "02_relu", "greedy": relu, "samples": [broken_vector_add(), relu]},
+        {"problem_id": "01_vector_add", "answer": broken_vector_add(), "greedy": True},
+        {"problem_id": "01_vector_add", "answer": broken_vector_add()},
+        {"problem_id": "01_vector_add", "answer": broken_vector_add()},
     )
     out = tmp_path / "out"
     outcome = run_cli(
@@ -116,25 +147,7 @@ def test_a_greedy_answer_is_scored_apart_from_the_samples(tmp_path, problem_dir)
 
 
 def test_generating_with_a_model_scores_every_sample(tmp_path, problem_dir, tiny_model_dir):
-    out = tmp_path / "out"
-    outcome = run_cli(
-        "--model",
-        str(tiny_model_dir),
-        "--problems",
-        str(problem_dir),
-        "--samples",
-        "2",
-        "--tier",
-        "static",
-        "--max-new-tokens",
-        "4",
-        "--out",
-        str(out),
-        "--quiet",
-        "--no-cache",
-    )
-    assert outcome.exit_code == 0, outcome.output
-    results = json.loads((out / "results.json").read_text())
+    results = run_tiny_model(tiny_model_dir, problem_dir, tmp_path / "out", "--samples", "2")
     assert results["aggregate"]["samples"] == 6  # a greedy sample and 2 i.i.d. ones per problem
     assert results["aggregate"]["k_values"] == [1, 2]
     assert (results["aggregate"]["greedy"]["problems"], results["aggregate"]["sampled"]["samples"]) == (2, 4)
@@ -150,25 +163,21 @@ def test_generating_with_a_model_scores_every_sample(tmp_path, problem_dir, tiny
 
 
 def test_greedy_only_by_default_and_no_greedy_draws_only_iid_samples(tmp_path, problem_dir, tiny_model_dir):
-    common = (
-        "--model",
-        str(tiny_model_dir),
-        "--problems",
-        str(problem_dir),
-        "--tier",
-        "static",
-        "--max-new-tokens",
-        "2",
-        "--quiet",
-        "--no-cache",
-    )
-    assert run_cli(*common, "--out", str(tmp_path / "a")).exit_code == 0
-    default = json.loads((tmp_path / "a" / "results.json").read_text())
+    default = run_tiny_model(tiny_model_dir, problem_dir, tmp_path / "a", "--max-new-tokens", "2")
     assert [s["greedy"] for s in default["samples"]] == [True, True]
     assert default["aggregate"]["sampled"] is None and default["aggregate"]["k_values"] == []
-    outcome = run_cli(*common, "--no-greedy", "--samples", "2", "--k", "2", "--out", str(tmp_path / "b"))
-    assert outcome.exit_code == 0, outcome.output
-    sampled = json.loads((tmp_path / "b" / "results.json").read_text())
+    sampled = run_tiny_model(
+        tiny_model_dir,
+        problem_dir,
+        tmp_path / "b",
+        "--max-new-tokens",
+        "2",
+        "--no-greedy",
+        "--samples",
+        "2",
+        "--k",
+        "2",
+    )
     assert not any(s["greedy"] for s in sampled["samples"]) and len(sampled["samples"]) == 4
     assert sampled["aggregate"]["greedy"] is None
     assert list(sampled["aggregate"]["sampled"]["metrics"]) == []  # the static tier reaches no compile metric
@@ -212,7 +221,7 @@ def test_a_malformed_endpoint_model_is_refused_before_anything_runs(tmp_path, pr
 
 def test_the_verification_knobs_reach_the_verifier_and_the_report(tmp_path, problem_dir):
     answers = tmp_path / "answers.jsonl"
-    answers.write_text(json.dumps({"problem_id": "02_relu", "answer": "no code"}) + "\n")
+    write_jsonl(answers, {"problem_id": "02_relu", "answer": "no code"})
     knobs = ("--trials", "3", "--input-seed", "7", "--tolerance-profile", "v0", "--rtol", "0.001", "--arch", "sm_80")
     out = tmp_path / "out"
     outcome = run_cli(
@@ -265,11 +274,10 @@ def test_a_bad_answers_file_is_one_clear_line_and_exit_2(tmp_path, problem_dir, 
 
 def test_pass_at_k_over_answers_needs_k_answers_for_every_problem(tmp_path, problem_dir):
     answers = tmp_path / "answers.jsonl"
-    answers.write_text(
-        json.dumps({"id": "02_relu", "samples": ["a", "b"]})
-        + "\n"
-        + json.dumps({"id": "01_vector_add", "samples": ["c"]})
-        + "\n"
+    write_jsonl(
+        answers,
+        {"id": "02_relu", "samples": ["a", "b"]},
+        {"id": "01_vector_add", "samples": ["c"]},
     )
     outcome = run_cli(
         "--answers", str(answers), "--problems", str(problem_dir), "--k", "2", "--out", str(tmp_path / "o")
@@ -372,3 +380,69 @@ def test_the_markdown_report_gives_fast_p_against_torch_compile_when_it_was_time
     assert (
         "speedup over eager of the correct samples: 1.32.\nOver torch.compile: 0.60." in text
     )  # sqrt(2.5*0.7), sqrt(0.36)
+
+
+@pytest.mark.nvcc
+def test_a_sample_its_repair_fixes_passes_within_one_repair_and_the_model_saw_its_error(tmp_path, problem_dir):
+    config = EvalConfig(
+        model="m", answers=tmp_path / "given.jsonl", problems=str(problem_dir), repair_rounds=2, cache_dir=tmp_path
+    )
+    problems = {p.id: p for p in load_problems(config.problems)}
+    given = {
+        "01_vector_add": [Answer(broken_vector_add(), greedy=True), Answer(broken_vector_add())],
+        "02_relu": [Answer(fenced((DEMO / "solutions" / "02_relu.py").read_text()))],
+    }
+    settings = config.verify_settings()
+    records = {
+        pid: score_problem(problems[pid], answers, settings, tmp_path, True)[1] for pid, answers in given.items()
+    }
+    conversations = []
+
+    def fixing_model(batch, run, seed):
+        """Answers every follow-up turn with the demo solution of vector add."""
+        conversations.extend(batch)
+        return [[Answer(fenced((DEMO / "solutions" / "01_vector_add.py").read_text()), run.greedy)] for _ in batch]
+
+    repair(fixing_model, config, list(problems.values()), records, settings)
+
+    assert len(conversations) == 2  # the greedy and the i.i.d. sample of vector add, once each
+    assert all("compile error" in turns[-1]["content"] and turns[-2]["role"] == "assistant" for turns in conversations)
+    attempts = [(r.index, r.greedy, r.round, r.repair_of, r.result.verdict) for r in records["01_vector_add"]]
+    assert attempts == [
+        (0, True, 0, None, Verdict.COMPILE_ERROR),
+        (1, False, 0, None, Verdict.COMPILE_ERROR),
+        (2, True, 1, 0, Verdict.PASS),
+        (3, False, 1, 1, Verdict.PASS),
+    ]
+    rows = [row_of(pid, records[pid], config.repair_rounds) for pid in given]
+    agg = aggregate(rows, Tier.COMPILE, [1])
+    assert (agg.greedy.metrics, agg.repaired.greedy.metrics) == ({"compile@1": 0.0}, {"compile@1": 1.0})
+    assert (agg.sampled.metrics, agg.repaired.sampled.metrics) == ({"compile@1": 0.5}, {"compile@1": 1.0})
+    assert (agg.repaired.rounds, agg.repaired.repairs) == (2, 2)
+
+
+def test_given_answers_are_repaired_by_the_model_for_r_rounds_and_counted_apart(tmp_path, problem_dir, tiny_model_dir):
+    answers = tmp_path / "answers.jsonl"
+    relu = fenced((DEMO / "solutions" / "02_relu.py").read_text())
+    write_jsonl(
+        answers,
+        {"problem_id": "01_vector_add", "answer": "no code"},
+        {"problem_id": "02_relu", "answer": relu},
+    )
+    out = tmp_path / "out"
+    results = run_tiny_model(tiny_model_dir, problem_dir, out, "--answers", str(answers), "--repair-rounds", "2")
+    chain = [(s["index"], s["round"], s["repair_of"]) for s in results["samples"] if s["problem_id"] == "01_vector_add"]
+    assert chain == [(0, 0, None), (1, 1, 0), (2, 2, 1)]  # the tiny model's repairs fail too
+    assert [s["round"] for s in results["samples"] if s["problem_id"] == "02_relu"] == [0]  # passed: no repair
+    assert results["aggregate"]["samples"] == 2  # the plain figures count the given answers only
+    assert (results["aggregate"]["repaired"]["rounds"], results["aggregate"]["repaired"]["repairs"]) == (2, 2)
+    assert results["aggregate"]["repaired"]["sampled"]["samples"] == 2
+    assert "## Within 2 repairs" in (out / "results.md").read_text()
+
+
+def test_repairs_need_a_model(tmp_path, problem_dir):
+    outcome = run_cli("--answers", "a.jsonl", "--repair-rounds", "1", "--problems", str(problem_dir), "--out", "o")
+    assert (outcome.exit_code, outcome.output.strip()) == (
+        2,
+        "error: options: repair_rounds: repairs need a model to send failing samples back to",
+    )

@@ -8,12 +8,14 @@ import pytest
 
 from cuset_core.evaluation.metrics import (
     aggregate,
+    chain_counts,
     fast_p,
     geometric_mean_speedup,
     greedy_scores,
     pass_at_k,
     passed_tier,
     problem_row,
+    repaired_counts,
     sampled_scores,
 )
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
@@ -282,3 +284,34 @@ def test_rows_of_older_results_report_only_the_thresholds_they_counted():
         "fast_1.0": 1.0,
         "fast_1.5": 0.0,
     }
+
+
+def test_a_chain_passes_a_tier_when_any_attempt_did_and_keeps_its_last_verdict():
+    fixed = [result("compile_error", "compile"), tiered(static="pass", compile="pass", cpu="value_mismatch")]
+    still_failing = [result("no_code", "static"), result("compile_error", "compile")]
+    counts = chain_counts([fixed, still_failing])
+    assert (counts.n, counts.compiled, counts.cpu_correct) == (2, 1, 0)
+    assert counts.verdicts == {"compile_error": 1, "value_mismatch": 1}
+
+
+def test_a_chain_whose_first_attempt_hit_a_verifier_fault_stays_out_of_n():
+    counts = chain_counts([[result("internal_error", "compile")], [result("compile_error", "compile")]])
+    assert (counts.n, counts.internal_errors) == (1, 1)
+
+
+def test_pass_at_k_within_repairs_sits_beside_the_plain_figure_on_the_same_denominator():
+    failed, passed = result("compile_error", "compile"), result("pass", "compile")
+    plain = problem_row("p", [failed, failed], greedy=failed)
+    row = plain.model_copy(
+        update={"repaired": repaired_counts(1, [[failed, passed], [failed, failed]], greedy=[failed, passed])}
+    )
+    agg = aggregate([row], Tier.COMPILE, [1, 2])
+    assert agg.sampled.metrics == {"compile@1": 0.0, "compile@2": 0.0}
+    assert agg.repaired.sampled.metrics == {"compile@1": 0.5, "compile@2": 1.0}
+    assert agg.repaired.sampled.samples == agg.sampled.samples == 2
+    assert (agg.greedy.metrics, agg.repaired.greedy.metrics) == ({"compile@1": 0.0}, {"compile@1": 1.0})
+    assert (agg.repaired.rounds, agg.repaired.repairs) == (1, 3)
+
+
+def test_a_run_without_repair_rounds_has_no_repaired_block():
+    assert aggregate([problem_row("p", [result("pass", "compile")])], Tier.COMPILE, [1]).repaired is None

@@ -141,3 +141,42 @@ def test_compose_pins_a_train_and_an_infer_worker_to_each_gpu_and_serves_every_q
             by_device.setdefault(tuple(devices[0]["device_ids"]), set()).update(queues)
     assert served == set(QUEUES)
     assert by_device and all(queues == {"train", "infer"} for queues in by_device.values())
+
+
+def test_inference_engines_map_base_models_to_engine_urls(monkeypatch):
+    from db.model_specs import EngineRoute, base_engine_routes
+
+    monkeypatch.setenv("CUSET_BASE_MODELS", '{"qwen-7b": "Qwen/Qwen2.5-Coder-7B-Instruct", "tiny": "tiny"}')
+    monkeypatch.setenv(
+        "CUSET_INFERENCE_ENGINES",
+        '{"qwen-7b": {"url": "http://vllm:8000/v1/", "model": "Qwen/Qwen2.5-Coder-7B-Instruct",'
+        ' "api_key_env": "VLLM_KEY"}}',
+    )
+    monkeypatch.setenv("VLLM_KEY", "secret")
+
+    routes = base_engine_routes(Settings())
+
+    assert routes == {
+        "qwen-7b": EngineRoute(
+            url="http://vllm:8000/v1", model="Qwen/Qwen2.5-Coder-7B-Instruct", api_key_env="VLLM_KEY"
+        )
+    }
+    assert routes["qwen-7b"].headers() == {"Authorization": "Bearer secret"}
+    assert routes["qwen-7b"].spec() == "openai:http://vllm:8000/v1#Qwen/Qwen2.5-Coder-7B-Instruct"
+
+
+@pytest.mark.parametrize(
+    ("engines", "message"),
+    [
+        ({"other": {"url": "http://vllm:8000/v1"}}, "'other'] are not base models"),
+        ({"smollm2-135m": {"url": "vllm:8000"}}, "the URL must be http"),
+        ({"smollm2-135m": {"url": "http://vllm:8000/v1", "key": "x"}}, "Extra inputs are not permitted"),
+    ],
+)
+def test_inference_engines_are_checked_when_the_settings_are_read(monkeypatch, engines, message):
+    import json
+
+    monkeypatch.setenv("CUSET_INFERENCE_ENGINES", json.dumps(engines))
+
+    with pytest.raises(ValueError, match=message):
+        Settings()

@@ -50,3 +50,30 @@ def test_the_service_hides_its_files_in_each_verification_without_changing_the_c
     assert set(hiding.limits.hidden) >= {str((tmp_path / "data").resolve()), str((tmp_path / "artifacts").resolve())}
     assert str((tmp_path / "data" / "cuset.sqlite").resolve()) in hiding.limits.hidden
     assert cache_key("p", "a", Tier.CPU, hiding) == cache_key("p", "a", Tier.CPU, plain)
+
+
+def test_each_pool_process_takes_its_share_of_the_cores():
+    from worker.app import torch_threads
+
+    assert torch_threads(2, 2) == 1  # the demo's machine: decoding and verifying side by side
+    assert torch_threads(16, 2) == 8
+    assert torch_threads(1, 4) == 1
+
+
+def test_a_forked_pool_process_runs_torch_on_its_share(monkeypatch):
+    import os
+    from types import SimpleNamespace
+
+    import torch
+
+    from worker.app import _remember_pool_size, _share_cores
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    try:
+        _remember_pool_size(sender=SimpleNamespace(concurrency=len(os.sched_getaffinity(0)) * 2))
+        _share_cores()
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+        _remember_pool_size(sender=None)

@@ -15,6 +15,10 @@ records its problem under a lock on the eval row, and the one that records the l
 computes the aggregate (the core's ``aggregate`` over every problem row) and settles the eval.
 Cancellation (status set to ``cancelled`` by the API) is seen between batches and by every
 verification task, which then records nothing.
+
+When an engine serves the model (``settings.inference_engines``), the answers come from it, a
+batch's problems as concurrent requests (the core's ``openai:URL#NAME`` model), and no model is
+loaded here.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 
 from celery import shared_task
 from sqlalchemy import delete, func, select, update
@@ -36,15 +41,17 @@ from cuset_core.evaluation.runner import (
     EvalInputError,
     Problem,
     SampleRecord,
+    endpoint_answers,
     generate_answers,
     load_problems,
     score_problem,
 )
-from cuset_core.generation.extract import answer_code
 from cuset_core.models import ModelNotFoundError
 from cuset_core.verify.result import Tier
 from db.dispatch import enqueue_group
+from db.evals import dump_samples, read_row
 from db.job_rows import model_spec
+from db.model_specs import engine_route_for
 from db.models import Eval, EvalProblem, File
 from db.session import session_scope
 from db.settings import Settings, get_settings
@@ -110,23 +117,43 @@ def _generate(settings: Settings, eval_id: str) -> None:
         except LookupError as exc:
             raise ModelNotFoundError(str(exc)) from exc
         model_id = row.model
-        config = EvalConfig(model=spec, problems=_problems_spec(session, settings, row), **row.config)
+        engine = engine_route_for(session, settings, row.owner, row.model)
+        model = spec if engine is None else engine.spec()
+        config = EvalConfig(model=model, problems=_problems_spec(session, settings, row), **row.config)
     problems = load_problems(config.problems)
     batches = [problems[i : i + config.batch_size] for i in range(0, len(problems), config.batch_size)]
-    task = "cuset.eval_verify_gpu" if config.tier is Tier.GPU else "cuset.eval_verify"
-    generated = 0
+    if engine is not None:
+        key = engine.api_key()
+        _generate_batches(settings, eval_id, config, batches, lambda batch: endpoint_answers(config, batch, key))
+        return
     hold(settings, models)
     with models.use(spec, model_id) as (model, tokenizer):
-        for batch in batches:
-            _check_running(url, eval_id)
-            answers = generate_answers(model, tokenizer, config, batch)
-            generated += len(batch)
-            _set_generated(url, eval_id, generated)
-            calls = [
-                (eval_id, problem.id, problem.code, [dataclasses.asdict(a) for a in answers[problem.id]])
-                for problem in batch
-            ]
-            enqueue_group(settings, task, calls)
+        _generate_batches(
+            settings, eval_id, config, batches, lambda batch: generate_answers(model, tokenizer, config, batch)
+        )
+
+
+def _generate_batches(
+    settings: Settings,
+    eval_id: str,
+    config: EvalConfig,
+    batches: list[list[Problem]],
+    answer: Callable[[list[Problem]], dict[str, list[Answer]]],
+) -> None:
+    """Answer each batch of problems with ``answer`` and send its problems off to be verified."""
+    url = settings.resolved_database_url
+    task = "cuset.eval_verify_gpu" if config.tier is Tier.GPU else "cuset.eval_verify"
+    generated = 0
+    for batch in batches:
+        _check_running(url, eval_id)
+        answers = answer(batch)
+        generated += len(batch)
+        _set_generated(url, eval_id, generated)
+        calls = [
+            (eval_id, problem.id, problem.code, [dataclasses.asdict(a) for a in answers[problem.id]])
+            for problem in batch
+        ]
+        enqueue_group(settings, task, calls)
 
 
 @shared_task(name="cuset.eval_verify")
@@ -219,7 +246,7 @@ def _record(url: str, eval_id: str, row: ProblemRow, records: list[SampleRecord]
                 eval_id=eval_id,
                 problem_id=row.id,
                 row=row.model_dump(mode="json"),
-                samples=[_sample_json(s) for s in records],
+                samples=dump_samples(records),
             )
         )
         session.flush()
@@ -229,23 +256,9 @@ def _record(url: str, eval_id: str, row: ProblemRow, records: list[SampleRecord]
         if done < progress["total"]:
             return
         stored = session.scalars(select(EvalProblem.row).where(EvalProblem.eval_id == eval_id)).all()
-        rows = [ProblemRow.model_validate(r) for r in stored]
+        rows = [read_row(r) for r in stored]
         evaluation.aggregate = aggregate(rows, config.tier, config.k_values).model_dump(mode="json")
         evaluation.status, evaluation.finished_at = EvalStatus.SUCCEEDED, time.time()
-
-
-def _sample_json(sample: SampleRecord) -> dict:
-    """One sample as stored: the answer, the code that was scored, generation facts, the result."""
-    return {
-        "index": sample.index,
-        "greedy": sample.greedy,
-        "answer": sample.answer,
-        "code": answer_code(sample.answer).code,
-        "prompt_tokens": sample.prompt_tokens,
-        "completion_tokens": sample.completion_tokens,
-        "finish_reason": sample.finish_reason,
-        "result": sample.result.model_dump(mode="json"),
-    }
 
 
 def _finish(

@@ -6,17 +6,23 @@ another task already decoded in its batch, finds nothing to do. A row that is ne
 nor stopped at its first pass takes up to ``generation_batch_max - 1`` other queued, batchable,
 unseeded rows with the same model and decoding settings and decodes them in one
 ``sampling.generate`` call; it waits up to ``generation_batch_wait_s`` for them, since requests
-sent together reach the queue some milliseconds apart. A streamed row, or one that stops at its first passing kernel, is
-decoded alone, one sample after another; each finished sample goes to verification at once, and
-decoding stops when a verified sample has already ended the request. Its partial text goes out
-as it grows: with Redis, as text deltas on the row's pub/sub channel about every ``DELTA_S``
-seconds (db/generation_events.py), and into ``samples[i].text`` only every ``ROW_FLUSH_S``
-seconds, so a follower that joins late can catch up from the row; without Redis (the embedded
-SQLite mode, where the API polls the row) into the row every ``FLUSH_S`` seconds.
+sent together reach the queue some milliseconds apart. A streamed row, or one that stops at its
+first passing kernel, is decoded alone, one sample after another; each finished sample goes to
+verification at once, and decoding stops when a verified sample has already ended the request.
+Its partial text goes out as it grows (``_Partial``): with Redis, as text deltas on the row's
+pub/sub channel about every ``DELTA_S`` seconds (db/generation_events.py), and into
+``samples[i].text`` only every ``ROW_FLUSH_S`` seconds, so a follower that joins late can catch
+up from the row; without Redis (the embedded SQLite mode, where the API polls the row) into the
+row every ``FLUSH_S`` seconds.
 
 A repair attempt (appended by the verify task, see db/generations.py) is decoded from a follow-up
 turn: the problem, the failed answer and the verifier's error. The row stays ``verifying`` while
 its repairs are decoded and verified.
+
+A row whose model an engine serves (``request.engine``, see db/model_specs.py) is decoded there,
+no model loaded here: each sample is one streamed request to the engine, which batches concurrent
+requests itself, so the row is never batched with others; its samples go as concurrent requests,
+or one after another when the row is sequential. Verification stays in this service.
 
 The row's ``request`` and ``samples`` are db.generations' ``GenerationRequest`` and
 ``GenerationSample``. Sample ``k`` of the drawn samples is sample ``k % n`` of prompt ``k // n``.
@@ -28,15 +34,19 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import ExitStack
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
 
+import httpx
 import torch
 from celery import shared_task
 from sqlalchemy import select, update
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
+from cuset_core.generation.endpoint import DEFAULT_TIMEOUT_S, EndpointError, stream_answer
 from cuset_core.generation.extract import answer_code
 from cuset_core.generation.prompts import repair_messages
 from cuset_core.generation.sampling import (
@@ -62,6 +72,7 @@ from db.generations import (
     settle,
     usage_of,
 )
+from db.model_specs import EngineRoute
 from db.models import Generation
 from db.session import session_scope
 from db.settings import Settings, get_settings
@@ -77,6 +88,11 @@ ROW_FLUSH_S = 1.0  # how often it reaches the row then: for followers that join 
 BATCH_POLL_S = 0.02  # how often the queue is looked at again while a batch gathers
 BATCH_KEYS = ("spec", "form", "n", "temperature", "top_p", "max_tokens", "stop")
 DECODED = {"text", "finish_reason", "prompt_tokens", "completion_tokens", "code"}  # what decoding writes
+ENGINE_CONNECT_S = 10.0
+MAX_ENGINE_REQUESTS = 16  # a row's samples in flight at once to an engine
+
+# Decodes one sample of a row from its prompt; the finished sample, or None when the row ended.
+DecodeOne = Callable[[GenerationSample, list[dict] | str], GenerationSample | None]
 
 
 @dataclass(frozen=True)
@@ -108,20 +124,23 @@ def generate(generation_id: str, attempt: int | None = None) -> None:
     if lead is None:
         return  # decoded in another task's batch, redelivered, or given up by the API
     started = time.time()
+    if lead.request.engine is not None:
+        _generate_with_engine(settings, lead, lead.request.engine, started)
+        return
     hold(settings, models)
     with ExitStack() as in_use:
-        try:
-            model, tokenizer = in_use.enter_context(models.use(lead.request.spec, lead.model))
-        except Exception as exc:  # noqa: BLE001 - any load failure is the request's failure
-            log.exception("loading model %s failed", lead.request.spec)
-            _fail(settings, [lead.id], "model_load_failed", f"could not load model {lead.request.spec!r}: {exc}")
+        loaded = _load(in_use, settings, lead)
+        if loaded is None:
             return
+        model, tokenizer = loaded
         sequential = lead.request.sequential
         mates = [] if sequential else _gather_batch(url, lead, settings.generation_batch_max - 1, settings)
         rows = [lead, *mates]
         try:
             if sequential:
-                _decode_sequentially(settings, model, tokenizer, lead)
+                _decode_sequentially(
+                    settings, lead, lambda sample, prompt: _decode_one(settings, model, tokenizer, lead, sample, prompt)
+                )
                 results: list[list[GenerationSample] | None] = [None]  # already in the row
             else:
                 results = _decode_batch(model, tokenizer, rows)
@@ -132,6 +151,105 @@ def generate(generation_id: str, attempt: int | None = None) -> None:
     decoded = time.time()
     for row, samples in zip(rows, results):
         _record(settings, row, samples, started, decoded, batch_size=len(rows))
+
+
+def _load(in_use: ExitStack, settings: Settings, row: Claimed) -> tuple | None:
+    """The row's model and tokenizer from the cache, in use until ``in_use`` closes; None when
+    it cannot be loaded (the row is then failed with the reason)."""
+    try:
+        return in_use.enter_context(models.use(row.request.spec, row.model))
+    except Exception as exc:  # noqa: BLE001 - any load failure is the request's failure
+        log.exception("loading model %s failed", row.request.spec)
+        _fail(settings, [row.id], "model_load_failed", f"could not load model {row.request.spec!r}: {exc}")
+        return None
+
+
+def _generate_with_engine(settings: Settings, row: Claimed, engine: EngineRoute, started: float) -> None:
+    """Decode ``row`` through its engine and record it as the in-process path does."""
+    try:
+        with _engine_client(engine) as client:
+            if row.request.sequential:
+                _decode_sequentially(
+                    settings, row, lambda sample, prompt: _engine_decode_one(settings, client, row, sample, prompt)
+                )
+                samples = None  # already in the row
+            else:
+                samples = _engine_samples(client, row)
+    except Exception as exc:  # noqa: BLE001 - an engine failure fails the row, never the worker
+        log.exception("decoding %s at %s failed", row.id, engine.url)
+        _fail(settings, [row.id], "decode_failed", f"{type(exc).__name__}: {exc}")
+        return
+    _record(settings, row, samples, started, time.time(), batch_size=1)
+
+
+def _engine_client(engine: EngineRoute) -> httpx.Client:
+    # The read timeout bounds the wait for each streamed chunk, not the whole answer.
+    return httpx.Client(headers=engine.headers(), timeout=httpx.Timeout(DEFAULT_TIMEOUT_S, connect=ENGINE_CONNECT_S))
+
+
+def _engine_samples(client: httpx.Client, row: Claimed) -> list[GenerationSample]:
+    """Every sample of ``row`` from its engine, as concurrent requests (the engine batches them)."""
+    request = row.request
+    samples = _drawn_samples(request)
+    with ThreadPoolExecutor(max_workers=min(len(samples), MAX_ENGINE_REQUESTS)) as pool:
+        return list(pool.map(lambda s: _engine_answer(client, row, s, request.prompts[s.prompt_index], None), samples))
+
+
+def _drawn_samples(request: GenerationRequest) -> list[GenerationSample]:
+    """The request's drawn samples, not yet decoded: ``n`` per prompt, in prompt order."""
+    return [
+        GenerationSample(index=p * request.n + j, prompt_index=p)
+        for p in range(len(request.prompts))
+        for j in range(request.n)
+    ]
+
+
+def _engine_decode_one(
+    settings: Settings, client: httpx.Client, row: Claimed, sample: GenerationSample, prompt: list[dict] | str
+) -> GenerationSample | None:
+    """``_decode_one`` through the engine: partial text sent to followers as it streams in."""
+    partial = _Partial(settings, row.id, sample)
+    done = _engine_answer(client, row, sample, prompt, partial.offer)
+    return None if done is None else partial.finish(done)
+
+
+def _engine_answer(
+    client: httpx.Client,
+    row: Claimed,
+    sample: GenerationSample,
+    prompt: list[dict] | str,
+    on_partial: Callable[[str], bool] | None,
+) -> GenerationSample | None:
+    """Decode ``sample`` from ``prompt`` at the row's engine; ``on_partial`` (if given) gets the
+    text so far about every ``FLUSH_S`` seconds and returns False to stop (the stream is then
+    closed, which stops the engine too, and None returned)."""
+    request = row.request
+    seed = None if request.seed is None else request.seed + sample.index % request.n
+    text, finish, prompt_tokens, completion_tokens = "", None, 0, 0
+    last_flush = time.monotonic()
+    stream = stream_answer(
+        client,
+        request.engine.endpoint(),
+        prompt,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        max_tokens=request.max_tokens,
+        seed=seed,
+        stop=request.stop,
+    )
+    with closing(stream):
+        for delta in stream:
+            text += delta.text
+            finish = delta.finish_reason or finish
+            prompt_tokens = delta.prompt_tokens or prompt_tokens
+            completion_tokens = delta.completion_tokens or completion_tokens
+            if on_partial is not None and time.monotonic() - last_flush >= FLUSH_S:
+                if not on_partial(_shown(text, request.stop)):
+                    return None
+                last_flush = time.monotonic()
+    if finish not in ("stop", "length"):
+        raise EndpointError(f"model: the engine's answer ended without a finish_reason (got {finish!r})")
+    return _finished(row, sample, GeneratedText(text, prompt_tokens, completion_tokens, finish))
 
 
 def _claim(session, generation_id: str) -> Claimed | None:
@@ -257,6 +375,14 @@ def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
     return (text[: min(cuts)], True) if cuts else (text, False)
 
 
+def _shown(partial: str, stops: list[str]) -> str:
+    """What of a partial answer may be shown: up to a stop string, and without a tail that could
+    be the start of one (sent once the next tokens tell)."""
+    cut, stopped = _cut_at_stop(partial, stops)
+    holdback = max((len(s) for s in stops), default=1) - 1
+    return cut if stopped else cut[: len(cut) - holdback]
+
+
 class _TokenStreamer(BaseStreamer):
     """Collects generated token ids and hands the list so far to ``on_tokens``."""
 
@@ -286,41 +412,64 @@ class _Ended(StoppingCriteria):
         return torch.full((input_ids.shape[0],), self.ended, dtype=torch.bool, device=input_ids.device)
 
 
+class _Partial:
+    """Sends the growing text of one streamed attempt to its followers (see the module docstring);
+    ``offer`` answers False once the row has ended, ``finish`` writes the finished attempt."""
+
+    def __init__(self, settings: Settings, row_id: str, sample: GenerationSample) -> None:
+        self._settings, self._url, self._row_id, self._sample = settings, settings.resolved_database_url, row_id, sample
+        self._tick_s, self._row_s = (DELTA_S, ROW_FLUSH_S) if publishing(settings) else (FLUSH_S, FLUSH_S)
+        self._sent = ""  # the text followers have: published deltas and the row's copy both end here
+        self._last_tick = self._last_row = time.monotonic()
+
+    def due(self) -> bool:
+        """Whether new text should be offered now (callers skip detokenizing until then)."""
+        return time.monotonic() - self._last_tick >= self._tick_s
+
+    def offer(self, shown: str) -> bool:
+        """Send what ``shown`` adds to the text sent so far; False when the row has ended."""
+        now = time.monotonic()
+        self._last_tick = now
+        if len(shown) > len(self._sent) and shown.startswith(self._sent):
+            delta = GenerationEvent(index=self._sample.index, offset=len(self._sent), delta=shown[len(self._sent) :])
+            publish(self._settings, self._row_id, delta)
+            self._sent = shown
+        if now - self._last_row < self._row_s:
+            return True
+        self._last_row = now
+        alive = _write_sample(self._url, self._row_id, self._sample.model_copy(update={"text": self._sent}))
+        publish(self._settings, self._row_id, GenerationEvent(row=True))
+        return alive is not None
+
+    def finish(self, done: GenerationSample) -> GenerationSample | None:
+        """Write the finished attempt and tell followers; None when the row ended meanwhile."""
+        stored = _write_sample(self._url, self._row_id, done)
+        if stored is None:
+            return None
+        publish(self._settings, self._row_id, GenerationEvent(samples=[stored]))
+        return done
+
+
 def _decode_one(
     settings: Settings, model, tokenizer, row: Claimed, sample: GenerationSample, prompt
 ) -> GenerationSample | None:
     """Decode ``sample`` of ``row`` from ``prompt`` (a message list, or a text for raw rows), its
-    partial text sent to followers as it grows (see the module docstring); the finished sample,
-    or None when the row ended meanwhile."""
-    request, url = row.request, settings.resolved_database_url
-    stops = request.stop
+    partial text sent to followers as it grows; the finished sample, or None when the row ended
+    meanwhile."""
+    request = row.request
     stop_ids = stop_token_ids(model, tokenizer)
     device = next(model.parameters()).device
     kwargs = decoding_kwargs(request.temperature, request.top_p, request.max_tokens)
-    holdback = max((len(s) for s in stops), default=1) - 1  # a partial stop string is not sent yet
     text = prompt if request.form == "raw" else render_prompt(tokenizer, prompt)
     encoded = tokenizer([text], return_tensors="pt", add_special_tokens=False).to(device)
     ended = _Ended()
-    tick_s, row_s = (DELTA_S, ROW_FLUSH_S) if publishing(settings) else (FLUSH_S, FLUSH_S)
-    sent = ""  # the partial text followers have: published deltas and the row's copy both end here
-    last_tick = last_row = time.monotonic()
+    partial = _Partial(settings, row.id, sample)
 
     def flush_partial(tokens: list[int]) -> None:
-        nonlocal sent, last_tick, last_row
-        now = time.monotonic()
-        if ended.ended or now - last_tick < tick_s:
+        if ended.ended or not partial.due():
             return
-        last_tick = now
-        partial = completion_from_tokens(tokens, 0, stop_ids, tokenizer).text.rstrip("\ufffd")  # no half characters
-        partial, stopped = _cut_at_stop(partial, stops)
-        shown = partial if stopped else partial[: len(partial) - holdback]
-        if len(shown) > len(sent) and shown.startswith(sent):
-            publish(settings, row.id, GenerationEvent(index=sample.index, offset=len(sent), delta=shown[len(sent) :]))
-            sent = shown
-        if now - last_row >= row_s:
-            last_row = now
-            ended.ended = _write_sample(url, row.id, sample.model_copy(update={"text": sent})) is None
-            publish(settings, row.id, GenerationEvent(row=True))
+        so_far = completion_from_tokens(tokens, 0, stop_ids, tokenizer).text.rstrip("\ufffd")  # no half characters
+        ended.ended = not partial.offer(_shown(so_far, request.stop))
 
     seed = None if request.seed is None else request.seed + sample.index % request.n
     streamer = _TokenStreamer(flush_partial)
@@ -337,27 +486,19 @@ def _decode_one(
     done = _finished(
         row, sample, completion_from_tokens(streamer.tokens, encoded["input_ids"].shape[1], stop_ids, tokenizer)
     )
-    stored = _write_sample(url, row.id, done)
-    if stored is None:
-        return None
-    publish(settings, row.id, GenerationEvent(samples=[stored]))
-    return done
+    return partial.finish(done)
 
 
-def _decode_sequentially(settings: Settings, model, tokenizer, row: Claimed) -> None:
-    """Decode the samples of a streamed or first-pass row one by one; each finished sample goes
-    to verification at once. Stops early when the row has ended."""
+def _decode_sequentially(settings: Settings, row: Claimed, decode_one: DecodeOne) -> None:
+    """Decode the samples of a streamed or first-pass row one by one with ``decode_one``; each
+    finished sample goes to verification at once. Stops early when the row has ended."""
     request, url = row.request, settings.resolved_database_url
-    samples = [
-        GenerationSample(index=p * request.n + j, prompt_index=p)
-        for p in range(len(request.prompts))
-        for j in range(request.n)
-    ]
+    samples = _drawn_samples(request)
     with session_scope(url) as session:  # the row is ours alone until its first sample is verified
         session.execute(update(Generation).where(Generation.id == row.id).values(samples=dump_samples(samples)))
     publish(settings, row.id, GenerationEvent(samples=samples, status=GenerationStatus.RUNNING))
     for sample in samples:
-        done = _decode_one(settings, model, tokenizer, row, sample, request.prompts[sample.prompt_index])
+        done = decode_one(sample, request.prompts[sample.prompt_index])
         if done is None:
             return
         if row.verifying:
@@ -451,14 +592,18 @@ def _repair(generation_id: str, index: int) -> None:
     failed = samples[attempt.repair_of]
     messages = repair_messages(row.request.prompts[attempt.prompt_index], failed.text, failed.verification)
     with ExitStack() as in_use:
+        engine = row.request.engine
+        if engine is not None:
+            client = in_use.enter_context(_engine_client(engine))
+            decode_one: DecodeOne = lambda sample, prompt: _engine_decode_one(settings, client, row, sample, prompt)  # noqa: E731
+        else:
+            loaded = _load(in_use, settings, row)
+            if loaded is None:
+                return
+            model, tokenizer = loaded
+            decode_one = lambda sample, prompt: _decode_one(settings, model, tokenizer, row, sample, prompt)  # noqa: E731
         try:
-            model, tokenizer = in_use.enter_context(models.use(row.request.spec, row.model))
-        except Exception as exc:  # noqa: BLE001 - any load failure is the request's failure
-            log.exception("loading model %s failed", row.request.spec)
-            _fail(settings, [row.id], "model_load_failed", f"could not load model {row.request.spec!r}: {exc}")
-            return
-        try:
-            done = _decode_one(settings, model, tokenizer, row, attempt, messages)
+            done = decode_one(attempt, messages)
         except Exception as exc:  # noqa: BLE001 - a decoding failure fails the row, never the worker
             log.exception("decoding repair %d of %s failed", index, row.id)
             _fail(settings, [row.id], "decode_failed", f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,48 @@
+"""The typed contract of an ``EvalProblem`` row (shared by api/ and worker/): ``row`` is the
+core's ``ProblemRow`` (counts per tier, greedy apart, the KernelBench-scored sample) and each
+item of ``samples`` an ``EvalSampleRecord`` (one answer, the code scored and its result).
+
+The eval worker writes both with ``model_dump(mode="json")``; the API reads them with
+``model_validate`` (``read_row``, ``read_samples``). Fields added after rows were first stored
+have defaults, so old rows still read.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from cuset_core.evaluation.metrics import ProblemRow
+from cuset_core.evaluation.runner import SampleRecord
+from cuset_core.generation.extract import answer_code
+from cuset_core.verify.result import VerifyResult
+
+
+class EvalSampleRecord(BaseModel):
+    """One generated answer, the code extracted from it and its verification result."""
+
+    index: int
+    greedy: bool = Field(False, description="the problem's greedy sample (scored apart from pass@k)")
+    answer: str
+    code: str = Field(description="the code that was scored (first fenced block, or the whole answer)")
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    result: VerifyResult = Field(description="the core's VerifyResult: verdict, tier, reason, log, timings, ...")
+
+    @classmethod
+    def of(cls, sample: SampleRecord) -> EvalSampleRecord:
+        """The stored form of a scored sample of the core's runner."""
+        return cls(code=answer_code(sample.answer).code, **sample.model_dump(exclude={"problem_id"}))
+
+
+def dump_samples(samples: list[SampleRecord]) -> list[dict]:
+    """``EvalProblem.samples`` of a problem's scored samples."""
+    return [EvalSampleRecord.of(sample).model_dump(mode="json") for sample in samples]
+
+
+def read_samples(raw: list[dict]) -> list[EvalSampleRecord]:
+    return [EvalSampleRecord.model_validate(sample) for sample in raw]
+
+
+def read_row(raw: dict) -> ProblemRow:
+    return ProblemRow.model_validate(raw)

@@ -1,0 +1,206 @@
+"""Engine backends: a front service whose base model ``tiny`` is served by an OpenAI-compatible
+engine decodes there. The engine is the run's own service (this project's ``/v1`` speaks the
+same protocol); the front is a second instance with a database, broker prefix and worker of its
+own, whose spec of ``tiny`` points at no weights, so every answer it gives came from the engine.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+
+from db.keys import create_key
+from db.models import Generation
+from db.session import session_scope
+from db.settings import Settings
+from tests.integration.job_support import insert_tuned_model
+from tests.service import TEST_OWNER, WorkerProcess, fresh_database
+
+KEY_ENV = "CUSET_TEST_ENGINE_KEY"
+HELLO = [{"role": "user", "content": "Write a CUDA kernel that adds two vectors."}]
+GREEDY = {"max_tokens": 8, "temperature": 0}
+
+
+def _changed(settings: Settings, **changes) -> Settings:
+    """``settings`` with ``changes``, validated as the environment's would be."""
+    return Settings(**(settings.model_dump() | changes))
+
+
+@pytest.fixture(scope="module")
+def front(server, worker, api_key, service_settings, broker_key_prefix, tmp_path_factory) -> Iterator[httpx.Client]:
+    """The front service's API (in process) with its own worker; its key in the headers."""
+    from fastapi.testclient import TestClient
+
+    from api.main import create_app
+
+    with fresh_database() as database_url, pytest.MonkeyPatch.context() as env:
+        env.setenv(KEY_ENV, api_key)  # the front's API and worker read the engine's key from it
+        settings = _changed(
+            service_settings,
+            data_dir=tmp_path_factory.mktemp("front"),
+            database_url=database_url,
+            broker_key_prefix=f"{broker_key_prefix}front:",
+            base_models={"tiny": "/nonexistent/tiny-weights"},
+            inference_engines={"tiny": {"url": f"{server}/v1", "api_key_env": KEY_ENV}},
+        )
+        with session_scope(database_url) as session:
+            front_key = create_key(session, TEST_OWNER).secret
+        front_worker = WorkerProcess(settings, tmp_path_factory.mktemp("front-worker"), queues="infer,cpu")
+        front_worker.start()
+        try:
+            with TestClient(create_app(settings), headers={"Authorization": f"Bearer {front_key}"}) as client:
+                client.settings = settings
+                yield client
+        finally:
+            front_worker.stop()
+
+
+@pytest.fixture()
+def engine(server, auth_headers) -> Iterator[httpx.Client]:
+    """A client of the engine itself."""
+    with httpx.Client(base_url=server, headers=auth_headers, timeout=120) as client:
+        yield client
+
+
+def _engine_rows(service_settings, **match) -> int:
+    """How many generation rows the engine's own database holds that match ``match``."""
+    with session_scope(service_settings.resolved_database_url) as session:
+        query = select(func.count()).select_from(Generation).filter_by(owner=TEST_OWNER, **match)
+        return session.scalar(query)
+
+
+def test_completions_and_chat_decode_at_the_engine(front, engine, service_settings):
+    before = {kind: _engine_rows(service_settings, kind=kind) for kind in ("completion", "chat")}
+
+    completion = front.post("/v1/completions", json={"model": "tiny", "prompt": "__global__ void"} | GREEDY)
+    chat = front.post("/v1/chat/completions", json={"model": "tiny", "messages": HELLO} | GREEDY)
+    direct = engine.post("/v1/chat/completions", json={"model": "tiny", "messages": HELLO} | GREEDY)
+
+    assert completion.status_code == 200, completion.text
+    assert chat.status_code == 200, chat.text
+    assert completion.json()["choices"][0]["text"] and completion.json()["model"] == "tiny"
+    assert chat.json()["choices"][0]["message"]["content"] == direct.json()["choices"][0]["message"]["content"]
+    assert chat.json()["usage"] == direct.json()["usage"]
+    assert _engine_rows(service_settings, kind="completion") == before["completion"] + 1
+    assert _engine_rows(service_settings, kind="chat") == before["chat"] + 2  # the front's and the direct one
+
+
+def _events(response: httpx.Response) -> list[tuple[str, dict | str]]:
+    """(event, data) of a server-sent event stream; the last data is ``[DONE]``."""
+    events, name = [], "message"
+    for line in response.iter_lines():
+        if line.startswith("event:"):
+            name = line.removeprefix("event:").strip()
+        elif line.startswith("data:"):
+            data = line.removeprefix("data:").strip()
+            events.append((name, data if data == "[DONE]" else json.loads(data)))
+            name = "message"
+    return events
+
+
+def test_generate_streams_what_the_engine_decodes(front, engine):
+    body = {"model": "tiny", "prompt": "Write a CUDA kernel that adds two vectors."} | GREEDY
+    whole = front.post("/v1/generate", json=body)
+    with front.stream("POST", "/v1/generate", json=body | {"stream": True}) as response:
+        assert response.status_code == 200
+        events = _events(response)
+    direct = engine.post("/v1/chat/completions", json={"model": "tiny", "messages": HELLO} | GREEDY)
+
+    assert whole.status_code == 200, whole.text
+    names = [name for name, _ in events]
+    assert names[0] == "sample.start" and names[-2:] == ["generation.done", "message"] and events[-1][1] == "[DONE]"
+    streamed = "".join(data["delta"] for name, data in events if name == "sample.delta")
+    done = next(data for name, data in events if name == "sample.done")
+    assert streamed == done["text"] == whole.json()["samples"][0]["text"]
+    assert done["text"] == direct.json()["choices"][0]["message"]["content"]
+    assert whole.json()["usage"]["completion_tokens"] == direct.json()["usage"]["completion_tokens"]
+
+
+def test_a_tuned_adapter_is_addressed_at_the_engine_by_its_name(front, service_settings, tiny_model_dir):
+    from peft import LoraConfig, get_peft_model
+
+    from cuset_core.models import load_model, write_base_spec
+
+    # The engine serves the adapter under its fine-tuned model id (vLLM: --lora-modules NAME=PATH);
+    # the front knows the same model id from its own succeeded job, whose files it never reads.
+    folder = service_settings.artifacts / "adapters" / "engine-lora"
+    base, _ = load_model(tiny_model_dir)
+    get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj", "v_proj"])).save_pretrained(folder)
+    write_base_spec(folder, str(tiny_model_dir))
+    insert_tuned_model(service_settings.resolved_database_url, "engine-lora", "adapters/engine-lora")
+    insert_tuned_model(front.settings.resolved_database_url, "engine-lora", "adapters/never-written")
+
+    chat = front.post("/v1/chat/completions", json={"model": "ft:tiny:engine-lora", "messages": HELLO} | GREEDY)
+
+    assert chat.status_code == 200, chat.text
+    assert chat.json()["model"] == "ft:tiny:engine-lora" and chat.json()["choices"][0]["message"]["content"]
+    assert _engine_rows(service_settings, model="ft:tiny:engine-lora") == 1
+
+
+def test_an_eval_generates_at_the_engine(front, service_settings):
+    before = _engine_rows(service_settings, kind="chat")
+    created = front.post(
+        "/v1/evals",
+        json={"model": "tiny", "samples": 0, "max_tokens": 8, "tier": "static", "problems": "demo:held-out"},
+    )
+    assert created.status_code == 200, created.text
+
+    from tests.service import wait_for
+
+    def finished():
+        body = front.get(f"/v1/evals/{created.json()['id']}").json()
+        return body if body["status"] not in ("queued", "running") else None
+
+    final = wait_for(finished, timeout=240, interval=0.5, what="the eval to finish")
+    assert final["status"] == "succeeded", final
+    assert final["aggregate"]["problems"] == 4
+    assert _engine_rows(service_settings, kind="chat") == before + 4  # one greedy answer per problem
+
+
+def test_readyz_reports_each_engine(front, service_settings, server):
+    from fastapi.testclient import TestClient
+
+    from api.main import create_app
+
+    ready = front.get("/readyz")
+
+    assert ready.status_code == 200
+    assert ready.json()["engines"] == {"tiny": {"url": f"{server}/v1", "model": "tiny", "status": "reachable"}}
+    closed = _changed(service_settings, inference_engines={"tiny": {"url": "http://127.0.0.1:9/v1", "model": "base"}})
+    with TestClient(create_app(closed)) as client:
+        down = client.get("/readyz")
+    assert down.status_code == 200, "an engine down fails only its models' requests, not readiness"
+    assert down.json()["engines"]["tiny"]["status"] == "unreachable"
+    assert down.json()["engines"]["tiny"]["model"] == "base"
+
+
+def test_an_engine_that_cannot_be_reached_fails_the_generation_with_the_reason(front):
+    from db.dispatch import enqueue
+    from db.generations import GenerationRequest
+    from db.ids import new_id
+    from db.model_specs import EngineRoute
+    from tests.service import wait_for
+
+    # A row as the API writes it for a model whose engine has gone away since.
+    gone = EngineRoute(url="http://127.0.0.1:9/v1", model="tiny")
+    request = GenerationRequest(spec="tiny", engine=gone, prompts=[HELLO], max_tokens=8)
+    url = front.settings.resolved_database_url
+    with session_scope(url) as session:
+        row = Generation(
+            id=new_id("gen"), owner=TEST_OWNER, model="tiny", kind="chat", request=request.model_dump(mode="json")
+        )
+        session.add(row)
+        generation_id = row.id
+    enqueue(front.settings, "cuset.generate", generation_id)
+
+    def failed() -> dict | None:
+        with session_scope(url) as session:
+            stored = session.get(Generation, generation_id)
+            return stored.error if stored.status == "failed" else None
+
+    error = wait_for(failed, timeout=60, what="the generation to fail")
+    assert error["code"] == "decode_failed" and "cannot reach http://127.0.0.1:9/v1" in error["message"]
