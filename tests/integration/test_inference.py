@@ -300,7 +300,8 @@ def test_concurrent_requests_for_one_model_are_decoded_in_one_batch(server, work
 def test_requests_sent_together_to_a_running_worker_share_one_batch(server, worker, service_settings, auth_headers):
     # They reach the queue some milliseconds apart; the first one claimed waits for the others
     # (generation_batch_wait_s after each that joins) instead of being decoded alone. The test
-    # worker runs two processes, so a second task may lead a batch of its own meanwhile.
+    # worker runs two processes, so a second task may lead a batch of its own meanwhile: at
+    # most two batches, whichever way the requests split between them.
     prompts = [f"Together {i}:" for i in range(4)]
     with ThreadPoolExecutor(len(prompts)) as pool:
         answers = list(
@@ -319,4 +320,5 @@ def test_requests_sent_together_to_a_running_worker_share_one_batch(server, work
     with session_scope(service_settings.resolved_database_url) as session:
         ids = [answer.json()["id"] for answer in answers]
         sizes = [row.timings["batch_size"] for row in session.scalars(select(Generation).where(Generation.id.in_(ids)))]
-    assert max(sizes) >= 3
+    batches = round(sum(1 / size for size in sizes))  # a batch of k reports k on each of its k rows
+    assert batches <= 2, sizes
