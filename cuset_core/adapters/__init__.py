@@ -106,6 +106,8 @@ def ship_adapter(
         export_adapter(Path(run_dir), partial, base_model=base, dtype=torch.float16)
         write_base_spec(partial, base)
         (partial / CARD).write_text(card_text, encoding="utf-8")
+        for path in partial.iterdir():
+            path.chmod(0o644)  # package data: readable by every user the package serves (exports write 0600)
         size = folder_mib(partial)
         if size > max_mib:
             raise ShipError(f"{name}: {size:.1f} MiB in float16, over the {max_mib:g} MiB a shipped adapter may take")
