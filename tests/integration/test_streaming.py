@@ -155,12 +155,17 @@ def test_a_follower_that_joins_midway_catches_up_from_the_row_without_gaps_or_re
     async def texts() -> list[str]:
         return [s.samples[0]["text"] if s.samples else "" async for s in follow(service_settings, started)]
 
+    joined = time.time()
     seen = asyncio.run(texts())
     thread.join(300)
 
     with session_scope(service_settings.resolved_database_url) as session:
-        final = session.get(Generation, started).samples[0]["text"]
+        row = session.get(Generation, started)
+        final, decoding_after_join = row.samples[0]["text"], row.finished_at - joined
     assert seen[-1] == final
     assert "".join(json.loads(data)["choices"][0]["text"] for _, data in answers[0][:-1]) == final
     assert all(later.startswith(earlier) for earlier, later in zip(seen, seen[1:]))
-    assert len([t for t in seen[:-1] if t]) > 2  # it followed the deltas, not only the final row
+    if decoding_after_join > 2 * ROW_FLUSH_S:
+        # Decoding went on for a while after the follower joined (a loaded machine can finish it
+        # first): it followed the deltas, not only the row's once-a-second writes.
+        assert len([t for t in seen[:-1] if t]) > 2
