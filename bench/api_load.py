@@ -31,7 +31,6 @@ import asyncio
 import json
 import os
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -46,6 +45,8 @@ from sqlalchemy import create_engine, delete, text
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from api.embedded import worker_command  # noqa: E402
+from api.launch import ApiServer  # noqa: E402
 from db.ids import new_id  # noqa: E402
 from db.keys import create_key  # noqa: E402
 from db.migrate import upgrade  # noqa: E402
@@ -165,12 +166,6 @@ class TemporaryDatabase:
         self.admin.dispose()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def service_env(database_url: str, data_dir: Path, broker: str | None) -> dict[str, str]:
     """The environment of the spawned server (and tuning worker): this database, no rate limit."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("CUSET_")}
@@ -182,49 +177,11 @@ def service_env(database_url: str, data_dir: Path, broker: str | None) -> dict[s
     return env
 
 
-def spawn_server(env: dict[str, str], workers: int, data_dir: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "--factory",
-            "api.main:app_factory",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(data_dir / "uvicorn.log", "wb"),
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError((data_dir / "uvicorn.log").read_text())
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return process, base
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    process.kill()
-    raise RuntimeError("uvicorn did not start in 60 s")
-
-
 def spawn_train_worker(env: dict[str, str], data_dir: Path) -> subprocess.Popen:
     """One Celery worker on the ``train`` queue (training runs in its own subprocess) and ``cpu``
     (the training file's validation)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "-Q", "train,cpu", "-c", "2", "-l", "WARNING"],
+        worker_command(queues=("train", "cpu"), beat=False, hostname=f"bench-{os.getpid()}@%h", log_level="WARNING"),
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -351,7 +308,9 @@ def main() -> None:
     with TemporaryDatabase(args.admin_url) as database_url, tempfile.TemporaryDirectory() as data_dir:
         key, job_ids, _ = seed_rows(database_url, args.jobs)
         env = service_env(database_url, Path(data_dir), args.broker if args.tuning else None)
-        server, base = spawn_server(env, args.workers, Path(data_dir))
+        server = ApiServer(env, Path(data_dir) / "uvicorn.log", workers=args.workers, access_log=False)
+        server.start()
+        base = server.base
         trainer = spawn_train_worker(env, Path(data_dir)) if args.tuning else None
         tuning: dict = {}
         try:
@@ -380,10 +339,10 @@ def main() -> None:
                     print((Path(data_dir) / log).read_text()[-3000:], file=sys.stderr)
             raise
         finally:
-            for process in (server, trainer):
-                if process is not None:
-                    process.terminate()
-                    process.wait(60)
+            server.stop()
+            if trainer is not None:
+                trainer.terminate()
+                trainer.wait(60)
     print(json.dumps(result | tuning | {"uvicorn_workers": args.workers, "cpus": os.cpu_count()}))
 
 

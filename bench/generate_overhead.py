@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,18 +44,14 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from api.embedded import worker_command  # noqa: E402
+from api.launch import ApiServer  # noqa: E402
 from cuset_core.generation.sampling import generate  # noqa: E402
 from cuset_core.models import load_model  # noqa: E402
 
 PROMPT = "Write a CUDA kernel that adds two float vectors of length n, one thread per element."
 TARGET_RATIO = 1.10
 MODEL_ID = "bench-model"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spawn(folder: Path, settings: dict, broker: str | None) -> tuple[str, list[subprocess.Popen]]:
@@ -79,58 +74,23 @@ def spawn(folder: Path, settings: dict, broker: str | None) -> tuple[str, list[s
         env=env,
         check=True,
     )
-    port = _free_port()
-    log = open(folder / "service.log", "w")
-    processes = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "worker.app",
-                "worker",
-                "-Q",
-                "infer,cpu",
-                "-c",
-                "1",
-                "--pool",
-                "prefork",
-                "-l",
-                "WARNING",
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
+    log = open(folder / "service.log", "ab")  # appending, as the server's output does
+    worker = subprocess.Popen(
+        worker_command(
+            queues=("infer", "cpu"),
+            concurrency=1,
+            beat=False,
+            hostname=f"bench-{os.getpid()}-{folder.name}@%h",
+            log_level="WARNING",
         ),
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--factory",
-                "api.main:app_factory",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        ),
-    ]
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return base, processes
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    raise RuntimeError(f"service did not start: {(folder / 'service.log').read_text()[-3000:]}")
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    server = ApiServer(env, folder / "service.log")
+    server.start(timeout_s=120)
+    return server.base, [worker, server.process]
 
 
 def _timed_post(url: str, body: dict, api_key: str | None) -> tuple[float, int]:

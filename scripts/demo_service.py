@@ -34,6 +34,7 @@ from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.syntax import Syntax
 
+from api.launch import LaunchError, wait_until_up
 from cuset_core.demo import CATEGORIES, demo_problems, write_demo_dataset
 
 REPO = Path(__file__).resolve().parent.parent
@@ -149,18 +150,11 @@ def create_key(data_dir: Path) -> str:
 
 def wait_ready(base: str, service: subprocess.Popen | None, log: Path | None, timeout_s: float = 180) -> None:
     """Poll ``/readyz`` until the database and broker answer."""
-    deadline = time.monotonic() + timeout_s
     with console.status("starting the service (migrations, worker, API)..."):
-        while time.monotonic() < deadline:
-            if service is not None and service.poll() is not None:
-                raise DemoError(f"cuset serve exited with status {service.returncode}:\n{_tail(log)}")
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-    raise DemoError(f"the service was not ready in {timeout_s:.0f} s:\n{_tail(log)}")
+        try:
+            wait_until_up(base, service, path="/readyz", timeout_s=timeout_s, log_path=log)
+        except LaunchError as exc:
+            raise DemoError(f"cuset serve: {exc}") from None
 
 
 def stop_service(service: subprocess.Popen) -> None:
@@ -172,12 +166,6 @@ def stop_service(service: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             service.kill()
             service.wait(10)
-
-
-def _tail(path: Path | None, lines: int = 30) -> str:
-    if path is None or not path.exists():
-        return ""
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 # ---------------------------------------------------------------- the demo, over HTTP

@@ -13,19 +13,18 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 import redis
 from sqlalchemy import create_engine, text
 
+from api.embedded import worker_command
+from api.launch import ApiServer, stop_group
 from db.migrate import upgrade
 from db.settings import Settings
 
@@ -33,12 +32,6 @@ PG_ADMIN_URL = os.environ.get("CUSET_TEST_PG_ADMIN", "postgresql+psycopg://postg
 TEST_OWNER = "tester"  # owner of the run's API key; rows a test inserts directly belong to it
 REDIS_URL = os.environ.get("CUSET_TEST_REDIS", "redis://127.0.0.1:6379")
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager
@@ -146,28 +139,13 @@ class WorkerProcess:
         self.starts += 1
         log = open(self.log_dir / f"worker-{self.starts}.log", "w")
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "worker.app",
-                "worker",
-                "-B",
-                "-Q",
-                self.queues,
-                "-c",
-                str(self.concurrency),
-                "--pool",
-                "prefork",
-                "-l",
-                "INFO",
-                "-s",
-                str(self.log_dir / f"beat-{self.starts}"),
+            worker_command(
+                queues=tuple(self.queues.split(",")),
+                concurrency=self.concurrency,
+                schedule_file=self.log_dir / f"beat-{self.starts}",
                 # Node names unique per worker object: they key the workers' entries in /readyz.
-                "-n",
-                f"test{self.starts}-{self.log_dir.name}@%h",
-            ],
+                hostname=f"test{self.starts}-{self.log_dir.name}@%h",
+            ),
             cwd=REPO,
             env=service_env(self.settings),
             stdout=log,
@@ -191,12 +169,8 @@ class WorkerProcess:
             self.process.wait(10)
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        if self.process:
+            stop_group(self.process, timeout_s=20)
 
     def log(self) -> str:
         return (self.log_dir / f"worker-{self.starts}.log").read_text(errors="replace")
@@ -228,60 +202,11 @@ def client(app, auth_headers) -> Iterator:
         yield test_client
 
 
-class ServiceServer:
+class ServiceServer(ApiServer):
     """A real uvicorn serving ``settings`` on a free loopback port (``base`` is its URL)."""
 
     def __init__(self, settings: Settings, log_dir: Path):
-        self.settings, self.log_path = settings, log_dir / "server.log"
-        self.port = _free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen | None = None
-
-    def start(self, timeout: float = 60) -> None:
-        log = open(self.log_path, "a")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--factory",
-                "api.main:app_factory",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--log-level",
-                "warning",
-            ],
-            cwd=REPO,
-            env=service_env(self.settings),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.base}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.2)
-            if self.process.poll() is not None:
-                raise RuntimeError(self.log_path.read_text()[-3000:])
-        self.stop()
-        raise RuntimeError(f"server not up in {timeout} s: {self.log_path.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        super().__init__(service_env(settings), log_dir / "server.log")
 
 
 @pytest.fixture(scope="session")

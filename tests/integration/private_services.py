@@ -20,14 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from api.launch import free_port
+
 START_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    """A loopback TCP port nobody listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _listening(port: int) -> bool:

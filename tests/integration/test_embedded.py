@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.service import REPO, _free_port, wait_for
+from api.launch import free_port
+from tests.service import REPO, wait_for
 
 
 def embedded_env(data_dir: Path) -> dict[str, str]:
@@ -55,7 +56,7 @@ def alive(pid: int) -> bool:
 def embedded(tmp_path):
     """A `cuset serve` child on a free port; yields (process, base URL, data dir)."""
     data_dir = tmp_path / "data"
-    port = _free_port()
+    port = free_port()
     log = open(tmp_path / "serve.log", "wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "cuset_core.cli", "serve", "--port", str(port)],
