@@ -10,8 +10,12 @@ from typing import NoReturn
 import typer
 from pydantic import ValidationError
 
+from cuset_core.evaluation.settings import VerificationSettings
 from cuset_core.generation.prompts import PromptStyle
 from cuset_core.verify.result import Tier
+
+# The verification knobs' defaults are the evaluation's (and the API's): written once, there.
+KNOBS = VerificationSettings()
 
 PROBLEMS_HELP = (
     'Folder of KernelBench .py problems, a .py file, a .jsonl of {"id","problem"} rows, "demo" or "demo:held-out".'
@@ -50,23 +54,29 @@ def evaluate(
     temperature: float = typer.Option(0.8, "--temperature", help="Temperature of the i.i.d. samples."),
     top_p: float = typer.Option(0.95, "--top-p"),
     max_new_tokens: int = typer.Option(1024, "--max-new-tokens"),
-    tier: Tier = typer.Option(Tier.COMPILE, "--tier", help="Verify up to this tier."),
-    trials: int = typer.Option(5, "--trials", help="Correctness trials per sample (tiers 2-3), one input seed each."),
-    input_seed: int = typer.Option(1000, "--input-seed", help="Trial i draws its inputs under seed input_seed + i."),
+    tier: Tier = typer.Option(KNOBS.tier, "--tier", help="Verify up to this tier."),
+    trials: int = typer.Option(
+        KNOBS.trials, "--trials", help="Correctness trials per sample (tiers 2-3), one input seed each."
+    ),
+    input_seed: int = typer.Option(
+        KNOBS.input_seed, "--input-seed", help="Trial i draws its inputs under seed input_seed + i."
+    ),
     tolerance_profile: str = typer.Option(
-        "kernelbench",
+        KNOBS.tolerance_profile,
         "--tolerance-profile",
         help="kernelbench: atol = rtol = 1e-4 for fp32 outputs, 1e-2 for fp16/bf16; v0: 1e-2 for every dtype.",
     ),
     atol: float | None = typer.Option(
-        None, "--atol", help="Absolute tolerance for every dtype (overrides the profile)."
+        KNOBS.atol, "--atol", help="Absolute tolerance for every dtype (overrides the profile)."
     ),
     rtol: float | None = typer.Option(
-        None, "--rtol", help="Relative tolerance for every dtype (overrides the profile)."
+        KNOBS.rtol, "--rtol", help="Relative tolerance for every dtype (overrides the profile)."
     ),
-    arch: str = typer.Option("sm_90", "--arch", help="nvcc target of the compile tier, e.g. sm_80."),
+    arch: str = typer.Option(KNOBS.arch, "--arch", help="nvcc target of the compile tier, e.g. sm_80."),
     compile_baseline: bool = typer.Option(
-        False, "--compile-baseline", help="GPU tier: also time torch.compile of the reference (fast_p against it)."
+        KNOBS.compile_baseline,
+        "--compile-baseline",
+        help="GPU tier: also time torch.compile of the reference (fast_p against it).",
     ),
     prompt_style: PromptStyle = typer.Option("kernelbench", "--prompt-style"),
     seed: int = typer.Option(0, "--seed"),

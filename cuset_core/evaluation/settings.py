@@ -1,13 +1,24 @@
 """The verification knobs of an evaluation, in one place: the core's ``EvalConfig`` (``cuset eval``)
-and the API's ``POST /v1/evals`` body both inherit ``VerificationSettings``, so a knob, its
-default and its limits are written once and mean the same on the command line and on the wire."""
+and the API's ``POST /v1/evals`` body both inherit ``VerificationSettings``, so a knob means the
+same on the command line and on the wire. Each knob's check, default and meaning are the
+verifier's own (``cuset_core.verify.settings``); only the tier's default differs here."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from cuset_core.verify.result import Tier
-from cuset_core.verify.settings import Arch, InputSeed, Tolerance, ToleranceProfile, Trials, VerifySettings
+from cuset_core.verify.settings import (
+    ARCH,
+    ATOL,
+    COMPILE_BASELINE,
+    INPUT_SEED,
+    RTOL,
+    TOLERANCE_PROFILE,
+    TRIALS,
+    ToleranceProfile,
+    VerifySettings,
+)
 
 
 class VerificationSettings(BaseModel):
@@ -16,15 +27,13 @@ class VerificationSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tier: Tier = Field(Tier.COMPILE, description="verify every sample up to this tier")
-    trials: Trials = 5
-    input_seed: InputSeed = 1000
-    tolerance_profile: ToleranceProfile = Field(
-        "kernelbench", description="kernelbench: atol = rtol = 1e-4 for fp32 outputs, 1e-2 for fp16/bf16; v0: 1e-2"
-    )
-    atol: Tolerance = Field(None, description="absolute tolerance for every dtype; null: the profile's")
-    rtol: Tolerance = Field(None, description="relative tolerance for every dtype; null: the profile's")
-    arch: Arch = "sm_90"
-    compile_baseline: bool = Field(False, description="GPU tier: also time torch.compile of the reference")
+    trials: int = TRIALS
+    input_seed: int = INPUT_SEED
+    tolerance_profile: ToleranceProfile = TOLERANCE_PROFILE
+    atol: float | None = ATOL
+    rtol: float | None = RTOL
+    arch: str = ARCH
+    compile_baseline: bool = COMPILE_BASELINE
 
     def verify_settings(self) -> VerifySettings:
         """The verifier's settings for these knobs."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -16,15 +16,28 @@ ToleranceProfile = Literal["kernelbench", "v0"]
 HALF_DTYPES = ("float16", "bfloat16")
 PROFILE_TOLERANCE = {"kernelbench": (1e-4, 1e-2), "v0": (1e-2, 1e-2)}  # (fp32 and others, fp16/bf16)
 
-# The checked types of the knobs an evaluation shares with the verifier (cuset_core.evaluation.settings).
-Arch = Annotated[str, Field(pattern=r"^sm_\d+[a-z]?$", description="nvcc target of tier 1 (compile), e.g. sm_80")]
-Trials = Annotated[int, Field(ge=1, le=20, description="correctness trials, one input seed each (KernelBench: 5)")]
-InputSeed = Annotated[
-    int, Field(ge=0, le=2**31 - 1, description="trial i draws the problem's inputs under seed input_seed + i")
-]
-Tolerance = Annotated[
-    float | None, Field(ge=0, allow_inf_nan=False, description="for every output dtype; None: the profile's")
-]
+# The knobs an evaluation shares with the verifier (cuset_core.evaluation.settings, where the
+# seeds are called trials), each with its check, its default (KernelBench's) and its meaning
+# written once. They are pydantic Field objects, typed as their values the way Field() itself is,
+# so that type checkers see each field's default.
+ARCH: str = Field("sm_90", pattern=r"^sm_\d+[a-z]?$", description="nvcc target of tier 1 (compile), e.g. sm_80")
+TRIALS: int = Field(5, ge=1, le=20, description="correctness trials, one input seed each (KernelBench: 5)")
+INPUT_SEED: int = Field(
+    1000, ge=0, le=2**31 - 1, description="trial i draws the problem's inputs under seed input_seed + i"
+)
+TOLERANCE_PROFILE: ToleranceProfile = Field(
+    "kernelbench",
+    description="atol = rtol by output dtype: kernelbench (fp32 1e-4, fp16/bf16 1e-2) or v0 (1e-2 for every dtype)",
+)
+ATOL: float | None = Field(
+    None, ge=0, allow_inf_nan=False, description="absolute tolerance for every dtype; null: the profile's"
+)
+RTOL: float | None = Field(
+    None, ge=0, allow_inf_nan=False, description="relative tolerance for every dtype; null: the profile's"
+)
+COMPILE_BASELINE: bool = Field(
+    False, description="tier 3 (GPU): also time the reference under torch.compile (inductor, default mode)"
+)
 
 
 class SandboxLimits(BaseModel):
@@ -69,21 +82,17 @@ class VerifySettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     tier: Tier = Tier.CPU
-    arch: Arch = "sm_90"
+    arch: str = ARCH
     strict_headers: bool = Field(False, description="tier 1 against the real torch headers")
-    seeds: Trials = 5
-    input_seed: InputSeed = 1000
-    tolerance_profile: ToleranceProfile = Field(
-        "kernelbench", description="atol = rtol by output dtype: kernelbench (fp32 1e-4, fp16/bf16 1e-2) or v0 (1e-2)"
-    )
-    atol: Tolerance = Field(None, description="absolute tolerance for every dtype; None: the profile's")
-    rtol: Tolerance = Field(None, description="relative tolerance for every dtype; None: the profile's")
+    seeds: int = TRIALS
+    input_seed: int = INPUT_SEED
+    tolerance_profile: ToleranceProfile = TOLERANCE_PROFILE
+    atol: float | None = ATOL
+    rtol: float | None = RTOL
     reduce_sizes: bool = Field(True, description="tier 2: shrink module-level size constants")
     max_elements: int = Field(1 << 18, gt=0, description="tier 2: target tensor size after shrink")
     timing_trials: int = Field(100, ge=1, description="tier 3: timed calls after warmup")
-    compile_baseline: bool = Field(
-        False, description="tier 3: also time the reference under torch.compile (inductor, default mode)"
-    )
+    compile_baseline: bool = COMPILE_BASELINE
     limits: SandboxLimits = SandboxLimits()
 
     def tolerance(self, dtype: str) -> tuple[float, float]:
