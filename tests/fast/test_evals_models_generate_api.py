@@ -37,15 +37,23 @@ def test_a_created_eval_is_queued_with_its_problem_count_and_its_message(fast_cl
     ("change", "status", "param"),
     [
         ({"tier": "quantum"}, 422, "tier"),
+        ({"samples": -1}, 422, "samples"),
         ({"greedy": False, "samples": 0}, 400, "samples"),
         ({"samples": 2, "k": [1, 4]}, 400, "k"),
         ({"samples": 10_000}, 400, "samples"),
         ({"max_tokens": 10**9}, 400, "max_tokens"),
         ({"temperature": -1}, 422, "temperature"),
         ({"model": "no-such-model"}, 404, "model"),
+        ({"problems": "everything"}, 422, "problems"),
         ({"problems": None}, 400, "eval_file"),
         ({"eval_file": "file-unknown"}, 400, "problems"),
         ({"colour": "blue"}, 422, "colour"),
+        ({"tolerance_profile": "loose"}, 422, "tolerance_profile"),
+        ({"atol": -1}, 422, "atol"),
+        ({"rtol": "Infinity"}, 422, "rtol"),
+        ({"input_seed": 2**40}, 422, "input_seed"),
+        ({"trials": 0}, 422, "trials"),
+        ({"arch": "90"}, 422, "arch"),
     ],
 )
 def test_a_bad_eval_request_names_its_field_and_creates_nothing(fast_client, fast_settings, change, status, param):

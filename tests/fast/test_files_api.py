@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 from cuset_core.demo import demo_problems, demo_record
 from db.models import File, Job
 from db.session import session_scope
+from tests.integration.job_support import insert_file
 from tests.sqlite_service import OTHER_OWNER, api_client
 
 PROBLEMS = demo_problems()[:3]
@@ -127,18 +128,9 @@ def test_delete_refuses_a_file_a_job_trains_on(fast_client, fast_settings):
 
 
 def test_another_owners_file_is_a_404_like_an_unknown_one(fast_client, fast_settings):
-    with session_scope(fast_settings.resolved_database_url) as session:
-        session.add(
-            File(
-                id="file-theirs",
-                owner=OTHER_OWNER,
-                filename="x.jsonl",
-                purpose="fine-tune",
-                format="jsonl",
-                bytes=1,
-                path="files/x.jsonl",
-            )
-        )
+    insert_file(
+        fast_settings.resolved_database_url, "file-theirs", owner=OTHER_OWNER, filename="x.jsonl", path="files/x.jsonl"
+    )
     for file_id in ("file-unknown", "file-theirs"):
         for method, suffix in (("GET", ""), ("GET", "/content"), ("GET", "/records"), ("DELETE", "")):
             response = fast_client.request(method, f"/v1/files/{file_id}{suffix}")

@@ -12,15 +12,17 @@ import pytest
 from cuset_core.demo import demo_problems
 from db.dispatch import make_celery
 from db.generations import read_samples
-from db.models import Checkpoint, Eval, File, Generation, Job, JobEvent
+from db.models import Checkpoint, Eval, File, Generation, Job
 from db.session import session_scope
 from db.settings import Settings
 from db.statuses import EvalStatus, GenerationStatus, JobStatus
 from tests.integration.job_support import (
     decoded_generation,
+    event_rows,
     insert_generation,
     insert_job,
     job_request,
+    stored_row,
     upload_demo_dataset,
 )
 from tests.sqlite_service import enqueued
@@ -30,19 +32,6 @@ from worker.tasks.verify import verify_sample
 
 PROBLEM = demo_problems()[0]
 SOLVED = f"```python\n{PROBLEM.solution_code}\n```"
-
-
-def _row(settings: Settings, model: type, row_id: str):
-    with session_scope(settings.resolved_database_url) as session:
-        row = session.get(model, row_id)
-        session.expunge(row)
-        return row
-
-
-def _events(settings: Settings, job_id: str) -> list[tuple[str, str]]:
-    with session_scope(settings.resolved_database_url) as session:
-        rows = session.query(JobEvent).filter(JobEvent.job_id == job_id).order_by(JobEvent.seq)
-        return [(row.level, row.message) for row in rows]
 
 
 # ------------------------------------------------------------------ the reaper
@@ -113,13 +102,16 @@ def test_the_reaper_requeues_a_silent_job_with_a_checkpoint_and_fails_one_withou
 
     reap(task_settings)
 
-    assert _row(task_settings, Job, resumable).status == JobStatus.QUEUED
-    assert _events(task_settings, resumable)[-1] == ("warning", "requeued after worker loss; resuming from step 4")
+    assert stored_row(task_settings.resolved_database_url, Job, resumable).status == JobStatus.QUEUED
+    assert event_rows(task_settings.resolved_database_url, resumable)[-1] == (
+        "warning",
+        "requeued after worker loss; resuming from step 4",
+    )
     assert enqueued(task_settings) == [("cuset.tune", [resumable])]
-    failed = _row(task_settings, Job, lost)
+    failed = stored_row(task_settings.resolved_database_url, Job, lost)
     assert (failed.status, failed.error["code"]) == (JobStatus.FAILED, "worker_lost")
-    assert _row(task_settings, Job, live).status == JobStatus.RUNNING
-    assert _row(task_settings, Job, stopping).status == JobStatus.CANCELLED
+    assert stored_row(task_settings.resolved_database_url, Job, live).status == JobStatus.RUNNING
+    assert stored_row(task_settings.resolved_database_url, Job, stopping).status == JobStatus.CANCELLED
 
 
 def test_the_reaper_fails_generations_past_their_timeout_only(task_settings):
@@ -130,10 +122,10 @@ def test_the_reaper_fails_generations_past_their_timeout_only(task_settings):
 
     reap(task_settings)
 
-    failed = _row(task_settings, Generation, stuck)
+    failed = stored_row(task_settings.resolved_database_url, Generation, stuck)
     assert (failed.status, failed.error["code"], failed.finished_at is not None) == ("failed", "timeout", True)
-    assert _row(task_settings, Generation, young).status == GenerationStatus.RUNNING
-    assert _row(task_settings, Generation, done).status == GenerationStatus.SUCCEEDED
+    assert stored_row(task_settings.resolved_database_url, Generation, young).status == GenerationStatus.RUNNING
+    assert stored_row(task_settings.resolved_database_url, Generation, done).status == GenerationStatus.SUCCEEDED
 
 
 def test_the_reaper_fails_an_eval_lost_while_generating_but_not_one_being_verified(task_settings):
@@ -143,9 +135,9 @@ def test_the_reaper_fails_an_eval_lost_while_generating_but_not_one_being_verifi
 
     reap(task_settings)
 
-    lost = _row(task_settings, Eval, generating)
+    lost = stored_row(task_settings.resolved_database_url, Eval, generating)
     assert (lost.status, lost.error["code"]) == (EvalStatus.FAILED, "worker_lost")
-    assert _row(task_settings, Eval, verifying).status == EvalStatus.RUNNING
+    assert stored_row(task_settings.resolved_database_url, Eval, verifying).status == EvalStatus.RUNNING
 
 
 # ------------------------------------------------------------------ the file check of a new job
@@ -171,8 +163,11 @@ def test_a_good_training_file_queues_the_job_for_training(new_job, task_settings
 
     validate_job_files.run(job_id)
 
-    assert _row(task_settings, Job, job_id).status == JobStatus.QUEUED
-    assert _events(task_settings, job_id)[-1] == ("info", "Validated training file; job queued")
+    assert stored_row(task_settings.resolved_database_url, Job, job_id).status == JobStatus.QUEUED
+    assert event_rows(task_settings.resolved_database_url, job_id)[-1] == (
+        "info",
+        "Validated training file; job queued",
+    )
     assert enqueued(task_settings)[-1] == ("cuset.tune", [job_id])
 
 
@@ -182,7 +177,7 @@ def test_a_file_without_a_usable_record_fails_the_job_naming_the_file(new_job, t
 
     validate_job_files.run(job_id)
 
-    job = _row(task_settings, Job, job_id)
+    job = stored_row(task_settings.resolved_database_url, Job, job_id)
     assert (job.status, job.error["code"], job.error["param"]) == (JobStatus.FAILED, "invalid_file", "training_file")
     assert "no usable record" in job.error["message"] and "max_seq_len 64" in job.error["message"]
     assert [name for name, _ in enqueued(task_settings)] == ["cuset.validate_job_files"]
@@ -194,7 +189,7 @@ def test_a_redelivered_check_of_a_cancelled_job_does_nothing(new_job, fast_clien
 
     validate_job_files.run(job_id)
 
-    assert _row(task_settings, Job, job_id).status == JobStatus.CANCELLED
+    assert stored_row(task_settings.resolved_database_url, Job, job_id).status == JobStatus.CANCELLED
     assert [name for name, _ in enqueued(task_settings)] == ["cuset.validate_job_files"]
 
 
@@ -217,13 +212,13 @@ def test_a_passing_attempt_ends_a_first_pass_request_and_cancels_the_rest(task_s
 
     verify_sample.run(generation_id, 1)
 
-    row = _row(task_settings, Generation, generation_id)
+    row = stored_row(task_settings.resolved_database_url, Generation, generation_id)
     samples = read_samples(row.samples)
     assert row.status == GenerationStatus.SUCCEEDED and row.finished_at is not None
     assert (samples[1].verification.verdict, samples[1].verification.tier) == ("pass", "static")
     assert [(s.cancelled, s.verification) for s in (samples[0], samples[2])] == [(True, None), (True, None)]
     verify_sample.run(generation_id, 0)  # a message arriving after the end finds nothing to do
-    assert _row(task_settings, Generation, generation_id).samples == row.samples
+    assert stored_row(task_settings.resolved_database_url, Generation, generation_id).samples == row.samples
 
 
 def test_a_failing_attempt_gets_a_repair_queued_for_decoding(task_settings):
@@ -231,11 +226,11 @@ def test_a_failing_attempt_gets_a_repair_queued_for_decoding(task_settings):
 
     verify_sample.run(generation_id, 0)
 
-    row = _row(task_settings, Generation, generation_id)
+    row = stored_row(task_settings.resolved_database_url, Generation, generation_id)
     samples = read_samples(row.samples)
     assert row.status == GenerationStatus.VERIFYING
     assert samples[0].verification.verdict == "no_code"
     assert (len(samples), samples[1].round, samples[1].repair_of) == (2, 1, 0)
     assert enqueued(task_settings) == [("cuset.generate", [generation_id, 1])]
     verify_sample.run(generation_id, 0)  # a redelivery of a settled attempt adds nothing
-    assert len(read_samples(_row(task_settings, Generation, generation_id).samples)) == 2
+    assert len(read_samples(stored_row(task_settings.resolved_database_url, Generation, generation_id).samples)) == 2

@@ -1,7 +1,8 @@
 """Helpers the job tests share: upload the demo dataset, build a small CuSeT job request, read a
-job's state straight from the API, and insert rows as they are (``insert_job``,
-``insert_tuned_model``, ``insert_generation``, ``decoded_generation``: states the API would take long to reach), on the
-real service's Postgres or a fast test's SQLite alike."""
+job's state from the API or straight from its rows (``stored_row``, ``event_rows``), and insert
+rows as they are (``insert_file``, ``insert_job``, ``insert_tuned_model``, ``insert_generation``,
+``decoded_generation``: states the API would take long to reach), on the real service's Postgres
+or a fast test's SQLite alike."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from sqlalchemy import select
+
 from cuset_core.demo import demo_problems, write_demo_dataset
 from cuset_core.generation.prompts import build_messages
 from db.generations import GenerationRequest, GenerationSample, dump_samples
 from db.ids import new_id
-from db.models import File, Generation, Job
+from db.models import File, Generation, Job, JobEvent
 from db.session import session_scope
 from tests.service import TEST_OWNER
 
@@ -72,6 +75,21 @@ def event_messages(client, job_id: str) -> list[str]:
     ]
 
 
+def stored_row(database_url: str, model: type, row_id: str):
+    """The ``model`` row ``row_id`` as the database holds it now, detached from its session."""
+    with session_scope(database_url) as session:
+        row = session.get(model, row_id)
+        session.expunge(row)
+        return row
+
+
+def event_rows(database_url: str, job_id: str) -> list[tuple[str, str]]:
+    """(level, message) of every event of a job, oldest first, read from its rows."""
+    with session_scope(database_url) as session:
+        rows = session.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.seq))
+        return [(row.level, row.message) for row in rows]
+
+
 def insert_job(database_url: str, training_file: str, **columns) -> str:
     """A Job row of ``TEST_OWNER`` on ``training_file`` (model "tiny", method cuset, status queued),
     with ``columns`` over those defaults; its id."""
@@ -82,21 +100,20 @@ def insert_job(database_url: str, training_file: str, **columns) -> str:
     return job_id
 
 
+def insert_file(database_url: str, file_id: str | None = None, **columns) -> str:
+    """A File row of ``TEST_OWNER`` (a one-byte fine-tune JSONL ``train.jsonl``, nothing stored
+    at its path), with ``columns`` over those defaults; its id."""
+    file_id = file_id or new_id("file")
+    defaults = {"owner": TEST_OWNER, "filename": "train.jsonl", "purpose": "fine-tune", "format": "jsonl"}
+    with session_scope(database_url) as session:
+        session.add(File(**(defaults | {"bytes": 1, "path": "x", "id": file_id} | columns)))
+    return file_id
+
+
 def insert_tuned_model(database_url: str, name: str, output_dir: str, owner: str = TEST_OWNER) -> str:
     """A succeeded job of ``owner`` (and its training File row) whose fine-tuned model is
     ``ft:tiny:<name>`` with its adapter in ``output_dir`` (under the artifact root); that model id."""
-    with session_scope(database_url) as session:
-        session.add(
-            File(
-                id=f"file-{name}",
-                owner=owner,
-                filename="train.jsonl",
-                purpose="fine-tune",
-                format="jsonl",
-                bytes=1,
-                path="x",
-            )
-        )
+    insert_file(database_url, f"file-{name}", owner=owner)
     now = time.time()
     model = f"ft:tiny:{name}"
     insert_job(

@@ -19,7 +19,7 @@ from cuset_core.analysis.categories import Category
 from cuset_core.demo import demo_problems, demo_record, write_demo_dataset
 from db.models import File, Job
 from db.session import session_scope
-from tests.integration.job_support import insert_job
+from tests.integration.job_support import insert_file, insert_job
 
 PROBLEMS = demo_problems()[:4]
 
@@ -157,18 +157,13 @@ def test_retrieve_and_content_download(client):
 
 
 def test_unknown_and_foreign_files_are_404(client, service_settings):
-    with session_scope(service_settings.resolved_database_url) as session:
-        session.add(
-            File(
-                id="file-foreign0000000000000001",
-                owner="someone-else",
-                filename="x.jsonl",
-                purpose="fine-tune",
-                format="jsonl",
-                bytes=1,
-                path="files/x.jsonl",
-            )
-        )
+    insert_file(
+        service_settings.resolved_database_url,
+        "file-foreign0000000000000001",
+        owner="someone-else",
+        filename="x.jsonl",
+        path="files/x.jsonl",
+    )
     for file_id in ("file-unknown", "file-foreign0000000000000001"):
         for method, suffix in (("GET", ""), ("GET", "/content"), ("GET", "/records"), ("DELETE", "")):
             response = client.request(method, f"/v1/files/{file_id}{suffix}")

@@ -216,35 +216,6 @@ def test_list_pages_newest_first_with_after_and_limit(client, training_file):
     assert seen[:7] == ids[::-1] and len(seen) == len(set(seen))
 
 
-@pytest.mark.parametrize(
-    ("change", "status", "param"),
-    [
-        ({"training_file": "file-nope"}, 400, "training_file"),
-        ({"model": "gpt-17"}, 400, "model"),
-        ({"method": {"type": "cuset", "mask_ratio": 1.5}}, 400, "method.mask_ratio"),
-        ({"method": {"type": "magic"}}, 400, "method.type"),
-        ({"method": {"type": "cuset", "no_such_knob": 1}}, 400, "method.no_such_knob"),
-        ({"hyperparameters": {"n_epochs": 0}}, 400, "hyperparameters.n_epochs"),
-        ({"hyperparameters": {"batch_size": "many"}}, 400, "hyperparameters.batch_size"),
-        ({"hyperparameters": {"lora_rank": 0}}, 400, "hyperparameters.lora_rank"),
-        ({"hyperparameters": {"warp_speed": 9}}, 400, "hyperparameters.warp_speed"),
-        ({"hyperparameters": {"n_epochs": 10**6}}, 400, "hyperparameters.n_epochs"),
-        ({"hyperparameters": {"max_steps": 10**9}}, 400, "hyperparameters.max_steps"),
-        ({"hyperparameters": {"max_seq_len": 10**7}}, 400, "hyperparameters.max_seq_len"),
-        ({"hyperparameters": {"batch_size": 10**6}}, 400, "hyperparameters.batch_size"),
-        ({"hyperparameters": {"lora_rank": 65536}}, 400, "hyperparameters.lora_rank"),
-        ({"suffix": "Has Spaces"}, 422, "suffix"),
-        ({"metadata": {f"k{i}": "v" for i in range(17)}}, 422, "metadata"),
-        ({"seed": -1}, 422, "seed"),
-    ],
-)
-def test_invalid_requests_name_the_field(client, training_file, change, status, param):
-    response = create(client, {**job_request(training_file), **change})
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert error["param"] == param and error["message"]
-
-
 def test_an_eval_file_cannot_be_a_training_file(client):
     response = create(client, job_request(upload_eval_problems(client)))
     assert response.status_code == 400

@@ -22,7 +22,7 @@ from cuset_core.demo import demo_problems
 from db.ids import new_id
 from db.models import File, Generation
 from db.session import session_scope
-from tests.integration.job_support import insert_generation, insert_job
+from tests.integration.job_support import insert_file, insert_generation, insert_job
 from tests.integration.security_support import assert_error, bearer, jsonl, new_key, secure_client, training_rows
 from tests.service import PG_ADMIN_URL, WorkerProcess, fresh_database, wait_for
 
@@ -374,22 +374,7 @@ def test_a_tampered_row_never_serves_a_file_outside_the_root(service_settings, d
 
     api = TestClient(create_app(service_settings.model_copy(update={"auth": True})), raise_server_exceptions=False)
     owner = _owner_of(database_url, alice)
-    file_id = new_id("file")
-    with session_scope(database_url) as session:
-        session.add(
-            File(
-                id=file_id,
-                owner=owner,
-                filename="x.jsonl",
-                purpose="fine-tune",
-                format="jsonl",
-                bytes=1,
-                path=stored,
-                records=1,
-                total_rows=1,
-                warnings=[],
-            )
-        )
+    file_id = insert_file(database_url, owner=owner, filename="x.jsonl", path=stored, records=1, total_rows=1)
     try:
         for path in (f"/v1/files/{file_id}/content", f"/v1/files/{file_id}/records"):
             response = api.get(path, headers=bearer(alice))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from sqlalchemy import select
 
 from db.job_rows import (
     MAX_ATTEMPTS,
@@ -20,10 +19,11 @@ from db.job_rows import (
     finish_validation,
     requeue_or_fail,
 )
-from db.models import Checkpoint, File, Job, JobEvent
+from db.models import Checkpoint, File, Job
 from db.session import session_scope
 from db.settings import Settings
 from db.statuses import JOB_FINAL, JobStatus
+from tests.integration.job_support import event_rows, stored_row
 
 
 @pytest.fixture
@@ -44,19 +44,6 @@ def _job(settings: Settings, status: JobStatus, **values) -> str:
     return job.id
 
 
-def _row(settings: Settings, job_id: str) -> Job:
-    with session_scope(settings.resolved_database_url) as session:
-        job = session.get(Job, job_id)
-        session.expunge(job)
-        return job
-
-
-def _events(settings: Settings, job_id: str) -> list[tuple[str, str]]:
-    with session_scope(settings.resolved_database_url) as session:
-        rows = session.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.seq))
-        return [(row.level, row.message) for row in rows]
-
-
 def _claimed(settings: Settings) -> tuple[str, int]:
     job_id = _job(settings, JobStatus.QUEUED)
     with session_scope(settings.resolved_database_url) as session:
@@ -71,7 +58,7 @@ def test_events_keep_their_order_in_seq(settings):
         for message in ("one", "two", "three"):
             add_event(session, job_id, message)
             session.flush()
-    assert [message for _, message in _events(settings, job_id)] == ["one", "two", "three"]
+    assert [message for _, message in event_rows(settings.resolved_database_url, job_id)] == ["one", "two", "three"]
 
 
 def test_validation_queues_the_job_once_and_logs_its_notes(settings):
@@ -79,8 +66,8 @@ def test_validation_queues_the_job_once_and_logs_its_notes(settings):
     with session_scope(settings.resolved_database_url) as session:
         assert finish_validation(session, job_id, [("warning", "2 records truncated")], None)
         assert not finish_validation(session, job_id, [], None)  # a redelivered message moves nothing
-    assert _row(settings, job_id).status == JobStatus.QUEUED
-    assert _events(settings, job_id) == [
+    assert stored_row(settings.resolved_database_url, Job, job_id).status == JobStatus.QUEUED
+    assert event_rows(settings.resolved_database_url, job_id) == [
         ("warning", "2 records truncated"),
         ("info", "Validated training file; job queued"),
     ]
@@ -91,16 +78,16 @@ def test_a_failed_validation_ends_the_job_with_its_error(settings):
     error = {"code": "invalid_file", "message": "training_file file-1: no usable record", "param": "training_file"}
     with session_scope(settings.resolved_database_url) as session:
         assert finish_validation(session, job_id, [], error)
-    job = _row(settings, job_id)
+    job = stored_row(settings.resolved_database_url, Job, job_id)
     assert (job.status, job.error, job.finished_at is not None) == (JobStatus.FAILED, error, True)
-    assert _events(settings, job_id)[-1] == ("error", f"Validation failed: {error['message']}")
+    assert event_rows(settings.resolved_database_url, job_id)[-1] == ("error", f"Validation failed: {error['message']}")
 
 
 def test_a_claim_takes_a_queued_job_once(settings):
     job_id, attempt = _claimed(settings)
     with session_scope(settings.resolved_database_url) as session:
         assert claim(session, settings, job_id) is None  # running with a fresh heartbeat: another worker's
-    job = _row(settings, job_id)
+    job = stored_row(settings.resolved_database_url, Job, job_id)
     assert (job.status, job.attempts, job.output_dir) == (JobStatus.RUNNING, attempt, f"jobs/{job_id}/out")
 
 
@@ -123,7 +110,7 @@ def test_an_attempt_that_lost_its_job_can_no_longer_change_it(settings):
         assert not finish_attempt(session, job_id, attempt, JobStatus.SUCCEEDED)
         assert not fail_attempt(session, job_id, attempt, "training_failed", "boom")
         assert beat(session, job_id, attempt + 1) == (True, False)
-    assert _row(settings, job_id).status == JobStatus.RUNNING
+    assert stored_row(settings.resolved_database_url, Job, job_id).status == JobStatus.RUNNING
 
 
 @pytest.mark.parametrize("status", sorted(JOB_FINAL))
@@ -131,7 +118,7 @@ def test_a_final_status_sets_the_finish_time(settings, status):
     job_id, attempt = _claimed(settings)
     with session_scope(settings.resolved_database_url) as session:
         assert finish_attempt(session, job_id, attempt, status)
-    job = _row(settings, job_id)
+    job = stored_row(settings.resolved_database_url, Job, job_id)
     assert (job.status, job.finished_at is not None, job.eta_s) == (status, True, None)
 
 
@@ -139,9 +126,9 @@ def test_a_failed_attempt_records_the_error_and_one_line_in_the_log(settings):
     job_id, attempt = _claimed(settings)
     with session_scope(settings.resolved_database_url) as session:
         assert fail_attempt(session, job_id, attempt, "training_failed", "Traceback ...\nValueError: bad", "bad")
-    job = _row(settings, job_id)
+    job = stored_row(settings.resolved_database_url, Job, job_id)
     assert job.error == {"code": "training_failed", "message": "Traceback ...\nValueError: bad", "param": None}
-    assert _events(settings, job_id)[-1] == ("error", "Job failed: bad")
+    assert event_rows(settings.resolved_database_url, job_id)[-1] == ("error", "Job failed: bad")
 
 
 def _checkpoint(settings: Settings, job_id: str, step: int) -> None:
@@ -157,16 +144,19 @@ def test_a_lost_job_with_a_checkpoint_is_requeued_to_resume(settings):
     _checkpoint(settings, job_id, 8)
     with session_scope(settings.resolved_database_url) as session:
         assert requeue_or_fail(session, settings, session.get(Job, job_id), "worker loss", "worker_lost")
-    job = _row(settings, job_id)
+    job = stored_row(settings.resolved_database_url, Job, job_id)
     assert (job.status, job.heartbeat_at, job.finished_at) == (JobStatus.QUEUED, None, None)
-    assert _events(settings, job_id)[-1] == ("warning", "requeued after worker loss; resuming from step 8")
+    assert event_rows(settings.resolved_database_url, job_id)[-1] == (
+        "warning",
+        "requeued after worker loss; resuming from step 8",
+    )
 
 
 def test_a_lost_job_without_a_checkpoint_fails(settings):
     job_id, _ = _claimed(settings)
     with session_scope(settings.resolved_database_url) as session:
         assert not requeue_or_fail(session, settings, session.get(Job, job_id), "worker loss", "worker_lost")
-    job = _row(settings, job_id)
+    job = stored_row(settings.resolved_database_url, Job, job_id)
     assert job.status == JobStatus.FAILED
     assert job.error["code"] == "worker_lost"
     assert job.error["message"] == "The job stopped: worker loss (no checkpoint to resume from)."
@@ -177,7 +167,7 @@ def test_a_lost_job_out_of_attempts_fails_even_with_a_checkpoint(settings):
     _checkpoint(settings, job_id, 8)
     with session_scope(settings.resolved_database_url) as session:
         assert not requeue_or_fail(session, settings, session.get(Job, job_id), "worker loss", "worker_lost")
-    job = _row(settings, job_id)
+    job = stored_row(settings.resolved_database_url, Job, job_id)
     assert job.status == JobStatus.FAILED
     assert job.error["message"] == f"The job stopped: worker loss ({MAX_ATTEMPTS} attempts used)."
 
@@ -187,7 +177,7 @@ def test_cancelling_a_job_not_yet_running_ends_it_at_once(settings, status):
     job_id = _job(settings, status)
     with session_scope(settings.resolved_database_url) as session:
         assert cancel(session, job_id)
-    job = _row(settings, job_id)
+    job = stored_row(settings.resolved_database_url, Job, job_id)
     assert (job.status, job.cancel_requested, job.finished_at is not None) == (JobStatus.CANCELLED, True, True)
     with session_scope(settings.resolved_database_url) as session:
         assert claim(session, settings, job_id) is None
@@ -199,5 +189,8 @@ def test_cancelling_a_running_job_asks_its_worker_to_stop(settings):
         assert not cancel(session, job_id)
     with session_scope(settings.resolved_database_url) as session:
         assert beat(session, job_id, attempt) == (True, True)
-    assert _row(settings, job_id).status == JobStatus.RUNNING
-    assert _events(settings, job_id)[-1] == ("info", "Cancellation requested; stopping after a checkpoint")
+    assert stored_row(settings.resolved_database_url, Job, job_id).status == JobStatus.RUNNING
+    assert event_rows(settings.resolved_database_url, job_id)[-1] == (
+        "info",
+        "Cancellation requested; stopping after a checkpoint",
+    )
