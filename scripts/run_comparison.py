@@ -573,8 +573,11 @@ def log(message: str) -> None:
 
 
 def mark(status_path: Path, key: str, value: str) -> None:
-    """Record a stage's outcome in ``status.json`` (written after every stage)."""
+    """Record a stage's outcome in ``status.json`` (written after every stage). A stage found
+    done again on a rerun keeps the time it finished."""
     status = json.loads(status_path.read_text()) if status_path.is_file() else {}
+    if status.get(key, {}).get("state") == value:
+        return
     status[key] = {"state": value, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
     status_path.write_text(json.dumps(status, indent=1) + "\n")
 
