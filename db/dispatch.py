@@ -34,6 +34,7 @@ ROUTES: dict[str, str] = {
     "cuset.confidence": INFER_QUEUE,
     "cuset.eval": INFER_QUEUE,
     "cuset.eval_verify_gpu": INFER_QUEUE,
+    "cuset.eval_repair": INFER_QUEUE,
     "cuset.validate_job_files": CPU_QUEUE,
     "cuset.verify_sample": CPU_QUEUE,
     "cuset.eval_verify": CPU_QUEUE,

@@ -28,6 +28,8 @@ class EvalSampleRecord(BaseModel):
     completion_tokens: int | None = None
     finish_reason: str | None = None
     result: VerifyResult = Field(description="the core's VerifyResult: verdict, tier, reason, log, timings, ...")
+    round: int = Field(0, description="0 for a drawn sample, r for the r-th repair of one (repair_rounds)")
+    repair_of: int | None = Field(None, description="index of the failed attempt this repair answers")
 
     @classmethod
     def of(cls, sample: SampleRecord) -> EvalSampleRecord:

@@ -46,9 +46,10 @@ class EngineRoute(BaseModel):
     url: str
     model: str
     api_key_env: str | None = Field(None, description="environment variable holding the engine's key")
+    supports_n: bool = Field(True, description="whether the engine returns n choices per request")
 
     def endpoint(self) -> Endpoint:
-        return Endpoint(base_url=self.url, model=self.model)
+        return Endpoint(base_url=self.url, model=self.model, supports_n=self.supports_n)
 
     def spec(self) -> str:
         """As a cuset_core model spec (``openai:URL#NAME``), which ``cuset eval`` decodes remotely."""
@@ -66,7 +67,9 @@ class EngineRoute(BaseModel):
 def base_engine_routes(settings: Settings) -> dict[str, EngineRoute]:
     """Per base model an engine serves, the route to the base model itself."""
     return {
-        base: EngineRoute(url=engine.url, model=engine.model or base, api_key_env=engine.api_key_env)
+        base: EngineRoute(
+            url=engine.url, model=engine.model or base, api_key_env=engine.api_key_env, supports_n=engine.supports_n
+        )
         for base, engine in settings.inference_engines.items()
     }
 

@@ -27,6 +27,11 @@ class EngineConfig(BaseModel):
     api_key_env: str | None = Field(
         None, description="environment variable holding the engine's API key (sent as a bearer token); none: no key"
     )
+    supports_n: bool = Field(
+        True,
+        description="whether the engine returns n choices per request; off (llama.cpp server, some TGI builds): "
+        "n samples go as n requests. An engine that refuses n > 1 is also found out at the first such request",
+    )
 
     @field_validator("url")
     @classmethod
@@ -73,7 +78,7 @@ class Settings(BaseSettings):
     max_records_per_file: int = Field(200_000, ge=1)
     max_generation_tokens: int = Field(4096, ge=1, description="max_tokens ceiling per request")
     max_samples_per_request: int = Field(16, ge=1)
-    max_repair_rounds: int = Field(4, ge=0, description="repair_rounds ceiling of /v1/generate")
+    max_repair_rounds: int = Field(4, ge=0, description="repair_rounds ceiling of /v1/generate and /v1/evals")
 
     verify_cache_dir: Path | None = Field(
         None,

@@ -70,6 +70,11 @@ def _config(body: EvalCreate, settings: Settings) -> dict:
     max_tokens = body.max_tokens or min(DEFAULT_MAX_TOKENS, settings.max_generation_tokens)
     if max_tokens > settings.max_generation_tokens:
         raise bad_request(f"max_tokens must be at most {settings.max_generation_tokens}.", param="max_tokens")
+    if body.repair_rounds > settings.max_repair_rounds:
+        raise bad_request(
+            f"repair_rounds is {body.repair_rounds}; this server allows at most {settings.max_repair_rounds}.",
+            param="repair_rounds",
+        )
     batch_size = body.batch_size or min(DEFAULT_BATCH_SIZE, settings.generation_batch_max)
     if batch_size > settings.generation_batch_max:
         raise bad_request(f"batch_size must be at most {settings.generation_batch_max}.", param="batch_size")
@@ -84,6 +89,7 @@ def _config(body: EvalCreate, settings: Settings) -> dict:
         "prompt_style": body.prompt_style,
         "seed": body.seed,
         "batch_size": batch_size,
+        "repair_rounds": body.repair_rounds,
     }
 
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from cuset_core.evaluation.metrics import ProblemRow
-from cuset_core.evaluation.runner import DEMO_HELD_OUT, DEMO_PROBLEMS
+from cuset_core.evaluation.runner import DEMO_HELD_OUT, DEMO_PROBLEMS, MAX_REPAIR_ROUNDS
 from cuset_core.evaluation.settings import VerificationSettings
 from db.evals import EvalSampleRecord
 from db.statuses import EvalStatus
@@ -17,8 +17,8 @@ class EvalCreate(VerificationSettings):
     """``POST /v1/evals``: a model, a problem source (an eval file or the demo set), decoding knobs and
     the verification knobs (``VerificationSettings``, the core's ``EvalConfig`` has the same).
 
-    Limits that depend on the service settings (``samples``, ``max_tokens``, ``batch_size``) are
-    checked by the router.
+    Limits that depend on the service settings (``samples``, ``max_tokens``, ``batch_size``,
+    ``repair_rounds``) are checked by the router.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -39,6 +39,13 @@ class EvalCreate(VerificationSettings):
     prompt_style: Literal["kernelbench", "compact"] = "kernelbench"
     seed: int = 0
     batch_size: int | None = Field(None, ge=1, description="problems generated together (progress advances per batch)")
+    repair_rounds: int = Field(
+        0,
+        ge=0,
+        le=MAX_REPAIR_ROUNDS,
+        description="R: times a failing sample (greedy or i.i.d.) is sent back to the model with its verifier error "
+        "as a follow-up turn; the aggregate then also has the figures within R repairs (``repaired``)",
+    )
 
 
 class EvalProgress(BaseModel):
@@ -72,7 +79,8 @@ class EvalObject(BaseModel):
         "correct@1, fast_<p>, verdicts) and sampled (pass@k from the i.i.d. samples: metrics compile@k ..., "
         "fast_p averaged over samples, verdicts), each null when no such sample was drawn; kernelbench (GPU "
         "tier: KernelBench's fast_p at p = 0, 0.5, 0.8, 1, 1.5, 2 over one scored sample per problem, "
-        "geo_mean_speedup, and the same against torch.compile); verdicts (all samples)",
+        "geo_mean_speedup, and the same against torch.compile); verdicts (all samples); repaired (with "
+        "repair_rounds: rounds, repairs, and the greedy and sampled blocks again within R repairs; else null)",
     )
     created_at: float
     finished_at: float | None = None
@@ -88,6 +96,7 @@ class EvalProblemObject(BaseModel):
     row: ProblemRow = Field(
         description="over the i.i.d. samples: n, compiled, cpu_correct, correct, fast, "
         "best_speedup, verdicts; greedy: the same over the greedy sample (or null); scored: the sample "
-        "KernelBench scores (correct, speedup, compile_speedup, fast per p; or null)"
+        "KernelBench scores (correct, speedup, compile_speedup, fast per p; or null); repaired: the counts "
+        "within R repairs (or null)"
     )
     samples: list[EvalSampleRecord]

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,10 +40,20 @@ from cuset_core.verify.settings import VerifySettings
 
 DEMO_PROBLEMS = "demo"
 DEMO_HELD_OUT = "demo:held-out"
+MAX_REPAIR_ROUNDS = 10  # each round may decode again every sample that is still failing
 
 
 class EvalInputError(ValueError):
     """A problem set, answers file or option the user gave is unusable; one line says why."""
+
+
+class EvalEngineError(EvalInputError):
+    """The endpoint that decodes the eval failed a request: ``url`` is the request's URL and
+    ``status`` the HTTP status it answered (None: it could not be reached, or broke off)."""
+
+    def __init__(self, message: str, *, url: str | None, status: int | None) -> None:
+        super().__init__(message)
+        self.url, self.status = url, status
 
 
 class EvalConfig(VerificationSettings):
@@ -71,7 +81,7 @@ class EvalConfig(VerificationSettings):
     repair_rounds: int = Field(
         0,
         ge=0,
-        le=10,
+        le=MAX_REPAIR_ROUNDS,
         description="R: times a failing sample (greedy or i.i.d.) is sent back to the model with its verifier "
         "error as a follow-up turn; the results then also give the figures within R repairs",
     )
@@ -324,19 +334,28 @@ def model_decoder(model, tokenizer, config: EvalConfig) -> Decode:
 @contextmanager
 def _decoder(config: EvalConfig, api_key: str | None) -> Iterator[Decode]:
     """The configured model's ``Decode``: the model loaded for this run, or an ``openai:``
-    endpoint asked one chat request per conversation, ``batch_size`` requests in flight."""
-    if not is_endpoint_spec(config.model):
-        from cuset_core.models import inference_dtype, load_model, place_for_inference
-
-        model, tokenizer = load_model(config.model, inference_dtype())
-        # generation dominates an eval's time; the GPU is what it is for
-        yield model_decoder(place_for_inference(model), tokenizer, config)
+    endpoint (:func:`endpoint_decoder`)."""
+    if is_endpoint_spec(config.model):
+        with endpoint_decoder(config, api_key) as decode:
+            yield decode
         return
+    from cuset_core.models import inference_dtype, load_model, place_for_inference
+
+    model, tokenizer = load_model(config.model, inference_dtype())
+    # generation dominates an eval's time; the GPU is what it is for
+    yield model_decoder(place_for_inference(model), tokenizer, config)
+
+
+@contextmanager
+def endpoint_decoder(config: EvalConfig, api_key: str | None, *, supports_n: bool = True) -> Iterator[Decode]:
+    """Answers from the ``openai:`` endpoint that ``config.model`` names: one chat request per
+    conversation, ``batch_size`` requests in flight (``supports_n`` off: one per answer, see
+    ``chat_answers``); ``EvalEngineError`` naming the URL and the status when a request fails."""
     import httpx
 
     from cuset_core.generation.endpoint import DEFAULT_TIMEOUT_S, EndpointError, chat_answers
 
-    endpoint = parse_endpoint(config.model)
+    endpoint = replace(parse_endpoint(config.model), supports_n=supports_n)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     with (
         httpx.Client(headers=headers, timeout=DEFAULT_TIMEOUT_S) as client,
@@ -355,7 +374,7 @@ def _decoder(config: EvalConfig, api_key: str | None) -> Iterator[Decode]:
             except EndpointError as exc:
                 for future in futures:
                     future.cancel()
-                raise EvalInputError(str(exc)) from None
+                raise EvalEngineError(str(exc), url=exc.url, status=exc.status) from None
             return [
                 [Answer(a.text, run.greedy, a.prompt_tokens, a.completion_tokens, a.finish_reason) for a in answers]
                 for answers in replies
@@ -373,17 +392,6 @@ def _generate_samples(
     for batch in tqdm(batches, desc="generate", unit="batch", disable=not progress):
         out |= answers_for(decode, config, batch)
     return out
-
-
-def generate_answers(model, tokenizer, config: EvalConfig, problems: list[Problem]) -> dict[str, list[Answer]]:
-    """:func:`answers_for` from ``model``, loaded by the caller."""
-    return answers_for(model_decoder(model, tokenizer, config), config, problems)
-
-
-def endpoint_answers(config: EvalConfig, problems: list[Problem], api_key: str | None) -> dict[str, list[Answer]]:
-    """:func:`answers_for` from the OpenAI-compatible endpoint that ``config.model`` names."""
-    with _decoder(config, api_key) as decode:
-        return answers_for(decode, config, problems)
 
 
 def answers_for(decode: Decode, config: EvalConfig, problems: list[Problem]) -> dict[str, list[Answer]]:
@@ -449,6 +457,55 @@ def row_of(problem_id: str, records: list[SampleRecord], repair_rounds: int = 0)
     return row.model_copy(update={"repaired": repaired_counts(repair_rounds, sampled, greedy_chain)})
 
 
+def repair_candidates(records: list[SampleRecord], round_: int) -> list[SampleRecord]:
+    """The attempts that round ``round_`` repairs: those of round ``round_ - 1`` that failed in a
+    repairable way (the rule ``/v1/generate`` uses), in record order."""
+    from cuset_core.generation.prompts import repairable
+
+    return [r for r in records if r.round == round_ - 1 and repairable(r.result)]
+
+
+def repair_answers(
+    decode: Decode,
+    config: EvalConfig,
+    problems: dict[str, Problem],
+    attempts: list[SampleRecord],
+    round_: int,
+    progress: bool = False,
+) -> list[Answer]:
+    """One repair per attempt, in ``attempts``' order: the follow-up turn showing the attempt and
+    its verifier error, decoded like its drawn sample (greedy, or at the i.i.d. temperature, seed
+    ``seed + round_``), ``batch_size`` at a time, greedy attempts first. ``problems`` by id."""
+    from cuset_core.generation.prompts import build_messages, repair_messages
+
+    answers: dict[int, Answer] = {}
+    for greedy in (True, False):
+        todo = [(i, r) for i, r in enumerate(attempts) if r.greedy is greedy]
+        batches = [todo[i : i + config.batch_size] for i in range(0, len(todo), config.batch_size)]
+        for batch in tqdm(batches, desc=f"repair {round_}", unit="batch", disable=not progress):
+            conversations = [
+                repair_messages(build_messages(problems[r.problem_id].code, config.prompt_style), r.answer, r.result)
+                for _, r in batch
+            ]
+            replies = decode(conversations, _repair_run(config, greedy=greedy), config.seed + round_)
+            answers |= {i: reply[0] for (i, _), reply in zip(batch, replies)}
+    return [answers[i] for i in range(len(attempts))]
+
+
+def score_repairs(
+    problem: Problem,
+    records: list[SampleRecord],
+    repairs: list[tuple[int, Answer]],
+    settings: VerifySettings,
+    cache_dir: Path | None,
+    use_cache: bool,
+) -> None:
+    """Verify each ``(index, answer)`` of ``repairs`` as the repair of attempt ``index`` of
+    ``records`` (one problem's attempts) and append it there."""
+    for index, answer in repairs:
+        records.append(_scored(problem, len(records), answer, settings, cache_dir, use_cache, records[index]))
+
+
 def repair(
     decode: Decode,
     config: EvalConfig,
@@ -458,29 +515,15 @@ def repair(
     progress: bool = False,
 ) -> None:
     """Append up to ``config.repair_rounds`` rounds of repairs to ``records`` (per problem id):
-    in round r every attempt of round r - 1 that failed in a repairable way (the rule
-    ``/v1/generate`` uses) is sent back to the model as a follow-up turn with its verifier error
-    (the same turn), decoded like its drawn sample (greedy, or at the i.i.d. temperature, seed
-    ``seed + r``), ``batch_size`` at a time, and verified."""
-    from cuset_core.generation.prompts import build_messages, repair_messages, repairable
-
+    in round r every attempt of round r - 1 that failed in a repairable way is sent back to the
+    model (:func:`repair_answers`) and its repair verified."""
     by_id = {p.id: p for p in problems}
     for round_ in range(1, config.repair_rounds + 1):
-        failed = [r for p in problems for r in records[p.id] if r.round == round_ - 1 and repairable(r.result)]
-        for greedy in (True, False):
-            todo = [r for r in failed if r.greedy is greedy]
-            batches = [todo[i : i + config.batch_size] for i in range(0, len(todo), config.batch_size)]
-            for batch in tqdm(batches, desc=f"repair {round_}", unit="batch", disable=not progress):
-                conversations = [
-                    repair_messages(build_messages(by_id[r.problem_id].code, config.prompt_style), r.answer, r.result)
-                    for r in batch
-                ]
-                replies = decode(conversations, _repair_run(config, greedy=greedy), config.seed + round_)
-                for attempt, answers in zip(batch, replies):
-                    problem, own = by_id[attempt.problem_id], records[attempt.problem_id]
-                    own.append(
-                        _scored(problem, len(own), answers[0], settings, config.cache_dir, config.cache, attempt)
-                    )
+        failed = [r for p in problems for r in repair_candidates(records[p.id], round_)]
+        answers = repair_answers(decode, config, by_id, failed, round_, progress)
+        for problem in problems:
+            own = [(a.index, answer) for a, answer in zip(failed, answers) if a.problem_id == problem.id]
+            score_repairs(problem, records[problem.id], own, settings, config.cache_dir, config.cache)
 
 
 # ---------------------------------------------------------------- run

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -17,18 +18,30 @@ import httpx
 
 OPENAI_PREFIX = "openai:"
 DEFAULT_TIMEOUT_S = 600.0  # one request: n answers of up to max_tokens each
+MAX_SINGLE_REQUESTS = 8  # answers asked for at once, one request each, when an engine lacks n
+# Engines (base URLs) seen refusing n > 1, or answering with fewer choices: per process, so each
+# worker pays for the discovery once and then asks one answer per request straight away.
+_LACKS_N: set[str] = set()
 
 
 class EndpointError(ValueError):
-    """The endpoint refused or failed a request; one line says which and why."""
+    """The endpoint refused or failed a request; one line says which and why. ``url`` is the
+    request's URL and ``status`` the HTTP status it answered (None: it was not reached, or it
+    broke off)."""
+
+    def __init__(self, message: str, *, url: str | None = None, status: int | None = None) -> None:
+        super().__init__(message)
+        self.url, self.status = url, status
 
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where a served model answers: the API's base URL and the model's id there."""
+    """Where a served model answers: the API's base URL, the model's id there, and whether it
+    honours ``n`` (several choices per request; llama.cpp's server and some TGI builds do not)."""
 
     base_url: str
     model: str
+    supports_n: bool = True
 
 
 @dataclass(frozen=True)
@@ -72,35 +85,80 @@ def chat_answers(
     seed: int | None,
 ) -> list[EndpointAnswer]:
     """``n`` answers to one chat conversation from ``endpoint`` (temperature 0: greedy), in choice
-    order; ``EndpointError`` when the endpoint cannot be reached or answers with an error."""
-    body = {
-        "model": endpoint.model,
-        "messages": messages,
-        "n": n,
-        "temperature": temperature,
-        "top_p": top_p,
-        "max_tokens": max_tokens,
-        "seed": seed,
-    }
+    order; ``EndpointError`` when the endpoint cannot be reached or answers with an error.
+
+    An engine without ``n`` (``supports_n`` off, or seen refusing ``n > 1`` with a 4xx or
+    answering with fewer choices) is asked the missing answers one request each, up to
+    ``MAX_SINGLE_REQUESTS`` at once, answer j with seed ``seed + j`` so they differ."""
+    decoding = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens}
+    answers: list[EndpointAnswer] = []
+    tried_n = n == 1 or (endpoint.supports_n and endpoint.base_url not in _LACKS_N)
+    if tried_n:
+        try:
+            answers = _chat_request(client, endpoint, messages, decoding | {"n": n, "seed": seed})
+        except EndpointError as exc:
+            if n == 1 or not _refuses_n(exc.status):
+                raise
+        if len(answers) == n:
+            return answers
+    missing = range(len(answers), n)
+    with ThreadPoolExecutor(max_workers=min(len(missing), MAX_SINGLE_REQUESTS)) as pool:
+        singles = list(
+            pool.map(
+                lambda j: _chat_request(
+                    client, endpoint, messages, decoding | {"n": 1, "seed": None if seed is None else seed + j}
+                )[0],
+                missing,
+            )
+        )
+    if tried_n:  # the answers alone came back: it is n the engine lacks, not the request it refused
+        _LACKS_N.add(endpoint.base_url)
+    return answers + singles
+
+
+def _refuses_n(status: int | None) -> bool:
+    """Whether an error status may be an engine's refusal of ``n > 1``: a client error other than
+    those that say nothing about the request's fields (key, model, rate)."""
+    return status is not None and 400 <= status < 500 and status not in (401, 403, 404, 429)
+
+
+def _chat_request(
+    client: httpx.Client, endpoint: Endpoint, messages: list[dict], decoding: dict
+) -> list[EndpointAnswer]:
+    """One ``chat/completions`` request with ``decoding`` (n, seed, temperature, top_p,
+    max_tokens): the choices it returned, in order (at most n; fewer when the engine ignores n)."""
+    n = decoding["n"]
+    body = {"model": endpoint.model, "messages": messages, **decoding}
     url = f"{endpoint.base_url}/chat/completions"
     try:
         response = client.post(url, json=body)
     except httpx.HTTPError as exc:
-        raise EndpointError(f"model: cannot reach {url}: {exc}") from None
+        raise EndpointError(f"model: cannot reach {url}: {_connection_error(exc)}", url=url) from None
     if response.status_code != 200:
-        raise EndpointError(f"model: {url} answered {response.status_code}: {_error_message(response)}")
+        raise EndpointError(
+            f"model: {url} answered {response.status_code}: {_error_message(response)}",
+            url=url,
+            status=response.status_code,
+        )
     try:
         data = response.json()
         choices = sorted(data["choices"], key=lambda choice: choice["index"])
         answers = [(choice["message"]["content"] or "", choice.get("finish_reason")) for choice in choices]
     except (ValueError, KeyError, TypeError) as exc:
-        raise EndpointError(f"model: {url} answered 200 without chat completion choices ({exc!r})") from None
-    if len(answers) != n:
-        raise EndpointError(f"model: {url} returned {len(answers)} choices for n={n}")
+        raise EndpointError(
+            f"model: {url} answered 200 without chat completion choices ({exc!r})", url=url, status=200
+        ) from None
+    if not answers or len(answers) > n:
+        raise EndpointError(f"model: {url} returned {len(answers)} choices for n={n}", url=url, status=200)
     usage = data.get("usage") or {}
     prompt_tokens = usage.get("prompt_tokens")
-    completion_tokens = usage.get("completion_tokens") if n == 1 else None
+    completion_tokens = usage.get("completion_tokens") if len(answers) == 1 else None
     return [EndpointAnswer(text, prompt_tokens, completion_tokens, finish) for text, finish in answers]
+
+
+def _connection_error(exc: httpx.HTTPError) -> str:
+    """What went wrong on the wire: the error's class (ConnectError, ReadTimeout, ...) and text."""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -146,7 +204,11 @@ def stream_answer(
         with client.stream("POST", url, json=body) as response:
             if response.status_code != 200:
                 response.read()
-                raise EndpointError(f"model: {url} answered {response.status_code}: {_error_message(response)}")
+                raise EndpointError(
+                    f"model: {url} answered {response.status_code}: {_error_message(response)}",
+                    url=url,
+                    status=response.status_code,
+                )
             for line in response.iter_lines():
                 if not line.startswith("data:"):
                     continue  # blank separators, comments, event names
@@ -155,7 +217,7 @@ def stream_answer(
                     return
                 yield _delta(url, data, chat)
     except httpx.HTTPError as exc:
-        raise EndpointError(f"model: cannot reach {url}: {exc}") from None
+        raise EndpointError(f"model: cannot reach {url}: {_connection_error(exc)}", url=url) from None
 
 
 def _delta(url: str, data: str, chat: bool) -> EndpointDelta:

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
+from transformers import StoppingCriteriaList
+
+from cuset_core.generation.fence_stop import FenceStop, fence_cut
 
 FinishReason = Literal["stop", "length"]
 
@@ -64,15 +67,22 @@ def seeded(seed: int | None, device: torch.device):
         yield
 
 
-def completion_from_tokens(tokens: list[int], prompt_tokens: int, stop_ids: set[int], tokenizer) -> GeneratedText:
-    """Cut a generated id row at its first stop token and decode it."""
+def completion_from_tokens(
+    tokens: list[int], prompt_tokens: int, stop_ids: set[int], tokenizer, *, stop_at_fence: bool = False
+) -> GeneratedText:
+    """Cut a generated id row at its first stop token (or, with ``stop_at_fence``, after the line
+    closing its first fenced code block, if that comes first) and decode it."""
     end = next((i for i, token in enumerate(tokens) if token in stop_ids), None)
     kept = tokens if end is None else tokens[:end]
+    counted = len(tokens) if end is None else end + 1
+    fence = fence_cut(kept, tokenizer) if stop_at_fence else None
+    if fence is not None:
+        kept, counted = kept[:fence], fence
     return GeneratedText(
         text=tokenizer.decode(kept, skip_special_tokens=True),
         prompt_tokens=prompt_tokens,
-        completion_tokens=len(tokens) if end is None else end + 1,
-        finish_reason="length" if end is None else "stop",
+        completion_tokens=counted,
+        finish_reason="length" if end is None and fence is None else "stop",
     )
 
 
@@ -87,34 +97,49 @@ def generate(
     top_p: float = 1.0,
     max_new_tokens: int = 512,
     seed: int | None = None,
+    stop_at_fence: bool | Sequence[bool] = False,
 ) -> list[list[GeneratedText]]:
     """``n`` completions for each conversation, in input order: result[i][j] is sample j of
-    conversation i. Greedy decoding (temperature 0) runs once and repeats its answer n times."""
+    conversation i. Greedy decoding (temperature 0) runs once and repeats its answer n times.
+    ``stop_at_fence`` (for every conversation, or one flag each) ends a completion after the line
+    closing its first fenced code block (:mod:`.fence_stop`)."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     if not messages_batch:
         return []
+    fenced = [stop_at_fence] * len(messages_batch) if isinstance(stop_at_fence, bool) else list(stop_at_fence)
+    if len(fenced) != len(messages_batch):
+        raise ValueError(f"stop_at_fence has {len(fenced)} flags for {len(messages_batch)} conversations")
     kwargs = decoding_kwargs(temperature, top_p, max_new_tokens)
     device = next(model.parameters()).device
     prompts = [render_prompt(tokenizer, messages) for messages in messages_batch]
     encoded = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
     encoded = {key: value.to(device) for key, value in encoded.items()}
     per_prompt = n if kwargs["do_sample"] else 1
+    width = encoded["input_ids"].shape[1]
+    criteria = StoppingCriteriaList()
+    if any(fenced):
+        criteria.append(FenceStop(tokenizer, width, [flag for flag in fenced for _ in range(per_prompt)]))
     was_training = model.training
     model.eval()
     with seeded(seed, device):
         output = model.generate(
-            **encoded, **kwargs, num_return_sequences=per_prompt, pad_token_id=tokenizer.pad_token_id
+            **encoded,
+            **kwargs,
+            num_return_sequences=per_prompt,
+            stopping_criteria=criteria,
+            pad_token_id=tokenizer.pad_token_id,
         )
     model.train(was_training)
-    width = encoded["input_ids"].shape[1]
     prompt_lengths = encoded["attention_mask"].sum(dim=1).tolist()
     stop_ids = stop_token_ids(model, tokenizer)
     rows = output[:, width:].tolist()
     results = []
     for i, prompt_tokens in enumerate(prompt_lengths):
         samples = [
-            completion_from_tokens(rows[i * per_prompt + j], prompt_tokens, stop_ids, tokenizer)
+            completion_from_tokens(
+                rows[i * per_prompt + j], prompt_tokens, stop_ids, tokenizer, stop_at_fence=fenced[i]
+            )
             for j in range(per_prompt)
         ]
         results.append(samples * (n // per_prompt))

@@ -31,6 +31,13 @@ def test_a_created_eval_is_queued_with_its_problem_count_and_its_message(fast_cl
     assert body["progress"]["done"] == 0 and body["progress"]["total"] > 0
     assert (body["config"]["tier"], body["config"]["max_new_tokens"]) == ("static", 32)
     assert enqueued(fast_settings) == [("cuset.eval", [body["id"]])]
+    assert body["config"]["repair_rounds"] == 0
+
+
+def test_an_eval_with_repair_rounds_records_them_in_its_config(fast_client):
+    response = fast_client.post("/v1/evals", json=EVAL | {"repair_rounds": 2})
+    assert response.status_code == 200, response.text
+    assert response.json()["config"]["repair_rounds"] == 2
 
 
 @pytest.mark.parametrize(
@@ -54,6 +61,10 @@ def test_a_created_eval_is_queued_with_its_problem_count_and_its_message(fast_cl
         ({"input_seed": 2**40}, 422, "input_seed"),
         ({"trials": 0}, 422, "trials"),
         ({"arch": "90"}, 422, "arch"),
+        ({"repair_rounds": -1}, 422, "repair_rounds"),
+        ({"repair_rounds": 11}, 422, "repair_rounds"),
+        ({"repair_rounds": "twice"}, 422, "repair_rounds"),
+        ({"repair_rounds": 5}, 400, "repair_rounds"),  # above the service's max_repair_rounds (4)
     ],
 )
 def test_a_bad_eval_request_names_its_field_and_creates_nothing(fast_client, fast_settings, change, status, param):

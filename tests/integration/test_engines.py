@@ -18,7 +18,7 @@ from db.models import Generation
 from db.session import session_scope
 from db.settings import Settings
 from tests.integration.job_support import insert_tuned_model
-from tests.service import TEST_OWNER, WorkerProcess, fresh_database
+from tests.service import TEST_OWNER, ServiceServer, WorkerProcess, fresh_database, wait_for
 
 KEY_ENV = "CUSET_TEST_ENGINE_KEY"
 HELLO = [{"role": "user", "content": "Write a CUDA kernel that adds two vectors."}]
@@ -30,13 +30,38 @@ def _changed(settings: Settings, **changes) -> Settings:
     return Settings(**(settings.model_dump() | changes))
 
 
+UNREACHABLE = "http://127.0.0.1:9/v1"  # the discard port: nothing listens there
+
+
 @pytest.fixture(scope="module")
-def front(server, worker, api_key, service_settings, broker_key_prefix, tmp_path_factory) -> Iterator[httpx.Client]:
-    """The front service's API (in process) with its own worker; its key in the headers."""
+def single_engine(worker, service_settings, tmp_path_factory) -> Iterator[str]:
+    """A second API of the engine service (same database and worker) that answers one sample per
+    request: ``n > 1`` is refused with a 400, as llama.cpp's server and some TGI builds do."""
+    engine = ServiceServer(
+        _changed(service_settings, max_samples_per_request=1), tmp_path_factory.mktemp("single-engine")
+    )
+    engine.start()
+    yield engine.base
+    engine.stop()
+
+
+@pytest.fixture(scope="module")
+def front(
+    server, single_engine, worker, api_key, service_settings, broker_key_prefix, tmp_path_factory
+) -> Iterator[httpx.Client]:
+    """The front service's API (in process) with its own worker; its key in the headers. Besides
+    ``tiny``, its base models ``gone`` (an engine that cannot be reached), ``misnamed`` (the
+    engine, under a model name it does not serve) and ``single`` (the engine without ``n``)."""
     from fastapi.testclient import TestClient
 
     from api.main import create_app
 
+    engines = {
+        "tiny": {"url": f"{server}/v1", "api_key_env": KEY_ENV},
+        "gone": {"url": UNREACHABLE},
+        "misnamed": {"url": f"{server}/v1", "model": "not-served-here", "api_key_env": KEY_ENV},
+        "single": {"url": f"{single_engine}/v1", "model": "tiny", "api_key_env": KEY_ENV},
+    }
     with fresh_database() as database_url, pytest.MonkeyPatch.context() as env:
         env.setenv(KEY_ENV, api_key)  # the front's API and worker read the engine's key from it
         settings = _changed(
@@ -44,8 +69,8 @@ def front(server, worker, api_key, service_settings, broker_key_prefix, tmp_path
             data_dir=tmp_path_factory.mktemp("front"),
             database_url=database_url,
             broker_key_prefix=f"{broker_key_prefix}front:",
-            base_models={"tiny": "/nonexistent/tiny-weights"},
-            inference_engines={"tiny": {"url": f"{server}/v1", "api_key_env": KEY_ENV}},
+            base_models={model: f"/nonexistent/{model}-weights" for model in engines},
+            inference_engines=engines,
         )
         with session_scope(database_url) as session:
             front_key = create_key(session, TEST_OWNER).secret
@@ -141,24 +166,57 @@ def test_a_tuned_adapter_is_addressed_at_the_engine_by_its_name(front, service_s
     assert _engine_rows(service_settings, model="ft:tiny:engine-lora") == 1
 
 
-def test_an_eval_generates_at_the_engine(front, service_settings):
-    before = _engine_rows(service_settings, kind="chat")
-    created = front.post(
-        "/v1/evals",
-        json={"model": "tiny", "samples": 0, "max_tokens": 8, "tier": "static", "problems": "demo:held-out"},
-    )
-    assert created.status_code == 200, created.text
+EVAL = {"samples": 0, "max_tokens": 8, "tier": "static", "problems": "demo:held-out"}
 
-    from tests.service import wait_for
+
+def _finished_eval(front: httpx.Client, request: dict) -> dict:
+    """Create an eval on the front and wait until it leaves queued/running."""
+    created = front.post("/v1/evals", json=EVAL | request)
+    assert created.status_code == 200, created.text
 
     def finished():
         body = front.get(f"/v1/evals/{created.json()['id']}").json()
         return body if body["status"] not in ("queued", "running") else None
 
-    final = wait_for(finished, timeout=240, interval=0.5, what="the eval to finish")
+    return wait_for(finished, timeout=240, interval=0.5, what="the eval to finish")
+
+
+def test_an_eval_generates_at_the_engine(front, service_settings):
+    before = _engine_rows(service_settings, kind="chat")
+
+    final = _finished_eval(front, {"model": "tiny"})
+
     assert final["status"] == "succeeded", final
     assert final["aggregate"]["problems"] == 4
     assert _engine_rows(service_settings, kind="chat") == before + 4  # one greedy answer per problem
+
+
+def test_samples_of_an_eval_come_one_request_each_from_an_engine_that_refuses_n(front, service_settings):
+    before = _engine_rows(service_settings, kind="chat")
+
+    final = _finished_eval(front, {"model": "single", "samples": 2, "temperature": 1.0})
+
+    assert final["status"] == "succeeded", final
+    assert final["aggregate"]["samples"] == 12 and final["aggregate"]["sampled"]["samples"] == 8
+    # Each problem's two samples were refused together (400, no row), then decoded one by one.
+    assert _engine_rows(service_settings, kind="chat") == before + 4 * 3
+    problems = front.get(f"/v1/evals/{final['id']}/problems").json()["data"]
+    assert all(len(p["samples"]) == 3 and all(s["answer"] for s in p["samples"]) for p in problems)
+
+
+@pytest.mark.parametrize(
+    ("model", "code", "reason"),
+    [
+        ("gone", "engine_unreachable", f"cannot reach {UNREACHABLE}/chat/completions: ConnectError"),
+        ("misnamed", "engine_error", "/v1/chat/completions answered 404"),
+    ],
+)
+def test_an_eval_whose_engine_fails_names_the_engine_and_what_went_wrong(front, model, code, reason):
+    final = _finished_eval(front, {"model": model})
+
+    assert final["status"] == "failed" and final["aggregate"] is None
+    assert final["error"]["code"] == code, final["error"]
+    assert final["error"]["message"].startswith("The inference engine failed: ") and reason in final["error"]["message"]
 
 
 def test_readyz_reports_each_engine(front, service_settings, server):
@@ -169,7 +227,8 @@ def test_readyz_reports_each_engine(front, service_settings, server):
     ready = front.get("/readyz")
 
     assert ready.status_code == 200
-    assert ready.json()["engines"] == {"tiny": {"url": f"{server}/v1", "model": "tiny", "status": "reachable"}}
+    assert ready.json()["engines"]["tiny"] == {"url": f"{server}/v1", "model": "tiny", "status": "reachable"}
+    assert ready.json()["engines"]["gone"]["status"] == "unreachable"
     closed = _changed(service_settings, inference_engines={"tiny": {"url": "http://127.0.0.1:9/v1", "model": "base"}})
     with TestClient(create_app(closed)) as client:
         down = client.get("/readyz")
@@ -183,10 +242,9 @@ def test_an_engine_that_cannot_be_reached_fails_the_generation_with_the_reason(f
     from db.generations import GenerationRequest
     from db.ids import new_id
     from db.model_specs import EngineRoute
-    from tests.service import wait_for
 
     # A row as the API writes it for a model whose engine has gone away since.
-    gone = EngineRoute(url="http://127.0.0.1:9/v1", model="tiny")
+    gone = EngineRoute(url=UNREACHABLE, model="tiny")
     request = GenerationRequest(spec="tiny", engine=gone, prompts=[HELLO], max_tokens=8)
     url = front.settings.resolved_database_url
     with session_scope(url) as session:

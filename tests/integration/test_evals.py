@@ -112,6 +112,42 @@ def test_demo_eval_progresses_to_succeeded_with_aggregate_and_a_row_per_problem(
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "eval_not_cancellable"
 
 
+def test_an_eval_with_repair_rounds_reports_the_figures_within_r_repairs_beside_the_plain_ones(client, worker):
+    created = client.post("/v1/evals", json=FAST | {"samples": 1, "repair_rounds": 1, "tier": "compile"})
+    assert created.status_code == 200, created.text
+    assert created.json()["config"]["repair_rounds"] == 1
+
+    final, _ = _wait_finished(client, created.json()["id"])
+    assert final["status"] == "succeeded", (final, worker.log()[-3000:])
+    aggregate = final["aggregate"]
+    # The plain figures count the drawn samples only: a greedy one and one i.i.d. per problem.
+    assert aggregate["samples"] == 8 and sum(aggregate["verdicts"].values()) == 8
+    repaired = aggregate["repaired"]
+    assert repaired["rounds"] == 1
+    assert set(repaired["greedy"]["metrics"]) == set(aggregate["greedy"]["metrics"]) == {"compile@1"}
+    assert set(repaired["sampled"]["metrics"]) == set(aggregate["sampled"]["metrics"]) == {"compile@1"}
+    for plain, within in ((aggregate["greedy"], repaired["greedy"]), (aggregate["sampled"], repaired["sampled"])):
+        assert within["metrics"]["compile@1"] >= plain["metrics"]["compile@1"], "a repair never loses a pass"
+
+    repairs = 0
+    for problem in _all_problems(client, final["id"], limit=10):
+        samples = problem["samples"]
+        drawn = [s for s in samples if s["round"] == 0]
+        assert [(s["index"], s["greedy"]) for s in drawn] == [(0, True), (1, False)]
+        failed = [s for s in drawn if s["result"]["verdict"] != "pass"]
+        fixes = [s for s in samples if s["round"] == 1]
+        # every failed drawn sample got one repair, decoded like it (greedy or not) from a longer
+        # prompt: the follow-up turn carries the failed answer and its verifier error
+        assert sorted(s["repair_of"] for s in fixes) == [s["index"] for s in failed]
+        for fix in fixes:
+            original = samples[fix["repair_of"]]
+            assert fix["greedy"] == original["greedy"] and fix["prompt_tokens"] > original["prompt_tokens"]
+            assert fix["result"]["verdict"] in VERDICTS
+        assert problem["row"]["repaired"]["repairs"] == len(fixes)
+        repairs += len(fixes)
+    assert repaired["repairs"] == repairs > 0
+
+
 def test_eval_over_an_uploaded_eval_file_scores_the_file_problems(client, worker):
     chosen = demo_problems()[:2]
     file_id = _eval_file(client, [{"id": p.id, "problem": p.problem_code} for p in chosen])

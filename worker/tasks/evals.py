@@ -16,9 +16,19 @@ computes the aggregate (the core's ``aggregate`` over every problem row) and set
 Cancellation (status set to ``cancelled`` by the API) is seen between batches and by every
 verification task, which then records nothing.
 
+With ``repair_rounds`` R, a verification task whose problem has attempts that failed in a
+repairable way (and rounds left) records nothing yet: it sends the problem's attempts so far to
+``cuset.eval_repair`` (infer queue), which decodes the next round of repairs of that problem (the
+core's follow-up turn, seed ``seed + round``) and sends them back to verification; the row is
+recorded, with its figures within R repairs, once no attempt is left to repair. Repairs are
+decoded per problem, so their sampled draws may differ from a ``cuset eval`` run's, whose
+batches mix problems; greedy ones do not.
+
 When an engine serves the model (``settings.inference_engines``), the answers come from it, a
 batch's problems as concurrent requests (the core's ``openai:URL#NAME`` model), and no model is
-loaded here.
+loaded here. An engine that cannot be reached or answers with an error fails the eval with
+``engine_unreachable`` or ``engine_error``, naming the request's URL and the connection error or
+HTTP status.
 """
 
 from __future__ import annotations
@@ -26,7 +36,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from celery import shared_task
 from sqlalchemy import delete, func, select, update
@@ -37,18 +48,25 @@ from cuset_core.evaluation.runner import (
     DEMO_HELD_OUT,
     DEMO_PROBLEMS,
     Answer,
+    Decode,
     EvalConfig,
+    EvalEngineError,
     EvalInputError,
     Problem,
     SampleRecord,
-    endpoint_answers,
-    generate_answers,
+    answers_for,
+    endpoint_decoder,
     load_problems,
+    model_decoder,
+    repair_answers,
+    repair_candidates,
+    row_of,
     score_problem,
+    score_repairs,
 )
 from cuset_core.models import ModelNotFoundError
 from cuset_core.verify.result import Tier
-from db.dispatch import enqueue_group
+from db.dispatch import enqueue, enqueue_group
 from db.evals import dump_samples, read_row
 from db.job_rows import model_spec
 from db.model_specs import engine_route_for
@@ -87,30 +105,32 @@ def run_eval_task(eval_id: str) -> None:
             _generate(settings, eval_id)
     except EvalStopped:
         log.info("eval %s stopped (cancelled)", eval_id)
-    except EvalInputError as exc:
-        _finish(url, eval_id, status=EvalStatus.FAILED, error={"code": "invalid_eval_input", "message": str(exc)})
-    except ModelNotFoundError:
-        # The detail names server paths; the log keeps it, the user gets the model id.
-        log.exception("eval %s: model unavailable", eval_id)
-        _finish(
-            url,
-            eval_id,
-            status=EvalStatus.FAILED,
-            error={"code": "model_unavailable", "message": _model_gone(url, eval_id)},
-        )
     except Exception as exc:  # noqa: BLE001 - any failure is recorded on the row, never lost
-        log.exception("eval %s failed", eval_id)
-        _finish(
-            url,
-            eval_id,
-            status=EvalStatus.FAILED,
-            error={"code": "eval_failed", "message": f"{type(exc).__name__}: {exc}"},
-        )
+        _fail(url, eval_id, exc)
 
 
-def _generate(settings: Settings, eval_id: str) -> None:
-    url = settings.resolved_database_url
-    with session_scope(url) as session:
+def _fail(url: str, eval_id: str, exc: Exception) -> None:
+    """Fail the eval with the error code and message that say what went wrong."""
+    if isinstance(exc, EvalEngineError):
+        code = "engine_unreachable" if exc.status is None else "engine_error"
+        error = {"code": code, "message": f"The inference engine failed: {str(exc).removeprefix('model: ')}"}
+    elif isinstance(exc, EvalInputError):
+        error = {"code": "invalid_eval_input", "message": str(exc)}
+    elif isinstance(exc, ModelNotFoundError):
+        # The detail names server paths; the log keeps it, the user gets the model id.
+        log.exception("eval %s: model unavailable", eval_id, exc_info=exc)
+        error = {"code": "model_unavailable", "message": _model_gone(url, eval_id)}
+    else:
+        log.exception("eval %s failed", eval_id, exc_info=exc)
+        error = {"code": "eval_failed", "message": f"{type(exc).__name__}: {exc}"}
+    _finish(url, eval_id, status=EvalStatus.FAILED, error=error)
+
+
+@contextmanager
+def _decoding(settings: Settings, eval_id: str) -> Iterator[tuple[EvalConfig, Decode]]:
+    """The eval's config and the core's ``Decode`` of its model: through the engine that serves
+    it, or the model from this worker's cache (held for the context)."""
+    with session_scope(settings.resolved_database_url) as session:
         row = session.get(Eval, eval_id)
         try:
             spec = model_spec(session, settings, row)
@@ -120,17 +140,20 @@ def _generate(settings: Settings, eval_id: str) -> None:
         engine = engine_route_for(session, settings, row.owner, row.model)
         model = spec if engine is None else engine.spec()
         config = EvalConfig(model=model, problems=_problems_spec(session, settings, row), **row.config)
-    problems = load_problems(config.problems)
-    batches = [problems[i : i + config.batch_size] for i in range(0, len(problems), config.batch_size)]
     if engine is not None:
-        key = engine.api_key()
-        _generate_batches(settings, eval_id, config, batches, lambda batch: endpoint_answers(config, batch, key))
+        with endpoint_decoder(config, engine.api_key(), supports_n=engine.supports_n) as decode:
+            yield config, decode
         return
     hold(settings, models)
     with models.use(spec, model_id) as (model, tokenizer):
-        _generate_batches(
-            settings, eval_id, config, batches, lambda batch: generate_answers(model, tokenizer, config, batch)
-        )
+        yield config, model_decoder(model, tokenizer, config)
+
+
+def _generate(settings: Settings, eval_id: str) -> None:
+    with _decoding(settings, eval_id) as (config, decode):
+        problems = load_problems(config.problems)
+        batches = [problems[i : i + config.batch_size] for i in range(0, len(problems), config.batch_size)]
+        _generate_batches(settings, eval_id, config, batches, lambda batch: answers_for(decode, config, batch))
 
 
 def _generate_batches(
@@ -142,7 +165,7 @@ def _generate_batches(
 ) -> None:
     """Answer each batch of problems with ``answer`` and send its problems off to be verified."""
     url = settings.resolved_database_url
-    task = "cuset.eval_verify_gpu" if config.tier is Tier.GPU else "cuset.eval_verify"
+    task = _verify_task(config)
     generated = 0
     for batch in batches:
         _check_running(url, eval_id)
@@ -156,18 +179,21 @@ def _generate_batches(
         enqueue_group(settings, task, calls)
 
 
-@shared_task(name="cuset.eval_verify")
-def verify_problem(eval_id: str, problem_id: str, problem_code: str, answers: list[dict]) -> None:
-    """Verify one problem's answers and record its row; the last problem settles the eval."""
-    _verify_problem(eval_id, problem_id, problem_code, answers)
+def _verify_task(config: EvalConfig) -> str:
+    return "cuset.eval_verify_gpu" if config.tier is Tier.GPU else "cuset.eval_verify"
 
 
-@shared_task(name="cuset.eval_verify_gpu")
-def verify_problem_gpu(eval_id: str, problem_id: str, problem_code: str, answers: list[dict]) -> None:
-    _verify_problem(eval_id, problem_id, problem_code, answers)
-
-
-def _verify_problem(eval_id: str, problem_id: str, problem_code: str, answers: list[dict]) -> None:
+def verify_problem(
+    eval_id: str,
+    problem_id: str,
+    problem_code: str,
+    answers: list[dict],
+    records: list[dict] | None = None,
+    repairs: list[list] | None = None,
+) -> None:
+    """Verify one problem's answers, or (given its ``records`` so far) its ``repairs`` as
+    ``[index repaired, answer]`` pairs; then send it to be repaired again or record its row, and
+    the last problem recorded settles the eval."""
     settings = get_settings()
     url = settings.resolved_database_url
     with session_scope(url) as session:
@@ -180,14 +206,49 @@ def _verify_problem(eval_id: str, problem_id: str, problem_code: str, answers: l
             return  # cancelled, failed, or a redelivered message for a problem already recorded
         config = _stored_config(row)
     checks = service_verify_settings(settings, config.verify_settings())
-    problem_row, records = score_problem(
-        Problem(problem_id, problem_code),
-        [Answer(**answer) for answer in answers],
-        checks,
-        settings.verify_cache_dir,
-        config.cache,
-    )
-    _record(url, eval_id, problem_row, records, config)
+    problem = Problem(problem_id, problem_code)
+    if records is None:
+        scored = score_problem(
+            problem, [Answer(**answer) for answer in answers], checks, settings.verify_cache_dir, config.cache
+        )[1]
+    else:
+        scored = [SampleRecord.model_validate(record) for record in records]
+        pairs = [(index, Answer(**answer)) for index, answer in repairs or []]
+        score_repairs(problem, scored, pairs, checks, settings.verify_cache_dir, config.cache)
+    round_ = max(record.round for record in scored)
+    if round_ < config.repair_rounds and repair_candidates(scored, round_ + 1):
+        dumped = [record.model_dump(mode="json") for record in scored]
+        enqueue(settings, "cuset.eval_repair", eval_id, problem_id, problem_code, dumped)
+        return
+    _record(url, eval_id, row_of(problem_id, scored, config.repair_rounds), scored, config)
+
+
+# One body, two queues: tier gpu verifies on the infer workers, which hold the GPUs.
+verify_problem_task = shared_task(name="cuset.eval_verify")(verify_problem)
+verify_problem_gpu_task = shared_task(name="cuset.eval_verify_gpu")(verify_problem)
+
+
+@shared_task(name="cuset.eval_repair")
+def repair_problem(eval_id: str, problem_id: str, problem_code: str, records: list[dict]) -> None:
+    """Decode the next round of repairs of one problem's failing attempts (``records``: every
+    attempt so far) and send them to verification with the attempts."""
+    settings = get_settings()
+    url = settings.resolved_database_url
+    attempts = [SampleRecord.model_validate(record) for record in records]
+    round_ = max(record.round for record in attempts) + 1
+    problem = Problem(problem_id, problem_code)
+    try:
+        _check_running(url, eval_id)
+        with _decoding(settings, eval_id) as (config, decode):
+            failed = repair_candidates(attempts, round_)
+            answers = repair_answers(decode, config, {problem_id: problem}, failed, round_)
+    except EvalStopped:
+        return
+    except Exception as exc:  # noqa: BLE001 - any failure is recorded on the row, never lost
+        _fail(url, eval_id, exc)
+        return
+    repairs = [[attempt.index, dataclasses.asdict(answer)] for attempt, answer in zip(failed, answers)]
+    enqueue(settings, _verify_task(config), eval_id, problem_id, problem_code, [], records, repairs)
 
 
 def _stored_config(row: Eval) -> EvalConfig:

@@ -47,7 +47,8 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 from cuset_core.generation.endpoint import DEFAULT_TIMEOUT_S, EndpointError, stream_answer
-from cuset_core.generation.extract import answer_code
+from cuset_core.generation.extract import answer_code, closing_fence_end
+from cuset_core.generation.fence_stop import FenceStop
 from cuset_core.generation.prompts import repair_messages
 from cuset_core.generation.sampling import (
     GeneratedText,
@@ -108,6 +109,12 @@ class Claimed:
     @property
     def verifying(self) -> bool:
         return self.kind == "generate" and self.request.verify != "none"
+
+    @property
+    def stops_at_fence(self) -> bool:
+        """Whether decoding ends after the answer's first code block: ``/v1/generate`` asks for
+        one block and scores only the first, so later tokens are wasted."""
+        return self.kind == "generate"
 
 
 @shared_task(name="cuset.generate")
@@ -237,12 +244,19 @@ def _engine_answer(
         seed=seed,
         stop=request.stop,
     )
-    with closing(stream):
+    with closing(stream):  # leaving early closes the connection, which stops the engine
         for delta in stream:
             text += delta.text
             finish = delta.finish_reason or finish
             prompt_tokens = delta.prompt_tokens or prompt_tokens
             completion_tokens = delta.completion_tokens or completion_tokens
+            # Checked here, not sent as an OpenAI ``stop`` string: a stop string cannot tell the
+            # closing fence from an opening one. The usage chunk then never comes: the counts
+            # are those the engine sent so far.
+            fence_end = closing_fence_end(text) if row.stops_at_fence and "\n" in delta.text else None
+            if fence_end is not None:
+                text, finish = text[:fence_end], "stop"
+                break
             if on_partial is not None and time.monotonic() - last_flush >= FLUSH_S:
                 if not on_partial(_shown(text, request.stop)):
                     return None
@@ -340,6 +354,7 @@ def _decode_batch(model, tokenizer, rows: list[Claimed]) -> list[list[Generation
         top_p=request.top_p,
         max_new_tokens=request.max_tokens,
         seed=request.seed,
+        stop_at_fence=[row.stops_at_fence for row in rows for _ in row.request.prompts],
     )
     results, position = [], 0
     for row in rows:
@@ -463,6 +478,9 @@ def _decode_one(
     text = prompt if request.form == "raw" else render_prompt(tokenizer, prompt)
     encoded = tokenizer([text], return_tensors="pt", add_special_tokens=False).to(device)
     ended = _Ended()
+    criteria = StoppingCriteriaList([ended])
+    if row.stops_at_fence:
+        criteria.append(FenceStop(tokenizer, encoded["input_ids"].shape[1], [True]))
     partial = _Partial(settings, row.id, sample)
 
     def flush_partial(tokens: list[int]) -> None:
@@ -478,14 +496,15 @@ def _decode_one(
             **encoded,
             **kwargs,
             streamer=streamer,
-            stopping_criteria=StoppingCriteriaList([ended]),
+            stopping_criteria=criteria,
             pad_token_id=tokenizer.pad_token_id,
         )
     if ended.ended:
         return None
-    done = _finished(
-        row, sample, completion_from_tokens(streamer.tokens, encoded["input_ids"].shape[1], stop_ids, tokenizer)
+    generated = completion_from_tokens(
+        streamer.tokens, encoded["input_ids"].shape[1], stop_ids, tokenizer, stop_at_fence=row.stops_at_fence
     )
+    done = _finished(row, sample, generated)
     return partial.finish(done)
 
 

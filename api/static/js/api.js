@@ -213,9 +213,13 @@ const Cuset = (() => {
     if (agg.metrics) return Object.entries(agg.metrics);
     const greedy = Object.entries((agg.greedy || {}).metrics || {}).map(([k, v]) => [`greedy ${k}`, v]);
     const sampled = agg.sampled || {};
+    const repaired = agg.repaired;
+    const within = repaired ? ` within ${repaired.rounds} repair${repaired.rounds === 1 ? "" : "s"}` : "";
     return greedy.concat(
       Object.entries(sampled.metrics || {}).map(([k, v]) => [`pass@k ${k}`, v]),
-      Object.entries(sampled.fast_p || {}).map(([k, v]) => [`pass@k fast_${k}`, v]));
+      Object.entries(sampled.fast_p || {}).map(([k, v]) => [`pass@k fast_${k}`, v]),
+      repaired ? Object.entries((repaired.greedy || {}).metrics || {}).map(([k, v]) => [`greedy ${k}${within}`, v]) : [],
+      repaired ? Object.entries((repaired.sampled || {}).metrics || {}).map(([k, v]) => [`pass@k ${k}${within}`, v]) : []);
   }
 
   return { api, listAll, ApiError, el, $, showError, fmtTime, fmtDuration, fmtNumber, fmtBytes,

@@ -24,6 +24,7 @@
       fact("Verified up to", c.tier || "—"),
       fact("Greedy sample", c.greedy === false ? "no" : "yes, drawn apart"),
       fact("i.i.d. samples per problem", c.samples ?? "—"),
+      fact("Repair rounds", c.repair_rounds ? `${c.repair_rounds}: a failing sample is sent back with its verifier error` : "none"),
       fact("Correctness trials", c.trials ?? "—"),
       fact("Tolerances", c.tolerance_profile ? `${c.tolerance_profile}${c.atol != null ? `, atol ${c.atol}` : ""}${c.rtol != null ? `, rtol ${c.rtol}` : ""}` : "—"),
       fact("Created", fmtTime(e.created_at)),
@@ -45,6 +46,7 @@
         if (kb.geo_mean_speedup != null) tiles.push(tile("geo-mean speedup", `×${kb.geo_mean_speedup.toFixed(2)}`, "correct kernels, vs eager"));
       }
       tiles.push(tile("problems", String(agg.problems)), tile("samples", String(agg.samples)));
+      if (agg.repaired) tiles.push(tile("repair attempts", String(agg.repaired.repairs), `within ${agg.repaired.rounds} rounds; not counted in samples`));
       if (agg.internal_errors) tiles.push(tile("internal errors", String(agg.internal_errors), "verifier faults, left out of every metric"));
       if (!metrics.length) {
         tiles.push(el("p", { class: "muted small", text: `No pass@k metrics: verification stopped at the ${agg.tier || c.tier} tier; compile@k needs the compile tier or above.` }));
@@ -64,7 +66,7 @@
       verdicts.map(([v, n]) => [Verdict.badge(v), n > 1 ? ` ×${n} ` : " "]),
       row.n ? el("span", { class: "muted small", text: `compiled ${row.compiled ?? 0}/${row.n} · cpu-correct ${row.cpu_correct ?? 0} · correct ${row.correct ?? 0}` }) : null);
     const samples = (pr.samples || []).map((s) => el("div", { class: "sample" },
-      el("h4", { text: `${s.greedy ? "Greedy sample" : `Sample ${s.index}`}${s.finish_reason === "length" ? " · stopped at max tokens" : ""}${s.completion_tokens ? ` · ${s.completion_tokens} tokens` : ""}` }),
+      el("h4", { text: `${s.round ? `Repair ${s.round} of attempt ${s.repair_of}${s.greedy ? " (greedy)" : ""}` : s.greedy ? "Greedy sample" : `Sample ${s.index}`}${s.finish_reason === "length" ? " · stopped at max tokens" : ""}${s.completion_tokens ? ` · ${s.completion_tokens} tokens` : ""}` }),
       Verdict.details(s.result),
       el("pre", { class: "code small-code" }, el("code", { text: (s.code || s.answer || "").trim() ? (s.code || s.answer) : "(the model wrote only whitespace)" }))));
     const details = el("details", { class: "problem", "data-problem": pr.id, open: open.has(pr.id) }, summary, ...samples);
