@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import secrets
@@ -238,6 +239,17 @@ def spawn_train_worker(env: dict[str, str], data_dir: Path) -> subprocess.Popen:
     )
 
 
+def stop(process: subprocess.Popen, grace_s: float = 120) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``: a cancelled run saving its checkpoint on a loaded
+    machine can outlast any grace, and the figures are already measured."""
+    process.terminate()
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def start_tuning(base: str, key: str, model: str, timeout_s: float = 300) -> str:
     """Upload the demo dataset, create a long CuSeT job on ``model``, wait until it runs; its id."""
     from cuset_core.demo import write_demo_dataset
@@ -389,9 +401,17 @@ def main() -> None:
         finally:
             for process in (server, trainer):
                 if process is not None:
-                    process.terminate()
-                    process.wait(60)
-    print(json.dumps(result | tuning | {"uvicorn_workers": args.workers, "cpus": os.cpu_count()}))
+                    stop(process)
+    print(json.dumps(result | tuning | {"uvicorn_workers": args.workers, "cpus": os.cpu_count()} | uvicorn_stack()))
+
+
+def uvicorn_stack() -> dict[str, str]:
+    """The event loop and HTTP parser the spawned uvicorn picks ("auto": the fast ones when
+    installed; it runs this interpreter with this environment)."""
+    return {
+        "uvicorn_loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+        "uvicorn_http": "httptools" if importlib.util.find_spec("httptools") else "h11",
+    }
 
 
 if __name__ == "__main__":
