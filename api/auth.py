@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 
 import redis
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 
 from api.errors import APIError
 from db.keys import hash_key, owner_of
@@ -34,17 +36,28 @@ return allowed
 
 
 class KeyCache:
-    """Key hash -> owner for recently seen keys of one API process."""
+    """Key hash -> owner for recently seen keys of one API process.
 
-    def __init__(self) -> None:
+    A hit answers without the database for ``ttl_s`` seconds, so a key revoked elsewhere (the
+    ``cuset keys revoke`` command, another API process) stops working within that time; a key
+    found revoked or unknown is forgotten at once."""
+
+    def __init__(self, ttl_s: float = KEY_CACHE_TTL_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self._clock = clock
         self._seen: dict[str, tuple[str, float]] = {}
 
-    def owner(self, settings: Settings, secret: str) -> str | None:
-        digest = hash_key(secret)
-        hit = self._seen.get(digest)
-        now = time.monotonic()
-        if hit and now - hit[1] < KEY_CACHE_TTL_S:
+    def cached(self, secret: str) -> str | None:
+        """The owner of a key verified less than ``ttl_s`` ago, else None (look it up)."""
+        hit = self._seen.get(hash_key(secret))
+        if hit and self._clock() - hit[1] < self.ttl_s:
             return hit[0]
+        return None
+
+    def lookup(self, settings: Settings, secret: str) -> str | None:
+        """The owner of an active key from the database (blocking; call it from a thread), now
+        cached; None for an unknown or revoked key."""
+        digest = hash_key(secret)
         session = session_factory(settings.resolved_database_url)()
         try:
             owner = owner_of(session, secret)
@@ -53,7 +66,7 @@ class KeyCache:
         if owner is None:
             self._seen.pop(digest, None)
         else:
-            self._seen[digest] = (owner, now)
+            self._seen[digest] = (owner, self._clock())
         return owner
 
 
@@ -67,9 +80,14 @@ class RateLimiter:
         self._script = self._redis.register_script(_TOKEN_BUCKET) if self._redis else None
         self._prefix = f"{settings.broker_key_prefix}cuset:rate:"
 
+    @property
+    def enabled(self) -> bool:
+        """Whether ``allow`` asks Redis (otherwise it allows everything)."""
+        return self._script is not None
+
     def allow(self, secret: str) -> bool:
         """Take one token for this key; True when the request may go on. Fails open if Redis is
-        unreachable (a limiter outage must not take the API down)."""
+        unreachable (a limiter outage must not take the API down). Blocking: one Redis round trip."""
         if self._script is None:
             return True
         bucket = self._prefix + hashlib.sha256(secret.encode()).hexdigest()[:32]
@@ -79,10 +97,12 @@ class RateLimiter:
             return True
 
 
-def authenticate(request: Request, settings: Settings) -> str:
+async def authenticate(request: Request, settings: Settings) -> str:
     """The owner behind the request's API key (or the local owner when auth is off).
 
-    Raises 401 for a missing, malformed, unknown or revoked key and 429 over the rate limit."""
+    Raises 401 for a missing, malformed, unknown or revoked key and 429 over the rate limit.
+    A recently verified key with the rate limit off costs no thread hand-off and no round trip;
+    the database and Redis calls run in the thread pool, off the event loop."""
     if not settings.auth:
         return DEFAULT_OWNER
     scheme, _, secret = request.headers.get("authorization", "").partition(" ")
@@ -94,10 +114,12 @@ def authenticate(request: Request, settings: Settings) -> str:
             "(create a key with `cuset keys create --name NAME`).",
             code="missing_api_key",
         )
-    owner = request.app.state.key_cache.owner(settings, secret)
+    keys: KeyCache = request.app.state.key_cache
+    owner = keys.cached(secret) or await run_in_threadpool(keys.lookup, settings, secret)
     if owner is None:
         raise APIError(401, "Invalid or revoked API key.", code="invalid_api_key")
-    if not request.app.state.rate_limiter.allow(secret):
+    limiter: RateLimiter = request.app.state.rate_limiter
+    if limiter.enabled and not await run_in_threadpool(limiter.allow, secret):
         raise APIError(
             429,
             f"Rate limit of {settings.rate_limit_rps:g} requests/s for this key exceeded; retry shortly.",

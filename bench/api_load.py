@@ -4,7 +4,7 @@ dashboard or a client polling for progress sends), from concurrent loopback clie
 Usage (from the repository root):
 
     .venv/bin/python bench/api_load.py --spawn [--workers 1] [--concurrency 8] [--seconds 10]
-        [--tuning [--broker redis://127.0.0.1:6379/1] [--tuning-model smollm2-135m]]
+        [--tuning [--broker redis://127.0.0.1:6379/1] [--tuning-model smollm2-135m] [--train-nice N]]
     .venv/bin/python bench/api_load.py --url http://127.0.0.1:8000 --database-url URL
 
 ``--spawn`` (the default) creates a temporary Postgres database next to ``--admin-url``,
@@ -22,12 +22,15 @@ gets ``--broker`` and a Celery worker on the ``train`` and ``cpu`` queues; the b
 demo dataset, creates a CuSeT job on ``--tuning-model`` through the API, starts the second load
 once the job has trained a step, checks it was still running when the load ended (its steps
 before and after are printed), then cancels it. The top-level figures are those under training.
+The training process runs at the service's ``train_nice`` (10 unless ``--train-nice`` says
+otherwise; docs/deploy.md, Sharing a host); the figures name the niceness used.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import secrets
@@ -52,6 +55,7 @@ from db.keys import create_key  # noqa: E402
 from db.migrate import upgrade  # noqa: E402
 from db.models import ApiKey, File, Job  # noqa: E402
 from db.session import engine_for, session_scope  # noqa: E402
+from db.settings import Settings  # noqa: E402
 
 ADMIN_URL = os.environ.get("CUSET_TEST_PG_ADMIN", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 OWNER = "bench"
@@ -80,6 +84,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tuning", action="store_true", help="measure while a tuning job trains (--spawn)")
     parser.add_argument("--broker", default="redis://127.0.0.1:6379/1", help="Celery broker with --tuning")
     parser.add_argument("--tuning-model", default="smollm2-135m", help="base model the tuning job trains")
+    parser.add_argument("--train-nice", type=int, help="CUSET_TRAIN_NICE of the worker (default: the service's)")
     args = parser.parse_args()
     if args.url and not args.database_url:
         parser.error("--url needs --database-url (the bench writes its job rows there)")
@@ -166,10 +171,12 @@ class TemporaryDatabase:
         self.admin.dispose()
 
 
-def service_env(database_url: str, data_dir: Path, broker: str | None) -> dict[str, str]:
+def service_env(database_url: str, data_dir: Path, broker: str | None, train_nice: int | None) -> dict[str, str]:
     """The environment of the spawned server (and tuning worker): this database, no rate limit."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("CUSET_")}
     env.update(CUSET_DATABASE_URL=database_url, CUSET_DATA_DIR=str(data_dir), CUSET_RATE_LIMIT_RPS="0")
+    if train_nice is not None:
+        env.update(CUSET_TRAIN_NICE=str(train_nice))
     if broker:
         env.update(CUSET_BROKER_URL=broker, CUSET_BROKER_KEY_PREFIX=f"cuset-bench-{os.getpid()}:")
         # The seeded job rows count as the owner's running jobs; the real one must still fit.
@@ -187,6 +194,17 @@ def spawn_train_worker(env: dict[str, str], data_dir: Path) -> subprocess.Popen:
         stdout=subprocess.DEVNULL,
         stderr=open(data_dir / "worker.log", "wb"),
     )
+
+
+def stop(process: subprocess.Popen, grace_s: float = 120) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``: a cancelled run saving its checkpoint on a loaded
+    machine can outlast any grace, and the figures are already measured."""
+    process.terminate()
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def start_tuning(base: str, key: str, model: str, timeout_s: float = 300) -> str:
@@ -307,7 +325,7 @@ def main() -> None:
         return
     with TemporaryDatabase(args.admin_url) as database_url, tempfile.TemporaryDirectory() as data_dir:
         key, job_ids, _ = seed_rows(database_url, args.jobs)
-        env = service_env(database_url, Path(data_dir), args.broker if args.tuning else None)
+        env = service_env(database_url, Path(data_dir), args.broker if args.tuning else None, args.train_nice)
         server = ApiServer(env, Path(data_dir) / "uvicorn.log", workers=args.workers, access_log=False)
         server.start()
         base = server.base
@@ -325,6 +343,7 @@ def main() -> None:
                 tuning = {
                     "idle": {name: idle[name] for name in ("requests_per_s", "p50_ms", "p99_ms", "errors")},
                     "tuning_model": args.tuning_model,
+                    "train_nice": int(env.get("CUSET_TRAIN_NICE", Settings.model_fields["train_nice"].default)),
                     "tuning_steps": [before["step"], after["step"]],
                     "tuning_ran_throughout": after["status"] == "running",
                 }
@@ -341,9 +360,17 @@ def main() -> None:
         finally:
             server.stop()
             if trainer is not None:
-                trainer.terminate()
-                trainer.wait(60)
-    print(json.dumps(result | tuning | {"uvicorn_workers": args.workers, "cpus": os.cpu_count()}))
+                stop(trainer)
+    print(json.dumps(result | tuning | {"uvicorn_workers": args.workers, "cpus": os.cpu_count()} | uvicorn_stack()))
+
+
+def uvicorn_stack() -> dict[str, str]:
+    """The event loop and HTTP parser the spawned uvicorn picks ("auto": the fast ones when
+    installed; it runs this interpreter with this environment)."""
+    return {
+        "uvicorn_loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+        "uvicorn_http": "httptools" if importlib.util.find_spec("httptools") else "h11",
+    }
 
 
 if __name__ == "__main__":

@@ -110,6 +110,13 @@ class Settings(BaseSettings):
     training_launcher: list[str] = Field(
         default_factory=list, description='e.g. ["accelerate", "launch"]; empty: python'
     )
+    train_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="least OS niceness of training subprocesses: on a host shared with the API, training "
+        "yields the CPU to requests (an idle host loses nothing); 0 keeps the worker's priority",
+    )
 
     @model_validator(mode="after")
     def _engines_serve_base_models(self) -> Settings:

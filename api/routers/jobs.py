@@ -12,7 +12,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from api.deps import OwnerDep, SessionDep, SettingsDep
+from api.deps import OwnerDep, SessionDep, SettingsDep, run_read
 from api.errors import APIError, bad_request
 from api.queries import cursor_anchor, keyset_rows, list_page, owned_or_404
 from api.schemas.common import ListPage
@@ -254,8 +254,10 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobObject)
-def retrieve_job(job_id: str, session: SessionDep, owner: OwnerDep) -> JobObject:
-    return job_object(_owned_job(session, owner, job_id))
+async def retrieve_job(job_id: str, settings: SettingsDep, owner: OwnerDep) -> JobObject:
+    # The API's hottest read (clients and the dashboard poll it): one thread hand-off, one
+    # statement (bench/api_load.py).
+    return await run_read(settings, lambda session: job_object(_owned_job(session, owner, job_id)))
 
 
 @router.post("/{job_id}/cancel", response_model=JobObject)

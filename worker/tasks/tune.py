@@ -9,6 +9,7 @@ killed outright; the reaper settles that one.
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 from pathlib import Path
 
@@ -103,7 +104,19 @@ def _start(settings: Settings, job_id: str, attempt: int) -> tuple[subprocess.Po
     command = training_command(settings.training_launcher, job_dir(settings, job_id) / "job.json")
     with log_path.open("wb") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, stdin=subprocess.DEVNULL)
+    _lower_priority(process.pid, settings.train_nice)
     return process, ProgressFollower(progress, offset), log_path
+
+
+def _lower_priority(pid: int, nice: int) -> None:
+    """Run the training process (and what it starts later: data loader workers, launcher ranks)
+    at niceness ``nice`` or more, so it does not slow the API on a shared host. Never raises
+    a priority: an operator who niced the worker further keeps that."""
+    try:
+        if nice > os.getpriority(os.PRIO_PROCESS, pid):
+            os.setpriority(os.PRIO_PROCESS, pid, nice)
+    except ProcessLookupError:
+        pass  # it exited already; the supervisor reports how
 
 
 def _stderr_tail(log_path: Path) -> str:
