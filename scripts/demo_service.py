@@ -5,8 +5,9 @@ uploads the elementwise family of the demo dataset without the problem it will a
 (``POST /v1/files``), creates a short CuSeT LoRA job on the bundled SmolLM2-135M
 (``POST /v1/fine_tuning/jobs``) and follows it with a progress bar until it succeeds. Then it asks
 for a kernel for that held-out problem, verified up to the CPU tier (``POST /v1/generate``): from
-the adapter the project tuned and ships (``cuset-ew-135m``, greedy) when this installation has
-it, else from the job's model, best-of-n with verification that stops at the first pass. It
+the adapter the project tuned and ships (``cuset-ew-135m``) when this installation has it, else
+from the job's model; either way best-of-n samples, verified as they finish, stopping at the
+first that passes (the adapter's greedy answers loop: its card says why). It
 prints the kernel with what every tier concluded (or says plainly that no candidate passed), and
 stops the service (``--keep-serving`` leaves it up for the dashboard until Ctrl-C).
 
@@ -76,11 +77,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--adapter",
         default=SHIPPED_ADAPTER,
-        help="shipped adapter that writes the kernel (greedy) when the service lists it; 'none': the job's model",
+        help="shipped adapter that writes the kernel when the service lists it; 'none': the job's model",
     )
-    parser.add_argument(
-        "--samples", type=int, default=3, help="without the adapter: kernels drawn and verified until one passes"
-    )
+    parser.add_argument("--samples", type=int, default=4, help="kernels drawn and verified until one passes")
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of those kernels")
     parser.add_argument(
         "--problem", default=PROBLEM, help="demo problem to write a kernel for (left out of the uploaded data)"
@@ -280,22 +279,19 @@ def _new_events(client: httpx.Client, job_id: str, seen: set[str]) -> list[dict]
 
 
 def generation_plan(listed: list[str], tuned_model: str, args: argparse.Namespace) -> tuple[str, dict, str]:
-    """(model, decoding fields of /v1/generate, what to tell the user): the shipped adapter,
-    greedy, when the service lists it; else the tuned model, drawing up to ``--samples`` kernels
-    and stopping at the first that passes verification."""
+    """(model, decoding fields of /v1/generate, what to tell the user): the shipped adapter when
+    the service lists it, else the tuned model; either draws up to ``--samples`` kernels at
+    ``--temperature`` and stops at the first that passes verification."""
+    decoding = {"best_of": args.samples, "stop_at_first_pass": True, "temperature": args.temperature}
+    until = f"up to {args.samples} samples until one passes"
     if args.adapter != "none" and args.adapter in listed:
-        return args.adapter, {"n": 1, "temperature": 0}, f"the shipped adapter {args.adapter} (greedy)"
+        return args.adapter, decoding, f"the shipped adapter {args.adapter}, {until}"
     missing = (
         ""
         if args.adapter == "none"
         else f"{args.adapter} is not in this installation (no weights under cuset_core/adapters/); "
     )
-    decoding = {"best_of": args.samples, "stop_at_first_pass": True, "temperature": args.temperature}
-    return (
-        tuned_model,
-        decoding,
-        f"{missing}the {args.steps}-step model {tuned_model}, up to {args.samples} samples until one passes",
-    )
+    return tuned_model, decoding, f"{missing}the {args.steps}-step model {tuned_model}, {until}"
 
 
 def generate_kernel(client: httpx.Client, model: str, decoding: dict, args: argparse.Namespace) -> dict:
