@@ -40,7 +40,13 @@ MAX_POLL_S = 0.1
 BACKOFF = 1.5
 RESYNC_S = 5.0  # silence on the channel after which the row is read again (a lost event)
 # Statuses in the order a row moves through them; a follower never steps back.
-STATUS_ORDER = {"queued": 0, "running": 1, "verifying": 2, "succeeded": 3, "failed": 3}
+STATUS_ORDER = {
+    GenerationStatus.QUEUED: 0,
+    GenerationStatus.RUNNING: 1,
+    GenerationStatus.VERIFYING: 2,
+    GenerationStatus.SUCCEEDED: 3,
+    GenerationStatus.FAILED: 3,
+}
 
 
 @dataclass(frozen=True)
