@@ -13,7 +13,11 @@ operation outside training) measure transfer to *unseen operations*; the demo pr
 operation *is* trained on are new problem files of a *seen operation*, reported apart.
 
 Training answers are compacted (``cuset_core.data.compact``: no comments, redundant includes or
-build chatter; the code otherwise unchanged) and prompts are compact.
+build chatter; the code otherwise unchanged) and prompts are compact. The proxies of
+``cuset confidence-report`` (region-token NLL, top-1 accuracy, region exact match) read the
+reference answers of every held-out problem, prepared the same way (``confidence_heldout.jsonl``),
+once for the base model (``comparison/base/confidence``) and once per comparison run
+(``comparison/<run>/confidence``).
 
 The gate (issue 14, part 4): train ``sft`` seed 0 (LoRA, 4 sequences per optimizer step) for
 GATE_STEPS steps and evaluate greedy answers (tier cpu) of both held-out sets at GATE_EVAL_STEPS,
@@ -35,7 +39,13 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cuset_core.data import Record
+    from cuset_core.demo import DemoProblem
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run_comparison as common  # noqa: E402  (shared stage runners: train, evaluate, call, log)
@@ -76,6 +86,7 @@ DEMO_OPS = {
     "11_elu": "elu",
 }
 HELD_OUT_SHARE = 1 / 3
+CONFIDENCE_FILE = "confidence_heldout.jsonl"  # in DATA_DIR: the held-out answers the proxies read
 
 GATE_STEPS, GATE_EVAL_STEPS = 150, (50, 100, 150)
 GATE_COMPILE_UNSEEN, GATE_CORRECT_SEEN = 0.2, 0.2
@@ -112,6 +123,11 @@ COMPARE_METHODS = (
 )
 COMPARE_RUNS = [*COMPARE_METHODS, *(dataclasses.replace(run, seed=1) for run in COMPARE_METHODS)]
 EVAL_SETS = ("unseen", "seen")
+# The proxies read every held-out answer untruncated (the longest is ~1,150 tokens with its prompt,
+# over the training cut of 1,024); the base model's report sits beside the runs.
+CONFIDENCE_MAX_TOKENS = 2048
+BASE = "base"
+PROXIES = ("nll", "top1_accuracy", "region_exact_match", "mean_p")
 
 
 def split_ops() -> tuple[list[str], list[str]]:
@@ -121,11 +137,41 @@ def split_ops() -> tuple[list[str], list[str]]:
     return [op for op in ops if op not in held], held
 
 
-def write_data() -> dict:
-    """The family's training JSONL (compacted answers), both eval problem sets and split.json."""
-    from cuset_core.data import LoadOptions, load_records
+def compacted(record: Record) -> Record:
+    """``record`` with its answer compacted as training answers are."""
     from cuset_core.data.compact import compact_answer
     from cuset_core.data.records import Message
+
+    answer = compact_answer(record.answer)
+    return record.model_copy(update={"messages": [*record.prompt_messages, Message(role="assistant", content=answer)]})
+
+
+def heldout_answers(family: list[Record], held_ops: list[str], demo: list[DemoProblem]) -> list[Record]:
+    """The records the proxies read: every KernelBench record (``family``, compact prompts) of a
+    held-out operation, then the solution of every demo problem of DEMO_OPS in ``demo`` (none is
+    trained on, whichever eval set it belongs to) as the demo's own compact-prompt record; all
+    answers compacted. A demo record's group is its problem id."""
+    from cuset_core.data.records import Message, Record
+    from cuset_core.demo import demo_record
+
+    kernelbench = [r for r in family if KERNELBENCH_OPS[str(r.meta["problem"])] in held_ops]
+    solutions = [
+        Record(
+            messages=[Message(**message) for message in demo_record(problem)["messages"]],
+            line=0,
+            group=problem.id,
+            problem=problem.problem_code,
+        )
+        for problem in demo
+        if problem.id in DEMO_OPS
+    ]
+    return [compacted(record) for record in kernelbench + solutions]
+
+
+def write_data() -> dict:
+    """The family's training JSONL (compacted answers), both eval problem sets, the proxies'
+    held-out answers and split.json."""
+    from cuset_core.data import LoadOptions, load_records
     from cuset_core.demo import demo_problems
 
     if not common.PARQUET.is_file():
@@ -135,16 +181,10 @@ def write_data() -> dict:
     family = [
         r for r in loaded.records if str(r.meta.get("level")) == "1" and str(r.meta.get("problem")) in KERNELBENCH_OPS
     ]
-    demo = {problem.id: problem.problem_code for problem in demo_problems()}
-    train = []
-    for record in family:
-        if KERNELBENCH_OPS[str(record.meta["problem"])] in trained_ops:
-            answer = compact_answer(record.answer)
-            train.append(
-                record.model_copy(
-                    update={"messages": [*record.prompt_messages, Message(role="assistant", content=answer)]}
-                )
-            )
+    problems = demo_problems()
+    demo = {problem.id: problem.problem_code for problem in problems}
+    train = [compacted(record) for record in family if KERNELBENCH_OPS[str(record.meta["problem"])] in trained_ops]
+    heldout = heldout_answers(family, held_ops, problems)
     references: dict[str, str] = {}
     for record in family:
         references.setdefault(str(record.meta["problem"]), record.problem)
@@ -159,6 +199,7 @@ def write_data() -> dict:
     common._write_jsonl(DATA_DIR / "train.jsonl", [r.to_chat_row() for r in train])
     for name, rows in (("unseen", unseen), ("seen", seen)):
         common._write_jsonl(DATA_DIR / f"eval_{name}.jsonl", [{"id": r["id"], "problem": r["problem"]} for r in rows])
+    common._write_jsonl(DATA_DIR / CONFIDENCE_FILE, [r.to_chat_row() for r in heldout])
     split = {
         "source": common.PARQUET.name,
         "family": "KernelBench level 1, one elementwise operation per reference; demo elementwise problems",
@@ -174,6 +215,13 @@ def write_data() -> dict:
         },
         "eval_unseen": [{"id": r["id"], "op": r["op"]} for r in unseen],
         "eval_seen": [{"id": r["id"], "op": r["op"]} for r in seen],
+        "confidence_heldout": {
+            "file": CONFIDENCE_FILE,
+            "records": len(heldout),
+            "groups": dict(Counter(str(r.group) for r in heldout)),
+            "rule": "every KernelBench record of a held-out operation and the solution of every demo problem "
+            "(both eval sets), compact prompts, answers compacted as in training",
+        },
         "prompt_style": "compact",
     }
     OUT.mkdir(parents=True, exist_ok=True)
@@ -182,11 +230,13 @@ def write_data() -> dict:
 
 
 def ensure_data() -> dict:
-    if not (OUT / "split.json").is_file() or not (DATA_DIR / "train.jsonl").is_file():
+    """split.json, writing the data first when a file is missing (rewritten files come out the same)."""
+    files = (OUT / "split.json", DATA_DIR / "train.jsonl", DATA_DIR / CONFIDENCE_FILE)
+    if not all(path.is_file() for path in files):
         split = write_data()
         common.log(
             f"data: {split['train']['records']} train records; {len(split['eval_unseen'])} unseen, "
-            f"{len(split['eval_seen'])} seen eval problems"
+            f"{len(split['eval_seen'])} seen eval problems; {split['confidence_heldout']['records']} held-out answers"
         )
     return json.loads((OUT / "split.json").read_text())
 
@@ -304,13 +354,25 @@ def write_gate(split: dict, run_dir: Path) -> None:
     common.log(f"gate: {gate['decision']} {json.dumps(steps)}")
 
 
+def confidence(model: str, label: str, records: int) -> bool:
+    """`cuset confidence-report` of ``model`` on all ``records`` held-out answers into
+    ``comparison/<label>/confidence``; skipped when its report.json exists."""
+    out = COMPARE_DIR / label / "confidence"
+    ok = common.confidence(COMPARE, model, out, DATA_DIR / CONFIDENCE_FILE, records, CONFIDENCE_MAX_TOKENS)
+    common.mark(COMPARE_DIR / "status.json", f"{label}/confidence", "done" if ok else "failed")
+    return ok
+
+
 def compare() -> None:
-    """Train and evaluate every comparison run in turn; finished stages are skipped on a rerun,
-    and an interrupted training run resumes from its last checkpoint."""
-    ensure_data()
+    """The base model's proxies, then train, evaluate and measure the proxies of every comparison
+    run in turn; finished stages are skipped on a rerun, and an interrupted training run resumes
+    from its last checkpoint."""
+    records = ensure_data()["confidence_heldout"]["records"]
     status = COMPARE_DIR / "status.json"
     signal.signal(signal.SIGTERM, common.stop_children)
     signal.signal(signal.SIGINT, common.stop_children)
+    if not confidence(COMPARE.model, BASE, records):
+        return
     for run in COMPARE_RUNS:
         run_dir = COMPARE_DIR / run.name
         if not common.train(COMPARE, run, run_dir, COMPARE.model, DATA_DIR / "train.jsonl"):
@@ -324,12 +386,53 @@ def compare() -> None:
             common.mark(status, f"{run.name}/eval_{name}", "done" if ok else "failed")
             if not ok:
                 return
+        if not confidence(common.rel(run_dir), run.name, records):
+            return
         report()
 
 
+def proxies(label: str) -> dict | None:
+    """The overall judges of ``comparison/<label>/confidence`` (region tokens: mean NLL in nats,
+    top-1 accuracy, region exact match, and mean p, the paper's finding); None until it has run."""
+    path = COMPARE_DIR / label / "confidence" / "report.json"
+    if not path.is_file():
+        return None
+    overall = json.loads(path.read_text())["judges"]["groups"]["all"]
+    return {key: overall[key] for key in ("regions", "tokens", *PROXIES)}
+
+
+def proxy_lines(labels: list[str]) -> list[str]:
+    """report.md's proxy section: one row per label (the base model first), "not run yet" where
+    its confidence stage has not finished."""
+    from cuset_core.evaluation.confidence_report import FINDING_LABEL
+
+    lines = [
+        "## Proxies on the held-out answers",
+        "",
+        "`cuset confidence-report` on the reference answers of every held-out problem (compact prompts, "
+        "compacted answers), over region tokens. Functional metrics decide; these proxies only explain. "
+        f"Mean NLL (nats) is the primary proxy; mean p is {FINDING_LABEL}.",
+        "",
+        f"| model | regions | region tokens | mean NLL | top-1 accuracy | region exact match | mean p ({FINDING_LABEL}) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label in labels:
+        figures = proxies(label)
+        if figures is None:
+            lines.append(f"| {label} | not run yet |  |  |  |  |  |")
+            continue
+        lines.append(
+            f"| {label} | {figures['regions']} | {figures['tokens']} | "
+            + " | ".join("n/a" if figures[key] is None else f"{figures[key]:.3f}" for key in PROXIES)
+            + " |"
+        )
+    return [*lines, ""]
+
+
 def report() -> None:
-    """comparison/report.{json,md}: each finished run's figures, and CuSeT (v2) against SFT as a
-    paired bootstrap interval over problems (seeds averaged per problem) where both have finished."""
+    """comparison/report.{json,md}: each finished run's figures and proxies (the base model's too),
+    and CuSeT (v2) against SFT as a paired bootstrap interval over problems (seeds averaged per
+    problem) where both have finished."""
     from cuset_core.evaluation.compare import compare_runs, read_run
 
     rows, table = [], []
@@ -348,6 +451,7 @@ def report() -> None:
                 "pass@4": sampled.get("cpu_correct@4"),
                 "verdicts": aggregate.get("verdicts"),
             }
+        row["proxies"] = proxies(run.name)
         rows.append(row)
     comparisons = {}
     for name in EVAL_SETS:
@@ -379,7 +483,10 @@ def report() -> None:
             )
     COMPARE_DIR.mkdir(parents=True, exist_ok=True)
     (COMPARE_DIR / "report.json").write_text(
-        json.dumps({"steps": COMPARE_STEPS, "runs": rows, "comparisons": comparisons}, indent=1) + "\n"
+        json.dumps(
+            {"steps": COMPARE_STEPS, "base_proxies": proxies(BASE), "runs": rows, "comparisons": comparisons}, indent=1
+        )
+        + "\n"
     )
     lines = [
         f"# The elementwise comparison at {COMPARE_STEPS} steps",
@@ -391,6 +498,7 @@ def report() -> None:
         "|---|---|---|---|---|---|",
         *table,
         "",
+        *proxy_lines([BASE, *(row["run"] for row in rows)]),
     ]
     for name, entry in comparisons.items():
         lines.append(f"## CuSeT - SFT on {name} problems ({entry['seeds']} seed(s) each, paired bootstrap 95%)")

@@ -154,3 +154,109 @@ def test_the_elementwise_split_holds_out_operations_not_rows():
     trained, held = elementwise.split_ops()
     assert not set(trained) & set(held) and len(held) == round(len(set(elementwise.KERNELBENCH_OPS.values())) / 3)
     assert held == sorted(held) and (trained, held) == elementwise.split_ops()  # seeded: the same every time
+
+
+KERNEL_ANSWER = '''```python
+import torch
+from torch.utils.cpp_extension import load_inline
+
+source = """
+#include <torch/extension.h>
+__global__ void k(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;  // one thread per element
+    if (i < n) y[i] = x[i];
+}
+torch::Tensor run(torch::Tensor x) { auto y = torch::empty_like(x); return y; }
+"""
+
+ext = load_inline(name="ext", cpp_sources="torch::Tensor run(torch::Tensor x);", cuda_sources=source,
+                  functions=["run"], verbose=True)
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return ext.run(x)
+```'''
+PROBLEM = "import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+
+
+def test_the_proxies_read_every_held_out_answer_compacted_and_nothing_trained_on():
+    from cuset_core.data.records import Message, Record
+    from cuset_core.demo import DemoProblem
+    from cuset_core.generation.prompts import compact_prompt
+
+    elementwise = load_script("run_elementwise")
+    trained, held = elementwise.split_ops()
+    number = {op: problem for problem, op in elementwise.KERNELBENCH_OPS.items()}
+
+    def kernelbench(op: str) -> Record:
+        messages = [
+            Message(role="user", content=compact_prompt(PROBLEM)),
+            Message(role="assistant", content=KERNEL_ANSWER),
+        ]
+        return Record(messages=messages, line=1, group=f"1/{number[op]}", problem=PROBLEM, meta={"problem": number[op]})
+
+    def demo(pid: str) -> DemoProblem:
+        return DemoProblem(pid, pid[3:], "elementwise", PROBLEM, KERNEL_ANSWER.removeprefix("```python\n")[:-3])
+
+    seen_demo = next(pid for pid, op in elementwise.DEMO_OPS.items() if op in trained)
+    unseen_demo = next(pid for pid, op in elementwise.DEMO_OPS.items() if op not in trained)
+    records = elementwise.heldout_answers(
+        [kernelbench(trained[0]), kernelbench(held[0]), kernelbench(held[1])],
+        held,
+        [demo(seen_demo), demo(unseen_demo), demo("12_sum_dim")],  # the last is not elementwise
+    )
+
+    assert [r.group for r in records] == [f"1/{number[held[0]]}", f"1/{number[held[1]]}", seen_demo, unseen_demo]
+    for record in records:
+        assert record.prompt_messages[-1].content == compact_prompt(PROBLEM)
+        assert "one thread per element" not in record.answer and "verbose" not in record.answer
+        assert "__global__ void k" in record.answer
+
+
+def confidence_summary(nll: float) -> dict:
+    overall = {"regions": 7, "tokens": 90, "nll": nll, "top1_accuracy": 0.5, "region_exact_match": 0.25, "mean_p": 0.6}
+    return {"judges": {"groups": {"all": overall, "indexing": {**overall, "nll": 9.0}}}}
+
+
+def eval_results(compile_rate: float) -> dict:
+    return {
+        "aggregate": {
+            "greedy": {"metrics": {"compile@1": compile_rate, "cpu_correct@1": 0.0}},
+            "sampled": {"metrics": {"cpu_correct@1": 0.1, "cpu_correct@4": 0.2}},
+            "verdicts": {"pass": 1},
+        }
+    }
+
+
+def test_the_comparison_report_lists_the_base_model_and_each_runs_proxies(tmp_path, monkeypatch):
+    elementwise = load_script("run_elementwise")
+    monkeypatch.setattr(elementwise, "COMPARE_DIR", tmp_path)
+    for run in ("sft-s0", "dft-s0"):  # dft-s0 finished before the confidence stage existed
+        for name in elementwise.EVAL_SETS:
+            write_json(tmp_path / run / f"eval_{name}" / "results.json", eval_results(0.5))
+    write_json(tmp_path / "sft-s0" / "confidence" / "report.json", confidence_summary(1.25))
+    write_json(tmp_path / "base" / "confidence" / "report.json", confidence_summary(2.5))
+
+    elementwise.report()
+
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["base_proxies"]["nll"] == 2.5
+    runs = {row["run"]: row for row in report["runs"]}
+    assert runs["sft-s0"]["proxies"] == {
+        "regions": 7,
+        "tokens": 90,
+        "nll": 1.25,
+        "top1_accuracy": 0.5,
+        "region_exact_match": 0.25,
+        "mean_p": 0.6,
+    }
+    assert runs["dft-s0"]["proxies"] is None
+    markdown = (tmp_path / "report.md").read_text()
+    rows = [line for line in markdown.splitlines() if line.startswith(("| base", "| sft-s0 | 7", "| dft-s0 | not"))]
+    assert rows == [
+        "| base | 7 | 90 | 2.500 | 0.500 | 0.250 | 0.600 |",
+        "| sft-s0 | 7 | 90 | 1.250 | 0.500 | 0.250 | 0.600 |",
+        "| dft-s0 | not run yet |  |  |  |  |  |",
+    ]
+    assert "mean p (the paper's finding, not a judge)" in markdown
