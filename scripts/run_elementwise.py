@@ -375,6 +375,7 @@ def compare() -> None:
         return
     for run in COMPARE_RUNS:
         run_dir = COMPARE_DIR / run.name
+        ensure_weights(run.name, run_dir)
         if not common.train(COMPARE, run, run_dir, COMPARE.model, DATA_DIR / "train.jsonl"):
             common.mark(status, f"{run.name}/train", "failed")
             return
@@ -389,6 +390,31 @@ def compare() -> None:
         if not confidence(common.rel(run_dir), run.name, records):
             return
         report()
+
+
+# Finished runs whose weights the project ships: a checkout restores them from there.
+SHIPPED_FROM = {"sft-s0": "cuset-ew-135m"}
+WEIGHT_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+def ensure_weights(name: str, run_dir: Path) -> None:
+    """Weights are gitignored, so a new checkout has a finished run's logs but not its adapter.
+    When a stage of the run still needs it: copy it from the shipped adapter made from this run
+    (float16, the same weights rounded), else train the run again from scratch."""
+    stages = (run_dir / "eval_unseen" / "results.json", run_dir / "eval_seen" / "results.json")
+    stages += (COMPARE_DIR / name / "confidence" / "report.json",)
+    weights = run_dir / WEIGHT_FILES[1]
+    if weights.is_file() or not common.trained(run_dir) or all(path.is_file() for path in stages):
+        return
+    if name in SHIPPED_FROM:
+        from cuset_core.adapters import shipped_adapter_dir
+
+        for file in WEIGHT_FILES:
+            shutil.copyfile(shipped_adapter_dir(SHIPPED_FROM[name]) / file, run_dir / file)
+        common.log(f"{name}: weights restored from the shipped adapter {SHIPPED_FROM[name]}")
+        return
+    common.log(f"{name}: weights missing (trained in another checkout); training it again")
+    (run_dir / "progress.jsonl").rename(run_dir / "progress.lost-weights.jsonl")
 
 
 def proxies(label: str) -> dict | None:

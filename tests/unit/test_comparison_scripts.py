@@ -260,3 +260,31 @@ def test_the_comparison_report_lists_the_base_model_and_each_runs_proxies(tmp_pa
         "| dft-s0 | not run yet |  |  |  |  |  |",
     ]
     assert "mean p (the paper's finding, not a judge)" in markdown
+
+
+def finished_run(folder: Path) -> Path:
+    """A run folder as a new checkout has it: the progress log of a finished run, no weights."""
+    folder.mkdir(parents=True)
+    (folder / "progress.jsonl").write_text(json.dumps({"type": "done", "step": 50}) + "\n")
+    return folder
+
+
+def test_a_finished_run_without_its_weights_gets_the_shipped_copy_or_trains_again(tmp_path, monkeypatch):
+    elementwise = load_script("run_elementwise")
+    monkeypatch.setattr(elementwise, "COMPARE_DIR", tmp_path)
+
+    shipped = finished_run(tmp_path / "sft-s0")
+    elementwise.ensure_weights("sft-s0", shipped)
+    assert (shipped / "adapter_model.safetensors").stat().st_size > 1_000_000
+    assert (shipped / "adapter_config.json").is_file()
+
+    lost = finished_run(tmp_path / "dft-s0")
+    elementwise.ensure_weights("dft-s0", lost)
+    assert not (lost / "progress.jsonl").exists() and (lost / "progress.lost-weights.jsonl").is_file()
+
+    done = finished_run(tmp_path / "cuset-s0")  # every stage that needs weights has run
+    for name in elementwise.EVAL_SETS:
+        write_json(done / f"eval_{name}" / "results.json", eval_results(0.5))
+    write_json(done / "confidence" / "report.json", confidence_summary(1.0))
+    elementwise.ensure_weights("cuset-s0", done)
+    assert sorted(path.name for path in done.iterdir()) == ["confidence", "eval_seen", "eval_unseen", "progress.jsonl"]
