@@ -346,7 +346,7 @@ def show_generation(result: dict, problem: str, out: Path) -> None:
     console.print(
         Panel(
             Syntax(sample["code"] or sample["text"], "python", word_wrap=True),
-            title=f"sample {index} of {len(samples)} for {problem} ({sample['finish_reason']})",
+            title=f"sample {index} of {len(drawn)} for {problem} ({sample['finish_reason']})",
         )
     )
     tiers = verification.get("tier_verdicts") or {}
