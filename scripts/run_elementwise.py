@@ -401,8 +401,8 @@ def ensure_weights(name: str, run_dir: Path) -> None:
     """Weights are gitignored, so a new checkout has a finished run's logs but not its adapter.
     When a stage of the run still needs it: copy it from the shipped adapter made from this run
     (float16, the same weights rounded), else train the run again from scratch."""
-    stages = (run_dir / "eval_unseen" / "results.json", run_dir / "eval_seen" / "results.json")
-    stages += (COMPARE_DIR / name / "confidence" / "report.json",)
+    stages = [run_dir / f"eval_{eval_set}" / "results.json" for eval_set in EVAL_SETS]
+    stages.append(COMPARE_DIR / name / "confidence" / "report.json")
     weights = run_dir / WEIGHT_FILES[1]
     if weights.is_file() or not common.trained(run_dir) or all(path.is_file() for path in stages):
         return
