@@ -373,7 +373,9 @@ def compare() -> None:
     signal.signal(signal.SIGINT, common.stop_children)
     if not confidence(COMPARE.model, BASE, records):
         return
-    for run in COMPARE_RUNS:
+    # A run that must train again only for a leftover stage costs a whole training run for one
+    # stage's figures: new runs come first, so each session's hours buy new results.
+    for run in sorted(COMPARE_RUNS, key=lambda run: weights_lost(run.name, COMPARE_DIR / run.name)):
         run_dir = COMPARE_DIR / run.name
         ensure_weights(run.name, run_dir)
         if not common.train(COMPARE, run, run_dir, COMPARE.model, DATA_DIR / "train.jsonl"):
@@ -397,14 +399,24 @@ SHIPPED_FROM = {"sft-s0": "cuset-ew-135m"}
 WEIGHT_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 
-def ensure_weights(name: str, run_dir: Path) -> None:
-    """Weights are gitignored, so a new checkout has a finished run's logs but not its adapter.
-    When a stage of the run still needs it: copy it from the shipped adapter made from this run
-    (float16, the same weights rounded), else train the run again from scratch."""
+def needs_weights(name: str, run_dir: Path) -> bool:
+    """Whether a finished run has a stage left to run but not its weights: they are gitignored,
+    so a new checkout has a finished run's logs and not its adapter."""
     stages = [run_dir / f"eval_{eval_set}" / "results.json" for eval_set in EVAL_SETS]
     stages.append(COMPARE_DIR / name / "confidence" / "report.json")
     weights = run_dir / WEIGHT_FILES[1]
-    if weights.is_file() or not common.trained(run_dir) or all(path.is_file() for path in stages):
+    return common.trained(run_dir) and not weights.is_file() and not all(path.is_file() for path in stages)
+
+
+def weights_lost(name: str, run_dir: Path) -> bool:
+    """Whether a run must train again for its leftover stages (no shipped copy of its weights)."""
+    return name not in SHIPPED_FROM and needs_weights(name, run_dir)
+
+
+def ensure_weights(name: str, run_dir: Path) -> None:
+    """When a stage of a finished run still needs its missing weights: copy them from the shipped
+    adapter made from this run (float16, the same weights rounded), else train the run again."""
+    if not needs_weights(name, run_dir):
         return
     if name in SHIPPED_FROM:
         from cuset_core.adapters import shipped_adapter_dir

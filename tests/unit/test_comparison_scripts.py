@@ -274,11 +274,13 @@ def test_a_finished_run_without_its_weights_gets_the_shipped_copy_or_trains_agai
     monkeypatch.setattr(elementwise, "COMPARE_DIR", tmp_path)
 
     shipped = finished_run(tmp_path / "sft-s0")
+    assert not elementwise.weights_lost("sft-s0", shipped)
     elementwise.ensure_weights("sft-s0", shipped)
     assert (shipped / "adapter_model.safetensors").stat().st_size > 1_000_000
     assert (shipped / "adapter_config.json").is_file()
 
     lost = finished_run(tmp_path / "dft-s0")
+    assert elementwise.weights_lost("dft-s0", lost)  # so the comparison runs it after new runs
     elementwise.ensure_weights("dft-s0", lost)
     assert not (lost / "progress.jsonl").exists() and (lost / "progress.lost-weights.jsonl").is_file()
 
