@@ -97,9 +97,9 @@ def metrics_of(aggregate: dict) -> dict[str, float]:
     }
 
 
-def progress_rows(run_dir: Path) -> list[dict]:
+def progress_rows(run_dir: Path, log: str = "progress.jsonl") -> list[dict]:
     """The progress lines of a finished run, deduplicated by step (a resumed run logs again)."""
-    path = run_dir / "progress.jsonl"
+    path = run_dir / log
     if not path.is_file():
         return []
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -439,15 +439,18 @@ def sweep_section(size_dir: Path) -> list[str]:
     return lines
 
 
-def plot_curves(runs: dict, path: Path) -> bool:
+def plot_curves(runs: dict, path: Path, curves=CURVES, order=run_order) -> bool:
+    """One panel per (progress key, title) of ``curves``, one line per run (seed 0 solid, others
+    dashed) in ``order`` of the run names; a key a run does not log is left blank."""
     trained = {name: run["progress"] for name, run in runs.items() if run["progress"]}
     if not trained:
         return False
-    figure, axes = plt.subplots(1, len(CURVES), figsize=(5.2 * len(CURVES), 3.8))
-    for axis, (key, title) in zip(axes, CURVES):
-        for name, rows in sorted(trained.items(), key=lambda item: run_order(item[0])):
+    figure, axes = plt.subplots(1, len(curves), figsize=(5.2 * len(curves), 3.8))
+    for axis, (key, title) in zip(axes, curves):
+        for name, rows in sorted(trained.items(), key=lambda item: order(item[0])):
             style = "-" if name.endswith("-s0") else "--"
-            axis.plot([r["step"] for r in rows], [r[key] for r in rows], style, label=name, linewidth=1.2)
+            values = [float("nan") if r.get(key) is None else r[key] for r in rows]
+            axis.plot([r["step"] for r in rows], values, style, label=name, linewidth=1.2)
         axis.set_title(title)
         axis.set_xlabel("optimizer step")
         axis.grid(alpha=0.3)

@@ -397,6 +397,7 @@ def compare() -> None:
 # Finished runs whose weights the project ships: a checkout restores them from there.
 SHIPPED_FROM = {"sft-s0": "cuset-ew-135m"}
 WEIGHT_FILES = ("adapter_config.json", "adapter_model.safetensors")
+LOST_LOG = "progress.lost-weights.jsonl"  # the first training's log, kept when a run trains again
 
 
 def needs_weights(name: str, run_dir: Path) -> bool:
@@ -426,7 +427,11 @@ def ensure_weights(name: str, run_dir: Path) -> None:
         common.log(f"{name}: weights restored from the shipped adapter {SHIPPED_FROM[name]}")
         return
     common.log(f"{name}: weights missing (trained in another checkout); training it again")
-    (run_dir / "progress.jsonl").rename(run_dir / "progress.lost-weights.jsonl")
+    progress = run_dir / "progress.jsonl"
+    if (run_dir / LOST_LOG).is_file():  # trained again before: the first log is the evaluated one
+        progress.unlink()
+    else:
+        progress.rename(run_dir / LOST_LOG)
 
 
 def proxies(label: str) -> dict | None:
@@ -467,28 +472,155 @@ def proxy_lines(labels: list[str]) -> list[str]:
     return [*lines, ""]
 
 
+METRIC_COLUMNS = (
+    "greedy compile@1",
+    "greedy cpu_correct@1",
+    "compile@1",
+    "compile@4",
+    "pass@1",
+    "pass@4",
+)
+# report.md's training columns: (progress key, heading), read from each run's last step.
+TRAINING_COLUMNS = (
+    ("weight_mean", "mean weight"),
+    ("weight_max", "max weight"),
+    ("tau_lo", "tau_lo"),
+    ("dropped_grad_share", "masked share of SFT's gradient"),
+)
+# The plot's panels: (progress key, title).
+CURVES = (
+    ("ce", "plain cross-entropy"),
+    ("weight_mean", "mean token weight"),
+    ("dropped_grad_share", "share of SFT's gradient scale masked"),
+)
+
+
+def eval_figures(results: Path) -> dict:
+    """One held-out set's figures from its ``cuset eval`` results.json: greedy compile@1 and
+    cpu_correct@1, sampled compile@k and cpu_correct@k (pass@k), and every answer's verdicts."""
+    aggregate = json.loads(results.read_text())["aggregate"]
+    greedy, sampled = aggregate["greedy"]["metrics"], (aggregate["sampled"] or {}).get("metrics", {})
+    return {
+        "greedy compile@1": greedy["compile@1"],
+        "greedy cpu_correct@1": greedy["cpu_correct@1"],
+        "compile@1": sampled.get("compile@1"),
+        "compile@4": sampled.get("compile@4"),
+        "pass@1": sampled.get("cpu_correct@1"),
+        "pass@4": sampled.get("cpu_correct@4"),
+        "verdicts": aggregate.get("verdicts"),
+    }
+
+
+def training_rows(run_dir: Path) -> list[dict]:
+    """The progress rows of the training whose adapter was evaluated: the first log when the run
+    was trained again for its lost weights (``ensure_weights``)."""
+    import results_report
+
+    lost = LOST_LOG if (run_dir / LOST_LOG).is_file() else "progress.jsonl"
+    return results_report.progress_rows(run_dir, lost)
+
+
+def training_figures(run_dir: Path) -> dict | None:
+    """A finished run's training: wall-clock minutes, mean CE of its last 10 steps, and the
+    TRAINING_COLUMNS of its last step (None where the objective does not log them); None without
+    a progress log."""
+    rows = training_rows(run_dir)
+    if not rows:
+        return None
+    last = rows[-1]
+    return {
+        "steps": last["step"],
+        "minutes": round((last["time"] - rows[0]["time"]) / 60, 1),
+        "ce_last10": sum(row["ce"] for row in rows[-10:]) / len(rows[-10:]),
+        **{key: last.get(key) for key, _ in TRAINING_COLUMNS},
+    }
+
+
+def cell(value: float | None, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def verdict_lines(rows: list[dict]) -> list[str]:
+    """report.md's verdict counts: every answer of a run (greedy and sampled) per held-out set,
+    one column per verdict that occurs, in the order of ``Verdict``."""
+    from cuset_core.verify.result import Verdict
+
+    seen = {verdict for row in rows for name in EVAL_SETS for verdict in row[name]["verdicts"] or {}}
+    columns = [verdict.value for verdict in Verdict if verdict.value in seen]
+    lines = [
+        "## Verdicts (greedy and sampled answers together)",
+        "",
+        "| run | problems | answers | " + " | ".join(columns) + " |",
+        "|---|---|---:|" + "---:|" * len(columns),
+    ]
+    for row in rows:
+        for name in EVAL_SETS:
+            counts = row[name]["verdicts"] or {}
+            lines.append(
+                f"| {row['run']} | {name} | {sum(counts.values())} | "
+                + " | ".join(str(counts.get(column, 0)) for column in columns)
+                + " |"
+            )
+    return [*lines, ""]
+
+
+def training_lines(rows: list[dict]) -> list[str]:
+    lines = [
+        "## Training (last step; CE averaged over the last 10 steps)",
+        "",
+        "| run | steps | minutes | CE | " + " | ".join(heading for _, heading in TRAINING_COLUMNS) + " |",
+        "|---|---:|---:|---:|" + "---:|" * len(TRAINING_COLUMNS),
+    ]
+    for row in rows:
+        figures = row["training"]
+        if figures is None:
+            lines.append(f"| {row['run']} | no progress log |  |  |" + "  |" * len(TRAINING_COLUMNS))
+            continue
+        lines.append(
+            f"| {row['run']} | {figures['steps']} | {figures['minutes']} | {cell(figures['ce_last10'])} | "
+            + " | ".join(cell(figures[key], 4) for key, _ in TRAINING_COLUMNS)
+            + " |"
+        )
+    return [*lines, ""]
+
+
+def plot_metrics(rows: list[dict], path: Path) -> None:
+    """Grouped bars: one panel per held-out set, one group per run, one bar per METRIC_COLUMNS."""
+    import results_report
+
+    plt = results_report.plt
+    figure, axes = plt.subplots(1, len(EVAL_SETS), figsize=(6.5 * len(EVAL_SETS), 3.8), sharey=True)
+    width = 0.8 / len(METRIC_COLUMNS)
+    for axis, name in zip(axes, EVAL_SETS):
+        for index, metric_name in enumerate(METRIC_COLUMNS):
+            values = [row[name][metric_name] or 0.0 for row in rows]
+            axis.bar([i + index * width for i in range(len(rows))], values, width, label=metric_name)
+        axis.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], [row["run"] for row in rows], fontsize=7)
+        axis.set_title(f"{name} operations")
+        axis.set_ylim(0, 1)
+        axis.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def report() -> None:
-    """comparison/report.{json,md}: each finished run's figures and proxies (the base model's too),
-    and CuSeT (v2) against SFT as a paired bootstrap interval over problems (seeds averaged per
-    problem) where both have finished."""
+    """comparison/report.{json,md} and its plots (curves.png, metrics.png): each finished run's
+    figures, verdicts, training and proxies (the base model's too), and CuSeT (v2) against SFT as
+    a paired bootstrap interval over problems (seeds averaged per problem) where both have
+    finished."""
+    import results_report
+
     from cuset_core.evaluation.compare import compare_runs, read_run
 
-    rows, table = [], []
+    rows = []
     for run in COMPARE_RUNS:
         results = {name: COMPARE_DIR / run.name / f"eval_{name}" / "results.json" for name in EVAL_SETS}
         if not all(path.is_file() for path in results.values()):
             continue
-        row = {"run": run.name}
-        for name, path in results.items():
-            aggregate = json.loads(path.read_text())["aggregate"]
-            greedy, sampled = aggregate["greedy"]["metrics"], (aggregate["sampled"] or {}).get("metrics", {})
-            row[name] = {
-                "greedy compile@1": greedy["compile@1"],
-                "greedy cpu_correct@1": greedy["cpu_correct@1"],
-                "pass@1": sampled.get("cpu_correct@1"),
-                "pass@4": sampled.get("cpu_correct@4"),
-                "verdicts": aggregate.get("verdicts"),
-            }
+        row = {"run": run.name, **{name: eval_figures(path) for name, path in results.items()}}
+        row["training"] = training_figures(COMPARE_DIR / run.name)
         row["proxies"] = proxies(run.name)
         rows.append(row)
     comparisons = {}
@@ -508,17 +640,11 @@ def report() -> None:
                 [read_run(path) for path in sides["cuset"][:seeds]], [read_run(path) for path in sides["sft"][:seeds]]
             )
             comparisons[name] = {"seeds": seeds, "cuset_minus_sft": result.model_dump(mode="json")}
-    for row in rows:
-        for name in EVAL_SETS:
-            figures = row[name]
-            table.append(
-                f"| {row['run']} | {name} | "
-                + " | ".join(
-                    "n/a" if figures[key] is None else f"{figures[key]:.3f}"
-                    for key in ("greedy compile@1", "greedy cpu_correct@1", "pass@1", "pass@4")
-                )
-                + " |"
-            )
+    table = [
+        f"| {row['run']} | {name} | " + " | ".join(cell(row[name][key]) for key in METRIC_COLUMNS) + " |"
+        for row in rows
+        for name in EVAL_SETS
+    ]
     COMPARE_DIR.mkdir(parents=True, exist_ok=True)
     (COMPARE_DIR / "report.json").write_text(
         json.dumps(
@@ -526,16 +652,27 @@ def report() -> None:
         )
         + "\n"
     )
+    plots = []
+    if rows:
+        order = [run.name for run in COMPARE_RUNS]
+        progress = {row["run"]: {"progress": training_rows(COMPARE_DIR / row["run"])} for row in rows}
+        results_report.plot_curves(progress, COMPARE_DIR / "curves.png", CURVES, order.index)
+        plot_metrics(rows, COMPARE_DIR / "metrics.png")
+        plots = ["![held-out metrics per run](metrics.png)", "", "![training curves per run](curves.png)", ""]
     lines = [
         f"# The elementwise comparison at {COMPARE_STEPS} steps",
         "",
         f"{len(rows)} of {len(COMPARE_RUNS)} runs finished. Greedy answers and 4 i.i.d. answers at temperature "
-        f"{COMPARE.temperature} per problem, verified to tier cpu.",
+        f"{COMPARE.temperature} per problem, verified to tier cpu; compile@k and pass@k (cpu_correct@k) are "
+        "over the sampled answers.",
         "",
-        "| run | problems | greedy compile@1 | greedy cpu_correct@1 | pass@1 | pass@4 |",
-        "|---|---|---|---|---|---|",
+        "| run | problems | " + " | ".join(METRIC_COLUMNS) + " |",
+        "|---|---|" + "---|" * len(METRIC_COLUMNS),
         *table,
         "",
+        *plots,
+        *verdict_lines(rows),
+        *training_lines(rows),
         *proxy_lines([BASE, *(row["run"] for row in rows)]),
     ]
     for name, entry in comparisons.items():

@@ -262,6 +262,41 @@ def test_the_comparison_report_lists_the_base_model_and_each_runs_proxies(tmp_pa
     assert "mean p (the paper's finding, not a judge)" in markdown
 
 
+def progress_log(folder: Path, name: str, weights: list[float | None]) -> None:
+    """A training log: one step per weight, a minute apart, then its done line."""
+    rows = [
+        {"type": "progress", "step": step, "ce": 1.0 / step, "weight_mean": weight, "time": 60.0 * step}
+        for step, weight in enumerate(weights, start=1)
+    ]
+    (folder / name).write_text("".join(json.dumps(row) + "\n" for row in [*rows, {"type": "done"}]))
+
+
+def test_the_comparison_report_counts_verdicts_and_shows_training_and_plots(tmp_path, monkeypatch):
+    elementwise = load_script("run_elementwise")
+    monkeypatch.setattr(elementwise, "COMPARE_DIR", tmp_path)
+    for run, weights in (("sft-s0", [None, None, None]), ("dft-s0", [1.0, 0.9, 0.8])):
+        for name in elementwise.EVAL_SETS:
+            results = eval_results(0.5)
+            results["aggregate"]["verdicts"] = {"pass": 1, "compile_error": 3}
+            write_json(tmp_path / run / f"eval_{name}" / "results.json", results)
+        progress_log(tmp_path / run, "progress.jsonl", weights)
+    # dft-s0 lost its weights and is training again: its figures are those of the first training
+    progress_log(tmp_path / "dft-s0", "progress.lost-weights.jsonl", [1.0, 0.9, 0.8, 0.7, 0.6])
+
+    elementwise.report()
+
+    markdown = (tmp_path / "report.md").read_text().splitlines()
+    assert "| run | problems | answers | compile_error | pass |" in markdown
+    assert "| sft-s0 | unseen | 4 | 3 | 1 |" in markdown
+    training = [line for line in markdown if line.startswith(("| sft-s0 | 3 |", "| dft-s0 | 5 |"))]
+    assert [line.split(" | ")[:5] for line in training] == [
+        ["| sft-s0", "3", "2.0", "0.611", "n/a"],
+        ["| dft-s0", "5", "4.0", "0.457", "0.6000"],
+    ]
+    assert "![held-out metrics per run](metrics.png)" in markdown
+    assert (tmp_path / "metrics.png").stat().st_size > 0 and (tmp_path / "curves.png").stat().st_size > 0
+
+
 def finished_run(folder: Path) -> Path:
     """A run folder as a new checkout has it: the progress log of a finished run, no weights."""
     folder.mkdir(parents=True)
@@ -283,6 +318,9 @@ def test_a_finished_run_without_its_weights_gets_the_shipped_copy_or_trains_agai
     assert elementwise.weights_lost("dft-s0", lost)  # so the comparison runs it after new runs
     elementwise.ensure_weights("dft-s0", lost)
     assert not (lost / "progress.jsonl").exists() and (lost / "progress.lost-weights.jsonl").is_file()
+    (lost / "progress.jsonl").write_text(json.dumps({"type": "done", "step": 50}) + "\n")  # lost once more
+    elementwise.ensure_weights("dft-s0", lost)
+    assert [path.name for path in lost.iterdir()] == ["progress.lost-weights.jsonl"]
 
     done = finished_run(tmp_path / "cuset-s0")  # every stage that needs weights has run
     for name in elementwise.EVAL_SETS:
