@@ -400,24 +400,24 @@ WEIGHT_FILES = ("adapter_config.json", "adapter_model.safetensors")
 LOST_LOG = "progress.lost-weights.jsonl"  # the first training's log, kept when a run trains again
 
 
-def needs_weights(name: str, run_dir: Path) -> bool:
+def needs_weights(run_dir: Path) -> bool:
     """Whether a finished run has a stage left to run but not its weights: they are gitignored,
     so a new checkout has a finished run's logs and not its adapter."""
     stages = [run_dir / f"eval_{eval_set}" / "results.json" for eval_set in EVAL_SETS]
-    stages.append(COMPARE_DIR / name / "confidence" / "report.json")
+    stages.append(run_dir / "confidence" / "report.json")  # where confidence() writes it
     weights = run_dir / WEIGHT_FILES[1]
     return common.trained(run_dir) and not weights.is_file() and not all(path.is_file() for path in stages)
 
 
 def weights_lost(name: str, run_dir: Path) -> bool:
     """Whether a run must train again for its leftover stages (no shipped copy of its weights)."""
-    return name not in SHIPPED_FROM and needs_weights(name, run_dir)
+    return name not in SHIPPED_FROM and needs_weights(run_dir)
 
 
 def ensure_weights(name: str, run_dir: Path) -> None:
     """When a stage of a finished run still needs its missing weights: copy them from the shipped
     adapter made from this run (float16, the same weights rounded), else train the run again."""
-    if not needs_weights(name, run_dir):
+    if not needs_weights(run_dir):
         return
     if name in SHIPPED_FROM:
         from cuset_core.adapters import shipped_adapter_dir
@@ -472,13 +472,15 @@ def proxy_lines(labels: list[str]) -> list[str]:
     return [*lines, ""]
 
 
+# report.md's metric columns: (heading, name in ``results_report.metrics_of``); pass@k is
+# cpu_correct@k over the i.i.d. samples.
 METRIC_COLUMNS = (
-    "greedy compile@1",
-    "greedy cpu_correct@1",
-    "compile@1",
-    "compile@4",
-    "pass@1",
-    "pass@4",
+    ("greedy compile@1", "greedy compile@1"),
+    ("greedy cpu_correct@1", "greedy cpu_correct@1"),
+    ("compile@1", "compile@1"),
+    ("compile@4", "compile@4"),
+    ("pass@1", "cpu_correct@1"),
+    ("pass@4", "cpu_correct@4"),
 )
 # report.md's training columns: (progress key, heading), read from each run's last step.
 TRAINING_COLUMNS = (
@@ -498,15 +500,12 @@ CURVES = (
 def eval_figures(results: Path) -> dict:
     """One held-out set's figures from its ``cuset eval`` results.json: greedy compile@1 and
     cpu_correct@1, sampled compile@k and cpu_correct@k (pass@k), and every answer's verdicts."""
+    import results_report
+
     aggregate = json.loads(results.read_text())["aggregate"]
-    greedy, sampled = aggregate["greedy"]["metrics"], (aggregate["sampled"] or {}).get("metrics", {})
+    metrics = results_report.metrics_of(aggregate)
     return {
-        "greedy compile@1": greedy["compile@1"],
-        "greedy cpu_correct@1": greedy["cpu_correct@1"],
-        "compile@1": sampled.get("compile@1"),
-        "compile@4": sampled.get("compile@4"),
-        "pass@1": sampled.get("cpu_correct@1"),
-        "pass@4": sampled.get("cpu_correct@4"),
+        **{heading: metrics.get(name) for heading, name in METRIC_COLUMNS},
         "verdicts": aggregate.get("verdicts"),
     }
 
@@ -520,11 +519,10 @@ def training_rows(run_dir: Path) -> list[dict]:
     return results_report.progress_rows(run_dir, lost)
 
 
-def training_figures(run_dir: Path) -> dict | None:
-    """A finished run's training: wall-clock minutes, mean CE of its last 10 steps, and the
-    TRAINING_COLUMNS of its last step (None where the objective does not log them); None without
-    a progress log."""
-    rows = training_rows(run_dir)
+def training_figures(rows: list[dict]) -> dict | None:
+    """A finished run's training from its ``training_rows``: wall-clock minutes, mean CE of its
+    last 10 steps, and the TRAINING_COLUMNS of its last step (None where the objective does not
+    log them); None without a progress log."""
     if not rows:
         return None
     last = rows[-1]
@@ -592,9 +590,9 @@ def plot_metrics(rows: list[dict], path: Path) -> None:
     figure, axes = plt.subplots(1, len(EVAL_SETS), figsize=(6.5 * len(EVAL_SETS), 3.8), sharey=True)
     width = 0.8 / len(METRIC_COLUMNS)
     for axis, name in zip(axes, EVAL_SETS):
-        for index, metric_name in enumerate(METRIC_COLUMNS):
-            values = [row[name][metric_name] or 0.0 for row in rows]
-            axis.bar([i + index * width for i in range(len(rows))], values, width, label=metric_name)
+        for index, (heading, _) in enumerate(METRIC_COLUMNS):
+            values = [row[name][heading] or 0.0 for row in rows]
+            axis.bar([i + index * width for i in range(len(rows))], values, width, label=heading)
         axis.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], [row["run"] for row in rows], fontsize=7)
         axis.set_title(f"{name} operations")
         axis.set_ylim(0, 1)
@@ -614,13 +612,14 @@ def report() -> None:
 
     from cuset_core.evaluation.compare import compare_runs, read_run
 
-    rows = []
+    rows, progress = [], {}
     for run in COMPARE_RUNS:
         results = {name: COMPARE_DIR / run.name / f"eval_{name}" / "results.json" for name in EVAL_SETS}
         if not all(path.is_file() for path in results.values()):
             continue
+        progress[run.name] = {"progress": training_rows(COMPARE_DIR / run.name)}
         row = {"run": run.name, **{name: eval_figures(path) for name, path in results.items()}}
-        row["training"] = training_figures(COMPARE_DIR / run.name)
+        row["training"] = training_figures(progress[run.name]["progress"])
         row["proxies"] = proxies(run.name)
         rows.append(row)
     comparisons = {}
@@ -641,7 +640,7 @@ def report() -> None:
             )
             comparisons[name] = {"seeds": seeds, "cuset_minus_sft": result.model_dump(mode="json")}
     table = [
-        f"| {row['run']} | {name} | " + " | ".join(cell(row[name][key]) for key in METRIC_COLUMNS) + " |"
+        f"| {row['run']} | {name} | " + " | ".join(cell(row[name][heading]) for heading, _ in METRIC_COLUMNS) + " |"
         for row in rows
         for name in EVAL_SETS
     ]
@@ -655,7 +654,6 @@ def report() -> None:
     plots = []
     if rows:
         order = [run.name for run in COMPARE_RUNS]
-        progress = {row["run"]: {"progress": training_rows(COMPARE_DIR / row["run"])} for row in rows}
         results_report.plot_curves(progress, COMPARE_DIR / "curves.png", CURVES, order.index)
         plot_metrics(rows, COMPARE_DIR / "metrics.png")
         plots = ["![held-out metrics per run](metrics.png)", "", "![training curves per run](curves.png)", ""]
@@ -666,7 +664,7 @@ def report() -> None:
         f"{COMPARE.temperature} per problem, verified to tier cpu; compile@k and pass@k (cpu_correct@k) are "
         "over the sampled answers.",
         "",
-        "| run | problems | " + " | ".join(METRIC_COLUMNS) + " |",
+        "| run | problems | " + " | ".join(heading for heading, _ in METRIC_COLUMNS) + " |",
         "|---|---|" + "---|" * len(METRIC_COLUMNS),
         *table,
         "",
