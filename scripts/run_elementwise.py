@@ -603,42 +603,115 @@ def plot_metrics(rows: list[dict], path: Path) -> None:
     plt.close(figure)
 
 
+# The paired intervals' columns in report.md: the metric names of ``compare_runs``.
+INTERVAL_COLUMNS = (
+    ("greedy compile@1", "greedy:compile@1"),
+    ("greedy cpu_correct@1", "greedy:cpu_correct@1"),
+    ("compile@4", "sampled:compile@4"),
+    ("pass@1", "sampled:cpu_correct@1"),
+    ("pass@4", "sampled:cpu_correct@4"),
+)
+POOLED = "both"  # the two held-out sets together: every held-out problem once
+
+
+def finished_evals(run: common.Run) -> dict[str, Path] | None:
+    """A run's eval folders by held-out set, or None while one of them has not finished."""
+    folders = {name: COMPARE_DIR / run.name / f"eval_{name}" for name in EVAL_SETS}
+    return folders if all((folder / "results.json").is_file() for folder in folders.values()) else None
+
+
+def read_evals(folders: dict[str, Path], eval_set: str):
+    """One run's evaluation of ``eval_set``, or of every held-out problem (POOLED: the sets'
+    problems are disjoint, so their rows are simply put together)."""
+    from cuset_core.evaluation.compare import read_run
+
+    if eval_set != POOLED:
+        return read_run(folders[eval_set])
+    parts = [read_run(folders[name]) for name in EVAL_SETS]
+    rows = [row for part in parts for row in part.rows]
+    tier = min((part.tier for part in parts), key=lambda tier: tier.rank)
+    k_values = sorted(set.intersection(*(set(part.k_values) for part in parts)))
+    return parts[0].model_copy(
+        update={"name": str(folders[EVAL_SETS[0]].parent), "tier": tier, "k_values": k_values, "rows": rows}
+    )
+
+
+def paired_comparisons() -> list[dict]:
+    """Every objective against SFT, and each objective's second seed against its first (how far
+    two seeds of one objective differ: the noise floor the first kind must clear), as paired
+    bootstrap 95% intervals over problems, per held-out set and on both together. An objective's
+    side averages its seeds per problem, over the seeds both sides have finished."""
+    from cuset_core.evaluation.compare import compare_runs
+
+    finished: dict[str, list[dict[str, Path]]] = {}
+    for run in COMPARE_RUNS:
+        folders = finished_evals(run)
+        if folders is not None:
+            finished.setdefault(run.label or run.method, []).append(folders)
+    pairs = [(label, "sft") for label in finished if label != "sft"]
+    pairs += [(label, label) for label, seeds in finished.items() if len(seeds) > 1]
+    comparisons = []
+    for a, b in pairs:
+        if b not in finished:
+            continue
+        if a == b:
+            sides, seeds = ([finished[a][1]], [finished[a][0]]), 1
+        else:
+            seeds = min(len(finished[a]), len(finished[b]))
+            sides = (finished[a][:seeds], finished[b][:seeds])
+        for eval_set in (*EVAL_SETS, POOLED):
+            result = compare_runs(*([read_evals(folders, eval_set) for folders in side] for side in sides))
+            name = f"{a} s1 - s0" if a == b else f"{a} - sft"
+            comparisons.append({"comparison": name, "set": eval_set, "seeds": seeds, **result.model_dump(mode="json")})
+    return comparisons
+
+
+def comparison_lines(comparisons: list[dict]) -> list[str]:
+    """report.md's paired intervals: one row per comparison and held-out set."""
+    if not comparisons:
+        return []
+    lines = [
+        "## Paired differences (bootstrap 95% over problems)",
+        "",
+        "A - B, averaged over problems; an objective's side averages its seeds per problem. "
+        "`X s1 - s0` compares two seeds of the same objective: differences of that size are noise. "
+        f"`{POOLED}` is every held-out problem once (unseen and seen together).",
+        "",
+        "| A - B | problems | seeds | " + " | ".join(heading for heading, _ in INTERVAL_COLUMNS) + " |",
+        "|---|---|---:|" + "---|" * len(INTERVAL_COLUMNS),
+    ]
+    for entry in comparisons:
+        intervals = {item["metric"]: item for item in entry["intervals"]}
+        cells = [
+            "n/a"
+            if metric not in intervals
+            else f"{intervals[metric]['difference']:+.3f} [{intervals[metric]['low']:+.3f}, {intervals[metric]['high']:+.3f}]"
+            for _, metric in INTERVAL_COLUMNS
+        ]
+        problems = next(iter(intervals.values()))["problems"] if intervals else 0
+        lines.append(
+            f"| {entry['comparison']} | {entry['set']} ({problems}) | {entry['seeds']} | " + " | ".join(cells) + " |"
+        )
+    return [*lines, ""]
+
+
 def report() -> None:
     """comparison/report.{json,md} and its plots (curves.png, metrics.png): each finished run's
-    figures, verdicts, training and proxies (the base model's too), and CuSeT (v2) against SFT as
-    a paired bootstrap interval over problems (seeds averaged per problem) where both have
-    finished."""
+    figures, verdicts, training and proxies (the base model's too), and the paired intervals of
+    ``paired_comparisons``."""
     import results_report
-
-    from cuset_core.evaluation.compare import compare_runs, read_run
 
     rows, progress = [], {}
     for run in COMPARE_RUNS:
-        results = {name: COMPARE_DIR / run.name / f"eval_{name}" / "results.json" for name in EVAL_SETS}
-        if not all(path.is_file() for path in results.values()):
+        folders = finished_evals(run)
+        if folders is None:
             continue
         progress[run.name] = {"progress": training_rows(COMPARE_DIR / run.name)}
-        row = {"run": run.name, **{name: eval_figures(path) for name, path in results.items()}}
+        row = {"run": run.name, **{name: eval_figures(folder / "results.json") for name, folder in folders.items()}}
         row["training"] = training_figures(progress[run.name]["progress"])
         row["proxies"] = proxies(run.name)
         rows.append(row)
-    comparisons = {}
-    for name in EVAL_SETS:
-        sides = {}
-        for method in ("cuset", "sft"):
-            paths = [
-                COMPARE_DIR / run.name / f"eval_{name}"
-                for run in COMPARE_RUNS
-                if run.name.startswith(f"{method}-s")
-                and (COMPARE_DIR / run.name / f"eval_{name}" / "results.json").is_file()
-            ]
-            sides[method] = paths
-        seeds = min(len(sides["cuset"]), len(sides["sft"]))
-        if seeds:
-            result = compare_runs(
-                [read_run(path) for path in sides["cuset"][:seeds]], [read_run(path) for path in sides["sft"][:seeds]]
-            )
-            comparisons[name] = {"seeds": seeds, "cuset_minus_sft": result.model_dump(mode="json")}
+    comparisons = paired_comparisons()
     table = [
         f"| {row['run']} | {name} | " + " | ".join(cell(row[name][heading]) for heading, _ in METRIC_COLUMNS) + " |"
         for row in rows
@@ -673,15 +746,7 @@ def report() -> None:
         *training_lines(rows),
         *proxy_lines([BASE, *(row["run"] for row in rows)]),
     ]
-    for name, entry in comparisons.items():
-        lines.append(f"## CuSeT - SFT on {name} problems ({entry['seeds']} seed(s) each, paired bootstrap 95%)")
-        lines.append("")
-        for item in entry["cuset_minus_sft"]["intervals"]:
-            lines.append(
-                f"- {item['metric']} over {item['problems']} problems: CuSeT {item['a']:.3f}, SFT {item['b']:.3f}, "
-                f"difference {item['difference']:+.3f} [{item['low']:+.3f}, {item['high']:+.3f}]"
-            )
-        lines.append("")
+    lines.extend(comparison_lines(comparisons))
     (COMPARE_DIR / "report.md").write_text("\n".join(lines))
     common.log(f"report: {len(rows)} runs; {COMPARE_DIR / 'report.md'}")
 

@@ -220,13 +220,16 @@ def confidence_summary(nll: float) -> dict:
 
 
 def eval_results(compile_rate: float) -> dict:
-    return {
-        "aggregate": {
-            "greedy": {"metrics": {"compile@1": compile_rate, "cpu_correct@1": 0.0}},
-            "sampled": {"metrics": {"cpu_correct@1": 0.1, "cpu_correct@4": 0.2}},
-            "verdicts": {"pass": 1},
-        }
-    }
+    """A real results file of one problem, its aggregate figures replaced by the test's own."""
+    from eval_support import PASS, results_file
+
+    results = results_file({"p1": (PASS, [PASS] * 4)}, (1, 4))
+    results["aggregate"].update(
+        greedy={"metrics": {"compile@1": compile_rate, "cpu_correct@1": 0.0}},
+        sampled={"metrics": {"cpu_correct@1": 0.1, "cpu_correct@4": 0.2}},
+        verdicts={"pass": 1},
+    )
+    return results
 
 
 def test_the_comparison_report_lists_the_base_model_and_each_runs_proxies(tmp_path, monkeypatch):
@@ -328,3 +331,41 @@ def test_a_finished_run_without_its_weights_gets_the_shipped_copy_or_trains_agai
     write_json(done / "confidence" / "report.json", confidence_summary(1.0))
     elementwise.ensure_weights("cuset-s0", done)
     assert sorted(path.name for path in done.iterdir()) == ["confidence", "eval_seen", "eval_unseen", "progress.jsonl"]
+
+
+def test_the_report_pairs_every_objective_with_sft_and_each_seed_with_its_first(tmp_path, monkeypatch):
+    from eval_support import BROKEN, PASS, write_results
+
+    elementwise = load_script("run_elementwise")
+    monkeypatch.setattr(elementwise, "COMPARE_DIR", tmp_path)
+    problems = {"unseen": ["u1", "u2", "u3"], "seen": ["s1", "s2"]}
+    solved = {"sft-s0": set(), "sft-s1": {"u1"}, "cuset-s0": {"u1", "u2", "s1"}, "dft-s0": {"u3"}}
+    for run, passing in solved.items():
+        for name, ids in problems.items():
+            scored = {pid: (PASS, [PASS] * 4) if pid in passing else (BROKEN, [BROKEN] * 4) for pid in ids}
+            write_results(tmp_path / run / f"eval_{name}" / "results.json", scored, (1, 4))
+    write_results(tmp_path / "cuset-s1" / "eval_unseen" / "results.json", {"u1": (PASS, [PASS] * 4)}, (1, 4))
+
+    comparisons = {(entry["comparison"], entry["set"]): entry for entry in elementwise.paired_comparisons()}
+
+    # cuset-s1 has not finished its seen set, so cuset has one seed against sft's first
+    assert sorted(comparisons) == sorted(
+        (name, eval_set)
+        for name in ("cuset - sft", "dft - sft", "sft s1 - s0")
+        for eval_set in ("unseen", "seen", "both")
+    )
+    pass4 = {
+        key: next(i for i in entry["intervals"] if i["metric"] == "sampled:cpu_correct@4")
+        for key, entry in comparisons.items()
+    }
+    assert pass4["cuset - sft", "unseen"]["difference"] == pytest.approx(2 / 3)
+    assert pass4["cuset - sft", "both"]["problems"] == 5
+    assert pass4["cuset - sft", "both"]["difference"] == pytest.approx(3 / 5)
+    assert pass4["sft s1 - s0", "unseen"]["difference"] == pytest.approx(1 / 3)
+    assert pass4["dft - sft", "seen"]["difference"] == 0.0
+    assert {entry["seeds"] for entry in comparisons.values()} == {1}
+
+    lines = elementwise.comparison_lines(list(comparisons.values()))
+    row = next(line for line in lines if line.startswith("| cuset - sft | both (5) |"))
+    seeds, greedy_compile = row.split(" | ")[2:4]
+    assert seeds == "1" and greedy_compile.startswith("+0.600 [")  # u1, u2 and s1 of 5 problems, sft none

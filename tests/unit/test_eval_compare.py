@@ -4,20 +4,14 @@ files (current and from before the greedy sample was drawn apart), and `cuset ev
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from eval_support import BROKEN, PASS, WRONG, write_results
 from typer.testing import CliRunner
 
 from cuset_core.cli import app
 from cuset_core.evaluation.compare import compare_runs, paired_bootstrap, read_run
-from cuset_core.evaluation.metrics import aggregate, problem_row
-from cuset_core.evaluation.runner import EvalConfig, EvalReport, SampleRecord
-from cuset_core.verify.result import Tier, Verdict, VerifyResult
-
-PASS = VerifyResult(verdict=Verdict.PASS, tier=Tier.CPU)
-WRONG = VerifyResult(verdict=Verdict.VALUE_MISMATCH, tier=Tier.CPU)  # compiled, not cpu-correct
-BROKEN = VerifyResult(verdict=Verdict.COMPILE_ERROR, tier=Tier.COMPILE)
+from cuset_core.evaluation.runner import EvalConfig
 
 
 def test_identical_models_give_an_interval_around_zero():
@@ -53,26 +47,6 @@ def test_the_bootstrap_refuses_unpaired_scores():
         paired_bootstrap([1.0, 0.0], [1.0])
     with pytest.raises(ValueError, match="non-empty"):
         paired_bootstrap([], [])
-
-
-def write_results(path: Path, scored: dict[str, tuple[VerifyResult | None, list[VerifyResult]]]) -> Path:
-    """A results.json as `cuset eval` writes it: problem -> (greedy result, i.i.d. results)."""
-    rows = [problem_row(pid, sampled, greedy) for pid, (greedy, sampled) in scored.items()]
-    samples = [
-        SampleRecord(problem_id=pid, index=i, greedy=greedy is not None and i == 0, answer="...", result=result)
-        for pid, (greedy, sampled) in scored.items()
-        for i, result in enumerate(([greedy] if greedy else []) + sampled)
-    ]
-    report = EvalReport(
-        config=EvalConfig(model="m", problems="p", tier=Tier.CPU, samples=2),
-        aggregate=aggregate(rows, Tier.CPU, [1, 2]),
-        problems=rows,
-        samples=samples,
-        elapsed_s=1.0,
-    )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report.model_dump(mode="json")))
-    return path
 
 
 def test_runs_are_compared_per_metric_on_the_same_problems(tmp_path):
