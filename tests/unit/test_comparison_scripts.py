@@ -235,6 +235,7 @@ def eval_results(compile_rate: float) -> dict:
 def test_the_comparison_report_lists_the_base_model_and_each_runs_proxies(tmp_path, monkeypatch):
     elementwise = load_script("run_elementwise")
     monkeypatch.setattr(elementwise, "COMPARE_DIR", tmp_path)
+    monkeypatch.setattr(elementwise, "RESULTS_DOC", tmp_path / "results.md")
     for run in ("sft-s0", "dft-s0"):  # dft-s0 finished before the confidence stage existed
         for name in elementwise.EVAL_SETS:
             write_json(tmp_path / run / f"eval_{name}" / "results.json", eval_results(0.5))
@@ -277,6 +278,7 @@ def progress_log(folder: Path, name: str, weights: list[float | None]) -> None:
 def test_the_comparison_report_counts_verdicts_and_shows_training_and_plots(tmp_path, monkeypatch):
     elementwise = load_script("run_elementwise")
     monkeypatch.setattr(elementwise, "COMPARE_DIR", tmp_path)
+    monkeypatch.setattr(elementwise, "RESULTS_DOC", tmp_path / "results.md")
     for run, weights in (("sft-s0", [None, None, None]), ("dft-s0", [1.0, 0.9, 0.8])):
         for name in elementwise.EVAL_SETS:
             results = eval_results(0.5)
@@ -310,6 +312,7 @@ def finished_run(folder: Path) -> Path:
 def test_a_finished_run_without_its_weights_gets_the_shipped_copy_or_trains_again(tmp_path, monkeypatch):
     elementwise = load_script("run_elementwise")
     monkeypatch.setattr(elementwise, "COMPARE_DIR", tmp_path)
+    monkeypatch.setattr(elementwise, "RESULTS_DOC", tmp_path / "results.md")
 
     shipped = finished_run(tmp_path / "sft-s0")
     assert not elementwise.weights_lost("sft-s0", shipped)
@@ -338,6 +341,7 @@ def test_the_report_pairs_every_objective_with_sft_and_each_seed_with_its_first(
 
     elementwise = load_script("run_elementwise")
     monkeypatch.setattr(elementwise, "COMPARE_DIR", tmp_path)
+    monkeypatch.setattr(elementwise, "RESULTS_DOC", tmp_path / "results.md")
     problems = {"unseen": ["u1", "u2", "u3"], "seen": ["s1", "s2"]}
     solved = {"sft-s0": set(), "sft-s1": {"u1"}, "cuset-s0": {"u1", "u2", "s1"}, "dft-s0": {"u3"}}
     for run, passing in solved.items():
@@ -369,3 +373,26 @@ def test_the_report_pairs_every_objective_with_sft_and_each_seed_with_its_first(
     row = next(line for line in lines if line.startswith("| cuset - sft | both (5) |"))
     seeds, greedy_compile = row.split(" | ")[2:4]
     assert seeds == "1" and greedy_compile.startswith("+0.600 [")  # u1, u2 and s1 of 5 problems, sft none
+
+
+def test_the_report_refreshes_its_block_of_the_results_page_and_nothing_else(tmp_path, monkeypatch):
+    elementwise = load_script("run_elementwise")
+    monkeypatch.setattr(elementwise, "COMPARE_DIR", tmp_path / "experiments" / "comparison")
+    doc = tmp_path / "docs" / "results.md"
+    monkeypatch.setattr(elementwise, "RESULTS_DOC", doc)
+    for name in elementwise.EVAL_SETS:
+        write_json(elementwise.COMPARE_DIR / "sft-s0" / f"eval_{name}" / "results.json", eval_results(0.5))
+    doc.parent.mkdir()
+    doc.write_text(
+        "# Results\n\nprose\n<!-- generated:elementwise:begin -->\nold\n<!-- generated:elementwise:end -->\nmore prose\n"
+    )
+
+    elementwise.report()
+
+    text = doc.read_text()
+    head, block = text.split("<!-- generated:elementwise:begin -->\n")
+    block, tail = block.split("<!-- generated:elementwise:end -->")
+    assert (head, tail) == ("# Results\n\nprose\n", "\nmore prose\n")
+    assert "old" not in block and "| sft-s0 | unseen | 0.500 |" in block
+    assert "#### Verdicts (greedy and sampled answers together)" in block.splitlines()
+    assert "![held-out metrics per run](../experiments/comparison/metrics.png)" in block.splitlines()
