@@ -504,12 +504,40 @@ def eval_figures(results: Path) -> dict:
     cpu_correct@1, sampled compile@k and cpu_correct@k (pass@k), and every answer's verdicts."""
     import results_report
 
-    aggregate = json.loads(results.read_text())["aggregate"]
-    metrics = results_report.metrics_of(aggregate)
+    data = json.loads(results.read_text())
+    metrics = results_report.metrics_of(data["aggregate"])
     return {
         **{heading: metrics.get(name) for heading, name in METRIC_COLUMNS},
-        "verdicts": aggregate.get("verdicts"),
+        "problems": len(data["problems"]),
+        "verdicts": data["aggregate"].get("verdicts"),
     }
+
+
+# Part 7's rule, fixed before the comparison ended: the adapter to ship is the finished run with
+# the highest pass@4 over every held-out problem, then greedy cpu_correct@1, then compile@4;
+# a tie left after that goes to the run listed first in COMPARE_RUNS.
+BEST_RUN_KEYS = ("pass@4", "greedy cpu_correct@1", "compile@4")
+
+
+def pooled(row: dict, heading: str) -> float:
+    """A metric over both held-out sets, each problem counted once."""
+    problems = sum(row[name]["problems"] for name in EVAL_SETS)
+    return sum((row[name][heading] or 0.0) * row[name]["problems"] for name in EVAL_SETS) / problems
+
+
+def best_run_lines(rows: list[dict]) -> list[str]:
+    """report.md's choice of the adapter to ship, by BEST_RUN_KEYS pooled over both sets."""
+    if not rows:
+        return []
+    best = max(rows, key=lambda row: tuple(pooled(row, key) for key in BEST_RUN_KEYS))
+    figures = ", ".join(f"{key} {pooled(best, key):.3f}" for key in BEST_RUN_KEYS)
+    return [
+        "## The adapter to ship",
+        "",
+        f"By the rule fixed in advance (highest {', then '.join(BEST_RUN_KEYS)}, over every held-out problem; "
+        f"ties to the earlier run): **{best['run']}** ({figures}).",
+        "",
+    ]
 
 
 def training_rows(run_dir: Path) -> list[dict]:
@@ -746,6 +774,7 @@ def report() -> None:
         *plots,
         *verdict_lines(rows),
         *training_lines(rows),
+        *best_run_lines(rows),
         *proxy_lines([BASE, *(row["run"] for row in rows)]),
     ]
     lines.extend(comparison_lines(comparisons))

@@ -396,3 +396,19 @@ def test_the_report_refreshes_its_block_of_the_results_page_and_nothing_else(tmp
     assert "old" not in block and "| sft-s0 | unseen | 0.500 |" in block
     assert "#### Verdicts (greedy and sampled answers together)" in block.splitlines()
     assert "![held-out metrics per run](../experiments/comparison/metrics.png)" in block.splitlines()
+
+
+def test_the_adapter_to_ship_is_the_best_over_both_sets_with_ties_to_the_earlier_run():
+    elementwise = load_script("run_elementwise")
+
+    def row(run: str, unseen: dict, seen: dict) -> dict:
+        empty = {heading: 0.0 for heading in elementwise.BEST_RUN_KEYS}
+        return {"run": run, "unseen": {**empty, **unseen, "problems": 10}, "seen": {**empty, **seen, "problems": 5}}
+
+    rows = [
+        row("sft-s0", {}, {"pass@4": 0.4}),  # pass@4 over 15 problems: 2/15
+        row("cuset-s0", {"pass@4": 0.1}, {"pass@4": 0.2}),  # 2/15 as well
+        row("cuset_v1-s0", {}, {"pass@4": 0.4, "greedy cpu_correct@1": 0.2}),  # 2/15, and a greedy pass
+    ]
+    assert "**cuset_v1-s0** (pass@4 0.133, greedy cpu_correct@1 0.067" in elementwise.best_run_lines(rows)[2]
+    assert "**sft-s0**" in elementwise.best_run_lines(rows[:2])[2]
