@@ -314,9 +314,10 @@ def test_a_finished_run_without_its_weights_gets_the_shipped_copy_or_trains_agai
     monkeypatch.setattr(elementwise, "COMPARE_DIR", tmp_path)
     monkeypatch.setattr(elementwise, "RESULTS_DOC", tmp_path / "results.md")
 
-    shipped = finished_run(tmp_path / "sft-s0")
-    assert not elementwise.weights_lost("sft-s0", shipped)
-    elementwise.ensure_weights("sft-s0", shipped)
+    (name,) = elementwise.SHIPPED_FROM
+    shipped = finished_run(tmp_path / name)
+    assert not elementwise.weights_lost(name, shipped)
+    elementwise.ensure_weights(name, shipped)
     assert (shipped / "adapter_model.safetensors").stat().st_size > 1_000_000
     assert (shipped / "adapter_config.json").is_file()
 
