@@ -397,7 +397,7 @@ def compare() -> None:
 
 
 # Finished runs whose weights the project ships: a checkout restores them from there.
-SHIPPED_FROM = {"sft-s1": "cuset-ew-135m"}
+SHIPPED_FROM = {"cuset_v1-s1": "cuset-ew-135m"}
 WEIGHT_FILES = ("adapter_config.json", "adapter_model.safetensors")
 LOST_LOG = "progress.lost-weights.jsonl"  # the first training's log, kept when a run trains again
 

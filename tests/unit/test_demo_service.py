@@ -87,7 +87,7 @@ def test_the_chosen_kernel_is_shown_and_attempts_never_drawn_are_counted_once(tm
 def test_the_shipped_adapter_writes_when_listed_else_the_tuned_model_and_both_stop_at_a_pass():
     module = demo()
     args = module.parse_args([])
-    assert (args.adapter, args.problem) == ("cuset-ew-135m", "08_swish")
+    assert (args.adapter, args.problem) == ("cuset-ew-135m", "06_sigmoid")
     best_of_4 = {"best_of": 4, "stop_at_first_pass": True, "temperature": 0.7, "top_p": 0.95}
     model, decoding, told = module.generation_plan(["smollm2-135m", "cuset-ew-135m"], "ft:demo", args)
     assert (model, decoding) == ("cuset-ew-135m", best_of_4)
