@@ -1,17 +1,64 @@
 #!/usr/bin/env bash
 # Run the test suite. Set-up runs first but installs only what is missing (scripts/setup.sh is
 # a no-op when the dependency files are unchanged), then the services the tests use are started
-# if they are stopped. `--fast` is the fast lane (no integration, browser or slow tests: a few
-# minutes); other arguments go to pytest.
+# if they are stopped.
+#
+# With no arguments, the full suite in lanes, each timed ("lane NAME: N s"), every lane run even
+# when an earlier one fails:
+#   parallel      everything that needs no service (unit, security, slow) on every core (pytest-xdist)
+#   services      integration and browser tests, one after another: one Postgres database, Celery
+#                 worker and API server for all of them
+#   unprivileged  (when run as root) the sandbox and security tests as an unprivileged user, the way
+#                 the shipped image runs the verifier (scripts/test_unprivileged.sh); the forged-verdict
+#                 suite runs there only, since the other lanes would repeat it as root
+# `--fast` is the parallel lane without slow tests (a few minutes, no services needed). Other
+# arguments make one pytest run with them: `bash scripts/test.sh -x tests/unit/test_data_load.py`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-args=()
-for arg in "$@"; do
-    if [ "$arg" = --fast ]; then args+=(-m "not integration and not browser and not slow"); else args+=("$arg"); fi
-done
-case " ${args[*]-} " in
-    *"not integration and not browser"*) ;;
-    *) bash scripts/test_services.sh ;;
-esac
-exec .venv/bin/python -m pytest ${args[@]+"${args[@]}"}
+
+# One folder of precompiled tier-2 preludes for every lane and user, built once here (about 1.5 min
+# the first time) instead of once per lane.
+export CUSET_CPU_PCH_DIR=${CUSET_CPU_PCH_DIR:-$PWD/.cache/cpu_pch}
+prepare_preludes() {
+    .venv/bin/python -c 'from cuset_core.verify.cpu.build import prepare_preludes; prepare_preludes()' \
+        || echo "warning: the tier-2 preludes did not build; tier-2 tests will say why" >&2
+}
+
+pytest=(.venv/bin/python -m pytest)
+parallel=(-n auto)
+
+if [ "$#" -gt 0 ]; then
+    args=()
+    for arg in "$@"; do
+        if [ "$arg" = --fast ]; then args+=(-m "not integration and not browser and not slow" "${parallel[@]}"); else args+=("$arg"); fi
+    done
+    case " ${args[*]} " in
+        *"not integration and not browser"*) ;;
+        *) bash scripts/test_services.sh ;;
+    esac
+    prepare_preludes
+    exec "${pytest[@]}" "${args[@]}"
+fi
+
+bash scripts/test_services.sh
+status=0
+failed=()
+lane() {  # lane NAME COMMAND...: run and time one lane; remember it when it fails
+    local started=$SECONDS code=0
+    echo "lane $1: started"
+    "${@:2}" || code=$?
+    echo "lane $1: $((SECONDS - started)) s, exit $code"
+    if [ "$code" != 0 ]; then status=$code; failed+=("$1"); fi
+}
+lane preludes prepare_preludes
+unprivileged=()
+if [ "$(id -u)" = 0 ]; then unprivileged=(--ignore tests/security/test_forged_verdicts.py); fi
+lane parallel "${pytest[@]}" "${parallel[@]}" -m "not integration and not browser" ${unprivileged[@]+"${unprivileged[@]}"}
+lane services "${pytest[@]}" -m "integration or browser"
+if [ "$(id -u)" = 0 ]; then lane unprivileged bash scripts/test_unprivileged.sh; fi
+if [ "$status" != 0 ]; then
+    joined=$(printf ', %s' "${failed[@]}")
+    echo "test: failed lanes: ${joined:2}" >&2
+fi
+exit "$status"

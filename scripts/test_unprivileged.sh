@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The sandbox and security tests as an unprivileged user, the way the shipped image runs the
 # verifier (the sandbox is then a user namespace, not root dropping to its own uid). Run as root
-# after scripts/setup.sh; extra arguments go to pytest.
+# after scripts/setup.sh (scripts/test.sh runs it as its last lane); extra arguments go to pytest.
+# CUSET_CPU_PCH_DIR, when set, names tier 2's precompiled preludes, built beforehand and read here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,4 +21,5 @@ home=$(mktemp -d /tmp/cuset-unprivileged-XXXXXX)
 chown "$USER_NAME" "$home"
 trap 'rm -rf "$home"' EXIT
 exec runuser -u "$USER_NAME" -- env -i PATH="$PATH" HOME="$home" PYTHONPATH="${PYTHONPATH:-}" LANG=C.UTF-8 PYTHONDONTWRITEBYTECODE=1 \
+    ${CUSET_CPU_PCH_DIR:+CUSET_CPU_PCH_DIR="$CUSET_CPU_PCH_DIR"} \
     .venv/bin/python -m pytest -p no:cacheprovider -q tests/security tests/unit/test_verify_sandbox.py "$@"

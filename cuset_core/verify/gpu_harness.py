@@ -3,8 +3,9 @@
 ``python -m cuset_core.verify.gpu_harness SIDE JOB_JSON`` with SIDE one of:
 
 - ``reference``: TF32 off (``matmul.allow_tf32``, ``cudnn.allow_tf32``, precision "highest");
-  weights under ``INIT_SEED``; one trial per seed (inputs drawn under ``input_seed + trial``); writes the
-  candidate's inputs and the expected outputs; then times eager PyTorch (below).
+  weights under ``INIT_SEED``; one trial per seed (inputs drawn under ``input_seed + trial``, every
+  second trial's floating-point inputs scaled while the outputs stay finite: ``protocol.trial_outputs``);
+  writes the candidate's inputs and the expected outputs; then times eager PyTorch (below).
 - ``candidate``: TF32 off; builds the candidate with the real ``torch.utils.cpp_extension``
   (``load_inline`` from its own code, or ``load`` for a ``.cu`` file; a failed build is
   ``compile_error``); ``ModelNew`` under ``INIT_SEED``; every trial on the handed inputs, each
@@ -58,7 +59,9 @@ from cuset_core.verify.protocol import (
     run_side,
     save_values,
     tail,
+    trial_outputs,
     trial_seeds,
+    wide_trial,
 )
 from cuset_core.verify.result import Verdict
 
@@ -280,17 +283,17 @@ def reference_side(job: GpuJob, workdir: Path, device: Any, timings: dict[str, f
     if job.kind == "cu":
         data["layout"] = dataclasses.asdict(reference_layout(model))
         data["weights"] = {name: t.detach().clone() for name, t in [*model.named_parameters(), *model.named_buffers()]}
-    outputs, aliases = [], False
+    outputs, aliases, wide_trials = [], False, []
     clock = time.perf_counter()
     with torch.no_grad():
-        for seed in trial_seeds(job):
+        for trial, seed in enumerate(trial_seeds(job)):
             torch.manual_seed(seed)
-            inputs = list(problem.get_inputs())
+            inputs, produced, wide, aliased = _reference_trial(model, list(problem.get_inputs()), device, trial)
             data["trials"].append(inputs)
-            on_device = _on(_clone(inputs), device)
-            produced = _call(model, on_device, "reference", Verdict.INTERNAL_ERROR)
-            aliases = aliases or bool(aliased_pairs(produced, on_device))
+            aliases = aliases or aliased
             outputs.append(produced)
+            if wide:
+                wide_trials.append(trial)
         save_values(workdir / INPUTS_FILE, data)
         save_values(workdir / REFERENCE_FILE, {"trials": outputs})
         timings["reference"] = time.perf_counter() - clock
@@ -299,6 +302,7 @@ def reference_side(job: GpuJob, workdir: Path, device: Any, timings: dict[str, f
         timings["reference_timing"] = time.perf_counter() - clock
         details: dict[str, Any] = {
             "timing": stats,
+            "wide_trials": wide_trials,
             "candidate_job": CandidateJob(reference_aliases=aliases).model_dump(),
         }
         if job.compile_baseline:
@@ -306,6 +310,19 @@ def reference_side(job: GpuJob, workdir: Path, device: Any, timings: dict[str, f
             details.update(_compile_baseline(model, data["trials"], job, device))
             timings["compile_timing"] = time.perf_counter() - clock
     return Outcome(Verdict.PASS, reference_ms=stats["mean"], details=details)
+
+
+def _reference_trial(model: Any, drawn: list[Any], device: Any, trial: int) -> tuple[list[Any], list[Any], bool, bool]:
+    """One trial of the reference on inputs ``drawn`` (wide when ``wide_trial``): its inputs,
+    outputs, whether they are wide, and whether an output is a view of an input."""
+    sent: list[list[Any]] = []
+
+    def run(values: list[Any]) -> list[Any]:
+        sent.append(_on(_clone(values), device))
+        return _call(model, sent[-1], "reference", Verdict.INTERNAL_ERROR)
+
+    inputs, produced, wide = trial_outputs(drawn, run, wide_trial(trial))
+    return inputs, produced, wide, bool(aliased_pairs(produced, sent[-1]))
 
 
 def _compile_baseline(model: Any, trials: list[list[Any]], job: GpuJob, device: Any) -> dict[str, Any]:

@@ -4,7 +4,8 @@ Trust boundary (DESIGN.md §4): the candidate is hostile, so a verdict is never 
 anything it wrote. Each tier runs two sandboxed processes of its harness module, one after the
 other, each in a folder of its own:
 
-1. ``reference``: loads the problem, draws the inputs of every trial, runs ``Model`` and writes
+1. ``reference``: loads the problem, draws the inputs of every trial (under a seed the judge drew
+   for this run, :func:`with_input_seed`; every second trial wide, :func:`trial_outputs`), runs ``Model`` and writes
    ``inputs.safetensors`` (what the candidate gets: init inputs, trial inputs, the reference's
    weights for a ``.cu`` candidate) and ``reference.safetensors`` (the expected outputs). Its
    folder is removed, after the judge read both files, before the candidate starts.
@@ -13,8 +14,11 @@ other, each in a folder of its own:
    ``outputs.safetensors`` plus ``report.json`` (launch counts, failures it noticed).
 3. The judge (this module, in the verifier's process) reads those files with ``O_NOFOLLOW`` as
    regular files under a size cap, compares the tensors with the KernelBench tolerances and
-   decides. The candidate's report can only make a verdict worse: a ``pass`` comes from the
-   judge's own comparison or not at all, and its reasons and logs are cut to a fixed size.
+   decides. The candidate's report (a typed, bounded :class:`CandidateReport`) can only make a
+   verdict worse: a ``pass`` comes from the judge's own comparison or not at all, its text is
+   quoted as the candidate's (:func:`quoted`), an ``unsupported`` claim stands only where the
+   verifier's own analysis confirms it, and anything the candidate's files make the judge
+   raise is the candidate's ``runtime_error``.
 
 Data crosses processes as safetensors (data only, never pickle); non-tensor values (init
 arguments, scalars) travel as JSON in the file's metadata.
@@ -31,10 +35,12 @@ and light parts of ``cuset_core.verify`` at the top; torch is imported where it 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import re
+import secrets
 import shutil
 import stat
 import struct
@@ -46,11 +52,12 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 import cuset_core
+from cuset_core.verify.library_cache import LibraryCache
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import SandboxOutcome, describe, run_sandboxed
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
@@ -72,7 +79,9 @@ REFERENCE_CAP_BYTES = 8 << 30  # the reference is the problem's own code: bounde
 HEADER_CAP_BYTES = 1 << 20  # safetensors JSON header
 LIBRARY_CAP_BYTES = 512 << 20  # an extension the build side compiled
 _RUNTIME_MESSAGE = "cuset runtime:"  # how the CPU runtime starts the line explaining an abort
-_FAILURES = set(Verdict) - {Verdict.PASS, Verdict.NO_CODE}
+SEED_LIMIT = 2**31  # drawn input seeds lie below it, like the settings' explicit ones
+WIDE_SCALE = 4.0  # the wide trials' floating-point inputs are the problem's own times this
+QUOTE_CHARS = 400  # candidate text quoted in a verdict's reason
 
 
 # ---------------------------------------------------------------- the job of a side
@@ -96,7 +105,11 @@ class HarnessJob(_Contract):
 
     kind: str = Field(description="python | cu, the candidate's kind")
     seeds: int = Field(description="correctness trials")
-    input_seed: int = Field(description="seed of trial 0's inputs; trial i draws with input_seed + i")
+    input_seed: int | None = Field(
+        None,
+        description="reference side: seed of trial 0's inputs (trial i draws with input_seed + i); the judge "
+        "draws it when the settings fix none; None on the candidate side, which gets the inputs only",
+    )
     candidate: str | None = Field(None, description="candidate side: its file in the work folder")
     handed: CandidateJob = Field(default_factory=CandidateJob, description="candidate side: the reference's hand-over")
 
@@ -151,7 +164,65 @@ JobT = TypeVar("JobT", bound=HarnessJob)
 
 def trial_seeds(job: HarnessJob) -> list[int]:
     """The input seed of each correctness trial of a side's job: ``input_seed`` + 0, 1, ..."""
+    if job.input_seed is None:
+        raise ValueError("this job.json names no input seed: only the reference side's has one")
     return [job.input_seed + trial for trial in range(job.seeds)]
+
+
+def with_input_seed(job: JobT) -> JobT:
+    """``job`` with its input seed: the one the caller fixed (to reproduce a run), else a fresh one
+    drawn here, so that no table of answers for known inputs can pass."""
+    if job.input_seed is not None:
+        return job
+    return job.model_copy(update={"input_seed": secrets.randbelow(SEED_LIMIT - job.seeds)})
+
+
+def wide_trial(trial: int) -> bool:
+    """Whether trial ``trial`` (0-based) draws wide inputs: every second trial, from the second on.
+
+    Trial 0 keeps the problem's own distribution (KernelBench's inputs); the wide ones scale its
+    floating-point inputs by ``WIDE_SCALE``, so a kernel that clamps or saturates inside the
+    usual range of ``randn`` fails."""
+    return trial % 2 == 1
+
+
+def trial_outputs(
+    inputs: list[Any], run: Callable[[list[Any]], list[Any]], wide: bool
+) -> tuple[list[Any], list[Any], bool]:
+    """The inputs, reference outputs and whether they are wide, for one trial drawn as ``inputs``.
+
+    ``run`` computes the reference's outputs. A wide trial scales the floating-point tensors of
+    ``inputs`` by ``WIDE_SCALE`` and keeps them when the reference runs on them and its outputs
+    stay finite; else (a log, a power, fp16 overflow, a range check) the plain inputs are used,
+    so the wide distribution never turns a problem's own numerics against a candidate."""
+    if wide:
+        scaled = [_scaled(value) for value in inputs]
+        try:
+            outputs = run(scaled)
+        except Exception:  # noqa: BLE001 - the problem's own limits: this trial keeps the plain inputs
+            outputs = None
+        if outputs is not None and all_finite(outputs):
+            return scaled, outputs, True
+    return inputs, run(inputs), False
+
+
+def _scaled(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value * WIDE_SCALE
+    return value
+
+
+def all_finite(values: list[Any]) -> bool:
+    """Whether every floating-point tensor among ``values`` holds finite numbers only."""
+    import torch
+
+    return all(
+        bool(torch.isfinite(value).all())
+        for value in values
+        if isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex())
+    )
 
 
 @dataclass
@@ -196,6 +267,38 @@ def clip(text: Any, limit: int = REASON_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def quoted(text: str, what: str = "message") -> str:
+    """Candidate text inside a verdict's reason, marked as the candidate's and cut to size, so that
+    it never reads as the verifier's own words."""
+    return f'(candidate\'s {what}: "{clip(text, QUOTE_CHARS)}")'
+
+
+# ---------------------------------------------------------------- the candidate's report, as the judge reads it
+
+_ShortName = Annotated[str, AfterValidator(lambda text: clip(text, 120))]
+
+
+class CandidateReport(BaseModel):
+    """The fields of the candidate side's ``report.json`` the judge uses, each bounded; anything
+    else in the file is ignored, and a file that does not fit is the candidate's ``runtime_error``.
+
+    The verdict is one the candidate side may claim: ``pass`` (ignored: a pass is the judge's
+    word), or a failure that can only make its verdict worse; an ``unsupported`` claim stands
+    only where the judge's own analysis confirms it."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    verdict: Literal["pass", "runtime_error", "compile_error", "static_reject", "unsupported"]
+    reason: Annotated[str, AfterValidator(clip)] = ""
+    log: Annotated[str, AfterValidator(tail)] = ""
+    unsupported_feature: Annotated[str, AfterValidator(lambda text: clip(text, 200))] | None = None
+    launches: dict[_ShortName, Annotated[int, Field(ge=0, le=2**53)]] = Field(default_factory=dict, max_length=256)
+    timings_s: dict[_ShortName, Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False)]] = Field(
+        default_factory=dict, max_length=32
+    )
+    runtime_ms: Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)] | None = None
+
+
 # ---------------------------------------------------------------- data across processes
 
 
@@ -225,8 +328,8 @@ def _decode(spec: Any, tensors: dict[str, Any]) -> Any:
         raise UntrustedFileError("malformed value description")
     ((kind, body),) = spec.items()
     if kind == "t":
-        if body not in tensors:
-            raise UntrustedFileError(f"tensor {clip(body, 80)!r} is missing")
+        if not isinstance(body, str) or body not in tensors:
+            raise UntrustedFileError("a tensor the layout names is missing")
         return tensors[body]
     if kind in ("tuple", "list") and isinstance(body, list):
         items = [_decode(item, tensors) for item in body]
@@ -239,7 +342,7 @@ def _decode(spec: Any, tensors: dict[str, Any]) -> Any:
         return body
     if kind == "repr" and isinstance(body, str):
         return _Opaque(clip(body, 200))
-    raise UntrustedFileError(f"malformed value description of kind {clip(kind, 40)!r}")
+    raise UntrustedFileError("malformed value description")
 
 
 @dataclass(frozen=True)
@@ -274,7 +377,7 @@ def load_values(data: bytes) -> dict[str, Any]:
         layout = json.loads(header["__metadata__"]["cuset"])
         tensors = load(data)
     except Exception as exc:  # noqa: BLE001 - any parse failure is a malformed file
-        raise UntrustedFileError(f"not a readable safetensors file: {clip(exc, 200)}") from exc
+        raise UntrustedFileError(f"not a readable safetensors file ({type(exc).__name__})") from exc
     if not isinstance(layout, dict):
         raise UntrustedFileError("malformed layout")
     return {name: _decode(spec, tensors) for name, spec in layout.items()}
@@ -324,11 +427,27 @@ def read_report(folder: Path) -> dict[str, Any] | None:
         return None
     try:
         report = json.loads(data)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise UntrustedFileError(f"{REPORT_FILE} is not JSON") from exc
     if not isinstance(report, dict):
         raise UntrustedFileError(f"{REPORT_FILE} is not a JSON object")
     return report
+
+
+def read_candidate_report(folder: Path) -> CandidateReport | None:
+    """The candidate side's report (capped, typed); None when it left none.
+
+    ``UntrustedFileError`` with a reason of the judge's own (never the file's text) when the
+    file is not a report: not JSON, nested too deep, a field out of its bounds."""
+    data = read_untrusted(folder, REPORT_FILE, REPORT_CAP_BYTES)
+    if data is None:
+        return None
+    try:
+        return CandidateReport.model_validate_json(data)
+    except ValidationError as exc:
+        fields = {str(error["loc"][0]) for error in exc.errors() if error["loc"]} & set(CandidateReport.model_fields)
+        where = f" (field {', '.join(sorted(fields))})" if fields else ""
+        raise UntrustedFileError(f"{REPORT_FILE} is not a valid report{where}") from exc
 
 
 # ---------------------------------------------------------------- harness side
@@ -690,6 +809,16 @@ def _same_bits(a: Any, b: Any) -> bool:
 # ---------------------------------------------------------------- judge side
 
 
+@functools.cache
+def _comparable_dtypes() -> frozenset[Any]:
+    """The dtypes a candidate's output may have: those the judge's arithmetic handles (float8,
+    wide unsigned and quantized types are a value mismatch, never a crash of the judge)."""
+    import torch
+
+    names = ("float64", "float32", "float16", "bfloat16", "complex64", "complex128")
+    return frozenset(getattr(torch, name) for name in (*names, "int64", "int32", "int16", "int8", "uint8", "bool"))
+
+
 def compare_outputs(
     reference: list[Any], candidate: list[Any], tolerance: Callable[[str], tuple[float, float]]
 ) -> Outcome:
@@ -704,9 +833,8 @@ def compare_outputs(
     for index, (ref, new) in enumerate(zip(reference, candidate)):
         if not isinstance(ref, torch.Tensor):
             if isinstance(new, torch.Tensor) or new != ref:
-                return Outcome(
-                    Verdict.VALUE_MISMATCH, f"output {index}: expected {clip(repr(ref), 80)}, got {clip(repr(new), 80)}"
-                )
+                got = quoted(repr(new), "value") if isinstance(new, (str, bytes)) else clip(repr(new), 80)
+                return Outcome(Verdict.VALUE_MISMATCH, f"output {index}: expected {clip(repr(ref), 80)}, got {got}")
             continue
         if not isinstance(new, torch.Tensor):
             return Outcome(Verdict.SHAPE_MISMATCH, f"output {index} is {type(new).__name__}, not a tensor")
@@ -714,7 +842,7 @@ def compare_outputs(
             return Outcome(
                 Verdict.SHAPE_MISMATCH, f"output {index}: expected shape {tuple(ref.shape)}, got {tuple(new.shape)}"
             )
-        if new.dtype.is_complex != ref.dtype.is_complex:
+        if new.dtype.is_complex != ref.dtype.is_complex or new.dtype not in _comparable_dtypes():
             return Outcome(Verdict.VALUE_MISMATCH, f"output {index}: expected dtype {ref.dtype}, got {new.dtype}")
         diff = (ref.detach().double() - new.detach().double()).abs()
         max_diff = float(diff.max()) if diff.numel() else 0.0
@@ -735,11 +863,14 @@ def looks_cached(ref_first: list[Any], ref_second: list[Any], new_first: list[An
     """True when the reference output changed between two input sets but the candidate's did not."""
     import torch
 
+    def equal(x: Any, y: Any) -> bool:
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            # torch.equal promotes across dtypes and cannot promote some (float8): compare like with like
+            return x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y)
+        return bool(x == y)
+
     def same(a: list[Any], b: list[Any]) -> bool:
-        return len(a) == len(b) and all(
-            torch.equal(x, y) if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) else x == y
-            for x, y in zip(a, b)
-        )
+        return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b))
 
     return not same(ref_first, ref_second) and same(new_first, new_second)
 
@@ -754,6 +885,17 @@ def harness_env(**extra: str) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
+class PlannedLibrary:
+    """A library the judge expects the build side to compile: its module name, the sha256 of its
+    translation unit (how the candidate side recognises it) and its key in the library cache,
+    all computed on the trusted side from the candidate's sources."""
+
+    module: str
+    digest: str
+    key: str
+
+
+@dataclass(frozen=True)
 class TierSpec:
     """How one tier runs its two sides: harness module, sandbox limits, environment per folder."""
 
@@ -762,16 +904,31 @@ class TierSpec:
     limits: SandboxLimits
     env: Callable[[Path], dict[str, str]]
     build_side: bool = False  # a third side compiles the candidate while the reference runs
+    planned: tuple[PlannedLibrary, ...] = ()  # what the build side compiles
+    library_cache: LibraryCache | None = None  # when every planned library is here, no build side runs
+    # The verifier's own check of an unsupported feature the candidate side claims: the feature's
+    # name when the judge's analysis of the candidate finds it, else None (the claim is refused).
+    confirm_unsupported: Callable[[str | None], str | None] = lambda claimed: None
 
 
 @dataclass
 class ReferenceRun:
     """What the judge kept of the reference side: the candidate's inputs (bytes, as written),
-    the expected outputs per trial, and the reference's report."""
+    the expected outputs per trial, the reference's report and the seed of trial 0's inputs."""
 
     inputs: bytes
     expected: list[list[Any]]
     report: dict[str, Any]
+    input_seed: int | None = None
+
+    def trial_label(self, trial: int) -> str:
+        """``trial N (seed S[, wide inputs])`` for the ``trial``-th (0-based) trial, as reasons name it."""
+        details = self.report.get("details")
+        wide = isinstance(details, dict) and trial in (details.get("wide_trials") or [])
+        seed = "" if self.input_seed is None else f"seed {self.input_seed + trial}"
+        inputs = f"inputs x{WIDE_SCALE:g}" if wide else ""
+        named = ", ".join(part for part in (seed, inputs) if part)
+        return f"trial {trial + 1}" + (f" ({named})" if named else "")
 
 
 def _result(spec: TierSpec, verdict: Verdict, reason: str, **fields: Any) -> VerifyResult:
@@ -806,17 +963,17 @@ def _without_report(spec: TierSpec, side: str, outcome: SandboxOutcome) -> Verif
         return _result(spec, Verdict.TIMEOUT, f"{harness} {describe(outcome)}", log=log)
     if side == "reference":
         return _result(spec, Verdict.INTERNAL_ERROR, f"{harness} {describe(outcome)} without a report", log=log)
+    # The runtime's line explaining an abort is printed in the candidate's process: quoted as its own.
     runtime_line = next((line for line in log.splitlines() if line.startswith(_RUNTIME_MESSAGE)), None)
-    return _result(
-        spec, Verdict.RUNTIME_ERROR, runtime_line or f"{harness} {describe(outcome)} without a result", log=log
-    )
+    reason = f"{harness} {describe(outcome)} without a result"
+    return _result(spec, Verdict.RUNTIME_ERROR, f"{reason} {quoted(runtime_line)}" if runtime_line else reason, log=log)
 
 
 def _from_report(
     spec: TierSpec, report: dict[str, Any], allowed: set[Verdict], otherwise: Verdict = Verdict.RUNTIME_ERROR
 ) -> VerifyResult:
-    """A failure verdict a side reported, restricted to ``allowed`` verdicts (else ``otherwise``)
-    and cut to size."""
+    """A failure verdict the reference side reported (the problem's code, not the candidate's),
+    restricted to ``allowed`` verdicts (else ``otherwise``) and cut to size."""
     reported = report.get("verdict")
     verdict = Verdict(reported) if isinstance(reported, str) and reported in allowed else otherwise
     feature = report.get("unsupported_feature")
@@ -826,15 +983,33 @@ def _from_report(
         str(report.get("reason", "")),
         log=tail(str(report.get("log", ""))),
         unsupported_feature=clip(feature, 200) if isinstance(feature, str) else None,
-        launches=_launches(report),
     )
 
 
-def _launches(report: dict[str, Any]) -> dict[str, int]:
-    launches = report.get("launches")
-    if not isinstance(launches, dict):
-        return {}
-    return {clip(k, 120): v for k, v in list(launches.items())[:64] if isinstance(v, int) and v >= 0}
+# What the judge says of each failure the candidate side may claim; the claim's own text follows,
+# quoted as the candidate's.
+_CLAIMED = {
+    "runtime_error": (Verdict.RUNTIME_ERROR, "the candidate failed at run time"),
+    "compile_error": (Verdict.COMPILE_ERROR, "the candidate's extension did not build"),
+    "static_reject": (Verdict.STATIC_REJECT, "the candidate's outputs did not come from its kernels"),
+}
+
+
+def _claimed_failure(spec: TierSpec, report: CandidateReport) -> VerifyResult:
+    """The verdict for a failure the candidate side reported about itself.
+
+    Its text is quoted, never taken as the verifier's words; an ``unsupported`` claim stands
+    only as the feature the judge's own analysis finds (``TierSpec.confirm_unsupported``), else
+    it is the candidate's ``runtime_error``."""
+    said = quoted(report.reason) if report.reason else "(no message)"
+    if report.verdict == "unsupported":
+        feature = spec.confirm_unsupported(report.unsupported_feature)
+        if feature is not None:
+            return _result(spec, Verdict.UNSUPPORTED, f"uses {feature}", log=report.log, unsupported_feature=feature)
+        verdict, reason = Verdict.RUNTIME_ERROR, "the candidate claimed a feature the verifier does not find in it"
+    else:
+        verdict, reason = _CLAIMED[report.verdict]
+    return _result(spec, verdict, f"{reason} {said}", log=report.log, launches=dict(report.launches))
 
 
 def run_reference(spec: TierSpec, root: Path, problem_code: str, job: HarnessJob) -> ReferenceRun | VerifyResult:
@@ -856,11 +1031,14 @@ def run_reference(spec: TierSpec, root: Path, problem_code: str, job: HarnessJob
             expected = read_untrusted(folder, REFERENCE_FILE, REFERENCE_CAP_BYTES)
             if inputs is None or expected is None:
                 return _result(spec, Verdict.INTERNAL_ERROR, "the reference side reported success without its files")
-            return ReferenceRun(inputs, load_values(expected)["trials"], report)
+            return ReferenceRun(inputs, load_values(expected)["trials"], report, job.input_seed)
         except UntrustedFileError as exc:
             return _result(spec, Verdict.INTERNAL_ERROR, f"the reference side's output is unusable: {exc}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+_NO_REPORT = CandidateReport(verdict="runtime_error")  # what the judge keeps when the candidate left no valid report
 
 
 def run_candidate(
@@ -870,45 +1048,47 @@ def run_candidate(
     reference: ReferenceRun,
     job: HarnessJob,
     settings: VerifySettings,
-) -> tuple[VerifyResult, dict[str, Any]]:
-    """Run the candidate side on the reference's inputs; the judged result and its (untrusted) report."""
-    report: dict[str, Any] = {}
-    return _judge_candidate(spec, root, candidate, reference, job, settings, report), report
-
-
-def _judge_candidate(
-    spec: TierSpec,
-    root: Path,
-    candidate: Candidate,
-    reference: ReferenceRun,
-    job: HarnessJob,
-    settings: VerifySettings,
-    report: dict[str, Any],
-) -> VerifyResult:
+) -> tuple[VerifyResult, CandidateReport]:
+    """Run the candidate side on the reference's inputs; the judged result and its (untrusted,
+    typed) report, an empty one where it left none the judge accepts."""
     folder = root / "candidate"
     folder.mkdir(exist_ok=True)  # the judge may have put prebuilt libraries there
     candidate_file = "candidate.cu" if candidate.kind == "cu" else "candidate.py"
     (folder / candidate_file).write_text(candidate.code)
     (folder / INPUTS_FILE).write_bytes(reference.inputs)
-    outcome = _run_side(spec, "candidate", folder, job.model_copy(update={"candidate": candidate_file}))
+    # The candidate gets the inputs, never the seed they were drawn with.
+    outcome = _run_side(
+        spec, "candidate", folder, job.model_copy(update={"candidate": candidate_file, "input_seed": None})
+    )
     try:
-        report.update(read_report(folder) or {})
-        if not report:
-            return _without_report(spec, "candidate", outcome)
-        if report.get("verdict") != Verdict.PASS:  # it can only reject itself; "pass" is the judge's word
-            return _from_report(spec, report, _FAILURES - {Verdict.INTERNAL_ERROR})
-        expected_bytes = sum(
-            t.numel() * t.element_size() for trial in reference.expected for t in _tensor_values(trial)
-        )
-        data = read_untrusted(folder, OUTPUTS_FILE, 2 * expected_bytes + (1 << 20))
-        if data is None:
-            return _result(
-                spec, Verdict.RUNTIME_ERROR, "the candidate side left no outputs", launches=_launches(report)
-            )
-        produced = load_values(data).get("trials")
+        return judge_candidate_data(spec, folder, outcome, reference, settings)
     except UntrustedFileError as exc:
-        return _result(spec, Verdict.RUNTIME_ERROR, f"the candidate's output is rejected: {exc}")
-    return compare_trials(spec, reference, produced, report, settings)
+        return _result(spec, Verdict.RUNTIME_ERROR, f"the candidate's output is rejected: {exc}"), _NO_REPORT
+    except Exception as exc:  # noqa: BLE001 - whatever the candidate's data breaks in the judge is its verdict
+        reason = f"the candidate's output could not be judged ({type(exc).__name__})"
+        return _result(spec, Verdict.RUNTIME_ERROR, reason, log=tail(traceback.format_exc())), _NO_REPORT
+
+
+def judge_candidate_data(
+    spec: TierSpec, folder: Path, outcome: SandboxOutcome, reference: ReferenceRun, settings: VerifySettings
+) -> tuple[VerifyResult, CandidateReport]:
+    """The verdict on what the candidate side left in ``folder`` (its process ended as ``outcome``).
+
+    Everything read here is the candidate's: it may raise ``UntrustedFileError`` or anything a
+    hostile file makes the decoding or comparison raise, and the caller makes that the
+    candidate's ``runtime_error``."""
+    report = read_candidate_report(folder)
+    if report is None:
+        return _without_report(spec, "candidate", outcome), _NO_REPORT
+    if report.verdict != "pass":  # it can only reject itself; "pass" is the judge's word
+        return _claimed_failure(spec, report), report
+    expected_bytes = sum(t.numel() * t.element_size() for trial in reference.expected for t in _tensor_values(trial))
+    data = read_untrusted(folder, OUTPUTS_FILE, 2 * expected_bytes + (1 << 20))
+    if data is None:
+        launches = dict(report.launches)
+        return _result(spec, Verdict.RUNTIME_ERROR, "the candidate side left no outputs", launches=launches), report
+    produced = load_values(data).get("trials")
+    return compare_trials(spec, reference, produced, report, settings), report
 
 
 def _tensor_values(values: list[Any]) -> list[Any]:
@@ -918,11 +1098,11 @@ def _tensor_values(values: list[Any]) -> list[Any]:
 
 
 def compare_trials(
-    spec: TierSpec, reference: ReferenceRun, produced: Any, report: dict[str, Any], settings: VerifySettings
+    spec: TierSpec, reference: ReferenceRun, produced: Any, report: CandidateReport, settings: VerifySettings
 ) -> VerifyResult:
     """The judge's verdict: every trial's outputs against the reference's, then the checks that
     need several trials (outputs that ignore the inputs) and the launch count."""
-    launches = _launches(report)
+    launches = dict(report.launches)
     if not isinstance(produced, list) or len(produced) != len(reference.expected):
         return _result(
             spec, Verdict.RUNTIME_ERROR, "the candidate side handed back a malformed set of trials", launches=launches
@@ -943,7 +1123,7 @@ def compare_trials(
             return _result(
                 spec,
                 compared.verdict,
-                f"trial {trial + 1} (seed {settings.input_seed + trial}): {compared.reason}",
+                f"{reference.trial_label(trial)}: {compared.reason}",
                 max_abs_diff=compared.max_abs_diff,
                 mean_abs_diff=compared.mean_abs_diff,
                 trials=trial + 1,
@@ -972,10 +1152,11 @@ def judge(
 
     ``job`` is the tier's ``job.json`` of both sides; the candidate's also gets its file name and
     the reference's ``details["candidate_job"]`` (a :class:`CandidateJob`). Returns the verdict and
-    the reference's ``details`` (empty when the reference decided).
+    the reference's ``details`` (empty when the reference decided). The inputs are drawn under
+    ``job.input_seed`` when it names one, else under a seed drawn here for this run alone.
     """
     started = time.monotonic()
-    result, details = _judge(spec, problem_code, candidate, settings, job)
+    result, details = _judge(spec, problem_code, candidate, settings, with_input_seed(job))
     result.timings_s.setdefault(f"{spec.tier.value}_total", round(time.monotonic() - started, 4))
     return result, details
 
@@ -989,8 +1170,10 @@ def _judge(
         ThreadPoolExecutor(max_workers=1) as pool,
     ):
         root = Path(folder)
+        cached = _cached_libraries(spec)
         # Separate random folders: g++ on the candidate's sources cannot name the reference's.
-        building = pool.submit(_run_side, spec, "build", Path(build_folder), job) if spec.build_side else None
+        build = spec.build_side and cached is None
+        building = pool.submit(_run_side, spec, "build", Path(build_folder), job) if build else None
         reference = run_reference(spec, root, problem_code, job)
         if isinstance(reference, VerifyResult):
             return reference, {}
@@ -1002,19 +1185,21 @@ def _judge(
             reason = f"the reference side handed over a malformed candidate job: {exc.errors()[0]['msg']}"
             return _result(spec, Verdict.INTERNAL_ERROR, reason), {}
         candidate_fields: dict[str, Any] = {"handed": handed}
-        if building is not None:
+        if cached is not None:
+            candidate_fields["prebuilt"] = _hand_over_cached(cached, root / "candidate")
+        elif building is not None:
             building.result()
-            candidate_fields["prebuilt"] = _hand_over_builds(Path(build_folder), root / "candidate")
+            candidate_fields["prebuilt"] = _hand_over_builds(spec, Path(build_folder), root / "candidate")
         result, report = run_candidate(
             spec, root, candidate, reference, job.model_copy(update=candidate_fields), settings
         )
-    timings = {**_timings(report), f"{spec.tier.value}_reference": sum(_timings(reference.report).values())}
+    timings = {**report.timings_s, f"{spec.tier.value}_reference": sum(_timings(reference.report).values())}
     update: dict[str, Any] = {"timings_s": {**timings, **result.timings_s}}
     note = details.get("note")
     if result.verdict is Verdict.PASS and isinstance(note, str) and note:
         update["reason"] = clip(f"{result.reason}; {note}")
     if spec.tier is Tier.GPU and result.verdict is Verdict.PASS:
-        speed = _speed(reference.report, report)
+        speed = _speed(reference.report, report.runtime_ms)
         if "speed_note" in speed:
             update["reason"] = clip(f"{update.get('reason', result.reason)}; {speed.pop('speed_note')}")
         update.update(speed)
@@ -1028,9 +1213,32 @@ def handed_job(details: dict[str, Any]) -> CandidateJob:
     return CandidateJob.model_validate(details.get("candidate_job", {}))
 
 
-def _hand_over_builds(build_folder: Path, candidate_folder: Path) -> list[PrebuiltLibrary]:
+def _cached_libraries(spec: TierSpec) -> list[tuple[PlannedLibrary, bytes]] | None:
+    """Every planned library with its bytes from the library cache; None unless all are there."""
+    if spec.library_cache is None or not spec.planned:
+        return None
+    found = [(planned, spec.library_cache.get(planned.key)) for planned in spec.planned]
+    if any(data is None for _, data in found):
+        return None
+    return [(planned, data) for planned, data in found if data is not None]
+
+
+def _hand_over_cached(cached: list[tuple[PlannedLibrary, bytes]], candidate_folder: Path) -> list[PrebuiltLibrary]:
+    """Write cached libraries into the candidate's folder (created here); their job entries."""
+    candidate_folder.mkdir()
+    handed = []
+    for planned, data in cached:
+        name = f"{planned.module}.so"
+        (candidate_folder / name).write_bytes(data)
+        handed.append(PrebuiltLibrary(module=planned.module, digest=planned.digest, file=name))
+    return handed
+
+
+def _hand_over_builds(spec: TierSpec, build_folder: Path, candidate_folder: Path) -> list[PrebuiltLibrary]:
     """Copy the libraries the build side reported into the candidate's folder (created here);
-    their entries for the candidate's job. Anything odd is left out: the candidate side rebuilds."""
+    their entries for the candidate's job. Anything odd is left out: the candidate side rebuilds.
+    A library the judge planned goes into the library cache under the judge's own key."""
+    planned = {(library.module, library.digest): library for library in spec.planned}
     candidate_folder.mkdir()
     try:
         report = read_report(build_folder) or {}
@@ -1049,19 +1257,23 @@ def _hand_over_builds(build_folder: Path, candidate_folder: Path) -> list[Prebui
             continue
         if data is not None:
             (candidate_folder / name).write_bytes(data)
-            handed.append(PrebuiltLibrary(module=str(entry.get("module")), digest=str(entry.get("digest")), file=name))
+            library = PrebuiltLibrary(module=str(entry.get("module")), digest=str(entry.get("digest")), file=name)
+            handed.append(library)
+            expected = planned.get((library.module, library.digest))
+            if expected is not None and spec.library_cache is not None:
+                spec.library_cache.put(expected.key, data)
     return handed
 
 
-def _speed(reference: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
-    """Tier-3 timing fields from the two sides' reports (each side timed itself)."""
+def _speed(reference: dict[str, Any], runtime_ms: float | None) -> dict[str, Any]:
+    """Tier-3 timing fields from the reference's report and the candidate's (each side timed itself)."""
     raw = reference.get("details")
     details: dict[str, Any] = raw if isinstance(raw, dict) else {}
     compiled = details.get("compile_timing")
     speed = speed_fields(
         _float(reference.get("reference_ms")),
         _float(compiled.get("mean")) if isinstance(compiled, dict) else None,
-        _float(candidate.get("runtime_ms")),
+        runtime_ms,
     )
     if isinstance(details.get("compile_error"), str):
         failed = f"no torch.compile baseline: {clip(details['compile_error'], 200)}"
@@ -1097,4 +1309,11 @@ def _timings(report: dict[str, Any]) -> dict[str, float]:
 
 
 def _float(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+    """``value`` as a finite float; None for anything else (text, NaN, an int too large for a float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None

@@ -12,6 +12,7 @@ log are cut to a fixed size, whatever a tier put there.
 
 from __future__ import annotations
 
+import functools
 import tempfile
 import time
 import traceback
@@ -21,6 +22,7 @@ from pathlib import Path
 from cuset_core.verify.cache import VerifyCache, cache_key, default_cache_dir
 from cuset_core.verify.candidate import Candidate, parse_candidate
 from cuset_core.verify.compile import CompileReport, compile_candidate, nvcc_path
+from cuset_core.verify.library_cache import LibraryCache, default_library_dir
 from cuset_core.verify.result import Diagnostic, Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import refusal
 from cuset_core.verify.settings import VerifySettings
@@ -44,15 +46,17 @@ def verify(
     against the KernelBench problem ``problem_code``, up to ``settings.tier``.
 
     Results are cached in ``cache_dir`` (default :func:`default_cache_dir`) unless
-    ``use_cache`` is False; a cached result comes back with ``cached=True``.
+    ``use_cache`` is False; a cached result comes back with ``cached=True``. Tier 2 also keeps
+    the extensions it compiled (:mod:`cuset_core.verify.library_cache`) unless ``use_cache`` is False.
     """
     cache = VerifyCache(cache_dir or default_cache_dir()) if use_cache else None
+    libraries = LibraryCache(default_library_dir()) if use_cache else None
     key = cache_key(problem_code, answer, settings.tier, settings)
     if cache is not None and (hit := cache.get(key)) is not None:
         return hit
     start = time.monotonic()
     try:
-        result, internal = _pipeline(problem_code, answer, settings)
+        result, internal = _pipeline(problem_code, answer, settings, libraries)
     except Exception:  # noqa: BLE001 - a verifier bug must not crash the caller
         empty = VerifyResult(verdict=Verdict.INTERNAL_ERROR, tier=Tier.STATIC)
         result = _internal_error(Tier.STATIC, empty, "internal error in tier static", traceback.format_exc())
@@ -66,7 +70,9 @@ def verify(
     return result
 
 
-def _pipeline(problem_code: str, answer: str, settings: VerifySettings) -> tuple[VerifyResult, bool]:
+def _pipeline(
+    problem_code: str, answer: str, settings: VerifySettings, libraries: LibraryCache | None = None
+) -> tuple[VerifyResult, bool]:
     """The verdict and whether it came from a failure of the verifier (not to be cached)."""
     candidate = parse_candidate(answer)
     started = time.monotonic()
@@ -90,7 +96,11 @@ def _pipeline(problem_code: str, answer: str, settings: VerifySettings) -> tuple
         result, internal = _compile_tier(candidate, settings, result)
         if internal or result.verdict not in _CONTINUE:
             return result, internal or machine_lacks_nvcc
-    for tier, runner in ((Tier.CPU, _cpu_runner), (Tier.GPU, _gpu_runner)):
+
+    def cpu_runner() -> TierRunner:
+        return functools.partial(_cpu_runner(), library_cache=libraries)
+
+    for tier, runner in ((Tier.CPU, cpu_runner), (Tier.GPU, _gpu_runner)):
         if settings.tier.rank < tier.rank:
             break
         result, internal = _external_tier(tier, runner, problem_code, candidate, settings, result)
@@ -148,7 +158,7 @@ def _compile_result(report: CompileReport, before: VerifyResult) -> VerifyResult
     )
 
 
-def _cpu_runner() -> TierRunner:
+def _cpu_runner() -> Callable[..., VerifyResult]:
     from cuset_core.verify.cpu import run_cpu_tier
 
     return run_cpu_tier

@@ -353,11 +353,14 @@ def _preexec(limits: SandboxLimits, groups: _Cgroups, fds: tuple[int, ...] = ())
     nproc = None if groups.pids is not None or uid == 0 else _user_tasks(uid) + limits.max_processes
 
     libc = ctypes.CDLL(None, use_errno=True)
+    verifier = os.getpid()
 
     def setup() -> None:
         # If the verifier dies, the kernel kills bwrap, whose --die-with-parent takes the whole
         # PID namespace with it, instead of leaving the sandbox to run unwatched.
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != verifier:  # it died between fork and prctl: no signal will come
+            os._exit(1)
         os.umask(0o022)  # bwrap makes the mount points' parent folders with it: the uid must pass
         for group in groups.folders():
             (group / "cgroup.procs").write_text(str(os.getpid()))
@@ -503,7 +506,7 @@ def _pack(folder: Path) -> bytes:
 
 def _unpack(data: bytes, folder: Path) -> None:
     """Copy back what the command left in its work folder: regular files and folders only, each
-    inside ``folder`` (tarfile's ``data`` filter refuses absolute names and ``..``)."""
+    inside ``folder`` (no absolute names, no ``..``, no links or devices)."""
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
             members = [m for m in archive.getmembers() if m.isreg() or m.isdir()]
@@ -511,10 +514,38 @@ def _unpack(data: bytes, folder: Path) -> None:
                 target = folder / member.name
                 if target.is_symlink() or (target.exists() and target.is_dir() != member.isdir()):
                     continue
-                # "data": no owner, no setuid/setgid/sticky bits, no group or other write.
-                archive.extract(member, folder, filter="data")
+                _extract(archive, member, folder)
     except (tarfile.TarError, OSError, ValueError):
         pass  # a truncated or garbled archive: the command (or the cap) broke it; keep what came
+
+
+def _extract(archive: tarfile.TarFile, member: tarfile.TarInfo, folder: Path) -> None:
+    """Extract one regular file or folder of ``archive`` into ``folder``, as data only.
+
+    tarfile's ``data`` filter (no owner, no setuid/setgid/sticky bits, no group or other write,
+    nothing outside ``folder``) exists from Python 3.11.4 (and 3.8.17, 3.9.17, 3.10.12); before
+    that, the same rules are checked here and the member is written with safe modes."""
+    if hasattr(tarfile, "data_filter"):
+        archive.extract(member, folder, filter="data")
+        return
+    parts = Path(member.name).parts
+    if not (member.isreg() or member.isdir()) or Path(member.name).is_absolute() or ".." in parts:
+        raise tarfile.TarError(f"refused archive member {member.name!r}")
+    target = folder.joinpath(*parts)
+    if not target.resolve().is_relative_to(folder.resolve()):
+        raise tarfile.TarError(f"archive member {member.name!r} leads outside the folder")
+    if member.isdir():
+        target.mkdir(mode=0o755, parents=True, exist_ok=True)
+        return
+    target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    source = archive.extractfile(member)
+    if source is None:
+        raise tarfile.TarError(f"archive member {member.name!r} has no data")
+    mode = 0o755 if member.mode & 0o100 else 0o644
+    descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    with source, os.fdopen(descriptor, "wb") as written:
+        shutil.copyfileobj(source, written)
+    os.chmod(target, mode)
 
 
 class _Pipe:

@@ -7,7 +7,10 @@ that extension from ``forward`` (directly, through helpers, methods, sub-modules
 extension build or call, a ``forward`` that never reaches the extension (so torch does the
 work), and calls of the reference ``Model``. torch compute ops next to an extension call are
 allowed (KernelBench lets a solution replace only some operators) and reported as warnings.
-A ``.cu`` candidate must hold a ``__global__`` kernel and a ``PYBIND11_MODULE``.
+A ``.cu`` candidate must hold a ``__global__`` kernel and a ``PYBIND11_MODULE``. Kernel sources
+of either kind that test names tiers 1 and 2 define differently (``macros``: the verifier's own
+``CUSET_*`` names, one tier's flags, other headers' guards) are rejected with the line: tier 2 must
+run the device code tier 1 compiled.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TypeGuard
 
 from cuset_core.verify.candidate import Candidate
+from cuset_core.verify.macros import find_fingerprint
 from cuset_core.verify.result import Diagnostic, Tier, Verdict, VerifyResult
 
 # Tier 0 treats sync and async definitions alike.
@@ -120,10 +124,27 @@ def _raw_device_memory(source: str) -> str | None:
     return f"the kernel source uses {found}: device memory must come from torch (torch::empty), which tier 3 caps"
 
 
+def _verifier_fingerprint(candidate: Candidate) -> VerifyResult | None:
+    """A rejection, with its line, of kernel sources that test how the verifier builds them."""
+    for ext in candidate.sources.extensions:
+        for text, origin in ((ext.cuda, ext.cuda_map), (ext.cpp, ext.cpp_map)):
+            found = find_fingerprint(text)
+            if found is None:
+                continue
+            offset = origin.to_answer(found.offset)
+            if offset is None:
+                return _reject(Verdict.STATIC_REJECT, found.reason)
+            line = candidate.text.count("\n", 0, offset) + 1
+            return _reject(Verdict.STATIC_REJECT, f"line {line}: {found.reason}", line)
+    return None
+
+
 def _check_cu(candidate: Candidate) -> VerifyResult | None:
     code = candidate.code
     if (reason := _raw_device_memory(code)) is not None:
         return _reject(Verdict.STATIC_REJECT, reason)
+    if (fingerprint := _verifier_fingerprint(candidate)) is not None:
+        return fingerprint
     if "__global__" not in code:
         return _reject(Verdict.STATIC_REJECT, "no __global__ kernel in the CUDA source")
     if "PYBIND11_MODULE" not in code:
@@ -149,6 +170,8 @@ def _check_python(candidate: Candidate, tree: ast.Module) -> tuple[VerifyResult 
     raw = _raw_device_memory("\n".join([sources.cuda, *(ext.cpp for ext in sources.extensions)]))
     if raw is not None:
         return _reject(Verdict.STATIC_REJECT, raw, first_call), []
+    if (fingerprint := _verifier_fingerprint(candidate)) is not None:
+        return fingerprint, []
     forward = _method(model_new, "forward")
     if forward is None:
         return _reject(Verdict.STATIC_REJECT, "ModelNew defines no forward", _line(candidate, model_new.lineno)), []

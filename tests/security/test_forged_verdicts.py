@@ -30,6 +30,7 @@ from attacks import (
 
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.cpu import run_cpu_tier
+from cuset_core.verify.library_cache import LibraryCache, default_library_dir
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
@@ -41,7 +42,8 @@ pytestmark = pytest.mark.slow
 
 
 def tier2(candidate: str) -> VerifyResult:
-    return run_cpu_tier(PROBLEM, parse_candidate(candidate), SETTINGS)
+    # Most attacks wrap the same kernel: the library cache compiles it once for all of them.
+    return run_cpu_tier(PROBLEM, parse_candidate(candidate), SETTINGS, LibraryCache(default_library_dir()))
 
 
 def assert_caught(result: VerifyResult, verdict: Verdict) -> None:
@@ -93,14 +95,17 @@ def test_replacing_torch_allclose_does_not_reach_the_judge():
 def test_launching_the_kernel_then_returning_a_torch_expression_is_a_run_time_fallback():
     result = tier2(TORCH_EXPRESSION)
     assert_caught(result, Verdict.STATIC_REJECT)
-    assert result.reason.startswith("trial 1: run-time fallback: output 0 was computed by torch ops")
+    assert 'message: "trial 1: run-time fallback: output 0 was computed by torch ops' in result.reason
     assert "abs x1" in result.reason and "1 custom-extension calls" in result.reason
 
 
 def test_the_reference_model_is_not_reachable_from_the_candidate():
     result = tier2(REFERENCE_THROUGH_SYS_MODULES)
     assert_caught(result, Verdict.RUNTIME_ERROR)
-    assert result.reason == "candidate forward failed: no reference: modules=0 files=[]"
+    assert result.reason == (
+        "the candidate failed at run time "
+        '(candidate\'s message: "candidate forward failed: no reference: modules=0 files=[]")'
+    )
 
 
 # Two layers refuse a link or a FIFO: the sandbox copies back regular files only (so the judge
@@ -136,7 +141,9 @@ def test_oversized_outputs_are_refused_unread():
 def test_a_20_mib_reason_comes_back_as_a_few_kb():
     result = tier2(HUGE_REASON)
     assert_caught(result, Verdict.RUNTIME_ERROR)
-    assert result.reason.startswith("importing the candidate failed: RRRR")
+    assert result.reason.startswith(
+        "the candidate failed at run time (candidate's message: \"importing the candidate failed: RRRR"
+    )
     assert len(result.reason) <= 600 and len(result.log) <= 4000
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import ast
 
 from cuset_core.verify.cpu.rewrite import (
+    kernel_name,
     poison_static_shared,
     rewrite_extern_shared,
+    rewrite_func_attributes,
     rewrite_launches,
     rewrite_source,
     rewrite_torch_device,
@@ -34,6 +36,18 @@ def test_templated_launch_keeps_its_template_arguments():
 
 def test_launch_without_arguments():
     assert rewrite_launches("k<<<1, 1>>>();").endswith("{ k(cuset_a...); });")
+
+
+def test_func_set_attribute_names_its_kernel_for_the_runtime_on_the_same_lines():
+    code = "C10_CUDA_CHECK(cudaFuncSetAttribute(tiled<float, 4>,\n    cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));"
+    out = rewrite_func_attributes(code)
+    assert out.startswith('C10_CUDA_CHECK(cuset::func_set_attribute("tiled", tiled<float, 4>,')
+    assert out.count("\n") == code.count("\n")
+
+
+def test_kernel_name_sees_through_casts_namespaces_and_template_arguments():
+    assert kernel_name("(const void*)ns::k") == "k"
+    assert kernel_name("reinterpret_cast<const void*>(&ops::gemm<T, std::pair<int, int>>)") == "gemm"
 
 
 def test_extern_shared_points_into_the_dynamic_buffer():

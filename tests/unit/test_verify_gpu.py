@@ -13,7 +13,9 @@ from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.gpu_harness import aliased_pairs, classify_kernels, kernel_names, timing_stats
 from cuset_core.verify.protocol import (
     REFERENCE_FILE,
+    WIDE_SCALE,
     CandidateJob,
+    CandidateReport,
     Decided,
     GpuJob,
     ReferenceRun,
@@ -169,18 +171,21 @@ def test_a_side_that_left_no_report_is_a_timeout_or_runtime_error():
     assert (slow_reference.verdict, slow_reference.unsupported_feature) == (Verdict.UNSUPPORTED, "reference too slow")
 
 
-def test_a_cpu_runtime_abort_gives_its_own_message_as_the_reason():
+def test_a_cpu_runtime_abort_is_quoted_as_the_candidate_process_message():
     aborted = SandboxOutcome(-6, "", "x = 1\ncuset runtime: out-of-bounds read in add_kernel\n", 2.0, False, 6, None)
     cpu_spec = TierSpec(Tier.CPU, "m", SandboxLimits(), lambda folder: {})
     result = protocol._without_report(cpu_spec, "candidate", aborted)
     assert (result.verdict, result.tier, result.tiers_run) == (Verdict.RUNTIME_ERROR, Tier.CPU, [Tier.CPU])
-    assert result.reason == "cuset runtime: out-of-bounds read in add_kernel"
+    assert result.reason == (
+        "CPU candidate process killed by signal SIGABRT without a result "
+        '(candidate\'s message: "cuset runtime: out-of-bounds read in add_kernel")'
+    )
 
 
-def test_the_judge_passes_matching_trials_and_keeps_only_sane_launch_counts():
+def test_the_judge_passes_matching_trials_with_the_launch_counts():
     expected = [[torch.ones(3)], [torch.zeros(3)]]
     reference = ReferenceRun(b"", expected, {})
-    report = {"verdict": "pass", "launches": {"k": 2, "bogus": -1, "text": "x"}}
+    report = CandidateReport(verdict="pass", launches={"k": 2})
     result = compare_trials(SPEC, reference, [[torch.ones(3)], [torch.zeros(3)]], report, VerifySettings())
     assert (result.verdict, result.trials, result.launches, result.max_abs_diff) == (Verdict.PASS, 2, {"k": 2}, 0.0)
     wrong = compare_trials(SPEC, reference, [[torch.ones(3)], [torch.ones(3)]], report, VerifySettings())
@@ -249,7 +254,7 @@ def test_a_torch_fallback_on_the_gpu_is_rejected_at_run_time():
     )
     result = gpu.run_gpu_tier(problem, parse_candidate(fallback), VerifySettings(tier=Tier.GPU, timing_trials=5))
     assert result.verdict is Verdict.STATIC_REJECT
-    assert result.reason.startswith("trial 1: run-time fallback: output 0 was computed by torch ops")
+    assert 'message: "trial 1: run-time fallback: output 0 was computed by torch ops' in result.reason
 
 
 # ---------------------------------------------------------------- both sides, CUDA stood in by CPU
@@ -338,8 +343,8 @@ def cpu_protocol(monkeypatch, tmp_path):
             torch.set_float32_matmul_precision(saved[1])
         expected = load_values((reference_dir / REFERENCE_FILE).read_bytes())["trials"]
         produced = load_values((candidate_dir / "outputs.safetensors").read_bytes())["trials"]
-        report = {"verdict": outcome.verdict, "launches": outcome.launches}
-        judged = compare_trials(SPEC, ReferenceRun(b"", expected, {}), produced, report, VerifySettings())
+        report = CandidateReport(verdict="pass", launches=outcome.launches)
+        judged = compare_trials(SPEC, ReferenceRun(b"", expected, {}, 1000), produced, report, VerifySettings())
         assert (reference.reference_ms, outcome.runtime_ms) == (2.0, 2.0)
         return judged.verdict.value, judged.reason
 
@@ -437,12 +442,13 @@ def test_speed_fields_over_eager_and_torch_compile():
 
 def test_a_failed_torch_compile_baseline_is_a_note_never_a_verdict():
     reference = {"reference_ms": 2.0, "details": {"compile_error": "inductor: unsupported op"}}
-    speed = protocol._speed(reference, {"runtime_ms": 1.0})
+    speed = protocol._speed(reference, 1.0)
     assert (speed["speedup"], speed["compile_ms"]) == (2.0, None)
     assert speed["speed_note"].endswith("; no torch.compile baseline: inductor: unsupported op")
 
 
 def test_the_reference_side_times_eager_then_torch_compile_and_draws_inputs_from_input_seed(monkeypatch, tmp_path):
+    """Trial i draws under input_seed + i; trial 1 is a wide trial: the same draw, scaled."""
     from cuset_core.verify import gpu_harness
 
     timed = []
@@ -467,10 +473,11 @@ def test_the_reference_side_times_eager_then_torch_compile_and_draws_inputs_from
     assert outcome.reference_ms == 4.0 and outcome.details["compile_timing"]["mean"] == 2.0
     assert isinstance(timed[1], torch._dynamo.eval_frame.OptimizedModule) and timed[1]._orig_mod is timed[0]
     torch.manual_seed(8)
-    assert torch.equal(inputs[1][0], torch.randn_like(inputs[1][0]))  # trial 1 under input_seed + 1
+    assert torch.equal(inputs[1][0], torch.randn_like(inputs[1][0]) * WIDE_SCALE)  # trial 1 under input_seed + 1
+    assert outcome.details["wide_trials"] == [1]
     _, again = reference("b")
     _, other = reference("c", input_seed=8, compile_baseline=False)
-    assert torch.equal(again[0][0], inputs[0][0]) and torch.equal(other[0][0], inputs[1][0])
+    assert torch.equal(again[0][0], inputs[0][0]) and torch.equal(other[0][0] * WIDE_SCALE, inputs[1][0])
     assert len(timed) == 5  # eager + compile twice, then eager only
 
 

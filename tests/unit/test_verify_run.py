@@ -89,7 +89,7 @@ def test_the_cache_key_covers_settings_and_can_be_bypassed(tmp_path):
 
 
 def _fake_tier(verdict: Verdict, tier: Tier):
-    def run_tier(problem_code, candidate, settings):
+    def run_tier(problem_code, candidate, settings, **options):
         return VerifyResult(
             verdict=verdict,
             tier=tier,
@@ -240,7 +240,7 @@ def test_an_internal_error_reported_by_a_tier_is_never_cached(tmp_path, monkeypa
 
 def test_a_huge_reason_or_log_comes_back_cut_to_a_fixed_size(tmp_path, monkeypatch):
     def flooding():
-        return lambda problem, candidate, settings: VerifyResult(
+        return lambda problem, candidate, settings, **options: VerifyResult(
             verdict=Verdict.RUNTIME_ERROR,
             tier=Tier.CPU,
             tiers_run=[Tier.CPU],

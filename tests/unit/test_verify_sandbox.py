@@ -60,15 +60,28 @@ def test_a_fork_bomb_is_contained_and_reported(tmp_path):
     assert marker not in _running_commands()
 
 
-def _running_commands() -> str:
+def _running_commands(exact: bool = False) -> str | list[str]:
+    """Every process's command line, as one text to search; with ``exact``, as a list, so that a
+    marker matches only a process whose whole command line it is."""
     lines = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+                lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip())
             except OSError:
                 continue
-    return "\n".join(lines)
+    return lines if exact else "\n".join(lines)
+
+
+def _eventually(condition, seconds: float) -> bool:
+    """Whether ``condition()`` holds within ``seconds`` (polled): a loaded machine is slow to
+    start and to tear down a sandbox, and a fixed sleep would make the test flaky."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def test_an_unbounded_allocation_hits_the_memory_limit(tmp_path):
@@ -205,15 +218,13 @@ def test_the_sandbox_dies_with_the_verifier_that_started_it(tmp_path):
     )
     (tmp_path / "w").mkdir()
     verifier = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "w")], cwd=Path(__file__).parents[2])
-    for _ in range(100):
-        if marker in _running_commands():
-            break
-        time.sleep(0.05)
-    assert marker in _running_commands()
+    # Ready when the sandboxed command itself runs: bwrap's own command line holds the marker
+    # from its start, before it has set anything up.
+    assert _eventually(lambda: marker in _running_commands(exact=True), seconds=30)
     verifier.kill()
     verifier.wait()
-    time.sleep(0.3)
-    assert marker not in _running_commands()
+    # bwrap, the sandbox's init and the command, not only the command: nothing is left.
+    assert _eventually(lambda: marker not in _running_commands(), seconds=10)
 
 
 def test_cgroups_left_by_a_dead_verifier_are_removed_by_the_next_run(tmp_path):
@@ -263,3 +274,71 @@ def test_a_failed_set_up_step_aborts_the_run_before_the_command(tmp_path, monkey
     with pytest.raises(sandbox.SandboxSetupError, match="vanished"):
         run_sandboxed(["sh", "-c", "echo ran > ran"], workdir=tmp_path / "w", limits=LIMITS)
     assert not (tmp_path / "w" / "ran").exists()
+
+
+# ---------------------------------------------------------------- copying the work folder back
+
+SYSTEM_PYTHON = Path("/usr/bin/python3.11")  # Debian 12's: 3.11.2, before tarfile's data filter
+
+
+def _hostile_archive() -> bytes:
+    """A tar archive as a hostile command could leave it: a plain file, a setuid world-writable
+    script, and members that must never land (a symlink, a device, ``..`` and absolute names)."""
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+
+        def add(name: str, data: bytes = b"", **fields) -> None:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            for key, value in fields.items():
+                setattr(info, key, value)
+            archive.addfile(info, io.BytesIO(data))
+
+        add("out", type=tarfile.DIRTYPE, mode=0o777)
+        add("out/result.txt", b"kept")
+        add("run.sh", b"#!/bin/sh\n", mode=0o6777)
+        add("link", type=tarfile.SYMTYPE, linkname="/etc/passwd")
+        add("tty", type=tarfile.CHRTYPE, devmajor=5, devminor=0)
+        add("../escaped.txt", b"out")
+        add("/tmp/cuset-absolute-member.txt", b"out")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("python", ["venv", "system"])
+def test_copying_back_a_tar_keeps_data_only_on_every_python_3_11(tmp_path, python):
+    """``_unpack`` runs where tarfile has the ``data`` filter (3.11.4+) and where it has not
+    (3.11.0-3.11.3, e.g. Debian 12's /usr/bin/python3.11): the same files land, the same refused."""
+    import inspect
+    import subprocess
+
+    from cuset_core.verify import sandbox
+
+    interpreter = sys.executable
+    if python == "system":
+        if not SYSTEM_PYTHON.exists():
+            pytest.skip(f"{SYSTEM_PYTHON} is absent")
+        version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:3])"], capture_output=True)
+        if eval(version.stdout) >= (3, 11, 4):  # noqa: S307 - a tuple the interpreter printed
+            pytest.skip(f"{SYSTEM_PYTHON} is {version.stdout.decode().strip()}: it has the data filter")
+        interpreter = str(SYSTEM_PYTHON)
+    folder = tmp_path / "work"
+    folder.mkdir()
+    (tmp_path / "archive.tar").write_bytes(_hostile_archive())
+    # The two functions alone: the system interpreter has none of the project's dependencies.
+    script = "\n".join(
+        [
+            "import io, os, shutil, sys, tarfile",
+            "from pathlib import Path",
+            inspect.getsource(sandbox._unpack),
+            inspect.getsource(sandbox._extract),
+            "_unpack(Path(sys.argv[1]).read_bytes(), Path(sys.argv[2]))",
+        ]
+    )
+    subprocess.run([interpreter, "-c", script, tmp_path / "archive.tar", folder], check=True)
+    assert sorted(str(path.relative_to(folder)) for path in folder.rglob("*")) == ["out", "out/result.txt", "run.sh"]
+    assert (folder / "out" / "result.txt").read_bytes() == b"kept"
+    assert (folder / "run.sh").stat().st_mode & 0o7777 == 0o755  # no setuid/setgid, no group/other write
+    assert not (tmp_path / "escaped.txt").exists() and not Path("/tmp/cuset-absolute-member.txt").exists()

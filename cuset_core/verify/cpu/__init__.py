@@ -11,14 +11,19 @@ features the runtime cannot model are reported as ``unsupported`` with the featu
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from cuset_core.verify.candidate import Candidate
-from cuset_core.verify.cpu.build import BuildError, prepare_preludes, toolchain
+from cuset_core.verify.cpu.build import ARCH, BuildError, prepare_preludes, toolchain, translation_unit
+from cuset_core.verify.cpu.claims import unsupported_confirmer
+from cuset_core.verify.cpu.harness import extension_module_name, unit_digest
 from cuset_core.verify.cpu.rewrite import unsupported_feature
-from cuset_core.verify.cpu.sizes import hardcoded_sizes
+from cuset_core.verify.cpu.sizes import hardcoded_sizes, size_bearing_code
+from cuset_core.verify.library_cache import LibraryCache, library_key
 from cuset_core.verify.protocol import (
     CpuJob,
+    PlannedLibrary,
     PrebuildExtension,
     TierSpec,
     clip,
@@ -51,16 +56,34 @@ def _prebuild(candidate: Candidate) -> list[PrebuildExtension]:
     ]
 
 
-def run_cpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettings) -> VerifyResult:
+def _planned(prebuild: list[PrebuildExtension], preludes: tuple[Path, ...]) -> tuple[PlannedLibrary, ...]:
+    """The libraries the build side will compile, keyed on the trusted side (see library_cache)."""
+    planned = []
+    for index, ext in enumerate(prebuild):
+        module = extension_module_name(ext.name, index)
+        digest = unit_digest(translation_unit(module, ext.cuda, ext.cpp, ext.functions))
+        planned.append(PlannedLibrary(module, digest, library_key(digest, map(str, preludes))))
+    return tuple(planned)
+
+
+def run_cpu_tier(
+    problem_code: str, candidate: Candidate, settings: VerifySettings, library_cache: LibraryCache | None = None
+) -> VerifyResult:
     """Tier 2 for one candidate: build with g++, run on the CPU runtime, compare with the reference.
 
     A failure at reduced sizes is checked again at the original sizes when they fit; when they do
     not and the candidate hard-codes the original sizes, the verdict is ``unsupported``.
+    With ``library_cache``, extensions compiled before from the same sources are not compiled again.
     """
     sources = candidate.sources
     feature = unsupported_feature(sources.cuda + "\n" + "\n".join(ext.cpp for ext in sources.extensions))
     if feature:
         return _result(Verdict.UNSUPPORTED, f"uses {feature}", unsupported_feature=feature)
+    if settings.arch != ARCH and "__CUDA_ARCH__" in sources.cuda:  # tier 1 compiled another branch
+        feature = f"__CUDA_ARCH__ of {settings.arch}"
+        return _result(
+            Verdict.UNSUPPORTED, f"tests __CUDA_ARCH__, and tier 2 models {ARCH} only", unsupported_feature=feature
+        )
     clock = time.perf_counter()
     try:
         preludes = prepare_preludes()
@@ -70,12 +93,16 @@ def run_cpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettin
         )
     pch_s = time.perf_counter() - clock
     chain = toolchain()
+    prebuild = _prebuild(candidate)
     spec = TierSpec(
         Tier.CPU,
         HARNESS_MODULE,
         settings.limits,
         lambda folder: harness_env(OMP_NUM_THREADS="1"),
         build_side=candidate.kind == "python",
+        planned=_planned(prebuild, preludes),
+        library_cache=library_cache,
+        confirm_unsupported=unsupported_confirmer(candidate, chain),
     )
     job = CpuJob(
         kind=candidate.kind,
@@ -86,7 +113,7 @@ def run_cpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettin
         preludes=[str(prelude) for prelude in preludes],
         include_dirs=list(chain.include_dirs),
         library_dirs=list(chain.library_dirs),
-        prebuild=_prebuild(candidate),
+        prebuild=prebuild,
     )
     result, details = judge(spec, problem_code, candidate, settings, job)
     if result.verdict in _SIZE_SENSITIVE and handed_job(details).overrides:
@@ -115,7 +142,9 @@ def _at_original_sizes(
         return result.model_copy(
             update={"reason": clip(f"at the original sizes: {result.reason}; {at_reduced}"), "timings_s": timings}
         )
-    hardcoded = hardcoded_sizes(candidate.code, handed.constants, handed.overrides)
+    sources = [*(ext.cuda for ext in candidate.sources.extensions), *(ext.cpp for ext in candidate.sources.extensions)]
+    code = size_bearing_code(candidate.code, candidate.kind, sources)
+    hardcoded = hardcoded_sizes(code, handed.constants, handed.overrides)
     if not hardcoded:
         return reduced
     return reduced.model_copy(

@@ -1,7 +1,10 @@
 """Build a candidate's torch extension with g++ against the CPU torch wheel and the CuSeT runtime.
 
 One translation unit per extension: the rewritten CUDA sources, then the C++ sources, then
-(when ``functions`` is given, as ``load_inline`` does) the pybind11 bindings. Every compile
+(when ``functions`` is given, as ``load_inline`` does) the pybind11 bindings. The CUDA sources
+see the macros nvcc's device pass defines for sm_90 (``DEVICE_PASS_MACROS``: ``__CUDACC__``,
+``__CUDA_ARCH__`` = 900, ...), so their conditional compilation picks the device code tier 1
+compiled; the C++ sources and bindings see none of them, as under ``load_inline``. Every compile
 starts with ``-include`` of a precompiled prelude: the torch headers and the runtime. A
 prelude is built once per (runtime, torch, compiler) and kept in the user's cache folder
 (``prepare_preludes``, run by the trusted parent, never inside the sandbox).
@@ -42,6 +45,35 @@ CXX_FLAGS = (
     "-w",
     "-D_GLIBCXX_USE_CXX11_ABI=1",
     "-DTORCH_API_INCLUDE_EXTENSION_H",
+)
+
+
+# The architecture tier 2 models (the runtime's device properties are an sm_90 part's).
+ARCH = "sm_90"
+# What nvcc's device pass defines for ARCH (``nvcc -dryrun -cubin -arch=sm_90``, CUDA 13.0), plus
+# the -D flags torch.utils.cpp_extension passes nvcc (compile.TORCH_NVCC_FLAGS) and the version
+# macros of cuda.h / cuda_runtime_api.h, which load_inline's prelude includes. A test checks them
+# against the nvcc on PATH. They are defined after the precompiled prelude, so the torch headers
+# and the runtime in it are built as plain C++.
+DEVICE_PASS_MACROS = (
+    ("__CUDA_ARCH__", "900"),
+    ("__CUDA_ARCH_LIST__", "900"),
+    ("CUDA_DOUBLE_MATH_FUNCTIONS", "1"),
+    ("__CUDACC__", "1"),
+    ("__NVCC__", "1"),
+    ("__CUDACC_VER_MAJOR__", "13"),
+    ("__CUDACC_VER_MINOR__", "0"),
+    ("__CUDACC_VER_BUILD__", "88"),
+    ("__CUDA_API_VER_MAJOR__", "13"),
+    ("__CUDA_API_VER_MINOR__", "0"),
+    ("__NVCC_DIAG_PRAGMA_SUPPORT__", "1"),
+    ("__CUDACC_DEVICE_ATOMIC_BUILTINS__", "1"),
+    ("__CUDA_NO_HALF_OPERATORS__", "1"),
+    ("__CUDA_NO_HALF_CONVERSIONS__", "1"),
+    ("__CUDA_NO_BFLOAT16_CONVERSIONS__", "1"),
+    ("__CUDA_NO_HALF2_OPERATORS__", "1"),
+    ("CUDA_VERSION", "13000"),
+    ("CUDART_VERSION", "13000"),
 )
 
 
@@ -96,7 +128,12 @@ def toolchain() -> Toolchain:
 
 
 def pch_root() -> Path:
-    """Where precompiled preludes are kept; the sandbox mounts it read-only for the harness."""
+    """Where precompiled preludes are kept; the sandbox mounts it read-only for the harness.
+
+    ``CUSET_CPU_PCH_DIR`` names the folder (one built by another user, say, readable by all:
+    the test lanes share theirs); otherwise ``$XDG_CACHE_HOME/cuset/cpu_pch``."""
+    if chosen := os.environ.get("CUSET_CPU_PCH_DIR"):
+        return Path(chosen)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "cuset" / "cpu_pch"
 
@@ -185,7 +222,9 @@ def translation_unit(name: str, cuda: str, cpp: str, functions: list[str] | None
     """The single source file g++ compiles for one extension."""
     parts = []
     if cuda:
+        parts += [f"#define {macro} {value}" for macro, value in DEVICE_PASS_MACROS]
         parts += ['#line 1 "cuda_sources"', rewrite_source(cuda)]
+        parts += [f"#undef {macro}" for macro, _ in DEVICE_PASS_MACROS]
     if cpp:
         parts += ['#line 1 "cpp_sources"', rewrite_source(cpp)]
     if functions:

@@ -6,8 +6,9 @@
   device) until the inputs plus weights, and the outputs, each hold at most ``max_elements``
   elements; when the reduced problem breaks the reference it runs the original sizes if they
   fit (``sizes.original_fits``), else reports ``unsupported``. Then one trial per seed: inputs
-  drawn under that seed (``input_seed + trial``), weights under ``INIT_SEED``; writes ``inputs.safetensors`` and
-  ``reference.safetensors``.
+  drawn under that seed (``input_seed + trial``, a seed the judge drew), every second trial's
+  floating-point inputs scaled while the outputs stay finite (``protocol.trial_outputs``),
+  weights under ``INIT_SEED``; writes ``inputs.safetensors`` and ``reference.safetensors``.
 - ``candidate``: builds the candidate (``load_inline``/``load`` compile with g++ and the
   runtime; a failed build is ``compile_error`` even when the candidate catches it), builds
   ``ModelNew`` under ``INIT_SEED`` and runs every trial's inputs, each under a different fiber
@@ -54,7 +55,9 @@ from cuset_core.verify.protocol import (
     run_side,
     save_values,
     tail,
+    trial_outputs,
     trial_seeds,
+    wide_trial,
 )
 from cuset_core.verify.result import Verdict
 
@@ -223,6 +226,15 @@ class Builder:
                 counts[kernel] = counts.get(kernel, 0) + count
         return counts
 
+    def launch_failure(self) -> str:
+        """Why a launch failed, when no ``cudaGetLastError()`` of the candidate consumed it; or ""."""
+        for library in self.libraries:
+            reason = ctypes.CDLL(str(library)).cuset_launch_failure_reason
+            reason.restype = ctypes.c_char_p
+            if text := reason().decode(errors="replace"):
+                return text
+        return ""
+
 
 def _joined(sources: Any) -> str:
     if sources is None:
@@ -312,7 +324,8 @@ def _clone(values: list[Any]) -> list[Any]:
 
 def run_reference(problem_source: str, overrides: dict[str, int], kind: str, seeds: list[int]) -> dict[str, Any]:
     """The reference at the given sizes: the candidate's inputs (``init``, ``trials``, and for a
-    ``.cu`` candidate the reference's ``layout`` and ``weights``) and the expected ``outputs``.
+    ``.cu`` candidate the reference's ``layout`` and ``weights``), the expected ``outputs`` and
+    the ``wide_trials`` (0-based) whose inputs were scaled (``protocol.trial_outputs``).
     Any failure raises ``Decided`` (``internal_error``: the problem, not the candidate)."""
     import dataclasses
 
@@ -329,7 +342,7 @@ def run_reference(problem_source: str, overrides: dict[str, int], kind: str, see
             )
         )
 
-    data: dict[str, Any] = {"trials": [], "outputs": []}
+    data: dict[str, Any] = {"trials": [], "outputs": [], "wide_trials": []}
     with device_mode("cpu"), torch.no_grad():
         try:
             problem = load_source(problem_source, "cuset_reference", overrides, "problem.py")
@@ -343,14 +356,21 @@ def run_reference(problem_source: str, overrides: dict[str, int], kind: str, see
             data["weights"] = {
                 name: t.detach().clone() for name, t in [*model.named_parameters(), *model.named_buffers()]
             }
-        for seed in seeds:  # one trial each
+        for trial, seed in enumerate(seeds):  # one trial each
             torch.manual_seed(seed)
             try:
-                inputs = list(problem.get_inputs())
+                drawn = list(problem.get_inputs())
             except Exception as exc:  # noqa: BLE001
                 raise failed("get_inputs()", exc) from exc
+            inputs, outputs, wide = trial_outputs(
+                drawn,
+                lambda values: _call(model, _clone(values), "reference", Verdict.INTERNAL_ERROR),
+                wide_trial(trial),
+            )
             data["trials"].append(inputs)
-            data["outputs"].append(_call(model, _clone(inputs), "reference", Verdict.INTERNAL_ERROR))
+            data["outputs"].append(outputs)
+            if wide:
+                data["wide_trials"].append(trial)
     return data
 
 
@@ -387,7 +407,7 @@ def reference_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Out
     else:
         shrunk = ", ".join(f"{name}={constants[name]}->{value}" for name, value in overrides.items())
         note = f"sizes reduced: {shrunk}" if shrunk else ""
-    outputs = data.pop("outputs")
+    outputs, wide_trials = data.pop("outputs"), data.pop("wide_trials")
     save_values(workdir / INPUTS_FILE, data)
     save_values(workdir / REFERENCE_FILE, {"trials": outputs})
     timings["reference"] = time.perf_counter() - clock
@@ -396,6 +416,7 @@ def reference_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Out
         details={
             "note": note,
             "original_fits": fits,
+            "wide_trials": wide_trials,
             "candidate_job": CandidateJob(overrides=overrides, constants=constants).model_dump(),
         },
     )
@@ -530,6 +551,10 @@ def _run_candidate(
             os.environ["CUSET_SCHEDULE"] = str(trial)
             with monitor:
                 produced = _call(candidate, _clone(trial_inputs), "candidate")
+            if failure := builder.launch_failure():  # on a GPU the kernel would not have run
+                raise Decided(
+                    Outcome(Verdict.RUNTIME_ERROR, f"trial {trial + 1}: {failure}", launches=builder.launches())
+                )
             fallback = monitor.fallback_reason(produced)
             if fallback:
                 raise Decided(

@@ -10,6 +10,8 @@ diagnostics point at the candidate's own lines.
   ``__shared__`` as ``static``; blocks run one at a time, so one copy is per-block storage)
   and get a call that fills them with 0xFF at the start of each block.
 - ``volatile T*`` becomes ``cuset::VolatilePtr<T>``, whose accesses keep a warp in lockstep.
+- ``cudaFuncSetAttribute(kernel, ...)`` becomes ``cuset::func_set_attribute("kernel", kernel, ...)``:
+  the runtime checks a launch's dynamic shared memory against the opt-in of the kernel of that name.
 - Device checks and device constants of the torch API map to the CPU (``is_cuda()`` ->
   ``is_cpu()``, ``kCUDA`` -> ``kCPU``, ``"cuda"`` -> ``"cpu"``).
 """
@@ -58,6 +60,9 @@ _EXTERN_SHARED = re.compile(
 _SHARED_DECL = re.compile(r"(?<![\w])__shared__\s+[^;(){}]*;")
 _VOLATILE_PTR = re.compile(r"\bvolatile\s+((?:(?:unsigned|signed|long|short|const)\s+)*[A-Za-z_][\w:]*)\s*\*\s*")
 _CUDA_STRING = re.compile(r"\"cuda(?::\d+)?\"")
+_FUNC_SET_ATTRIBUTE = re.compile(r"\bcudaFuncSetAttribute\s*\(")
+_TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
+_NOT_A_KERNEL = {"const", "void", "reinterpret_cast", "static_cast", "const_cast", "decltype"}
 
 
 def unsupported_feature(source: str) -> str | None:
@@ -242,6 +247,31 @@ def rewrite_volatile_pointers(code: str) -> str:
     return _VOLATILE_PTR.sub(lambda m: f"cuset::VolatilePtr<{m.group(1).replace('const ', '')}> ", code)
 
 
+def kernel_name(expression: str) -> str:
+    """The kernel a function-pointer expression names: ``(const void*)ns::k<float, 4>`` -> ``k``."""
+    previous = None
+    while previous != expression:
+        previous, expression = expression, _TEMPLATE_ARGS.sub("", expression)
+    names = [name for name in re.findall(r"[A-Za-z_]\w*", expression) if name not in _NOT_A_KERNEL]
+    return names[-1] if names else ""
+
+
+def rewrite_func_attributes(code: str) -> str:
+    """``cudaFuncSetAttribute(k, ...)`` -> ``cuset::func_set_attribute("k", k, ...)`` (same lines)."""
+    out: list[str] = []
+    pos = 0
+    for match in _FUNC_SET_ATTRIBUTE.finditer(code):
+        close = _matching(code, match.end() - 1, "(", ")")
+        arguments = split_top_level(code[match.end() : close]) if close >= 0 else []
+        if not arguments:
+            continue
+        out.append(code[pos : match.start()])
+        out.append(f'cuset::func_set_attribute("{kernel_name(arguments[0])}", ')
+        pos = match.end()
+    out.append(code[pos:])
+    return "".join(out)
+
+
 def rewrite_torch_device(code: str) -> str:
     """Map torch's CUDA device checks and constants to the CPU."""
     code = re.sub(r"\.is_cuda\(\)", ".is_cpu()", code)
@@ -258,4 +288,5 @@ def rewrite_source(code: str) -> str:
     code = poison_static_shared(code)
     code = rewrite_volatile_pointers(code)
     code = rewrite_launches(code)
+    code = rewrite_func_attributes(code)
     return rewrite_torch_device(code)

@@ -17,9 +17,13 @@ fixed grid), the check runs again at the original sizes when they fit
 from __future__ import annotations
 
 import ast
+import io
 import re
-from collections.abc import Callable
+import tokenize
+from collections.abc import Callable, Iterable
 from copy import deepcopy
+
+from cuset_core.verify.cpu.rewrite import strip_comments
 
 MIN_VALUE = 8  # constants below this (kernel sizes, strides, channels of 3) are never shrunk
 MAX_STEPS = 200
@@ -78,9 +82,41 @@ def original_fits(elements: int | None, max_elements: int) -> bool:
 
 def hardcoded_sizes(code: str, constants: dict[str, int], overrides: dict[str, int]) -> list[str]:
     """``name=value`` for each reduced constant whose original value appears as a number in ``code``
-    (a candidate that hard-codes the problem's sizes)."""
+    (a candidate that hard-codes the problem's sizes; pass it through :func:`size_bearing_code`)."""
     return [
         f"{name}={constants[name]}"
         for name in overrides
         if name in constants and re.search(rf"(?<![\w.]){constants[name]}(?![\w.])", code)
     ]
+
+
+_C_LITERAL = re.compile(r"\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'")
+
+
+def size_bearing_code(code: str, language: str, sources: Iterable[str]) -> str:
+    """The text of a candidate where a hard-coded size counts: its code without comments and
+    string literals (Python or C/C++ by ``language``) and, for a Python candidate, its kernel
+    ``sources`` (the strings ``load_inline`` compiles) without theirs.
+
+    A number in a comment or a message (``// N = 4096``) sizes nothing: it must not turn a
+    wrong kernel's failure into ``unsupported``."""
+    if language != "python":
+        return without_c_literals(code)
+    return "\n".join([without_python_literals(code), *(without_c_literals(source) for source in sources)])
+
+
+def without_c_literals(source: str) -> str:
+    """C/C++ ``source`` with comments blanked and string and character literals emptied."""
+    return _C_LITERAL.sub('""', strip_comments(source))
+
+
+def without_python_literals(source: str) -> str:
+    """The tokens of Python ``source`` other than comments and string literals, space-separated;
+    empty when it does not tokenize (nothing then counts as hard-coded: the verdict stays the
+    candidate's)."""
+    dropped = {tokenize.COMMENT, tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return ""
+    return " ".join(token.string for token in tokens if token.type not in dropped)

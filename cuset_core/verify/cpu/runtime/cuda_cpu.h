@@ -10,8 +10,13 @@
 //   completed with the lanes present, and last the __syncthreads barrier is released, which
 //   counts only threads that have not exited (what GPUs do in practice).
 //   So the scheduler never deadlocks; divergent barriers behave leniently.
-// Shared memory (static and dynamic) is filled with 0xFF bytes (NaN for floats) at the start
-// of every block, so reading shared memory nobody wrote gives wrong values.
+// Uninitialised memory holds poison, as fresh GPU memory holds garbage: shared memory (static
+// and dynamic) is filled with 0xFF bytes (NaN for floats, -1 for ints) at the start of every
+// block, and so are cudaMalloc buffers and every CPU tensor allocated once the extension is
+// loaded (torch::empty, torch.empty(..., device="cuda"), which is a CPU tensor here), so reading
+// memory nobody wrote gives wrong values.
+// Launches are checked as a GPU checks them (see cuset::launch): a launch that fails runs nothing
+// and is not counted, and its reason stays pending until cudaGetLastError() consumes it.
 #ifndef CUSET_CUDA_CPU_H
 #define CUSET_CUDA_CPU_H
 
@@ -53,7 +58,6 @@
 #define __forceinline__ inline __attribute__((always_inline))
 #define __constant__
 #define __managed__
-#define __restrict__ __restrict
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
 #define __shared__ static
@@ -64,6 +68,10 @@ namespace detail {
 constexpr int kWarp = 32;
 constexpr size_t kStackBytes = 256 * 1024;
 constexpr size_t kMaxDynamicShared = 228 * 1024;
+// Dynamic shared memory a launch may ask for (sm_90): 48 KiB, or up to 227 KiB once the kernel
+// opted in with cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes).
+constexpr size_t kDefaultDynamicShared = 48 * 1024;
+constexpr size_t kOptinDynamicShared = 227 * 1024;
 
 enum class State : unsigned char { runnable, barrier, soft, collective, done };
 enum class Op : unsigned char { sync, shfl, up, down, bxor, ballot, any, all };
@@ -104,6 +112,7 @@ struct Runtime {
   size_t dynamic_bytes = 0;
   int schedule = 0;
   std::map<std::string, long> launches;
+  std::map<std::string, size_t> shared_optin;  // kernel name -> its opted-in dynamic shared bytes
   std::string report;
 #if !defined(CUSET_ASM_SWITCH)
   std::vector<ucontext_t> contexts;
@@ -413,34 +422,76 @@ inline void run_block(unsigned count) {
   }
 }
 
+// A launch the GPU would refuse: nothing runs, the error is the one CUDA reports, and the first
+// reason stays pending (see cuset_launch_failure) until cudaGetLastError() consumes it.
+inline void launch_failed(const char* name, cudaError_t error, const std::string& why) {
+  std::string reason = std::string("kernel ") + name + " was not launched (" + cudaGetErrorString(error) + "): " + why;
+  std::fprintf(stderr, "cuset runtime: %s\n", reason.c_str());
+  cuset_last_error() = error;
+  if (cuset_launch_failure().empty()) cuset_launch_failure() = reason;
+}
+
+// Why a GPU would refuse this launch configuration, or "" when it would run it.
+inline std::string refused(const char* name, dim3 grid, dim3 block, size_t smem, cudaError_t& error) {
+  char text[320];
+  error = cudaErrorInvalidConfiguration;
+  if (1ull * block.x * block.y * block.z == 0 || 1ull * grid.x * grid.y * grid.z == 0) {
+    std::snprintf(text, sizeof text, "empty grid or block (grid %ux%ux%u, block %ux%ux%u)", grid.x, grid.y, grid.z,
+                  block.x, block.y, block.z);
+    return text;
+  }
+  if (1ull * block.x * block.y * block.z > 1024 || block.z > 64 || grid.y > 65535 || grid.z > 65535) {
+    std::snprintf(text, sizeof text, "block %ux%ux%u or grid %ux%ux%u exceeds the device's limits", block.x, block.y,
+                  block.z, grid.x, grid.y, grid.z);
+    return text;
+  }
+  Runtime& r = rt();
+  auto optin = r.shared_optin.find(name);
+  size_t allowed = optin == r.shared_optin.end() ? kDefaultDynamicShared : optin->second;
+  if (smem > allowed) {
+    error = cudaErrorInvalidValue;
+    std::snprintf(text, sizeof text,
+                  "%zu bytes of dynamic shared memory, more than the %zu bytes it may use (48 KiB unless the kernel "
+                  "opts in with cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), "
+                  "up to 227 KiB)",
+                  smem, allowed);
+    return text;
+  }
+  return "";
+}
+
 }  // namespace detail
+
+// cudaFuncSetAttribute for the kernel called `name` (the rewrite adds the name): records the
+// dynamic shared memory opt-in that later launches of that kernel are checked against.
+template <class F, class V>
+inline cudaError_t func_set_attribute(const char* name, F, cudaFuncAttribute attribute, V value) {
+  if (attribute != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
+  if (value < 0 || static_cast<size_t>(value) > detail::kOptinDynamicShared) {
+    cuset_last_error() = cudaErrorInvalidValue;
+    return cudaErrorInvalidValue;
+  }
+  detail::rt().shared_optin[name] = static_cast<size_t>(value);
+  return cudaSuccess;
+}
 
 // Launches a grid of `grid` x `block` threads with `smem` bytes of dynamic shared memory:
 // every thread calls `body(args...)`, which calls the kernel. The arguments are evaluated
-// and copied once, at launch, as CUDA does. Counts the launch under `name`.
+// and copied once, at launch, as CUDA does. Counts the launch under `name`; a configuration a
+// GPU would refuse runs nothing and is not counted (see detail::refused).
 template <class Body, class... Args>
 void launch(const char* name, dim3 grid, dim3 block, size_t smem, Body body, Args&&... args) {
   using namespace detail;
   Runtime& r = rt();
-  r.launches[name] += 1;
-  unsigned long long threads = 1ull * block.x * block.y * block.z;
-  if (threads == 0 || 1ull * grid.x * grid.y * grid.z == 0) {
-    std::fprintf(stderr, "cuset runtime: kernel %s launched with an empty grid or block\n", name);
-    cuset_last_error() = cudaErrorInvalidConfiguration;
-    return;
-  }
-  if (threads > 1024 || block.z > 64 || grid.y > 65535 || grid.z > 65535) {
-    std::fprintf(stderr, "cuset runtime: kernel %s launched with an invalid configuration (block %ux%ux%u, grid %ux%ux%u)\n",
-                 name, block.x, block.y, block.z, grid.x, grid.y, grid.z);
-    cuset_last_error() = cudaErrorInvalidConfiguration;
-    return;
-  }
-  if (smem > kMaxDynamicShared) {
-    std::fprintf(stderr, "cuset runtime: kernel %s asks for %zu bytes of dynamic shared memory\n", name, smem);
-    cuset_last_error() = cudaErrorInvalidValue;
+  cudaError_t error;
+  std::string why = refused(name, grid, block, smem, error);
+  if (!why.empty()) {
+    launch_failed(name, error, why);
     return;
   }
   if (r.current) fail("dynamic parallelism (a launch inside a kernel) is not supported");
+  r.launches[name] += 1;
+  unsigned long long threads = 1ull * block.x * block.y * block.z;
   std::tuple<std::decay_t<Args>...> bound(std::forward<Args>(args)...);
   auto call = [&]() { std::apply(body, bound); };
   using Call = decltype(call);
@@ -504,6 +555,9 @@ struct GuardedAllocator final : c10::Allocator {
     char* base = static_cast<char*>(memory);
     mprotect(base + body, page, PROT_NONE);
     void* ptr = base + body - data;
+    // Poison: an empty tensor is garbage on a GPU, not zeros (what fresh pages hold); zeros,
+    // ones, full and copies overwrite it.
+    std::memset(ptr, 0xFF, data);
     {
       std::lock_guard<std::mutex> guard(lock());
       mappings()[ptr] = {base, total};
@@ -554,6 +608,11 @@ inline int installed = install();
 
 }  // namespace detail
 }  // namespace cuset
+
+// The pending reason of a failed launch nobody checked with cudaGetLastError(), or "".
+extern "C" __attribute__((visibility("default"), weak, used)) const char* cuset_launch_failure_reason() {
+  return cuset_launch_failure().c_str();
+}
 
 extern "C" __attribute__((visibility("default"), weak, used)) const char* cuset_launch_report() {
   auto& r = cuset::detail::rt();
@@ -657,8 +716,9 @@ template <class T, class U, class V> inline T atomicCAS(T* a, U compare, V v) {
 }
 inline unsigned atomicInc(unsigned* a, unsigned limit) { unsigned old = *a; *a = old >= limit ? 0 : old + 1; return old; }
 inline unsigned atomicDec(unsigned* a, unsigned limit) { unsigned old = *a; *a = (old == 0 || old > limit) ? limit : old - 1; return old; }
-#define atomicAdd_block atomicAdd
-#define atomicAdd_system atomicAdd
+// Functions, not macros, as in CUDA: a candidate's `#ifdef` on them sees what nvcc sees.
+template <class T, class U> inline T atomicAdd_block(T* a, U v) { return atomicAdd(a, v); }
+template <class T, class U> inline T atomicAdd_system(T* a, U v) { return atomicAdd(a, v); }
 
 // ---------------------------------------------------------------- math and bit intrinsics
 template <class A, class B> inline std::common_type_t<A, B> min(A a, B b) { return b < a ? b : a; }

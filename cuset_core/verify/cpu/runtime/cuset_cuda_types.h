@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -67,9 +68,9 @@ typedef CUevent_st* cudaEvent_t;
 #define cudaStreamNonBlocking 1
 #define cudaEventDefault 0
 #define cudaEventDisableTiming 2
-#define cudaFuncCachePreferShared 1
-#define cudaFuncCachePreferL1 2
-#define cudaSharedMemBankSizeFourByte 1
+// Enumerators, not macros, as in CUDA: a candidate's `#ifdef` on them sees what nvcc sees.
+enum cudaFuncCache { cudaFuncCachePreferNone = 0, cudaFuncCachePreferShared = 1, cudaFuncCachePreferL1 = 2, cudaFuncCachePreferEqual = 3 };
+enum cudaSharedMemConfig { cudaSharedMemBankSizeDefault = 0, cudaSharedMemBankSizeFourByte = 1, cudaSharedMemBankSizeEightByte = 2 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8, cudaFuncAttributePreferredSharedMemoryCarveout = 9 };
 
 struct cudaDeviceProp {
@@ -97,7 +98,20 @@ inline cudaError_t& cuset_last_error() {
   return error;
 }
 
-inline cudaError_t cudaGetLastError() { cudaError_t e = cuset_last_error(); cuset_last_error() = cudaSuccess; return e; }
+// Why the last failed kernel launch failed, until cudaGetLastError() consumes it: a failed launch
+// nobody checked is reported by the harness (on a GPU the kernel would not run and its outputs
+// would hold garbage).
+inline std::string& cuset_launch_failure() {
+  static std::string reason;
+  return reason;
+}
+
+inline cudaError_t cudaGetLastError() {
+  cudaError_t e = cuset_last_error();
+  cuset_last_error() = cudaSuccess;
+  cuset_launch_failure().clear();
+  return e;
+}
 inline cudaError_t cudaPeekAtLastError() { return cuset_last_error(); }
 inline const char* cudaGetErrorString(cudaError_t e) {
   switch (e) {
@@ -122,9 +136,14 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
   return cudaSuccess;
 }
 
+// Fresh device memory holds garbage on a GPU; here it holds 0xFF bytes (NaN for floats, -1 for
+// ints), so a kernel that reads memory nobody wrote gives wrong values.
 template <class T> inline cudaError_t cudaMalloc(T** p, size_t bytes) {
-  *p = static_cast<T*>(std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256));
-  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+  size_t padded = (bytes + 255) / 256 * 256 + 256;
+  *p = static_cast<T*>(std::aligned_alloc(256, padded));
+  if (!*p) return cudaErrorMemoryAllocation;
+  std::memset(static_cast<void*>(*p), 0xFF, padded);
+  return cudaSuccess;
 }
 template <class T> inline cudaError_t cudaMallocManaged(T** p, size_t bytes, unsigned = 1) { return cudaMalloc(p, bytes); }
 template <class T> inline cudaError_t cudaMallocHost(T** p, size_t bytes) { return cudaMalloc(p, bytes); }
