@@ -42,13 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cuset_core.data import IGNORE_INDEX  # noqa: E402
 from cuset_core.models import BUNDLED_MODEL, load_model, load_tokenizer, tiny_model  # noqa: E402
-from cuset_core.objectives import (  # noqa: E402
-    MethodConfig,
-    ObjectiveBatch,
-    compute_objective,
-    per_token_loss,
-    supervised_mask,
-)
+from cuset_core.objectives import MethodConfig  # noqa: E402
+from cuset_core.objectives.objective import ObjectiveBatch, compute_objective  # noqa: E402
+from cuset_core.objectives.token_loss import per_token_loss, supervised_mask  # noqa: E402
 
 METHODS = ("sft", "cuset")
 TARGET = 1.05

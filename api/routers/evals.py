@@ -23,7 +23,8 @@ from api.queries import cursor_anchor, keyset_rows, list_page, owned_or_404
 from api.routers.models import model_spec
 from api.schemas.common import ListPage
 from api.schemas.evals import EvalCreate, EvalObject, EvalProblemObject
-from cuset_core.evaluation.runner import EvalConfig, EvalInputError, load_problems
+from cuset_core.evaluation.inputs import EvalInputError
+from cuset_core.evaluation.runner import EvalConfig, load_problems
 from cuset_core.evaluation.settings import VerificationSettings
 from db.dispatch import enqueue
 from db.evals import read_row, read_samples

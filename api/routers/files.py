@@ -37,7 +37,7 @@ from api.schemas.files import (
 from api.storage import Upload, accept, receive_upload, remove_quietly, sanitize_filename, stored_path
 from api.streaming import wait_final
 from cuset_core.analysis.analyze import analyze_answer
-from cuset_core.evaluation.confidence_report import ReportSettings
+from cuset_core.evaluation.confidence_settings import ReportSettings
 from db.dispatch import enqueue
 from db.ids import new_id
 from db.models import RESULTS_PURPOSE, Eval, File, Generation, Job

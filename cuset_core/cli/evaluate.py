@@ -95,8 +95,9 @@ def evaluate(
 ) -> None:
     """Score a greedy sample and n i.i.d. samples per problem (or --answers): greedy metrics and pass@k,
     and with --repair-rounds the same within R repairs."""
+    from cuset_core.evaluation.inputs import EvalInputError
     from cuset_core.evaluation.report import write_results
-    from cuset_core.evaluation.runner import EvalConfig, EvalInputError, run_eval
+    from cuset_core.evaluation.runner import EvalConfig, run_eval
     from cuset_core.generation.endpoint import is_endpoint_spec
     from cuset_core.models import ModelNotFoundError, resolve_model
 
@@ -206,7 +207,8 @@ def confidence_report(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from cuset_core.data import DataFileError, LoadOptions, load_records
-    from cuset_core.evaluation.confidence_report import OVERALL, ReportSettings, run_report, write_report
+    from cuset_core.evaluation.confidence_report import OVERALL, run_report, write_report
+    from cuset_core.evaluation.confidence_settings import ReportSettings
     from cuset_core.models import ModelNotFoundError, inference_dtype, load_model, place_for_inference, resolve_model
 
     try:

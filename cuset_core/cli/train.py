@@ -329,8 +329,8 @@ def ship_adapter(
 ) -> None:
     """Ship a run's LoRA adapter inside the package as cuset_core/adapters/NAME (float16 weights,
     at most 20 MiB), loadable everywhere by NAME."""
-    from cuset_core.adapters import ShipError, folder_mib
-    from cuset_core.adapters import ship_adapter as ship
+    from cuset_core.adapters.ship import ShipError, folder_mib
+    from cuset_core.adapters.ship import ship_adapter as ship
     from cuset_core.models import ModelNotFoundError
     from cuset_core.training.export import ExportError
 

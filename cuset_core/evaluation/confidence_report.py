@@ -26,13 +26,12 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cuset_core.analysis.analyze import analyze_answer
 from cuset_core.analysis.categories import Category
 from cuset_core.analysis.tokens import align_tokens
 from cuset_core.data import IGNORE_INDEX, encode_record
-from cuset_core.generation.prompts import PromptStyle
+from cuset_core.evaluation.confidence_settings import ReportSettings
 
 SCHEMA = "cuset.confidence-report/2"
 OVERALL = "all"
@@ -45,29 +44,6 @@ JUDGE_LABELS = {
 }
 REPORT_JSON, REPORT_MD, REPORT_PNG = "report.json", "report.md", "confidence.png"
 SENSITIVE, NON_SENSITIVE = "sensitive", "non_sensitive"
-
-
-class ReportSettings(BaseModel):
-    """What to measure and how to summarise it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    model: str = "smollm2-135m"  # a model spec (see cuset_core.models)
-    data: Path
-    out: Path
-    limit: int | None = Field(default=32, ge=1)  # records analysed (None: all)
-    prompt_style: PromptStyle = "kernelbench"
-    max_tokens: int = Field(default=4096, ge=8)  # longer records are truncated
-    high: float = Field(default=0.9, gt=0.0, le=1.0)  # "confident": p >= high
-    low: float = Field(default=0.5, gt=0.0, le=1.0)  # "unsure": p < low
-    bins: int = Field(default=20, ge=2, le=200)
-    top_regions: int = Field(default=20, ge=0)
-
-    @model_validator(mode="after")
-    def _ordered_thresholds(self) -> ReportSettings:
-        if self.low > self.high:
-            raise ValueError(f"low ({self.low}) must not exceed high ({self.high})")
-        return self
 
 
 @dataclass(frozen=True)

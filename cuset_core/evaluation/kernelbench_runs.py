@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from cuset_core.evaluation.runner import EvalInputError, ProblemAnswers
+from cuset_core.evaluation.inputs import EvalInputError, ProblemAnswers
 
 KERNEL_FILE = re.compile(r"level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py")
 CONFIG_FILE = "generation_config.yaml"

@@ -31,6 +31,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
+from cuset_core.evaluation.inputs import EvalInputError, ProblemAnswers
+from cuset_core.evaluation.kernelbench_runs import load_kernelbench_run
 from cuset_core.evaluation.metrics import Aggregate, ProblemRow, aggregate, problem_row, repaired_counts
 from cuset_core.evaluation.settings import VerificationSettings
 from cuset_core.generation.endpoint import is_endpoint_spec, parse_endpoint
@@ -41,10 +43,6 @@ from cuset_core.verify.settings import VerifySettings
 DEMO_PROBLEMS = "demo"
 DEMO_HELD_OUT = "demo:held-out"
 MAX_REPAIR_ROUNDS = 10  # each round may decode again every sample that is still failing
-
-
-class EvalInputError(ValueError):
-    """A problem set, answers file or option the user gave is unusable; one line says why."""
 
 
 class EvalEngineError(EvalInputError):
@@ -203,20 +201,10 @@ def _problems_from_jsonl(path: Path) -> list[Problem]:
     return problems
 
 
-@dataclass(frozen=True)
-class ProblemAnswers:
-    """A problem's answers: its greedy one (None: none) and its i.i.d. samples, in file order."""
-
-    greedy: str | None
-    sampled: list[str]
-
-
 def load_answers(path: Path, problem_ids: list[str]) -> dict[str, ProblemAnswers]:
     """Answers per problem id, from a JSONL file or a KernelBench run folder; every id must name a
     problem of the set, and a problem has at most one greedy answer."""
     if path.is_dir():
-        from cuset_core.evaluation.kernelbench_runs import load_kernelbench_run
-
         return load_kernelbench_run(path, problem_ids)
     if not path.is_file():
         raise EvalInputError(f"answers: file not found: {path}")

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
-from cuset_core.objectives import ObjectiveState
+from cuset_core.objectives.state import ObjectiveState
 
 CANCEL_FILE = "CANCEL"
 OBJECTIVE_STATE_FILE = "objective_state.json"

@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 from cuset_core.models import resolve_model
-from cuset_core.objectives import MethodConfig, ObjectiveBatch, ObjectiveState
-from cuset_core.objectives.objective import dataset_state
+from cuset_core.objectives import MethodConfig
+from cuset_core.objectives.objective import ObjectiveBatch, dataset_state
+from cuset_core.objectives.state import ObjectiveState
 from cuset_core.objectives.token_loss import supervised_mask, token_probability
 from cuset_core.training.collator import CusetCollator, TrainingExample, as_item
 from cuset_core.training.lean_loss import lean_parts, model_token_loss

@@ -22,7 +22,7 @@ from transformers import PrinterCallback, TrainingArguments, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
 from cuset_core.models import load_model, load_tokenizer, resolve_dtype, resolve_model, write_base_spec
-from cuset_core.objectives import ObjectiveState
+from cuset_core.objectives.state import ObjectiveState
 from cuset_core.training.callbacks import (
     CANCEL_FILE,
     MetricStash,

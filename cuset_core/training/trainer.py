@@ -8,7 +8,9 @@ import torch
 from torch import Tensor
 from transformers import Trainer
 
-from cuset_core.objectives import MethodConfig, ObjectiveBatch, ObjectiveState, compute_objective
+from cuset_core.objectives import MethodConfig
+from cuset_core.objectives.objective import ObjectiveBatch, compute_objective
+from cuset_core.objectives.state import ObjectiveState
 from cuset_core.objectives.token_loss import supervised_mask
 from cuset_core.training.callbacks import MetricStash
 from cuset_core.training.lean_loss import lean_parts, model_token_loss

@@ -906,6 +906,7 @@ class TierSpec:
     build_side: bool = False  # a third side compiles the candidate while the reference runs
     planned: tuple[PlannedLibrary, ...] = ()  # what the build side compiles
     library_cache: LibraryCache | None = None  # when every planned library is here, no build side runs
+    readable: tuple[Path, ...] = ()  # folders the sides read besides the toolchain (tier 2's preludes)
     # The verifier's own check of an unsupported feature the candidate side claims: the feature's
     # name when the judge's analysis of the candidate finds it, else None (the claim is refused).
     confirm_unsupported: Callable[[str | None], str | None] = lambda claimed: None
@@ -942,6 +943,7 @@ def _run_side(spec: TierSpec, side: str, folder: Path, job: HarnessJob) -> Sandb
         workdir=folder,
         limits=spec.limits,
         env=spec.env(folder),
+        readable=spec.readable,
     )
 
 

@@ -49,7 +49,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -414,13 +414,13 @@ class _Tail:
         return bytes(self._data[-OUTPUT_TAIL_BYTES:]).decode("utf-8", errors="replace")
 
 
-def _readable_roots() -> list[Path]:
+def _readable_roots(extra: Sequence[Path] = ()) -> list[Path]:
     """Folders mounted read-only: the toolchain, Python and this package (nothing else of the
-    repository it lives in), the CUDA toolkit and the CPU tier's precompiled preludes."""
+    repository it lives in), the CUDA toolkit, and the ``extra`` folders the caller names (the
+    CPU tier's precompiled preludes)."""
     import cuset_core
-    from cuset_core.verify.cpu.build import pch_root
 
-    roots = [Path("/usr"), Path(sys.prefix), Path(sys.base_prefix), Path(cuset_core.__file__).parent, pch_root()]
+    roots = [Path("/usr"), Path(sys.prefix), Path(sys.base_prefix), Path(cuset_core.__file__).parent, *extra]
     for name in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(name):
             roots.append(Path(os.environ[name]))
@@ -437,7 +437,7 @@ def _under(path: str, folders: Iterable[Path]) -> bool:
     return any(path == str(f) or path.startswith(str(f) + os.sep) for f in folders)
 
 
-def _bwrap_args(workdir: Path, limits: SandboxLimits) -> list[str]:
+def _bwrap_args(workdir: Path, limits: SandboxLimits, readable: Sequence[Path] = ()) -> list[str]:
     """bwrap's options for one run: namespaces, the minimal root, the tmpfs work folder."""
     args = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session"]  # fmt: skip
@@ -447,7 +447,7 @@ def _bwrap_args(workdir: Path, limits: SandboxLimits) -> list[str]:
         args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
     else:
         args += ["--unshare-user", "--disable-userns"]
-    roots = _readable_roots()
+    roots = _readable_roots(readable)
     # bwrap would make the mount points' parents 0700, which the sandbox's uid could not pass.
     parents = {p for dest in (*roots, workdir, Path("/etc/x")) for p in dest.parents if p != Path("/")}
     for parent in sorted(parents, key=lambda p: len(p.parts)):
@@ -483,14 +483,14 @@ def _bwrap_args(workdir: Path, limits: SandboxLimits) -> list[str]:
     return args
 
 
-def _command(argv: list[str], workdir: Path, limits: SandboxLimits) -> list[str]:
+def _command(argv: list[str], workdir: Path, limits: SandboxLimits, readable: Sequence[Path] = ()) -> list[str]:
     """``argv`` wrapped in bwrap, the uid change (as root) and the copy-in/copy-out wrapper."""
     drop: list[str] = []
     if os.geteuid() == 0:
         uid = str(SandboxSettings().uid)
         drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                 "--bounding-set=-all", "--no-new-privs", "--"]  # fmt: skip
-    return [*_bwrap_args(workdir, limits), "--", *drop, "sh", "-c", _WRAPPER, str(workdir), *argv]
+    return [*_bwrap_args(workdir, limits, readable), "--", *drop, "sh", "-c", _WRAPPER, str(workdir), *argv]
 
 
 def _pack(folder: Path) -> bytes:
@@ -608,11 +608,13 @@ def run_sandboxed(
     limits: SandboxLimits,
     env: dict[str, str] | None = None,
     stdin: bytes | None = None,
+    readable: Sequence[Path] = (),
 ) -> SandboxOutcome:
     """Run ``argv`` in ``workdir`` under ``limits`` and return how it ended; never raises for
     anything the command does and never waits longer than ``limits.wall_s`` (plus cleanup).
 
-    ``env`` entries are added to the minimal environment of :func:`sandbox_env`. Raises
+    ``env`` entries are added to the minimal environment of :func:`sandbox_env`; ``readable``
+    folders are mounted read-only beside the toolchain, Python and this package. Raises
     :class:`IsolationUnavailable` where the sandbox cannot isolate and the operator did not opt
     out, :class:`SandboxSetupError` when setting it up failed.
     """
@@ -620,7 +622,7 @@ def run_sandboxed(
     if not isolated and (reason := refusal()):
         raise IsolationUnavailable(reason)
     groups = _make_cgroups(limits)
-    return _launch(argv, Path(workdir).resolve(), limits, groups, env or {}, stdin, isolated)
+    return _launch(argv, Path(workdir).resolve(), limits, groups, env or {}, stdin, isolated, tuple(readable))
 
 
 def _launch(
@@ -631,6 +633,7 @@ def _launch(
     env: dict[str, str],
     stdin: bytes | None,
     isolated: bool = True,
+    readable: tuple[Path, ...] = (),
 ) -> SandboxOutcome:
     """Start the command (in bwrap when ``isolated``), wait for it within the limits, copy its
     work folder back, release its cgroups."""
@@ -641,7 +644,7 @@ def _launch(
     if isolated:
         read_end, write_end = os.pipe()
         child_fds = [write_end, _memfd("cuset-in", _pack(workdir)), _memfd("cuset-seccomp", _seccomp_program())]
-        command = _command(argv, workdir, limits)
+        command = _command(argv, workdir, limits, readable)
         copy_out = _Pipe(read_end, (limits.workdir_mb << 20) + (limits.workdir_mb << 16) + (1 << 20))
     start = time.monotonic()
     try:

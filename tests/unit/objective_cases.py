@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from cuset_core.objectives import ObjectiveBatch
+from cuset_core.objectives.objective import ObjectiveBatch
 
 
 def token_batch(

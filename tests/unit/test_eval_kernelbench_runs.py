@@ -10,8 +10,8 @@ import yaml
 from typer.testing import CliRunner
 
 from cuset_core.cli import app
+from cuset_core.evaluation.inputs import EvalInputError, ProblemAnswers
 from cuset_core.evaluation.kernelbench_runs import kernelbench_number, load_kernelbench_run
-from cuset_core.evaluation.runner import EvalInputError, ProblemAnswers
 
 DEMO = Path(__file__).resolve().parents[2] / "cuset_core" / "demo"
 IDS = ["01_vector_add", "02_relu", "03_scale"]

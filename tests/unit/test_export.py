@@ -12,8 +12,9 @@ import torch
 from lora_support import logits, make_adapter
 from typer.testing import CliRunner
 
+from cuset_core.adapters import BASE_MARKER
 from cuset_core.cli import app
-from cuset_core.models import BASE_MARKER, load_model
+from cuset_core.models import load_model
 from cuset_core.training.export import ExportError, model_files, write_archive
 
 IDS = torch.tensor([[1, 450, 3212, 9201, 42, 17, 5]])

@@ -7,12 +7,7 @@ import torch
 from transformers.loss.loss_utils import ForCausalLMLoss
 
 from cuset_core.data import IGNORE_INDEX
-from cuset_core.objectives import (
-    chunked_token_loss,
-    per_token_loss,
-    supervised_mask,
-    token_probability,
-)
+from cuset_core.objectives.token_loss import chunked_token_loss, per_token_loss, supervised_mask, token_probability
 
 
 @pytest.fixture

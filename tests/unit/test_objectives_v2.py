@@ -21,9 +21,9 @@ import pytest
 import torch
 from objective_cases import token_batch
 
-from cuset_core.objectives import MethodConfig, ObjectiveBatch, ObjectiveState, compute_objective
-from cuset_core.objectives.objective import dataset_state
-from cuset_core.objectives.state import StepEMA
+from cuset_core.objectives import MethodConfig
+from cuset_core.objectives.objective import ObjectiveBatch, compute_objective, dataset_state
+from cuset_core.objectives.state import ObjectiveState, StepEMA
 
 _ = None
 P = [[_, 0.9, 0.8, 0.3, 0.95, 0.6], [_, _, 0.7, 0.99, 0.05, _]]

@@ -14,7 +14,8 @@ from safetensors import safe_open
 from typer.testing import CliRunner
 
 import cuset_core.adapters as adapters
-from cuset_core.adapters import ShipError, available_adapters, ship_adapter
+from cuset_core.adapters import available_adapters
+from cuset_core.adapters.ship import ShipError, ship_adapter
 from cuset_core.cli import app
 from cuset_core.models import ModelNotFoundError, load_model, resolve_model, spec_kind
 

@@ -240,14 +240,13 @@ def test_cgroups_left_by_a_dead_verifier_are_removed_by_the_next_run(tmp_path):
     assert not [g for g in parent.glob(f"{sandbox._CGROUP_PREFIX}{os.getpid()}-*")]
 
 
-def test_hidden_folders_and_files_are_invisible_to_the_command(tmp_path, monkeypatch):
+def test_hidden_folders_and_files_are_invisible_to_the_command(tmp_path):
     from cuset_core.verify.sandbox import isolation
 
     if not isolation().available:
         pytest.skip(f"no isolation here ({isolation().reason}): hiding needs it")
-    # Inside a folder the sandbox mounts (the preludes' cache here), as an artifact root inside
-    # the venv's or the toolkit's folder would be.
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    # Inside a folder the sandbox mounts (one its caller names, as tier 2 names its preludes), as
+    # an artifact root inside the venv's or the toolkit's folder would be.
     shared = tmp_path / "cache" / "cuset" / "cpu_pch"
     secrets_dir = shared / "artifacts"
     secrets_dir.mkdir(parents=True)
@@ -256,7 +255,7 @@ def test_hidden_folders_and_files_are_invisible_to_the_command(tmp_path, monkeyp
     database.write_text("rows")
     hiding = LIMITS.model_copy(update={"hidden": (str(secrets_dir), str(database))})
     probe = f"import os\nprint(os.access({str(secrets_dir)!r}, os.R_OK))\nprint(repr(open({str(database)!r}).read()))"
-    outcome = run_python(probe, tmp_path / "w", hiding)
+    outcome = run_python(probe, tmp_path / "w", hiding, readable=[shared])
     assert outcome.ok, outcome.stderr
     assert outcome.stdout == "False\n''\n"
     # Outside the sandbox nothing changed.
@@ -342,3 +341,22 @@ def test_copying_back_a_tar_keeps_data_only_on_every_python_3_11(tmp_path, pytho
     assert (folder / "out" / "result.txt").read_bytes() == b"kept"
     assert (folder / "run.sh").stat().st_mode & 0o7777 == 0o755  # no setuid/setgid, no group/other write
     assert not (tmp_path / "escaped.txt").exists() and not Path("/tmp/cuset-absolute-member.txt").exists()
+
+
+def test_a_folder_outside_the_toolchain_is_mounted_only_when_the_caller_names_it_and_read_only(tmp_path):
+    from cuset_core.verify.sandbox import isolation
+
+    if not isolation().available:
+        pytest.skip(f"no isolation here ({isolation().reason}): mounts need it")
+    preludes = tmp_path / "preludes"
+    preludes.mkdir()
+    (preludes / "prelude.h").write_text("// precompiled")
+    probe = (
+        f"import os\nprint(os.path.exists({str(preludes)!r}))\n"
+        f"try:\n    open({str(preludes / 'x')!r}, 'w')\n    print('wrote')\nexcept OSError:\n    print('read-only')\n"
+    )
+    unnamed = run_python(probe, tmp_path / "a")
+    named = run_python(probe, tmp_path / "b", readable=[preludes])
+    assert unnamed.stdout.splitlines()[0] == "False"
+    assert named.stdout.splitlines() == ["True", "read-only"]
+    assert sorted(p.name for p in preludes.iterdir()) == ["prelude.h"]

@@ -25,7 +25,8 @@ from celery import shared_task
 from sqlalchemy import update
 
 from cuset_core.data import IGNORE_INDEX, EncodedRecord, LoadOptions, Record, encode_record, load_records
-from cuset_core.evaluation.confidence_report import ReportSettings, record_confidence
+from cuset_core.evaluation.confidence_report import record_confidence
+from cuset_core.evaluation.confidence_settings import ReportSettings
 from db.generation_events import GenerationEvent, publish
 from db.models import File, Generation
 from db.session import session_scope

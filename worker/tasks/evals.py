@@ -43,6 +43,7 @@ from celery import shared_task
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
+from cuset_core.evaluation.inputs import EvalInputError
 from cuset_core.evaluation.metrics import ProblemRow, aggregate
 from cuset_core.evaluation.runner import (
     DEMO_HELD_OUT,
@@ -51,7 +52,6 @@ from cuset_core.evaluation.runner import (
     Decode,
     EvalConfig,
     EvalEngineError,
-    EvalInputError,
     Problem,
     SampleRecord,
     answers_for,

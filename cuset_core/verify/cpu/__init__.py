@@ -102,6 +102,7 @@ def run_cpu_tier(
         build_side=candidate.kind == "python",
         planned=_planned(prebuild, preludes),
         library_cache=library_cache,
+        readable=preludes,
         confirm_unsupported=unsupported_confirmer(candidate, chain),
     )
     job = CpuJob(
