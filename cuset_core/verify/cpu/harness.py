@@ -386,6 +386,8 @@ def reference_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Out
     problem_source = (workdir / "problem.py").read_text()
     constants = int_constants(ast.parse(problem_source))
     overrides = size_overrides(problem_source, job.max_elements) if job.reduce_sizes else {}
+    if job.reduce_sizes and (too_large := _too_large(problem_source, overrides, job.max_elements)):
+        raise Decided(too_large)
     fits = not overrides or original_fits(_safe_elements(problem_source), job.max_elements)
     try:
         data = run_reference(problem_source, overrides, job.kind, trial_seeds(job))
@@ -422,12 +424,32 @@ def reference_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Out
     )
 
 
-def _safe_elements(problem_source: str) -> int | None:
-    """Elements of the problem at its original sizes; None when they cannot be measured."""
+def _safe_elements(problem_source: str, overrides: dict[str, int] | None = None) -> int | None:
+    """Elements of the problem at its original sizes (or with ``overrides``); None when they
+    cannot be measured."""
     try:
-        return measured_elements(problem_source, {})
+        return measured_elements(problem_source, overrides or {})
     except Exception:  # noqa: BLE001 - a problem that cannot run on meta: size unknown
         return None
+
+
+def _too_large(problem_source: str, overrides: dict[str, int], max_elements: int) -> Outcome | None:
+    """``unsupported`` when the problem, reduced as far as its sizes go, still holds more than
+    tier 2 may run (the reference would fill the sandbox's memory or disk for minutes); None when
+    it fits or cannot be measured (the sandbox's limits then decide)."""
+    from cuset_core.verify.cpu.sizes import ORIGINAL_SIZE_FACTOR, original_fits
+
+    elements = _safe_elements(problem_source, overrides)
+    if elements is None or original_fits(elements, max_elements):
+        return None
+    reduced = ", ".join(f"{name}={value}" for name, value in overrides.items()) or "none of its sizes can shrink"
+    return Outcome(
+        Verdict.UNSUPPORTED,
+        f"the problem holds {elements:,} elements even at reduced sizes ({reduced}), more than the "
+        f"{ORIGINAL_SIZE_FACTOR * max_elements:,} tier 2 runs: a size it cannot reduce (one computed in a "
+        "function, or from a float) keeps it large",
+        unsupported_feature="problem too large for tier 2",
+    )
 
 
 # ---------------------------------------------------------------- the candidate side

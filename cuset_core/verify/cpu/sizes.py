@@ -30,26 +30,100 @@ MAX_STEPS = 200
 ORIGINAL_SIZE_FACTOR = 16  # the original sizes are run when they hold at most this many budgets
 
 
+LARGEST_SIZE = 1 << 62  # a size expression evaluating beyond this is not a size
+
+
 def int_constants(tree: ast.Module) -> dict[str, int]:
-    """Module-level ``name = <int literal>`` assignments (bools excluded), by name."""
+    """The problem's module-level sizes, by key: ``name`` for ``name = <int expression>`` and
+    ``name[i]`` for the ``i``-th element of ``name = (<int expression>, ...)`` (a tuple or list).
+
+    An int expression is built from int literals alone (``4096``, ``2048 * 2``, ``1 << 12``,
+    ``(8192 + 1) // 2``); bools are not sizes. A size written with other names
+    (``K = N // 4``, ``bias_shape = (out_channels, 1, 1)``) is derived: it is not a key of its
+    own and follows its names when they shrink, as the module computes it again.
+    """
     found: dict[str, int] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            value = node.value
-            if isinstance(value, ast.Constant) and type(value.value) is int:
-                found[node.targets[0].id] = value.value
+    for name, value in _assignments(tree):
+        if (size := _int_expression(value)) is not None:
+            found[name] = size
+        elif isinstance(value, ast.Tuple | ast.List):
+            for index, element in enumerate(value.elts):
+                if (size := _int_expression(element)) is not None:
+                    found[f"{name}[{index}]"] = size
     return found
 
 
 def with_constants(tree: ast.Module, overrides: dict[str, int]) -> ast.Module:
-    """A copy of ``tree`` whose module-level int constants take the ``overrides`` values."""
+    """A copy of ``tree`` whose module-level sizes (keys of :func:`int_constants`) take the
+    ``overrides`` values, written as literals."""
     copy = deepcopy(tree)
     for node in copy.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            name = node.targets[0].id
-            if name in overrides and isinstance(node.value, ast.Constant) and type(node.value.value) is int:
-                node.value = ast.copy_location(ast.Constant(overrides[name]), node.value)
+        target = _assigned_name(node)
+        if target is None or not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
+            continue
+        if target in overrides and _int_expression(node.value) is not None:
+            node.value = ast.copy_location(ast.Constant(overrides[target]), node.value)
+        elif isinstance(node.value, ast.Tuple | ast.List):
+            for index, element in enumerate(node.value.elts):
+                key = f"{target}[{index}]"
+                if key in overrides and _int_expression(element) is not None:
+                    node.value.elts[index] = ast.copy_location(ast.Constant(overrides[key]), element)
     return copy
+
+
+def _assigned_name(node: ast.stmt) -> str | None:
+    """The name a module-level ``name = ...`` or ``name: T = ...`` assigns, else None."""
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        return node.targets[0].id
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+        return node.target.id
+    return None
+
+
+def _assignments(tree: ast.Module) -> list[tuple[str, ast.expr]]:
+    """``(name, value)`` of every module-level single-name assignment, in order."""
+    found = []
+    for node in tree.body:
+        name = _assigned_name(node)
+        if name is not None and isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            found.append((name, node.value))
+    return found
+
+
+_OPERATORS: dict[type[ast.operator], Callable[[int, int], int]] = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b,
+    ast.Mod: lambda a, b: a % b,
+    ast.LShift: lambda a, b: a << b if 0 <= b < 64 else LARGEST_SIZE + 1,
+    ast.RShift: lambda a, b: a >> b if b >= 0 else LARGEST_SIZE + 1,
+    ast.Pow: lambda a, b: a**b if 0 <= b < 64 and abs(a) < 1 << 16 else LARGEST_SIZE + 1,
+}
+
+
+def _int_expression(node: ast.expr) -> int | None:
+    """The value of an expression of int literals and arithmetic, or None when it is anything else
+    (a name, a call, a float, a bool) or leaves the range of sizes."""
+    try:
+        value = _evaluate(node)
+    except (ArithmeticError, ValueError):
+        return None
+    return value if value is not None and abs(value) <= LARGEST_SIZE else None
+
+
+def _evaluate(node: ast.expr) -> int | None:
+    if isinstance(node, ast.Constant):
+        return node.value if type(node.value) is int else None
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        operand = _evaluate(node.operand)
+        return None if operand is None else (-operand if isinstance(node.op, ast.USub) else operand)
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        left, right = _evaluate(node.left), _evaluate(node.right)
+        if left is None or right is None or abs(left) > LARGEST_SIZE or abs(right) > LARGEST_SIZE:
+            return None
+        return _OPERATORS[type(node.op)](left, right)
+    return None
 
 
 def plan_reduction(
@@ -58,20 +132,25 @@ def plan_reduction(
     """Overrides that bring ``measure(overrides)`` (elements) to at most ``max_elements``.
 
     ``measure`` returns the element count of the problem's tensors with the given constants.
-    Returns the smallest-effort overrides found (possibly empty); it stops when no constant
-    can shrink further.
+    Sizes of one value shrink together (``out_channels = 16`` and ``bias_shape = (16, 1, 1)``
+    name one dimension twice; shrinking one alone would break the problem): each step halves the
+    largest such group. Returns the smallest-effort overrides found (possibly empty); it stops
+    when no size can shrink further.
     """
-    current = dict(constants)
+    groups: dict[int, list[str]] = {}
+    for name, value in constants.items():
+        groups.setdefault(value, []).append(name)
+    current = {original: original for original in groups}
     changed: dict[str, int] = {}
     for _ in range(MAX_STEPS):
         if measure(changed) <= max_elements:
             break
-        shrinkable = [name for name, value in current.items() if value >= 2 * MIN_VALUE]
+        shrinkable = [original for original, value in current.items() if value >= 2 * MIN_VALUE]
         if not shrinkable:
             break
-        name = max(shrinkable, key=lambda n: current[n])
-        current[name] = (current[name] + 1) // 2
-        changed[name] = current[name]
+        original = max(shrinkable, key=lambda group: current[group])
+        current[original] = (current[original] + 1) // 2
+        changed.update(dict.fromkeys(groups[original], current[original]))
     return changed
 
 

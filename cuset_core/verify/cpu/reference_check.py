@@ -1,0 +1,65 @@
+"""Whether tier 2 can verify kernels for a problem at all: its reference side alone.
+
+Tier 2 shrinks a problem's sizes and runs its reference on the CPU before any candidate is looked
+at; a problem whose sizes cannot be reduced, whose reference breaks at reduced sizes with
+original ones too large, or whose reference is too slow here, makes every kernel for it
+``unsupported``. :func:`check_reference` finds that out once per problem, in seconds, without a
+candidate: the same sandboxed reference side a verification runs.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from cuset_core.verify.cpu import HARNESS_MODULE
+from cuset_core.verify.cpu.build import BuildError, prepare_preludes, toolchain
+from cuset_core.verify.protocol import CpuJob, ReferenceRun, TierSpec, harness_env, run_reference, with_input_seed
+from cuset_core.verify.result import Tier, Verdict, VerifyResult
+from cuset_core.verify.settings import VerifySettings
+
+
+def check_reference(problem_code: str, settings: VerifySettings) -> VerifyResult:
+    """The problem's reference side of tier 2: ``pass`` (the reason says which sizes were reduced),
+    ``unsupported`` (why no kernel for it can be verified on a CPU) or ``internal_error`` (the
+    problem's own code fails, or the machine lacks what tier 2 needs)."""
+    started = time.monotonic()
+    try:
+        preludes = prepare_preludes()
+    except BuildError:
+        return _result(Verdict.INTERNAL_ERROR, "the CPU runtime header does not build on this machine", started)
+    chain = toolchain()
+    spec = TierSpec(
+        Tier.CPU, HARNESS_MODULE, settings.limits, lambda folder: harness_env(OMP_NUM_THREADS="1"), readable=preludes
+    )
+    job = with_input_seed(
+        CpuJob(
+            kind="python",
+            seeds=settings.seeds,
+            input_seed=settings.input_seed,
+            reduce_sizes=settings.reduce_sizes,
+            max_elements=settings.max_elements,
+            preludes=[str(prelude) for prelude in preludes],
+            include_dirs=list(chain.include_dirs),
+            library_dirs=list(chain.library_dirs),
+        )
+    )
+    with tempfile.TemporaryDirectory(prefix="cuset-cpu-check-") as folder:
+        outcome = run_reference(spec, Path(folder), problem_code, job)
+    if isinstance(outcome, ReferenceRun):
+        details = outcome.report.get("details")
+        note = details.get("note") if isinstance(details, dict) else None
+        reason = "the reference runs at tier 2" + (f"; {note}" if isinstance(note, str) and note else "")
+        return _result(Verdict.PASS, reason, started)
+    return outcome.model_copy(update={"timings_s": {"cpu_reference": round(time.monotonic() - started, 3)}})
+
+
+def _result(verdict: Verdict, reason: str, started: float) -> VerifyResult:
+    return VerifyResult(
+        verdict=verdict,
+        tier=Tier.CPU,
+        tiers_run=[Tier.CPU],
+        reason=reason,
+        timings_s={"cpu_reference": round(time.monotonic() - started, 3)},
+    )

@@ -1,0 +1,146 @@
+"""Today's KernelBench writes its sizes as expressions and tuples (``N = 2048 * 2``, ``M = 16384 * 2``,
+``bias_shape = (out_channels, 1, 1)``, ``dim = 393216``): tier 2 reduces them, and a problem it
+cannot reduce is ``unsupported`` with the reason before its reference runs (issue 24, part 1)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from cuset_core.verify.candidate import parse_candidate
+from cuset_core.verify.cpu import run_cpu_tier
+from cuset_core.verify.cpu.sizes import int_constants, plan_reduction, with_constants
+from cuset_core.verify.library_cache import LibraryCache, default_library_dir
+from cuset_core.verify.result import Tier, Verdict
+from cuset_core.verify.settings import SandboxLimits, VerifySettings
+
+DEMO = Path(__file__).resolve().parents[2] / "cuset_core" / "demo"
+SETTINGS = VerifySettings(tier=Tier.CPU, limits=SandboxLimits(wall_s=300, cpu_s=300))
+
+TODAYS_SIZES = """
+batch_size = 4096
+dim = 393216
+N = 2048 * 2
+M = 16384 * 2
+K = N // 4
+shift = 1 << 12
+out_channels = 16
+bias_shape = (out_channels, 1, 1)
+input_shape = (3, 224, 224)
+ratio = 0.5
+flag = True
+"""
+
+
+def test_expressions_and_tuple_elements_of_int_literals_are_sizes_and_derived_ones_are_not():
+    assert int_constants(ast.parse(TODAYS_SIZES)) == {
+        "batch_size": 4096,
+        "dim": 393216,
+        "N": 4096,
+        "M": 32768,
+        "shift": 4096,
+        "out_channels": 16,
+        "bias_shape[1]": 1,  # literals beside a name: sizes too, though too small ever to shrink
+        "bias_shape[2]": 1,
+        "input_shape[0]": 3,
+        "input_shape[1]": 224,
+        "input_shape[2]": 224,
+    }
+
+
+def test_overridden_sizes_are_written_as_literals_and_derived_sizes_follow_them():
+    tree = with_constants(ast.parse(TODAYS_SIZES), {"N": 256, "input_shape[1]": 56, "out_channels": 8})
+    namespace: dict = {}
+    exec(compile(tree, "problem.py", "exec"), namespace)
+    assert (namespace["N"], namespace["K"]) == (256, 64)
+    assert namespace["input_shape"] == (3, 56, 224)
+    assert namespace["bias_shape"] == (8, 1, 1)
+    assert (namespace["M"], namespace["ratio"], namespace["flag"]) == (32768, 0.5, True)
+
+
+@pytest.mark.parametrize("expression", ["2 ** 70", "1 << 100", "10 / 2", "float(8)", "n * 2", "True"])
+def test_what_is_not_an_int_size_is_left_alone(expression):
+    assert int_constants(ast.parse(f"x = {expression}\n")) == {}
+
+
+def test_sizes_of_one_value_shrink_together():
+    """``width = 224`` and ``input_shape = (3, 224, 224)`` name one dimension: halving only one of
+    them would break the problem."""
+    sizes = int_constants(ast.parse("width = 224\ninput_shape = (3, 224, 224)\nbatch = 64\n"))
+
+    def elements(overrides: dict[str, int]) -> int:
+        now = sizes | overrides
+        return now["batch"] * now["input_shape[1]"] * now["input_shape[2]"]
+
+    plan = plan_reduction(sizes, elements, 1 << 16)
+    assert plan["width"] == plan["input_shape[1]"] == plan["input_shape[2]"]
+    assert elements(plan) <= 1 << 16
+
+
+SQUARE_MATMUL_TODAY = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+
+
+N = 2048 * 2
+
+
+def get_inputs():
+    return [torch.rand(N, N), torch.rand(N, N)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+# Sizes computed in a function: nothing at module level to shrink, 1.6 G elements.
+UNREDUCIBLE = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def shape():
+    return (4096, 393216)
+
+
+def get_inputs():
+    return [torch.rand(*shape())]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def tier2(problem: str, candidate: str):
+    return run_cpu_tier(problem, parse_candidate(candidate), SETTINGS, LibraryCache(default_library_dir()))
+
+
+@pytest.mark.slow
+def test_a_correct_kernel_for_todays_square_matmul_passes_at_reduced_sizes():
+    result = tier2(SQUARE_MATMUL_TODAY, (DEMO / "solutions" / "25_matmul_naive.py").read_text())
+    assert result.verdict is Verdict.PASS, result.reason + result.log
+    assert "sizes reduced: N=4096->" in result.reason
+
+
+@pytest.mark.slow
+def test_a_problem_too_large_to_reduce_is_unsupported_before_its_reference_runs():
+    result = tier2(UNREDUCIBLE, (DEMO / "solutions" / "02_relu.py").read_text())
+    assert (result.verdict, result.unsupported_feature) == (Verdict.UNSUPPORTED, "problem too large for tier 2")
+    assert "1,610,612,736 elements" in result.reason and "none of its sizes can shrink" in result.reason
+    assert result.timings_s.get("cpu_reference", 0) < 60
