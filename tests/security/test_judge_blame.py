@@ -34,6 +34,7 @@ from cuset_core.verify.protocol import (
     CpuJob,
     ReferenceRun,
     TierSpec,
+    compare_outputs,
     load_values,
     save_values,
     trial_outputs,
@@ -346,3 +347,18 @@ def test_a_real_kernel_that_clamps_inputs_fails_on_tier_2():
     result = cpu.run_cpu_tier(PROBLEM, parse_candidate(clamping), SETTINGS)
     assert result.verdict is Verdict.VALUE_MISMATCH, (result.reason, result.log[-2000:])
     assert ", inputs x4): output 0" in result.reason
+
+
+def test_a_wide_trials_absolute_tolerance_grows_with_its_outputs_and_catches_a_clamp_all_the_same():
+    """A matmul of inputs x4 has outputs x16: an honest kernel's rounding near a zero output grows
+    with them and must not be blamed, while a clamped output is off by far more than the scaled atol."""
+    plain, wide = [torch.tensor([1.0, -2.0, 0.0])], [torch.tensor([16.0, -32.0, 0.0])]
+    reference = ReferenceRun(b"", [plain, wide], {"details": {"wide_trials": [1]}}, 7)
+    atol, rtol = SETTINGS.tolerance("float32")
+    assert reference.tolerance(0, SETTINGS)("float32") == (atol, rtol)
+    assert reference.tolerance(1, SETTINGS)("float32") == (16 * atol, rtol)
+    rounding = [torch.tensor([16.0, -32.0, 7e-4])]
+    assert compare_outputs(wide, rounding, reference.tolerance(1, SETTINGS)).verdict is Verdict.PASS
+    assert compare_outputs(wide, rounding, SETTINGS.tolerance).verdict is Verdict.VALUE_MISMATCH
+    clamped = [torch.tensor([6.0, -6.0, 0.0])]
+    assert compare_outputs(wide, clamped, reference.tolerance(1, SETTINGS)).verdict is Verdict.VALUE_MISMATCH
