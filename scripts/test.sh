@@ -26,6 +26,7 @@ prepare_preludes() {
 }
 
 pytest=(.venv/bin/python -m pytest)
+durations=(--durations=20)  # each lane names its slowest tests, so CI shows where its time goes
 parallel=(-n auto)
 
 if [ "$#" -gt 0 ]; then
@@ -54,8 +55,8 @@ lane() {  # lane NAME COMMAND...: run and time one lane; remember it when it fai
 lane preludes prepare_preludes
 unprivileged=()
 if [ "$(id -u)" = 0 ]; then unprivileged=(--ignore tests/security/test_forged_verdicts.py); fi
-lane parallel "${pytest[@]}" "${parallel[@]}" -m "not integration and not browser" ${unprivileged[@]+"${unprivileged[@]}"}
-lane services "${pytest[@]}" -m "integration or browser"
+lane parallel "${pytest[@]}" "${parallel[@]}" "${durations[@]}" -m "not integration and not browser" ${unprivileged[@]+"${unprivileged[@]}"}
+lane services "${pytest[@]}" "${durations[@]}" -m "integration or browser"
 if [ "$(id -u)" = 0 ]; then lane unprivileged bash scripts/test_unprivileged.sh; fi
 if [ "$status" != 0 ]; then
     joined=$(printf ', %s' "${failed[@]}")
