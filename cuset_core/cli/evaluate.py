@@ -87,6 +87,13 @@ def evaluate(
         help="R: send a failing sample back to --model with its verifier error, up to R times, and also report "
         "the figures within R repairs. With --answers, the given answers are repaired by --model.",
     ),
+    problem_ids: str | None = typer.Option(
+        None,
+        "--problem-ids",
+        help="Only these problems, by KernelBench number or id: 1-10,19,23_Softmax (a KernelBench level folder "
+        "as --problems).",
+    ),
+    workers: int = typer.Option(1, "--workers", help="Problems verified at once (one sandbox each)."),
     cache_dir: Path | None = typer.Option(
         None, "--cache-dir", help="Verification cache folder (default ~/.cache/cuset/verify)."
     ),
@@ -124,6 +131,8 @@ def evaluate(
             seed=seed,
             batch_size=batch_size,
             repair_rounds=repair_rounds,
+            problem_ids=problem_ids,
+            workers=workers,
             cache=not no_cache,
             cache_dir=cache_dir,
         )

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
 from cuset_core.evaluation.inputs import EvalInputError, ProblemAnswers
-from cuset_core.evaluation.kernelbench_runs import load_kernelbench_run
+from cuset_core.evaluation.kernelbench_runs import kernelbench_number, load_kernelbench_run
 from cuset_core.evaluation.metrics import Aggregate, ProblemRow, aggregate, problem_row, repaired_counts
 from cuset_core.evaluation.settings import VerificationSettings
 from cuset_core.generation.endpoint import is_endpoint_spec, parse_endpoint
@@ -83,6 +83,11 @@ class EvalConfig(VerificationSettings):
         description="R: times a failing sample (greedy or i.i.d.) is sent back to the model with its verifier "
         "error as a follow-up turn; the results then also give the figures within R repairs",
     )
+    problem_ids: str | None = Field(
+        None,
+        description="the problems to keep, by KernelBench number or id: '1-10,19,23_Softmax'; None: all",
+    )
+    workers: int = Field(1, ge=1, le=64, description="problems verified at once (each check is its own sandbox)")
     cache: bool = Field(True, description="reuse cached verification results")
     cache_dir: Path | None = Field(None, description="verification cache folder; None: the default one")
 
@@ -183,6 +188,30 @@ def load_problems(spec: str) -> list[Problem]:
     raise EvalInputError(
         f'problems: {spec} is not a folder of .py files, a .py file, a .jsonl file, "demo" or "demo:held-out"'
     )
+
+
+def select_problems(problems: list[Problem], selection: str | None) -> list[Problem]:
+    """The problems ``selection`` names, in their order: comma-separated KernelBench numbers
+    (``19``), ranges of them (``1-10``) and ids (``23_Softmax``); all when None.
+    ``EvalInputError`` for a part that names no problem, so a typo never silently shrinks a run."""
+    if selection is None:
+        return problems
+    numbers: set[int] = set()
+    ids: set[str] = set()
+    for part in (part.strip() for part in selection.split(",")):
+        bounds = part.split("-")
+        if len(bounds) == 2 and all(bound.strip().isdigit() for bound in bounds):
+            numbers.update(range(int(bounds[0]), int(bounds[1]) + 1))
+        elif part.isdigit():
+            numbers.add(int(part))
+        elif part:
+            ids.add(part)
+    chosen = [p for p in problems if p.id in ids or kernelbench_number(p.id) in numbers]
+    unknown = sorted(ids - {p.id for p in chosen})
+    if unknown or not chosen:
+        named = f"{', '.join(unknown)} " if unknown else ""
+        raise EvalInputError(f"problem_ids: {named or repr(selection) + ' '}names no problem of the set")
+    return chosen
 
 
 def _problems_from_jsonl(path: Path) -> list[Problem]:
@@ -522,9 +551,16 @@ def run_eval(config: EvalConfig, *, progress: bool = True, api_key: str | None =
     compute the metrics. ``api_key`` is the bearer token of an ``openai:`` endpoint (never
     recorded in the report)."""
     start = time.perf_counter()
-    problems = load_problems(config.problems)
+    every_problem = load_problems(config.problems)
+    problems = select_problems(every_problem, config.problem_ids)
     if config.answers is not None:
-        answers = load_answers(config.answers, [p.id for p in problems])
+        # Answers may cover problems the selection leaves out (a KernelBench run folder holds a whole level).
+        chosen = {p.id for p in problems}
+        answers = {
+            pid: found
+            for pid, found in load_answers(config.answers, [p.id for p in every_problem]).items()
+            if pid in chosen
+        }
         k_values = _answer_k_values(config, answers)
         samples = {pid: _answer_samples(a) for pid, a in answers.items()}
     else:
@@ -533,12 +569,7 @@ def run_eval(config: EvalConfig, *, progress: bool = True, api_key: str | None =
     with _decoder(config, api_key) if config.model is not None else nullcontext() as decode:
         if config.answers is None:
             samples = _generate_samples(decode, config, problems, progress)
-        records: dict[str, list[SampleRecord]] = {}
-        desc = f"verify ({config.tier.value})"
-        for problem in tqdm(problems, desc=desc, unit="problem", disable=not progress):
-            records[problem.id] = score_problem(problem, samples[problem.id], settings, config.cache_dir, config.cache)[
-                1
-            ]
+        records = _verify_all(problems, samples, settings, config, progress)
         if config.repair_rounds:
             repair(decode, config, problems, records, settings, progress)
     rows = [row_of(p.id, records[p.id], config.repair_rounds) for p in problems]
@@ -549,6 +580,28 @@ def run_eval(config: EvalConfig, *, progress: bool = True, api_key: str | None =
         samples=[record for p in problems for record in records[p.id]],
         elapsed_s=time.perf_counter() - start,
     )
+
+
+def _verify_all(
+    problems: list[Problem],
+    samples: dict[str, list[Answer]],
+    settings: VerifySettings,
+    config: EvalConfig,
+    progress: bool,
+) -> dict[str, list[SampleRecord]]:
+    """Every problem's samples verified, ``config.workers`` problems at a time (each verification
+    runs its own sandboxed processes, so threads are enough to keep the cores busy)."""
+    records: dict[str, list[SampleRecord]] = {}
+    bar = tqdm(total=len(problems), desc=f"verify ({config.tier.value})", unit="problem", disable=not progress)
+    with bar, ThreadPoolExecutor(max_workers=config.workers) as pool:
+        futures = {
+            pool.submit(score_problem, problem, samples[problem.id], settings, config.cache_dir, config.cache): problem
+            for problem in problems
+        }
+        for future in as_completed(futures):
+            records[futures[future].id] = future.result()[1]
+            bar.update()
+    return records
 
 
 def _answer_samples(answers: ProblemAnswers) -> list[Answer]:

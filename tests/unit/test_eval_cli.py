@@ -446,3 +446,46 @@ def test_repairs_need_a_model(tmp_path, problem_dir):
         2,
         "error: options: repair_rounds: repairs need a model to send failing samples back to",
     )
+
+
+def kernelbench_level(tmp_path: Path) -> Path:
+    """A KernelBench level folder: problem files named <number>_<name>.py."""
+    folder = tmp_path / "KernelBench" / "level1"
+    folder.mkdir(parents=True)
+    for number, name in ((1, "01_vector_add"), (2, "02_relu"), (19, "02_relu")):
+        (folder / f"{number}_{name[3:]}.py").write_text((DEMO / "problems" / f"{name}.py").read_text())
+    return folder
+
+
+def test_problems_are_selected_by_kernelbench_number_range_or_id(tmp_path):
+    from cuset_core.evaluation.inputs import EvalInputError
+    from cuset_core.evaluation.runner import select_problems
+
+    problems = load_problems(str(kernelbench_level(tmp_path)))
+    assert [p.id for p in select_problems(problems, None)] == ["19_relu", "1_vector_add", "2_relu"]
+    assert [p.id for p in select_problems(problems, "1-2")] == ["1_vector_add", "2_relu"]
+    assert [p.id for p in select_problems(problems, "19, 1_vector_add")] == ["19_relu", "1_vector_add"]
+    with pytest.raises(EvalInputError, match="problem_ids: 2_Relu names no problem"):
+        select_problems(problems, "1,2_Relu")
+    with pytest.raises(EvalInputError, match="names no problem"):
+        select_problems(problems, "40-50")
+
+
+def test_a_kernelbench_level_folder_is_scored_for_the_chosen_problems_on_several_workers(tmp_path):
+    level = kernelbench_level(tmp_path)
+    solutions = {name: fenced((DEMO / "solutions" / f"{name}.py").read_text()) for name in ("01_vector_add", "02_relu")}
+    answers = tmp_path / "answers.jsonl"
+    write_jsonl(
+        answers,
+        {"problem_id": "1_vector_add", "answer": solutions["01_vector_add"], "greedy": True},
+        {"problem_id": "2_relu", "answer": solutions["02_relu"], "greedy": True},
+        {"problem_id": "19_relu", "answer": "no code", "greedy": True},
+    )
+    outcome = run_cli(
+        "--answers", str(answers), "--problems", str(level), "--problem-ids", "1-2",
+        "--workers", "2", "--tier", "static", "--out", str(tmp_path / "out"), "--quiet",
+    )  # fmt: skip
+    assert outcome.exit_code == 0, outcome.output
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [row["id"] for row in results["problems"]] == ["1_vector_add", "2_relu"]
+    assert results["config"]["workers"] == 2 and results["config"]["problem_ids"] == "1-2"

@@ -63,6 +63,7 @@ from cuset_core.evaluation.runner import (
     row_of,
     score_problem,
     score_repairs,
+    select_problems,
 )
 from cuset_core.models import ModelNotFoundError
 from cuset_core.verify.result import Tier
@@ -151,7 +152,7 @@ def _decoding(settings: Settings, eval_id: str) -> Iterator[tuple[EvalConfig, De
 
 def _generate(settings: Settings, eval_id: str) -> None:
     with _decoding(settings, eval_id) as (config, decode):
-        problems = load_problems(config.problems)
+        problems = select_problems(load_problems(config.problems), config.problem_ids)
         batches = [problems[i : i + config.batch_size] for i in range(0, len(problems), config.batch_size)]
         _generate_batches(settings, eval_id, config, batches, lambda batch: answers_for(decode, config, batch))
 
