@@ -19,6 +19,10 @@ other, each in a folder of its own:
    quoted as the candidate's (:func:`quoted`), an ``unsupported`` claim stands only where the
    verifier's own analysis confirms it, and anything the candidate's files make the judge
    raise is the candidate's ``runtime_error``.
+   Where the tier can disable the candidate's kernels (tier 2), the candidate side also runs
+   trial 1 once more with its kernels disabled; when the verdict is ``pass``, an output of that
+   run that still matches the reference did not come from its device code
+   (:func:`kernels_did_the_work`).
 
 Data crosses processes as safetensors (data only, never pickle); non-tensor values (init
 arguments, scalars) travel as JSON in the file's metadata.
@@ -73,6 +77,7 @@ REASON_CHARS = 600
 INPUTS_FILE = "inputs.safetensors"
 REFERENCE_FILE = "reference.safetensors"
 OUTPUTS_FILE = "outputs.safetensors"
+KERNELS_OFF_FILE = "kernels_off.safetensors"  # tier 2: trial 1's outputs with the kernels disabled
 REPORT_FILE = "report.json"
 REPORT_CAP_BYTES = 64 * 1024
 REFERENCE_CAP_BYTES = 8 << 30  # the reference is the problem's own code: bounded, not trusted
@@ -910,6 +915,9 @@ class TierSpec:
     # The verifier's own check of an unsupported feature the candidate side claims: the feature's
     # name when the judge's analysis of the candidate finds it, else None (the claim is refused).
     confirm_unsupported: Callable[[str | None], str | None] = lambda claimed: None
+    # Whether the candidate side also runs trial 1 with its kernels disabled (tier 2's runtime
+    # can), so that the judge checks the kernels did the work (kernels_did_the_work).
+    kernels_off: bool = False
 
 
 @dataclass
@@ -1123,7 +1131,10 @@ def judge_candidate_data(
         launches = dict(report.launches)
         return _result(spec, Verdict.RUNTIME_ERROR, "the candidate side left no outputs", launches=launches), report
     produced = load_values(data).get("trials")
-    return compare_trials(spec, reference, produced, report, settings), report
+    result = compare_trials(spec, reference, produced, report, settings)
+    if result.verdict is Verdict.PASS and spec.kernels_off:
+        result = kernels_did_the_work(spec, folder, reference, settings, result)
+    return result, report
 
 
 def _tensor_values(values: list[Any]) -> list[Any]:
@@ -1178,6 +1189,81 @@ def compare_trials(
         )
     fields = {"max_abs_diff": worst_max, "mean_abs_diff": worst_mean, "trials": trials, "launches": launches}
     return _result(spec, Verdict.PASS, f"{trials} trials within tolerance", **fields)
+
+
+def kernels_did_the_work(
+    spec: TierSpec, folder: Path, reference: ReferenceRun, settings: VerifySettings, passed: VerifyResult
+) -> VerifyResult:
+    """``passed`` (the candidate's ``pass``), or ``static_reject`` when an output the candidate side
+    left in ``KERNELS_OFF_FILE`` (trial 1 run again with its kernels disabled: launches checked
+    and counted, no block runs) is still within tolerance of the reference: the device code did
+    not compute it (host code, torch or numpy did, in any thread). Only outputs that need
+    computing are checked (:func:`outputs_to_check`). No file (the run crashed, hung or failed),
+    a mismatch or anything unreadable keeps the pass: the kernels mattered."""
+    checked = outputs_to_check(reference, settings)
+    matched = _matching_without_kernels(folder, reference, checked, settings) if checked else []
+    if not matched:
+        return passed
+    outputs = ", ".join(map(str, matched))
+    reason = (
+        f"run-time fallback: {reference.trial_label(0)}: output {outputs} matches the reference with the "
+        "candidate's kernels disabled, so its device code did not compute it"
+    )
+    return _result(spec, Verdict.STATIC_REJECT, reason, launches=dict(passed.launches))
+
+
+def outputs_to_check(reference: ReferenceRun, settings: VerifySettings) -> list[int]:
+    """Indices of trial 1's expected outputs that only computation reaches, so that matching them
+    without the kernels is a fallback: tensors that are not empty, not one value repeated within
+    tolerance (zeros or a fill reach that without any kernel) and not within tolerance of the same
+    output of another trial (an output that ignores the inputs). An output the judge cannot
+    compare is left out: it is the problem's, so it is not checked rather than anyone blamed."""
+    return [index for index, _ in enumerate(reference.expected[0]) if _needs_computing(reference, index, settings)]
+
+
+def _needs_computing(reference: ReferenceRun, index: int, settings: VerifySettings) -> bool:
+    """Whether trial 1's expected output ``index`` is one that only computation reaches (see
+    :func:`outputs_to_check`)."""
+    import torch
+
+    def same(expected: Any, other: Any) -> bool:
+        return compare_outputs([expected], [other], settings.tolerance).verdict is Verdict.PASS
+
+    expected = reference.expected[0][index]
+    if not isinstance(expected, torch.Tensor) or expected.numel() == 0:
+        return False
+    others = [trial[index] for trial in reference.expected[1:] if index < len(trial)]
+    try:
+        if same(expected, expected.reshape(-1)[0].expand_as(expected)):
+            return False
+        return not any(isinstance(o, torch.Tensor) and o.shape == expected.shape and same(expected, o) for o in others)
+    except Exception:  # noqa: BLE001 - a reference output the judge cannot compare: no check, no blame
+        return False
+
+
+def _matching_without_kernels(
+    folder: Path, reference: ReferenceRun, checked: list[int], settings: VerifySettings
+) -> list[int]:
+    """Which of the ``checked`` outputs the kernels-off trial in ``folder`` left within tolerance of
+    trial 1's reference; none when it left nothing the judge can read. The file is the
+    candidate's, read as its outputs are; whatever it makes the judge raise keeps the pass (a
+    candidate that breaks without its kernels needed them)."""
+    expected = reference.expected[0]
+    try:
+        expected_bytes = sum(t.numel() * t.element_size() for t in _tensor_values(expected))
+        data = read_untrusted(folder, KERNELS_OFF_FILE, 2 * expected_bytes + (1 << 20))
+        produced = load_values(data).get("trials") if data is not None else None
+        if not isinstance(produced, list) or len(produced) != 1:
+            return []
+        new = produced[0] if isinstance(produced[0], list) else [produced[0]]
+        return [
+            index
+            for index in checked
+            if index < len(new)
+            and compare_outputs([expected[index]], [new[index]], settings.tolerance).verdict is Verdict.PASS
+        ]
+    except Exception:  # noqa: BLE001 - the candidate's data: unreadable means its kernels mattered
+        return []
 
 
 def judge(

@@ -104,6 +104,7 @@ def run_cpu_tier(
         library_cache=library_cache,
         readable=preludes,
         confirm_unsupported=unsupported_confirmer(candidate, chain),
+        kernels_off=True,
     )
     job = CpuJob(
         kind=candidate.kind,

@@ -13,7 +13,10 @@
   runtime; a failed build is ``compile_error`` even when the candidate catches it), builds
   ``ModelNew`` under ``INIT_SEED`` and runs every trial's inputs, each under a different fiber
   schedule (forward, reverse, odd threads first), while a ``FallbackMonitor`` checks that the
-  outputs come from its kernels; writes ``outputs.safetensors`` and the launch counts.
+  outputs come from its kernels; writes ``outputs.safetensors`` and the launch counts. Then it
+  runs trial 1 once more with ``CUSET_KERNELS=off`` (launches are checked and counted but run no
+  block) and writes what that gives to ``kernels_off.safetensors``: the judge's check that the
+  kernels did the work (``protocol.kernels_did_the_work``).
 
 CUDA is mapped to the CPU on both sides: ``device="cuda"`` arguments, ``.to("cuda")`` and
 ``.cuda()`` give CPU tensors.
@@ -40,6 +43,7 @@ from typing import Any
 from cuset_core.verify.protocol import (
     INIT_SEED,
     INPUTS_FILE,
+    KERNELS_OFF_FILE,
     OUTPUTS_FILE,
     REFERENCE_FILE,
     CandidateJob,
@@ -58,6 +62,7 @@ from cuset_core.verify.protocol import (
     trial_outputs,
     trial_seeds,
     wide_trial,
+    write_report,
 )
 from cuset_core.verify.result import Verdict
 
@@ -584,8 +589,32 @@ def _run_candidate(
                 )
             outputs.append(produced)
         timings["run"] = time.perf_counter() - clock
-    save_values(workdir / OUTPUTS_FILE, {"trials": outputs})
-    return Outcome(Verdict.PASS, launches=builder.launches())
+        save_values(workdir / OUTPUTS_FILE, {"trials": outputs})
+        outcome = Outcome(Verdict.PASS, launches=builder.launches())
+        # The report goes first: without its kernels the candidate may crash or hang, which must
+        # not cost it the verdict its kernels earned.
+        write_report(workdir, outcome)
+        if inputs["trials"]:
+            _kernels_off_trial(candidate, inputs["trials"][0], workdir, timings)
+    return outcome
+
+
+def _kernels_off_trial(candidate: Any, trial_inputs: list[Any], workdir: Path, timings: dict[str, float]) -> None:
+    """Run trial 1 again with the runtime's launches running no block (``CUSET_KERNELS=off``, read
+    at every launch) and write its outputs to ``KERNELS_OFF_FILE``; nothing when it fails.
+
+    Same process and model: a second process would cost its start and torch's import, seconds
+    per candidate. An output the judge finds equal to the reference here was not computed by the
+    kernels (``protocol.kernels_did_the_work``)."""
+    clock = time.perf_counter()
+    os.environ["CUSET_KERNELS"] = "off"
+    os.environ["CUSET_SCHEDULE"] = "0"
+    try:
+        produced = flatten_outputs(candidate(*_clone(trial_inputs)))
+        save_values(workdir / KERNELS_OFF_FILE, {"trials": [produced]})
+    except Exception:  # noqa: BLE001 - a candidate that fails without its kernels needed them
+        return
+    timings["kernels_off"] = time.perf_counter() - clock
 
 
 def side_main(side: str, job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome:

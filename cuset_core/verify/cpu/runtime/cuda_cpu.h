@@ -17,6 +17,8 @@
 // memory nobody wrote gives wrong values.
 // Launches are checked as a GPU checks them (see cuset::launch): a launch that fails runs nothing
 // and is not counted, and its reason stays pending until cudaGetLastError() consumes it.
+// With CUSET_KERNELS=off in the process's environment (the harness's kernels-off trial, see
+// cuset::detail::kernels_run) launches are checked and counted but run no blocks.
 #ifndef CUSET_CUDA_CPU_H
 #define CUSET_CUDA_CPU_H
 
@@ -460,6 +462,14 @@ inline std::string refused(const char* name, dim3 grid, dim3 block, size_t smem,
   return "";
 }
 
+// Whether launches run their kernels. After its trials the harness runs trial 1 again with
+// CUSET_KERNELS=off: an output that still matches the reference did not come from the device
+// code. Read at every launch, as CUSET_SCHEDULE is, because the harness sets it in this process.
+inline bool kernels_run() {
+  const char* mode = std::getenv("CUSET_KERNELS");
+  return !(mode && std::strcmp(mode, "off") == 0);
+}
+
 }  // namespace detail
 
 // cudaFuncSetAttribute for the kernel called `name` (the rewrite adds the name): records the
@@ -478,7 +488,8 @@ inline cudaError_t func_set_attribute(const char* name, F, cudaFuncAttribute att
 // Launches a grid of `grid` x `block` threads with `smem` bytes of dynamic shared memory:
 // every thread calls `body(args...)`, which calls the kernel. The arguments are evaluated
 // and copied once, at launch, as CUDA does. Counts the launch under `name`; a configuration a
-// GPU would refuse runs nothing and is not counted (see detail::refused).
+// GPU would refuse runs nothing and is not counted (see detail::refused). With the kernels off
+// (detail::kernels_run) a launch is checked and counted the same way, then runs no block.
 template <class Body, class... Args>
 void launch(const char* name, dim3 grid, dim3 block, size_t smem, Body body, Args&&... args) {
   using namespace detail;
@@ -491,6 +502,7 @@ void launch(const char* name, dim3 grid, dim3 block, size_t smem, Body body, Arg
   }
   if (r.current) fail("dynamic parallelism (a launch inside a kernel) is not supported");
   r.launches[name] += 1;
+  if (!kernels_run()) return;
   unsigned long long threads = 1ull * block.x * block.y * block.z;
   std::tuple<std::decay_t<Args>...> bound(std::forward<Args>(args)...);
   auto call = [&]() { std::apply(body, bound); };

@@ -1,0 +1,387 @@
+"""The kernels did the work (issue 23 part 2): a candidate whose CUDA kernels compute nothing does
+not pass tier 2, however its outputs were made. After its trials the candidate side runs trial 1
+again with the runtime's launches running no blocks (``CUSET_KERNELS=off``); an output of that
+run that still matches the reference came from host code, torch or numpy, not the device code.
+
+Each attack test fails if its attack passes. The slow ones run real candidates on tier 2 on the
+row sums of ``cpu_cases/rowsum_problem.py``; they share one extension (every variant's functions
+in one source) and a library cache, so g++ runs once. The fast ones run the judge for real
+against a stub in place of the sandboxed sides (``_run_side``), like ``test_judge_blame``, and
+the harness's kernels-off trial with a stand-in model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from attacks import HONEST
+from safetensors.torch import save
+
+from cuset_core.verify import protocol
+from cuset_core.verify.candidate import parse_candidate
+from cuset_core.verify.cpu import harness, run_cpu_tier
+from cuset_core.verify.library_cache import LibraryCache
+from cuset_core.verify.protocol import KERNELS_OFF_FILE, OUTPUTS_FILE, REPORT_FILE, CpuJob, ReferenceRun, TierSpec
+from cuset_core.verify.result import Tier, Verdict, VerifyResult
+from cuset_core.verify.sandbox import SandboxOutcome
+from cuset_core.verify.settings import SandboxLimits, VerifySettings
+
+PROBLEM = (Path(__file__).parents[1] / "unit" / "cpu_cases" / "rowsum_problem.py").read_text()
+SETTINGS = VerifySettings(tier=Tier.CPU, limits=SandboxLimits(wall_s=300, cpu_s=300))
+
+# Every variant in one extension, so that all slow tests build the same library once.
+CUDA = r"""
+#include <torch/extension.h>
+__global__ void noop_kernel(const float* x, float* out) {}
+__global__ void rowsum_kernel(const float* x, float* out, int cols) {
+    float total = 0.f;
+    for (int j = 0; j < cols; ++j) total += x[blockIdx.x * cols + j];
+    out[blockIdx.x] = total;
+}
+__global__ void halve_kernel(float* values, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) values[i] *= 0.5f;
+}
+// An honest kernel.
+torch::Tensor rowsum(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    rowsum_kernel<<<x.size(0), 1>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.size(1));
+    return out;
+}
+// A custom epilogue after a torch op, in place.
+void halve_(torch::Tensor values) {
+    int n = values.numel();
+    halve_kernel<<<(n + 255) / 256, 256>>>(values.data_ptr<float>(), n);
+}
+// A launch of a kernel that does nothing, and an output nobody wrote.
+torch::Tensor launch_only(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    noop_kernel<<<1, 1>>>(x.data_ptr<float>(), out.data_ptr<float>());
+    return out;
+}
+// (1) The binding computes with torch while an extension function runs.
+torch::Tensor binding_sum(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    noop_kernel<<<1, 1>>>(x.data_ptr<float>(), out.data_ptr<float>());
+    return at::sum(x, 1);
+}
+// (2) The host computes the sums through data_ptr; a no-op launch satisfies the launch count.
+torch::Tensor host_loop(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    const float* in = x.data_ptr<float>();
+    float* sums = out.data_ptr<float>();
+    for (int r = 0; r < x.size(0); ++r) {
+        double total = 0;
+        for (int c = 0; c < x.size(1); ++c) total += in[r * x.size(1) + c];
+        sums[r] = total;
+    }
+    noop_kernel<<<1, 1>>>(in, sums);
+    return out;
+}
+"""
+FUNCTIONS = ["rowsum", "halve_", "launch_only", "binding_sum", "host_loop"]
+SIGNATURES = "\n".join(
+    [
+        "torch::Tensor rowsum(torch::Tensor x);",
+        "void halve_(torch::Tensor values);",
+        "torch::Tensor launch_only(torch::Tensor x);",
+        "torch::Tensor binding_sum(torch::Tensor x);",
+        "torch::Tensor host_loop(torch::Tensor x);",
+    ]
+)
+
+
+def candidate(forward: str) -> str:
+    """A ``ModelNew`` that builds the shared extension and runs ``forward`` (its body, indented)."""
+    return f'''import threading
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline(
+    name="rowsum_ext", cpp_sources=r"""{SIGNATURES}""", cuda_sources=r"""{CUDA}""", functions={FUNCTIONS!r}
+)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+{forward}
+'''
+
+
+@pytest.fixture(scope="module")
+def libraries(tmp_path_factory) -> LibraryCache:
+    """One library cache for the module: the shared extension is compiled once."""
+    return LibraryCache(tmp_path_factory.mktemp("libraries"))
+
+
+def tier2(forward: str, libraries: LibraryCache) -> VerifyResult:
+    return run_cpu_tier(PROBLEM, parse_candidate(candidate(forward)), SETTINGS, libraries)
+
+
+def assert_kernels_off_fallback(result: VerifyResult) -> None:
+    assert result.verdict is Verdict.STATIC_REJECT, (result.verdict, result.reason, result.log[-2000:])
+    assert result.reason.startswith("run-time fallback: trial 1"), result.reason
+    assert "with the candidate's kernels disabled" in result.reason, result.reason
+
+
+# ---------------------------------------------------------------- real candidates (g++)
+
+
+@pytest.mark.slow
+def test_an_honest_kernel_still_passes(libraries):
+    result = tier2("        return ext.rowsum(x)", libraries)
+    assert result.verdict is Verdict.PASS, (result.verdict, result.reason, result.log[-2000:])
+    assert "kernels_off" in result.timings_s  # the kernels-off trial ran, and the kernels mattered
+
+
+@pytest.mark.slow
+def test_a_torch_op_then_a_custom_epilogue_kernel_still_passes(libraries):
+    # Without its kernels the output is torch's 2 * sum, not the sum: the epilogue did work.
+    forward = "        sums = torch.sum(x, 1) * 2\n        ext.halve_(sums)\n        return sums"
+    result = tier2(forward, libraries)
+    assert result.verdict is Verdict.PASS, (result.verdict, result.reason, result.log[-2000:])
+
+
+@pytest.mark.slow
+def test_torch_compute_inside_the_extension_binding_is_a_fallback(libraries):
+    assert_kernels_off_fallback(tier2("        return ext.binding_sum(x)", libraries))
+
+
+@pytest.mark.slow
+def test_a_host_loop_over_data_ptr_beside_a_no_op_launch_is_a_fallback(libraries):
+    assert_kernels_off_fallback(tier2("        return ext.host_loop(x)", libraries))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "write",
+    [
+        "torch.sum(x, 1, out=out)",
+        "out.numpy()[:] = x.numpy().sum(1)",
+    ],
+    ids=["torch out=", "numpy through .numpy()"],
+)
+def test_writing_the_kernels_output_from_python_after_a_launch_is_a_fallback(libraries, write):
+    forward = f"        out = ext.launch_only(x)\n        {write}\n        return out"
+    assert_kernels_off_fallback(tier2(forward, libraries))
+
+
+@pytest.mark.slow
+def test_torch_compute_in_a_background_thread_copied_into_the_output_is_a_fallback(libraries):
+    forward = """        out = ext.launch_only(x)
+        worker = threading.Thread(target=lambda: out.copy_(torch.sum(x, 1)))
+        worker.start()
+        worker.join()
+        return out"""
+    assert_kernels_off_fallback(tier2(forward, libraries))
+
+
+# ---------------------------------------------------------------- the judge's decision (no compiler)
+
+SPEC = TierSpec(Tier.CPU, "stub", SandboxLimits(), lambda folder: {}, kernels_off=True)
+JOB = CpuJob(
+    kind="python",
+    seeds=3,
+    reduce_sizes=False,
+    max_elements=1 << 20,
+    preludes=[],
+    include_dirs=[],
+    library_dirs=[],
+)
+STUB_SETTINGS = VerifySettings(tier=Tier.CPU, seeds=3)
+CANDIDATE = parse_candidate(HONEST)
+EXPECTED = [[torch.arange(4.0) * (trial + 1)] for trial in range(3)]
+PASSING = json.dumps({"verdict": "pass", "launches": {"relu_kernel": 3}}).encode()
+
+
+def outputs(trials: list[list[Any]]) -> bytes:
+    """The outputs file a candidate side writes for ``trials``."""
+    tensors: dict[str, Any] = {}
+    layout = {"trials": protocol._encode(trials, "trials", tensors)}
+    return save(tensors, metadata={"cuset": json.dumps(layout)})
+
+
+def judged(
+    monkeypatch,
+    tmp_path: Path,
+    kernels_off: bytes | None,
+    expected: list[list[Any]] = EXPECTED,
+    spec: TierSpec = SPEC,
+    report: bytes = PASSING,
+) -> VerifyResult:
+    """The judge's verdict on a candidate side whose trials gave ``expected`` and whose
+    kernels-off trial left ``kernels_off`` (None: no file)."""
+
+    def candidate_side(spec: TierSpec, side: str, folder: Path, job: Any) -> SandboxOutcome:
+        (folder / REPORT_FILE).write_bytes(report)
+        (folder / OUTPUTS_FILE).write_bytes(outputs(expected))
+        if kernels_off is not None:
+            (folder / KERNELS_OFF_FILE).write_bytes(kernels_off)
+        return SandboxOutcome(0, "", "", 0.1, False, None, None)
+
+    monkeypatch.setattr(protocol, "_run_side", candidate_side)
+    reference = ReferenceRun(b"", expected, {}, 1234)
+    result, _ = protocol.run_candidate(spec, tmp_path, CANDIDATE, reference, JOB, STUB_SETTINGS)
+    return result
+
+
+def test_outputs_that_match_without_the_kernels_are_a_fallback(monkeypatch, tmp_path):
+    result = judged(monkeypatch, tmp_path, outputs([EXPECTED[0]]))
+    assert result.verdict is Verdict.STATIC_REJECT, result.reason
+    assert result.reason == (
+        "run-time fallback: trial 1 (seed 1234): output 0 matches the reference with the candidate's kernels "
+        "disabled, so its device code did not compute it"
+    )
+    assert result.launches == {"relu_kernel": 3}
+
+
+@pytest.mark.parametrize(
+    "kernels_off",
+    [
+        outputs([[torch.full((4,), float("nan"))]]),  # the poison of an output no kernel wrote
+        outputs([[torch.zeros(4)]]),
+        outputs([[EXPECTED[1][0]]]),  # another trial's values
+        outputs([[EXPECTED[0][0][:3]]]),  # another shape
+        None,  # crashed, hung or failed without its kernels
+        b"\x00" * 64,  # not a safetensors file
+        outputs([[EXPECTED[0][0]], [EXPECTED[0][0]]]),  # two trials
+        outputs([]),  # no trial
+        save({"x": torch.zeros(4)}, metadata={"cuset": '{"trials": {"t": "missing"}}'}),  # a malformed layout
+    ],
+    ids=[
+        "poison",
+        "zeros",
+        "other values",
+        "other shape",
+        "no file",
+        "garbage",
+        "two trials",
+        "no trial",
+        "malformed layout",
+    ],
+)
+def test_a_kernels_off_trial_that_mismatches_or_cannot_be_read_keeps_the_pass(monkeypatch, tmp_path, kernels_off):
+    result = judged(monkeypatch, tmp_path, kernels_off)
+    assert result.verdict is Verdict.PASS, result.reason
+
+
+def test_an_oversized_kernels_off_file_is_refused_unread_and_keeps_the_pass(monkeypatch, tmp_path):
+    result = judged(monkeypatch, tmp_path, outputs([[EXPECTED[0][0]]]) + b"\x00" * (2 << 20))
+    assert result.verdict is Verdict.PASS, result.reason
+
+
+def test_a_symlinked_kernels_off_file_is_not_followed_and_keeps_the_pass(monkeypatch, tmp_path):
+    hidden = tmp_path / "hidden.safetensors"
+    hidden.write_bytes(outputs([EXPECTED[0]]))
+
+    def candidate_side(spec: TierSpec, side: str, folder: Path, job: Any) -> SandboxOutcome:
+        (folder / REPORT_FILE).write_bytes(PASSING)
+        (folder / OUTPUTS_FILE).write_bytes(outputs(EXPECTED))
+        (folder / KERNELS_OFF_FILE).symlink_to(hidden)
+        return SandboxOutcome(0, "", "", 0.1, False, None, None)
+
+    monkeypatch.setattr(protocol, "_run_side", candidate_side)
+    reference = ReferenceRun(b"", EXPECTED, {}, 1234)
+    result, _ = protocol.run_candidate(SPEC, tmp_path, CANDIDATE, reference, JOB, STUB_SETTINGS)
+    assert result.verdict is Verdict.PASS, result.reason
+
+
+@pytest.mark.parametrize(
+    "expected",
+    [
+        [[torch.zeros(4)] for _ in range(3)],  # all zeros
+        [[torch.full((4,), 2.5)] for _ in range(3)],  # one value repeated
+        [[torch.arange(4.0)] for _ in range(3)],  # the same whatever the inputs
+        [[torch.empty(0)] for _ in range(3)],  # nothing to compute
+        [[7] for _ in range(3)],  # not a tensor
+    ],
+    ids=["zeros", "a fill", "input-independent", "empty", "a number"],
+)
+def test_an_output_reachable_without_computing_is_not_checked(monkeypatch, tmp_path, expected):
+    assert protocol.outputs_to_check(ReferenceRun(b"", expected, {}), STUB_SETTINGS) == []
+    result = judged(monkeypatch, tmp_path, outputs([expected[0]]), expected)
+    assert result.verdict is Verdict.PASS, result.reason
+
+
+def test_only_outputs_that_need_computing_are_checked_and_any_of_them_matching_is_a_fallback(monkeypatch, tmp_path):
+    expected = [[torch.zeros(4), torch.arange(4.0) * (trial + 1)] for trial in range(3)]
+    assert protocol.outputs_to_check(ReferenceRun(b"", expected, {}), STUB_SETTINGS) == [1]
+    for root in ("a", "b"):
+        (tmp_path / root).mkdir()
+    result = judged(monkeypatch, tmp_path / "a", outputs([[torch.zeros(4), expected[0][1]]]), expected)
+    assert result.verdict is Verdict.STATIC_REJECT and "output 1 matches" in result.reason, result.reason
+    nan = torch.full((4,), float("nan"))
+    kept = judged(monkeypatch, tmp_path / "b", outputs([[torch.zeros(4), nan]]), expected)
+    assert kept.verdict is Verdict.PASS, kept.reason
+
+
+def test_a_wrong_candidate_keeps_its_own_verdict(monkeypatch, tmp_path):
+    wrong = [[t + 1 for t in trial] for trial in EXPECTED]
+
+    def candidate_side(spec: TierSpec, side: str, folder: Path, job: Any) -> SandboxOutcome:
+        (folder / REPORT_FILE).write_bytes(PASSING)
+        (folder / OUTPUTS_FILE).write_bytes(outputs(wrong))
+        (folder / KERNELS_OFF_FILE).write_bytes(outputs([EXPECTED[0]]))
+        return SandboxOutcome(0, "", "", 0.1, False, None, None)
+
+    monkeypatch.setattr(protocol, "_run_side", candidate_side)
+    reference = ReferenceRun(b"", EXPECTED, {}, 1234)
+    result, _ = protocol.run_candidate(SPEC, tmp_path, CANDIDATE, reference, JOB, STUB_SETTINGS)
+    assert result.verdict is Verdict.VALUE_MISMATCH, result.reason
+
+
+def test_a_tier_without_a_kernels_off_trial_does_not_read_one(monkeypatch, tmp_path):
+    spec = TierSpec(Tier.CPU, "stub", SandboxLimits(), lambda folder: {})
+    result = judged(monkeypatch, tmp_path, outputs([EXPECTED[0]]), spec=spec)
+    assert result.verdict is Verdict.PASS, result.reason
+
+
+# ---------------------------------------------------------------- the harness's kernels-off trial (no compiler)
+
+
+class Recorder:
+    """A candidate model that records ``CUSET_KERNELS`` while it runs and returns ``result``."""
+
+    def __init__(self, result: Any):
+        self.result = result
+        self.seen: list[str | None] = []
+
+    def __call__(self, *inputs: Any) -> Any:
+        self.seen.append(os.environ.get("CUSET_KERNELS"))
+        if isinstance(self.result, Exception):
+            raise self.result
+        return self.result
+
+
+def test_the_harness_runs_trial_1_with_the_kernels_off_and_writes_its_outputs(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUSET_KERNELS", "on")  # restored after the test, which turns it off
+    monkeypatch.setenv("CUSET_SCHEDULE", "4")
+    model = Recorder(torch.arange(3.0))
+    timings: dict[str, float] = {}
+    harness._kernels_off_trial(model, [torch.ones(3)], tmp_path, timings)
+    assert model.seen == ["off"] and os.environ["CUSET_SCHEDULE"] == "0"
+    written = protocol.load_values((tmp_path / KERNELS_OFF_FILE).read_bytes())["trials"]
+    assert torch.equal(written[0][0], torch.arange(3.0)) and "kernels_off" in timings
+
+
+def test_a_candidate_that_fails_without_its_kernels_leaves_no_kernels_off_file(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUSET_KERNELS", "on")  # restored after the test, which turns it off
+    harness._kernels_off_trial(Recorder(RuntimeError("no kernels, no data")), [torch.ones(3)], tmp_path, {})
+    assert not (tmp_path / KERNELS_OFF_FILE).exists()
+
+
+def test_outputs_that_cannot_be_written_leave_no_kernels_off_file_and_no_error(monkeypatch, tmp_path):
+    def refuse(path: Path, groups: dict[str, Any]) -> None:
+        raise TypeError("an output safetensors cannot hold")
+
+    monkeypatch.setenv("CUSET_KERNELS", "on")  # restored after the test, which turns it off
+    monkeypatch.setattr(harness, "save_values", refuse)
+    harness._kernels_off_trial(Recorder(torch.arange(3.0)), [torch.ones(3)], tmp_path, {})
+    assert not (tmp_path / KERNELS_OFF_FILE).exists()
