@@ -268,7 +268,7 @@ def test_a_failed_set_up_step_aborts_the_run_before_the_command(tmp_path, monkey
     if not sandbox.isolation().available:
         pytest.skip(f"no isolation here ({sandbox.isolation().reason})")
     real_roots = sandbox._readable_roots()
-    monkeypatch.setattr(sandbox, "_readable_roots", lambda: [*real_roots, tmp_path / "vanished"])
+    monkeypatch.setattr(sandbox, "_readable_roots", lambda extra=(): [*real_roots, tmp_path / "vanished"])
     (tmp_path / "w").mkdir()
     with pytest.raises(sandbox.SandboxSetupError, match="vanished"):
         run_sandboxed(["sh", "-c", "echo ran > ran"], workdir=tmp_path / "w", limits=LIMITS)
