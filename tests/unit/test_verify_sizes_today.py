@@ -60,6 +60,33 @@ def test_overridden_sizes_are_written_as_literals_and_derived_sizes_follow_them(
     assert (namespace["M"], namespace["ratio"], namespace["flag"]) == (32768, 0.5, True)
 
 
+def test_chained_and_unpacked_assignments_are_sizes_too():
+    source = "height = width = 256\nD, H, W = 16, 32, 2 * 16\n"
+    assert int_constants(ast.parse(source)) == {"height": 256, "width": 256, "D": 16, "H": 32, "W": 32}
+    namespace: dict = {}
+    exec(
+        compile(with_constants(ast.parse(source), {"height": 64, "width": 64, "H": 8, "W": 8}), "p.py", "exec"),
+        namespace,
+    )
+    assert [namespace[name] for name in ("height", "width", "D", "H", "W")] == [64, 64, 16, 8, 8]
+
+
+def test_a_halving_that_breaks_the_problem_is_undone_and_the_others_go_on():
+    """``num_groups = 512`` must divide ``hidden_size``: halving hidden_size below it raises; the
+    plan keeps the last size that worked and shrinks the others."""
+    sizes = {"batch_size": 1024, "hidden_size": 8192, "num_groups": 512}
+
+    def elements(overrides: dict[str, int]) -> int:
+        now = sizes | overrides
+        if now["hidden_size"] % now["num_groups"]:
+            raise ValueError("num_groups must divide hidden_size")
+        return now["batch_size"] * now["hidden_size"]
+
+    plan = plan_reduction(sizes, elements, 1 << 16)
+    assert elements(plan) <= 1 << 16
+    assert plan["hidden_size"] % plan.get("num_groups", 512) == 0
+
+
 @pytest.mark.parametrize("expression", ["2 ** 70", "1 << 100", "10 / 2", "float(8)", "n * 2", "True"])
 def test_what_is_not_an_int_size_is_left_alone(expression):
     assert int_constants(ast.parse(f"x = {expression}\n")) == {}

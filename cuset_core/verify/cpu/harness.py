@@ -451,8 +451,8 @@ def _too_large(problem_source: str, overrides: dict[str, int], max_elements: int
     return Outcome(
         Verdict.UNSUPPORTED,
         f"the problem holds {elements:,} elements even at reduced sizes ({reduced}), more than the "
-        f"{ORIGINAL_SIZE_FACTOR * max_elements:,} tier 2 runs: a size it cannot reduce (one computed in a "
-        "function, or from a float) keeps it large",
+        f"{ORIGINAL_SIZE_FACTOR * max_elements:,} tier 2 runs: what it cannot shrink (weights and sizes written "
+        "inside the model's code, sizes computed in a function) keeps it large",
         unsupported_feature="problem too large for tier 2",
     )
 

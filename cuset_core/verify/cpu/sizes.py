@@ -34,8 +34,9 @@ LARGEST_SIZE = 1 << 62  # a size expression evaluating beyond this is not a size
 
 
 def int_constants(tree: ast.Module) -> dict[str, int]:
-    """The problem's module-level sizes, by key: ``name`` for ``name = <int expression>`` and
-    ``name[i]`` for the ``i``-th element of ``name = (<int expression>, ...)`` (a tuple or list).
+    """The problem's module-level sizes, by key: ``name`` for ``name = <int expression>`` (also
+    ``a = b = 256`` and ``D, H, W = 16, 32, 32``) and ``name[i]`` for the ``i``-th element of
+    ``name = (<int expression>, ...)`` (a tuple or list).
 
     An int expression is built from int literals alone (``4096``, ``2048 * 2``, ``1 << 12``,
     ``(8192 + 1) // 2``); bools are not sizes. A size written with other names
@@ -43,13 +44,10 @@ def int_constants(tree: ast.Module) -> dict[str, int]:
     own and follows its names when they shrink, as the module computes it again.
     """
     found: dict[str, int] = {}
-    for name, value in _assignments(tree):
-        if (size := _int_expression(value)) is not None:
-            found[name] = size
-        elif isinstance(value, ast.Tuple | ast.List):
-            for index, element in enumerate(value.elts):
-                if (size := _int_expression(element)) is not None:
-                    found[f"{name}[{index}]"] = size
+    for key, value, _ in _size_slots(tree):
+        size = _int_expression(value)
+        if size is not None:
+            found[key] = size
     return found
 
 
@@ -57,37 +55,58 @@ def with_constants(tree: ast.Module, overrides: dict[str, int]) -> ast.Module:
     """A copy of ``tree`` whose module-level sizes (keys of :func:`int_constants`) take the
     ``overrides`` values, written as literals."""
     copy = deepcopy(tree)
-    for node in copy.body:
-        target = _assigned_name(node)
-        if target is None or not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
-            continue
-        if target in overrides and _int_expression(node.value) is not None:
-            node.value = ast.copy_location(ast.Constant(overrides[target]), node.value)
-        elif isinstance(node.value, ast.Tuple | ast.List):
-            for index, element in enumerate(node.value.elts):
-                key = f"{target}[{index}]"
-                if key in overrides and _int_expression(element) is not None:
-                    node.value.elts[index] = ast.copy_location(ast.Constant(overrides[key]), element)
+    for key, value, replace in _size_slots(copy):
+        if key in overrides and _int_expression(value) is not None:
+            replace(ast.copy_location(ast.Constant(overrides[key]), value))
     return copy
 
 
-def _assigned_name(node: ast.stmt) -> str | None:
-    """The name a module-level ``name = ...`` or ``name: T = ...`` assigns, else None."""
-    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-        return node.targets[0].id
-    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-        return node.target.id
-    return None
+_Slot = tuple[str, ast.expr, Callable[[ast.expr], None]]
 
 
-def _assignments(tree: ast.Module) -> list[tuple[str, ast.expr]]:
-    """``(name, value)`` of every module-level single-name assignment, in order."""
-    found = []
+def _size_slots(tree: ast.Module) -> list[_Slot]:
+    """Every place a module-level assignment gives a name (or a tuple element) a value: its key,
+    the value's expression and how to replace it, in order."""
+    slots: list[_Slot] = []
     for node in tree.body:
-        name = _assigned_name(node)
-        if name is not None and isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
-            found.append((name, node.value))
-    return found
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            slots += _slots_of(node.target.id, node.value, _value_setter(node))
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):  # a = 256, and each name of a = b = 256
+                    slots += _slots_of(target.id, node.value, _value_setter(node))
+                elif (  # D, H, W = 16, 32, 32
+                    isinstance(target, ast.Tuple | ast.List)
+                    and isinstance(node.value, ast.Tuple | ast.List)
+                    and len(target.elts) == len(node.value.elts)
+                ):
+                    for index, (name, element) in enumerate(zip(target.elts, node.value.elts)):
+                        if isinstance(name, ast.Name):
+                            slots += _slots_of(name.id, element, _element_setter(node.value, index))
+    return slots
+
+
+def _slots_of(name: str, value: ast.expr, replace: Callable[[ast.expr], None]) -> list[_Slot]:
+    """``name``'s slot, or with a tuple or list value, one slot per element (``name[i]``)."""
+    if isinstance(value, ast.Tuple | ast.List):
+        return [
+            (f"{name}[{index}]", element, _element_setter(value, index)) for index, element in enumerate(value.elts)
+        ]
+    return [(name, value, replace)]
+
+
+def _value_setter(node: ast.Assign | ast.AnnAssign) -> Callable[[ast.expr], None]:
+    def replace(new: ast.expr) -> None:
+        node.value = new
+
+    return replace
+
+
+def _element_setter(sequence: ast.Tuple | ast.List, index: int) -> Callable[[ast.expr], None]:
+    def replace(new: ast.expr) -> None:
+        sequence.elts[index] = new
+
+    return replace
 
 
 _OPERATORS: dict[type[ast.operator], Callable[[int, int], int]] = {
@@ -141,16 +160,23 @@ def plan_reduction(
     for name, value in constants.items():
         groups.setdefault(value, []).append(name)
     current = {original: original for original in groups}
+    frozen: set[int] = set()  # groups whose next halving broke the problem (GroupNorm's groups, say)
     changed: dict[str, int] = {}
+    elements = measure(changed)
     for _ in range(MAX_STEPS):
-        if measure(changed) <= max_elements:
+        if elements <= max_elements:
             break
-        shrinkable = [original for original, value in current.items() if value >= 2 * MIN_VALUE]
+        shrinkable = [group for group, value in current.items() if value >= 2 * MIN_VALUE and group not in frozen]
         if not shrinkable:
             break
-        original = max(shrinkable, key=lambda group: current[group])
-        current[original] = (current[original] + 1) // 2
-        changed.update(dict.fromkeys(groups[original], current[original]))
+        group = max(shrinkable, key=lambda g: current[g])
+        trial = {**changed, **dict.fromkeys(groups[group], (current[group] + 1) // 2)}
+        try:
+            elements = measure(trial)
+        except Exception:  # noqa: BLE001 - the problem's own constraint (divisibility, a minimum size)
+            frozen.add(group)
+            continue
+        current[group], changed = (current[group] + 1) // 2, trial
     return changed
 
 
