@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cuset_core.verify.candidate import Candidate
-from cuset_core.verify.cpu.build import ARCH, BuildError, prepare_preludes, toolchain, translation_unit
+from cuset_core.verify.cpu.build import ARCH, BuildError, Toolchain, prepare_preludes, toolchain, translation_unit
 from cuset_core.verify.cpu.claims import unsupported_confirmer
 from cuset_core.verify.cpu.harness import extension_module_name, unit_digest
 from cuset_core.verify.cpu.rewrite import unsupported_feature
@@ -66,6 +66,33 @@ def _planned(prebuild: list[PrebuildExtension], preludes: tuple[Path, ...]) -> t
     return tuple(planned)
 
 
+def harness_environment(folder: Path) -> dict[str, str]:
+    """The environment of every tier-2 side: one torch thread (the runtime runs fibers on one)."""
+    return harness_env(OMP_NUM_THREADS="1")
+
+
+def cpu_job(
+    kind: str,
+    settings: VerifySettings,
+    preludes: tuple[Path, ...],
+    chain: Toolchain,
+    prebuild: list[PrebuildExtension] | None = None,
+) -> CpuJob:
+    """Tier 2's ``job.json`` for a candidate of ``kind`` under ``settings``, with the toolchain
+    and the extensions to compile beside the reference (none for a reference-only check)."""
+    return CpuJob(
+        kind=kind,
+        seeds=settings.seeds,
+        input_seed=settings.input_seed,
+        reduce_sizes=settings.reduce_sizes,
+        max_elements=settings.max_elements,
+        preludes=[str(prelude) for prelude in preludes],
+        include_dirs=list(chain.include_dirs),
+        library_dirs=list(chain.library_dirs),
+        prebuild=prebuild or [],
+    )
+
+
 def run_cpu_tier(
     problem_code: str, candidate: Candidate, settings: VerifySettings, library_cache: LibraryCache | None = None
 ) -> VerifyResult:
@@ -98,7 +125,7 @@ def run_cpu_tier(
         Tier.CPU,
         HARNESS_MODULE,
         settings.limits,
-        lambda folder: harness_env(OMP_NUM_THREADS="1"),
+        harness_environment,
         build_side=candidate.kind == "python",
         planned=_planned(prebuild, preludes),
         library_cache=library_cache,
@@ -106,17 +133,7 @@ def run_cpu_tier(
         confirm_unsupported=unsupported_confirmer(candidate, chain),
         kernels_off=True,
     )
-    job = CpuJob(
-        kind=candidate.kind,
-        seeds=settings.seeds,
-        input_seed=settings.input_seed,
-        reduce_sizes=settings.reduce_sizes,
-        max_elements=settings.max_elements,
-        preludes=[str(prelude) for prelude in preludes],
-        include_dirs=list(chain.include_dirs),
-        library_dirs=list(chain.library_dirs),
-        prebuild=prebuild,
-    )
+    job = cpu_job(candidate.kind, settings, preludes, chain, prebuild)
     result, details = judge(spec, problem_code, candidate, settings, job)
     if result.verdict in _SIZE_SENSITIVE and handed_job(details).overrides:
         result = _at_original_sizes(spec, problem_code, candidate, settings, job, result, details)

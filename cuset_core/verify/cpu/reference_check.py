@@ -13,9 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from cuset_core.verify.cpu import HARNESS_MODULE
+from cuset_core.verify.cpu import HARNESS_MODULE, cpu_job, harness_environment
 from cuset_core.verify.cpu.build import BuildError, prepare_preludes, toolchain
-from cuset_core.verify.protocol import CpuJob, ReferenceRun, TierSpec, harness_env, run_reference, with_input_seed
+from cuset_core.verify.protocol import ReferenceRun, TierSpec, run_reference, with_input_seed
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import VerifySettings
 
@@ -30,21 +30,8 @@ def check_reference(problem_code: str, settings: VerifySettings) -> VerifyResult
     except BuildError:
         return _result(Verdict.INTERNAL_ERROR, "the CPU runtime header does not build on this machine", started)
     chain = toolchain()
-    spec = TierSpec(
-        Tier.CPU, HARNESS_MODULE, settings.limits, lambda folder: harness_env(OMP_NUM_THREADS="1"), readable=preludes
-    )
-    job = with_input_seed(
-        CpuJob(
-            kind="python",
-            seeds=settings.seeds,
-            input_seed=settings.input_seed,
-            reduce_sizes=settings.reduce_sizes,
-            max_elements=settings.max_elements,
-            preludes=[str(prelude) for prelude in preludes],
-            include_dirs=list(chain.include_dirs),
-            library_dirs=list(chain.library_dirs),
-        )
-    )
+    spec = TierSpec(Tier.CPU, HARNESS_MODULE, settings.limits, harness_environment, readable=preludes)
+    job = with_input_seed(cpu_job("python", settings, preludes, chain))
     with tempfile.TemporaryDirectory(prefix="cuset-cpu-check-") as folder:
         outcome = run_reference(spec, Path(folder), problem_code, job)
     if isinstance(outcome, ReferenceRun):
