@@ -2,7 +2,7 @@
 
 Usage (from the repository root):
 
-    .venv/bin/python bench/verify_throughput.py [--problems 8] [--tiers compile cpu]
+    .venv/bin/python bench/verify_throughput.py [--problems 8] [--tiers compile cpu] [--shared-data 10]
 
 The fixed set is the first ``--problems`` demo problems with their reference solutions. Per
 tier: one untimed verification of another demo problem first (one-time setup such as a
@@ -10,6 +10,12 @@ precompiled header; its time is reported as ``setup_s``), then every candidate *
 cache disabled, so every stage runs in fresh folders), then every candidate again into an empty
 cache folder (untimed, it fills the cache) and once more *cached*. Prints one JSON line.
 Targets: tier 1 <= 1.5 s and tier 2 <= 10 s per candidate cold, cached about 0.
+
+``bridge_vs_aten`` times tier 2 side by side, candidate by candidate in one run: each one cold
+with ATen's headers (``torch_bridge=False``, how tier 2 built before the bridge) and then on the
+torch bridge, on the demo solutions and on ``--shared-data`` correct level-1 kernels of
+``../shared/data/sakana_labelled_kernels.jsonl`` (skipped when that file is absent). Target: the
+ratio of medians (bridge / ATen) at most 0.4.
 """
 
 from __future__ import annotations
@@ -32,6 +38,41 @@ from cuset_core.verify.run import verify  # noqa: E402
 from cuset_core.verify.settings import VerifySettings  # noqa: E402
 
 TARGET_COLD_S = {Tier.COMPILE: 1.5, Tier.CPU: 10.0}
+TARGET_BRIDGE_RATIO = 0.4
+SHARED_DATA = REPO.parent / "shared" / "data" / "sakana_labelled_kernels.jsonl"
+
+
+def shared_level1(count: int) -> list[tuple[str, str]]:
+    """(problem, kernel) of the first ``count`` correct level-1 kernels of the shared data set."""
+    if count <= 0 or not SHARED_DATA.is_file():
+        return []
+    rows = [json.loads(line) for line in SHARED_DATA.read_text().splitlines() if line.strip()]
+    chosen = [row for row in rows if row.get("Level_ID") == 1 and row.get("Correct")][:count]
+    return [(row["PyTorch_Code_Module"], row["CUDA_Code"]) for row in chosen]
+
+
+def bridge_vs_aten(pairs: list[tuple[str, str]]) -> dict:
+    """Tier 2 cold on ATen's headers and on the torch bridge, alternating per candidate."""
+    seconds: dict[bool, list[float]] = {False: [], True: []}
+    verdicts: dict[bool, list[str]] = {False: [], True: []}
+    for pair in pairs:
+        for bridge in (False, True):
+            settings = VerifySettings(tier=Tier.CPU, torch_bridge=bridge)
+            start = time.perf_counter()
+            result = verify(*pair, settings, use_cache=False)
+            seconds[bridge].append(time.perf_counter() - start)
+            verdicts[bridge].append(result.verdict.value)
+    aten, bridge = statistics.median(seconds[False]), statistics.median(seconds[True])
+    return {
+        "candidates": len(pairs),
+        "aten_median_s": round(aten, 3),
+        "bridge_median_s": round(bridge, 3),
+        "ratio": round(bridge / aten, 3),
+        "target_ratio": TARGET_BRIDGE_RATIO,
+        "meets_target": bridge / aten <= TARGET_BRIDGE_RATIO,
+        "same_verdicts": verdicts[False] == verdicts[True],
+        "verdicts": {v: verdicts[True].count(v) for v in sorted(set(verdicts[True]))},
+    }
 
 
 def timed_pass(
@@ -73,6 +114,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=8, help="how many demo problems to time")
     parser.add_argument("--tiers", nargs="+", choices=["compile", "cpu"], default=["compile", "cpu"])
+    parser.add_argument("--shared-data", type=int, default=10, help="correct level-1 kernels of ../shared/data to add")
     args = parser.parse_args()
     problems = demo_problems()
     if len(problems) < args.problems + 1:
@@ -85,6 +127,8 @@ def main() -> int:
     for name in args.tiers:
         tier = Tier(name)
         figures[f"tier{tier.rank}_{tier.value}"] = bench_tier(tier, pairs, setup_pair)
+    if "cpu" in args.tiers:
+        figures["bridge_vs_aten"] = bridge_vs_aten(pairs + shared_level1(args.shared_data))
     figures["load_1min_after"] = os.getloadavg()[0]
     print(json.dumps(figures))
     return 0

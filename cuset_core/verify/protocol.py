@@ -147,7 +147,8 @@ class CpuJob(HarnessJob):
 
     reduce_sizes: bool
     max_elements: int
-    preludes: list[str] = Field(description="folders of the precompiled runtime preludes")
+    preludes: list[str] = Field(description="folders of the precompiled runtime preludes, in the order to try them")
+    allocator: str = Field("", description="the guarded allocator library the candidate side loads first")
     include_dirs: list[str]
     library_dirs: list[str]
     prebuild: list[PrebuildExtension] = Field(default_factory=list)
@@ -247,6 +248,7 @@ class Outcome:
     launches: dict[str, int] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
+    built_with: dict[str, str] = field(default_factory=dict)  # extension module -> prelude (tier 2)
 
 
 class Decided(Exception):
@@ -302,6 +304,7 @@ class CandidateReport(BaseModel):
         default_factory=dict, max_length=32
     )
     runtime_ms: Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)] | None = None
+    built_with: dict[_ShortName, Literal["bridge", "light", "full"]] = Field(default_factory=dict, max_length=64)
 
 
 # ---------------------------------------------------------------- data across processes
@@ -1315,7 +1318,7 @@ def _judge(
             spec, root, candidate, reference, job.model_copy(update=candidate_fields), settings
         )
     timings = {**report.timings_s, f"{spec.tier.value}_reference": sum(_timings(reference.report).values())}
-    update: dict[str, Any] = {"timings_s": {**timings, **result.timings_s}}
+    update: dict[str, Any] = {"timings_s": {**timings, **result.timings_s}, "built_with": dict(report.built_with)}
     note = details.get("note")
     if result.verdict is Verdict.PASS and isinstance(note, str) and note:
         update["reason"] = clip(f"{result.reason}; {note}")

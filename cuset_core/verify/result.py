@@ -89,6 +89,11 @@ class VerifyResult(BaseModel):
     speedup: float | None = Field(None, description="tier 3: reference_ms / runtime_ms")
     compile_ms: float | None = Field(None, description="tier 3: the reference under torch.compile, mean time per call")
     compile_speedup: float | None = Field(None, description="tier 3: compile_ms / runtime_ms")
+    built_with: dict[str, str] = Field(
+        default_factory=dict,
+        description="tier 2: the headers each extension was compiled against: bridge (the light stand-in of "
+        "torch's C++ API, torch run through Python), or ATen's light or full headers when it needs more",
+    )
     log: str = Field("", description="excerpt of the log that explains a failure")
     cached: bool = False
 

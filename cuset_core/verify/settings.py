@@ -99,6 +99,12 @@ class VerifySettings(BaseModel):
     atol: float | None = ATOL
     rtol: float | None = RTOL
     reduce_sizes: bool = Field(True, description="tier 2: shrink module-level size constants")
+    torch_bridge: bool = Field(
+        True,
+        description="tier 2: compile extensions against the light stand-in of torch's C++ API first (torch "
+        "runs through Python; about a second per build), falling back to ATen's headers for what it lacks; "
+        "False: ATen's headers only (several seconds per build)",
+    )
     max_elements: int = Field(1 << 18, gt=0, description="tier 2: target tensor size after shrink")
     timing_trials: int = Field(100, ge=1, description="tier 3: timed calls after warmup")
     compile_baseline: bool = COMPILE_BASELINE

@@ -13,7 +13,14 @@ import pytest
 
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.cpu import run_cpu_tier
-from cuset_core.verify.cpu.build import BuildError, compile_extension, prepare_preludes, toolchain, translation_unit
+from cuset_core.verify.cpu.build import (
+    BuildError,
+    built_with,
+    compile_extension,
+    prepare_preludes,
+    toolchain,
+    translation_unit,
+)
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
@@ -83,18 +90,19 @@ def with_cpp_frontend(source: str) -> str:
     return mutate(source, "return out;", "torch::nn::Identity identity;\n    return identity(out);")
 
 
-def test_a_typical_extension_builds_with_the_light_prelude(tmp_path):
-    unit = translation_unit("light_ext", case("add_kernel.cu"), "", ["run"])
-    light = prepare_preludes()[:1]
-    assert compile_extension("light_ext", unit, tmp_path, light, toolchain()).is_file()
+def test_a_typical_extension_builds_on_the_torch_bridge(tmp_path):
+    unit = translation_unit("bridge_ext", case("add_kernel.cu"), "", ["run"])
+    bridge = prepare_preludes()[:1]
+    library = compile_extension("bridge_ext", unit, tmp_path, bridge, toolchain())
+    assert built_with(library) == "bridge"
 
 
 def test_an_extension_using_the_cpp_frontend_falls_back_to_the_full_prelude(tmp_path):
     unit = translation_unit("nn_ext", with_cpp_frontend(case("add_kernel.cu")), "", ["run"])
     preludes = prepare_preludes()
     with pytest.raises(BuildError, match="nn"):
-        compile_extension("nn_ext", unit, tmp_path, preludes[:1], toolchain())
-    assert compile_extension("nn_ext", unit, tmp_path, preludes, toolchain()).is_file()
+        compile_extension("nn_ext", unit, tmp_path, preludes[:2], toolchain())
+    assert built_with(compile_extension("nn_ext", unit, tmp_path, preludes, toolchain())) == "full"
 
 
 def test_a_candidate_using_the_cpp_frontend_still_passes():

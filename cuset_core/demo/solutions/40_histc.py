@@ -15,12 +15,13 @@ __global__ void histc_kernel(const float* __restrict__ x, float* __restrict__ hi
     }
     __syncthreads();
 
-    float scale = bins / (hi - lo);
+    // The same float arithmetic as torch.histc, so values on a bin edge land where its do.
+    float width = hi - lo;
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         float v = x[i];
         if (v >= lo && v <= hi) {
-            int b = (int)((v - lo) * scale);
+            int b = (int)((v - lo) * bins / width);
             if (b >= bins) {
                 b = bins - 1;  // v == hi belongs to the last bin
             }

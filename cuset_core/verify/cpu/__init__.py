@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from cuset_core.verify.candidate import Candidate
-from cuset_core.verify.cpu.build import ARCH, BuildError, Toolchain, prepare_preludes, toolchain, translation_unit
+from cuset_core.verify.cpu.build import (
+    ARCH,
+    BuildError,
+    Toolchain,
+    allocator_library,
+    prelude_named,
+    prepare_preludes,
+    toolchain,
+    translation_unit,
+)
 from cuset_core.verify.cpu.claims import unsupported_confirmer
 from cuset_core.verify.cpu.harness import extension_module_name, unit_digest
 from cuset_core.verify.cpu.rewrite import unsupported_feature
@@ -66,6 +75,11 @@ def _planned(prebuild: list[PrebuildExtension], preludes: tuple[Path, ...]) -> t
     return tuple(planned)
 
 
+def usable_preludes(preludes: tuple[Path, ...], settings: VerifySettings) -> tuple[Path, ...]:
+    """The preludes a build under ``settings`` tries, in order (no torch bridge unless enabled)."""
+    return tuple(prelude for prelude in preludes if settings.torch_bridge or not prelude_named(prelude).bridge)
+
+
 def harness_environment(folder: Path) -> dict[str, str]:
     """The environment of every tier-2 side: one torch thread (the runtime runs fibers on one)."""
     return harness_env(OMP_NUM_THREADS="1")
@@ -86,7 +100,8 @@ def cpu_job(
         input_seed=settings.input_seed,
         reduce_sizes=settings.reduce_sizes,
         max_elements=settings.max_elements,
-        preludes=[str(prelude) for prelude in preludes],
+        preludes=[str(prelude) for prelude in usable_preludes(preludes, settings)],
+        allocator=str(allocator_library(preludes)),
         include_dirs=list(chain.include_dirs),
         library_dirs=list(chain.library_dirs),
         prebuild=prebuild or [],
@@ -127,7 +142,7 @@ def run_cpu_tier(
         settings.limits,
         harness_environment,
         build_side=candidate.kind == "python",
-        planned=_planned(prebuild, preludes),
+        planned=_planned(prebuild, usable_preludes(preludes, settings)),
         library_cache=library_cache,
         readable=preludes,
         confirm_unsupported=unsupported_confirmer(candidate, chain),

@@ -9,13 +9,19 @@ starts with ``-include`` of a precompiled prelude: the torch headers and the run
 prelude is built once per (runtime, torch, compiler) and kept in the user's cache folder
 (``prepare_preludes``, run by the trusted parent, never inside the sandbox).
 
-Two preludes, tried in order. GCC instantiates a header's pending templates again in every
-unit that uses its precompiled form, so the prelude's size sets the floor of every build:
-a unit built on the light one (tensors, ATen ops and factories, pybind11) takes about 60% of
-the time of one built on the full ``torch/extension.h``, which adds the C++ frontend
-(``torch::nn``, optimizers, data loaders). The light prelude shadows ``torch/extension.h`` and
-its siblings with itself; a candidate that needs more fails that build and is rebuilt with the
-full prelude.
+Three preludes, tried in order; the first that builds the extension wins, and the report names
+it. GCC instantiates a header's pending templates again in every unit that uses its precompiled
+form, so the prelude's size sets the floor of every build:
+
+- ``bridge``: no ATen at all. The light stand-in of the C++ API that tier 1 compiles against
+  (``verify/stubs/light``), given definitions by ``runtime/cuset_torch_bridge.h``: tensors are
+  handles to ``torch.Tensor`` objects and every torch operation runs through Python
+  (``torch_bridge.py``). About a second per unit. What the bridge does not define is left as an
+  undefined symbol, which fails this build (``_check_defined``) and moves on to
+- ``light``: ATen's tensors, ops and factories and pybind11 (``torch/types.h``), about 60% of
+- ``full``: ``torch/extension.h``, with the C++ frontend (``torch::nn``, optimizers, ...).
+
+The light preludes shadow ``torch/extension.h`` and its siblings with themselves.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sysconfig
@@ -34,7 +41,14 @@ from pathlib import Path
 from cuset_core.verify.cpu.rewrite import rewrite_source
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
+STUBS_DIR = Path(__file__).resolve().parent.parent / "stubs" / "light"
+BRIDGE_MODULE = Path(__file__).resolve().parent / "torch_bridge.py"
 PCH_NAME = "cuset_pch.h"
+# Built into the bridge prelude's folder; the harness loads it before the candidate (see its source).
+ALLOCATOR_LIBRARY = "cuset_guarded_allocator.so"
+BRIDGE_OPS = "cuset_bridge_ops.inc"
+# Namespaces of the stand-in: an undefined symbol of one of them is something the bridge lacks.
+_STAND_IN_SYMBOL = re.compile(r"\b(?:at|c10|torch|pybind11|caffe2|cuset)::")
 PCH_TIMEOUT_S = 600.0
 # -O1: the kernels run millions of fiber steps, -O2 costs build time for little gain here.
 CXX_FLAGS = (
@@ -79,15 +93,26 @@ DEVICE_PASS_MACROS = (
 
 @dataclass(frozen=True)
 class Prelude:
-    """The header every compile of one kind starts with, and the torch headers it stands in for."""
+    """The header every compile of one kind starts with, and the torch headers it stands in for.
+
+    A ``bridge`` prelude compiles against the stand-in instead of torch's headers and links
+    without torch's libraries."""
 
     name: str
     header: str
     shadows: tuple[str, ...] = ()
+    bridge: bool = False
+
+    @property
+    def source(self) -> str:
+        """The prelude's text: its header, and ``cuset_prelude()``, which names it in every library."""
+        marker = f'extern "C" __attribute__((visibility("default"), weak, used)) const char* cuset_prelude() {{ return "{self.name}"; }}\n'
+        return self.header + marker
 
 
 LIGHT_TORCH = "#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n"
 PRELUDES = (
+    Prelude("bridge", '#include "cuset_torch_bridge.h"\n#include "cuda_cpu.h"\n', bridge=True),
     Prelude(
         "light", LIGHT_TORCH + '#include "cuda_cpu.h"\n', shadows=("torch/extension.h", "torch/torch.h", "torch/all.h")
     ),
@@ -114,6 +139,16 @@ class Toolchain:
     def include_flags(self) -> list[str]:
         """Runtime stand-ins first, so they shadow torch's CUDA-only headers."""
         return [f"-I{d}" for d in (str(RUNTIME_DIR / "include"), str(RUNTIME_DIR), *self.include_dirs)]
+
+    @property
+    def bridge_include_flags(self) -> list[str]:
+        """The bridge's: the runtime, then the stand-in of torch's headers, then Python's; no torch."""
+        folders = (RUNTIME_DIR / "include", RUNTIME_DIR, STUBS_DIR, sysconfig.get_paths()["include"])
+        return [f"-I{d}" for d in folders]
+
+    def flags_for(self, prelude: Prelude) -> list[str]:
+        """Include flags of a compile on ``prelude``."""
+        return self.bridge_include_flags if prelude.bridge else self.include_flags
 
 
 @functools.cache
@@ -143,9 +178,10 @@ def toolchain_digest(chain: Toolchain) -> str:
     import torch
 
     digest = hashlib.sha256()
-    for path in sorted(RUNTIME_DIR.rglob("*.h")):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
+    for path in sorted([*RUNTIME_DIR.rglob("*"), *STUBS_DIR.rglob("*"), BRIDGE_MODULE]):
+        if path.is_file():
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
     compiler = subprocess.run(["g++", "--version"], capture_output=True, text=True).stdout
     for part in (torch.__version__, compiler, " ".join(CXX_FLAGS), " ".join(chain.include_flags)):
         digest.update(part.encode())
@@ -155,7 +191,7 @@ def toolchain_digest(chain: Toolchain) -> str:
 def pch_key(toolchain_hash: str, prelude: Prelude) -> str:
     """Cache folder name of one prelude: a hash of the toolchain's hash and the prelude's text."""
     digest = hashlib.sha256()
-    for part in (toolchain_hash, prelude.header, *prelude.shadows, SHADOW_HEADER):
+    for part in (toolchain_hash, prelude.source, *prelude.shadows, SHADOW_HEADER):
         digest.update(part.encode())
     return f"{prelude.name}-{digest.hexdigest()[:16]}"
 
@@ -173,6 +209,50 @@ def prepare_preludes() -> tuple[Path, ...]:
     return tuple(_prepare(chain, pch_root() / pch_key(toolchain_hash, prelude), prelude) for prelude in PRELUDES)
 
 
+def allocator_library(preludes: Sequence[Path]) -> Path:
+    """The guarded allocator library, built with the bridge prelude into its folder."""
+    return next(folder / ALLOCATOR_LIBRARY for folder in preludes if prelude_named(folder).bridge)
+
+
+def prelude_named(folder: Path) -> Prelude:
+    """The prelude a prepared folder holds (its name is the folder's prefix)."""
+    kind = folder.name.split("-", 1)[0]
+    return next(prelude for prelude in PRELUDES if prelude.name == kind)
+
+
+def bridge_ops() -> str:
+    """``cuset_bridge_ops.inc``: the stand-in's any-argument methods and functions this torch runs."""
+    from cuset_core.verify.cpu.torch_bridge import resolvable
+
+    lines = []
+    for list_file, macro, method in (
+        ("cuset_tensor_methods.def", "CUSET_METHOD", True),
+        ("cuset_torch_functions.def", "CUSET_FUNCTION", False),
+    ):
+        names = re.findall(rf"^{macro}\((\w+)\)", (STUBS_DIR / list_file).read_text(), flags=re.MULTILINE)
+        lines += [f"{macro}({name})" for name in dict.fromkeys(names) if resolvable(name, method)]
+    return "\n".join(lines) + "\n"
+
+
+def _build_allocator(chain: Toolchain, folder: Path) -> None:
+    """The guarded allocator library (``runtime/guarded_allocator.cpp``) into ``folder``."""
+    command = [
+        "g++",
+        "-shared",
+        *CXX_FLAGS,
+        *chain.include_flags,
+        str(RUNTIME_DIR / "guarded_allocator.cpp"),
+        "-o",
+        str(folder / ALLOCATOR_LIBRARY),
+        *[f"-L{d}" for d in chain.library_dirs],
+        *[f"-Wl,-rpath,{d}" for d in chain.library_dirs],
+        "-lc10",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=PCH_TIMEOUT_S)
+    if done.returncode != 0:
+        raise BuildError(f"building the guarded allocator failed:\n{done.stderr[-4000:]}")
+
+
 def _prepare(chain: Toolchain, folder: Path, prelude: Prelude) -> Path:
     if (folder / (PCH_NAME + ".gch")).is_file():
         _world_readable(folder)  # one built before the sandbox ran as a uid of its own
@@ -185,15 +265,19 @@ def _prepare(chain: Toolchain, folder: Path, prelude: Prelude) -> Path:
             path = staging / "include" / shadow
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(SHADOW_HEADER)
+        if prelude.bridge:
+            (staging / "include").mkdir(exist_ok=True)
+            (staging / "include" / BRIDGE_OPS).write_text(bridge_ops())
+            _build_allocator(chain, staging)
         header = staging / PCH_NAME
-        header.write_text(prelude.header)
+        header.write_text(prelude.source)
         command = [
             "g++",
             "-x",
             "c++-header",
             *CXX_FLAGS,
             f"-I{staging / 'include'}",
-            *chain.include_flags,
+            *chain.flags_for(prelude),
             str(header),
             "-o",
             str(header) + ".gch",
@@ -236,37 +320,26 @@ def translation_unit(name: str, cuda: str, cpp: str, functions: list[str] | None
 def compile_extension(
     name: str, source: str, workdir: Path, preludes: Sequence[Path], chain: Toolchain, extra_flags: tuple[str, ...] = ()
 ) -> Path:
-    """Compile and link ``source`` into ``workdir/<name>.so`` with the first prelude that builds it.
+    """Compile and link ``source`` into ``workdir/<name>.so`` with the first prelude that builds it
+    (``built_with`` tells which).
 
     Raises ``BuildError`` with the last prelude's compiler output when none does.
     """
     source_path = workdir / f"{name}.cpp"
     source_path.write_text(source)
     library = workdir / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
-    link_cmd = [
-        "g++",
-        "-shared",
-        str(workdir / f"{name}.o"),
-        "-o",
-        str(library),
-        *[f"-L{d}" for d in chain.library_dirs],
-        *[f"-Wl,-rpath,{d}" for d in chain.library_dirs],
-        "-lc10",
-        "-ltorch",
-        "-ltorch_cpu",
-        "-ltorch_python",
-    ]
-    for attempt, prelude in enumerate(preludes, start=1):
+    for attempt, folder in enumerate(preludes, start=1):
+        prelude = prelude_named(folder)
         compile_cmd = [
             "g++",
             "-Winvalid-pch",
             "-include",
-            str(prelude / PCH_NAME),
+            str(folder / PCH_NAME),
             *CXX_FLAGS,
             f"-DTORCH_EXTENSION_NAME={name}",
             *extra_flags,
-            f"-I{prelude / 'include'}",
-            *chain.include_flags,
+            f"-I{folder / 'include'}",
+            *chain.flags_for(prelude),
             "-c",
             str(source_path),
             "-o",
@@ -274,12 +347,48 @@ def compile_extension(
         ]
         try:
             _run(compile_cmd, workdir)
-            break
+            _run(_link_command(workdir / f"{name}.o", library, chain, prelude), workdir)
+            if prelude.bridge:
+                _check_defined(library)
         except BuildError:
             if attempt == len(preludes):
                 raise
-    _run(link_cmd, workdir)
-    return library
+            continue
+        return library
+    raise BuildError("no prelude to build with")
+
+
+def built_with(library: Path) -> str:
+    """The name of the prelude a loaded (or loadable) extension was built with: ``bridge``,
+    ``light`` or ``full``. Loads the library."""
+    import ctypes
+
+    name = ctypes.CDLL(str(library)).cuset_prelude
+    name.restype = ctypes.c_char_p
+    return str(name().decode())
+
+
+def _link_command(obj: Path, library: Path, chain: Toolchain, prelude: Prelude) -> list[str]:
+    command = ["g++", "-shared", str(obj), "-o", str(library)]
+    if prelude.bridge:  # Python's symbols come from the interpreter that loads it
+        return command
+    return [
+        *command,
+        *[f"-L{d}" for d in chain.library_dirs],
+        *[f"-Wl,-rpath,{d}" for d in chain.library_dirs],
+        "-lc10",
+        "-ltorch",
+        "-ltorch_cpu",
+        "-ltorch_python",
+    ]
+
+
+def _check_defined(library: Path) -> None:
+    """Fail a bridge build that uses a part of the C++ API the bridge does not define."""
+    done = subprocess.run(["nm", "-D", "-C", "--undefined-only", str(library)], capture_output=True, text=True)
+    missing = [line.split(None, 1)[-1] for line in done.stdout.splitlines() if _STAND_IN_SYMBOL.search(line)]
+    if done.returncode != 0 or missing:
+        raise BuildError("the torch bridge does not define: " + "; ".join(missing[:5]) or done.stderr)
 
 
 def _run(command: list[str], workdir: Path) -> None:

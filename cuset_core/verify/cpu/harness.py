@@ -165,11 +165,12 @@ class Builder:
         self.chain = chain
         self.prebuilt = prebuilt  # (module name, translation unit) -> Future of the library path
         self.libraries: list[Path] = []
+        self.built_with: dict[str, str] = {}  # module name -> the prelude that built it
         self.failure: Outcome | None = None
         self.timings = timings  # "build": seconds waiting for g++, summed over extensions
 
     def build(self, name: str, cuda: str, cpp: str, functions: list[str] | None) -> types.ModuleType:
-        from cuset_core.verify.cpu.build import BuildError, compile_extension, translation_unit
+        from cuset_core.verify.cpu.build import BuildError, built_with, compile_extension, translation_unit
         from cuset_core.verify.cpu.rewrite import unsupported_feature
 
         feature = unsupported_feature(cuda + "\n" + cpp)
@@ -206,6 +207,10 @@ class Builder:
             raise ImportError(f"no module spec for {library}")
         module = importlib.util.module_from_spec(spec)
         loader.exec_module(module)
+        try:
+            self.built_with[module_name] = built_with(library)
+        except (OSError, AttributeError, UnicodeDecodeError):  # a library from elsewhere, or a candidate's lie
+            pass
         return self.monitor.wrap_extension(module)
 
     def load_inline(self, name, cpp_sources, cuda_sources=None, functions=None, **_ignored):
@@ -563,6 +568,7 @@ def _run_candidate(
     import torch.utils.cpp_extension
 
     torch.set_num_threads(1)
+    ctypes.CDLL(job.allocator).cuset_install_guarded_allocator()  # runtime/guarded_allocator.cpp
     map_cuda_to_cpu()
     # The stand-ins accept the real signatures but do not declare every flag they ignore.
     torch.utils.cpp_extension.load_inline = builder.load_inline  # type: ignore[assignment]
@@ -590,7 +596,7 @@ def _run_candidate(
             outputs.append(produced)
         timings["run"] = time.perf_counter() - clock
         save_values(workdir / OUTPUTS_FILE, {"trials": outputs})
-        outcome = Outcome(Verdict.PASS, launches=builder.launches())
+        outcome = Outcome(Verdict.PASS, launches=builder.launches(), built_with=builder.built_with)
         # The report goes first: without its kernels the candidate may crash or hang, which must
         # not cost it the verdict its kernels earned.
         write_report(workdir, outcome)

@@ -14,7 +14,8 @@
 // and dynamic) is filled with 0xFF bytes (NaN for floats, -1 for ints) at the start of every
 // block, and so are cudaMalloc buffers and every CPU tensor allocated once the extension is
 // loaded (torch::empty, torch.empty(..., device="cuda"), which is a CPU tensor here), so reading
-// memory nobody wrote gives wrong values.
+// memory nobody wrote gives wrong values. (Tensors get their poison and guard pages from
+// guarded_allocator.cpp, which the harness loads before the candidate runs.)
 // Launches are checked as a GPU checks them (see cuset::launch): a launch that fails runs nothing
 // and is not counted, and its reason stays pending until cudaGetLastError() consumes it.
 // With CUSET_KERNELS=off in the process's environment (the harness's kernels-off trial, see
@@ -37,8 +38,6 @@
 #include <math.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <c10/core/Allocator.h>
-#include <c10/core/CPUAllocator.h>
 #include <unistd.h>
 
 // The hand-written x86-64 stack switch saves only callee-saved registers and never enters the
@@ -545,52 +544,6 @@ inline void poison_shared(void* address, size_t bytes, unsigned long long& seen)
 namespace cuset {
 namespace detail {
 
-// Every CPU tensor allocated after the extension loads (inputs and outputs included) ends
-// 16-byte aligned right before a PROT_NONE page, so a kernel that runs past the end of a
-// tensor faults instead of silently corrupting the heap. Layout: [data pages][guard page];
-// torch's raw_allocate needs the context to be the data pointer, so mappings are kept in a
-// table keyed by it.
-struct GuardedAllocator final : c10::Allocator {
-  static constexpr size_t kAlign = 16;
-  static std::mutex& lock() { static std::mutex m; return m; }
-  static std::unordered_map<void*, std::pair<void*, size_t>>& mappings() {
-    static auto* table = new std::unordered_map<void*, std::pair<void*, size_t>>();
-    return *table;
-  }
-  c10::DataPtr allocate(size_t bytes) override {
-    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    size_t data = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
-    size_t body = (data + page - 1) / page * page;
-    size_t total = body + page;
-    void* memory = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (memory == MAP_FAILED) throw std::bad_alloc();
-    char* base = static_cast<char*>(memory);
-    mprotect(base + body, page, PROT_NONE);
-    void* ptr = base + body - data;
-    // Poison: an empty tensor is garbage on a GPU, not zeros (what fresh pages hold); zeros,
-    // ones, full and copies overwrite it.
-    std::memset(ptr, 0xFF, data);
-    {
-      std::lock_guard<std::mutex> guard(lock());
-      mappings()[ptr] = {base, total};
-    }
-    return {ptr, ptr, &release, c10::Device(c10::DeviceType::CPU)};
-  }
-  static void release(void* ptr) {
-    std::pair<void*, size_t> mapping;
-    {
-      std::lock_guard<std::mutex> guard(lock());
-      auto found = mappings().find(ptr);
-      if (found == mappings().end()) return;
-      mapping = found->second;
-      mappings().erase(found);
-    }
-    munmap(mapping.first, mapping.second);
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return &release; }
-  void copy_data(void* dest, const void* src, size_t count) const override { std::memcpy(dest, src, count); }
-};
-
 inline void on_fault(int) {
   Runtime& r = rt();
   const char* message = r.current ? "cuset runtime: invalid memory access (segmentation fault) in a kernel: an index runs outside its tensor or buffer\n"
@@ -602,8 +555,6 @@ inline void on_fault(int) {
 
 // Runs once when the extension is loaded.
 inline int install() {
-  static GuardedAllocator allocator;
-  c10::SetCPUAllocator(&allocator, 100);
   static char alternate_stack[64 * 1024];
   stack_t ss{};
   ss.ss_sp = alternate_stack;

@@ -97,6 +97,9 @@ struct Device {
   std::string str() const;
   bool operator==(const Device& other) const noexcept;
   bool operator!=(const Device& other) const noexcept;
+  // State for tier 2's bridge, which defines these members; unused by tier 1.
+  DeviceType cuset_type = DeviceType::CPU;
+  DeviceIndex cuset_index = -1;
 };
 std::ostream& operator<<(std::ostream& stream, const Device& device);
 
@@ -264,6 +267,9 @@ class Scalar {
   bool isFloatingPoint() const;
   bool isIntegral(bool include_bool) const;
   ScalarType type() const;
+  double cuset_double = 0;
+  int64_t cuset_long = 0;
+  ScalarType cuset_type = ScalarType::Long;
 };
 
 struct TypeMeta {
@@ -281,6 +287,7 @@ struct TypeMeta {
   bool operator!=(const TypeMeta& other) const;
   bool operator==(ScalarType other) const;
   bool operator!=(ScalarType other) const;
+  ScalarType cuset_type = ScalarType::Undefined;
 };
 std::ostream& operator<<(std::ostream& stream, const TypeMeta& meta);
 ScalarType typeMetaToScalarType(TypeMeta meta);
@@ -312,6 +319,9 @@ struct TensorOptions {
   TensorOptions memory_format(MemoryFormat format) const;
   TensorOptions pinned_memory(bool value) const;
   bool pinned_memory() const;
+  std::optional<ScalarType> cuset_dtype;
+  std::optional<Device> cuset_device;
+  bool cuset_requires_grad = false;
 };
 TensorOptions dtype(ScalarType dtype);
 TensorOptions dtype(TypeMeta dtype);
@@ -337,6 +347,9 @@ std::string str(Args&&... args);
 
 class Error : public std::exception {
  public:
+  Error() = default;
+  explicit Error(std::string message) : cuset_message(std::move(message)) {}
+  std::string cuset_message;
   const char* what() const noexcept override;
   const char* what_without_backtrace() const noexcept;
   std::string msg() const;
@@ -445,6 +458,13 @@ class TensorAccessorView<T, 1, index_t> {
 template <class T, size_t N, class index_t>
 class GenericPackedTensorAccessor {
  public:
+  GenericPackedTensorAccessor() = default;
+  C10_HOST_DEVICE GenericPackedTensorAccessor(T* data, const index_t* sizes, const index_t* strides) : data_(data) {
+    for (size_t d = 0; d < N; ++d) {
+      sizes_[d] = sizes[d];
+      strides_[d] = strides[d];
+    }
+  }
   C10_HOST_DEVICE auto operator[](index_t i) const {
     return TensorAccessorView<T, N, index_t>(data_, sizes_, strides_)[i];
   }
@@ -486,6 +506,7 @@ struct DeprecatedTypeProperties {
 class Tensor {
  public:
   Tensor();
+  ~Tensor();
   Tensor(const Tensor& other);
   Tensor(Tensor&& other) noexcept;
   Tensor& operator=(const Tensor& other) &;
@@ -609,199 +630,7 @@ class Tensor {
   Tensor name(IntArrayRef first, Args&&... args) const;                         \
   template <class A, class... Args>                                             \
   Tensor name(A&& first, IntArrayRef second, Args&&... args) const;
-  CUSET_METHOD(abs)
-  CUSET_METHOD(abs_)
-  CUSET_METHOD(acos)
-  CUSET_METHOD(add)
-  CUSET_METHOD(add_)
-  CUSET_METHOD(addcmul)
-  CUSET_METHOD(addcdiv)
-  CUSET_METHOD(addmm)
-  CUSET_METHOD(all)
-  CUSET_METHOD(any)
-  CUSET_METHOD(amax)
-  CUSET_METHOD(amin)
-  CUSET_METHOD(argmax)
-  CUSET_METHOD(argmin)
-  CUSET_METHOD(argsort)
-  CUSET_METHOD(as_strided)
-  CUSET_METHOD(asin)
-  CUSET_METHOD(atan)
-  CUSET_METHOD(baddbmm)
-  CUSET_METHOD(bmm)
-  CUSET_METHOD(ceil)
-  CUSET_METHOD(clamp)
-  CUSET_METHOD(clamp_)
-  CUSET_METHOD(clamp_max)
-  CUSET_METHOD(clamp_min)
-  CUSET_METHOD(clamp_min_)
-  CUSET_METHOD(clamp_max_)
-  CUSET_METHOD(clip)
-  CUSET_METHOD(clone)
-  CUSET_METHOD(copy_)
-  CUSET_METHOD(cos)
-  CUSET_METHOD(cosh)
-  CUSET_METHOD(cumsum)
-  CUSET_METHOD(cumprod)
-  CUSET_METHOD(detach)
-  CUSET_METHOD(diag)
-  CUSET_METHOD(div)
-  CUSET_METHOD(div_)
-  CUSET_METHOD(dot)
-  CUSET_METHOD(eq)
-  CUSET_METHOD(erf)
-  CUSET_METHOD(exp)
-  CUSET_METHOD(exp_)
-  CUSET_METHOD(expand)
-  CUSET_METHOD(expand_as)
-  CUSET_METHOD(fill_)
-  CUSET_METHOD(flatten)
-  CUSET_METHOD(flip)
-  CUSET_METHOD(floor)
-  CUSET_METHOD(fmod)
-  CUSET_METHOD(gather)
-  CUSET_METHOD(ge)
-  CUSET_METHOD(gelu)
-  CUSET_METHOD(gt)
-  CUSET_METHOD(index)
-  CUSET_METHOD(index_select)
-  CUSET_METHOD(index_put_)
-  CUSET_METHOD(le)
-  CUSET_METHOD(lerp)
-  CUSET_METHOD(log)
-  CUSET_METHOD(log_)
-  CUSET_METHOD(log1p)
-  CUSET_METHOD(log_softmax)
-  CUSET_METHOD(logsumexp)
-  CUSET_METHOD(lt)
-  CUSET_METHOD(masked_fill)
-  CUSET_METHOD(masked_fill_)
-  CUSET_METHOD(matmul)
-  CUSET_METHOD(maximum)
-  CUSET_METHOD(mean)
-  CUSET_METHOD(minimum)
-  CUSET_METHOD(mm)
-  CUSET_METHOD(mul)
-  CUSET_METHOD(mul_)
-  CUSET_METHOD(mv)
-  CUSET_METHOD(narrow)
-  CUSET_METHOD(ne)
-  CUSET_METHOD(neg)
-  CUSET_METHOD(neg_)
-  CUSET_METHOD(new_empty)
-  CUSET_METHOD(new_full)
-  CUSET_METHOD(new_ones)
-  CUSET_METHOD(new_zeros)
-  CUSET_METHOD(norm)
-  CUSET_METHOD(normal_)
-  CUSET_METHOD(permute)
-  CUSET_METHOD(pow)
-  CUSET_METHOD(pow_)
-  CUSET_METHOD(prod)
-  CUSET_METHOD(reciprocal)
-  CUSET_METHOD(relu)
-  CUSET_METHOD(relu_)
-  CUSET_METHOD(repeat)
-  CUSET_METHOD(reshape)
-  CUSET_METHOD(reshape_as)
-  CUSET_METHOD(round)
-  CUSET_METHOD(rsqrt)
-  CUSET_METHOD(scatter)
-  CUSET_METHOD(scatter_)
-  CUSET_METHOD(scatter_add)
-  CUSET_METHOD(select)
-  CUSET_METHOD(sigmoid)
-  CUSET_METHOD(sigmoid_)
-  CUSET_METHOD(sign)
-  CUSET_METHOD(sin)
-  CUSET_METHOD(sinh)
-  CUSET_METHOD(slice)
-  CUSET_METHOD(softmax)
-  CUSET_METHOD(sqrt)
-  CUSET_METHOD(sqrt_)
-  CUSET_METHOD(square)
-  CUSET_METHOD(squeeze)
-  CUSET_METHOD(squeeze_)
-  CUSET_METHOD(std)
-  CUSET_METHOD(sub)
-  CUSET_METHOD(sub_)
-  CUSET_METHOD(sum)
-  CUSET_METHOD(t)
-  CUSET_METHOD(t_)
-  CUSET_METHOD(tanh)
-  CUSET_METHOD(tanh_)
-  CUSET_METHOD(tile)
-  CUSET_METHOD(to)
-  CUSET_METHOD(transpose)
-  CUSET_METHOD(transpose_)
-  CUSET_METHOD(tril)
-  CUSET_METHOD(triu)
-  CUSET_METHOD(trunc)
-  CUSET_METHOD(uniform_)
-  CUSET_METHOD(unsqueeze)
-  CUSET_METHOD(unsqueeze_)
-  CUSET_METHOD(var)
-  CUSET_METHOD(view)
-  CUSET_METHOD(view_as)
-  CUSET_METHOD(where)
-  CUSET_METHOD(zero_)
-  CUSET_METHOD(contiguous)
-  CUSET_METHOD(cuda)
-  CUSET_METHOD(cpu)
-  CUSET_METHOD(half)
-  CUSET_METHOD(bfloat16)
-  CUSET_METHOD(float_)
-  CUSET_METHOD(double_)
-  CUSET_METHOD(long_)
-  CUSET_METHOD(int_)
-  CUSET_METHOD(bool_)
-  CUSET_METHOD(type_as)
-  CUSET_METHOD(pin_memory)
-  CUSET_METHOD(to_dense)
-  CUSET_METHOD(requires_grad_)
-  CUSET_METHOD(set_requires_grad)
-  CUSET_METHOD(retain_grad)
-  CUSET_METHOD(backward)
-  CUSET_METHOD(grad)
-  CUSET_METHOD(item_tensor)
-  CUSET_METHOD(chunk_tensor)
-  CUSET_METHOD(unfold)
-  CUSET_METHOD(movedim)
-  CUSET_METHOD(swapaxes)
-  CUSET_METHOD(logical_and)
-  CUSET_METHOD(logical_or)
-  CUSET_METHOD(logical_not)
-  CUSET_METHOD(bitwise_and)
-  CUSET_METHOD(bitwise_or)
-  CUSET_METHOD(hardtanh)
-  CUSET_METHOD(softplus)
-  CUSET_METHOD(leaky_relu)
-  CUSET_METHOD(elu)
-  CUSET_METHOD(selu)
-  CUSET_METHOD(silu)
-  CUSET_METHOD(mish)
-  CUSET_METHOD(hardswish)
-  CUSET_METHOD(hardsigmoid)
-  CUSET_METHOD(einsum)
-  CUSET_METHOD(conv2d)
-  CUSET_METHOD(nan_to_num)
-  CUSET_METHOD(isnan)
-  CUSET_METHOD(isinf)
-  CUSET_METHOD(fill_diagonal_)
-  CUSET_METHOD(roll)
-  CUSET_METHOD(sort_tensor)
-  CUSET_METHOD(resize_)
-  CUSET_METHOD(set_)
-  CUSET_METHOD(as_strided_)
-  CUSET_METHOD(numpy_T)
-  CUSET_METHOD(mT)
-  CUSET_METHOD(mH)
-  CUSET_METHOD(contiguous_)
-  CUSET_METHOD(exponential_)
-  CUSET_METHOD(bernoulli_)
-  CUSET_METHOD(random_)
-  CUSET_METHOD(sub_tensor)
-  CUSET_METHOD(rsub)
+  #include "cuset_tensor_methods.def"
 #undef CUSET_METHOD
   Tensor operator[](int64_t index) const;
   Tensor operator[](const Tensor& index) const;
@@ -815,6 +644,10 @@ class Tensor {
   Tensor& operator-=(Scalar other);
   Tensor& operator*=(Scalar other);
   Tensor& operator/=(Scalar other);
+  // A new reference to the torch.Tensor this handle stands for (tier 2's bridge); and the
+  // storage sizes() and strides() point into.
+  void* cuset_object = nullptr;
+  mutable std::vector<int64_t> cuset_shape, cuset_strides;
 };
 
 #define CUSET_BINARY(op)                                      \
@@ -851,6 +684,7 @@ struct OpResult : Tensor, std::tuple<Tensor, Tensor> {
   Tensor operator[](size_t index) const;
   template <size_t I>
   Tensor get() const;
+  std::vector<Tensor> cuset_items;
 };
 
 }  // namespace at
@@ -880,202 +714,7 @@ namespace at {
   OpResult name(A&& first, IntArrayRef second, Args&&... args);                              \
   template <class A, class B, class... Args>                                                 \
   OpResult name(A&& first, B&& second, IntArrayRef third, Args&&... args);
-CUSET_FUNCTION(empty)
-CUSET_FUNCTION(empty_like)
-CUSET_FUNCTION(empty_strided)
-CUSET_FUNCTION(zeros)
-CUSET_FUNCTION(zeros_like)
-CUSET_FUNCTION(ones)
-CUSET_FUNCTION(ones_like)
-CUSET_FUNCTION(full)
-CUSET_FUNCTION(full_like)
-CUSET_FUNCTION(rand)
-CUSET_FUNCTION(rand_like)
-CUSET_FUNCTION(randn)
-CUSET_FUNCTION(randn_like)
-CUSET_FUNCTION(randint)
-CUSET_FUNCTION(randint_like)
-CUSET_FUNCTION(randperm)
-CUSET_FUNCTION(arange)
-CUSET_FUNCTION(linspace)
-CUSET_FUNCTION(logspace)
-CUSET_FUNCTION(eye)
-CUSET_FUNCTION(tensor)
-CUSET_FUNCTION(from_blob)
-CUSET_FUNCTION(scalar_tensor)
-CUSET_FUNCTION(cat)
-CUSET_FUNCTION(concat)
-CUSET_FUNCTION(stack)
-CUSET_FUNCTION(hstack)
-CUSET_FUNCTION(vstack)
-CUSET_FUNCTION(matmul)
-CUSET_FUNCTION(mm)
-CUSET_FUNCTION(bmm)
-CUSET_FUNCTION(addmm)
-CUSET_FUNCTION(baddbmm)
-CUSET_FUNCTION(linear)
-CUSET_FUNCTION(conv1d)
-CUSET_FUNCTION(conv2d)
-CUSET_FUNCTION(conv3d)
-CUSET_FUNCTION(conv_transpose1d)
-CUSET_FUNCTION(conv_transpose2d)
-CUSET_FUNCTION(conv_transpose3d)
-CUSET_FUNCTION(convolution)
-CUSET_FUNCTION(relu)
-CUSET_FUNCTION(relu_)
-CUSET_FUNCTION(gelu)
-CUSET_FUNCTION(sigmoid)
-CUSET_FUNCTION(tanh)
-CUSET_FUNCTION(softmax)
-CUSET_FUNCTION(log_softmax)
-CUSET_FUNCTION(exp)
-CUSET_FUNCTION(log)
-CUSET_FUNCTION(sqrt)
-CUSET_FUNCTION(rsqrt)
-CUSET_FUNCTION(abs)
-CUSET_FUNCTION(sum)
-CUSET_FUNCTION(mean)
-CUSET_FUNCTION(var)
-CUSET_FUNCTION(std)
-CUSET_FUNCTION(clamp)
-CUSET_FUNCTION(clamp_min)
-CUSET_FUNCTION(clamp_max)
-CUSET_FUNCTION(where)
-CUSET_FUNCTION(batch_norm)
-CUSET_FUNCTION(layer_norm)
-CUSET_FUNCTION(group_norm)
-CUSET_FUNCTION(instance_norm)
-CUSET_FUNCTION(max_pool1d)
-CUSET_FUNCTION(max_pool2d)
-CUSET_FUNCTION(max_pool3d)
-CUSET_FUNCTION(avg_pool1d)
-CUSET_FUNCTION(avg_pool2d)
-CUSET_FUNCTION(avg_pool3d)
-CUSET_FUNCTION(adaptive_avg_pool1d)
-CUSET_FUNCTION(adaptive_avg_pool2d)
-CUSET_FUNCTION(adaptive_avg_pool3d)
-CUSET_FUNCTION(adaptive_max_pool2d)
-CUSET_FUNCTION(dropout)
-CUSET_FUNCTION(pad)
-CUSET_FUNCTION(constant_pad_nd)
-CUSET_FUNCTION(cumsum)
-CUSET_FUNCTION(cumprod)
-CUSET_FUNCTION(einsum)
-CUSET_FUNCTION(add)
-CUSET_FUNCTION(sub)
-CUSET_FUNCTION(mul)
-CUSET_FUNCTION(div)
-CUSET_FUNCTION(pow)
-CUSET_FUNCTION(neg)
-CUSET_FUNCTION(maximum)
-CUSET_FUNCTION(minimum)
-CUSET_FUNCTION(max)
-CUSET_FUNCTION(min)
-CUSET_FUNCTION(amax)
-CUSET_FUNCTION(amin)
-CUSET_FUNCTION(argmax)
-CUSET_FUNCTION(argmin)
-CUSET_FUNCTION(logsumexp)
-CUSET_FUNCTION(norm)
-CUSET_FUNCTION(sort)
-CUSET_FUNCTION(topk)
-CUSET_FUNCTION(gather)
-CUSET_FUNCTION(index_select)
-CUSET_FUNCTION(masked_fill)
-CUSET_FUNCTION(transpose)
-CUSET_FUNCTION(permute)
-CUSET_FUNCTION(reshape)
-CUSET_FUNCTION(flatten)
-CUSET_FUNCTION(unsqueeze)
-CUSET_FUNCTION(squeeze)
-CUSET_FUNCTION(narrow)
-CUSET_FUNCTION(tril)
-CUSET_FUNCTION(triu)
-CUSET_FUNCTION(erf)
-CUSET_FUNCTION(sin)
-CUSET_FUNCTION(cos)
-CUSET_FUNCTION(floor)
-CUSET_FUNCTION(ceil)
-CUSET_FUNCTION(round)
-CUSET_FUNCTION(sign)
-CUSET_FUNCTION(hardtanh)
-CUSET_FUNCTION(softplus)
-CUSET_FUNCTION(leaky_relu)
-CUSET_FUNCTION(elu)
-CUSET_FUNCTION(selu)
-CUSET_FUNCTION(silu)
-CUSET_FUNCTION(mish)
-CUSET_FUNCTION(hardswish)
-CUSET_FUNCTION(hardsigmoid)
-CUSET_FUNCTION(prelu)
-CUSET_FUNCTION(log1p)
-CUSET_FUNCTION(expm1)
-CUSET_FUNCTION(reciprocal)
-CUSET_FUNCTION(square)
-CUSET_FUNCTION(allclose)
-CUSET_FUNCTION(equal)
-CUSET_FUNCTION(isnan)
-CUSET_FUNCTION(isinf)
-CUSET_FUNCTION(nan_to_num)
-CUSET_FUNCTION(embedding)
-CUSET_FUNCTION(lstm)
-CUSET_FUNCTION(gru)
-CUSET_FUNCTION(rnn_tanh)
-CUSET_FUNCTION(upsample_nearest2d)
-CUSET_FUNCTION(upsample_bilinear2d)
-CUSET_FUNCTION(interpolate)
-CUSET_FUNCTION(pixel_shuffle)
-CUSET_FUNCTION(cosine_similarity)
-CUSET_FUNCTION(pairwise_distance)
-CUSET_FUNCTION(cross_entropy)
-CUSET_FUNCTION(nll_loss)
-CUSET_FUNCTION(mse_loss)
-CUSET_FUNCTION(l1_loss)
-CUSET_FUNCTION(smooth_l1_loss)
-CUSET_FUNCTION(kl_div)
-CUSET_FUNCTION(triplet_margin_loss)
-CUSET_FUNCTION(hinge_embedding_loss)
-CUSET_FUNCTION(binary_cross_entropy)
-CUSET_FUNCTION(_weight_norm)
-CUSET_FUNCTION(native_layer_norm)
-CUSET_FUNCTION(native_batch_norm)
-CUSET_FUNCTION(mv)
-CUSET_FUNCTION(outer)
-CUSET_FUNCTION(addcmul)
-CUSET_FUNCTION(addcdiv)
-CUSET_FUNCTION(lerp)
-CUSET_FUNCTION(flip)
-CUSET_FUNCTION(roll)
-CUSET_FUNCTION(repeat_interleave)
-CUSET_FUNCTION(split)
-CUSET_FUNCTION(chunk)
-CUSET_FUNCTION(unbind)
-CUSET_FUNCTION(var_mean)
-CUSET_FUNCTION(std_mean)
-CUSET_FUNCTION(prod)
-CUSET_FUNCTION(all)
-CUSET_FUNCTION(any)
-CUSET_FUNCTION(eq)
-CUSET_FUNCTION(ne)
-CUSET_FUNCTION(lt)
-CUSET_FUNCTION(le)
-CUSET_FUNCTION(gt)
-CUSET_FUNCTION(ge)
-CUSET_FUNCTION(logical_and)
-CUSET_FUNCTION(logical_or)
-CUSET_FUNCTION(logical_not)
-CUSET_FUNCTION(bernoulli)
-CUSET_FUNCTION(multinomial)
-CUSET_FUNCTION(normal)
-CUSET_FUNCTION(empty_cuda)
-CUSET_FUNCTION(zeros_cuda)
-CUSET_FUNCTION(im2col)
-CUSET_FUNCTION(col2im)
-CUSET_FUNCTION(unfold)
-CUSET_FUNCTION(fold)
-CUSET_FUNCTION(bilinear)
-CUSET_FUNCTION(clone)
-CUSET_FUNCTION(view_as_real)
+#include "cuset_torch_functions.def"
 #undef CUSET_FUNCTION
 
 }  // namespace at
@@ -1256,6 +895,7 @@ namespace pybind11 {
 class object {
  public:
   object();
+  void* cuset_object = nullptr;
   template <class T>
   T cast() const;
   template <class... Args>
@@ -1280,6 +920,7 @@ class arg {
   explicit arg(const char* name);
   template <class T>
   arg& operator=(T&& value);
+  const char* cuset_name = nullptr;
 };
 template <class T, class... Options>
 class class_ {
