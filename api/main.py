@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import Depends, FastAPI
+from fastapi_offline import FastAPIOffline
 
 from api.auth import KeyCache, RateLimiter
 from api.deps import current_owner
@@ -18,7 +19,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """The API with every router, the dashboard and the error handlers."""
     settings = settings or get_settings()
     settings.artifacts.mkdir(parents=True, exist_ok=True)
-    app = FastAPI(
+    # The API docs (/docs, /redoc) serve Swagger UI and ReDoc from the package, not a CDN: the
+    # service often runs where nothing outside the machine can be reached.
+    app = FastAPIOffline(
         title="CuSeT",
         version="0.1.0",
         summary="CUDA-Sensitive Instruction Tuning as a service: datasets, tuning jobs, kernel generation with verification.",

@@ -60,6 +60,11 @@ class Page:
         tab.on("pageerror", lambda error: self.errors.append(str(error)))
         tab.on("response", lambda r: r.status >= 400 and self.errors.append(f"{r.status} {r.url}"))
         tab.on("dialog", lambda dialog: dialog.accept())  # confirm() of the cancel button
+        # The service often runs where nothing else can be reached: every page works from it alone.
+        tab.on("request", lambda r: self._same_host(r.url) or self.errors.append(f"request to another host: {r.url}"))
+
+    def _same_host(self, url: str) -> bool:
+        return url.startswith((self.base, "data:", "blob:", "about:"))
 
     def open(self, path: str):
         self.tab.goto(self.base + path)

@@ -25,11 +25,21 @@ def test_every_page_loads_without_errors_and_explains_empty_lists(page, api):
         tab = page.open(path)
         tab.wait_for_load_state("networkidle")
         expect(tab.locator("#page-error")).to_be_hidden()
+        assert "[object " not in tab.locator("body").inner_text()
         if empty.get(path):
             expect(tab.locator(".empty").first).to_be_visible()
             if path == "/":
                 expect(tab.locator("#poll-state")).to_contain_text("Nothing running")
             page.shot(f"empty-{path.strip('/') or 'jobs'}")
+    assert not page.errors
+
+
+def test_the_api_docs_render_without_a_cdn(page):
+    tab = page.open("/docs")
+    expect(tab.locator(".swagger-ui .info .title")).to_contain_text("CuSeT")
+    expect(tab.locator(".opblock").first).to_be_visible()
+    tab = page.open("/redoc")
+    expect(tab.locator("h1").first).to_contain_text("CuSeT")
     assert not page.errors
 
 
@@ -215,6 +225,7 @@ def test_an_eval_shows_metrics_and_failures_by_verdict(page, api, worker):
     expect(problems).to_have_count(4)
     problems.first.locator("> summary").click()
     expect(problems.first.locator(".verification .badge").first).to_be_visible()
+    assert "[object " not in tab.locator("body").inner_text()  # a node printed as text
     page.shot("eval")
     page.open("/evals")
     expect(page.tab.locator(f'tr[data-eval="{created["id"]}"]')).to_be_visible()

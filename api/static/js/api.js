@@ -89,7 +89,9 @@ const Cuset = (() => {
       else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
       else node.setAttribute(k, v === true ? "" : v);
     }
-    for (const child of children.flat()) {
+    // Any depth: a row builder may pass arrays of arrays of nodes (stringifying one would print
+    // "[object HTMLSpanElement]").
+    for (const child of children.flat(Infinity)) {
       if (child === undefined || child === null || child === false) continue;
       node.append(child instanceof Node ? child : document.createTextNode(String(child)));
     }
