@@ -40,7 +40,11 @@ def register(app: typer.Typer) -> None:
 
 def evaluate(
     problems: str = typer.Option(..., "--problems", help=PROBLEMS_HELP),
-    out: Path = typer.Option(..., "--out", help="Folder for results.json and results.md."),
+    out: Path = typer.Option(
+        ...,
+        "--out",
+        help="Folder for results.json, results.md and, for a KernelBench level, kernelbench_run/ (KernelBench's runs layout).",
+    ),
     model: str | None = typer.Option(None, "--model", help=MODEL_HELP),
     api_key_env: str = typer.Option(
         "OPENAI_API_KEY", "--api-key-env", help="Environment variable holding an openai: endpoint's API key."
@@ -103,7 +107,7 @@ def evaluate(
     """Score a greedy sample and n i.i.d. samples per problem (or --answers): greedy metrics and pass@k,
     and with --repair-rounds the same within R repairs."""
     from cuset_core.evaluation.inputs import EvalInputError
-    from cuset_core.evaluation.report import write_results
+    from cuset_core.evaluation.report import KERNELBENCH_RUN, write_kernelbench_run, write_results
     from cuset_core.evaluation.runner import EvalConfig, run_eval
     from cuset_core.generation.endpoint import is_endpoint_spec
     from cuset_core.models import ModelNotFoundError, resolve_model
@@ -144,6 +148,7 @@ def evaluate(
     except (EvalInputError, ModelNotFoundError) as exc:
         _fail(str(exc))
     json_path, md_path = write_results(report, out)
+    kernelbench_run = write_kernelbench_run(report, out / KERNELBENCH_RUN)
     agg = report.aggregate
     blocks = [
         ("greedy", agg.greedy.metrics if agg.greedy else {}),
@@ -167,6 +172,8 @@ def evaluate(
             + f", geo-mean speedup {geo_mean}"
         )
     typer.echo(f"wrote {json_path} and {md_path}")
+    if kernelbench_run is not None:
+        typer.echo(f"wrote the samples in KernelBench's runs layout to {kernelbench_run}")
 
 
 def eval_compare(

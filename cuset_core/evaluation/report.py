@@ -1,16 +1,22 @@
-"""Write an evaluation's results: ``results.json`` (everything) and ``results.md`` (tables)."""
+"""Write an evaluation's results: ``results.json`` (everything) and ``results.md`` (tables), and
+for KernelBench problems the same samples in KernelBench's own runs layout."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
-from cuset_core.evaluation.metrics import METRIC_TIERS, Aggregate, KernelBenchBlock
+from cuset_core.evaluation.kernelbench_runs import kernelbench_number
+from cuset_core.evaluation.metrics import METRIC_TIERS, Aggregate, KernelBenchBlock, passed_tier
 from cuset_core.evaluation.runner import EvalReport
+from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.result import Tier
 
 RESULTS_JSON = "results.json"
 RESULTS_MD = "results.md"
+KERNELBENCH_RUN = "kernelbench_run"
+_LEVEL = re.compile(r"level[_-]?(\d+)", re.IGNORECASE)
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -161,3 +167,48 @@ def write_results(report: EvalReport, out_dir: Path) -> tuple[Path, Path]:
     json_path.write_text(json.dumps(report.model_dump(mode="json"), indent=1) + "\n")
     md_path.write_text(render_markdown(report))
     return json_path, md_path
+
+
+def kernelbench_level(problems: str) -> int | None:
+    """The KernelBench level a problem set names (``.../KernelBench/level1``), else None."""
+    match = _LEVEL.search(Path(problems).name) or _LEVEL.search(problems)
+    return int(match.group(1)) if match else None
+
+
+def write_kernelbench_run(report: EvalReport, folder: Path) -> Path | None:
+    """The drawn samples (repairs left out) as KernelBench writes a run: one
+    ``level_<L>_problem_<P>_sample_<S>_kernel.py`` per sample (the code taken out of the answer) and
+    ``eval_results.json`` (per problem id, a list of ``sample_id``, ``compiled``, ``correctness``,
+    ``metadata``, ``runtime`` in ms or -1, ``runtime_stats``), so KernelBench's analysis scripts
+    read it. ``correctness`` is the eval's tier passed (the CPU tier's verdict below ``gpu``).
+    Returns the folder, or None when the set is not a KernelBench level (no level in its path)."""
+    level = kernelbench_level(report.config.problems)
+    if level is None:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    results: dict[int, list[dict]] = {}
+    for record in report.samples:
+        number = kernelbench_number(record.problem_id)
+        if number is None or record.round:
+            continue
+        code = parse_candidate(record.answer).code if record.answer.strip() else ""
+        (folder / f"level_{level}_problem_{number}_sample_{record.index}_kernel.py").write_text(code)
+        result = record.result
+        results.setdefault(number, []).append(
+            {
+                "sample_id": record.index,
+                "compiled": passed_tier(result, Tier.COMPILE),
+                "correctness": passed_tier(result, report.config.tier),
+                "metadata": {
+                    "cuset_problem_id": record.problem_id,
+                    "cuset_tier": report.config.tier.value,
+                    "verdict": result.verdict.value,
+                    "reason": result.reason,
+                },
+                "runtime": result.runtime_ms if result.runtime_ms is not None else -1.0,
+                "runtime_stats": {},
+            }
+        )
+    ordered = {str(number): results[number] for number in sorted(results)}
+    (folder / "eval_results.json").write_text(json.dumps(ordered, indent=4) + "\n")
+    return folder

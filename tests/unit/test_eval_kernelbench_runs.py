@@ -93,3 +93,39 @@ def test_cuset_eval_scores_a_kernelbench_run_folder(tmp_path):
     }
     assert results["aggregate"]["sampled"]["k_values"] == [1, 2]
     assert results["config"]["answers"] == str(folder)
+
+
+def test_an_eval_of_a_kernelbench_level_also_writes_kernelbench_s_runs_layout(tmp_path):
+    level = tmp_path / "KernelBench" / "level1"
+    level.mkdir(parents=True)
+    for name in ("01_vector_add", "02_relu"):
+        (level / f"{name}.py").write_text((DEMO / "problems" / f"{name}.py").read_text())
+    solution = (DEMO / "solutions" / "02_relu.py").read_text()
+    answers = run_folder(tmp_path, {(1, 2, 0): "```python\n" + solution + "```", (1, 2, 1): "no code at all"})
+    out = tmp_path / "out"
+    outcome = CliRunner().invoke(
+        app, ["eval", "--answers", str(answers), "--problems", str(level), "--tier", "static", "--out", str(out)]
+    )
+    assert outcome.exit_code == 0, outcome.output
+    run = out / "kernelbench_run"
+    assert "KernelBench's runs layout" in outcome.output
+    # The code taken out of the answer's fence, as KernelBench's generate_samples.py writes it.
+    assert (run / "level_1_problem_2_sample_0_kernel.py").read_text() == solution
+    results = json.loads((run / "eval_results.json").read_text())
+    assert list(results) == ["1", "2"]
+    relu = {entry["sample_id"]: entry for entry in results["2"]}
+    assert relu[0]["compiled"] is False  # a static-tier eval never reaches the compiler
+    assert relu[0]["correctness"] is True and relu[0]["metadata"]["verdict"] == "pass"
+    assert relu[1]["correctness"] is False and relu[1]["metadata"]["verdict"] == "no_code"
+    assert relu[0]["runtime"] == -1.0
+
+
+def test_an_eval_of_another_problem_set_writes_no_kernelbench_run(tmp_path):
+    problems = tmp_path / "problems"
+    problems.mkdir()
+    (problems / "02_relu.py").write_text((DEMO / "problems" / "02_relu.py").read_text())
+    answers = run_folder(tmp_path, {(1, 2, 0): (DEMO / "solutions" / "02_relu.py").read_text()})
+    out = tmp_path / "out"
+    args = ["eval", "--answers", str(answers), "--problems", str(problems), "--tier", "static", "--out", str(out)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    assert not (out / "kernelbench_run").exists()
