@@ -1,4 +1,5 @@
-"""`cuset data validate` and `cuset data split`: check a dataset, split it by group."""
+"""`cuset data validate`, `cuset data split` and `cuset data pool`: check a dataset, split it by
+group, write a problem pool."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def register(app: typer.Typer) -> None:
     data_app = typer.Typer(help="Validate and split training datasets.", no_args_is_help=True)
     data_app.command("validate")(validate)
     data_app.command("split")(split)
+    data_app.command("pool")(pool)
     app.add_typer(data_app, name="data")
 
 
@@ -89,6 +91,21 @@ def split(
         f"val: {len(val)} records in {manifest['val']['n_groups']} groups; "
         f"dropped {manifest['dropped']} of {result.total} rows -> {out}"
     )
+
+
+def pool(
+    out: Path = typer.Option(..., "--out", help='JSONL file of {"id", "problem"} rows (a problem-only dataset).'),
+    count: int = typer.Option(96, "--count", min=1, max=2000, help="Problems to draw."),
+    seed: int = typer.Option(0, "--seed", help="The same seed gives the same pool."),
+) -> None:
+    """Write distinct elementwise problems in KernelBench's format, none of them an operation the
+    elementwise experiment holds out (cuset_core/data/elementwise_pool.py)."""
+    from cuset_core.data.elementwise_pool import elementwise_pool
+
+    problems = elementwise_pool(count, seed)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps({"id": p.id, "problem": p.problem}) + "\n" for p in problems))
+    typer.echo(f"wrote {len(problems)} problems to {out}")
 
 
 def _load(file: Path, prompt_style: str, keep_non_kernel: bool, max_tokens: int | None, model: str) -> LoadResult:
