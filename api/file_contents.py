@@ -2,8 +2,11 @@
 
 - ``fine-tune``: JSONL or parquet rows read by ``cuset_core.data.load_records`` with
   ``require_kernel=True``; one row with an error rejects the whole file.
-- ``eval``: JSONL rows ``{"id": str | int, "problem": str}`` with unique ids, the shape
-  ``cuset_core.evaluation.runner`` reads as a problem set (it reads ``.jsonl`` only).
+- ``eval`` and ``problems``: JSONL rows ``{"id": str | int, "problem": str}`` with unique ids, the
+  shape ``cuset_core.evaluation.runner`` reads as a problem set (it reads ``.jsonl`` only), each
+  problem a KernelBench-format one (``cuset_core.evaluation.problem_check``). ``eval`` files are
+  what models are measured on; ``problems`` files are pools to sample and verify answers for
+  (self-training), which must never overlap an eval set.
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ from typing import Any
 
 from api.errors import APIError
 from cuset_core.data import LoadOptions, load_records
+from cuset_core.evaluation.problem_check import problem_issues
 
 PARQUET_MAGIC = b"PAR1"
-FINE_TUNE, EVAL = "fine-tune", "eval"
-PURPOSES = (FINE_TUNE, EVAL)
+FINE_TUNE, EVAL, PROBLEMS = "fine-tune", "eval", "problems"
+PURPOSES = (FINE_TUNE, EVAL, PROBLEMS)
+PROBLEM_ONLY = (EVAL, PROBLEMS)  # rows {"id", "problem"}, no answers
 SHOWN_ISSUES = 5  # problems spelled out in a rejection message; the rest are counted
 EXCERPT_CHARS = 240
 
@@ -86,10 +91,10 @@ def check_file(path: Path, purpose: str, max_records: int) -> Checked:
                 )
             ]
         )
-    if purpose == EVAL:
+    if purpose in PROBLEM_ONLY:
         if fmt != "jsonl":
             raise rejection(
-                [Issue(0, "", "unknown_format", 'eval files must be JSONL rows {"id", "problem"}, not parquet')]
+                [Issue(0, "", "unknown_format", f'{purpose} files must be JSONL rows {{"id", "problem"}}, not parquet')]
             )
         problems, issues = _eval_rows(path)
         if issues:
@@ -113,7 +118,7 @@ def read_records(path: Path, purpose: str) -> list[StoredRecord]:
 
 @lru_cache(maxsize=2)
 def _read_records(path: str, purpose: str) -> list[StoredRecord]:
-    if purpose == EVAL:
+    if purpose in PROBLEM_ONLY:
         problems, _ = _eval_rows(Path(path))
         return [StoredRecord(line, code, None) for line, _id, code in problems]
     records = load_records(path, LoadOptions(require_kernel=True)).records
@@ -160,6 +165,11 @@ def _eval_rows(path: Path) -> tuple[list[tuple[int, str, str]], list[Issue]]:
                 row_issues.append(Issue(line, name, "wrong_type", f"expected {wanted}, got {type(value).__name__}"))
         if not row_issues and not code.strip():
             row_issues.append(Issue(line, "problem", "missing_field", "problem code is empty"))
+        elif not row_issues:
+            row_issues += [
+                Issue(line, "problem", "invalid_problem", f"problem {problem_id!r}: {issue}")
+                for issue in problem_issues(code)
+            ]
         if not row_issues and str(problem_id) in seen:
             row_issues.append(Issue(line, "id", "duplicate_id", f"id {problem_id!r} appears twice"))
         issues += row_issues

@@ -19,9 +19,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """The API with every router, the dashboard and the error handlers."""
     settings = settings or get_settings()
     settings.artifacts.mkdir(parents=True, exist_ok=True)
-    # The API docs (/docs, /redoc) serve Swagger UI and ReDoc from the package, not a CDN: the
-    # service often runs where nothing outside the machine can be reached.
+    # The API docs (/docs) serve Swagger UI from the package, not a CDN: the service often runs
+    # where nothing outside the machine can be reached. No ReDoc: its page fetches a logo from its CDN.
     app = FastAPIOffline(
+        redoc_url=None,
         title="CuSeT",
         version="0.1.0",
         summary="CUDA-Sensitive Instruction Tuning as a service: datasets, tuning jobs, kernel generation with verification.",

@@ -110,7 +110,7 @@ async def create_file(request: Request, settings: SettingsDep, session: SessionD
         if purpose is None:
             raise APIError(
                 400,
-                "Missing required form field 'purpose' (fine-tune or eval).",
+                "Missing required form field 'purpose' (fine-tune, eval or problems).",
                 code="missing_required_parameter",
                 param="purpose",
             )

@@ -8,9 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.common import ListPage
 
-UploadPurpose = Literal["fine-tune", "eval"]
+UploadPurpose = Literal["fine-tune", "eval", "problems"]
 # A tuning job's results (its adapter archive) are files too, written by the worker, never uploaded.
-Purpose = Literal["fine-tune", "eval", "fine-tune-results"]
+Purpose = Literal["fine-tune", "eval", "problems", "fine-tune-results"]
 
 _FILE_EXAMPLE = {
     "id": "file-3f2a9c0d1e2b4a5968778695",
@@ -41,7 +41,9 @@ class FileUploadForm(BaseModel):
     )
     purpose: UploadPurpose = Field(
         description="fine-tune: chat/prompt-completion/question-answer rows whose answer "
-        'defines a __global__ kernel; eval: JSONL rows {"id", "problem"}'
+        "defines a __global__ kernel; eval (problems to measure a model on) and problems (a pool to sample "
+        'and verify answers for, never an eval set): JSONL rows {"id", "problem"}, each problem a KernelBench '
+        "one (class Model with forward, get_inputs(), get_init_inputs())"
     )
 
 

@@ -45,8 +45,15 @@ def validate(
     model: str = typer.Option("smollm2-135m", "--model", help="Tokenizer for --max-tokens."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead."),
     show: int = typer.Option(50, "--show", min=0, help="Issues listed in the table."),
+    problems: bool = typer.Option(
+        False,
+        "--problems",
+        help='FILE is a problem-only dataset: JSONL rows {"id", "problem"} or a folder of KernelBench .py problems.',
+    ),
 ) -> None:
     """Check every row; print a summary and the issues. Exits 1 if any row has an error."""
+    if problems:
+        _validate_problems(file, as_json)
     result = _load(file, prompt_style, keep_non_kernel, max_tokens, model)
     if as_json:
         typer.echo(
@@ -91,6 +98,28 @@ def split(
         f"val: {len(val)} records in {manifest['val']['n_groups']} groups; "
         f"dropped {manifest['dropped']} of {result.total} rows -> {out}"
     )
+
+
+def _validate_problems(source: Path, as_json: bool) -> NoReturn:
+    """Every problem of a problem-only dataset checked (class Model, get_inputs, get_init_inputs)."""
+    from cuset_core.evaluation.inputs import EvalInputError
+    from cuset_core.evaluation.problem_check import problem_issues
+    from cuset_core.evaluation.runner import load_problems
+
+    try:
+        problems = load_problems(str(source))
+    except EvalInputError as exc:
+        _fail(str(exc))
+    issues = [(p.id, issue) for p in problems for issue in problem_issues(p.code)]
+    if as_json:
+        rows = [{"id": pid, "line": issue.line, "message": issue.message} for pid, issue in issues]
+        typer.echo(json.dumps({"problems": len(problems), "invalid": len({pid for pid, _ in issues}), "issues": rows}))
+    else:
+        bad = len({pid for pid, _ in issues})
+        typer.echo(f"{source}: {len(problems)} problems, {len(problems) - bad} valid, {bad} with errors")
+        for pid, issue in issues:
+            typer.echo(f"  {pid}: {issue}")
+    raise typer.Exit(1 if issues else 0)
 
 
 def pool(

@@ -22,6 +22,7 @@ from db.session import session_scope
 from tests.integration.job_support import insert_file, insert_job
 
 PROBLEMS = demo_problems()[:4]
+VALID = PROBLEMS[0].problem_code
 
 
 def jsonl(*rows) -> bytes:
@@ -96,6 +97,16 @@ def test_parquet_upload_is_recognised_by_its_magic(client, service_settings):
     assert (service_settings.artifacts / "files" / f"{body['id']}.parquet").read_bytes() == content
     lines = [r["line"] for r in client.get(f"/v1/files/{body['id']}/records").json()["data"]]
     assert lines == [1, 2, 3]
+
+
+def test_a_problem_pool_upload_holds_problems_without_answers(client):
+    rows = [{"id": p.id, "problem": p.problem_code} for p in PROBLEMS]
+    body = upload(client, jsonl(*rows), "pool.jsonl", "problems").json()
+    assert (body["purpose"], body["records"]) == ("problems", len(PROBLEMS))
+    records = client.get(f"/v1/files/{body['id']}/records").json()["data"]
+    assert records[0]["answer"] is None and "class Model" in records[0]["prompt"]
+    listed = client.get("/v1/files", params={"purpose": "problems", "limit": 100}).json()["data"]
+    assert {f["purpose"] for f in listed} == {"problems"}
 
 
 def test_eval_upload_holds_problems(client):
@@ -447,7 +458,7 @@ MALFORMED = [
     ),
     (
         "eval_duplicate_id",
-        jsonl({"id": "a", "problem": "x"}, {"id": "a", "problem": "y"}),
+        jsonl({"id": "a", "problem": VALID}, {"id": "a", "problem": VALID}),
         "p.jsonl",
         "eval",
         400,
@@ -464,6 +475,26 @@ MALFORMED = [
         "invalid_file",
         "file",
         ["line 1", "id", "wrong_type"],
+    ),
+    (
+        "problem_without_a_model",
+        jsonl({"id": "a", "problem": VALID}, {"id": "b", "problem": VALID.replace("class Model", "class Net")}),
+        "p.jsonl",
+        "problems",
+        400,
+        "invalid_file",
+        "file",
+        ["line 2", "problem", "invalid_problem", "'b'", "no top-level `class Model`"],
+    ),
+    (
+        "problem_that_is_not_python",
+        jsonl({"id": "a", "problem": "import torch\n\ndef get_inputs(:\n    return []\n"}),
+        "p.jsonl",
+        "eval",
+        400,
+        "invalid_file",
+        "file",
+        ["line 1", "invalid_problem", "line 3: not valid Python"],
     ),
     (
         "eval_as_parquet",
