@@ -24,6 +24,6 @@ chown "$USER_NAME" "$home"
 trap 'rm -rf "$home"' EXIT
 exec runuser -u "$USER_NAME" -- env -i PATH="$PATH" HOME="$home" PYTHONPATH="${PYTHONPATH:-}" LANG=C.UTF-8 PYTHONDONTWRITEBYTECODE=1 \
     ${CUSET_CPU_PCH_DIR:+CUSET_CPU_PCH_DIR="$CUSET_CPU_PCH_DIR"} \
-    .venv/bin/python -m pytest -p no:cacheprovider -q --durations=10 \
+    .venv/bin/python -m pytest -p no:cacheprovider -q --durations=10 -n auto \
     tests/security/test_forged_verdicts.py tests/security/test_sandbox_isolation.py \
     tests/security/test_sandbox_fail_closed.py tests/unit/test_verify_sandbox.py "$@"

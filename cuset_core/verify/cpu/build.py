@@ -204,9 +204,14 @@ def prepare_preludes() -> tuple[Path, ...]:
     it shadows. Cached per process: the keys need torch's version and the compiler's, both
     slow to ask.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     chain = toolchain()
     toolchain_hash = toolchain_digest(chain)
-    return tuple(_prepare(chain, pch_root() / pch_key(toolchain_hash, prelude), prelude) for prelude in PRELUDES)
+    # Each is one g++ process: on a first run they build side by side, one per core.
+    with ThreadPoolExecutor(max_workers=len(PRELUDES)) as pool:
+        built = [pool.submit(_prepare, chain, pch_root() / pch_key(toolchain_hash, p), p) for p in PRELUDES]
+        return tuple(future.result() for future in built)
 
 
 def allocator_library(preludes: Sequence[Path]) -> Path:
