@@ -20,6 +20,7 @@ import json
 import re
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from itertools import zip_longest
 from pathlib import Path
@@ -184,6 +185,9 @@ def main() -> int:
     print(table(rows, results, top))
     print()
     print(details(rows, results, top))
+    built = Counter(prelude for result in results for prelude in result.built_with.values())
+    if built:
+        print("\nTier 2 built the extensions with: " + ", ".join(f"{n} {name}" for name, n in built.most_common()))
     return 0
 
 

@@ -104,8 +104,8 @@ def _view(row: Eval) -> EvalObject:
         config=row.config,
         progress=row.progress,
         aggregate=row.aggregate,
-        created_at=row.created_at,
-        finished_at=row.finished_at,
+        created_at=int(row.created_at),
+        finished_at=None if row.finished_at is None else int(row.finished_at),
         error=row.error,
     )
 

@@ -82,8 +82,8 @@ class EvalObject(BaseModel):
         "geo_mean_speedup, and the same against torch.compile); verdicts (all samples); repaired (with "
         "repair_rounds: rounds, repairs, and the greedy and sampled blocks again within R repairs; else null)",
     )
-    created_at: float
-    finished_at: float | None = None
+    created_at: int = Field(description="Unix seconds")
+    finished_at: int | None = Field(None, description="Unix seconds")
     error: EvalError | None = None
 
 

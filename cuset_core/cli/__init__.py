@@ -23,4 +23,12 @@ for plugin in entry_points(group="cuset.cli"):
 
 def main() -> None:
     """Console-script entry point."""
+    import os
+    import sys
+
+    if not sys.stdout.isatty():
+        # Help piped or captured is laid out for 80 columns (or a COLUMNS a parent process left) and
+        # cuts option names and texts short; nothing wraps it there, so give it room.
+        columns = os.environ.get("COLUMNS", "")
+        os.environ["COLUMNS"] = str(max(int(columns) if columns.isdigit() else 0, 160))
     app()

@@ -32,6 +32,7 @@ def register(app: typer.Typer) -> None:
     data_app.command("validate")(validate)
     data_app.command("split")(split)
     data_app.command("pool")(pool)
+    data_app.command("demo")(demo)
     app.add_typer(data_app, name="data")
 
 
@@ -135,6 +136,21 @@ def pool(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(json.dumps({"id": p.id, "problem": p.problem}) + "\n" for p in problems))
     typer.echo(f"wrote {len(problems)} problems to {out}")
+
+
+def demo(
+    out: Path = typer.Option(..., "--out", help="JSONL file of chat records, one per demo problem."),
+    include_held_out: bool = typer.Option(
+        False, "--include-held-out", help="Also the held-out problems (leave them out to evaluate on them)."
+    ),
+) -> None:
+    """Write the bundled demo dataset (the problems and their verified solutions) as a training file."""
+    from cuset_core.demo import HELD_OUT, write_demo_dataset
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    written = write_demo_dataset(out, held_out=() if include_held_out else HELD_OUT)
+    left_out = "" if include_held_out else f" (held out: {', '.join(HELD_OUT)})"
+    typer.echo(f"wrote {written} records to {out}{left_out}")
 
 
 def _load(file: Path, prompt_style: str, keep_non_kernel: bool, max_tokens: int | None, model: str) -> LoadResult:

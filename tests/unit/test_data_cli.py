@@ -77,3 +77,25 @@ def test_split_is_the_same_for_the_same_seed(tmp_path):
     for name in ("a", "b"):
         runner.invoke(app, ["data", "split", str(path), "--out", str(tmp_path / name)])
     assert (tmp_path / "a" / "val.jsonl").read_text() == (tmp_path / "b" / "val.jsonl").read_text()
+
+
+def test_data_demo_writes_the_demo_dataset_without_its_held_out_problems(tmp_path):
+    from cuset_core.demo import HELD_OUT, demo_problems
+
+    out = tmp_path / "demo.jsonl"
+    outcome = CliRunner().invoke(app, ["data", "demo", "--out", str(out)])
+    assert outcome.exit_code == 0, outcome.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == len(demo_problems()) - len(HELD_OUT)
+    assert CliRunner().invoke(app, ["data", "validate", str(out)]).exit_code == 0
+
+
+def test_help_printed_to_a_pipe_is_not_cut_short():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "cuset_core.cli", "eval", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0
+    assert "--tolerance-profile" in done.stdout and "…" not in done.stdout
