@@ -129,9 +129,9 @@ def test_a_job_past_its_wall_clock_limit_is_stopped_and_fails_with_the_reason(
     from api.main import create_app
     from tests.service import WorkerProcess
 
-    # An API and a worker of their own (own broker keys) whose jobs may run 20 s.
+    # An API and a worker of their own (own broker keys) whose jobs may run 10 s.
     settings = service_settings.model_copy(
-        update={"broker_key_prefix": f"{service_settings.broker_key_prefix}wallclock:", "job_max_wall_s": 20.0}
+        update={"broker_key_prefix": f"{service_settings.broker_key_prefix}wallclock:", "job_max_wall_s": 10.0}
     )
     worker = WorkerProcess(settings, tmp_path_factory.mktemp("wallclock-worker"))
     worker.start()
@@ -147,7 +147,7 @@ def test_a_job_past_its_wall_clock_limit_is_stopped_and_fails_with_the_reason(
         worker.stop()
     assert done["status"] == "failed"
     assert done["error"]["code"] == "wall_clock_limit"
-    assert "wall-clock limit of 20 s" in done["error"]["message"]
+    assert "wall-clock limit of 10 s" in done["error"]["message"]
     assert done["progress"]["step"] < 100_000
 
 
