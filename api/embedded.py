@@ -214,6 +214,7 @@ def serve(
             worker = WorkerChild.start(settings, concurrency, data_dir / "logs" / "worker.log")
             echo(f"worker:    pid {worker.process.pid}, queues {','.join(DEFAULT_QUEUES)}, log {worker.log_path}")
             threading.Thread(target=_watch, args=(worker, server, worker_died, stopping), daemon=True).start()
+        echo(f"sandbox:   {_sandbox_line()}")
         for name, url in urls(host, port).items():
             echo(f"{name + ':':11}{url}")
         if settings.auth:
@@ -255,6 +256,19 @@ def _watch(worker: WorkerChild, server, died: threading.Event, stopping: threadi
     if not stopping.is_set() and not server.should_exit:
         died.set()
         server.should_exit = True
+
+
+def _sandbox_line() -> str:
+    """What verification can do on this machine, for the banner (the worker child runs here too)."""
+    from cuset_core.verify.sandbox import isolation
+    from cuset_core.verify.settings import SandboxSettings
+
+    state = isolation()
+    if state.available:
+        return state.describe()
+    if SandboxSettings().allow_unisolated:
+        return f"{state.describe()}; CUSET_SANDBOX_ALLOW_UNISOLATED is set: candidates run WITHOUT isolation"
+    return f"{state.describe()}; tiers 1-3 will refuse every candidate (see docs/deploy.md)"
 
 
 def _redact(url: str) -> str:

@@ -87,6 +87,9 @@ class Settings(BaseSettings):
     )
     heartbeat_interval_s: float = Field(5.0, gt=0, description="a running job's heartbeat period")
     heartbeat_timeout_s: float = Field(60.0, gt=0, description="silence after which the reaper acts")
+    sandbox_probe_interval_s: float = Field(
+        60.0, gt=0, description="how often each worker probes the verification sandbox again for /readyz"
+    )
     reaper_interval_s: float = Field(30.0, gt=0)
     visibility_timeout_s: int = Field(7 * 24 * 3600, ge=60, description="longer than the longest job")
     generation_timeout_s: float = Field(900.0, gt=0, description="how long a request waits for its generation")

@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import os
 
+from celery import bootsteps
 from celery.signals import worker_init, worker_process_init, worker_ready, worker_shutdown
 
-from cuset_core.verify.sandbox import log_isolation
+from cuset_core.verify.sandbox import isolation, log_isolation
 from cuset_core.verify.settings import SandboxSettings
 from db.dispatch import make_celery
 from db.settings import get_settings
@@ -67,6 +68,33 @@ def _check_sandbox(sender=None, **_kwargs) -> None:
     state = log_isolation(logging.getLogger("cuset.worker"))
     hostname = getattr(sender, "hostname", None) or f"worker-{os.getpid()}"
     record_sandbox(settings, hostname, state.available, state.reason, SandboxSettings().allow_unisolated)
+
+
+class SandboxProbe(bootsteps.StartStopStep):
+    """Probe the sandbox again every ``sandbox_probe_interval_s`` on the worker's own timer and
+    record it, so ``/readyz`` follows a fix (bubblewrap installed) or a breakage without a restart.
+    A failed probe is really run again only after ``REPROBE_FAILURE_S`` (see ``isolation``)."""
+
+    requires = {"celery.worker.components:Timer"}
+
+    def __init__(self, worker, **kwargs) -> None:
+        super().__init__(worker, **kwargs)
+        self.timer_ref = None
+
+    def start(self, worker) -> None:
+        self.timer_ref = worker.timer.call_repeatedly(settings.sandbox_probe_interval_s, self.probe, (worker,))
+
+    def stop(self, worker) -> None:
+        if self.timer_ref is not None:
+            self.timer_ref.cancel()
+
+    def probe(self, worker) -> None:
+        state = isolation()
+        hostname = getattr(worker, "hostname", None) or f"worker-{os.getpid()}"
+        record_sandbox(settings, hostname, state.available, state.reason, SandboxSettings().allow_unisolated)
+
+
+app.steps["worker"].add(SandboxProbe)
 
 
 @worker_shutdown.connect

@@ -75,7 +75,23 @@ async def readyz(settings: SettingsDep) -> JSONResponse:
             return error_json(503, f"{name} unreachable: {type(exc).__name__}", code=f"{name}_unavailable", param=name)
     # Verification is one service among several: a worker whose sandbox refuses (tiers 1-3 then
     # answer every candidate with the reason) is reported here, not made a readiness failure.
+    # It makes the service "degraded" (still 200: everything else works), with the reason.
     sandbox = await asyncio.to_thread(sandbox_states, settings)
     # Likewise an engine: only the models it serves fail while it is down.
     engines = await _engine_states(settings)
-    return JSONResponse({"status": "ready", "database": "ok", "broker": "ok", "sandbox": sandbox, "engines": engines})
+    reasons = [
+        f"worker {name}: the verification sandbox refuses candidates ({entry.get('reason') or 'no reason given'}); "
+        "tiers 1-3 answer every candidate with that reason (docs/deploy.md)"
+        for name, entry in sandbox.items()
+        if entry.get("state") == "refusing"
+    ]
+    body = {
+        "status": "degraded" if reasons else "ready",
+        "database": "ok",
+        "broker": "ok",
+        "sandbox": sandbox,
+        "engines": engines,
+    }
+    if reasons:
+        body["reasons"] = reasons
+    return JSONResponse(body)

@@ -147,11 +147,27 @@ class Isolation:
         return "isolated (bubblewrap + seccomp)" if self.available else f"NOT isolated: {self.reason}"
 
 
-@functools.lru_cache(maxsize=1)
+# A failed probe is tried again after this long: an operator may install bubblewrap meanwhile.
+REPROBE_FAILURE_S = 60.0
+_last_probe: dict[str, tuple[float, Isolation]] = {}  # "state" -> (monotonic seconds, result)
+
+
 def isolation() -> Isolation:
-    """Probe once per process whether the full isolation works: bwrap and libseccomp are here
-    and a sandboxed ``true`` runs cleanly (it fails, e.g., for a non-root verifier where user
-    namespaces are off, or in a container whose seccomp profile forbids them)."""
+    """Whether the full isolation works here (see ``probe_isolation``); a success is kept for the
+    process's life, a failure for ``REPROBE_FAILURE_S`` seconds."""
+    last = _last_probe.get("state")
+    now = time.monotonic()
+    if last is not None and (last[1].available or now - last[0] < REPROBE_FAILURE_S):
+        return last[1]
+    state = probe_isolation()
+    _last_probe["state"] = (now, state)
+    return state
+
+
+def probe_isolation() -> Isolation:
+    """Probe whether the full isolation works: bwrap and libseccomp are here and a sandboxed
+    ``true`` runs cleanly (it fails, e.g., for a non-root verifier where user namespaces are off,
+    or in a container whose seccomp profile forbids them)."""
     if shutil.which("bwrap") is None:
         return Isolation(False, "bubblewrap (bwrap) is not installed")
     if os.geteuid() == 0 and shutil.which("setpriv") is None:

@@ -90,6 +90,8 @@ def test_serve_migrates_serves_and_stops_with_its_worker_on_sigterm(embedded, tm
     wait_for(lambda: worker_log.exists() and " ready." in worker_log.read_text(), timeout=90, what="the worker")
     assert (data_dir / "broker.sqlite").exists()
 
+    # The banner says what verification can do here, not only the worker's log.
+    assert re.search(r"sandbox:\s+(isolated|NOT isolated)", (tmp_path / "serve.log").read_text())
     # A fresh service prints a first key; `cuset keys create` makes more. Both work.
     first = re.search(r"API key:\s+(cuset-sk-\S+)", (tmp_path / "serve.log").read_text())
     assert first, (tmp_path / "serve.log").read_text()

@@ -36,3 +36,20 @@ def test_unknown_routes_use_the_error_shape(client):
 def test_worker_process_starts_and_serves_the_queues(worker):
     assert worker.process.poll() is None
     assert "cuset.reap" in worker.log() or "[queues]" in worker.log()
+
+
+def test_readyz_is_degraded_with_the_reason_while_a_worker_refuses_verification(client, service_settings):
+    from db.worker_status import forget_sandbox, record_sandbox
+
+    record_sandbox(service_settings, "cpu@no-bwrap", False, "bubblewrap (bwrap) is not installed", False)
+    try:
+        response = client.get("/readyz")
+        body = response.json()
+        assert response.status_code == 200  # the rest of the service works
+        assert body["status"] == "degraded"
+        assert body["sandbox"]["cpu@no-bwrap"]["state"] == "refusing"
+        [reason] = [r for r in body["reasons"] if "cpu@no-bwrap" in r]
+        assert "bubblewrap (bwrap) is not installed" in reason and "tiers 1-3" in reason
+    finally:
+        forget_sandbox(service_settings, "cpu@no-bwrap")
+    assert client.get("/readyz").json()["status"] == "ready"

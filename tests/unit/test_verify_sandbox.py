@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from cuset_core.verify import sandbox
 from cuset_core.verify.sandbox import run_sandboxed
 from cuset_core.verify.settings import SandboxLimits
 
@@ -360,3 +361,15 @@ def test_a_folder_outside_the_toolchain_is_mounted_only_when_the_caller_names_it
     assert unnamed.stdout.splitlines()[0] == "False"
     assert named.stdout.splitlines() == ["True", "read-only"]
     assert sorted(p.name for p in preludes.iterdir()) == ["prelude.h"]
+
+
+def test_a_failed_isolation_probe_is_tried_again_and_a_success_is_kept(monkeypatch):
+    results = [sandbox.Isolation(False, "bubblewrap (bwrap) is not installed"), sandbox.Isolation(True)]
+    probes = []
+    monkeypatch.setattr(sandbox, "probe_isolation", lambda: probes.append(1) or results[len(probes) - 1])
+    monkeypatch.setattr(sandbox, "_last_probe", {})
+    assert not sandbox.isolation().available
+    assert not sandbox.isolation().available and len(probes) == 1  # within REPROBE_FAILURE_S: the same answer
+    monkeypatch.setattr(sandbox, "REPROBE_FAILURE_S", 0.0)
+    assert sandbox.isolation().available and len(probes) == 2  # bubblewrap was installed meanwhile
+    assert sandbox.isolation().available and len(probes) == 2  # a success is kept

@@ -77,3 +77,23 @@ def test_a_forked_pool_process_runs_torch_on_its_share(monkeypatch):
     finally:
         torch.set_num_threads(before)
         _remember_pool_size(sender=None)
+
+
+def test_each_worker_probes_the_sandbox_again_on_its_timer_and_records_it(tmp_path, monkeypatch):
+    import types
+
+    from cuset_core.verify.sandbox import Isolation
+    from db.settings import Settings
+    from db.worker_status import sandbox_states
+    from worker import app as worker_app
+
+    assert worker_app.SandboxProbe in worker_app.app.steps["worker"]
+    settings = Settings(data_dir=tmp_path)
+    monkeypatch.setattr(worker_app, "settings", settings)
+    monkeypatch.setattr(worker_app, "isolation", lambda: Isolation(False, "bubblewrap (bwrap) is not installed"))
+    worker = types.SimpleNamespace(hostname="cpu@probe-test")
+    worker_app.SandboxProbe.probe(None, worker)
+    assert sandbox_states(settings)["cpu@probe-test"]["state"] == "refusing"
+    monkeypatch.setattr(worker_app, "isolation", lambda: Isolation(True))  # bubblewrap installed since
+    worker_app.SandboxProbe.probe(None, worker)
+    assert sandbox_states(settings)["cpu@probe-test"]["state"] == "isolated"
