@@ -183,9 +183,27 @@ def read_base_spec(adapter_dir: Path) -> str:
     return base
 
 
-def write_base_spec(adapter_dir: Path, base_spec: str) -> None:
-    """Record which base model spec an adapter folder belongs to."""
-    (adapter_dir / BASE_MARKER).write_text(json.dumps({"base_model": str(base_spec)}) + "\n")
+def write_base_spec(adapter_dir: Path, base_spec: str, prompt_style: str | None = None) -> None:
+    """Record which base model spec an adapter folder belongs to, and the prompt style it was
+    tuned with (what evals and generation then use by default)."""
+    marker: dict[str, str] = {"base_model": str(base_spec)}
+    if prompt_style is not None:
+        marker["prompt_style"] = prompt_style
+    (adapter_dir / BASE_MARKER).write_text(json.dumps(marker) + "\n")
+
+
+def recorded_prompt_style(spec: str | Path | None) -> Literal["kernelbench", "compact"] | None:
+    """The prompt style the adapter ``spec`` names was tuned with, as recorded beside it; None for
+    a base model, an endpoint, an adapter from before the record or a spec that names nothing.
+    Reads one small file; never raises."""
+    if spec is None:
+        return None
+    try:
+        folder = shipped_adapter_dir(str(spec)) if _shipped_name(spec) else Path(spec).expanduser()
+        style = json.loads((folder / BASE_MARKER).read_text()).get("prompt_style")
+    except (AdapterMissingError, OSError, ValueError, AttributeError):
+        return None
+    return style if style in ("kernelbench", "compact") else None
 
 
 def load_tokenizer(spec: str | Path):

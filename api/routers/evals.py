@@ -26,6 +26,7 @@ from api.schemas.evals import EvalCreate, EvalObject, EvalProblemObject
 from cuset_core.evaluation.inputs import EvalInputError
 from cuset_core.evaluation.runner import EvalConfig, load_problems
 from cuset_core.evaluation.settings import VerificationSettings
+from cuset_core.models import recorded_prompt_style
 from db.dispatch import enqueue
 from db.evals import read_row, read_samples
 from db.ids import new_id
@@ -119,7 +120,9 @@ def create_eval(body: EvalCreate, session: SessionDep, settings: SettingsDep, ow
             param="eval_file" if body.eval_file is None else "problems",
         )
     config = _config(body, settings)
-    model_spec(session, settings, owner, body.model)  # 404 naming ``model`` when unknown
+    spec = model_spec(session, settings, owner, body.model)  # 404 naming ``model`` when unknown
+    # An adapter is measured on the prompt it was tuned on unless the request names a style.
+    config["prompt_style"] = body.prompt_style or recorded_prompt_style(spec) or "kernelbench"
     source = str(_eval_file_path(session, settings, owner, body.eval_file)) if body.eval_file else body.problems
     try:
         problems = load_problems(source)

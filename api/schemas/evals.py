@@ -36,7 +36,11 @@ class EvalCreate(VerificationSettings):
     max_tokens: int | None = Field(
         None, ge=1, description="new tokens per answer; default min(1024, the service's ceiling)"
     )
-    prompt_style: Literal["kernelbench", "compact"] = "kernelbench"
+    prompt_style: Literal["kernelbench", "compact"] | None = Field(
+        None,
+        description="the prompt format; default: the one the model was tuned with when it is an adapter that "
+        "recorded it (a succeeded job's model, cuset-ew-135m: compact), else kernelbench",
+    )
     seed: int = 0
     batch_size: int | None = Field(None, ge=1, description="problems generated together (progress advances per batch)")
     repair_rounds: int = Field(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cuset_core import adapters
 from cuset_core.adapters import CARD
-from cuset_core.models import read_base_spec, write_base_spec
+from cuset_core.models import read_base_spec, recorded_prompt_style, write_base_spec
 from cuset_core.training.export import export_adapter, model_files
 
 MAX_SHIPPED_MB = 20.0  # MiB of a shipped folder: it lives in git and in the wheel
@@ -55,7 +55,7 @@ def ship_adapter(
     shutil.rmtree(partial, ignore_errors=True)
     try:
         export_adapter(Path(run_dir), partial, base_model=base, dtype=torch.float16)
-        write_base_spec(partial, base)
+        write_base_spec(partial, base, recorded_prompt_style(Path(run_dir)))
         (partial / CARD).write_text(card_text, encoding="utf-8")
         for path in partial.iterdir():
             path.chmod(0o644)  # package data: readable by every user the package serves (exports write 0600)

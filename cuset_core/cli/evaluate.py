@@ -82,7 +82,11 @@ def evaluate(
         "--compile-baseline",
         help="GPU tier: also time torch.compile of the reference (fast_p against it).",
     ),
-    prompt_style: PromptStyle = typer.Option("kernelbench", "--prompt-style"),
+    prompt_style: PromptStyle | None = typer.Option(
+        None,
+        "--prompt-style",
+        help="Default: the style the adapter was tuned with (recorded beside it), else kernelbench.",
+    ),
     seed: int = typer.Option(0, "--seed"),
     batch_size: int = typer.Option(4, "--batch-size", help="Problems per generation batch."),
     repair_rounds: int = typer.Option(

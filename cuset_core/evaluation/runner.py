@@ -36,6 +36,7 @@ from cuset_core.evaluation.kernelbench_runs import kernelbench_number, load_kern
 from cuset_core.evaluation.metrics import Aggregate, ProblemRow, aggregate, problem_row, repaired_counts
 from cuset_core.evaluation.settings import VerificationSettings
 from cuset_core.generation.endpoint import is_endpoint_spec, parse_endpoint
+from cuset_core.models import recorded_prompt_style
 from cuset_core.verify.result import VerifyResult
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import VerifySettings
@@ -73,7 +74,9 @@ class EvalConfig(VerificationSettings):
     temperature: float = Field(0.8, ge=0.0, description="of the i.i.d. samples")
     top_p: float = Field(0.95, gt=0.0, le=1.0)
     max_new_tokens: int = Field(1024, ge=1)
-    prompt_style: Literal["kernelbench", "compact"] = "kernelbench"
+    prompt_style: Literal["kernelbench", "compact"] | None = Field(
+        None, description="None: the style the adapter was tuned with (recorded beside it), else kernelbench"
+    )
     seed: int = 0
     batch_size: int = Field(4, ge=1, description="problems per generation batch")
     repair_rounds: int = Field(
@@ -102,6 +105,13 @@ class EvalConfig(VerificationSettings):
             data.setdefault("greedy", first)
             data["samples"] = int(data.get("samples", 1)) - int(first)
         return data
+
+    @model_validator(mode="after")
+    def _default_prompt_style(self) -> EvalConfig:
+        """An adapter is measured on the prompt it was tuned on unless a style is asked for."""
+        if self.prompt_style is None:
+            self.prompt_style = recorded_prompt_style(self.model) or "kernelbench"
+        return self
 
     @model_validator(mode="after")
     def _one_source(self) -> EvalConfig:

@@ -297,7 +297,7 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
         # Names (the bundled model, a repo id) stay names; paths become absolute.
         named = resolve_model(config.model).kind in ("bundled", "hub")
         base_spec = config.model if named else str(Path(config.model).resolve())
-        write_base_spec(config.output_dir, base_spec)
+        write_base_spec(config.output_dir, base_spec, config.prompt_style)
     writer.write(
         {
             "type": "done",

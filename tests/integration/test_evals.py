@@ -303,3 +303,19 @@ def test_the_reaper_fails_an_eval_whose_generation_stopped_but_not_one_being_ver
         assert lost.status == "failed" and lost.error["code"] == "worker_lost"
         # Its verification messages are the broker's to redeliver; the eval finishes when they do.
         assert waiting.status == "running" and waiting.error is None
+
+
+def test_an_adapter_is_evaluated_on_the_prompt_style_it_was_tuned_with(client):
+    # The shipped adapter records "compact"; a base model gets kernelbench; a request's style wins.
+    styles = {}
+    for model, asked in (("cuset-ew-135m", None), ("tiny", None), ("cuset-ew-135m", "kernelbench")):
+        request = FAST | {"model": model} | ({"prompt_style": asked} if asked else {})
+        created = client.post("/v1/evals", json=request)
+        assert created.status_code == 200, created.text
+        client.post(f"/v1/evals/{created.json()['id']}/cancel")
+        styles[(model, asked)] = created.json()["config"]["prompt_style"]
+    assert styles == {
+        ("cuset-ew-135m", None): "compact",
+        ("tiny", None): "kernelbench",
+        ("cuset-ew-135m", "kernelbench"): "kernelbench",
+    }

@@ -489,3 +489,21 @@ def test_a_kernelbench_level_folder_is_scored_for_the_chosen_problems_on_several
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert [row["id"] for row in results["problems"]] == ["1_vector_add", "2_relu"]
     assert results["config"]["workers"] == 2 and results["config"]["problem_ids"] == "1-2"
+
+
+def test_an_eval_of_an_adapter_defaults_to_the_prompt_style_it_was_tuned_with(tmp_path):
+    from cuset_core.evaluation.runner import EvalConfig
+    from cuset_core.models import recorded_prompt_style, write_base_spec
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    write_base_spec(adapter, "smollm2-135m", "compact")
+    assert recorded_prompt_style(adapter) == "compact"
+    assert recorded_prompt_style("cuset-ew-135m") == "compact"  # the shipped adapter records it too
+    assert EvalConfig(model=str(adapter), problems="demo").prompt_style == "compact"
+    assert EvalConfig(model="smollm2-135m", problems="demo").prompt_style == "kernelbench"  # a base model
+    asked = EvalConfig(model=str(adapter), problems="demo", prompt_style="kernelbench")
+    assert asked.prompt_style == "kernelbench"
+    write_base_spec(adapter, "smollm2-135m")  # an adapter from before the record
+    assert EvalConfig(model=str(adapter), problems="demo").prompt_style == "kernelbench"

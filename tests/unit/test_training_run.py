@@ -125,7 +125,11 @@ def test_adapter_is_saved_in_peft_format_and_reloads(tmp_path, tiny_model_dir):
 
     out = tmp_path / "out"
     assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
-    assert json.loads((out / "cuset_base.json").read_text()) == {"base_model": str(tiny_model_dir.resolve())}
+    # The base it needs and the prompt style it was tuned with (what evals default to).
+    assert json.loads((out / "cuset_base.json").read_text()) == {
+        "base_model": str(tiny_model_dir.resolve()),
+        "prompt_style": "compact",
+    }
     assert lines[-1] == {**lines[-1], "type": "done", "adapter_path": str(out), "steps": 2}
     model, tokenizer = load_model(out)
     assert isinstance(model, PeftModel)
