@@ -208,6 +208,32 @@ def test_files_pages_list_the_upload_and_its_records(page, training_file):
     page.shot("file")
 
 
+def test_the_eval_form_sends_prompt_style_and_decoding_and_defaults_to_the_models_own_style(page, api):
+    tab = page.open("/evals")
+    expect(tab.locator("#eval-model option").first).to_be_attached()
+    tab.select_option("#eval-model", "cuset-ew-135m")
+    tab.select_option("#eval-tier", "static")
+    tab.fill("#eval-temperature", "0.5")
+    tab.fill("#eval-top-p", "0.9")
+    tab.fill("#eval-max-tokens", "48")
+    tab.fill("#eval-samples", "1")
+    tab.click("#eval-form button[type=submit]")
+    link = tab.locator("#eval-form-status a")
+    expect(link).to_be_visible()
+    eval_id = link.inner_text()
+    api.post(f"/v1/evals/{eval_id}/cancel")
+    config = api.get(f"/v1/evals/{eval_id}").json()["config"]
+    assert (config["prompt_style"], config["temperature"], config["top_p"]) == ("compact", 0.5, 0.9)
+    assert (config["max_new_tokens"], config["samples"]) == (48, 1)
+    tab.select_option("#eval-prompt-style", "kernelbench")
+    tab.click("#eval-form button[type=submit]")
+    expect(tab.locator("#eval-form-status a")).not_to_have_text(eval_id)
+    second = tab.locator("#eval-form-status a").inner_text()
+    api.post(f"/v1/evals/{second}/cancel")
+    assert api.get(f"/v1/evals/{second}").json()["config"]["prompt_style"] == "kernelbench"
+    assert not page.errors
+
+
 def test_an_eval_shows_metrics_and_failures_by_verdict(page, api, worker):
     created = api.post(
         "/v1/evals",

@@ -41,12 +41,18 @@
     status.className = "small";
     status.textContent = "Starting…";
     try {
-      const created = await api("/v1/evals", { method: "POST", body: {
-        model: document.getElementById("eval-model").value,
-        problems: document.getElementById("eval-problems").value,
-        tier: document.getElementById("eval-tier").value,
-        samples: Number(document.getElementById("eval-samples").value) || 0,
-      } });
+      const value = (id) => document.getElementById(id).value;
+      const body = {
+        model: value("eval-model"),
+        problems: value("eval-problems"),
+        tier: value("eval-tier"),
+        samples: Number(value("eval-samples")) || 0,
+        temperature: Number(value("eval-temperature")),
+        top_p: Number(value("eval-top-p")),
+      };
+      if (value("eval-prompt-style")) body.prompt_style = value("eval-prompt-style");
+      if (value("eval-max-tokens")) body.max_tokens = Number(value("eval-max-tokens"));
+      const created = await api("/v1/evals", { method: "POST", body });
       status.replaceChildren("Started ", el("a", { href: `/evals/${encodeURIComponent(created.id)}`, text: created.id }), ".");
       if (stop) stop();
       stop = poll(refresh, 3000);
