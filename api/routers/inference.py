@@ -35,7 +35,8 @@ from api.schemas.inference import (
     Usage,
 )
 from api.streaming import DONE, Snapshot, failure_error, follow, sse, wait_final
-from cuset_core.generation.prompts import build_messages
+from cuset_core.generation.prompts import PromptStyle, build_messages
+from cuset_core.models import recorded_prompt_style
 from db.dispatch import enqueue
 from db.generations import GenerationRequest, GenerationSample, chosen_attempt, read_samples
 from db.ids import new_id
@@ -274,9 +275,10 @@ async def _generate_events(settings: Settings, created: Snapshot) -> AsyncIterat
     yield DONE
 
 
-def _generate_request(settings: Settings, body: GenerateRequest) -> GenerationRequest:
+def _generate_request(settings: Settings, body: GenerateRequest, model_style: PromptStyle | None) -> GenerationRequest:
     """The stored request of ``/v1/generate``; 400 naming the field for what this server or the
-    verification settings do not allow."""
+    verification settings do not allow. ``model_style``: the prompt style the model recorded."""
+    style: PromptStyle = body.prompt_style or model_style or "compact"
     _check_limits(settings, body.max_tokens, body.n)
     if body.verify != "none" and body.problem is None:
         raise bad_request(
@@ -309,9 +311,7 @@ def _generate_request(settings: Settings, body: GenerateRequest) -> GenerationRe
             param="repair_rounds",
         )
     messages = (
-        build_messages(body.problem, body.prompt_style)
-        if body.problem is not None
-        else [{"role": "user", "content": body.prompt}]
+        build_messages(body.problem, style) if body.problem is not None else [{"role": "user", "content": body.prompt}]
     )
     return GenerationRequest(
         **(_decoding(body, body.max_tokens) | {"n": body.best_of or body.n}),
@@ -319,7 +319,7 @@ def _generate_request(settings: Settings, body: GenerateRequest) -> GenerationRe
         prompts=[messages],
         verify=body.verify,
         problem=body.problem,
-        prompt_style=body.prompt_style,
+        prompt_style=style,
         stop_at_first_pass=body.stop_at_first_pass,
         repair_rounds=body.repair_rounds,
     )
@@ -332,7 +332,8 @@ async def create_generation(body: GenerateRequest, session: SessionDep, settings
     verification, ``best_of`` candidates are verified as they finish, ``stop_at_first_pass`` ends
     the request at the first passing one, and ``repair_rounds`` sends a failing one back to the
     model with its error; ``samples`` then lists every attempt and ``chosen`` the passing one."""
-    request = _generate_request(settings, body)
+    spec = await run_in_threadpool(model_spec, session, settings, owner, body.model)
+    request = _generate_request(settings, body, recorded_prompt_style(spec))
     created = await run_in_threadpool(_submit, session, settings, owner, body.model, "generate", request)
     if body.stream:
         return _event_stream(_generate_events(settings, created))

@@ -76,12 +76,15 @@ class ChatCompletionRequest(Decoding):
 class GenerateRequest(Decoding):
     """A KernelBench ``problem`` (rendered with ``prompt_style``) or a raw user ``prompt``.
 
-    ``compact`` is the default style because it is the prompt tuned models were trained on.
+    By default the problem is rendered in the style the model was tuned with, when it is an adapter
+    that recorded it, else ``compact`` (the prompt this project's tuning uses).
     """
 
     problem: str | None = Field(None, description="KernelBench-format Python: class Model, get_inputs, get_init_inputs")
     prompt: str | None = Field(None, description="a user message sent as is")
-    prompt_style: Literal["kernelbench", "compact"] = "compact"
+    prompt_style: Literal["kernelbench", "compact"] | None = Field(
+        None, description="default: the style the model was tuned with (an adapter records it), else compact"
+    )
     temperature: float = Field(0.0, ge=0, le=2)
     max_tokens: int = Field(1024, ge=1)
     verify: VerifyTier = "none"

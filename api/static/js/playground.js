@@ -150,7 +150,7 @@
         temperature: Number($("pg-temp").value) || 0,
         max_tokens: Number($("pg-max").value) || 512,
         verify,
-        prompt_style: $("pg-style").value,
+        ...($("pg-style").value ? { prompt_style: $("pg-style").value } : {}),
         stream: true,
         ...search,
       } });
