@@ -141,7 +141,10 @@ def next_steps(request: GenerationRequest, samples: list[GenerationSample], deco
 def usage_of(samples: list[GenerationSample]) -> dict[str, int]:
     """Token usage of a request: each drawn prompt once (its samples share it), each repair's own
     follow-up prompt, and every completion."""
-    drawn = {s.prompt_index: s.prompt_tokens for s in samples if s.round == 0}
+    drawn: dict[int, int] = {}
+    for sample in samples:
+        if sample.round == 0:  # an attempt cancelled before its decoding counts 0: the decoded one says
+            drawn[sample.prompt_index] = max(drawn.get(sample.prompt_index, 0), sample.prompt_tokens)
     prompt_tokens = sum(drawn.values()) + sum(s.prompt_tokens for s in samples if s.round > 0)
     completion_tokens = sum(s.completion_tokens for s in samples)
     return {
@@ -165,11 +168,21 @@ def locked_generation(session: Session, generation_id: str) -> Generation | None
     ).one_or_none()
 
 
-def finish(row: Generation, now: float) -> None:
-    """Mark a verified request succeeded, with its verification and total time."""
+def finish(row: Generation, now: float, samples: list[GenerationSample] | None = None) -> None:
+    """Mark a verified request succeeded, with its queue, generation, verification and total time.
+
+    A request the first passing attempt ends while later attempts are still to be decoded has no
+    ``decoded_at``: its verification time is then the attempts' own verification times, and its
+    generation time the rest of the time since decoding started."""
     timings = dict(row.timings or {})
     if "decoded_at" in timings:
         timings["verify_s"] = round(now - timings["decoded_at"], 4)
+    elif "started_at" in timings:
+        verified = [s.verification for s in samples or [] if s.verification is not None]
+        verify_s = sum(result.timings_s.get("total", 0.0) for result in verified)
+        timings["queue_s"] = round(timings["started_at"] - row.created_at, 4)
+        timings["verify_s"] = round(verify_s, 4)
+        timings["generate_s"] = round(max(0.0, now - timings["started_at"] - verify_s), 4)
     timings["total_s"] = round(now - row.created_at, 4)
     row.timings, row.status, row.finished_at = timings, GenerationStatus.SUCCEEDED, now
 
@@ -185,7 +198,7 @@ def settle(row: Generation, request: GenerationRequest, samples: list[Generation
     row.samples = dump_samples(samples)
     row.usage = usage_of(samples)
     if steps.finished:
-        finish(row, now)
+        finish(row, now, samples)
     return steps
 
 

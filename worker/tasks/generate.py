@@ -271,7 +271,9 @@ def _claim(session, generation_id: str) -> Claimed | None:
     claimed = session.execute(
         update(Generation)
         .where(Generation.id == generation_id, Generation.status == GenerationStatus.QUEUED)
-        .values(status=GenerationStatus.RUNNING)
+        # started_at: a request that ends before its decoding does (the first passing attempt)
+        # still gets its queue and generation times (db.generations.finish).
+        .values(status=GenerationStatus.RUNNING, timings={"started_at": time.time()})
     ).rowcount
     if claimed != 1:
         return None
