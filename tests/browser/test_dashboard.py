@@ -61,6 +61,15 @@ def test_the_api_key_field_adds_a_bearer_header_to_every_api_call(page):
     assert tab.evaluate("localStorage.getItem('cuset.apiKey')") is None
 
 
+def test_without_a_key_the_jobs_table_says_why_it_is_empty_instead_of_loading_forever(page):
+    tab = page.open("/")
+    tab.evaluate("localStorage.removeItem('cuset.apiKey')")
+    tab.reload()
+    expect(tab.locator("#page-error")).to_be_visible()
+    expect(tab.locator("table.data tbody td").first).to_contain_text("Not loaded:")
+    page.errors.clear()  # the 401s are the point here
+
+
 @pytest.fixture(scope="module")
 def training_file(api) -> str:
     return upload_demo_dataset(api)
@@ -110,6 +119,33 @@ def test_job_page_chart_gains_points_while_it_runs(page, long_job):
     expect(tab.locator('[data-chart="kept"]')).to_be_visible()
     expect(tab.locator("#events li").first).not_to_contain_text("No events yet")
     page.shot("job-running")
+    assert not page.errors
+
+
+def test_a_chart_with_one_logged_step_draws_it(page, service_settings, training_file):
+    from db.models import JobMetric
+    from db.session import session_scope
+
+    job_id = insert_job(
+        service_settings.resolved_database_url, training_file, status="succeeded", step=1, total_steps=1,
+        finished_at=time.time(),
+    )  # fmt: skip
+    with session_scope(service_settings.resolved_database_url) as session:
+        session.add(JobMetric(job_id=job_id, step=1, values={"loss": 1.5, "ce": 1.6}))
+    tab = page.open(f"/jobs/{job_id}")
+    expect(tab.locator("#charts")).to_have_attribute("data-points", "1")
+    canvas = tab.locator('[data-chart="loss"] canvas')
+    expect(canvas).to_be_visible()
+    # The one step is drawn as dots in the series' colours, not an empty plot (axes and grid are grey).
+    coloured = canvas.evaluate(
+        """(c) => { const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+                    let n = 0;
+                    for (let i = 0; i < d.length; i += 4) {
+                      const [r, g, b, a] = [d[i], d[i + 1], d[i + 2], d[i + 3]];
+                      if (a > 200 && (Math.max(r, g, b) - Math.min(r, g, b)) > 100) n += 1; }
+                    return n; }"""
+    )
+    assert coloured > 10
     assert not page.errors
 
 

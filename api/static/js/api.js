@@ -182,11 +182,18 @@ const Cuset = (() => {
 
   /** Run `fn` every `ms` while it returns true; stops when it returns false. Errors are shown
    * and polling continues (the server may be restarting). Returns a stop function. */
+  /** Table cells still saying "Loading…" say why nothing came instead (a missing API key, say). */
+  function settleLoading(error) {
+    for (const cell of document.querySelectorAll("td.muted")) {
+      if (cell.textContent === "Loading…") cell.textContent = `Not loaded: ${error.message || error}`;
+    }
+  }
+
   function poll(fn, ms) {
     let timer = null, stopped = false;
     async function tick() {
       let again = true;
-      try { again = await fn(); showError(null); } catch (e) { showError(e); }
+      try { again = await fn(); showError(null); } catch (e) { showError(e); settleLoading(e); }
       if (!stopped && again) timer = setTimeout(tick, ms);
     }
     tick();

@@ -47,7 +47,9 @@ const MetricCharts = (() => {
         axes: [{ label: "step", stroke: "#475569", grid: { stroke: "#eef2f7" }, incrs: STEP_INCRS },
                { stroke: "#475569", grid: { stroke: "#eef2f7" }, size: 60,
                  values: (u, vals) => vals.map((v) => (Math.abs(v) < 1e-3 && v !== 0 ? v.toExponential(2) : +v.toPrecision(4))) }],
-        series: [{ label: "step" }, ...group.series.map(([, label, color]) => ({ label, stroke: color, width: 1.75, spanGaps: true, points: { show: false } }))],
+        series: [{ label: "step" }, ...group.series.map(([, label, color]) => ({ label, stroke: color, width: 1.75, spanGaps: true,
+          // A line needs two steps: with fewer, the steps are drawn as dots so the chart is never empty.
+          points: { show: (u) => u.data[0].length < 2, size: 7 } }))],
         legend: { live: true },
         cursor: { drag: { x: true, y: false }, sync: { key: "cuset-steps" } },
       };
