@@ -113,11 +113,13 @@ const Cuset = (() => {
 
   function fmtTime(seconds) {
     if (!seconds) return "—";
+    // Always with its date: a time alone is ambiguous on a page left open overnight or read later.
     const d = new Date(seconds * 1000);
-    const now = new Date();
-    const sameDay = d.toDateString() === now.toDateString();
-    return sameDay ? d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" })
-                   : d.toLocaleString([], { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+    const thisYear = d.getFullYear() === new Date().getFullYear();
+    return d.toLocaleString([], {
+      ...(thisYear ? {} : { year: "numeric" }), month: "short", day: "numeric",
+      hour: "2-digit", minute: "2-digit", second: "2-digit",
+    });
   }
 
   function fmtDuration(seconds) {
