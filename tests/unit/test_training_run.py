@@ -366,7 +366,8 @@ def test_a_repo_id_trains_offline_from_the_hf_cache(tmp_path, hf_home):
     assert done.returncode == 0, done.stderr[-2000:]
     out = tmp_path / "out"
     assert (out / "adapter_model.safetensors").is_file()
-    assert json.loads((out / "cuset_base.json").read_text()) == {"base_model": "cuset-test/tiny-coder"}
+    marker = json.loads((out / "cuset_base.json").read_text())
+    assert marker == {"base_model": "cuset-test/tiny-coder", "prompt_style": "compact"}
 
 
 @pytest.mark.gpu
