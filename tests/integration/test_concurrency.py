@@ -150,9 +150,16 @@ def test_200_concurrent_pollers_each_see_their_job(loopback):
         ) as client:
 
             async def poll(job_id: str) -> httpx.Response:
-                # As a client should: a 503 says "busy, retry after N s" and is retried.
-                for _ in range(BUSY_RETRIES):
-                    response = await client.get(f"/v1/fine_tuning/jobs/{job_id}")
+                # As a client should: a 503 says "busy, retry after N s" and is retried, and so is a
+                # kept-alive connection the server closed (idle past its keep-alive timeout on a
+                # loaded machine) just as the request went out on it.
+                for attempt in range(BUSY_RETRIES):
+                    try:
+                        response = await client.get(f"/v1/fine_tuning/jobs/{job_id}")
+                    except (httpx.ReadError, httpx.RemoteProtocolError):
+                        if attempt == BUSY_RETRIES - 1:
+                            raise
+                        continue
                     if response.status_code != 503:
                         return response
                     busy.append(response)
