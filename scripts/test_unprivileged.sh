@@ -5,6 +5,8 @@
 # run in scripts/test.sh's parallel lane. Run as root
 # after scripts/setup.sh (scripts/test.sh runs it as its last lane); extra arguments go to pytest.
 # CUSET_CPU_PCH_DIR, when set, names tier 2's precompiled preludes, built beforehand and read here.
+# One test at a time: every sandbox here runs as the same uid, so parallel tests would share its
+# process limit (RLIMIT_NPROC) and one test's cap would trip on another's processes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +26,6 @@ chown "$USER_NAME" "$home"
 trap 'rm -rf "$home"' EXIT
 exec runuser -u "$USER_NAME" -- env -i PATH="$PATH" HOME="$home" PYTHONPATH="${PYTHONPATH:-}" LANG=C.UTF-8 PYTHONDONTWRITEBYTECODE=1 \
     ${CUSET_CPU_PCH_DIR:+CUSET_CPU_PCH_DIR="$CUSET_CPU_PCH_DIR"} \
-    .venv/bin/python -m pytest -p no:cacheprovider -q --durations=10 -n auto \
+    .venv/bin/python -m pytest -p no:cacheprovider -q --durations=10 \
     tests/security/test_forged_verdicts.py tests/security/test_sandbox_isolation.py \
     tests/security/test_sandbox_fail_closed.py tests/unit/test_verify_sandbox.py "$@"
