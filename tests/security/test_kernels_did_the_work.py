@@ -37,6 +37,7 @@ SETTINGS = VerifySettings(tier=Tier.CPU, limits=SandboxLimits(wall_s=300, cpu_s=
 # Every variant in one extension, so that all slow tests build the same library once.
 CUDA = r"""
 #include <torch/extension.h>
+#include <thread>
 __global__ void noop_kernel(const float* x, float* out) {}
 __global__ void rowsum_kernel(const float* x, float* out, int cols) {
     float total = 0.f;
@@ -83,8 +84,32 @@ torch::Tensor host_loop(torch::Tensor x) {
     noop_kernel<<<1, 1>>>(in, sums);
     return out;
 }
+// (3) Another order: the launch first, then torch in the binding writes the kernel's own output.
+torch::Tensor binding_copy(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    noop_kernel<<<1, 1>>>(x.data_ptr<float>(), out.data_ptr<float>());
+    out.copy_(x.sum(1));
+    return out;
+}
+// (4) Another thread: the host loop runs on a C++ thread of the binding's own.
+torch::Tensor thread_loop(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    const float* in = x.data_ptr<float>();
+    float* sums = out.data_ptr<float>();
+    int rows = x.size(0), cols = x.size(1);
+    std::thread worker([=] {
+        for (int r = 0; r < rows; ++r) {
+            double total = 0;
+            for (int c = 0; c < cols; ++c) total += in[r * cols + c];
+            sums[r] = total;
+        }
+    });
+    worker.join();
+    noop_kernel<<<1, 1>>>(in, sums);
+    return out;
+}
 """
-FUNCTIONS = ["rowsum", "halve_", "launch_only", "binding_sum", "host_loop"]
+FUNCTIONS = ["rowsum", "halve_", "launch_only", "binding_sum", "host_loop", "binding_copy", "thread_loop"]
 SIGNATURES = "\n".join(
     [
         "torch::Tensor rowsum(torch::Tensor x);",
@@ -92,6 +117,8 @@ SIGNATURES = "\n".join(
         "torch::Tensor launch_only(torch::Tensor x);",
         "torch::Tensor binding_sum(torch::Tensor x);",
         "torch::Tensor host_loop(torch::Tensor x);",
+        "torch::Tensor binding_copy(torch::Tensor x);",
+        "torch::Tensor thread_loop(torch::Tensor x);",
     ]
 )
 
@@ -157,6 +184,19 @@ def test_torch_compute_inside_the_extension_binding_is_a_fallback(libraries):
 @pytest.mark.slow
 def test_a_host_loop_over_data_ptr_beside_a_no_op_launch_is_a_fallback(libraries):
     assert_kernels_off_fallback(tier2("        return ext.host_loop(x)", libraries))
+
+
+@pytest.mark.slow
+def test_torch_in_the_binding_writing_the_kernels_output_after_its_launch_is_a_fallback(libraries):
+    # On tier 2's torch bridge, ``out.copy_(x.sum(1))`` in C++ runs through Python's torch.
+    result = tier2("        return ext.binding_copy(x)", libraries)
+    assert result.built_with == {"rowsum_ext_cuset0": "bridge"}
+    assert_kernels_off_fallback(result)
+
+
+@pytest.mark.slow
+def test_a_host_loop_on_a_cpp_thread_of_the_binding_is_a_fallback(libraries):
+    assert_kernels_off_fallback(tier2("        return ext.thread_loop(x)", libraries))
 
 
 @pytest.mark.slow
