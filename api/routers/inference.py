@@ -79,11 +79,17 @@ def _decoding(body: Decoding, max_tokens: int) -> dict[str, Any]:
 
 
 def _submit(
-    session: Session, settings: Settings, owner: str, model: str, kind: str, request: GenerationRequest
+    session: Session,
+    settings: Settings,
+    owner: str,
+    model: str,
+    kind: str,
+    request: GenerationRequest,
+    spec: str | None = None,
 ) -> Snapshot:
     """Create the queued row and enqueue its decoding (by the worker, or the engine serving the
-    model); the row as created."""
-    spec = model_spec(session, settings, owner, model)
+    model); the row as created. ``spec``: the model's spec when the caller resolved it already."""
+    spec = spec or model_spec(session, settings, owner, model)
     engine = engine_route_for(session, settings, owner, model)
     row = Generation(
         id=new_id("gen"),
@@ -334,7 +340,7 @@ async def create_generation(body: GenerateRequest, session: SessionDep, settings
     model with its error; ``samples`` then lists every attempt and ``chosen`` the passing one."""
     spec = await run_in_threadpool(model_spec, session, settings, owner, body.model)
     request = _generate_request(settings, body, recorded_prompt_style(spec))
-    created = await run_in_threadpool(_submit, session, settings, owner, body.model, "generate", request)
+    created = await run_in_threadpool(_submit, session, settings, owner, body.model, "generate", request, spec)
     if body.stream:
         return _event_stream(_generate_events(settings, created))
     done = await wait_final(settings, created.id)

@@ -167,11 +167,3 @@ def binary(op: str, a: Any, b: Any) -> Any:
     import operator
 
     return getattr(operator, op)(a, b)
-
-
-def index_of(dtype: Any) -> int:
-    """ScalarType index of a torch dtype (-1 when the stand-in has none)."""
-    try:
-        return dtypes().index(dtype)
-    except ValueError:
-        return -1
