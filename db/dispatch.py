@@ -1,5 +1,6 @@
-"""Task names, queues and the Celery app both sides share: the API enqueues by name, the worker
-(worker/) registers the tasks. It lives in db/ because api/ and worker/ depend only on db/.
+"""Task names, queues, the Celery app and the typed senders both sides share: the API and the
+workers send through ``send_*``, and the worker (worker/) registers each task under its
+``TaskName``. It lives in db/ because api/ and worker/ depend only on db/.
 
 Postgres is the source of truth; a message only says "look at row X". Tasks are acked late with
 prefetch 1, so a worker that dies mid-task leaves its message to be redelivered, and the reaper
@@ -9,6 +10,7 @@ prefetch 1, so a worker that dies mid-task leaves its message to be redelivered,
 from __future__ import annotations
 
 from collections.abc import Iterable
+from enum import StrEnum
 from functools import lru_cache
 
 from celery import Celery, group
@@ -24,21 +26,40 @@ QUEUES = (TRAIN_QUEUE, INFER_QUEUE, CPU_QUEUE)
 # moved to their task's queue (worker/legacy_queue.py); nothing sends to it any more.
 LEGACY_GPU_QUEUE = "gpu"
 
-# Task name -> queue. Training has a queue of its own so that a run that takes days never
-# holds up decoding; infer is the rest of the GPU work (decoding, confidence, tier 3); cpu is
-# file validation, tiers 0-2 and bookkeeping.
-ROUTES: dict[str, str] = {
-    "cuset.tune": TRAIN_QUEUE,
-    "cuset.generate": INFER_QUEUE,
-    "cuset.verify_gpu": INFER_QUEUE,
-    "cuset.confidence": INFER_QUEUE,
-    "cuset.eval": INFER_QUEUE,
-    "cuset.eval_verify_gpu": INFER_QUEUE,
-    "cuset.eval_repair": INFER_QUEUE,
-    "cuset.validate_job_files": CPU_QUEUE,
-    "cuset.verify_sample": CPU_QUEUE,
-    "cuset.eval_verify": CPU_QUEUE,
-    "cuset.reap": CPU_QUEUE,
+
+class TaskName(StrEnum):
+    """Every task the worker registers; the senders below and the task definitions both use it."""
+
+    TUNE = "cuset.tune"
+    GENERATE = "cuset.generate"
+    GENERATE_REPAIR = "cuset.generate_repair"
+    VERIFY_SAMPLE = "cuset.verify_sample"
+    VERIFY_GPU = "cuset.verify_gpu"
+    CONFIDENCE = "cuset.confidence"
+    EVAL = "cuset.eval"
+    EVAL_VERIFY = "cuset.eval_verify"
+    EVAL_VERIFY_GPU = "cuset.eval_verify_gpu"
+    EVAL_REPAIR = "cuset.eval_repair"
+    VALIDATE_JOB_FILES = "cuset.validate_job_files"
+    REAP = "cuset.reap"
+
+
+# Task -> queue. Training has a queue of its own so that a run that takes days never holds up
+# decoding; infer is the rest of the GPU work (decoding, confidence, tier 3); cpu is file
+# validation, tiers 0-2 and bookkeeping.
+ROUTES: dict[TaskName, str] = {
+    TaskName.TUNE: TRAIN_QUEUE,
+    TaskName.GENERATE: INFER_QUEUE,
+    TaskName.GENERATE_REPAIR: INFER_QUEUE,
+    TaskName.VERIFY_GPU: INFER_QUEUE,
+    TaskName.CONFIDENCE: INFER_QUEUE,
+    TaskName.EVAL: INFER_QUEUE,
+    TaskName.EVAL_VERIFY_GPU: INFER_QUEUE,
+    TaskName.EVAL_REPAIR: INFER_QUEUE,
+    TaskName.VALIDATE_JOB_FILES: CPU_QUEUE,
+    TaskName.VERIFY_SAMPLE: CPU_QUEUE,
+    TaskName.EVAL_VERIFY: CPU_QUEUE,
+    TaskName.REAP: CPU_QUEUE,
 }
 
 
@@ -48,7 +69,7 @@ def make_celery(settings: Settings) -> Celery:
     app.conf.update(
         task_queues=[Queue(name) for name in QUEUES],
         task_default_queue=CPU_QUEUE,
-        task_routes={name: {"queue": queue} for name, queue in ROUTES.items()},
+        task_routes={task.value: {"queue": queue} for task, queue in ROUTES.items()},
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
@@ -56,7 +77,7 @@ def make_celery(settings: Settings) -> Celery:
         broker_transport_options=_transport_options(settings),
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
-        beat_schedule={"reap": {"task": "cuset.reap", "schedule": settings.reaper_interval_s}},
+        beat_schedule={"reap": {"task": TaskName.REAP.value, "schedule": settings.reaper_interval_s}},
     )
     return app
 
@@ -84,18 +105,65 @@ def producer_for(settings: Settings) -> Celery:
     return _producer(settings.resolved_broker_url, settings.broker_key_prefix, settings.visibility_timeout_s)
 
 
-def enqueue(settings: Settings, task: str, *args) -> None:
-    """Send ``task`` (a name in ROUTES) with ``args`` to its queue."""
-    if task not in ROUTES:
-        raise KeyError(f"unknown task {task!r}")
-    producer_for(settings).send_task(task, args=list(args))
+def _send(settings: Settings, task: TaskName, *ids: str | int) -> None:
+    producer_for(settings).send_task(task.value, args=list(ids))
 
 
-def enqueue_group(settings: Settings, task: str, calls: Iterable[tuple]) -> None:
-    """Send one ``task`` message per argument tuple of ``calls``, as one Celery group (spread
-    over every worker of the task's queue). No result backend: each task records its result in
-    the database, and the last one to finish settles the parent row."""
-    if task not in ROUTES:
-        raise KeyError(f"unknown task {task!r}")
+# The senders: one per task, each message a row's id (and an index into that row), never the
+# row's data. A task reads what it needs from the database, so a redelivered message or one that
+# waited while the row changed acts on the row as it is now.
+
+
+def send_validate_job_files(settings: Settings, job_id: str) -> None:
+    """Check the files of job ``job_id`` (``validating_files``), then queue its training."""
+    _send(settings, TaskName.VALIDATE_JOB_FILES, job_id)
+
+
+def send_tune(settings: Settings, job_id: str) -> None:
+    """Run one attempt of job ``job_id`` (``queued``)."""
+    _send(settings, TaskName.TUNE, job_id)
+
+
+def send_generate(settings: Settings, generation_id: str) -> None:
+    """Decode the drawn samples of generation ``generation_id`` (``queued``)."""
+    _send(settings, TaskName.GENERATE, generation_id)
+
+
+def send_generate_repair(settings: Settings, generation_id: str, index: int) -> None:
+    """Decode repair attempt ``index`` of generation ``generation_id`` (appended by settling)."""
+    _send(settings, TaskName.GENERATE_REPAIR, generation_id, index)
+
+
+def send_verify_sample(settings: Settings, generation_id: str, index: int, *, gpu: bool) -> None:
+    """Verify attempt ``index`` of generation ``generation_id``: on the infer queue at tier gpu
+    (its workers hold the GPUs), else on the cpu queue."""
+    _send(settings, TaskName.VERIFY_GPU if gpu else TaskName.VERIFY_SAMPLE, generation_id, index)
+
+
+def send_confidence(settings: Settings, generation_id: str) -> None:
+    """Measure the token confidence generation ``generation_id`` (kind confidence) asks for."""
+    _send(settings, TaskName.CONFIDENCE, generation_id)
+
+
+def send_eval(settings: Settings, eval_id: str) -> None:
+    """Generate every problem of eval ``eval_id`` (``queued``)."""
+    _send(settings, TaskName.EVAL, eval_id)
+
+
+def send_eval_verify(settings: Settings, eval_id: str, problem_ids: Iterable[str], *, gpu: bool) -> None:
+    """Verify the stored attempts of each of ``problem_ids`` of eval ``eval_id``, one message per
+    problem, as one Celery group (spread over every worker of the queue). No result backend: each
+    task records its problem in the database and the last one settles the eval."""
+    task = (TaskName.EVAL_VERIFY_GPU if gpu else TaskName.EVAL_VERIFY).value
     producer = producer_for(settings)
-    group(producer.signature(task, args=list(args)) for args in calls).apply_async()
+    group(producer.signature(task, args=[eval_id, problem_id]) for problem_id in problem_ids).apply_async()
+
+
+def send_eval_repair(settings: Settings, eval_id: str, problem_id: str) -> None:
+    """Decode the next round of repairs of problem ``problem_id`` of eval ``eval_id``."""
+    _send(settings, TaskName.EVAL_REPAIR, eval_id, problem_id)
+
+
+def send_reap(settings: Settings) -> None:
+    """Run one pass of the reaper now (it also runs on beat's schedule)."""
+    _send(settings, TaskName.REAP)

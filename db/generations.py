@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from cuset_core.generation.prompts import repairable
 from cuset_core.verify.result import VerifyResult
-from db.dispatch import enqueue
+from db.dispatch import send_generate_repair
 from db.model_specs import EngineRoute
 from db.models import Generation
 from db.settings import Settings
@@ -205,4 +205,4 @@ def settle(row: Generation, request: GenerationRequest, samples: list[Generation
 def decode_repairs(settings: Settings, generation_id: str, repairs: list[GenerationSample]) -> None:
     """Send the repair attempts ``settle`` appended to ``cuset.generate`` (after the commit)."""
     for repair in repairs:
-        enqueue(settings, "cuset.generate", generation_id, repair.index)
+        send_generate_repair(settings, generation_id, repair.index)

@@ -13,7 +13,9 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from cuset_core.evaluation.runner import Answer, SampleRecord
 from db.statuses import EvalStatus, GenerationStatus, JobStatus
+from db.typed_json import TypedJSON
 
 DEFAULT_OWNER = "local"
 RESULTS_PURPOSE = "fine-tune-results"  # OpenAI's purpose of the files a tuning job produced
@@ -199,11 +201,34 @@ class Eval(Base):
 
 
 class EvalProblem(Base):
-    """One problem's row of an eval: pass counts per tier and every sample with its result."""
+    """One problem of an eval: its code from when its answers were generated, then, once every
+    attempt is verified (``recorded``), its pass counts per tier and every sample with its result."""
 
     __tablename__ = "eval_problems"
 
     eval_id: Mapped[str] = mapped_column(ForeignKey("evals.id", ondelete="CASCADE"), primary_key=True)
     problem_id: Mapped[str] = mapped_column(String(255), primary_key=True)
-    row: Mapped[dict[str, Any]] = mapped_column()
-    samples: Mapped[list[Any]] = mapped_column()
+    code: Mapped[str | None] = mapped_column(Text)  # None in rows stored before attempts had rows
+    row: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    samples: Mapped[list[Any] | None] = mapped_column(JSON)
+
+    @classmethod
+    def recorded(cls):
+        """The SQL condition of a problem whose row is written."""
+        return cls.row.is_not(None)
+
+
+class EvalAttempt(Base):
+    """One attempt at a problem of an eval: a drawn answer (round 0) or the repair of attempt
+    ``repair_of`` (round r), and once verified, its scored record. The eval's tasks pass only
+    ``(eval_id, problem_id)``; what they work on is here."""
+
+    __tablename__ = "eval_attempts"
+
+    eval_id: Mapped[str] = mapped_column(ForeignKey("evals.id", ondelete="CASCADE"), primary_key=True)
+    problem_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    round: Mapped[int] = mapped_column(Integer, default=0)
+    repair_of: Mapped[int | None] = mapped_column(Integer)
+    answer: Mapped[Answer] = mapped_column(TypedJSON(Answer))
+    record: Mapped[SampleRecord | None] = mapped_column(TypedJSON(SampleRecord))

@@ -1,15 +1,14 @@
 """Follow a training subprocess: copy its progress JSONL into the database as it grows, beat the
 job's heartbeat, and pass a cancel request on (CANCEL file + SIGTERM).
 
-Line types (cuset_core/training/callbacks.py): ``progress`` -> a JobMetric row and the job's
-step/total_steps/trained_tokens/eta_s; ``event`` -> a JobEvent; ``checkpoint`` -> a Checkpoint
-row (path relative to the artifact root); ``eval`` -> eval_loss on that step's metrics;
-``done`` and ``error`` end the run and are returned to the caller.
+Lines (cuset_core/training/progress_lines.py): a ``StepLine`` -> a JobMetric row and the job's
+step/total_steps/trained_tokens/eta_s; an ``EventLine`` -> a JobEvent; a ``CheckpointLine`` -> a
+Checkpoint row (path relative to the artifact root); an ``EvalLine`` -> eval_loss on that step's
+metrics; ``DoneLine`` and ``ErrorLine`` end the run and are returned to the caller.
 """
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import time
@@ -20,6 +19,16 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from cuset_core.training.progress_lines import (
+    CheckpointLine,
+    DoneLine,
+    ErrorLine,
+    EvalLine,
+    EventLine,
+    ProgressLine,
+    StepLine,
+    parse_line,
+)
 from db.ids import new_id
 from db.job_rows import add_event, beat
 from db.models import Checkpoint, Job, JobMetric
@@ -27,7 +36,6 @@ from db.session import session_scope
 from db.settings import Settings
 
 POLL_S = 0.25  # how often the progress file and the process are looked at
-_NOT_METRICS = {"type", "time", "step", "max_steps", "trained_tokens", "eta_s"}
 
 
 class ProgressFollower:
@@ -37,7 +45,7 @@ class ProgressFollower:
     def __init__(self, path: Path, offset: int = 0):
         self.path, self.offset = path, offset
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self) -> list[ProgressLine]:
         if not self.path.is_file():
             return []
         with self.path.open("rb") as handle:
@@ -45,15 +53,8 @@ class ProgressFollower:
             chunk = handle.read()
         end = chunk.rfind(b"\n") + 1
         self.offset += end
-        lines = []
-        for raw in chunk[:end].splitlines():
-            try:
-                line = json.loads(raw)
-            except ValueError:
-                continue  # a torn line (the writer was killed mid-write) carries nothing usable
-            if isinstance(line, dict):
-                lines.append(line)
-        return lines
+        # A torn line (the writer was killed mid-write) carries nothing usable.
+        return [line for raw in chunk[:end].splitlines() if (line := parse_line(raw)) is not None]
 
 
 @dataclass
@@ -61,7 +62,7 @@ class RunReport:
     """What a supervised run ended with."""
 
     returncode: int | None = None
-    done: dict[str, Any] | None = None
+    done: DoneLine | None = None
     error: str | None = None
     cancel_sent: bool = False
     wall_clock_hit: bool = False  # stopped because it ran past ``settings.job_max_wall_s``
@@ -76,59 +77,52 @@ class Recorder:
     def __init__(self, settings: Settings, job_id: str, attempt: int):
         self.settings, self.job_id, self.attempt = settings, job_id, attempt
 
-    def record(self, session: Session, lines: list[dict[str, Any]], report: RunReport) -> None:
+    def record(self, session: Session, lines: list[ProgressLine], report: RunReport) -> None:
         for line in lines:
-            kind = line.get("type")
-            if kind == "progress":
-                self._progress(session, line, report)
-            elif kind == "event" and line.get("topic") != "data":  # the validation step reported the data once
-                add_event(session, self.job_id, str(line.get("message", "")), level=str(line.get("level", "info")))
-            elif kind == "checkpoint":
-                self._checkpoint(session, line, report)
-            elif kind == "eval":
-                self._eval(session, line)
-            elif kind == "done":
-                report.done = line
-            elif kind == "error":
-                report.error = str(line.get("message", "training failed"))
-                add_event(session, self.job_id, f"Error: {report.error}", level="error")
+            match line:
+                case StepLine():
+                    self._progress(session, line, report)
+                case EventLine(topic="data"):
+                    pass  # the validation step reported the data once
+                case EventLine():
+                    add_event(session, self.job_id, line.message, level=line.level)
+                case CheckpointLine():
+                    self._checkpoint(session, line, report)
+                case EvalLine():
+                    self._eval(session, line)
+                case DoneLine():
+                    report.done = line
+                case ErrorLine():
+                    report.error = line.message
+                    add_event(session, self.job_id, f"Error: {report.error}", level="error")
 
-    def _progress(self, session: Session, line: dict[str, Any], report: RunReport) -> None:
-        step = int(line["step"])
-        values = {k: v for k, v in line.items() if k not in _NOT_METRICS}
-        session.merge(JobMetric(job_id=self.job_id, step=step, values=values, created_at=line.get("time", time.time())))
+    def _progress(self, session: Session, line: StepLine, report: RunReport) -> None:
+        step, values = line.step, line.metrics()
+        session.merge(JobMetric(job_id=self.job_id, step=step, values=values, created_at=line.time))
         session.execute(
             update(Job)
             .where(Job.id == self.job_id, Job.attempts == self.attempt)
-            .values(
-                step=step,
-                total_steps=line.get("max_steps"),
-                trained_tokens=line.get("trained_tokens"),
-                eta_s=line.get("eta_s"),
-            )
+            .values(step=step, total_steps=line.max_steps, trained_tokens=line.trained_tokens, eta_s=line.eta_s)
         )
-        loss = values.get("loss")
-        summary = (
-            f"Step {step}/{line.get('max_steps')}: training loss={loss:.4f}"
-            if isinstance(loss, float)
-            else f"Step {step}/{line.get('max_steps')}"
-        )
+        summary = f"Step {step}/{line.max_steps}" + ("" if line.loss is None else f": training loss={line.loss:.4f}")
         add_event(
             session,
             self.job_id,
             summary,
             data={
                 "step": step,
-                "train_loss": loss,
-                "total_steps": line.get("max_steps"),
-                **{k: values.get(k) for k in ("kept_ratio", "learning_rate", "tokens_per_s")},
+                "train_loss": line.loss,
+                "total_steps": line.max_steps,
+                "kept_ratio": line.kept_ratio,
+                "learning_rate": line.learning_rate,
+                "tokens_per_s": line.tokens_per_s,
             },
         )
-        report.last_step, report.last_metrics = step, {"train_loss": loss, **values}
+        report.last_step, report.last_metrics = step, {"train_loss": line.loss, **values}
 
-    def _checkpoint(self, session: Session, line: dict[str, Any], report: RunReport) -> None:
-        step = int(line["step"])
-        path = Path(line["path"]).resolve()
+    def _checkpoint(self, session: Session, line: CheckpointLine, report: RunReport) -> None:
+        step = line.step
+        path = Path(line.path).resolve()
         relative = (
             str(path.relative_to(self.settings.artifacts))
             if path.is_relative_to(self.settings.artifacts)
@@ -142,16 +136,16 @@ class Recorder:
             existing.path, existing.metrics = relative, metrics
         add_event(session, self.job_id, f"Checkpoint saved at step {step}")
 
-    def _eval(self, session: Session, line: dict[str, Any]) -> None:
-        step = int(line["step"])
+    def _eval(self, session: Session, line: EvalLine) -> None:
+        step = line.step
         row = session.get(JobMetric, (self.job_id, step))
         if row is not None:
-            row.values = {**row.values, "eval_loss": line.get("eval_loss")}
+            row.values = {**row.values, "eval_loss": line.eval_loss}
         add_event(
             session,
             self.job_id,
-            f"Step {step}: validation loss={line.get('eval_loss')}",
-            data={"step": step, "valid_loss": line.get("eval_loss")},
+            f"Step {step}: validation loss={line.eval_loss}",
+            data={"step": step, "valid_loss": line.eval_loss},
         )
 
 

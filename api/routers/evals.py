@@ -27,7 +27,7 @@ from cuset_core.evaluation.inputs import EvalInputError
 from cuset_core.evaluation.runner import EvalConfig, load_problems
 from cuset_core.evaluation.settings import VerificationSettings
 from cuset_core.models import recorded_prompt_style
-from db.dispatch import enqueue
+from db.dispatch import send_eval
 from db.evals import read_row, read_samples
 from db.ids import new_id
 from db.models import Eval, EvalProblem, File
@@ -145,7 +145,7 @@ def create_eval(body: EvalCreate, session: SessionDep, settings: SettingsDep, ow
     )
     session.add(row)
     session.commit()
-    enqueue(settings, "cuset.eval", row.id)
+    send_eval(settings, row.id)
     return _view(row)
 
 
@@ -182,7 +182,7 @@ def list_eval_problems(
     owned_or_404(session, Eval, eval_id, owner, "eval")
     rows = keyset_rows(
         session,
-        select(EvalProblem).where(EvalProblem.eval_id == eval_id),
+        select(EvalProblem).where(EvalProblem.eval_id == eval_id, EvalProblem.recorded()),
         (EvalProblem.problem_id,),
         None if after is None else (after,),
         limit,

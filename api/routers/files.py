@@ -38,7 +38,7 @@ from api.storage import Upload, accept, receive_upload, remove_quietly, sanitize
 from api.streaming import wait_final
 from cuset_core.analysis.analyze import analyze_answer
 from cuset_core.evaluation.confidence_settings import ReportSettings
-from db.dispatch import enqueue
+from db.dispatch import send_confidence
 from db.ids import new_id
 from db.models import RESULTS_PURPOSE, Eval, File, Generation, Job
 from db.settings import Settings
@@ -358,5 +358,5 @@ def _submit_confidence(session: Session, settings: Settings, owner: str, file_id
     )
     session.add(row)
     session.commit()
-    enqueue(settings, "cuset.confidence", row.id)
+    send_confidence(settings, row.id)
     return row.id

@@ -37,7 +37,7 @@ from api.schemas.inference import (
 from api.streaming import DONE, Snapshot, failure_error, follow, sse, wait_final
 from cuset_core.generation.prompts import PromptStyle, build_messages
 from cuset_core.models import recorded_prompt_style
-from db.dispatch import enqueue
+from db.dispatch import send_generate
 from db.generations import GenerationRequest, GenerationSample, chosen_attempt, read_samples
 from db.ids import new_id
 from db.model_specs import engine_route_for
@@ -102,7 +102,7 @@ def _submit(
     )
     session.add(row)
     session.commit()
-    enqueue(settings, "cuset.generate", row.id)
+    send_generate(settings, row.id)
     return Snapshot(row.id, row.model, row.status, [], None, None, None, row.created_at)
 
 

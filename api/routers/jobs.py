@@ -30,7 +30,7 @@ from api.schemas.jobs import (
 )
 from cuset_core.models import ModelNotFoundError, ModelOptionError, Quantization, check_load_options, resolve_model
 from cuset_core.training.tracking import missing_packages
-from db.dispatch import enqueue
+from db.dispatch import send_validate_job_files
 from db.ids import new_id
 from db.job_rows import add_event, cancel
 from db.model_specs import tuned_job
@@ -228,7 +228,7 @@ def create_job(
         return job_object(earlier)
     add_event(session, job.id, "Job created")
     session.commit()
-    enqueue(settings, "cuset.validate_job_files", job.id)
+    send_validate_job_files(settings, job.id)
     return job_object(job)
 
 

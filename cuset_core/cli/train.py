@@ -18,6 +18,15 @@ from cuset_core.generation.prompts import PromptStyle as PromptStyleName
 from cuset_core.models import DtypeName
 from cuset_core.objectives.config import MethodName
 from cuset_core.training.config import ConfigError, parse_config
+from cuset_core.training.progress_lines import (
+    CheckpointLine,
+    DoneLine,
+    ErrorLine,
+    EvalLine,
+    EventLine,
+    StepLine,
+    parse_line,
+)
 
 EXIT_BAD_USAGE = 2
 JOB_FILE = "job.json"
@@ -108,30 +117,24 @@ def follow(process: subprocess.Popen, console: Console) -> int:
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"))
     with Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task("tuning", total=None, info="")
-        for line in process.stdout:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            kind = record.get("type")
-            if kind == "progress":
-                eta = record.get("eta_s")
-                loss = record.get("loss")
-                info = f"loss {loss:.4f}" if loss is not None else "loss nan"
-                info += f"  {record.get('tokens_per_s') or 0:.0f} tok/s"
-                info += f"  eta {eta:.0f}s" if eta is not None else ""
-                bar.update(task, total=record["max_steps"], completed=record["step"], info=info)
-            elif kind == "event":
-                style = {"warning": "yellow", "error": "red"}.get(record.get("level"), "dim")
-                bar.console.print(f"[{style}]{record['message']}[/{style}]")
-            elif kind == "checkpoint":
-                bar.console.print(f"[dim]checkpoint {record['path']}[/dim]")
-            elif kind == "eval":
-                bar.console.print(f"step {record['step']}: eval loss {record['eval_loss']:.4f}")
-            elif kind == "done":
-                bar.console.print(f"[green]done: {record['steps']} steps, saved to {record['output_dir']}[/green]")
-            elif kind == "error":
-                bar.console.print(f"[red]error: {record['message']}[/red]")
+        for raw in process.stdout:
+            match parse_line(raw):
+                case StepLine() as step:
+                    info = "loss nan" if step.loss is None else f"loss {step.loss:.4f}"
+                    info += f"  {step.tokens_per_s:.0f} tok/s"
+                    info += "" if step.eta_s is None else f"  eta {step.eta_s:.0f}s"
+                    bar.update(task, total=step.max_steps, completed=step.step, info=info)
+                case EventLine() as event:
+                    style = {"warning": "yellow", "error": "red"}.get(event.level, "dim")
+                    bar.console.print(f"[{style}]{event.message}[/{style}]")
+                case CheckpointLine() as checkpoint:
+                    bar.console.print(f"[dim]checkpoint {checkpoint.path}[/dim]")
+                case EvalLine(eval_loss=float(loss)) as evaluated:
+                    bar.console.print(f"step {evaluated.step}: eval loss {loss:.4f}")
+                case DoneLine() as done:
+                    bar.console.print(f"[green]done: {done.steps} steps, saved to {done.output_dir}[/green]")
+                case ErrorLine() as error:
+                    bar.console.print(f"[red]error: {error.message}[/red]")
     return process.wait()
 
 

@@ -439,11 +439,13 @@ def score_problem(
     problem: Problem, answers: list[Answer], settings: VerifySettings, cache_dir: Path | None, use_cache: bool
 ) -> tuple[ProblemRow, list[SampleRecord]]:
     """Verify every answer of one problem; its row (greedy and i.i.d. apart) and the samples."""
-    records = [_scored(problem, index, sample, settings, cache_dir, use_cache) for index, sample in enumerate(answers)]
+    records = [
+        score_attempt(problem, index, sample, settings, cache_dir, use_cache) for index, sample in enumerate(answers)
+    ]
     return row_of(problem.id, records), records
 
 
-def _scored(
+def score_attempt(
     problem: Problem,
     index: int,
     sample: Answer,
@@ -530,7 +532,7 @@ def score_repairs(
     """Verify each ``(index, answer)`` of ``repairs`` as the repair of attempt ``index`` of
     ``records`` (one problem's attempts) and append it there."""
     for index, answer in repairs:
-        records.append(_scored(problem, len(records), answer, settings, cache_dir, use_cache, records[index]))
+        records.append(score_attempt(problem, len(records), answer, settings, cache_dir, use_cache, records[index]))
 
 
 def repair(

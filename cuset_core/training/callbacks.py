@@ -20,24 +20,19 @@ import torch.distributed as dist
 from transformers import TrainerCallback
 
 from cuset_core.objectives.state import ObjectiveState
+from cuset_core.training.progress_lines import (
+    OBJECTIVE_METRICS,
+    CheckpointLine,
+    ErrorLine,
+    EvalLine,
+    EventLevel,
+    EventLine,
+    ProgressLine,
+    StepLine,
+)
 
 CANCEL_FILE = "CANCEL"
 OBJECTIVE_STATE_FILE = "objective_state.json"
-PROGRESS_METRICS = (
-    "ce",
-    "kept_ratio",
-    "dropped_grad_share",
-    "mask_ratio",
-    "tau_hi",
-    "tau_lo",
-    "sensitive_share",
-    "p_sensitive_mean",
-    "p_nonsensitive_mean",
-    "low_conf_region_share",
-    "weight_mean",
-    "weight_max",
-    "weight_normaliser",
-)
 
 
 def is_main_process() -> bool:
@@ -65,25 +60,24 @@ class ProgressWriter:
         if self.enabled and path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
 
-    def write(self, record: dict) -> None:
+    def write(self, record: ProgressLine) -> None:
         """Write one line; non-finite floats become null so the line stays valid JSON."""
         if not self.enabled:
             return
-        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
-        line = json.dumps({**clean, "time": round(time.time(), 3)})
+        line = record.model_dump_json()
         if self.path is not None:
             with self.path.open("a", encoding="utf-8") as handle:
                 handle.write(line + "\n")
         self.stream.write(line + "\n")
         self.stream.flush()
 
-    def event(self, message: str, level: str = "info", topic: str | None = None) -> None:
+    def event(self, message: str, level: EventLevel = "info", topic: str | None = None) -> None:
         """A line for humans; ``topic`` lets a supervisor tell kinds apart (``"data"``: what loading
         a data file found, which the service has already reported when it validated the file)."""
-        self.write({"type": "event", "level": level, "message": message, **({"topic": topic} if topic else {})})
+        self.write(EventLine(level=level, message=message, topic=topic))
 
     def error(self, message: str) -> None:
-        self.write({"type": "error", "message": message})
+        self.write(ErrorLine(message=message))
 
 
 class MetricStash:
@@ -156,28 +150,27 @@ class ProgressCallback(TrainerCallback):
         tokens = state.num_input_tokens_seen
         eta = (state.max_steps - state.global_step) * elapsed / steps_done if steps_done > 0 else None
         self.writer.write(
-            {
-                "type": "progress",
-                "step": state.global_step,
-                "max_steps": state.max_steps,
-                "epoch": round(state.epoch or 0.0, 4),
-                "loss": logs["loss"],
-                **{name: metrics.get(name) for name in PROGRESS_METRICS},
-                "learning_rate": logs.get("learning_rate"),
-                "grad_norm": logs.get("grad_norm"),
-                "tokens_per_s": round((tokens - self._start_tokens) / elapsed, 2),
-                "trained_tokens": int(tokens),
-                "eta_s": round(eta, 1) if eta is not None else None,
-            }
+            StepLine(
+                step=state.global_step,
+                max_steps=state.max_steps,
+                epoch=round(state.epoch or 0.0, 4),
+                loss=logs["loss"],
+                **{name: metrics.get(name) for name in OBJECTIVE_METRICS},
+                learning_rate=logs.get("learning_rate"),
+                grad_norm=logs.get("grad_norm"),
+                tokens_per_s=round((tokens - self._start_tokens) / elapsed, 2),
+                trained_tokens=int(tokens),
+                eta_s=round(eta, 1) if eta is not None else None,
+            )
         )
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if metrics and "eval_loss" in metrics:
-            self.writer.write({"type": "eval", "step": state.global_step, "eval_loss": metrics["eval_loss"]})
+            self.writer.write(EvalLine(step=state.global_step, eval_loss=metrics["eval_loss"]))
 
     def on_save(self, args, state, control, **kwargs):
         path = checkpoint_dir(args, state)
-        self.writer.write({"type": "checkpoint", "step": state.global_step, "path": str(path)})
+        self.writer.write(CheckpointLine(step=state.global_step, path=str(path)))
 
 
 class ObjectiveStateCallback(TrainerCallback):

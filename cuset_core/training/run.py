@@ -32,6 +32,7 @@ from cuset_core.training.callbacks import (
     SigtermCallback,
 )
 from cuset_core.training.config import ConfigError, TuneConfig, read_config
+from cuset_core.training.progress_lines import DoneLine
 from cuset_core.training.tracking import report_to, tracking_env
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
@@ -299,13 +300,12 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
         base_spec = config.model if named else str(Path(config.model).resolve())
         write_base_spec(config.output_dir, base_spec, config.prompt_style)
     writer.write(
-        {
-            "type": "done",
-            "output_dir": str(config.output_dir),
-            "adapter_path": str(config.output_dir) if config.lora is not None else None,
-            "steps": outcome.steps,
-            "train_tokens": outcome.train_tokens,
-        }
+        DoneLine(
+            output_dir=str(config.output_dir),
+            adapter_path=str(config.output_dir) if config.lora is not None else None,
+            steps=outcome.steps,
+            train_tokens=outcome.train_tokens,
+        )
     )
     return outcome
 

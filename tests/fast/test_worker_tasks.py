@@ -231,6 +231,6 @@ def test_a_failing_attempt_gets_a_repair_queued_for_decoding(task_settings):
     assert row.status == GenerationStatus.VERIFYING
     assert samples[0].verification.verdict == "no_code"
     assert (len(samples), samples[1].round, samples[1].repair_of) == (2, 1, 0)
-    assert enqueued(task_settings) == [("cuset.generate", [generation_id, 1])]
+    assert enqueued(task_settings) == [("cuset.generate_repair", [generation_id, 1])]
     verify_sample.run(generation_id, 0)  # a redelivery of a settled attempt adds nothing
     assert len(read_samples(stored_row(task_settings.resolved_database_url, Generation, generation_id).samples)) == 2

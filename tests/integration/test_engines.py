@@ -238,7 +238,7 @@ def test_readyz_reports_each_engine(front, service_settings, server):
 
 
 def test_an_engine_that_cannot_be_reached_fails_the_generation_with_the_reason(front):
-    from db.dispatch import enqueue
+    from db.dispatch import send_generate
     from db.generations import GenerationRequest
     from db.ids import new_id
     from db.model_specs import EngineRoute
@@ -253,7 +253,7 @@ def test_an_engine_that_cannot_be_reached_fails_the_generation_with_the_reason(f
         )
         session.add(row)
         generation_id = row.id
-    enqueue(front.settings, "cuset.generate", generation_id)
+    send_generate(front.settings, generation_id)
 
     def failed() -> dict | None:
         with session_scope(url) as session:

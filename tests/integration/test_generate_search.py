@@ -17,7 +17,7 @@ from cuset_core.demo import demo_problems
 from cuset_core.generation.prompts import build_messages, repair_messages
 from cuset_core.generation.sampling import render_prompt
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
-from db.dispatch import enqueue
+from db.dispatch import send_generate, send_verify_sample
 from db.generations import GenerationRequest, locked_generation, read_samples, settle
 from db.models import Generation
 from db.session import session_scope
@@ -137,7 +137,7 @@ SOLVED = f"```python\n{PROBLEM.solution_code}\n```"
 def test_the_first_passing_kernel_ends_the_request_and_what_is_left_never_starts(service_settings, worker):
     generation_id = _seeded_row(service_settings, ["no kernel here", SOLVED, "nor here"], stop_at_first_pass=True)
 
-    enqueue(service_settings, "cuset.verify_sample", generation_id, 1)
+    send_verify_sample(service_settings, generation_id, 1, gpu=False)
     row = wait_for(
         lambda: (r := _row(service_settings, generation_id)).status in ("succeeded", "failed") and r,
         what="the passing sample to end the request",
@@ -149,10 +149,10 @@ def test_the_first_passing_kernel_ends_the_request_and_what_is_left_never_starts
     assert [(s.cancelled, s.verification) for s in (samples[0], samples[2])] == [(True, None), (True, None)]
     assert len(samples) == 3  # no repair is started for a request that has its kernel
     # A verification message arriving after the end finds nothing to do.
-    enqueue(service_settings, "cuset.verify_sample", generation_id, 0)
-    enqueue(service_settings, "cuset.verify_sample", generation_id, 1)  # a redelivery
+    send_verify_sample(service_settings, generation_id, 0, gpu=False)
+    send_verify_sample(service_settings, generation_id, 1, gpu=False)  # a redelivery
     marker = _seeded_row(service_settings, ["no kernel here"], stop_at_first_pass=True)
-    enqueue(service_settings, "cuset.verify_sample", marker, 0)  # queued after them on the same queue
+    send_verify_sample(service_settings, marker, 0, gpu=False)  # queued after them on the same queue
     wait_for(lambda: _row(service_settings, marker).samples[0].get("verification"), what="the later message")
     after = _row(service_settings, generation_id)
     assert after.samples == row.samples and after.finished_at == row.finished_at
@@ -162,7 +162,7 @@ def test_without_first_pass_stopping_every_sample_is_verified_and_the_pass_chose
     generation_id = _seeded_row(service_settings, [SOLVED, "no kernel here"], stop_at_first_pass=False)
 
     for index in (0, 1):
-        enqueue(service_settings, "cuset.verify_sample", generation_id, index)
+        send_verify_sample(service_settings, generation_id, index, gpu=False)
     row = wait_for(
         lambda: (r := _row(service_settings, generation_id)).status in ("succeeded", "failed") and r,
         timeout=120,
@@ -198,7 +198,7 @@ def test_a_pass_while_later_samples_are_decoded_stops_the_decoding(service_setti
         stop_at_first_pass=True,
     )
     generation_id = insert_generation(service_settings.resolved_database_url, request.model_dump(mode="json"))
-    enqueue(service_settings, "cuset.generate", generation_id)
+    send_generate(service_settings, generation_id)
 
     def first_sample_done():
         samples = read_samples(_row(service_settings, generation_id).samples)

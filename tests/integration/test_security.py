@@ -506,9 +506,9 @@ def probe(service_settings, tmp_path_factory, monkeypatch_module):
             samples=[{"index": 0, "text": hostile_answer(paths, [pg_port, redis_port]), "finish_reason": "stop"}],
         )
         try:
-            from db.dispatch import enqueue
+            from db.dispatch import send_verify_sample
 
-            enqueue(settings, "cuset.verify_sample", generation_id, 0)
+            send_verify_sample(settings, generation_id, 0, gpu=False)
 
             def verified():
                 with session_scope(database_url) as session:

@@ -27,6 +27,7 @@ from sqlalchemy import update
 from cuset_core.data import IGNORE_INDEX, EncodedRecord, LoadOptions, Record, encode_record, load_records
 from cuset_core.evaluation.confidence_report import record_confidence
 from cuset_core.evaluation.confidence_settings import ReportSettings
+from db.dispatch import TaskName
 from db.generation_events import GenerationEvent, publish
 from db.models import File, Generation
 from db.session import session_scope
@@ -49,7 +50,7 @@ class ConfidenceError(Exception):
         self.code = code
 
 
-@shared_task(name="cuset.confidence")
+@shared_task(name=TaskName.CONFIDENCE)
 def confidence(generation_id: str) -> None:
     """Measure the token confidence the row ``generation_id`` asks for and store it."""
     settings = get_settings()

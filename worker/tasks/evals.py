@@ -5,24 +5,26 @@ tier gpu) verifies and records that problem's row.
 ``cuset.eval`` claims the row ``queued -> running``, takes the model from the worker's model
 cache (loaded once, kept for the next eval or generation), and generates a batch of
 ``config.batch_size`` problems at a time (the core's batches, in set order, so the samples and
-seeds are those of one ``run_eval`` over the whole set). After each batch it sends that batch's
-problems, with their answers, as one Celery group of verification tasks, so verification runs
-beside generation on every cpu worker. ``progress`` counts problems ``generated`` and ``done``
-(verified and recorded) out of ``total``.
+seeds are those of one ``run_eval`` over the whole set). Each batch's problems (``EvalProblem``,
+with their code) and answers (``EvalAttempt``, one per answer) are stored, then sent as one
+Celery group of verification messages that name only the eval and the problem, so verification
+runs beside generation on every cpu worker. ``progress`` counts problems ``generated`` and
+``done`` (verified and recorded) out of ``total``.
 
-There is no result backend (Postgres holds the results), so no chord: each verification task
-records its problem under a lock on the eval row, and the one that records the last problem
-computes the aggregate (the core's ``aggregate`` over every problem row) and settles the eval.
-Cancellation (status set to ``cancelled`` by the API) is seen between batches and by every
-verification task, which then records nothing.
+There is no result backend (Postgres holds the results), so no chord: a verification task scores
+its problem's attempts not yet scored, storing each record as it is made (a redelivered message
+scores only what is left), and records the problem's row under a lock on the eval row; the one
+that records the last problem computes the aggregate (the core's ``aggregate`` over every
+problem row) and settles the eval. Cancellation (status set to ``cancelled`` by the API) is seen
+between batches and by every verification task, which then records nothing.
 
 With ``repair_rounds`` R, a verification task whose problem has attempts that failed in a
-repairable way (and rounds left) records nothing yet: it sends the problem's attempts so far to
-``cuset.eval_repair`` (infer queue), which decodes the next round of repairs of that problem (the
-core's follow-up turn, seed ``seed + round``) and sends them back to verification; the row is
-recorded, with its figures within R repairs, once no attempt is left to repair. Repairs are
-decoded per problem, so their sampled draws may differ from a ``cuset eval`` run's, whose
-batches mix problems; greedy ones do not.
+repairable way (and rounds left) records nothing yet: it sends the problem to
+``cuset.eval_repair`` (infer queue), which decodes the next round of repairs of its failing
+attempts (the core's follow-up turn, seed ``seed + round``), stores them as attempts of that
+round and sends the problem back to verification; the row is recorded, with its figures within
+R repairs, once no attempt is left to repair. Repairs are decoded per problem, so their sampled
+draws may differ from a ``cuset eval`` run's, whose batches mix problems; greedy ones do not.
 
 When an engine serves the model (``settings.inference_engines``), the answers come from it, a
 batch's problems as concurrent requests (the core's ``openai:URL#NAME`` model), and no model is
@@ -33,7 +35,6 @@ HTTP status.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -61,17 +62,16 @@ from cuset_core.evaluation.runner import (
     repair_answers,
     repair_candidates,
     row_of,
-    score_problem,
-    score_repairs,
+    score_attempt,
     select_problems,
 )
 from cuset_core.models import ModelNotFoundError
 from cuset_core.verify.result import Tier
-from db.dispatch import enqueue, enqueue_group
+from db.dispatch import TaskName, send_eval_repair, send_eval_verify
 from db.evals import dump_samples, read_row
 from db.job_rows import model_spec
 from db.model_specs import engine_route_for
-from db.models import Eval, EvalProblem, File
+from db.models import Eval, EvalAttempt, EvalProblem, File
 from db.session import session_scope
 from db.settings import Settings, get_settings
 from db.statuses import EvalStatus
@@ -87,7 +87,7 @@ class EvalStopped(Exception):
     """The eval is no longer ``running`` (cancelled): stop without touching it."""
 
 
-@shared_task(name="cuset.eval")
+@shared_task(name=TaskName.EVAL)
 def run_eval_task(eval_id: str) -> None:
     """Generate every problem of eval ``eval_id`` and send each batch off to be verified."""
     settings = get_settings()
@@ -100,6 +100,7 @@ def run_eval_task(eval_id: str) -> None:
             log.info("eval %s is not queued; nothing to do", eval_id)
             return
         # A requeued eval starts over: rows of an earlier, interrupted run would mix two runs.
+        session.execute(delete(EvalAttempt).where(EvalAttempt.eval_id == eval_id))
         session.execute(delete(EvalProblem).where(EvalProblem.eval_id == eval_id))
     try:
         with heartbeat(url, Eval, eval_id, settings.heartbeat_interval_s):
@@ -164,105 +165,131 @@ def _generate_batches(
     batches: list[list[Problem]],
     answer: Callable[[list[Problem]], dict[str, list[Answer]]],
 ) -> None:
-    """Answer each batch of problems with ``answer`` and send its problems off to be verified."""
+    """Answer each batch of problems with ``answer``, store the answers and send the batch's
+    problems off to be verified."""
     url = settings.resolved_database_url
-    task = _verify_task(config)
     generated = 0
     for batch in batches:
         _check_running(url, eval_id)
         answers = answer(batch)
         generated += len(batch)
-        _set_generated(url, eval_id, generated)
-        calls = [
-            (eval_id, problem.id, problem.code, [dataclasses.asdict(a) for a in answers[problem.id]])
-            for problem in batch
-        ]
-        enqueue_group(settings, task, calls)
+        with session_scope(url) as session:
+            row = _locked_eval(session, eval_id)
+            if row is None or row.status != EvalStatus.RUNNING:
+                raise EvalStopped(eval_id)
+            row.progress = {**(row.progress or {}), "generated": generated}
+            for problem in batch:
+                session.add(EvalProblem(eval_id=eval_id, problem_id=problem.id, code=problem.code))
+                session.add_all(
+                    EvalAttempt(eval_id=eval_id, problem_id=problem.id, index=index, round=0, answer=drawn)
+                    for index, drawn in enumerate(answers[problem.id])
+                )
+        send_eval_verify(settings, eval_id, [problem.id for problem in batch], gpu=config.tier is Tier.GPU)
 
 
-def _verify_task(config: EvalConfig) -> str:
-    return "cuset.eval_verify_gpu" if config.tier is Tier.GPU else "cuset.eval_verify"
-
-
-def verify_problem(
-    eval_id: str,
-    problem_id: str,
-    problem_code: str,
-    answers: list[dict],
-    records: list[dict] | None = None,
-    repairs: list[list] | None = None,
-) -> None:
-    """Verify one problem's answers, or (given its ``records`` so far) its ``repairs`` as
-    ``[index repaired, answer]`` pairs; then send it to be repaired again or record its row, and
-    the last problem recorded settles the eval."""
+def verify_problem(eval_id: str, problem_id: str) -> None:
+    """Score the attempts of one problem not yet scored; then send it to be repaired again or
+    record its row, and the last problem recorded settles the eval."""
     settings = get_settings()
     url = settings.resolved_database_url
     with session_scope(url) as session:
         row = session.get(Eval, eval_id)
-        if (
-            row is None
-            or row.status != EvalStatus.RUNNING
-            or session.get(EvalProblem, (eval_id, problem_id)) is not None
-        ):
+        stored = session.get(EvalProblem, (eval_id, problem_id))
+        if row is None or row.status != EvalStatus.RUNNING or stored is None or stored.row is not None:
             return  # cancelled, failed, or a redelivered message for a problem already recorded
         config = _stored_config(row)
+        problem = Problem(problem_id, stored.code or "")
+        attempts = _attempts(session, eval_id, problem_id)
     checks = service_verify_settings(settings, config.verify_settings())
-    problem = Problem(problem_id, problem_code)
-    if records is None:
-        scored = score_problem(
-            problem, [Answer(**answer) for answer in answers], checks, settings.verify_cache_dir, config.cache
-        )[1]
-    else:
-        scored = [SampleRecord.model_validate(record) for record in records]
-        pairs = [(index, Answer(**answer)) for index, answer in repairs or []]
-        score_repairs(problem, scored, pairs, checks, settings.verify_cache_dir, config.cache)
+    records: dict[int, SampleRecord] = {}
+    for attempt in attempts:
+        record = attempt.record
+        if record is None:
+            repaired = None if attempt.repair_of is None else records[attempt.repair_of]
+            record = score_attempt(
+                problem, attempt.index, attempt.answer, checks, settings.verify_cache_dir, config.cache, repaired
+            )
+            _store_record(url, eval_id, problem_id, record)
+        records[attempt.index] = record
+    scored = list(records.values())
     round_ = max(record.round for record in scored)
     if round_ < config.repair_rounds and repair_candidates(scored, round_ + 1):
-        dumped = [record.model_dump(mode="json") for record in scored]
-        enqueue(settings, "cuset.eval_repair", eval_id, problem_id, problem_code, dumped)
+        send_eval_repair(settings, eval_id, problem_id)
         return
     _record(url, eval_id, row_of(problem_id, scored, config.repair_rounds), scored, config)
 
 
 # One body, two queues: tier gpu verifies on the infer workers, which hold the GPUs.
-verify_problem_task = shared_task(name="cuset.eval_verify")(verify_problem)
-verify_problem_gpu_task = shared_task(name="cuset.eval_verify_gpu")(verify_problem)
+verify_problem_task = shared_task(name=TaskName.EVAL_VERIFY)(verify_problem)
+verify_problem_gpu_task = shared_task(name=TaskName.EVAL_VERIFY_GPU)(verify_problem)
 
 
-@shared_task(name="cuset.eval_repair")
-def repair_problem(eval_id: str, problem_id: str, problem_code: str, records: list[dict]) -> None:
-    """Decode the next round of repairs of one problem's failing attempts (``records``: every
-    attempt so far) and send them to verification with the attempts."""
+@shared_task(name=TaskName.EVAL_REPAIR)
+def repair_problem(eval_id: str, problem_id: str) -> None:
+    """Decode the next round of repairs of one problem's failing attempts, store them as
+    attempts and send the problem back to verification."""
     settings = get_settings()
     url = settings.resolved_database_url
-    attempts = [SampleRecord.model_validate(record) for record in records]
-    round_ = max(record.round for record in attempts) + 1
-    problem = Problem(problem_id, problem_code)
-    try:
-        _check_running(url, eval_id)
-        with _decoding(settings, eval_id) as (config, decode):
-            failed = repair_candidates(attempts, round_)
-            answers = repair_answers(decode, config, {problem_id: problem}, failed, round_)
-    except EvalStopped:
+    with session_scope(url) as session:
+        stored = session.get(EvalProblem, (eval_id, problem_id))
+        attempts = _attempts(session, eval_id, problem_id)
+    if stored is None or stored.row is not None or not attempts:
         return
-    except Exception as exc:  # noqa: BLE001 - any failure is recorded on the row, never lost
-        _fail(url, eval_id, exc)
-        return
-    repairs = [[attempt.index, dataclasses.asdict(answer)] for attempt, answer in zip(failed, answers)]
-    enqueue(settings, _verify_task(config), eval_id, problem_id, problem_code, [], records, repairs)
+    records = [attempt.record for attempt in attempts if attempt.record is not None]
+    round_ = max(attempt.round for attempt in attempts)
+    if len(records) == len(attempts):  # else this round was stored by an earlier delivery
+        round_ += 1
+        problem = Problem(problem_id, stored.code or "")
+        try:
+            _check_running(url, eval_id)
+            with _decoding(settings, eval_id) as (config, decode):
+                failed = repair_candidates(records, round_)
+                answers = repair_answers(decode, config, {problem_id: problem}, failed, round_)
+        except EvalStopped:
+            return
+        except Exception as exc:  # noqa: BLE001 - any failure is recorded on the row, never lost
+            _fail(url, eval_id, exc)
+            return
+        with session_scope(url) as session:
+            session.add_all(
+                EvalAttempt(
+                    eval_id=eval_id,
+                    problem_id=problem_id,
+                    index=len(attempts) + offset,
+                    round=round_,
+                    repair_of=attempt.index,
+                    answer=answer,
+                )
+                for offset, (attempt, answer) in enumerate(zip(failed, answers))
+            )
+    else:
+        with session_scope(url) as session:
+            config = _stored_config(session.get(Eval, eval_id))
+    send_eval_verify(settings, eval_id, [problem_id], gpu=config.tier is Tier.GPU)
+
+
+def _attempts(session: Session, eval_id: str, problem_id: str) -> list[EvalAttempt]:
+    """A problem's attempts in index order (a repair comes after the attempt it repairs)."""
+    query = select(EvalAttempt).where(EvalAttempt.eval_id == eval_id, EvalAttempt.problem_id == problem_id)
+    return list(session.scalars(query.order_by(EvalAttempt.index)))
+
+
+def _store_record(url: str, eval_id: str, problem_id: str, record: SampleRecord) -> None:
+    with session_scope(url) as session:
+        session.execute(
+            update(EvalAttempt)
+            .where(
+                EvalAttempt.eval_id == eval_id,
+                EvalAttempt.problem_id == problem_id,
+                EvalAttempt.index == record.index,
+            )
+            .values(record=record)
+        )
 
 
 def _stored_config(row: Eval) -> EvalConfig:
     """The eval's config as stored (the model and problems fields only satisfy validation)."""
     return EvalConfig(model=row.model, problems=row.problems or row.eval_file or "", **row.config)
-
-
-def _set_generated(url: str, eval_id: str, generated: int) -> None:
-    with session_scope(url) as session:
-        row = _locked_eval(session, eval_id)
-        if row is None or row.status != EvalStatus.RUNNING:
-            raise EvalStopped(eval_id)
-        row.progress = {**(row.progress or {}), "generated": generated}
 
 
 def _locked_eval(session: Session, eval_id: str) -> Eval | None:
@@ -301,24 +328,20 @@ def _record(url: str, eval_id: str, row: ProblemRow, records: list[SampleRecord]
         evaluation = _locked_eval(session, eval_id)
         if evaluation is None or evaluation.status != EvalStatus.RUNNING:
             return
-        if session.get(EvalProblem, (eval_id, row.id)) is not None:
+        stored = session.get(EvalProblem, (eval_id, row.id), populate_existing=True)
+        if stored is None or stored.row is not None:
             return  # another delivery of this message recorded it first
-        session.add(
-            EvalProblem(
-                eval_id=eval_id,
-                problem_id=row.id,
-                row=row.model_dump(mode="json"),
-                samples=dump_samples(records),
-            )
-        )
+        stored.row, stored.samples = row.model_dump(mode="json"), dump_samples(records)
         session.flush()
-        done = session.scalar(select(func.count()).select_from(EvalProblem).where(EvalProblem.eval_id == eval_id))
+        done = session.scalar(
+            select(func.count()).select_from(EvalProblem).where(EvalProblem.eval_id == eval_id, EvalProblem.recorded())
+        )
         progress = {**evaluation.progress, "done": done}
         evaluation.progress, evaluation.heartbeat_at = progress, time.time()
         if done < progress["total"]:
             return
-        stored = session.scalars(select(EvalProblem.row).where(EvalProblem.eval_id == eval_id)).all()
-        rows = [read_row(r) for r in stored]
+        recorded = select(EvalProblem.row).where(EvalProblem.eval_id == eval_id, EvalProblem.recorded())
+        rows = [read_row(r) for r in session.scalars(recorded)]
         evaluation.aggregate = aggregate(rows, config.tier, config.k_values).model_dump(mode="json")
         evaluation.status, evaluation.finished_at = EvalStatus.SUCCEEDED, time.time()
 

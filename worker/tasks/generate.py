@@ -1,5 +1,5 @@
 """``cuset.generate``: decode one Generation row, together with queued rows it can share a batch
-with; or, given an attempt index, decode one repair attempt of a verified row.
+with; ``cuset.generate_repair``: decode one repair attempt of a verified row.
 
 The row is claimed atomically (queued -> running), so a redelivered message, or the task of a row
 another task already decoded in its batch, finds nothing to do. A row that is neither streamed
@@ -61,7 +61,7 @@ from cuset_core.generation.sampling import (
 from cuset_core.generation.sampling import (
     generate as generate_batch,
 )
-from db.dispatch import enqueue
+from db.dispatch import TaskName, send_verify_sample
 from db.generation_events import GenerationEvent, publish, publishing
 from db.generations import (
     GenerationRequest,
@@ -117,13 +117,10 @@ class Claimed:
         return self.kind == "generate"
 
 
-@shared_task(name="cuset.generate")
-def generate(generation_id: str, attempt: int | None = None) -> None:
-    """Decode the row ``generation_id`` (and batch mates), or its repair attempt ``attempt``;
-    record samples, usage and timings and send samples to verification."""
-    if attempt is not None:
-        _repair(generation_id, attempt)
-        return
+@shared_task(name=TaskName.GENERATE)
+def generate(generation_id: str) -> None:
+    """Decode the row ``generation_id`` (and batch mates); record samples, usage and timings and
+    send samples to verification."""
     settings = get_settings()
     url = settings.resolved_database_url
     with session_scope(url) as session:
@@ -544,9 +541,8 @@ def _write_sample(url: str, generation_id: str, sample: GenerationSample) -> Gen
 
 
 def _verify_later(settings: Settings, row: Claimed, indexes: list[int]) -> None:
-    task = "cuset.verify_gpu" if row.request.verify == "gpu" else "cuset.verify_sample"
     for index in indexes:
-        enqueue(settings, task, row.id, index)
+        send_verify_sample(settings, row.id, index, gpu=row.request.verify == "gpu")
 
 
 def _record(
@@ -594,7 +590,8 @@ def _record(
     decode_repairs(settings, row.id, steps.repairs)
 
 
-def _repair(generation_id: str, index: int) -> None:
+@shared_task(name=TaskName.GENERATE_REPAIR)
+def generate_repair(generation_id: str, index: int) -> None:
     """Decode repair attempt ``index``: the failed attempt it repairs and its error as a follow-up
     turn; then verify it. Nothing to do when the row ended or the attempt is done or cancelled."""
     settings = get_settings()

@@ -13,7 +13,7 @@ from celery import shared_task
 from celery.signals import worker_ready
 from sqlalchemy import select, update
 
-from db.dispatch import enqueue
+from db.dispatch import TaskName, send_reap, send_tune
 from db.job_rows import add_event, finish_attempt, requeue_or_fail
 from db.models import Eval, Generation, Job
 from db.session import session_scope
@@ -87,12 +87,12 @@ def _reap_evals(settings) -> int:
         ).rowcount
 
 
-@shared_task(name="cuset.reap", bind=True)
+@shared_task(name=TaskName.REAP, bind=True)
 def reap(task) -> None:
     """One pass over running jobs, generations and evals, and over the old ``gpu`` queue."""
     settings = get_settings()
     for job_id in _reap_jobs(settings):
-        enqueue(settings, "cuset.tune", job_id)
+        send_tune(settings, job_id)
     failed = _reap_generations(settings)
     if failed:
         log.warning("failed %d stuck generation(s)", failed)
@@ -105,4 +105,4 @@ def reap(task) -> None:
 @worker_ready.connect
 def _reap_on_start(sender=None, **_kwargs) -> None:
     """A restarted worker settles what its predecessor left behind without waiting for beat."""
-    enqueue(get_settings(), "cuset.reap")
+    send_reap(get_settings())

@@ -20,7 +20,7 @@ from cuset_core.training.callbacks import CANCEL_FILE
 from cuset_core.training.config import Hyperparameters, LoraSettings, TuneConfig
 from cuset_core.training.export import write_archive
 from cuset_core.training.launch import training_command
-from db.dispatch import enqueue
+from db.dispatch import TaskName, send_tune
 from db.ids import new_id
 from db.job_rows import (
     add_event,
@@ -139,8 +139,8 @@ def _record_end(settings: Settings, job_id: str, attempt: int, report: RunReport
                 attempt,
                 JobStatus.SUCCEEDED,
                 fine_tuned_model=name,
-                step=report.done.get("steps", job.step),
-                trained_tokens=report.done.get("train_tokens", job.trained_tokens),
+                step=report.done.steps,
+                trained_tokens=report.done.train_tokens,
                 result_files=[result.id] if result else [],
             ):
                 if result:
@@ -205,7 +205,7 @@ def _fail(settings: Settings, job_id: str, attempt: int, exc: BaseException) -> 
         fail_attempt(session, job_id, attempt, "internal_error", f"{type(exc).__name__}: {exc}")
 
 
-@shared_task(name="cuset.tune")
+@shared_task(name=TaskName.TUNE)
 def tune(job_id: str) -> None:
     """Run one attempt of a fine-tuning job, start to end."""
     settings = get_settings()
@@ -231,4 +231,4 @@ def tune(job_id: str) -> None:
         _fail(settings, job_id, attempt, exc)
         raise
     if requeued:
-        enqueue(settings, "cuset.tune", job_id)
+        send_tune(settings, job_id)

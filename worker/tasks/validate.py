@@ -11,7 +11,7 @@ from celery import shared_task
 from cuset_core.data import DataFileError, LoadOptions, load_records
 from cuset_core.models import load_tokenizer
 from cuset_core.training.config import TuneConfig
-from db.dispatch import enqueue
+from db.dispatch import TaskName, send_tune
 from db.job_rows import finish_validation, model_spec
 from db.models import File, Job
 from db.session import session_scope
@@ -42,7 +42,7 @@ def _check_file(
     return notes, None
 
 
-@shared_task(name="cuset.validate_job_files")
+@shared_task(name=TaskName.VALIDATE_JOB_FILES)
 def validate_job_files(job_id: str) -> None:
     """Move a ``validating_files`` job to ``queued`` (and enqueue training) or to ``failed``."""
     settings = get_settings()
@@ -70,4 +70,4 @@ def validate_job_files(job_id: str) -> None:
         if not finish_validation(session, job_id, notes, error):
             return
     if not error:
-        enqueue(settings, "cuset.tune", job_id)
+        send_tune(settings, job_id)

@@ -5,7 +5,7 @@ Attempts of one row are verified concurrently, as they finish decoding, each wri
 into the row's ``samples`` JSON under the row lock so one result never overwrites another. After
 each result ``db.generations.settle`` decides what follows: a passing attempt may end the request
 (``stop_at_first_pass``: attempts not yet verified are cancelled, and their queued messages find
-nothing to do), a failing one may get a repair attempt (decoded by ``cuset.generate``), and the
+nothing to do), a failing one may get a repair attempt (decoded by ``cuset.generate_repair``), and the
 row turns succeeded when every attempt is settled. A verification already running when the
 request ends runs to its end and its result is dropped.
 """
@@ -19,6 +19,7 @@ from celery import shared_task
 from cuset_core.verify.result import Tier
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import VerifySettings
+from db.dispatch import TaskName
 from db.generation_events import GenerationEvent, publish
 from db.generations import GenerationRequest, decode_repairs, locked_generation, read_samples, settle
 from db.models import Generation
@@ -32,12 +33,12 @@ LIVE = (
 )  # a row still decoding its drawn samples can verify finished ones
 
 
-@shared_task(name="cuset.verify_sample")
+@shared_task(name=TaskName.VERIFY_SAMPLE)
 def verify_sample(generation_id: str, index: int) -> None:
     _verify(generation_id, index)
 
 
-@shared_task(name="cuset.verify_gpu")
+@shared_task(name=TaskName.VERIFY_GPU)
 def verify_gpu(generation_id: str, index: int) -> None:
     _verify(generation_id, index)
 

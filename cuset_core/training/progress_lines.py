@@ -1,0 +1,133 @@
+"""The lines a training run writes to its progress JSONL (and echoes on stdout), one typed model
+per kind. The run writes them (``ProgressWriter``); the service's supervisor and ``cuset tune``
+read them back with :func:`parse_line`, so the three agree on one shape.
+
+Each line is one JSON object with ``type`` naming its kind and ``time`` (Unix seconds) when it
+was written. A step's objective metrics stand flat beside the step's fields, as runs recorded them
+from the start (the comparison scripts read old runs' files).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+
+class _Line(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # a newer run's extra field is no reason to drop its line
+
+    time: float = Field(default_factory=lambda: round(time.time(), 3), description="Unix seconds when written")
+
+
+class StepLine(_Line):
+    """One logged optimizer step: the loss, the objective's metrics and throughput."""
+
+    type: Literal["progress"] = "progress"
+    step: int
+    max_steps: int
+    epoch: float = 0.0
+    loss: float | None = Field(description="training loss (None when it was not finite)")
+    # The objective's metrics (cuset_core/objectives); None where the method has no such figure.
+    ce: float | None = None
+    kept_ratio: float | None = None
+    dropped_grad_share: float | None = None
+    mask_ratio: float | None = None
+    tau_hi: float | None = None
+    tau_lo: float | None = None
+    sensitive_share: float | None = None
+    p_sensitive_mean: float | None = None
+    p_nonsensitive_mean: float | None = None
+    low_conf_region_share: float | None = None
+    weight_mean: float | None = None
+    weight_max: float | None = None
+    weight_normaliser: float | None = None
+    learning_rate: float | None = None
+    grad_norm: float | None = None
+    tokens_per_s: float = Field(0.0, description="input tokens per second since this attempt started")
+    trained_tokens: int = Field(0, description="input tokens seen, every attempt together")
+    eta_s: float | None = Field(None, description="seconds left at this attempt's pace")
+
+    def metrics(self) -> dict[str, float | None]:
+        """What a step's metrics row holds: everything but the step's place and the run's pace."""
+        return self.model_dump(exclude={"type", "time", "step", "max_steps", "trained_tokens", "eta_s"})
+
+
+# The StepLine fields that the objective reports (MetricStash drains them).
+OBJECTIVE_METRICS = (
+    "ce",
+    "kept_ratio",
+    "dropped_grad_share",
+    "mask_ratio",
+    "tau_hi",
+    "tau_lo",
+    "sensitive_share",
+    "p_sensitive_mean",
+    "p_nonsensitive_mean",
+    "low_conf_region_share",
+    "weight_mean",
+    "weight_max",
+    "weight_normaliser",
+)
+
+
+EventLevel = Literal["info", "warning", "error"]
+
+
+class EventLine(_Line):
+    """A line for humans. ``topic`` lets a reader tell kinds apart (``"data"``: what loading a data
+    file found, which the service reported when it validated the file)."""
+
+    type: Literal["event"] = "event"
+    level: EventLevel = "info"
+    message: str
+    topic: str | None = None
+
+
+class CheckpointLine(_Line):
+    """A checkpoint saved at ``step`` in the folder ``path``."""
+
+    type: Literal["checkpoint"] = "checkpoint"
+    step: int
+    path: str
+
+
+class EvalLine(_Line):
+    """The validation loss at ``step``."""
+
+    type: Literal["eval"] = "eval"
+    step: int
+    eval_loss: float | None
+
+
+class DoneLine(_Line):
+    """The run finished and saved its result in ``output_dir``."""
+
+    type: Literal["done"] = "done"
+    output_dir: str
+    adapter_path: str | None = Field(None, description="the LoRA adapter's folder; None for a full fine-tune")
+    steps: int
+    train_tokens: int
+
+
+class ErrorLine(_Line):
+    """The run failed; the last line it writes."""
+
+    type: Literal["error"] = "error"
+    message: str
+
+
+ProgressLine = Annotated[
+    StepLine | EventLine | CheckpointLine | EvalLine | DoneLine | ErrorLine, Field(discriminator="type")
+]
+_LINE = TypeAdapter(ProgressLine)
+
+
+def parse_line(raw: str | bytes) -> ProgressLine | None:
+    """One line of a progress file; None for a torn line (its writer was killed mid-write), a
+    line that is not a progress line, or a kind this version does not know."""
+    try:
+        return _LINE.validate_json(raw)
+    except ValidationError:
+        return None
