@@ -148,7 +148,9 @@ class CpuJob(HarnessJob):
     reduce_sizes: bool
     max_elements: int
     preludes: list[str] = Field(description="folders of the precompiled runtime preludes, in the order to try them")
-    allocator: str = Field("", description="the guarded allocator library the candidate side loads first")
+    runtime_library: str = Field(
+        "", description="the trusted runtime library (guarded allocator, trial switches) the candidate side loads first"
+    )
     include_dirs: list[str]
     library_dirs: list[str]
     prebuild: list[PrebuildExtension] = Field(default_factory=list)

@@ -1,7 +1,8 @@
 """The kernels did the work (issue 23 part 2): a candidate whose CUDA kernels compute nothing does
 not pass tier 2, however its outputs were made. After its trials the candidate side runs trial 1
-again with the runtime's launches running no blocks (``CUSET_KERNELS=off``); an output of that
-run that still matches the reference came from host code, torch or numpy, not the device code.
+again with the runtime's launches running no blocks (a switch of the trusted runtime library that
+nothing the candidate reads reveals); an output of that run that still matches the reference came
+from host code, torch or numpy, not the device code.
 
 Each attack test fails if its attack passes. The slow ones run real candidates on tier 2 on the
 row sums of ``cpu_cases/rowsum_problem.py``; they share one extension (every variant's functions
@@ -12,8 +13,10 @@ the harness's kernels-off trial with a stand-in model.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ from safetensors.torch import save
 from cuset_core.verify import protocol
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.cpu import harness, run_cpu_tier
+from cuset_core.verify.cpu.build import RUNTIME_DIR
 from cuset_core.verify.library_cache import LibraryCache
 from cuset_core.verify.protocol import KERNELS_OFF_FILE, OUTPUTS_FILE, REPORT_FILE, CpuJob, ReferenceRun, TierSpec
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
@@ -37,7 +41,12 @@ SETTINGS = VerifySettings(tier=Tier.CPU, limits=SandboxLimits(wall_s=300, cpu_s=
 # Every variant in one extension, so that all slow tests build the same library once.
 CUDA = r"""
 #include <torch/extension.h>
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <thread>
+#include <vector>
 __global__ void noop_kernel(const float* x, float* out) {}
 __global__ void rowsum_kernel(const float* x, float* out, int cols) {
     float total = 0.f;
@@ -108,8 +117,50 @@ torch::Tensor thread_loop(torch::Tensor x) {
     noop_kernel<<<1, 1>>>(in, sums);
     return out;
 }
+// (5) Detecting the kernels-off run: torch's sums in the trials, garbage when the environment
+// (getenv, or the process's environment block in /proc) says the kernels are off, or when a
+// trial's schedule number comes round a second time (the kernels-off run repeats trial 1's).
+static bool environment_says_off() {
+    const char* kernels = std::getenv("CUSET_KERNELS");
+    if (kernels && std::string(kernels) == "off") return true;
+    FILE* file = std::fopen("/proc/self/environ", "rb");
+    if (!file) return false;
+    std::string block;
+    char chunk[4096];
+    size_t got;
+    while ((got = std::fread(chunk, 1, sizeof chunk, file)) > 0) block.append(chunk, got);
+    std::fclose(file);
+    return block.find(std::string("CUSET_KERNELS=off")) != std::string::npos;
+}
+torch::Tensor env_detect(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    noop_kernel<<<1, 1>>>(x.data_ptr<float>(), out.data_ptr<float>());
+    if (environment_says_off()) return torch::full({x.size(0)}, 7.0f, x.options());
+    return at::sum(x, 1);
+}
+torch::Tensor schedule_detect(torch::Tensor x) {
+    static std::vector<std::string> seen;
+    const char* schedule = std::getenv("CUSET_SCHEDULE");
+    std::string now = schedule ? schedule : "unset";
+    bool again = std::find(seen.begin(), seen.end(), now) != seen.end() && now != "unset";
+    seen.push_back(now);
+    auto out = torch::empty({x.size(0)}, x.options());
+    noop_kernel<<<1, 1>>>(x.data_ptr<float>(), out.data_ptr<float>());
+    if (again) return torch::full({x.size(0)}, 7.0f, x.options());
+    return at::sum(x, 1);
+}
 """
-FUNCTIONS = ["rowsum", "halve_", "launch_only", "binding_sum", "host_loop", "binding_copy", "thread_loop"]
+FUNCTIONS = [
+    "rowsum",
+    "halve_",
+    "launch_only",
+    "binding_sum",
+    "host_loop",
+    "binding_copy",
+    "thread_loop",
+    "env_detect",
+    "schedule_detect",
+]
 SIGNATURES = "\n".join(
     [
         "torch::Tensor rowsum(torch::Tensor x);",
@@ -119,6 +170,8 @@ SIGNATURES = "\n".join(
         "torch::Tensor host_loop(torch::Tensor x);",
         "torch::Tensor binding_copy(torch::Tensor x);",
         "torch::Tensor thread_loop(torch::Tensor x);",
+        "torch::Tensor env_detect(torch::Tensor x);",
+        "torch::Tensor schedule_detect(torch::Tensor x);",
     ]
 )
 
@@ -197,6 +250,17 @@ def test_torch_in_the_binding_writing_the_kernels_output_after_its_launch_is_a_f
 @pytest.mark.slow
 def test_a_host_loop_on_a_cpp_thread_of_the_binding_is_a_fallback(libraries):
     assert_kernels_off_fallback(tier2("        return ext.thread_loop(x)", libraries))
+
+
+@pytest.mark.slow
+def test_a_binding_that_reads_its_environment_cannot_tell_the_kernels_off_run(libraries):
+    # getenv and /proc/self/environ: the switch is in the trusted runtime library, not there.
+    assert_kernels_off_fallback(tier2("        return ext.env_detect(x)", libraries))
+
+
+@pytest.mark.slow
+def test_a_binding_that_watches_the_trial_schedule_cannot_tell_the_kernels_off_run(libraries):
+    assert_kernels_off_fallback(tier2("        return ext.schedule_detect(x)", libraries))
 
 
 @pytest.mark.slow
@@ -386,42 +450,65 @@ def test_a_tier_without_a_kernels_off_trial_does_not_read_one(monkeypatch, tmp_p
 # ---------------------------------------------------------------- the harness's kernels-off trial (no compiler)
 
 
-class Recorder:
-    """A candidate model that records ``CUSET_KERNELS`` while it runs and returns ``result``."""
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory) -> ctypes.CDLL:
+    """The trial switches of the trusted runtime library (runtime/trial_switches.cpp), built alone."""
+    library = tmp_path_factory.mktemp("runtime") / "switches.so"
+    source = RUNTIME_DIR / "trial_switches.cpp"
+    subprocess.run(["g++", "-shared", "-fPIC", "-O1", str(source), "-o", str(library)], check=True, timeout=120)
+    return ctypes.CDLL(str(library))
 
-    def __init__(self, result: Any):
-        self.result = result
-        self.seen: list[str | None] = []
+
+class Recorder:
+    """A candidate model that records the runtime's switches (kernels on, schedule) while it runs
+    and what its environment says, and returns ``result``."""
+
+    def __init__(self, runtime: ctypes.CDLL, result: Any):
+        self.runtime, self.result = runtime, result
+        self.seen: list[tuple[int, int]] = []
+        self.environment: list[dict[str, str]] = []
 
     def __call__(self, *inputs: Any) -> Any:
-        self.seen.append(os.environ.get("CUSET_KERNELS"))
+        self.seen.append((self.runtime.cuset_kernels_on(), self.runtime.cuset_schedule()))
+        self.environment.append(dict(os.environ))
         if isinstance(self.result, Exception):
             raise self.result
         return self.result
 
 
-def test_the_harness_runs_trial_1_with_the_kernels_off_and_writes_its_outputs(monkeypatch, tmp_path):
-    monkeypatch.setenv("CUSET_KERNELS", "on")  # restored after the test, which turns it off
-    monkeypatch.setenv("CUSET_SCHEDULE", "4")
-    model = Recorder(torch.arange(3.0))
+def test_the_harness_runs_trial_1_with_the_kernels_off_and_writes_its_outputs(runtime, tmp_path):
+    runtime.cuset_set_kernels_on(1)
+    runtime.cuset_set_schedule(4)
+    before = dict(os.environ)
+    model = Recorder(runtime, torch.arange(3.0))
     timings: dict[str, float] = {}
-    harness._kernels_off_trial(model, [torch.ones(3)], tmp_path, timings)
-    assert model.seen == ["off"] and os.environ["CUSET_SCHEDULE"] == "0"
+    try:
+        harness._kernels_off_trial(model, [torch.ones(3)], tmp_path, timings, runtime)
+    finally:
+        runtime.cuset_set_kernels_on(1)
+    assert model.seen == [(0, 0)]
+    assert model.environment == [before], "nothing the candidate can read says the kernels are off"
     written = protocol.load_values((tmp_path / KERNELS_OFF_FILE).read_bytes())["trials"]
     assert torch.equal(written[0][0], torch.arange(3.0)) and "kernels_off" in timings
 
 
-def test_a_candidate_that_fails_without_its_kernels_leaves_no_kernels_off_file(monkeypatch, tmp_path):
-    monkeypatch.setenv("CUSET_KERNELS", "on")  # restored after the test, which turns it off
-    harness._kernels_off_trial(Recorder(RuntimeError("no kernels, no data")), [torch.ones(3)], tmp_path, {})
+def test_a_candidate_that_fails_without_its_kernels_leaves_no_kernels_off_file(runtime, tmp_path):
+    try:
+        harness._kernels_off_trial(
+            Recorder(runtime, RuntimeError("no kernels, no data")), [torch.ones(3)], tmp_path, {}, runtime
+        )
+    finally:
+        runtime.cuset_set_kernels_on(1)
     assert not (tmp_path / KERNELS_OFF_FILE).exists()
 
 
-def test_outputs_that_cannot_be_written_leave_no_kernels_off_file_and_no_error(monkeypatch, tmp_path):
+def test_outputs_that_cannot_be_written_leave_no_kernels_off_file_and_no_error(runtime, monkeypatch, tmp_path):
     def refuse(path: Path, groups: dict[str, Any]) -> None:
         raise TypeError("an output safetensors cannot hold")
 
-    monkeypatch.setenv("CUSET_KERNELS", "on")  # restored after the test, which turns it off
     monkeypatch.setattr(harness, "save_values", refuse)
-    harness._kernels_off_trial(Recorder(torch.arange(3.0)), [torch.ones(3)], tmp_path, {})
+    try:
+        harness._kernels_off_trial(Recorder(runtime, torch.arange(3.0)), [torch.ones(3)], tmp_path, {}, runtime)
+    finally:
+        runtime.cuset_set_kernels_on(1)
     assert not (tmp_path / KERNELS_OFF_FILE).exists()

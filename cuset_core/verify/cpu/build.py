@@ -45,7 +45,10 @@ STUBS_DIR = Path(__file__).resolve().parent.parent / "stubs" / "light"
 BRIDGE_MODULE = Path(__file__).resolve().parent / "torch_bridge.py"
 PCH_NAME = "cuset_pch.h"
 # Built into the bridge prelude's folder; the harness loads it before the candidate (see its source).
-ALLOCATOR_LIBRARY = "cuset_guarded_allocator.so"
+# The trusted runtime library the candidate side loads before the candidate: the guarded, poisoning
+# allocator and the switches the harness sets between runs.
+RUNTIME_LIBRARY = "cuset_runtime.so"
+RUNTIME_LIBRARY_SOURCES = ("guarded_allocator.cpp", "trial_switches.cpp")
 BRIDGE_OPS = "cuset_bridge_ops.inc"
 # Namespaces of the stand-in: an undefined symbol of one of them is something the bridge lacks.
 _STAND_IN_SYMBOL = re.compile(r"\b(?:at|c10|torch|pybind11|caffe2|cuset)::")
@@ -189,9 +192,11 @@ def toolchain_digest(chain: Toolchain) -> str:
 
 
 def pch_key(toolchain_hash: str, prelude: Prelude) -> str:
-    """Cache folder name of one prelude: a hash of the toolchain's hash and the prelude's text."""
+    """Cache folder name of one prelude: a hash of the toolchain's hash and the prelude's text (and
+    for the bridge prelude, the runtime library built into its folder)."""
     digest = hashlib.sha256()
-    for part in (toolchain_hash, prelude.source, *prelude.shadows, SHADOW_HEADER):
+    library = (RUNTIME_LIBRARY, *RUNTIME_LIBRARY_SOURCES) if prelude.bridge else ()
+    for part in (toolchain_hash, prelude.source, *prelude.shadows, SHADOW_HEADER, *library):
         digest.update(part.encode())
     return f"{prelude.name}-{digest.hexdigest()[:16]}"
 
@@ -214,9 +219,9 @@ def prepare_preludes() -> tuple[Path, ...]:
         return tuple(future.result() for future in built)
 
 
-def allocator_library(preludes: Sequence[Path]) -> Path:
-    """The guarded allocator library, built with the bridge prelude into its folder."""
-    return next(folder / ALLOCATOR_LIBRARY for folder in preludes if prelude_named(folder).bridge)
+def runtime_library(preludes: Sequence[Path]) -> Path:
+    """The trusted runtime library, built with the bridge prelude into its folder."""
+    return next(folder / RUNTIME_LIBRARY for folder in preludes if prelude_named(folder).bridge)
 
 
 def prelude_named(folder: Path) -> Prelude:
@@ -239,23 +244,23 @@ def bridge_ops() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _build_allocator(chain: Toolchain, folder: Path) -> None:
-    """The guarded allocator library (``runtime/guarded_allocator.cpp``) into ``folder``."""
+def _build_runtime_library(chain: Toolchain, folder: Path) -> None:
+    """The trusted runtime library (``RUNTIME_LIBRARY_SOURCES`` of ``runtime/``) into ``folder``."""
     command = [
         "g++",
         "-shared",
         *CXX_FLAGS,
         *chain.include_flags,
-        str(RUNTIME_DIR / "guarded_allocator.cpp"),
+        *[str(RUNTIME_DIR / source) for source in RUNTIME_LIBRARY_SOURCES],
         "-o",
-        str(folder / ALLOCATOR_LIBRARY),
+        str(folder / RUNTIME_LIBRARY),
         *[f"-L{d}" for d in chain.library_dirs],
         *[f"-Wl,-rpath,{d}" for d in chain.library_dirs],
         "-lc10",
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=PCH_TIMEOUT_S)
     if done.returncode != 0:
-        raise BuildError(f"building the guarded allocator failed:\n{done.stderr[-4000:]}")
+        raise BuildError(f"building the runtime library failed:\n{done.stderr[-4000:]}")
 
 
 def _prepare(chain: Toolchain, folder: Path, prelude: Prelude) -> Path:
@@ -273,7 +278,7 @@ def _prepare(chain: Toolchain, folder: Path, prelude: Prelude) -> Path:
         if prelude.bridge:
             (staging / "include").mkdir(exist_ok=True)
             (staging / "include" / BRIDGE_OPS).write_text(bridge_ops())
-            _build_allocator(chain, staging)
+            _build_runtime_library(chain, staging)
         header = staging / PCH_NAME
         header.write_text(prelude.source)
         command = [

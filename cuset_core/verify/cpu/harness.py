@@ -14,8 +14,8 @@
   ``ModelNew`` under ``INIT_SEED`` and runs every trial's inputs, each under a different fiber
   schedule (forward, reverse, odd threads first), while a ``FallbackMonitor`` checks that the
   outputs come from its kernels; writes ``outputs.safetensors`` and the launch counts. Then it
-  runs trial 1 once more with ``CUSET_KERNELS=off`` (launches are checked and counted but run no
-  block) and writes what that gives to ``kernels_off.safetensors``: the judge's check that the
+  runs trial 1 once more with the kernels off (launches are checked and counted but run no
+  block; the switch is in the trusted runtime library, not the environment) and writes what that gives to ``kernels_off.safetensors``: the judge's check that the
   kernels did the work (``protocol.kernels_did_the_work``).
 
 CUDA is mapped to the CPU on both sides: ``device="cuda"`` arguments, ``.to("cuda")`` and
@@ -29,7 +29,6 @@ import ctypes
 import importlib.machinery
 import importlib.util
 import json
-import os
 import re
 import sys
 import time
@@ -568,7 +567,9 @@ def _run_candidate(
     import torch.utils.cpp_extension
 
     torch.set_num_threads(1)
-    ctypes.CDLL(job.allocator).cuset_install_guarded_allocator()  # runtime/guarded_allocator.cpp
+    # Global, so that the candidate's extensions bind the runtime's weak references to its switches.
+    runtime = ctypes.CDLL(job.runtime_library, mode=ctypes.RTLD_GLOBAL)
+    runtime.cuset_install_guarded_allocator()  # runtime/guarded_allocator.cpp
     map_cuda_to_cpu()
     # The stand-ins accept the real signatures but do not declare every flag they ignore.
     torch.utils.cpp_extension.load_inline = builder.load_inline  # type: ignore[assignment]
@@ -581,7 +582,7 @@ def _run_candidate(
         torch.manual_seed(INIT_SEED)
         candidate = make_candidate()
         for trial, trial_inputs in enumerate(inputs["trials"]):
-            os.environ["CUSET_SCHEDULE"] = str(trial)
+            runtime.cuset_set_schedule(trial)  # runtime/trial_switches.cpp
             with monitor:
                 produced = _call(candidate, _clone(trial_inputs), "candidate")
             if failure := builder.launch_failure():  # on a GPU the kernel would not have run
@@ -601,20 +602,23 @@ def _run_candidate(
         # not cost it the verdict its kernels earned.
         write_report(workdir, outcome)
         if inputs["trials"]:
-            _kernels_off_trial(candidate, inputs["trials"][0], workdir, timings)
+            _kernels_off_trial(candidate, inputs["trials"][0], workdir, timings, runtime)
     return outcome
 
 
-def _kernels_off_trial(candidate: Any, trial_inputs: list[Any], workdir: Path, timings: dict[str, float]) -> None:
-    """Run trial 1 again with the runtime's launches running no block (``CUSET_KERNELS=off``, read
-    at every launch) and write its outputs to ``KERNELS_OFF_FILE``; nothing when it fails.
+def _kernels_off_trial(
+    candidate: Any, trial_inputs: list[Any], workdir: Path, timings: dict[str, float], runtime: ctypes.CDLL
+) -> None:
+    """Run trial 1 again with the runtime's launches running no block (a switch of the trusted
+    runtime library, read at every launch; nothing the candidate's code can read says so) and
+    write its outputs to ``KERNELS_OFF_FILE``; nothing when it fails.
 
     Same process and model: a second process would cost its start and torch's import, seconds
     per candidate. An output the judge finds equal to the reference here was not computed by the
     kernels (``protocol.kernels_did_the_work``)."""
     clock = time.perf_counter()
-    os.environ["CUSET_KERNELS"] = "off"
-    os.environ["CUSET_SCHEDULE"] = "0"
+    runtime.cuset_set_kernels_on(0)
+    runtime.cuset_set_schedule(0)
     try:
         produced = flatten_outputs(candidate(*_clone(trial_inputs)))
         save_values(workdir / KERNELS_OFF_FILE, {"trials": [produced]})

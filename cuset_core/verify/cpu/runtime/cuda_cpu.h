@@ -18,8 +18,8 @@
 // guarded_allocator.cpp, which the harness loads before the candidate runs.)
 // Launches are checked as a GPU checks them (see cuset::launch): a launch that fails runs nothing
 // and is not counted, and its reason stays pending until cudaGetLastError() consumes it.
-// With CUSET_KERNELS=off in the process's environment (the harness's kernels-off trial, see
-// cuset::detail::kernels_run) launches are checked and counted but run no blocks.
+// In the harness's kernels-off run (see cuset::detail::kernels_run) launches are checked and
+// counted but run no blocks.
 #ifndef CUSET_CUDA_CPU_H
 #define CUSET_CUDA_CPU_H
 
@@ -461,13 +461,15 @@ inline std::string refused(const char* name, dim3 grid, dim3 block, size_t smem,
   return "";
 }
 
-// Whether launches run their kernels. After its trials the harness runs trial 1 again with
-// CUSET_KERNELS=off: an output that still matches the reference did not come from the device
-// code. Read at every launch, as CUSET_SCHEDULE is, because the harness sets it in this process.
-inline bool kernels_run() {
-  const char* mode = std::getenv("CUSET_KERNELS");
-  return !(mode && std::strcmp(mode, "off") == 0);
-}
+// Whether launches run their kernels, and the fiber schedule of this trial: switches the harness
+// sets between runs in the trusted runtime library (runtime/trial_switches.cpp), never in
+// anything the candidate's code can read. After its trials the harness runs trial 1 again with
+// the kernels off: an output that still matches the reference did not come from the device
+// code. Without the library (an extension loaded outside the harness) kernels run, schedule 0.
+extern "C" __attribute__((weak)) int cuset_kernels_on();
+extern "C" __attribute__((weak)) int cuset_schedule();
+inline bool kernels_run() { return !cuset_kernels_on || cuset_kernels_on(); }
+inline int trial_schedule() { return cuset_schedule ? cuset_schedule() : 0; }
 
 }  // namespace detail
 
@@ -512,8 +514,7 @@ void launch(const char* name, dim3 grid, dim3 block, size_t smem, Body body, Arg
   ensure_stacks(threads);
   r.fibers.resize(threads);
   r.warps.assign((threads + kWarp - 1) / kWarp, Warp());
-  const char* schedule = std::getenv("CUSET_SCHEDULE");
-  make_order(static_cast<unsigned>(threads), schedule ? std::atoi(schedule) : 0);
+  make_order(static_cast<unsigned>(threads), trial_schedule());
   dim3 saved_grid = gridDim, saved_block = blockDim;
   gridDim = grid;
   blockDim = block;
