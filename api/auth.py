@@ -12,6 +12,7 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from api.errors import APIError
+from db.errors import ErrorCode
 from db.keys import hash_key, owner_of
 from db.models import DEFAULT_OWNER
 from db.session import session_factory
@@ -112,17 +113,17 @@ async def authenticate(request: Request, settings: Settings) -> str:
             401,
             "Missing API key: send the header 'Authorization: Bearer <key>' "
             "(create a key with `cuset keys create --name NAME`).",
-            code="missing_api_key",
+            code=ErrorCode.MISSING_API_KEY,
         )
     keys: KeyCache = request.app.state.key_cache
     owner = keys.cached(secret) or await run_in_threadpool(keys.lookup, settings, secret)
     if owner is None:
-        raise APIError(401, "Invalid or revoked API key.", code="invalid_api_key")
+        raise APIError(401, "Invalid or revoked API key.", code=ErrorCode.INVALID_API_KEY)
     limiter: RateLimiter = request.app.state.rate_limiter
     if limiter.enabled and not await run_in_threadpool(limiter.allow, secret):
         raise APIError(
             429,
             f"Rate limit of {settings.rate_limit_rps:g} requests/s for this key exceeded; retry shortly.",
-            code="rate_limit_exceeded",
+            code=ErrorCode.RATE_LIMIT_EXCEEDED,
         )
     return owner

@@ -16,6 +16,8 @@ from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from db.errors import ErrorCode
+
 log = logging.getLogger(__name__)
 
 _TYPES = {
@@ -48,17 +50,18 @@ class ErrorResponse(BaseModel):
 class APIError(Exception):
     """An error a user should see: HTTP status, a plain-words message, the offending field."""
 
-    def __init__(self, status: int, message: str, *, code: str | None = None, param: str | None = None):
+    def __init__(self, status: int, message: str, *, code: ErrorCode | None = None, param: str | None = None):
         super().__init__(message)
         self.status, self.message, self.code, self.param = status, message, code, param
 
 
 def not_found(kind: str, id_: str, param: str | None = None) -> APIError:
     """404 for an id this owner cannot see (unknown and foreign ids look the same)."""
-    return APIError(404, f"No {kind} found with id '{id_}'.", code=f"{kind.replace(' ', '_')}_not_found", param=param)
+    code = ErrorCode(f"{kind.replace(' ', '_')}_not_found")  # a kind without its code fails here, loudly
+    return APIError(404, f"No {kind} found with id '{id_}'.", code=code, param=param)
 
 
-def bad_request(message: str, *, param: str | None = None, code: str = "invalid_value") -> APIError:
+def bad_request(message: str, *, param: str | None = None, code: ErrorCode = ErrorCode.INVALID_VALUE) -> APIError:
     return APIError(400, message, code=code, param=param)
 
 
@@ -66,7 +69,7 @@ def error_json(
     status: int,
     message: str,
     *,
-    code: str | None = None,
+    code: ErrorCode | None = None,
     param: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
@@ -98,14 +101,20 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        if first.get("type") == "json_invalid":
+            # Its loc is ("body", character offset): the body as a whole is at fault, not a field.
+            offset = first.get("loc", ("body", 0))[-1]
+            reason = (first.get("ctx") or {}).get("error", "JSON decode error")
+            message = f"body: not valid JSON at character {offset}: {reason}"
+            return error_json(422, message, code=ErrorCode.INVALID_REQUEST, param=None)
         param = _field(tuple(first.get("loc", ())))
         message = "; ".join(f"{_field(tuple(e.get('loc', ()))) or 'body'}: {e.get('msg')}" for e in errors[:5])
-        return error_json(422, message, code="invalid_request", param=param)
+        return error_json(422, message, code=ErrorCode.INVALID_REQUEST, param=param)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        code = {404: ErrorCode.NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED}.get(exc.status_code)
         return error_json(exc.status_code, message, code=code, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(OperationalError)
@@ -114,7 +123,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_json(
             503,
             "The database is unavailable; retry shortly.",
-            code="database_unavailable",
+            code=ErrorCode.DATABASE_UNAVAILABLE,
             headers={"Retry-After": "5"},
         )
 
@@ -124,13 +133,13 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_json(
             400,
             "A value in the request cannot be used (it holds characters the database refuses).",
-            code="invalid_value",
+            code=ErrorCode.INVALID_VALUE,
         )
 
     @app.exception_handler(PoolTimeoutError)
     async def _database_busy(_request: Request, exc: PoolTimeoutError) -> JSONResponse:
         return error_json(
-            503, "The database is busy; retry shortly.", code="database_busy", headers={"Retry-After": "1"}
+            503, "The database is busy; retry shortly.", code=ErrorCode.DATABASE_BUSY, headers={"Retry-After": "1"}
         )
 
     @app.exception_handler(DBAPIError)
@@ -139,13 +148,13 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_json(
                 503,
                 "The database connection was lost; retry shortly.",
-                code="database_unavailable",
+                code=ErrorCode.DATABASE_UNAVAILABLE,
                 headers={"Retry-After": "5"},
             )
         log.exception("database error")
-        return error_json(500, "Internal server error.", code="internal_error")
+        return error_json(500, "Internal server error.", code=ErrorCode.INTERNAL_ERROR)
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", exc_info=exc)
-        return error_json(500, "Internal server error.", code="internal_error")
+        return error_json(500, "Internal server error.", code=ErrorCode.INTERNAL_ERROR)

@@ -21,6 +21,7 @@ from typing import Any
 from api.errors import APIError
 from cuset_core.data import LoadOptions, load_records
 from cuset_core.evaluation.problem_check import problem_issues
+from db.errors import ErrorCode
 
 PARQUET_MAGIC = b"PAR1"
 FINE_TUNE, EVAL, PROBLEMS = "fine-tune", "eval", "problems"
@@ -73,7 +74,7 @@ def rejection(issues: list[Issue]) -> APIError:
     """The 400 for a rejected file: the first problems with line, field and code."""
     shown = "; ".join(str(issue) for issue in issues[:SHOWN_ISSUES])
     more = f" (and {len(issues) - SHOWN_ISSUES} more)" if len(issues) > SHOWN_ISSUES else ""
-    return APIError(400, f"The file was rejected: {shown}{more}", code="invalid_file", param="file")
+    return APIError(400, f"The file was rejected: {shown}{more}", code=ErrorCode.INVALID_FILE, param="file")
 
 
 def check_file(path: Path, purpose: str, max_records: int) -> Checked:
@@ -195,7 +196,7 @@ def _jsonl_objects(path: Path, issues: list[Issue]) -> Iterator[tuple[int, dict]
             try:
                 row = json.loads(text)
             except json.JSONDecodeError as error:
-                issues.append(Issue(line, "", "invalid_json", f"not valid JSON: {error.msg} at column {error.colno}"))
+                issues.append(Issue(line, "", "invalid_json", f"not valid JSON: {error.msg}: column {error.colno}"))
                 continue
             if not isinstance(row, dict):
                 issues.append(Issue(line, "", "wrong_type", f"expected a JSON object, got {type(row).__name__}"))

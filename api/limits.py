@@ -7,6 +7,7 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from db.errors import ErrorCode
 from db.settings import Settings
 
 UPLOAD_PATH = "/v1/files"
@@ -70,7 +71,7 @@ class BodySizeLimit:
                     "message": f"The {what} is larger than the limit of {limit / 2**20:.1f} MiB.",
                     "type": "invalid_request_error",
                     "param": "file" if upload else None,
-                    "code": "file_too_large" if upload else "request_too_large",
+                    "code": ErrorCode.FILE_TOO_LARGE if upload else ErrorCode.REQUEST_TOO_LARGE,
                 }
             }
         ).encode()

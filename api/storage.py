@@ -21,6 +21,7 @@ from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from api.errors import APIError
+from db.errors import ErrorCode
 
 FILES_DIR = "files"
 INCOMING_DIR = ".incoming"
@@ -102,7 +103,9 @@ class Upload:
 
 
 def too_large(max_mb: int) -> APIError:
-    return APIError(413, f"The file is larger than the limit of {max_mb} MiB.", code="file_too_large", param="file")
+    return APIError(
+        413, f"The file is larger than the limit of {max_mb} MiB.", code=ErrorCode.FILE_TOO_LARGE, param="file"
+    )
 
 
 async def receive_upload(
@@ -123,7 +126,7 @@ async def receive_upload(
         raise APIError(
             400,
             "Upload the file as multipart/form-data with parts 'file' and 'purpose'.",
-            code="invalid_request",
+            code=ErrorCode.INVALID_REQUEST,
             param="file",
         )
     max_bytes = max_mb * _MIB
@@ -141,7 +144,10 @@ async def receive_upload(
             raise sink.error
         if not sink.ended:
             raise APIError(
-                400, "The multipart body ended before its closing boundary.", code="invalid_request", param="file"
+                400,
+                "The multipart body ended before its closing boundary.",
+                code=ErrorCode.INVALID_REQUEST,
+                param="file",
             )
     except APIError as error:
         sink.discard()
@@ -150,7 +156,9 @@ async def receive_upload(
         raise
     except FormParserError as error:
         sink.discard()
-        raise APIError(400, f"Malformed multipart body: {error}", code="invalid_request", param="file") from None
+        raise APIError(
+            400, f"Malformed multipart body: {error}", code=ErrorCode.INVALID_REQUEST, param="file"
+        ) from None
     except BaseException:
         sink.discard()  # a dropped connection or a cancelled request leaves nothing behind
         raise
@@ -195,7 +203,7 @@ class _PartSink:
         self._parts += 1
         self._headers, self._name, self._text = {}, None, bytearray()
         if self._parts > MAX_PARTS:
-            self._fail(APIError(400, f"Too many form parts (at most {MAX_PARTS}).", code="invalid_request"))
+            self._fail(APIError(400, f"Too many form parts (at most {MAX_PARTS}).", code=ErrorCode.INVALID_REQUEST))
 
     def _header_end(self) -> None:
         self._headers[self._header_name.decode("latin-1").lower()] = bytes(self._header_value)
@@ -207,7 +215,7 @@ class _PartSink:
         self._name = options.get(b"name", b"").decode("utf-8", "replace")
         if self._name == self.file_field and self.error is None:
             if self.upload.path is not None:
-                self._fail(APIError(400, "Send one file per upload.", code="invalid_request", param="file"))
+                self._fail(APIError(400, "Send one file per upload.", code=ErrorCode.INVALID_REQUEST, param="file"))
                 return
             filename = options.get(b"filename")
             self.upload.filename = filename.decode("utf-8", "replace") if filename is not None else None
@@ -221,7 +229,7 @@ class _PartSink:
         if self._handle is not None and self._name == self.file_field:
             self.upload.bytes += end - start
             if self.upload.bytes > self.max_bytes:
-                self._fail(APIError(413, "too large", code="file_too_large", param="file"))
+                self._fail(APIError(413, "too large", code=ErrorCode.FILE_TOO_LARGE, param="file"))
                 return
             try:
                 self._handle.write(data[start:end])
@@ -232,7 +240,7 @@ class _PartSink:
                     APIError(
                         507,
                         "The server has no space left to store this upload; nothing was kept.",
-                        code="insufficient_storage",
+                        code=ErrorCode.INSUFFICIENT_STORAGE,
                         param="file",
                     )
                 )
@@ -243,7 +251,7 @@ class _PartSink:
                     APIError(
                         400,
                         f"Form field '{self._name}' is longer than {MAX_FIELD_BYTES} bytes.",
-                        code="invalid_value",
+                        code=ErrorCode.INVALID_VALUE,
                         param=self._name,
                     )
                 )

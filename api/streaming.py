@@ -28,6 +28,7 @@ from sse_starlette import ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
 from api.errors import APIError
+from db.errors import ErrorCode, ErrorInfo
 from db.generation_events import GenerationEvent, channel, publishing
 from db.generations import GenerationSample, dump_samples, read_samples
 from db.models import Generation
@@ -59,7 +60,7 @@ class Snapshot:
     samples: list[dict[str, Any]]
     usage: dict[str, Any] | None
     timings: dict[str, Any] | None
-    error: dict[str, Any] | None
+    error: ErrorInfo | None
     created_at: float
 
     @property
@@ -84,19 +85,19 @@ def _give_up(url: str, generation_id: str, seconds: float) -> None:
             .values(
                 status=GenerationStatus.FAILED,
                 finished_at=time.time(),
-                error={"code": "generation_timeout", "message": f"not started within {seconds:g} s"},
+                error=ErrorInfo(code=ErrorCode.GENERATION_TIMEOUT, message=f"not started within {seconds:g} s"),
             )
         )
 
 
 def timeout_error(seconds: float) -> APIError:
-    return APIError(504, f"The generation did not finish within {seconds:g} s.", code="generation_timeout")
+    return APIError(504, f"The generation did not finish within {seconds:g} s.", code=ErrorCode.GENERATION_TIMEOUT)
 
 
 def failure_error(snapshot: Snapshot) -> APIError:
     """The 500 a failed generation answers with; the message carries the worker's reason."""
-    reason = (snapshot.error or {}).get("message", "unknown error")
-    return APIError(500, f"Generation failed: {reason}", code="generation_failed")
+    reason = snapshot.error.message if snapshot.error else "unknown error"
+    return APIError(500, f"Generation failed: {reason}", code=ErrorCode.GENERATION_FAILED)
 
 
 async def follow(settings: Settings, generation_id: str) -> AsyncIterator[Snapshot]:

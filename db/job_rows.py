@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
+from db.errors import ErrorCode, ErrorInfo
 from db.ids import new_id
 from db.model_specs import model_spec_for
 from db.models import Checkpoint, Eval, Job, JobEvent
@@ -38,7 +39,7 @@ def add_event(
     session.add(JobEvent(id=new_id("ftevent"), job_id=job_id, level=level, message=message, data=data, seq=seq))
 
 
-def finish_validation(session: Session, job_id: str, notes: list[tuple[str, str]], error: dict | None) -> bool:
+def finish_validation(session: Session, job_id: str, notes: list[tuple[str, str]], error: ErrorInfo | None) -> bool:
     """Move a ``validating_files`` job to ``queued``, or to ``failed`` with ``error``, and log the
     file check's ``(level, message)`` notes; False when the job was no longer validating
     (cancelled meanwhile). The caller enqueues ``cuset.tune`` after committing a queued job."""
@@ -53,7 +54,7 @@ def finish_validation(session: Session, job_id: str, notes: list[tuple[str, str]
     for level, note in notes:
         add_event(session, job_id, note, level=level)
     if error:
-        add_event(session, job_id, f"Validation failed: {error['message']}", level="error")
+        add_event(session, job_id, f"Validation failed: {error.message}", level="error")
     else:
         add_event(session, job_id, "Validated training file; job queued")
     return True
@@ -112,10 +113,10 @@ def finish_attempt(session: Session, job_id: str, attempt: int, status: JobStatu
     )
 
 
-def fail_attempt(session: Session, job_id: str, attempt: int, code: str, message: str, summary: str = "") -> bool:
+def fail_attempt(session: Session, job_id: str, attempt: int, code: ErrorCode, message: str, summary: str = "") -> bool:
     """Fail a job this attempt runs with error ``{code, message}`` and log ``Job failed: <summary>``
     (the message when no summary is given); False when the attempt no longer owns the job."""
-    error = {"code": code, "message": message, "param": None}
+    error = ErrorInfo(code=code, message=message)
     if not finish_attempt(session, job_id, attempt, JobStatus.FAILED, error=error):
         return False
     add_event(session, job_id, f"Job failed: {summary or message}", level="error")
@@ -153,7 +154,7 @@ def requeue(session: Session, job_id: str, attempt: int, event: str) -> bool:
     return True
 
 
-def requeue_or_fail(session: Session, settings: Settings, job: Job, reason: str, code: str) -> bool:
+def requeue_or_fail(session: Session, settings: Settings, job: Job, reason: str, code: ErrorCode) -> bool:
     """Give a running job that lost its worker another attempt (when it has a checkpoint to
     resume from and attempts left) or fail it with ``code``. True when requeued: the caller
     enqueues ``cuset.tune`` after committing."""

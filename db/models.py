@@ -14,6 +14,7 @@ from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String,
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from cuset_core.evaluation.runner import Answer, SampleRecord
+from db.errors import ErrorInfo
 from db.statuses import EvalStatus, GenerationStatus, JobStatus
 from db.typed_json import TypedJSON
 
@@ -85,7 +86,7 @@ class Job(Base):
     seed: Mapped[int] = mapped_column(Integer, default=0)
     user_metadata: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
     status: Mapped[str] = mapped_column(String(24), index=True, default=JobStatus.VALIDATING_FILES)  # a JobStatus
-    error: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # {"code","message","param"}
+    error: Mapped[ErrorInfo | None] = mapped_column(TypedJSON(ErrorInfo))
     fine_tuned_model: Mapped[str | None] = mapped_column(String(255), index=True)
     output_dir: Mapped[str | None] = mapped_column(String(512))  # relative to the artifact root
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -175,7 +176,7 @@ class Generation(Base):
     samples: Mapped[list[Any]] = mapped_column(default=list)
     usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     timings: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    error: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    error: Mapped[ErrorInfo | None] = mapped_column(TypedJSON(ErrorInfo))
     created_at: Mapped[float] = mapped_column(Float, default=_now)
     finished_at: Mapped[float | None] = mapped_column(Float)
 
@@ -194,7 +195,7 @@ class Eval(Base):
     status: Mapped[str] = mapped_column(String(16), index=True, default=EvalStatus.QUEUED)  # an EvalStatus
     progress: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # {"done": n, "total": m}
     aggregate: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    error: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    error: Mapped[ErrorInfo | None] = mapped_column(TypedJSON(ErrorInfo))
     created_at: Mapped[float] = mapped_column(Float, default=_now, index=True)
     finished_at: Mapped[float | None] = mapped_column(Float)
     heartbeat_at: Mapped[float | None] = mapped_column(Float)  # while running; the reaper watches it

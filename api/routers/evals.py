@@ -28,6 +28,7 @@ from cuset_core.evaluation.runner import EvalConfig, load_problems
 from cuset_core.evaluation.settings import VerificationSettings
 from cuset_core.models import recorded_prompt_style
 from db.dispatch import send_eval
+from db.errors import ErrorCode
 from db.evals import read_row, read_samples
 from db.ids import new_id
 from db.models import Eval, EvalProblem, File
@@ -45,18 +46,18 @@ def _eval_file_path(session: Session, settings: Settings, owner: str, file_id: s
     """Where an eval file of ``owner`` lives; 400 naming ``eval_file`` when it is unusable."""
     file = session.scalar(select(File).where(File.id == file_id, File.owner == owner))
     if file is None:
-        raise bad_request(f"No file found with id '{file_id}'.", param="eval_file", code="file_not_found")
+        raise bad_request(f"No file found with id '{file_id}'.", param="eval_file", code=ErrorCode.FILE_NOT_FOUND)
     if file.purpose != "eval":
         raise bad_request(
             f"File '{file_id}' has purpose '{file.purpose}'; an eval needs a file with purpose 'eval'.",
             param="eval_file",
-            code="invalid_file_purpose",
+            code=ErrorCode.INVALID_FILE_PURPOSE,
         )
     if file.format != "jsonl":
         raise bad_request(
             f'File \'{file_id}\' is {file.format}; eval files are JSONL rows of {{"id", "problem"}}.',
             param="eval_file",
-            code="invalid_file_format",
+            code=ErrorCode.INVALID_FILE_FORMAT,
         )
     return settings.artifacts / file.path
 
@@ -129,7 +130,7 @@ def create_eval(body: EvalCreate, session: SessionDep, settings: SettingsDep, ow
     except (EvalInputError, OSError) as exc:
         reason = str(exc).replace(f"{settings.artifacts}/", "")  # no server paths in answers
         raise bad_request(
-            f"The eval file cannot be read as problems: {reason}", param="eval_file", code="invalid_eval_file"
+            f"The eval file cannot be read as problems: {reason}", param="eval_file", code=ErrorCode.INVALID_EVAL_FILE
         ) from None
     # The worker builds the same EvalConfig with the resolved model spec; fail here, not there.
     EvalConfig(model=body.model, problems=source, **config)
@@ -160,7 +161,7 @@ def list_evals(
             session,
             select(Eval).where(Eval.id == after, Eval.owner == owner),
             f"No eval found with id '{after}'.",
-            code="eval_not_found",
+            code=ErrorCode.EVAL_NOT_FOUND,
         )
         cursor = (anchor.created_at, anchor.id)
     rows = keyset_rows(session, select(Eval).where(Eval.owner == owner), (Eval.created_at, Eval.id), cursor, limit)
@@ -209,6 +210,6 @@ def cancel_eval(eval_id: str, session: SessionDep, owner: OwnerDep) -> EvalObjec
     elif row.status != EvalStatus.CANCELLED:
         session.rollback()
         raise APIError(
-            409, f"Eval '{eval_id}' already {row.status}; it cannot be cancelled.", code="eval_not_cancellable"
+            409, f"Eval '{eval_id}' already {row.status}; it cannot be cancelled.", code=ErrorCode.EVAL_NOT_CANCELLABLE
         )
     return _view(row)

@@ -39,6 +39,7 @@ from api.streaming import wait_final
 from cuset_core.analysis.analyze import analyze_answer
 from cuset_core.evaluation.confidence_settings import ReportSettings
 from db.dispatch import send_confidence
+from db.errors import ErrorCode
 from db.ids import new_id
 from db.models import RESULTS_PURPOSE, Eval, File, Generation, Job
 from db.settings import Settings
@@ -111,15 +112,20 @@ async def create_file(request: Request, settings: SettingsDep, session: SessionD
             raise APIError(
                 400,
                 "Missing required form field 'purpose' (fine-tune, eval or problems).",
-                code="missing_required_parameter",
+                code=ErrorCode.MISSING_REQUIRED_PARAMETER,
                 param="purpose",
             )
         if purpose not in PURPOSES:
             raise APIError(
-                400, f"purpose {purpose!r} is not one of {', '.join(PURPOSES)}.", code="invalid_value", param="purpose"
+                400,
+                f"purpose {purpose!r} is not one of {', '.join(PURPOSES)}.",
+                code=ErrorCode.INVALID_VALUE,
+                param="purpose",
             )
         if upload.path is None:
-            raise APIError(400, "Missing required form part 'file'.", code="missing_required_parameter", param="file")
+            raise APIError(
+                400, "Missing required form part 'file'.", code=ErrorCode.MISSING_REQUIRED_PARAMETER, param="file"
+            )
         return await run_in_threadpool(_store, upload, purpose, settings, session, owner)
     finally:
         remove_quietly(upload.path)  # already moved when accepted; removed on every other path
@@ -211,7 +217,9 @@ def _forget_result(session: Session, row: File) -> None:
 
 
 def _in_use(file_id: str, user: str) -> APIError:
-    return APIError(409, f"File '{file_id}' is used by {user}; delete that first.", code="file_in_use", param="file_id")
+    return APIError(
+        409, f"File '{file_id}' is used by {user}; delete that first.", code=ErrorCode.FILE_IN_USE, param="file_id"
+    )
 
 
 @router.get(
@@ -232,7 +240,7 @@ def file_content(file_id: str, session: SessionDep, owner: OwnerDep, settings: S
         raise APIError(
             404,
             f"The content of file '{file_id}' is missing from storage.",
-            code="file_content_missing",
+            code=ErrorCode.FILE_CONTENT_MISSING,
             param="file_id",
         )
     return FileResponse(
@@ -314,7 +322,7 @@ def _records(settings: Settings, row: File) -> list:
             400,
             f"File '{row.id}' is a fine-tuning job's result (model files), not a dataset; "
             "download it with GET /v1/files/{file_id}/content.",
-            code="not_a_dataset",
+            code=ErrorCode.NOT_A_DATASET,
             param="file_id",
         )
     return read_records(stored_path(settings.artifacts, row.path), row.purpose)
@@ -325,14 +333,17 @@ def _analysis(session: Session, owner: str, settings: Settings, file_id: str, n:
     records = _records(settings, row)
     if not 0 <= n < len(records):
         raise APIError(
-            404, f"File '{file_id}' has no record {n} (it has {len(records)}).", code="record_not_found", param="n"
+            404,
+            f"File '{file_id}' has no record {n} (it has {len(records)}).",
+            code=ErrorCode.RECORD_NOT_FOUND,
+            param="n",
         )
     record = records[n]
     if record.answer is None:
         raise APIError(
             400,
             f"File '{file_id}' holds eval problems, which have no answer to analyse.",
-            code="no_answer",
+            code=ErrorCode.NO_ANSWER,
             param="file_id",
         )
     return RecordAnalysis(

@@ -14,6 +14,7 @@ from sqlalchemy import text
 
 from api.deps import SettingsDep
 from api.errors import error_json
+from db.errors import ErrorCode
 from db.model_specs import EngineRoute, base_engine_routes
 from db.session import engine_for
 from db.settings import Settings
@@ -72,7 +73,9 @@ async def readyz(settings: SettingsDep) -> JSONResponse:
         try:
             await asyncio.wait_for(asyncio.to_thread(check, url), timeout=5)
         except Exception as exc:  # noqa: BLE001 - any failure means not ready
-            return error_json(503, f"{name} unreachable: {type(exc).__name__}", code=f"{name}_unavailable", param=name)
+            return error_json(
+                503, f"{name} unreachable: {type(exc).__name__}", code=ErrorCode(f"{name}_unavailable"), param=name
+            )
     # Verification is one service among several: a worker whose sandbox refuses (tiers 1-3 then
     # answer every candidate with the reason) is reported here, not made a readiness failure.
     # It makes the service "degraded" (still 200: everything else works), with the reason.

@@ -31,6 +31,7 @@ from api.schemas.jobs import (
 from cuset_core.models import ModelNotFoundError, ModelOptionError, Quantization, check_load_options, resolve_model
 from cuset_core.training.tracking import missing_packages
 from db.dispatch import send_validate_job_files
+from db.errors import ErrorCode
 from db.ids import new_id
 from db.job_rows import add_event, cancel
 from db.model_specs import tuned_job
@@ -81,12 +82,12 @@ def _check_file(session: Session, owner: str, file_id: str | None, param: str) -
         return
     file = session.scalar(select(File).where(File.id == file_id, File.owner == owner))
     if file is None:
-        raise bad_request(f"No file found with id '{file_id}'.", param=param, code="file_not_found")
+        raise bad_request(f"No file found with id '{file_id}'.", param=param, code=ErrorCode.FILE_NOT_FOUND)
     if file.purpose != "fine-tune":
         raise bad_request(
             f"File '{file_id}' has purpose '{file.purpose}'; a tuning job needs purpose 'fine-tune'.",
             param=param,
-            code="invalid_file_purpose",
+            code=ErrorCode.INVALID_FILE_PURPOSE,
         )
 
 
@@ -98,7 +99,9 @@ def _check_model(session: Session, settings: Settings, owner: str, model: str) -
             resolve_model(settings.base_models[model])
         except ModelNotFoundError as exc:
             raise bad_request(
-                f"Model '{model}' is configured but cannot be loaded: {exc}", param="model", code="model_not_available"
+                f"Model '{model}' is configured but cannot be loaded: {exc}",
+                param="model",
+                code=ErrorCode.MODEL_NOT_AVAILABLE,
             ) from None
         return
     if tuned_job(session, owner, model) is None:
@@ -106,7 +109,7 @@ def _check_model(session: Session, settings: Settings, owner: str, model: str) -
         raise bad_request(
             f"Model '{model}' is not a base model ({known}) or one of your fine-tuned models.",
             param="model",
-            code="model_not_found",
+            code=ErrorCode.MODEL_NOT_FOUND,
         )
 
 
@@ -125,7 +128,7 @@ def _check_load_options(settings: Settings, hyperparameters: dict[str, Any]) -> 
         raise bad_request(
             f"hyperparameters.{exc.field}: {exc}",
             param=f"hyperparameters.{exc.field}",
-            code="unsupported_on_this_server",
+            code=ErrorCode.UNSUPPORTED_ON_THIS_SERVER,
         ) from None
 
 
@@ -137,7 +140,7 @@ def _check_integrations(body: JobCreate) -> None:
             f"Tracker not installed on this service ({'; '.join(missing)}); "
             "ask its operator, or leave that integration out.",
             param="integrations",
-            code="integration_unavailable",
+            code=ErrorCode.INTEGRATION_UNAVAILABLE,
         )
 
 
@@ -169,7 +172,7 @@ def _replay(session: Session, owner: str, key: str, fields: dict[str, Any]) -> J
         raise APIError(
             409,
             "This Idempotency-Key was already used with a different request body.",
-            code="idempotency_key_reused",
+            code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
             param="Idempotency-Key",
         )
     return job
@@ -186,7 +189,7 @@ def _check_active_jobs(session: Session, settings: Settings, owner: str) -> None
             429,
             f"You already have {active} unfinished tuning jobs (limit {settings.max_concurrent_jobs}); "
             "wait for one to finish or cancel one.",
-            code="concurrent_jobs_limit",
+            code=ErrorCode.CONCURRENT_JOBS_LIMIT,
         )
 
 
@@ -269,7 +272,7 @@ def cancel_job(job_id: str, session: SessionDep, owner: OwnerDep) -> JobObject:
         raise APIError(
             409,
             f"Job {job_id} is already {job.status} and cannot be cancelled.",
-            code="job_not_cancellable",
+            code=ErrorCode.JOB_NOT_CANCELLABLE,
             param="job_id",
         )
     cancel(session, job_id)

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from cuset_core.evaluation.metrics import ProblemRow
 from cuset_core.evaluation.runner import DEMO_HELD_OUT, DEMO_PROBLEMS, MAX_REPAIR_ROUNDS
 from cuset_core.evaluation.settings import VerificationSettings
+from db.errors import ErrorInfo
 from db.evals import EvalSampleRecord
 from db.statuses import EvalStatus
 
@@ -61,11 +62,6 @@ class EvalProgress(BaseModel):
     generated: int = 0
 
 
-class EvalError(BaseModel):
-    code: str
-    message: str
-
-
 class EvalObject(BaseModel):
     """One evaluation; ``aggregate`` is the core's ``Aggregate`` once it has succeeded."""
 
@@ -88,7 +84,7 @@ class EvalObject(BaseModel):
     )
     created_at: int = Field(description="Unix seconds")
     finished_at: int | None = Field(None, description="Unix seconds")
-    error: EvalError | None = None
+    error: ErrorInfo | None = None
 
 
 class EvalProblemObject(BaseModel):

@@ -24,6 +24,7 @@ from cuset_core.training.config import (
     format_validation_error,
 )
 from cuset_core.training.tracking import Integration
+from db.errors import ErrorCode, ErrorInfo
 from db.statuses import JobStatus
 
 SUFFIX_PATTERN = re.compile(r"^[a-z0-9-]{1,40}$")
@@ -81,7 +82,7 @@ def _invalid(exc: ValidationError, prefix: str) -> APIError:
     return APIError(
         400,
         f"{prefix}: {format_validation_error(exc)}",
-        code="invalid_value",
+        code=ErrorCode.INVALID_VALUE,
         param=f"{prefix}.{first}" if first else prefix,
     )
 
@@ -97,7 +98,7 @@ def split_method(method: dict[str, Any] | None) -> tuple[dict[str, Any], dict[st
         raise APIError(
             400,
             "method.supervised: only 'hyperparameters' is supported",
-            code="invalid_value",
+            code=ErrorCode.INVALID_VALUE,
             param="method.supervised",
         )
     knobs = {**{k: v for k, v in method.items() if k != "type"}, "type": "sft"}
@@ -125,7 +126,7 @@ def resolve_hyperparameters(given: dict[str, Any]) -> dict[str, Any]:
         raise APIError(
             400,
             f"hyperparameters.{unknown[0]}: unknown hyperparameter",
-            code="invalid_value",
+            code=ErrorCode.INVALID_VALUE,
             param=f"hyperparameters.{unknown[0]}",
         )
     multiplier = _auto(given.get("learning_rate_multiplier"), 1.0)
@@ -137,7 +138,7 @@ def resolve_hyperparameters(given: dict[str, Any]) -> dict[str, Any]:
             raise APIError(
                 400,
                 "hyperparameters.learning_rate_multiplier: must be a positive number or 'auto'",
-                code="invalid_value",
+                code=ErrorCode.INVALID_VALUE,
                 param="hyperparameters.learning_rate_multiplier",
             )
         core.setdefault("learning_rate", _DEFAULT_HP.learning_rate * multiplier)
@@ -159,13 +160,13 @@ def resolve_hyperparameters(given: dict[str, Any]) -> dict[str, Any]:
     try:
         check_quantized_lora(hp, lora is not None)
     except ValueError as exc:
-        raise APIError(400, str(exc), code="invalid_value", param="hyperparameters.quantization") from None
+        raise APIError(400, str(exc), code=ErrorCode.INVALID_VALUE, param="hyperparameters.quantization") from None
     save_steps = given.get("save_steps", TuneConfig.model_fields["save_steps"].default)
     if not isinstance(save_steps, int) or isinstance(save_steps, bool) or save_steps < 1:
         raise APIError(
             400,
             "hyperparameters.save_steps: must be a positive integer",
-            code="invalid_value",
+            code=ErrorCode.INVALID_VALUE,
             param="hyperparameters.save_steps",
         )
     dumped = hp.model_dump()
@@ -177,12 +178,6 @@ def resolve_hyperparameters(given: dict[str, Any]) -> dict[str, Any]:
         "lora": lora,
         "save_steps": save_steps,
     }
-
-
-class JobError(BaseModel):
-    code: str
-    message: str
-    param: str | None = None
 
 
 class JobProgress(BaseModel):
@@ -210,7 +205,7 @@ class JobObject(BaseModel):
     training_file: str
     hyperparameters: dict[str, Any]
     trained_tokens: int | None
-    error: JobError | None
+    error: ErrorInfo | None
     seed: int
     metadata: dict[str, str] | None
     method: dict[str, Any]

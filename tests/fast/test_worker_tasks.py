@@ -109,7 +109,7 @@ def test_the_reaper_requeues_a_silent_job_with_a_checkpoint_and_fails_one_withou
     )
     assert enqueued(task_settings) == [("cuset.tune", [resumable])]
     failed = stored_row(task_settings.resolved_database_url, Job, lost)
-    assert (failed.status, failed.error["code"]) == (JobStatus.FAILED, "worker_lost")
+    assert (failed.status, failed.error.code) == (JobStatus.FAILED, "worker_lost")
     assert stored_row(task_settings.resolved_database_url, Job, live).status == JobStatus.RUNNING
     assert stored_row(task_settings.resolved_database_url, Job, stopping).status == JobStatus.CANCELLED
 
@@ -123,7 +123,7 @@ def test_the_reaper_fails_generations_past_their_timeout_only(task_settings):
     reap(task_settings)
 
     failed = stored_row(task_settings.resolved_database_url, Generation, stuck)
-    assert (failed.status, failed.error["code"], failed.finished_at is not None) == ("failed", "timeout", True)
+    assert (failed.status, failed.error.code, failed.finished_at is not None) == ("failed", "timeout", True)
     assert stored_row(task_settings.resolved_database_url, Generation, young).status == GenerationStatus.RUNNING
     assert stored_row(task_settings.resolved_database_url, Generation, done).status == GenerationStatus.SUCCEEDED
 
@@ -136,7 +136,7 @@ def test_the_reaper_fails_an_eval_lost_while_generating_but_not_one_being_verifi
     reap(task_settings)
 
     lost = stored_row(task_settings.resolved_database_url, Eval, generating)
-    assert (lost.status, lost.error["code"]) == (EvalStatus.FAILED, "worker_lost")
+    assert (lost.status, lost.error.code) == (EvalStatus.FAILED, "worker_lost")
     assert stored_row(task_settings.resolved_database_url, Eval, verifying).status == EvalStatus.RUNNING
 
 
@@ -178,8 +178,8 @@ def test_a_file_without_a_usable_record_fails_the_job_naming_the_file(new_job, t
     validate_job_files.run(job_id)
 
     job = stored_row(task_settings.resolved_database_url, Job, job_id)
-    assert (job.status, job.error["code"], job.error["param"]) == (JobStatus.FAILED, "invalid_file", "training_file")
-    assert "no usable record" in job.error["message"] and "max_seq_len 64" in job.error["message"]
+    assert (job.status, job.error.code, job.error.param) == (JobStatus.FAILED, "invalid_file", "training_file")
+    assert "no usable record" in job.error.message and "max_seq_len 64" in job.error.message
     assert [name for name, _ in enqueued(task_settings)] == ["cuset.validate_job_files"]
 
 

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
+from db.errors import ErrorInfo
 from db.keys import create_key
 from db.models import Generation
 from db.session import session_scope
@@ -255,10 +256,10 @@ def test_an_engine_that_cannot_be_reached_fails_the_generation_with_the_reason(f
         generation_id = row.id
     send_generate(front.settings, generation_id)
 
-    def failed() -> dict | None:
+    def failed() -> ErrorInfo | None:
         with session_scope(url) as session:
             stored = session.get(Generation, generation_id)
             return stored.error if stored.status == "failed" else None
 
     error = wait_for(failed, timeout=60, what="the generation to fail")
-    assert error["code"] == "decode_failed" and "cannot reach http://127.0.0.1:9/v1" in error["message"]
+    assert error.code == "decode_failed" and "cannot reach http://127.0.0.1:9/v1" in error.message

@@ -300,7 +300,7 @@ def test_the_reaper_fails_an_eval_whose_generation_stopped_but_not_one_being_ver
 
     with session_scope(service_settings.resolved_database_url) as session:
         lost, waiting = session.get(Eval, generating), session.get(Eval, verifying)
-        assert lost.status == "failed" and lost.error["code"] == "worker_lost"
+        assert lost.status == "failed" and lost.error.code == "worker_lost"
         # Its verification messages are the broker's to redeliver; the eval finishes when they do.
         assert waiting.status == "running" and waiting.error is None
 

@@ -95,6 +95,6 @@ def test_a_generation_stuck_running_is_failed(worker, service_settings):
     def status():
         with session_scope(service_settings.resolved_database_url) as session:
             row = session.get(Generation, gen_id)
-            return row.status == "failed" and row.error["code"]
+            return row.status == "failed" and row.error.code
 
     assert wait_for(status, timeout=60, what="the reaper") == "timeout"

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from db.errors import ErrorCode, ErrorInfo
 from db.job_rows import (
     MAX_ATTEMPTS,
     add_event,
@@ -75,12 +76,14 @@ def test_validation_queues_the_job_once_and_logs_its_notes(settings):
 
 def test_a_failed_validation_ends_the_job_with_its_error(settings):
     job_id = _job(settings, JobStatus.VALIDATING_FILES)
-    error = {"code": "invalid_file", "message": "training_file file-1: no usable record", "param": "training_file"}
+    error = ErrorInfo(
+        code=ErrorCode.INVALID_FILE, message="training_file file-1: no usable record", param="training_file"
+    )
     with session_scope(settings.resolved_database_url) as session:
         assert finish_validation(session, job_id, [], error)
     job = stored_row(settings.resolved_database_url, Job, job_id)
     assert (job.status, job.error, job.finished_at is not None) == (JobStatus.FAILED, error, True)
-    assert event_rows(settings.resolved_database_url, job_id)[-1] == ("error", f"Validation failed: {error['message']}")
+    assert event_rows(settings.resolved_database_url, job_id)[-1] == ("error", f"Validation failed: {error.message}")
 
 
 def test_a_claim_takes_a_queued_job_once(settings):
@@ -108,7 +111,7 @@ def test_an_attempt_that_lost_its_job_can_no_longer_change_it(settings):
     with session_scope(settings.resolved_database_url) as session:
         assert beat(session, job_id, attempt) == (False, False)
         assert not finish_attempt(session, job_id, attempt, JobStatus.SUCCEEDED)
-        assert not fail_attempt(session, job_id, attempt, "training_failed", "boom")
+        assert not fail_attempt(session, job_id, attempt, ErrorCode.TRAINING_FAILED, "boom")
         assert beat(session, job_id, attempt + 1) == (True, False)
     assert stored_row(settings.resolved_database_url, Job, job_id).status == JobStatus.RUNNING
 
@@ -125,9 +128,11 @@ def test_a_final_status_sets_the_finish_time(settings, status):
 def test_a_failed_attempt_records_the_error_and_one_line_in_the_log(settings):
     job_id, attempt = _claimed(settings)
     with session_scope(settings.resolved_database_url) as session:
-        assert fail_attempt(session, job_id, attempt, "training_failed", "Traceback ...\nValueError: bad", "bad")
+        assert fail_attempt(
+            session, job_id, attempt, ErrorCode.TRAINING_FAILED, "Traceback ...\nValueError: bad", "bad"
+        )
     job = stored_row(settings.resolved_database_url, Job, job_id)
-    assert job.error == {"code": "training_failed", "message": "Traceback ...\nValueError: bad", "param": None}
+    assert job.error == ErrorInfo(code=ErrorCode.TRAINING_FAILED, message="Traceback ...\nValueError: bad")
     assert event_rows(settings.resolved_database_url, job_id)[-1] == ("error", "Job failed: bad")
 
 
@@ -143,7 +148,7 @@ def test_a_lost_job_with_a_checkpoint_is_requeued_to_resume(settings):
     job_id, _ = _claimed(settings)
     _checkpoint(settings, job_id, 8)
     with session_scope(settings.resolved_database_url) as session:
-        assert requeue_or_fail(session, settings, session.get(Job, job_id), "worker loss", "worker_lost")
+        assert requeue_or_fail(session, settings, session.get(Job, job_id), "worker loss", ErrorCode.WORKER_LOST)
     job = stored_row(settings.resolved_database_url, Job, job_id)
     assert (job.status, job.heartbeat_at, job.finished_at) == (JobStatus.QUEUED, None, None)
     assert event_rows(settings.resolved_database_url, job_id)[-1] == (
@@ -155,21 +160,21 @@ def test_a_lost_job_with_a_checkpoint_is_requeued_to_resume(settings):
 def test_a_lost_job_without_a_checkpoint_fails(settings):
     job_id, _ = _claimed(settings)
     with session_scope(settings.resolved_database_url) as session:
-        assert not requeue_or_fail(session, settings, session.get(Job, job_id), "worker loss", "worker_lost")
+        assert not requeue_or_fail(session, settings, session.get(Job, job_id), "worker loss", ErrorCode.WORKER_LOST)
     job = stored_row(settings.resolved_database_url, Job, job_id)
     assert job.status == JobStatus.FAILED
-    assert job.error["code"] == "worker_lost"
-    assert job.error["message"] == "The job stopped: worker loss (no checkpoint to resume from)."
+    assert job.error.code == "worker_lost"
+    assert job.error.message == "The job stopped: worker loss (no checkpoint to resume from)."
 
 
 def test_a_lost_job_out_of_attempts_fails_even_with_a_checkpoint(settings):
     job_id = _job(settings, JobStatus.RUNNING, attempts=MAX_ATTEMPTS)
     _checkpoint(settings, job_id, 8)
     with session_scope(settings.resolved_database_url) as session:
-        assert not requeue_or_fail(session, settings, session.get(Job, job_id), "worker loss", "worker_lost")
+        assert not requeue_or_fail(session, settings, session.get(Job, job_id), "worker loss", ErrorCode.WORKER_LOST)
     job = stored_row(settings.resolved_database_url, Job, job_id)
     assert job.status == JobStatus.FAILED
-    assert job.error["message"] == f"The job stopped: worker loss ({MAX_ATTEMPTS} attempts used)."
+    assert job.error.message == f"The job stopped: worker loss ({MAX_ATTEMPTS} attempts used)."
 
 
 @pytest.mark.parametrize("status", [JobStatus.VALIDATING_FILES, JobStatus.QUEUED])

@@ -28,6 +28,7 @@ from cuset_core.data import IGNORE_INDEX, EncodedRecord, LoadOptions, Record, en
 from cuset_core.evaluation.confidence_report import record_confidence
 from cuset_core.evaluation.confidence_settings import ReportSettings
 from db.dispatch import TaskName
+from db.errors import ErrorCode, ErrorInfo
 from db.generation_events import GenerationEvent, publish
 from db.models import File, Generation
 from db.session import session_scope
@@ -45,7 +46,7 @@ MAX_TOKENS: int = ReportSettings.model_fields["max_tokens"].default
 class ConfidenceError(Exception):
     """A failure the row records as ``error = {"code", "message"}``."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
 
@@ -70,17 +71,21 @@ def confidence(generation_id: str) -> None:
     started = time.time()
     try:
         if relative is None:
-            raise ConfidenceError("file_not_found", f"file {request['file_id']!r} no longer exists")
+            raise ConfidenceError(ErrorCode.FILE_NOT_FOUND, f"file {request['file_id']!r} no longer exists")
         record = _record(_stored_path(settings.artifacts, relative), request["n"])
         hold(settings, models)
         with ExitStack() as in_use:
             try:
                 model, tokenizer = in_use.enter_context(models.use(request["spec"], request["model"]))
             except Exception as exc:  # noqa: BLE001 - any load failure is the request's failure
-                raise ConfidenceError("model_load_failed", f"could not load model {request['spec']!r}: {exc}") from exc
+                raise ConfidenceError(
+                    ErrorCode.MODEL_LOAD_FAILED, f"could not load model {request['spec']!r}: {exc}"
+                ) from exc
             sample = token_confidence(model, tokenizer, record)
     except ConfidenceError as exc:
-        _finish(settings, generation_id, status=GenerationStatus.FAILED, error={"code": exc.code, "message": str(exc)})
+        _finish(
+            settings, generation_id, status=GenerationStatus.FAILED, error=ErrorInfo(code=exc.code, message=str(exc))
+        )
         return
     except Exception as exc:  # noqa: BLE001 - a failure fails the row, never the worker
         log.exception("confidence of %s failed", generation_id)
@@ -88,7 +93,7 @@ def confidence(generation_id: str) -> None:
             settings,
             generation_id,
             status=GenerationStatus.FAILED,
-            error={"code": "confidence_failed", "message": f"{type(exc).__name__}: {exc}"},
+            error=ErrorInfo(code=ErrorCode.CONFIDENCE_FAILED, message=f"{type(exc).__name__}: {exc}"),
         )
         return
     done = time.time()
@@ -156,7 +161,7 @@ def _record(path: Path, n: int) -> Record:
     """Record ``n`` (0-based) of a stored fine-tune file, read as the files API reads it."""
     records = load_records(path, LoadOptions(require_kernel=True)).records
     if not 0 <= n < len(records):
-        raise ConfidenceError("record_not_found", f"the file has no record {n} (it has {len(records)})")
+        raise ConfidenceError(ErrorCode.RECORD_NOT_FOUND, f"the file has no record {n} (it has {len(records)})")
     return records[n]
 
 
@@ -164,7 +169,7 @@ def _stored_path(artifacts: Path, relative: str) -> Path:
     """The stored file under the artifact root; refuses a path that would leave it."""
     path = (artifacts / PurePosixPath(relative)).resolve()
     if PurePosixPath(relative).is_absolute() or not path.is_relative_to(artifacts.resolve()):
-        raise ConfidenceError("file_not_found", f"stored path {relative!r} leaves the artifact root")
+        raise ConfidenceError(ErrorCode.FILE_NOT_FOUND, f"stored path {relative!r} leaves the artifact root")
     return path
 
 

@@ -68,6 +68,7 @@ from cuset_core.evaluation.runner import (
 from cuset_core.models import ModelNotFoundError
 from cuset_core.verify.result import Tier
 from db.dispatch import TaskName, send_eval_repair, send_eval_verify
+from db.errors import ErrorCode, ErrorInfo
 from db.evals import dump_samples, read_row
 from db.job_rows import model_spec
 from db.model_specs import engine_route_for
@@ -114,17 +115,17 @@ def run_eval_task(eval_id: str) -> None:
 def _fail(url: str, eval_id: str, exc: Exception) -> None:
     """Fail the eval with the error code and message that say what went wrong."""
     if isinstance(exc, EvalEngineError):
-        code = "engine_unreachable" if exc.status is None else "engine_error"
-        error = {"code": code, "message": f"The inference engine failed: {str(exc).removeprefix('model: ')}"}
+        code = ErrorCode.ENGINE_UNREACHABLE if exc.status is None else ErrorCode.ENGINE_ERROR
+        error = ErrorInfo(code=code, message=f"The inference engine failed: {str(exc).removeprefix('model: ')}")
     elif isinstance(exc, EvalInputError):
-        error = {"code": "invalid_eval_input", "message": str(exc)}
+        error = ErrorInfo(code=ErrorCode.INVALID_EVAL_INPUT, message=str(exc))
     elif isinstance(exc, ModelNotFoundError):
         # The detail names server paths; the log keeps it, the user gets the model id.
         log.exception("eval %s: model unavailable", eval_id, exc_info=exc)
-        error = {"code": "model_unavailable", "message": _model_gone(url, eval_id)}
+        error = ErrorInfo(code=ErrorCode.MODEL_UNAVAILABLE, message=_model_gone(url, eval_id))
     else:
         log.exception("eval %s failed", eval_id, exc_info=exc)
-        error = {"code": "eval_failed", "message": f"{type(exc).__name__}: {exc}"}
+        error = ErrorInfo(code=ErrorCode.EVAL_FAILED, message=f"{type(exc).__name__}: {exc}")
     _finish(url, eval_id, status=EvalStatus.FAILED, error=error)
 
 
@@ -347,7 +348,7 @@ def _record(url: str, eval_id: str, row: ProblemRow, records: list[SampleRecord]
 
 
 def _finish(
-    url: str, eval_id: str, *, status: EvalStatus, result: dict | None = None, error: dict | None = None
+    url: str, eval_id: str, *, status: EvalStatus, result: dict | None = None, error: ErrorInfo | None = None
 ) -> None:
     """Settle a running eval; a cancelled one stays cancelled."""
     with session_scope(url) as session:

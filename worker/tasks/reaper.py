@@ -14,6 +14,7 @@ from celery.signals import worker_ready
 from sqlalchemy import select, update
 
 from db.dispatch import TaskName, send_reap, send_tune
+from db.errors import ErrorCode, ErrorInfo
 from db.job_rows import add_event, finish_attempt, requeue_or_fail
 from db.models import Eval, Generation, Job
 from db.session import session_scope
@@ -39,7 +40,7 @@ def _reap_jobs(settings) -> list[str]:
                 # The user asked it to stop; the lost worker cannot finish that, so we do.
                 if finish_attempt(session, job.id, job.attempts, JobStatus.CANCELLED):
                     add_event(session, job.id, "Job cancelled (its worker was lost)", level="warning")
-            elif requeue_or_fail(session, settings, job, "worker loss", "worker_lost"):
+            elif requeue_or_fail(session, settings, job, "worker loss", ErrorCode.WORKER_LOST):
                 requeued.append(job.id)
             log.warning("reaped job %s (attempt %d)", job.id, job.attempts)
     return requeued
@@ -47,11 +48,9 @@ def _reap_jobs(settings) -> list[str]:
 
 def _reap_generations(settings) -> int:
     cutoff = time.time() - settings.generation_timeout_s
-    error = {
-        "code": "timeout",
-        "message": "The generation did not finish in time; its worker may have been lost.",
-        "param": None,
-    }
+    error = ErrorInfo(
+        code=ErrorCode.TIMEOUT, message="The generation did not finish in time; its worker may have been lost."
+    )
     with session_scope(settings.resolved_database_url) as session:
         return session.execute(
             update(Generation)
@@ -68,7 +67,9 @@ def _reap_evals(settings) -> int:
     the eval's work is verification messages, which the broker redelivers if their worker dies
     (acks late); their heartbeat only says one is running, so those evals are left alone."""
     cutoff = time.time() - settings.heartbeat_timeout_s
-    error = {"code": "worker_lost", "message": "The worker running this eval stopped; create the eval again."}
+    error = ErrorInfo(
+        code=ErrorCode.WORKER_LOST, message="The worker running this eval stopped; create the eval again."
+    )
     with session_scope(settings.resolved_database_url) as session:
         silent = session.scalars(
             select(Eval)

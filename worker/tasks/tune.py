@@ -21,6 +21,7 @@ from cuset_core.training.config import Hyperparameters, LoraSettings, TuneConfig
 from cuset_core.training.export import write_archive
 from cuset_core.training.launch import training_command
 from db.dispatch import TaskName, send_tune
+from db.errors import ErrorCode
 from db.ids import new_id
 from db.job_rows import (
     add_event,
@@ -156,7 +157,7 @@ def _record_end(settings: Settings, job_id: str, attempt: int, report: RunReport
                 f"the job ran past its wall-clock limit of {limit:g} s (setting job_max_wall_s) and was "
                 f"stopped at step {job.step}; its last checkpoint is kept"
             )
-            fail_attempt(session, job_id, attempt, "wall_clock_limit", message)
+            fail_attempt(session, job_id, attempt, ErrorCode.WALL_CLOCK_LIMIT, message)
             return False
         if report.returncode == 0 and report.cancel_sent:
             if finish_attempt(session, job_id, attempt, JobStatus.CANCELLED):
@@ -167,7 +168,7 @@ def _record_end(settings: Settings, job_id: str, attempt: int, report: RunReport
             checkpoint = resume_point(session, settings, job_id, attempt)
             if checkpoint is not None:
                 return requeue(session, job_id, attempt, f"interrupted; requeued to resume from step {checkpoint.step}")
-        code = "invalid_config" if report.returncode == 2 else "training_failed"
+        code = ErrorCode.INVALID_CONFIG if report.returncode == 2 else ErrorCode.TRAINING_FAILED
         message = report.error or _stderr_tail(log_path)
         fail_attempt(session, job_id, attempt, code, message, message.splitlines()[-1] if message else code)
         return False
@@ -202,7 +203,7 @@ def _adapter_archive(settings: Settings, job: Job) -> File:
 
 def _fail(settings: Settings, job_id: str, attempt: int, exc: BaseException) -> None:
     with session_scope(settings.resolved_database_url) as session:
-        fail_attempt(session, job_id, attempt, "internal_error", f"{type(exc).__name__}: {exc}")
+        fail_attempt(session, job_id, attempt, ErrorCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
 
 
 @shared_task(name=TaskName.TUNE)

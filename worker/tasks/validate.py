@@ -12,6 +12,7 @@ from cuset_core.data import DataFileError, LoadOptions, load_records
 from cuset_core.models import load_tokenizer
 from cuset_core.training.config import TuneConfig
 from db.dispatch import TaskName, send_tune
+from db.errors import ErrorCode, ErrorInfo
 from db.job_rows import finish_validation, model_spec
 from db.models import File, Job
 from db.session import session_scope
@@ -24,21 +25,21 @@ _PROMPT_STYLE = TuneConfig.model_fields["prompt_style"].default
 
 def _check_file(
     file: File, settings, tokenizer, max_seq_len: int, param: str
-) -> tuple[list[tuple[str, str]], dict | None]:
-    """((level, message) notes, error dict or None) for one data file, loaded as training will load it."""
+) -> tuple[list[tuple[str, str]], ErrorInfo | None]:
+    """((level, message) notes, the error or None) for one data file, loaded as training will load it."""
     options = LoadOptions(prompt_style=_PROMPT_STYLE, max_tokens=max_seq_len)
     try:
         loaded = load_records(settings.artifacts / file.path, options, tokenizer)
     except DataFileError as exc:
-        return [], {"code": "invalid_file", "message": f"{param} {file.id}: {exc}", "param": param}
+        return [], ErrorInfo(code=ErrorCode.INVALID_FILE, message=f"{param} {file.id}: {exc}", param=param)
     notes = loaded.summary(param)
     if not loaded.records:
         first = f"; first: {loaded.errors[0]}" if loaded.errors else ""
-        return notes[:-1], {
-            "code": "invalid_file",
-            "param": param,
-            "message": f"{param} {file.id}: no usable record among {loaded.total} (max_seq_len {max_seq_len}{first})",
-        }
+        return notes[:-1], ErrorInfo(
+            code=ErrorCode.INVALID_FILE,
+            param=param,
+            message=f"{param} {file.id}: no usable record among {loaded.total} (max_seq_len {max_seq_len}{first})",
+        )
     return notes, None
 
 
@@ -66,7 +67,7 @@ def validate_job_files(job_id: str) -> None:
                     break
         except Exception as exc:  # noqa: BLE001 - any failure to check is the job's failure, said in words
             log.exception("validating job %s", job_id)
-            error = {"code": "validation_error", "message": f"{type(exc).__name__}: {exc}", "param": None}
+            error = ErrorInfo(code=ErrorCode.VALIDATION_ERROR, message=f"{type(exc).__name__}: {exc}")
         if not finish_validation(session, job_id, notes, error):
             return
     if not error:
