@@ -6,8 +6,9 @@
 # With no arguments, the full suite in lanes, each timed ("lane NAME: N s"), every lane run even
 # when an earlier one fails:
 #   parallel      everything that needs no service (unit, security, slow) on every core (pytest-xdist)
-#   services      integration and browser tests, one after another: one Postgres database, Celery
-#                 worker and API server for all of them
+#   services      integration and browser tests on up to 4 processes (pytest-xdist): each process has
+#                 a service of its own (a fresh Postgres database, Redis key prefix, Celery workers
+#                 and API server); the fault tests stop and restart private servers of their own
 #   unprivileged  (when run as root) the sandbox and security tests as an unprivileged user, the way
 #                 the shipped image runs the verifier (scripts/test_unprivileged.sh); the forged-verdict
 #                 suite runs there only, since the other lanes would repeat it as root
@@ -56,7 +57,7 @@ lane preludes prepare_preludes
 unprivileged=()
 if [ "$(id -u)" = 0 ]; then unprivileged=(--ignore tests/security/test_forged_verdicts.py); fi
 lane parallel "${pytest[@]}" "${parallel[@]}" "${durations[@]}" -m "not integration and not browser" ${unprivileged[@]+"${unprivileged[@]}"}
-lane services "${pytest[@]}" "${durations[@]}" -m "integration or browser"
+lane services "${pytest[@]}" -n auto --maxprocesses 4 "${durations[@]}" -m "integration or browser"
 if [ "$(id -u)" = 0 ]; then lane unprivileged bash scripts/test_unprivileged.sh; fi
 if [ "$status" != 0 ]; then
     joined=$(printf ', %s' "${failed[@]}")

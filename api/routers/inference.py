@@ -35,6 +35,7 @@ from api.schemas.inference import (
     Usage,
 )
 from api.streaming import DONE, Snapshot, failure_error, follow, sse, wait_final
+from cuset_core.evaluation.problem_check import problem_issues
 from cuset_core.generation.prompts import PromptStyle, build_messages
 from cuset_core.models import recorded_prompt_style
 from db.dispatch import send_generate
@@ -289,6 +290,13 @@ def _generate_request(settings: Settings, body: GenerateRequest, model_style: Pr
     if body.verify != "none" and body.problem is None:
         raise bad_request(
             "verify needs a problem to check the kernels against; send problem instead of prompt.", param="verify"
+        )
+    if body.problem is not None and (issues := problem_issues(body.problem)):
+        raise bad_request(
+            "problem is not a KernelBench problem: "
+            + "; ".join(str(issue) for issue in issues)
+            + " (send free text as prompt instead)",
+            param="problem",
         )
     searching = {
         "best_of": body.best_of is not None,

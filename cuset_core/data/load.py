@@ -125,7 +125,7 @@ def load_records(path: str | Path, options: LoadOptions = LoadOptions(), tokeniz
                 continue
         records.append(record)
     if total == 0 and not issues:
-        issues.append(DataIssue(line=0, field="", code=ErrorCode.empty_file, message=f"{path.name} holds no rows"))
+        issues.append(DataIssue(line=0, field="", code=ErrorCode.empty_file, message="the file holds no rows"))
     return LoadResult(records=records, issues=issues, total=total)
 
 
@@ -280,7 +280,7 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
             try:
                 yield line, json.loads(text)
             except json.JSONDecodeError as error:
-                message = f"not valid JSON: {error.msg} at column {error.colno}"
+                message = f"not valid JSON: {error.msg}: column {error.colno}"
                 yield line, DataIssue(line=line, field="", code=ErrorCode.invalid_json, message=message)
             except RecursionError:
                 # The parser recurses per nesting level; a record is a flat object of strings.

@@ -208,6 +208,29 @@ def test_verification_without_a_problem_is_a_400_naming_verify(fast_client):
     assert response.status_code == 400 and response.json()["error"]["param"] == "verify"
 
 
+@pytest.mark.parametrize(
+    ("problem", "says"),
+    [("print('hello')", "no top-level `class Model`"), ("class Model(:\n    pass\n", "line 1: not valid Python")],
+)
+def test_a_problem_that_is_not_a_kernelbench_problem_is_a_400_naming_what_it_lacks(
+    fast_client, fast_settings, problem, says
+):
+    response = fast_client.post("/v1/generate", json={"model": "tiny", "problem": problem, "verify": "none"})
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["param"] == "problem", error
+    assert says in error["message"] and "send free text as prompt" in error["message"]
+    assert generation_rows(fast_settings) == 0
+
+
+def test_a_body_that_is_not_json_is_a_422_about_the_body_not_a_field(fast_client):
+    response = fast_client.post(
+        "/v1/generate", content=b'{"model": "tiny", "prompt": }', headers={"Content-Type": "application/json"}
+    )
+    error = response.json()["error"]
+    assert response.status_code == 422 and error["param"] is None, error
+    assert error["message"] == "body: not valid JSON at character 28: Expecting value", error
+
+
 def test_generating_with_an_unknown_model_is_a_404_naming_model(fast_client, fast_settings):
     response = fast_client.post("/v1/generate", json={"model": "no-such-model", "prompt": "hi"})
     assert response.status_code == 404

@@ -158,6 +158,16 @@ def test_an_empty_file_is_one_file_level_error(tmp_path):
     result = load_records(write_lines(tmp_path, ["", ""]))
     assert [(i.line, i.code) for i in result.issues] == [(0, ErrorCode.empty_file)]
     assert result.total == 0
+    # The service loads uploads under temporary names: the message names none.
+    assert result.issues[0].message == "the file holds no rows"
+
+
+def test_an_unterminated_string_is_reported_in_plain_words_with_its_column(tmp_path):
+    result = load_records(write_lines(tmp_path, ['{"messages": "never closed']))
+    [issue] = result.issues
+    assert issue.code == ErrorCode.invalid_json
+    # json's own reason ends in "at" ("... character at"): the column follows a colon, not "at at".
+    assert issue.message == "not valid JSON: Invalid control character at: column 27"
 
 
 def test_a_corrupt_parquet_file_is_reported_not_raised(tmp_path):
