@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy import inspect, make_url
 
 from db import keys
 from db.migrate import upgrade
-from db.session import session_scope
+from db.models import ApiKey
+from db.session import engine_for, session_scope
 from db.settings import get_settings
 
 keys_app = typer.Typer(
@@ -17,9 +21,28 @@ keys_app = typer.Typer(
 
 
 def _database_url() -> str:
+    """The database, made and migrated when missing (``create``: a fresh embedded data dir has none)."""
     url = get_settings().resolved_database_url
-    upgrade(url)  # a fresh embedded data dir has no schema yet
+    upgrade(url)
     return url
+
+
+def _existing_database_url() -> str | None:
+    """The database when it holds the service's keys table; None (and nothing made) when the
+    service has no database yet, so that reading never creates one."""
+    url = get_settings().resolved_database_url
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and (not parsed.database or not Path(parsed.database).is_file()):
+        return None
+    engine = engine_for(url)
+    return url if inspect(engine).has_table(ApiKey.__tablename__) else None
+
+
+def _no_database() -> str:
+    return (
+        f"no API keys: the service has no database yet ({get_settings().resolved_database_url}); "
+        "`cuset serve` or `cuset keys create` makes it"
+    )
 
 
 @keys_app.command("create")
@@ -37,7 +60,11 @@ def create(
 @keys_app.command("list")
 def list_keys() -> None:
     """Every key: id, owner, name, display prefix, created, revoked."""
-    with session_scope(_database_url()) as session:
+    url = _existing_database_url()
+    if url is None:
+        typer.echo(_no_database(), err=True)
+        return
+    with session_scope(url) as session:
         rows = keys.list_keys(session)
     table = Table("id", "owner", "name", "prefix", "state")
     for row in rows:
@@ -48,7 +75,11 @@ def list_keys() -> None:
 @keys_app.command("revoke")
 def revoke(key: str = typer.Argument(..., help="the key's id or display prefix")) -> None:
     """Revoke a key: requests with it get 401 from now on (within a few seconds)."""
-    with session_scope(_database_url()) as session:
+    url = _existing_database_url()
+    if url is None:
+        typer.echo(_no_database(), err=True)
+        raise typer.Exit(1)
+    with session_scope(url) as session:
         row = keys.revoke_key(session, key)
     if row is None:
         typer.echo(f"no active key with id or prefix '{key}'", err=True)

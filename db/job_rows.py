@@ -108,7 +108,7 @@ def finish_attempt(session: Session, job_id: str, attempt: int, status: JobStatu
         session.execute(
             update(Job)
             .where(Job.id == job_id, Job.status == JobStatus.RUNNING, Job.attempts == attempt)
-            .values(status=status, eta_s=None, **final, **values)
+            .values(status=status, eta_s=None, estimated_finish=None, **final, **values)
         ).rowcount
     )
 

@@ -95,6 +95,9 @@ class Job(Base):
     total_steps: Mapped[int | None] = mapped_column(Integer)
     trained_tokens: Mapped[int | None] = mapped_column(Integer)
     eta_s: Mapped[float | None] = mapped_column(Float)
+    # Unix seconds: when the last recorded step's pace says the run ends (that step's time + eta_s),
+    # so every read of a job between two steps shows the same time.
+    estimated_finish: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[float] = mapped_column(Float, default=_now)
     started_at: Mapped[float | None] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float)
@@ -170,7 +173,7 @@ class Generation(Base):
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     owner: Mapped[str] = mapped_column(String(64), index=True, default=DEFAULT_OWNER)
     model: Mapped[str] = mapped_column(String(255), index=True)
-    kind: Mapped[str] = mapped_column(String(16))  # generate | completion | chat | confidence
+    kind: Mapped[str] = mapped_column(String(16))  # a GenerationKind
     request: Mapped[dict[str, Any]] = mapped_column()
     status: Mapped[str] = mapped_column(String(16), index=True, default=GenerationStatus.QUEUED)  # a GenerationStatus
     samples: Mapped[list[Any]] = mapped_column(default=list)

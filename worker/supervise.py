@@ -102,7 +102,13 @@ class Recorder:
         session.execute(
             update(Job)
             .where(Job.id == self.job_id, Job.attempts == self.attempt)
-            .values(step=step, total_steps=line.max_steps, trained_tokens=line.trained_tokens, eta_s=line.eta_s)
+            .values(
+                step=step,
+                total_steps=line.max_steps,
+                trained_tokens=line.trained_tokens,
+                eta_s=line.eta_s,
+                estimated_finish=None if line.eta_s is None else line.time + line.eta_s,
+            )
         )
         summary = f"Step {step}/{line.max_steps}" + ("" if line.loss is None else f": training loss={line.loss:.4f}")
         add_event(

@@ -47,7 +47,7 @@ Limit = Annotated[int, Query(ge=1, le=100)]
 def job_object(job: Job) -> JobObject:
     """The API view of a job row."""
     percent = round(100 * job.step / job.total_steps, 1) if job.total_steps else None
-    running = job.status == JobStatus.RUNNING and job.eta_s is not None
+    finish = job.estimated_finish if job.status == JobStatus.RUNNING else None
     return JobObject(
         id=job.id,
         created_at=int(job.created_at),
@@ -63,9 +63,12 @@ def job_object(job: Job) -> JobObject:
         seed=job.seed,
         metadata=job.user_metadata,
         method=job.method,
-        estimated_finish=int(time.time() + job.eta_s) if running else None,
+        estimated_finish=None if finish is None else int(finish),
         progress=JobProgress(
-            step=job.step, total_steps=job.total_steps, percent=percent, eta_s=job.eta_s if running else None
+            step=job.step,
+            total_steps=job.total_steps,
+            percent=percent,
+            eta_s=None if finish is None else max(0.0, round(finish - time.time(), 1)),
         ),
         user_provided_suffix=job.suffix,
         result_files=job.result_files or [],

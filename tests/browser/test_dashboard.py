@@ -196,6 +196,12 @@ def test_job_charts_draw_ten_thousand_steps_quickly(page, service_settings, trai
 
 
 def test_cancel_from_the_job_page_stops_the_job(page, api, long_job):
+    # Cancelled once it trains (a run cancelled while it starts has no checkpoint to save).
+    wait_for(
+        lambda: api.get(f"/v1/fine_tuning/jobs/{long_job['id']}").json()["progress"]["step"] >= 1,
+        timeout=120,
+        what="the first training step",
+    )
     tab = page.open(f"/jobs/{long_job['id']}")
     cancel = tab.locator("#cancel-btn")
     expect(cancel).to_be_visible()

@@ -4,6 +4,8 @@ requests name their field, a job not yet running cancels at once, and lists page
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from db.models import Checkpoint, JobMetric
@@ -15,7 +17,7 @@ from tests.integration.job_support import (
     upload_demo_dataset,
     upload_eval_problems,
 )
-from tests.sqlite_service import OTHER_OWNER, enqueued
+from tests.sqlite_service import FAST_OWNER, OTHER_OWNER, enqueued
 
 
 @pytest.fixture
@@ -165,3 +167,26 @@ def test_checkpoints_page_by_step_and_metrics_drop_values_json_cannot_hold(fast_
 
     series = fast_client.get(f"/v1/fine_tuning/jobs/{job_id}/metrics", params={"after_step": 2, "limit": 1}).json()
     assert (series["data"], series["has_more"]) == ([{"step": 4, "loss": 0.25}], True)
+
+
+def test_a_running_jobs_estimated_finish_stays_put_between_steps_while_its_eta_counts_down(
+    fast_client, fast_settings, training_file
+):
+    finish = time.time() + 600.0  # recorded with the last step: that step's time + its eta
+    job_id = insert_job(
+        fast_settings.resolved_database_url,
+        training_file,
+        owner=FAST_OWNER,
+        status="running",
+        step=2,
+        total_steps=8,
+        eta_s=600.0,
+        estimated_finish=finish,
+    )
+
+    first = fast_client.get(f"/v1/fine_tuning/jobs/{job_id}").json()
+    time.sleep(1.1)
+    later = fast_client.get(f"/v1/fine_tuning/jobs/{job_id}").json()
+
+    assert first["estimated_finish"] == later["estimated_finish"] == int(finish)
+    assert 0 < later["progress"]["eta_s"] < first["progress"]["eta_s"] <= 600.0

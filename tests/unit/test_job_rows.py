@@ -4,6 +4,7 @@ that lost the job change nothing."""
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
@@ -199,3 +200,36 @@ def test_cancelling_a_running_job_asks_its_worker_to_stop(settings):
         "info",
         "Cancellation requested; stopping after a checkpoint",
     )
+
+
+@pytest.mark.parametrize(
+    ("returncode", "event"),
+    [
+        (0, "Job cancelled at step 0; checkpoint saved"),
+        (-signal.SIGTERM, "Job cancelled at step 0"),  # the signal came while the run was starting
+        (-signal.SIGKILL, "Job cancelled at step 0"),  # it ignored the grace period
+    ],
+)
+def test_a_run_stopped_by_the_cancel_it_was_sent_ends_cancelled_not_failed(settings, tmp_path, returncode, event):
+    from worker.supervise import RunReport
+    from worker.tasks.tune import _record_end
+
+    job_id, attempt = _claimed(settings)
+    report = RunReport(returncode=returncode, cancel_sent=True)
+
+    assert _record_end(settings, job_id, attempt, report, tmp_path / "train-1.log") is False
+
+    job = stored_row(settings.resolved_database_url, Job, job_id)
+    assert (job.status, job.error) == (JobStatus.CANCELLED, None)
+    assert event_rows(settings.resolved_database_url, job_id)[-1] == ("warning", event)
+
+
+def test_a_run_that_died_of_another_signal_after_a_cancel_still_fails_with_its_reason(settings, tmp_path):
+    from worker.supervise import RunReport
+    from worker.tasks.tune import _record_end
+
+    job_id, attempt = _claimed(settings)
+    _record_end(settings, job_id, attempt, RunReport(returncode=-signal.SIGSEGV, cancel_sent=True), tmp_path / "x.log")
+
+    job = stored_row(settings.resolved_database_url, Job, job_id)
+    assert (job.status, job.error.code) == (JobStatus.FAILED, ErrorCode.TRAINING_FAILED)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -159,9 +160,12 @@ def _record_end(settings: Settings, job_id: str, attempt: int, report: RunReport
             )
             fail_attempt(session, job_id, attempt, ErrorCode.WALL_CLOCK_LIMIT, message)
             return False
-        if report.returncode == 0 and report.cancel_sent:
+        if report.cancel_sent and report.returncode in (0, -signal.SIGTERM, -signal.SIGKILL):
+            # 0: the run saved a checkpoint and stopped. Killed by our own signal: it was still
+            # starting (the signal came before its handler) or ignored the grace period.
+            saved = "; checkpoint saved" if report.returncode == 0 else ""
             if finish_attempt(session, job_id, attempt, JobStatus.CANCELLED):
-                add_event(session, job_id, f"Job cancelled at step {job.step}; checkpoint saved", level="warning")
+                add_event(session, job_id, f"Job cancelled at step {job.step}{saved}", level="warning")
             return False
         if report.returncode == 0:
             # Stopped by a signal nobody here sent (the worker is shutting down): run it again later.

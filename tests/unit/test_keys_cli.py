@@ -1,0 +1,43 @@
+"""`cuset keys`: listing or revoking keys reads the service's database and never creates one;
+creating a key makes and migrates it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def keys(data_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(data_dir.parent), "CUSET_DATA_DIR": str(data_dir)}
+    return subprocess.run(
+        [sys.executable, "-m", "cuset_core.cli", "keys", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_listing_keys_of_a_service_without_a_database_says_so_and_creates_nothing(tmp_path):
+    data_dir = tmp_path / "data"
+
+    listed = keys(data_dir, "list")
+    revoked = keys(data_dir, "revoke", "cuset-sk-abc")
+
+    assert listed.returncode == 0 and "the service has no database yet" in listed.stderr, listed.stderr
+    assert revoked.returncode == 1 and "the service has no database yet" in revoked.stderr, revoked.stderr
+    assert not (data_dir / "cuset.sqlite").exists()
+
+
+def test_a_created_key_is_listed(tmp_path):
+    data_dir = tmp_path / "data"
+
+    created = keys(data_dir, "create", "--name", "alice")
+    listed = keys(data_dir, "list")
+
+    assert created.returncode == 0 and created.stdout.startswith("cuset-sk-"), created.stderr
+    assert listed.returncode == 0 and "alice" in listed.stdout and "active" in listed.stdout, listed.stderr
