@@ -38,7 +38,7 @@ class ErrorBody(BaseModel):
     message: str
     type: str
     param: str | None = None
-    code: str | None = None
+    code: ErrorCode | None = None
 
 
 class ErrorResponse(BaseModel):

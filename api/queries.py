@@ -11,6 +11,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from api.errors import bad_request, not_found
 from api.schemas.common import ListPage
+from db.errors import ErrorCode
 
 
 class _Listed(Protocol):
@@ -42,7 +43,7 @@ def owned_or_404(
     return row
 
 
-def cursor_anchor(session: Session, query: Select, message: str, code: str = "invalid_cursor") -> Any:
+def cursor_anchor(session: Session, query: Select, message: str, code: ErrorCode = ErrorCode.INVALID_CURSOR) -> Any:
     """The row an ``after`` cursor names (``query`` selects it); 400 naming ``after`` when none."""
     anchor = session.scalar(query)
     if anchor is None:

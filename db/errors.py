@@ -1,7 +1,7 @@
 """What failed, in one shape: the error a job, generation or eval row stores (written by a worker,
 the reaper or the API) and the error object of an API response, both OpenAI's
 ``{"code", "message", "param"}``. ``ErrorCode`` names every code the service uses, so a client can
-rely on the list (docs/api.md) and a typo fails where it is written.
+rely on the list (the OpenAPI schema at ``/docs`` lists it) and a typo fails where it is written.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class ErrorCode(StrEnum):
     # A request's refusal (the API's 4xx/5xx).
     INVALID_REQUEST = "invalid_request"
     INVALID_VALUE = "invalid_value"
+    INVALID_CURSOR = "invalid_cursor"
     MISSING_REQUIRED_PARAMETER = "missing_required_parameter"
     MISSING_API_KEY = "missing_api_key"
     INVALID_API_KEY = "invalid_api_key"

@@ -7,7 +7,7 @@ a row's ``status`` with a member, or looking it up in a set of members, works on
 A job moves ``validating_files -> queued -> running`` and ends ``succeeded``, ``failed`` or
 ``cancelled`` (a running job that lost its worker may go back to ``queued``); db/job_rows.py
 holds every write that moves it. A generation moves ``queued -> running [-> verifying]`` and
-ends ``succeeded`` or ``failed``. An eval moves ``queued -> running`` and ends ``succeeded``,
+ends ``succeeded`` or ``failed``; its ``kind`` is a ``GenerationKind``. An eval moves ``queued -> running`` and ends ``succeeded``,
 ``failed`` or ``cancelled``. Verdicts of verified kernels are ``cuset_core.verify.result.Verdict``.
 """
 
@@ -43,6 +43,16 @@ class GenerationStatus(StrEnum):
 
 
 GENERATION_FINAL = frozenset({GenerationStatus.SUCCEEDED, GenerationStatus.FAILED})
+
+
+class GenerationKind(StrEnum):
+    """What a generation row answers: ``/v1/generate`` (kernels, verified when asked), a
+    completion, a chat completion, or a token-confidence pass over a stored record."""
+
+    GENERATE = "generate"
+    COMPLETION = "completion"
+    CHAT = "chat"
+    CONFIDENCE = "confidence"
 
 
 class EvalStatus(StrEnum):

@@ -9,9 +9,10 @@
 #   services      integration and browser tests on up to 4 processes (pytest-xdist): each process has
 #                 a service of its own (a fresh Postgres database, Redis key prefix, Celery workers
 #                 and API server); the fault tests stop and restart private servers of their own
-#   unprivileged  (when run as root) the sandbox and security tests as an unprivileged user, the way
-#                 the shipped image runs the verifier (scripts/test_unprivileged.sh); the forged-verdict
-#                 suite runs there only, since the other lanes would repeat it as root
+#   unprivileged  (when run as root, beside the services lane) the sandbox and security tests as an
+#                 unprivileged user, the way the shipped image runs the verifier
+#                 (scripts/test_unprivileged.sh); the forged-verdict suite runs there only, since the
+#                 other lanes would repeat it as root
 # `--fast` is the parallel lane without slow tests (a few minutes, no services needed). Other
 # arguments make one pytest run with them: `bash scripts/test.sh -x tests/unit/test_data_load.py`.
 set -euo pipefail
@@ -57,8 +58,22 @@ lane preludes prepare_preludes
 unprivileged=()
 if [ "$(id -u)" = 0 ]; then unprivileged=(--ignore tests/security/test_forged_verdicts.py); fi
 lane parallel "${pytest[@]}" "${parallel[@]}" "${durations[@]}" -m "not integration and not browser" ${unprivileged[@]+"${unprivileged[@]}"}
+# The unprivileged lane runs beside the services lane, whose tests spend much of their time
+# waiting on workers and servers; its output is shown whole once both are done.
+if [ "$(id -u)" = 0 ]; then
+    mkdir -p .cache
+    (lane unprivileged bash scripts/test_unprivileged.sh >.cache/unprivileged.log 2>&1
+     exit "$status") &
+    beside=$!
+fi
 lane services "${pytest[@]}" -n auto --maxprocesses 4 "${durations[@]}" -m "integration or browser"
-if [ "$(id -u)" = 0 ]; then lane unprivileged bash scripts/test_unprivileged.sh; fi
+if [ -n "${beside:-}" ]; then
+    code=0
+    wait "$beside" || code=$?
+    echo "lane unprivileged (run beside services):"
+    cat .cache/unprivileged.log
+    if [ "$code" != 0 ]; then status=$code; failed+=(unprivileged); fi
+fi
 if [ "$status" != 0 ]; then
     joined=$(printf ', %s' "${failed[@]}")
     echo "test: failed lanes: ${joined:2}" >&2

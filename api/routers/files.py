@@ -43,7 +43,7 @@ from db.errors import ErrorCode
 from db.ids import new_id
 from db.models import RESULTS_PURPOSE, Eval, File, Generation, Job
 from db.settings import Settings
-from db.statuses import GenerationStatus
+from db.statuses import GenerationKind, GenerationStatus
 
 router = APIRouter(tags=["files"])
 
@@ -362,7 +362,7 @@ def _submit_confidence(session: Session, settings: Settings, owner: str, file_id
         id=new_id("gen"),
         owner=owner,
         model=model,
-        kind="confidence",
+        kind=GenerationKind.CONFIDENCE,
         request={"file_id": file_id, "n": n, "model": model, "spec": spec},
         status=GenerationStatus.QUEUED,
         samples=[],

@@ -44,7 +44,7 @@ from db.ids import new_id
 from db.model_specs import engine_route_for
 from db.models import Generation
 from db.settings import Settings
-from db.statuses import GenerationStatus
+from db.statuses import GenerationKind, GenerationStatus
 
 router = APIRouter(tags=["inference"])
 
@@ -84,7 +84,7 @@ def _submit(
     settings: Settings,
     owner: str,
     model: str,
-    kind: str,
+    kind: GenerationKind,
     request: GenerationRequest,
     spec: str | None = None,
 ) -> Snapshot:
@@ -175,7 +175,7 @@ async def create_completion(body: CompletionRequest, session: SessionDep, settin
     if not prompts:
         raise bad_request("prompt must hold at least one text.", param="prompt")
     request = GenerationRequest(**_decoding(body, body.max_tokens), form="raw", prompts=prompts)
-    created = await run_in_threadpool(_submit, session, settings, owner, body.model, "completion", request)
+    created = await run_in_threadpool(_submit, session, settings, owner, body.model, GenerationKind.COMPLETION, request)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return _event_stream(_openai_events(settings, created, chat=False, include_usage=include_usage))
@@ -200,7 +200,7 @@ async def create_chat_completion(
     max_tokens = body.token_limit(min(CHAT_DEFAULT_MAX_TOKENS, settings.max_generation_tokens))
     _check_limits(settings, max_tokens, body.n)
     request = GenerationRequest(**_decoding(body, max_tokens), form="chat", prompts=[body.chat()])
-    created = await run_in_threadpool(_submit, session, settings, owner, body.model, "chat", request)
+    created = await run_in_threadpool(_submit, session, settings, owner, body.model, GenerationKind.CHAT, request)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return _event_stream(_openai_events(settings, created, chat=True, include_usage=include_usage))
@@ -348,7 +348,9 @@ async def create_generation(body: GenerateRequest, session: SessionDep, settings
     model with its error; ``samples`` then lists every attempt and ``chosen`` the passing one."""
     spec = await run_in_threadpool(model_spec, session, settings, owner, body.model)
     request = _generate_request(settings, body, recorded_prompt_style(spec))
-    created = await run_in_threadpool(_submit, session, settings, owner, body.model, "generate", request, spec)
+    created = await run_in_threadpool(
+        _submit, session, settings, owner, body.model, GenerationKind.GENERATE, request, spec
+    )
     if body.stream:
         return _event_stream(_generate_events(settings, created))
     done = await wait_final(settings, created.id)

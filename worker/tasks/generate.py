@@ -78,7 +78,7 @@ from db.model_specs import EngineRoute
 from db.models import Generation
 from db.session import session_scope
 from db.settings import Settings, get_settings
-from db.statuses import GENERATION_FINAL, GenerationStatus
+from db.statuses import GENERATION_FINAL, GenerationKind, GenerationStatus
 from worker.device_share import hold
 from worker.model_cache import models
 
@@ -103,19 +103,19 @@ class Claimed:
 
     id: str
     model: str
-    kind: str
+    kind: GenerationKind
     request: GenerationRequest
     created_at: float
 
     @property
     def verifying(self) -> bool:
-        return self.kind == "generate" and self.request.verify != "none"
+        return self.kind == GenerationKind.GENERATE and self.request.verify != "none"
 
     @property
     def stops_at_fence(self) -> bool:
         """Whether decoding ends after the answer's first code block: ``/v1/generate`` asks for
         one block and scores only the first, so later tokens are wasted."""
-        return self.kind == "generate"
+        return self.kind == GenerationKind.GENERATE
 
 
 @shared_task(name=TaskName.GENERATE)
@@ -276,7 +276,9 @@ def _claim(session, generation_id: str) -> Claimed | None:
     if claimed != 1:
         return None
     row = session.get(Generation, generation_id)
-    return Claimed(row.id, row.model, row.kind, GenerationRequest.model_validate(row.request), row.created_at)
+    return Claimed(
+        row.id, row.model, GenerationKind(row.kind), GenerationRequest.model_validate(row.request), row.created_at
+    )
 
 
 def _batchable(request: GenerationRequest) -> bool:
@@ -379,7 +381,7 @@ def _finished(row: Claimed, sample: GenerationSample, generated: GeneratedText) 
             "finish_reason": "stop" if stopped else generated.finish_reason,
             "prompt_tokens": generated.prompt_tokens,
             "completion_tokens": generated.completion_tokens,
-            "code": answer_code(text).code if row.kind == "generate" else None,
+            "code": answer_code(text).code if row.kind == GenerationKind.GENERATE else None,
         }
     )
 
@@ -602,7 +604,11 @@ def generate_repair(generation_id: str, index: int) -> None:
         if stored is None or stored.status in GENERATION_FINAL or stored.status == GenerationStatus.QUEUED:
             return
         row = Claimed(
-            stored.id, stored.model, stored.kind, GenerationRequest.model_validate(stored.request), stored.created_at
+            stored.id,
+            stored.model,
+            GenerationKind(stored.kind),
+            GenerationRequest.model_validate(stored.request),
+            stored.created_at,
         )
         samples = read_samples(stored.samples)
     attempt = samples[index] if index < len(samples) else None
