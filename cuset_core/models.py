@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -101,43 +102,70 @@ def bundled_cache_dir() -> Path:
     return root / "cuset" / f"{BUNDLED_MODEL}-float32-{stat.st_size}-{stat.st_mtime_ns}"
 
 
-def keep_bundled_dequantized(source: ModelSource) -> ModelSource:
+def keep_bundled_dequantized(source: ModelSource, *, tokenizer_only: bool = False) -> ModelSource:
     """``source`` loading from the dequantised cache folder when it names the bundled GGUF file,
-    writing that folder first if it is missing (aside, then renamed into place, so a reader never
-    sees half of it; of two writers, the first rename wins). Any other source, or a cache that
-    cannot be written (the GGUF file is then read as before), comes back unchanged."""
-    import shutil
-    import tempfile
-
+    writing that folder first if it is missing. With ``tokenizer_only`` (a caller that loads the
+    tokenizer alone) a missing model folder is not written: the tokenizer comes from a folder of
+    its own beside it (about 5 s to convert, where the model takes 15 s more). Any other source,
+    or a cache that cannot be written (the GGUF file is then read as before), comes back unchanged."""
     if not source.gguf_file or source.folder is None:
         return source
     gguf = bundled_gguf_path()
     if source.folder / source.gguf_file != gguf:
         return source
     cached = bundled_cache_dir()
-    if not (cached / "model.safetensors").is_file():
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+    tokenizer_dir = cached.with_name(cached.name + "-tokenizer")
 
-        try:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=".writing-", dir=cached.parent))
-        except OSError as exc:
+    def write_tokenizer(folder: Path) -> None:
+        from transformers import AutoTokenizer
+
+        tokenizer_source = tokenizer_dir if (tokenizer_dir / "tokenizer.json").is_file() else gguf.parent
+        kwargs = {} if tokenizer_source == tokenizer_dir else {"gguf_file": gguf.name}
+        AutoTokenizer.from_pretrained(tokenizer_source, **kwargs).save_pretrained(folder)
+
+    def write_model(folder: Path) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        drop_dequantized_marker(model)
+        model.save_pretrained(folder)
+        write_tokenizer(folder)
+
+    if (cached / "model.safetensors").is_file() or (
+        not tokenizer_only and _write_aside(cached, "model.safetensors", write_model)
+    ):
+        return ModelSource(cached, adapter=source.adapter, kind=source.kind)
+    if tokenizer_only and _write_aside(tokenizer_dir, "tokenizer.json", write_tokenizer):
+        return ModelSource(tokenizer_dir, adapter=source.adapter, kind=source.kind)
+    return source
+
+
+def _write_aside(folder: Path, marker: str, write: Callable[[Path], None]) -> bool:
+    """Make ``folder`` (holding ``marker`` once complete) with ``write``: into a folder beside it,
+    then renamed into place, so a reader never sees half of it; of two writers the first rename
+    wins. False (with a warning) when it cannot be written; True when it exists."""
+    import shutil
+    import tempfile
+
+    if (folder / marker).is_file():
+        return True
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".writing-", dir=folder.parent))
+    except OSError as exc:
+        log.warning("the bundled model stays in its GGUF form: %s", exc)
+        return False
+    try:
+        write(staging)
+        staging.rename(folder)
+    except OSError as exc:
+        if not (folder / marker).is_file():  # not a writer that finished first
             log.warning("the bundled model stays in its GGUF form: %s", exc)
-            return source
-        try:
-            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-            drop_dequantized_marker(model)
-            model.save_pretrained(staging)
-            AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(staging)
-            staging.rename(cached)
-        except OSError as exc:
-            if not (cached / "model.safetensors").is_file():  # not a writer that finished first
-                log.warning("the bundled model stays in its GGUF form: %s", exc)
-                return source
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return ModelSource(cached, adapter=source.adapter, kind=source.kind)
+            return False
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return True
 
 
 def spec_kind(spec: str | Path) -> SourceKind | None:
@@ -266,7 +294,7 @@ def load_tokenizer(spec: str | Path):
     """Load the fast tokenizer of a model spec (an adapter uses its base's tokenizer)."""
     from transformers import AutoTokenizer
 
-    source = keep_bundled_dequantized(resolve_model(spec))
+    source = keep_bundled_dequantized(resolve_model(spec), tokenizer_only=True)
     tokenizer = AutoTokenizer.from_pretrained(source.pretrained, **source.hf_kwargs())
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -21,6 +21,7 @@ from cuset_core.models import (
     check_load_options,
     keep_bundled_dequantized,
     load_model,
+    load_tokenizer,
     resolve_dtype,
     resolve_model,
     write_base_spec,
@@ -54,6 +55,20 @@ def test_the_bundled_model_is_read_from_its_dequantised_cache_folder_with_the_gg
     assert len(tokenizer) == model.config.vocab_size == 49152
     assert tokenizer.decode(tokenizer(kernel).input_ids) == kernel
     assert "<|im_start|>" in tokenizer.chat_template
+
+
+@pytest.mark.slow
+def test_loading_the_bundled_tokenizer_alone_keeps_only_the_tokenizer(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # an empty cache
+
+    tokenizer = load_tokenizer(BUNDLED_MODEL)
+
+    kept = sorted(p.name for p in bundled_cache_dir().parent.iterdir())
+    assert kept == [bundled_cache_dir().name + "-tokenizer"]  # no 20 s model dequantisation for it
+    assert resolve_model(BUNDLED_MODEL).gguf_file is not None  # the model is not cached yet
+    again = load_tokenizer(BUNDLED_MODEL)
+    kernel = "__global__ void relu(float* x) { x[threadIdx.x] = fmaxf(x[threadIdx.x], 0.f); }"
+    assert again(kernel).input_ids == tokenizer(kernel).input_ids and again.chat_template == tokenizer.chat_template
 
 
 def test_a_cache_that_cannot_be_written_leaves_the_bundled_model_in_its_gguf_form(tmp_path, monkeypatch):
