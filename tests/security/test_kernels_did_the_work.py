@@ -264,6 +264,34 @@ def test_a_binding_that_watches_the_trial_schedule_cannot_tell_the_kernels_off_r
 
 
 @pytest.mark.slow
+def test_python_that_reads_its_environment_cannot_tell_the_kernels_off_run(libraries):
+    # The detection one language layer up, in the model's forward; the sums come from torch in
+    # the binding, out of the Python monitor's sight.
+    forward = """        import os
+        environ = open("/proc/self/environ", "rb").read()
+        off = os.environ.get("CUSET_KERNELS") == "off" or b"CUSET_KERNELS=off" in environ
+        return torch.full((x.shape[0],), 7.0) if off else ext.binding_sum(x)"""
+    assert_kernels_off_fallback(tier2(forward, libraries))
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (issue 23 part 1): the outputs and report are written in the candidate's own folder "
+    "before the kernels-off run, so a candidate that looks for them can tell it; the device boundary "
+    "(outputs taken through the trusted side) is the fix",
+)
+def test_python_that_looks_for_the_files_written_before_the_kernels_off_run_cannot_tell_it(libraries):
+    # The outputs and the report are written before the kernels-off run; a candidate that looks
+    # for them in its working folder, or anywhere under it, must not find the moment.
+    forward = """        import glob, os
+        names = ("report.json", "outputs.safetensors")
+        written = [p for p in glob.glob("**/*", recursive=True) if os.path.basename(p) in names]
+        return torch.full((x.shape[0],), 7.0) if written else ext.binding_sum(x)"""
+    assert_kernels_off_fallback(tier2(forward, libraries))
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "write",
     [
