@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from api.errors import APIError
-from cuset_core.data import LoadOptions, load_records
+from cuset_core.data import LoadOptions, invalid_json_message, load_records
 from cuset_core.evaluation.problem_check import problem_issues
 from db.errors import ErrorCode
 
@@ -196,7 +196,7 @@ def _jsonl_objects(path: Path, issues: list[Issue]) -> Iterator[tuple[int, dict]
             try:
                 row = json.loads(text)
             except json.JSONDecodeError as error:
-                issues.append(Issue(line, "", "invalid_json", f"not valid JSON: {error.msg}: column {error.colno}"))
+                issues.append(Issue(line, "", "invalid_json", invalid_json_message(error)))
                 continue
             if not isinstance(row, dict):
                 issues.append(Issue(line, "", "wrong_type", f"expected a JSON object, got {type(row).__name__}"))

@@ -92,6 +92,10 @@ def bundled_gguf_path() -> Path:
     return path
 
 
+# The file each cache folder of the bundled model holds once it is complete.
+_MODEL_FILE, _TOKENIZER_FILE = "model.safetensors", "tokenizer.json"
+
+
 def bundled_cache_dir() -> Path:
     """The folder that holds the bundled model dequantised (float32 safetensors and its tokenizer),
     named after the GGUF file's size and modification time: under ``$XDG_CACHE_HOME/cuset``, else
@@ -119,7 +123,7 @@ def keep_bundled_dequantized(source: ModelSource, *, tokenizer_only: bool = Fals
     def write_tokenizer(folder: Path) -> None:
         from transformers import AutoTokenizer
 
-        tokenizer_source = tokenizer_dir if (tokenizer_dir / "tokenizer.json").is_file() else gguf.parent
+        tokenizer_source = tokenizer_dir if (tokenizer_dir / _TOKENIZER_FILE).is_file() else gguf.parent
         kwargs = {} if tokenizer_source == tokenizer_dir else {"gguf_file": gguf.name}
         AutoTokenizer.from_pretrained(tokenizer_source, **kwargs).save_pretrained(folder)
 
@@ -132,13 +136,14 @@ def keep_bundled_dequantized(source: ModelSource, *, tokenizer_only: bool = Fals
         model.save_pretrained(folder)
         write_tokenizer(folder)
 
-    if (cached / "model.safetensors").is_file() or (
-        not tokenizer_only and _write_aside(cached, "model.safetensors", write_model)
-    ):
+    if (cached / _MODEL_FILE).is_file():  # written since the source was resolved
         return ModelSource(cached, adapter=source.adapter, kind=source.kind)
-    if tokenizer_only and _write_aside(tokenizer_dir, "tokenizer.json", write_tokenizer):
-        return ModelSource(tokenizer_dir, adapter=source.adapter, kind=source.kind)
-    return source
+    folder, marker, write = (
+        (tokenizer_dir, _TOKENIZER_FILE, write_tokenizer) if tokenizer_only else (cached, _MODEL_FILE, write_model)
+    )
+    return (
+        ModelSource(folder, adapter=source.adapter, kind=source.kind) if _write_aside(folder, marker, write) else source
+    )
 
 
 def _write_aside(folder: Path, marker: str, write: Callable[[Path], None]) -> bool:
@@ -199,7 +204,7 @@ def resolve_model(spec: str | Path) -> ModelSource:
             raise ModelNotFoundError(str(exc)) from None
     if kind == "bundled":
         cached = bundled_cache_dir()
-        if (cached / "model.safetensors").is_file():
+        if (cached / _MODEL_FILE).is_file():
             return ModelSource(cached, kind="bundled")
         gguf = bundled_gguf_path()
         return ModelSource(gguf.parent, gguf.name, kind="bundled")

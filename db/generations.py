@@ -203,6 +203,6 @@ def settle(row: Generation, request: GenerationRequest, samples: list[Generation
 
 
 def decode_repairs(settings: Settings, generation_id: str, repairs: list[GenerationSample]) -> None:
-    """Send the repair attempts ``settle`` appended to ``cuset.generate`` (after the commit)."""
+    """Send the repair attempts ``settle`` appended to ``cuset.generate_repair`` (after the commit)."""
     for repair in repairs:
         send_generate_repair(settings, generation_id, repair.index)

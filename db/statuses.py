@@ -7,8 +7,8 @@ a row's ``status`` with a member, or looking it up in a set of members, works on
 A job moves ``validating_files -> queued -> running`` and ends ``succeeded``, ``failed`` or
 ``cancelled`` (a running job that lost its worker may go back to ``queued``); db/job_rows.py
 holds every write that moves it. A generation moves ``queued -> running [-> verifying]`` and
-ends ``succeeded`` or ``failed``; its ``kind`` is a ``GenerationKind``. An eval moves ``queued -> running`` and ends ``succeeded``,
-``failed`` or ``cancelled``. Verdicts of verified kernels are ``cuset_core.verify.result.Verdict``.
+ends ``succeeded`` or ``failed``; its ``kind`` is a ``GenerationKind``. An eval moves
+``queued -> running`` and ends ``succeeded``, ``failed`` or ``cancelled``. Verdicts of verified kernels are ``cuset_core.verify.result.Verdict``.
 """
 
 from __future__ import annotations

@@ -259,6 +259,12 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
         yield from _jsonl_rows(path)
 
 
+def invalid_json_message(error: json.JSONDecodeError) -> str:
+    """The issue message of a line that is not JSON: json's reason, then the column (1-based).
+    A colon, not "at": some of json's reasons already end in "at"."""
+    return f"not valid JSON: {error.msg}: column {error.colno}"
+
+
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
     with path.open("rb") as handle:
         for line, raw in enumerate(handle, start=1):
@@ -280,8 +286,10 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
             try:
                 yield line, json.loads(text)
             except json.JSONDecodeError as error:
-                message = f"not valid JSON: {error.msg}: column {error.colno}"
-                yield line, DataIssue(line=line, field="", code=ErrorCode.invalid_json, message=message)
+                yield (
+                    line,
+                    DataIssue(line=line, field="", code=ErrorCode.invalid_json, message=invalid_json_message(error)),
+                )
             except RecursionError:
                 # The parser recurses per nesting level; a record is a flat object of strings.
                 yield (

@@ -21,15 +21,10 @@ class _Line(BaseModel):
     time: float = Field(default_factory=lambda: round(time.time(), 3), description="Unix seconds when written")
 
 
-class StepLine(_Line):
-    """One logged optimizer step: the loss, the objective's metrics and throughput."""
+class ObjectiveMetrics(BaseModel):
+    """The objective's metrics of a logged step (cuset_core/objectives, drained from the
+    ``MetricStash``); None where the method has no such figure."""
 
-    type: Literal["progress"] = "progress"
-    step: int
-    max_steps: int
-    epoch: float = 0.0
-    loss: float | None = Field(description="training loss (None when it was not finite)")
-    # The objective's metrics (cuset_core/objectives); None where the method has no such figure.
     ce: float | None = None
     kept_ratio: float | None = None
     dropped_grad_share: float | None = None
@@ -43,6 +38,20 @@ class StepLine(_Line):
     weight_mean: float | None = None
     weight_max: float | None = None
     weight_normaliser: float | None = None
+
+
+OBJECTIVE_METRICS = tuple(ObjectiveMetrics.model_fields)
+
+
+class StepLine(_Line, ObjectiveMetrics):
+    """One logged optimizer step: the loss, the objective's metrics (flat beside the step's own
+    fields) and throughput."""
+
+    type: Literal["progress"] = "progress"
+    step: int
+    max_steps: int
+    epoch: float = 0.0
+    loss: float | None = Field(description="training loss (None when it was not finite)")
     learning_rate: float | None = None
     grad_norm: float | None = None
     tokens_per_s: float = Field(0.0, description="input tokens per second since this attempt started")
@@ -52,24 +61,6 @@ class StepLine(_Line):
     def metrics(self) -> dict[str, float | None]:
         """What a step's metrics row holds: everything but the step's place and the run's pace."""
         return self.model_dump(exclude={"type", "time", "step", "max_steps", "trained_tokens", "eta_s"})
-
-
-# The StepLine fields that the objective reports (MetricStash drains them).
-OBJECTIVE_METRICS = (
-    "ce",
-    "kept_ratio",
-    "dropped_grad_share",
-    "mask_ratio",
-    "tau_hi",
-    "tau_lo",
-    "sensitive_share",
-    "p_sensitive_mean",
-    "p_nonsensitive_mean",
-    "low_conf_region_share",
-    "weight_mean",
-    "weight_max",
-    "weight_normaliser",
-)
 
 
 EventLevel = Literal["info", "warning", "error"]

@@ -15,6 +15,7 @@ from db.models import Eval, EvalAttempt, EvalProblem
 from db.session import session_scope
 from db.settings import Settings
 from db.statuses import EvalStatus
+from tests.integration.job_support import insert_eval
 from tests.sqlite_service import enqueued
 from worker.tasks.evals import _generate_batches, verify_problem
 
@@ -25,18 +26,13 @@ SOLVED = {p.id: f"```python\n{p.solution_code}\n```" for p in DEMO}
 
 def _running_eval(settings: Settings, eval_id: str) -> EvalConfig:
     config = EvalConfig(model="tiny", problems="demo", samples=2, greedy=False, tier=Tier.STATIC, cache=False)
-    stored = config.model_dump(mode="json", exclude={"model", "problems"})
-    with session_scope(settings.resolved_database_url) as session:
-        session.add(
-            Eval(
-                id=eval_id,
-                model="tiny",
-                problems="demo",
-                config=stored,
-                status=EvalStatus.RUNNING,
-                progress={"done": 0, "generated": 0, "total": len(PROBLEMS)},
-            )
-        )
+    insert_eval(
+        settings.resolved_database_url,
+        eval_id,
+        config=config.model_dump(mode="json", exclude={"model", "problems"}),
+        status=EvalStatus.RUNNING,
+        progress={"done": 0, "generated": 0, "total": len(PROBLEMS)},
+    )
     return config
 
 

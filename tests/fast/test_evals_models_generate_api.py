@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from cuset_core.demo import demo_problems
-from db.models import Eval, Generation
+from db.models import Generation
 from db.session import session_scope
-from tests.integration.job_support import insert_tuned_model, upload_demo_dataset, upload_eval_problems
+from tests.integration.job_support import insert_eval, insert_tuned_model, upload_demo_dataset, upload_eval_problems
 from tests.sqlite_service import FAST_OWNER, OTHER_OWNER, api_client, enqueued
 
 EVAL = {"model": "tiny", "samples": 0, "max_tokens": 32, "tier": "static", "problems": "demo:held-out"}
@@ -100,8 +100,7 @@ def test_evals_cancel_and_list_newest_first_by_cursor(fast_client):
 
 
 def test_another_owners_eval_is_a_404_like_an_unknown_one(fast_client, fast_settings):
-    with session_scope(fast_settings.resolved_database_url) as session:
-        session.add(Eval(id="eval-theirs", owner=OTHER_OWNER, model="tiny", problems="demo", config={}))
+    insert_eval(fast_settings.resolved_database_url, "eval-theirs", owner=OTHER_OWNER)
     for eval_id in ("eval-unknown", "eval-theirs"):
         for method, suffix in (("GET", ""), ("GET", "/problems"), ("POST", "/cancel")):
             response = fast_client.request(method, f"/v1/evals/{eval_id}{suffix}")

@@ -19,6 +19,7 @@ from db.statuses import EvalStatus, GenerationStatus, JobStatus
 from tests.integration.job_support import (
     decoded_generation,
     event_rows,
+    insert_eval,
     insert_generation,
     insert_job,
     job_request,
@@ -68,19 +69,13 @@ def _generation(settings: Settings, generation_id: str, status: GenerationStatus
 
 
 def _running_eval(settings: Settings, eval_id: str, progress: dict, silent_s: float) -> str:
-    with session_scope(settings.resolved_database_url) as session:
-        session.add(
-            Eval(
-                id=eval_id,
-                model="tiny",
-                problems="demo",
-                config={},
-                status=EvalStatus.RUNNING,
-                progress=progress,
-                heartbeat_at=time.time() - silent_s,
-            )
-        )
-    return eval_id
+    return insert_eval(
+        settings.resolved_database_url,
+        eval_id,
+        status=EvalStatus.RUNNING,
+        progress=progress,
+        heartbeat_at=time.time() - silent_s,
+    )
 
 
 def reap(settings: Settings) -> None:

@@ -17,7 +17,7 @@ from cuset_core.demo import demo_problems, write_demo_dataset
 from cuset_core.generation.prompts import build_messages
 from db.generations import GenerationRequest, GenerationSample, dump_samples
 from db.ids import new_id
-from db.models import File, Generation, Job, JobEvent
+from db.models import Eval, File, Generation, Job, JobEvent
 from db.session import session_scope
 from tests.service import TEST_OWNER
 
@@ -128,6 +128,16 @@ def insert_tuned_model(database_url: str, name: str, output_dir: str, owner: str
         finished_at=now,
     )
     return model
+
+
+def insert_eval(database_url: str, eval_id: str | None = None, **columns) -> str:
+    """An Eval row of ``TEST_OWNER`` (model "tiny" on the demo problems, default config, status
+    queued), with ``columns`` over those defaults; its id."""
+    eval_id = eval_id or new_id("eval")
+    defaults = {"owner": TEST_OWNER, "model": "tiny", "problems": "demo", "config": {}}
+    with session_scope(database_url) as session:
+        session.add(Eval(**(defaults | {"id": eval_id} | columns)))
+    return eval_id
 
 
 def insert_generation(database_url: str, request: dict, **columns) -> str:

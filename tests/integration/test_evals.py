@@ -13,8 +13,8 @@ from cuset_core.verify.result import Verdict
 from db.ids import new_id
 from db.models import Eval
 from db.session import session_scope
-from tests.integration.job_support import insert_file, insert_job
-from tests.service import TEST_OWNER, wait_for
+from tests.integration.job_support import insert_eval, insert_file, insert_job
+from tests.service import wait_for
 from worker.tasks.reaper import _reap_evals
 
 FAST = {"model": "tiny", "samples": 0, "max_tokens": 32, "tier": "static", "problems": "demo:held-out"}
@@ -274,21 +274,14 @@ def test_eval_of_a_tuned_model_whose_adapter_is_gone_fails_with_an_error(client,
 
 
 def _running_eval(settings, progress: dict, heartbeat_at: float) -> str:
-    eval_id = new_id("eval")
-    with session_scope(settings.resolved_database_url) as session:
-        session.add(
-            Eval(
-                id=eval_id,
-                owner=TEST_OWNER,
-                model="tiny",
-                problems="demo:held-out",
-                config={"samples": 0},
-                status="running",
-                progress=progress,
-                heartbeat_at=heartbeat_at,
-            )
-        )
-    return eval_id
+    return insert_eval(
+        settings.resolved_database_url,
+        problems="demo:held-out",
+        config={"samples": 0},
+        status="running",
+        progress=progress,
+        heartbeat_at=heartbeat_at,
+    )
 
 
 def test_the_reaper_fails_an_eval_whose_generation_stopped_but_not_one_being_verified(service_settings):

@@ -13,16 +13,12 @@ from api.errors import not_found
 from db.errors import ErrorCode, ErrorInfo
 from db.models import Eval
 from db.session import session_scope
-
-
-def _eval(settings, eval_id: str, **values) -> None:
-    with session_scope(settings.resolved_database_url) as session:
-        session.add(Eval(id=eval_id, model="tiny", problems="demo", config={}, **values))
+from tests.integration.job_support import insert_eval
 
 
 def test_a_rows_error_reads_back_as_the_error_it_was_written(sqlite_settings):
     written = ErrorInfo(code=ErrorCode.WORKER_LOST, message="The worker stopped.")
-    _eval(sqlite_settings, "eval-failed", status="failed", error=written)
+    insert_eval(sqlite_settings.resolved_database_url, "eval-failed", status="failed", error=written)
 
     with session_scope(sqlite_settings.resolved_database_url) as session:
         read = session.scalar(select(Eval.error).where(Eval.id == "eval-failed"))
@@ -32,7 +28,12 @@ def test_a_rows_error_reads_back_as_the_error_it_was_written(sqlite_settings):
 
 def test_a_code_outside_the_list_is_refused_where_it_is_written(sqlite_settings):
     with pytest.raises(StatementError) as refused:
-        _eval(sqlite_settings, "eval-typo", status="failed", error={"code": "worker_lsot", "message": "typo"})
+        insert_eval(
+            sqlite_settings.resolved_database_url,
+            "eval-typo",
+            status="failed",
+            error={"code": "worker_lsot", "message": "typo"},
+        )
     assert isinstance(refused.value.orig, ValidationError) and "worker_lsot" in str(refused.value.orig)
 
 

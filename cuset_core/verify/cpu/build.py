@@ -44,9 +44,9 @@ RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 STUBS_DIR = Path(__file__).resolve().parent.parent / "stubs" / "light"
 BRIDGE_MODULE = Path(__file__).resolve().parent / "torch_bridge.py"
 PCH_NAME = "cuset_pch.h"
-# Built into the bridge prelude's folder; the harness loads it before the candidate (see its source).
-# The trusted runtime library the candidate side loads before the candidate: the guarded, poisoning
-# allocator and the switches the harness sets between runs.
+# The trusted runtime library, built into the bridge prelude's folder: the guarded, poisoning
+# allocator and the switches the harness sets between runs. The candidate side loads it before the
+# candidate.
 RUNTIME_LIBRARY = "cuset_runtime.so"
 RUNTIME_LIBRARY_SOURCES = ("guarded_allocator.cpp", "trial_switches.cpp")
 BRIDGE_OPS = "cuset_bridge_ops.inc"

@@ -15,8 +15,9 @@
   schedule (forward, reverse, odd threads first), while a ``FallbackMonitor`` checks that the
   outputs come from its kernels; writes ``outputs.safetensors`` and the launch counts. Then it
   runs trial 1 once more with the kernels off (launches are checked and counted but run no
-  block; the switch is in the trusted runtime library, not the environment) and writes what that gives to ``kernels_off.safetensors``: the judge's check that the
-  kernels did the work (``protocol.kernels_did_the_work``).
+  block; the switch is in the trusted runtime library, not the environment) and writes what
+  that gives to ``kernels_off.safetensors``: the judge's check that the kernels did the work
+  (``protocol.kernels_did_the_work``).
 
 CUDA is mapped to the CPU on both sides: ``device="cuda"`` arguments, ``.to("cuda")`` and
 ``.cuda()`` give CPU tensors.
