@@ -37,6 +37,7 @@ from cuset_core.evaluation.metrics import Aggregate, ProblemRow, aggregate, prob
 from cuset_core.evaluation.settings import VerificationSettings
 from cuset_core.generation.endpoint import is_endpoint_spec, parse_endpoint
 from cuset_core.models import recorded_prompt_style
+from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import VerifyResult
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import VerifySettings
@@ -438,9 +439,14 @@ def answers_for(decode: Decode, config: EvalConfig, problems: list[Problem]) -> 
 def score_problem(
     problem: Problem, answers: list[Answer], settings: VerifySettings, cache_dir: Path | None, use_cache: bool
 ) -> tuple[ProblemRow, list[SampleRecord]]:
-    """Verify every answer of one problem; its row (greedy and i.i.d. apart) and the samples."""
+    """Verify every answer of one problem; its row (greedy and i.i.d. apart) and the samples.
+
+    The answers share one reference run per tier (:class:`ReferencePool`): one secret input seed
+    for the problem in this eval."""
+    references = ReferencePool()
     records = [
-        score_attempt(problem, index, sample, settings, cache_dir, use_cache) for index, sample in enumerate(answers)
+        score_attempt(problem, index, sample, settings, cache_dir, use_cache, references=references)
+        for index, sample in enumerate(answers)
     ]
     return row_of(problem.id, records), records
 
@@ -453,8 +459,10 @@ def score_attempt(
     cache_dir: Path | None,
     use_cache: bool,
     repair_of: SampleRecord | None = None,
+    references: ReferencePool | None = None,
 ) -> SampleRecord:
-    """``sample`` verified as attempt ``index`` of ``problem`` (a repair of ``repair_of`` when given)."""
+    """``sample`` verified as attempt ``index`` of ``problem`` (a repair of ``repair_of`` when given),
+    on the reference runs of ``references`` when given (the problem's other attempts')."""
     return SampleRecord(
         problem_id=problem.id,
         index=index,
@@ -463,7 +471,7 @@ def score_attempt(
         prompt_tokens=sample.prompt_tokens,
         completion_tokens=sample.completion_tokens,
         finish_reason=sample.finish_reason,
-        result=verify(problem.code, sample.answer, settings, cache_dir=cache_dir, use_cache=use_cache),
+        result=verify(problem.code, sample.answer, settings, cache_dir, use_cache, references),
         round=0 if repair_of is None else repair_of.round + 1,
         repair_of=None if repair_of is None else repair_of.index,
     )
@@ -530,9 +538,13 @@ def score_repairs(
     use_cache: bool,
 ) -> None:
     """Verify each ``(index, answer)`` of ``repairs`` as the repair of attempt ``index`` of
-    ``records`` (one problem's attempts) and append it there."""
+    ``records`` (one problem's attempts), on one shared reference run, and append it there."""
+    references = ReferencePool()
     for index, answer in repairs:
-        records.append(score_attempt(problem, len(records), answer, settings, cache_dir, use_cache, records[index]))
+        repaired = records[index]
+        records.append(
+            score_attempt(problem, len(records), answer, settings, cache_dir, use_cache, repaired, references)
+        )
 
 
 def repair(

@@ -19,6 +19,7 @@ from pathlib import Path
 from cuset_core.verify.candidate import Candidate
 from cuset_core.verify.gpu_harness import kernel_names
 from cuset_core.verify.protocol import GpuJob, TierSpec, harness_env, judge
+from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
@@ -87,7 +88,9 @@ def gpu_env(workdir: Path) -> dict[str, str]:
     )
 
 
-def run_gpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettings) -> VerifyResult:
+def run_gpu_tier(
+    problem_code: str, candidate: Candidate, settings: VerifySettings, references: ReferencePool | None = None
+) -> VerifyResult:
     """Tier 3 for one candidate; ``unsupported`` (feature "gpu") on a machine without a GPU."""
     if not gpu_available():
         return VerifyResult(
@@ -98,5 +101,5 @@ def run_gpu_tier(problem_code: str, candidate: Candidate, settings: VerifySettin
             reason=NO_GPU_REASON,
         )
     spec = TierSpec(Tier.GPU, HARNESS_MODULE, gpu_limits(settings.limits), gpu_env)
-    result, _ = judge(spec, problem_code, candidate, settings, gpu_job(candidate, settings))
+    result, _ = judge(spec, problem_code, candidate, settings, gpu_job(candidate, settings), references)
     return result

@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from cuset_core.verify.candidate import Candidate
+    from cuset_core.verify.reference_pool import ReferencePool
 
 INIT_SEED = 42  # KernelBench seeds weight initialisation with 42
 LOG_CHARS = 4000
@@ -1272,23 +1273,34 @@ def _matching_without_kernels(
 
 
 def judge(
-    spec: TierSpec, problem_code: str, candidate: Candidate, settings: VerifySettings, job: HarnessJob
+    spec: TierSpec,
+    problem_code: str,
+    candidate: Candidate,
+    settings: VerifySettings,
+    job: HarnessJob,
+    references: ReferencePool | None = None,
 ) -> tuple[VerifyResult, dict[str, Any]]:
     """Run the reference side, then the candidate side, and decide (see the module docstring).
 
     ``job`` is the tier's ``job.json`` of both sides; the candidate's also gets its file name and
     the reference's ``details["candidate_job"]`` (a :class:`CandidateJob`). Returns the verdict and
     the reference's ``details`` (empty when the reference decided). The inputs are drawn under
-    ``job.input_seed`` when it names one, else under a seed drawn here for this run alone.
+    ``job.input_seed`` when it names one, else under a seed drawn here for this run alone, or, with
+    ``references``, for the batch the pool serves (its reference run is shared).
     """
     started = time.monotonic()
-    result, details = _judge(spec, problem_code, candidate, settings, with_input_seed(job))
+    result, details = _judge(spec, problem_code, candidate, settings, job, references)
     result.timings_s.setdefault(f"{spec.tier.value}_total", round(time.monotonic() - started, 4))
     return result, details
 
 
 def _judge(
-    spec: TierSpec, problem_code: str, candidate: Candidate, settings: VerifySettings, job: HarnessJob
+    spec: TierSpec,
+    problem_code: str,
+    candidate: Candidate,
+    settings: VerifySettings,
+    job: HarnessJob,
+    references: ReferencePool | None,
 ) -> tuple[VerifyResult, dict[str, Any]]:
     with (
         tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-") as folder,
@@ -1300,7 +1312,12 @@ def _judge(
         # Separate random folders: g++ on the candidate's sources cannot name the reference's.
         build = spec.build_side and cached is None
         building = pool.submit(_run_side, spec, "build", Path(build_folder), job) if build else None
-        reference = run_reference(spec, root, problem_code, job)
+        if references is None:
+            reference, ran = run_reference(spec, root, problem_code, with_input_seed(job)), True
+        else:
+            reference, ran = references.reference(
+                spec, problem_code, job, lambda seeded: run_reference(spec, root, problem_code, seeded)
+            )
         if isinstance(reference, VerifyResult):
             return reference, {}
         details = reference.report.get("details")
@@ -1319,7 +1336,9 @@ def _judge(
         result, report = run_candidate(
             spec, root, candidate, reference, job.model_copy(update=candidate_fields), settings
         )
-    timings = {**report.timings_s, f"{spec.tier.value}_reference": sum(_timings(reference.report).values())}
+    # A reference shared with earlier candidates of the batch cost this one nothing.
+    reference_s = sum(_timings(reference.report).values()) if ran else 0.0
+    timings = {**report.timings_s, f"{spec.tier.value}_reference": reference_s}
     update: dict[str, Any] = {"timings_s": {**timings, **result.timings_s}, "built_with": dict(report.built_with)}
     note = details.get("note")
     if result.verdict is Verdict.PASS and isinstance(note, str) and note:

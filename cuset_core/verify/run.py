@@ -18,6 +18,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cuset_core.verify.cache import VerifyCache, cache_key, default_cache_dir
 from cuset_core.verify.candidate import Candidate, parse_candidate
@@ -27,6 +28,9 @@ from cuset_core.verify.result import Diagnostic, Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import refusal
 from cuset_core.verify.settings import VerifySettings
 from cuset_core.verify.static import check_static, static_warnings
+
+if TYPE_CHECKING:
+    from cuset_core.verify.reference_pool import ReferencePool
 
 LOG_CHARS = 8000
 REASON_CHARS = 1000
@@ -41,6 +45,7 @@ def verify(
     settings: VerifySettings = VerifySettings(),
     cache_dir: Path | None = None,
     use_cache: bool = True,
+    references: ReferencePool | None = None,
 ) -> VerifyResult:
     """Verify ``answer`` (a raw model answer, a ``ModelNew`` file or a ``.cu`` extension)
     against the KernelBench problem ``problem_code``, up to ``settings.tier``.
@@ -48,6 +53,8 @@ def verify(
     Results are cached in ``cache_dir`` (default :func:`default_cache_dir`) unless
     ``use_cache`` is False; a cached result comes back with ``cached=True``. Tier 2 also keeps
     the extensions it compiled (:mod:`cuset_core.verify.library_cache`) unless ``use_cache`` is False.
+    Candidates verified with the same ``references`` (one batch: an eval's samples of a problem)
+    share the reference runs of tiers 2 and 3 (:mod:`cuset_core.verify.reference_pool`).
     """
     cache = VerifyCache(cache_dir or default_cache_dir()) if use_cache else None
     libraries = LibraryCache(default_library_dir()) if use_cache else None
@@ -56,7 +63,7 @@ def verify(
         return hit
     start = time.monotonic()
     try:
-        result, internal = _pipeline(problem_code, answer, settings, libraries)
+        result, internal = _pipeline(problem_code, answer, settings, libraries, references)
     except Exception:  # noqa: BLE001 - a verifier bug must not crash the caller
         empty = VerifyResult(verdict=Verdict.INTERNAL_ERROR, tier=Tier.STATIC)
         result = _internal_error(Tier.STATIC, empty, "internal error in tier static", traceback.format_exc())
@@ -71,7 +78,11 @@ def verify(
 
 
 def _pipeline(
-    problem_code: str, answer: str, settings: VerifySettings, libraries: LibraryCache | None = None
+    problem_code: str,
+    answer: str,
+    settings: VerifySettings,
+    libraries: LibraryCache | None = None,
+    references: ReferencePool | None = None,
 ) -> tuple[VerifyResult, bool]:
     """The verdict and whether it came from a failure of the verifier (not to be cached)."""
     candidate = parse_candidate(answer)
@@ -98,9 +109,12 @@ def _pipeline(
             return result, internal or machine_lacks_nvcc
 
     def cpu_runner() -> TierRunner:
-        return functools.partial(_cpu_runner(), library_cache=libraries)
+        return functools.partial(_cpu_runner(), library_cache=libraries, references=references)
 
-    for tier, runner in ((Tier.CPU, cpu_runner), (Tier.GPU, _gpu_runner)):
+    def gpu_runner() -> TierRunner:
+        return functools.partial(_gpu_runner(), references=references)
+
+    for tier, runner in ((Tier.CPU, cpu_runner), (Tier.GPU, gpu_runner)):
         if settings.tier.rank < tier.rank:
             break
         result, internal = _external_tier(tier, runner, problem_code, candidate, settings, result)
@@ -164,7 +178,7 @@ def _cpu_runner() -> Callable[..., VerifyResult]:
     return run_cpu_tier
 
 
-def _gpu_runner() -> TierRunner:
+def _gpu_runner() -> Callable[..., VerifyResult]:
     from cuset_core.verify.gpu import run_gpu_tier
 
     return run_gpu_tier

@@ -31,6 +31,7 @@ from attacks import (
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.cpu import run_cpu_tier
 from cuset_core.verify.library_cache import LibraryCache, default_library_dir
+from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
@@ -41,9 +42,14 @@ BOUND_CHARS = 16_000  # a whole VerifyResult as JSON, whatever the candidate emi
 pytestmark = pytest.mark.slow
 
 
+# The attacks are one batch, as an eval's samples of a problem are: one reference run.
+REFERENCES = ReferencePool()
+
+
 def tier2(candidate: str) -> VerifyResult:
     # Most attacks wrap the same kernel: the library cache compiles it once for all of them.
-    return run_cpu_tier(PROBLEM, parse_candidate(candidate), SETTINGS, LibraryCache(default_library_dir()))
+    libraries = LibraryCache(default_library_dir())
+    return run_cpu_tier(PROBLEM, parse_candidate(candidate), SETTINGS, libraries, REFERENCES)
 
 
 def assert_caught(result: VerifyResult, verdict: Verdict) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.cpu import run_cpu_tier
+from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
@@ -140,8 +141,12 @@ class ModelNew(nn.Module):
 '''
 
 
+# The module's candidates are one batch, as an eval's samples of a problem are: one reference run.
+REFERENCES = ReferencePool()
+
+
 def tier2(answer: str) -> VerifyResult:
-    return run_cpu_tier(PROBLEM, parse_candidate(answer), SETTINGS)
+    return run_cpu_tier(PROBLEM, parse_candidate(answer), SETTINGS, references=REFERENCES)
 
 
 def assert_verdict(result: VerifyResult, verdict: Verdict) -> None:

@@ -31,6 +31,7 @@ from cuset_core.verify.cpu import harness, run_cpu_tier
 from cuset_core.verify.cpu.build import RUNTIME_DIR
 from cuset_core.verify.library_cache import LibraryCache
 from cuset_core.verify.protocol import KERNELS_OFF_FILE, OUTPUTS_FILE, REPORT_FILE, CpuJob, ReferenceRun, TierSpec
+from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import SandboxOutcome
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
@@ -201,8 +202,12 @@ def libraries(tmp_path_factory) -> LibraryCache:
     return LibraryCache(tmp_path_factory.mktemp("libraries"))
 
 
+# The module's candidates are one batch, as an eval's samples of a problem are: one reference run.
+REFERENCES = ReferencePool()
+
+
 def tier2(forward: str, libraries: LibraryCache) -> VerifyResult:
-    return run_cpu_tier(PROBLEM, parse_candidate(candidate(forward)), SETTINGS, libraries)
+    return run_cpu_tier(PROBLEM, parse_candidate(candidate(forward)), SETTINGS, libraries, REFERENCES)
 
 
 def assert_kernels_off_fallback(result: VerifyResult) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from cuset_core.analysis.sources import find_kernel_sources
 from cuset_core.data.compact import compact_answer
-from cuset_core.demo import CATEGORIES, demo_problems
+from cuset_core.demo import demo_problems
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
@@ -107,7 +107,8 @@ def test_compaction_is_idempotent_and_shortens_every_demo_solution():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pid", CATEGORIES["elementwise"][:4] + ("19_softmax", "26_matmul_tiled"))
+# One of each shape of code: a plain elementwise kernel, a shared-memory reduction, a tiled matmul.
+@pytest.mark.parametrize("pid", ("03_gelu", "19_softmax", "26_matmul_tiled"))
 def test_compacted_demo_solutions_still_pass_tier_2(pid, tmp_path):
     problem = PROBLEMS[pid]
     compacted = compact_answer(f"```python\n{problem.solution_code}```")

@@ -170,12 +170,62 @@ def _tier1(solution_code: str, workdir: Path):
     return compile_candidate(parse_candidate(solution_code), VerifySettings(tier=Tier.COMPILE), workdir)
 
 
-@pytest.mark.nvcc
-@pytest.mark.parametrize("problem", PROBLEMS, ids=lambda problem: problem.id)
-def test_solution_compiles_with_nvcc(problem: DemoProblem, tmp_path):
-    report = _tier1(problem.solution_code, tmp_path)
+_DIRECTIVE = re.compile(r"^\s*#\s*(include|define)\s+(\w+)?", re.MULTILINE)
 
-    assert report.ok, report.log
+
+def _all_solutions_as_one_answer() -> tuple[str, list[tuple[int, str]]]:
+    """Every solution's extension in one ``load_inline`` answer, each in a namespace of its own
+    (includes hoisted, macros undefined after it), so that one nvcc and one g++ check them all;
+    and the first CUDA line of each solution, by problem id."""
+    includes: dict[str, None] = {}
+    cuda: list[str] = []
+    cpp: list[str] = []
+    functions: list[str] = []
+    starts: list[tuple[int, str]] = []
+    for number, problem in enumerate(PROBLEMS):
+        (ext,) = parse_candidate(problem.solution_code).sources.extensions
+        space = f"demo_{number}"
+        body = []
+        for line in ext.cuda.splitlines():
+            directive = _DIRECTIVE.match(line)
+            if directive and directive.group(1) == "include":
+                includes[line.strip()] = None
+                body.append("")  # keep the line count
+            else:
+                body.append(line)
+        macros = [m.group(2) for m in _DIRECTIVE.finditer(ext.cuda) if m.group(1) == "define"]
+        starts.append((sum(text.count("\n") + 1 for text in cuda), problem.id))
+        cuda.append("\n".join([f"namespace {space} {{", *body, "}", *(f"#undef {m}" for m in macros)]))
+        cpp.append(f"namespace {space} {{\n{ext.cpp}\n}}")
+        functions += [f"{space}::{name}" for name in ext.functions or ()]
+    cuda_text = "\n".join([*includes, *cuda])
+    starts = [(line + len(includes), pid) for line, pid in starts]
+    answer = f"""import torch
+from torch.utils.cpp_extension import load_inline
+cuda_src = r\"\"\"
+{cuda_text}
+\"\"\"
+cpp_src = r\"\"\"
+{chr(10).join(cpp)}
+\"\"\"
+ext = load_inline(name="demo_solutions", cpp_sources=cpp_src, cuda_sources=cuda_src, functions={functions!r})
+"""
+    return answer, starts
+
+
+@pytest.mark.nvcc
+def test_every_solution_compiles_with_nvcc(tmp_path):
+    # One nvcc run for all of them: most of a run is nvcc parsing its headers, once instead of 50 times.
+    answer, starts = _all_solutions_as_one_answer()
+    report = _tier1(answer, tmp_path)
+
+    def solution_at(line: int | None) -> str:
+        return next((pid for start, pid in reversed(starts) if line is not None and line > start), "?")
+
+    failing = sorted({f"{solution_at(d.line)}: {d.message}" for d in report.diagnostics if d.severity == "error"})
+    assert report.ok, "\n".join(failing) or report.log
+    built = {m.group(1) for r in report.resources for m in re.finditer(r"\bdemo_(\d+)::", r.kernel)}
+    assert built == {str(number) for number in range(len(PROBLEMS))}  # every solution's kernels were built
 
 
 @pytest.mark.nvcc

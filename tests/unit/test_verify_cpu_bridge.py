@@ -11,10 +11,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from cuset_core.verify.cpu import build  # noqa: E402
 from cuset_core.verify.cpu.build import (  # noqa: E402
     BuildError,
     built_with,
     compile_extension,
+    prelude_named,
     prepare_preludes,
     toolchain,
     translation_unit,
@@ -181,3 +183,27 @@ def test_names_torch_cannot_run_are_left_to_aten_s_headers():
     assert resolvable("sum", method=True) and resolvable("empty", method=False)
     assert not resolvable("item_tensor", method=True)
     assert not resolvable("from_blob", method=False)
+
+
+def test_a_typo_met_alike_under_two_preludes_is_not_tried_under_the_full_headers(preludes, tmp_path, monkeypatch):
+    tried = []
+    real_run = build._run
+
+    def counting(command, workdir):
+        if "-c" in command:
+            tried.append(prelude_named(Path(command[command.index("-include") + 1]).parent).name)
+        real_run(command, workdir)
+
+    monkeypatch.setattr(build, "_run", counting)
+    cuda = "#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { int n = 1 return x; }\n"
+    with pytest.raises(BuildError, match="expected"):
+        compile_extension("typo_ext", translation_unit("typo_ext", cuda, "", ["f"]), tmp_path, preludes, toolchain())
+    assert tried == ["bridge", "light"]
+
+
+def test_an_error_that_names_torch_is_tried_under_the_next_prelude_even_when_met_alike():
+    nn_missing = "ext.cpp:3:12: error: 'nn' is not a member of 'torch'"
+    typo = "ext.cpp:2:50: error: expected ',' or ';' before 'return'"
+    assert not build._candidates_own(nn_missing, nn_missing)
+    assert build._candidates_own(typo, typo)
+    assert not build._candidates_own(typo, None)  # the first prelude's error alone proves nothing

@@ -66,6 +66,7 @@ from cuset_core.evaluation.runner import (
     select_problems,
 )
 from cuset_core.models import ModelNotFoundError
+from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier
 from db.dispatch import TaskName, send_eval_repair, send_eval_verify
 from db.errors import ErrorCode, ErrorInfo
@@ -203,12 +204,20 @@ def verify_problem(eval_id: str, problem_id: str) -> None:
         attempts = _attempts(session, eval_id, problem_id)
     checks = service_verify_settings(settings, config.verify_settings())
     records: dict[int, SampleRecord] = {}
+    references = ReferencePool()  # the attempts scored here share one reference run
     for attempt in attempts:
         record = attempt.record
         if record is None:
             repaired = None if attempt.repair_of is None else records[attempt.repair_of]
             record = score_attempt(
-                problem, attempt.index, attempt.answer, checks, settings.verify_cache_dir, config.cache, repaired
+                problem,
+                attempt.index,
+                attempt.answer,
+                checks,
+                settings.verify_cache_dir,
+                config.cache,
+                repaired,
+                references,
             )
             _store_record(url, eval_id, problem_id, record)
         records[attempt.index] = record

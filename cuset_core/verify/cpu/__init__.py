@@ -41,6 +41,7 @@ from cuset_core.verify.protocol import (
     judge,
     tail,
 )
+from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import VerifySettings
 
@@ -109,13 +110,18 @@ def cpu_job(
 
 
 def run_cpu_tier(
-    problem_code: str, candidate: Candidate, settings: VerifySettings, library_cache: LibraryCache | None = None
+    problem_code: str,
+    candidate: Candidate,
+    settings: VerifySettings,
+    library_cache: LibraryCache | None = None,
+    references: ReferencePool | None = None,
 ) -> VerifyResult:
     """Tier 2 for one candidate: build with g++, run on the CPU runtime, compare with the reference.
 
     A failure at reduced sizes is checked again at the original sizes when they fit; when they do
     not and the candidate hard-codes the original sizes, the verdict is ``unsupported``.
-    With ``library_cache``, extensions compiled before from the same sources are not compiled again.
+    With ``library_cache``, extensions compiled before from the same sources are not compiled again;
+    with ``references``, the reference runs of the batch it serves are shared.
     """
     sources = candidate.sources
     feature = unsupported_feature(sources.cuda + "\n" + "\n".join(ext.cpp for ext in sources.extensions))
@@ -149,9 +155,9 @@ def run_cpu_tier(
         kernels_off=True,
     )
     job = cpu_job(candidate.kind, settings, preludes, chain, prebuild)
-    result, details = judge(spec, problem_code, candidate, settings, job)
+    result, details = judge(spec, problem_code, candidate, settings, job, references)
     if result.verdict in _SIZE_SENSITIVE and handed_job(details).overrides:
-        result = _at_original_sizes(spec, problem_code, candidate, settings, job, result, details)
+        result = _at_original_sizes(spec, problem_code, candidate, settings, job, result, details, references)
     if pch_s > 1.0:
         result.timings_s["pch"] = pch_s
     return result
@@ -165,13 +171,15 @@ def _at_original_sizes(
     job: CpuJob,
     reduced: VerifyResult,
     details: dict[str, Any],
+    references: ReferencePool | None,
 ) -> VerifyResult:
     """The verdict for a candidate that failed at reduced sizes: the original sizes decide when
     they fit; else a candidate that hard-codes them is ``unsupported`` (never blamed)."""
     handed = handed_job(details)
     at_reduced = f"at reduced sizes: {reduced.verdict.value}: {reduced.reason}"
     if details.get("original_fits"):
-        result, _ = judge(spec, problem_code, candidate, settings, job.model_copy(update={"reduce_sizes": False}))
+        at_original = job.model_copy(update={"reduce_sizes": False})
+        result, _ = judge(spec, problem_code, candidate, settings, at_original, references)
         timings = {**result.timings_s, **{f"reduced_{k}": v for k, v in reduced.timings_s.items()}}
         return result.model_copy(
             update={"reason": clip(f"at the original sizes: {result.reason}; {at_reduced}"), "timings_s": timings}

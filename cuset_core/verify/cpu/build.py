@@ -128,7 +128,17 @@ SHADOW_HEADER = (
 
 
 class BuildError(RuntimeError):
-    """g++ rejected the candidate's sources; the message is the compiler's output."""
+    """g++ rejected the candidate's sources; the message is the compiler's output (its end), and
+    ``first_error`` the first ``error:`` line of it all, when there is one."""
+
+    def __init__(self, message: str, first_error: str | None = None) -> None:
+        super().__init__(message)
+        self.first_error = first_error
+
+
+_FIRST_ERROR = re.compile(r"^[^\n:]*:\d+:\d+: (?:fatal )?error: .*$", re.MULTILINE)
+# Names of the headers the preludes differ in: an error that names one may be the prelude's.
+_TORCH_NAME = re.compile(r"\b(?:torch|c10|aten|caffe2|pybind11|cuset)\b|\b(?:at|py)::")
 
 
 @dataclass(frozen=True)
@@ -333,11 +343,14 @@ def compile_extension(
     """Compile and link ``source`` into ``workdir/<name>.so`` with the first prelude that builds it
     (``built_with`` tells which).
 
-    Raises ``BuildError`` with the last prelude's compiler output when none does.
+    Raises ``BuildError`` with the last tried prelude's compiler output when none does. A compile
+    error that two preludes meet alike and that names nothing of torch's (a typo in the kernel)
+    is the candidate's own: the heavier preludes are not tried for it.
     """
     source_path = workdir / f"{name}.cpp"
     source_path.write_text(source)
     library = workdir / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+    met_before: str | None = None
     for attempt, folder in enumerate(preludes, start=1):
         prelude = prelude_named(folder)
         compile_cmd = [
@@ -360,9 +373,10 @@ def compile_extension(
             _run(_link_command(workdir / f"{name}.o", library, chain, prelude), workdir)
             if prelude.bridge:
                 _check_defined(library)
-        except BuildError:
-            if attempt == len(preludes):
+        except BuildError as exc:
+            if attempt == len(preludes) or _candidates_own(exc.first_error, met_before):
                 raise
+            met_before = exc.first_error
             continue
         return library
     raise BuildError("no prelude to build with")
@@ -401,7 +415,14 @@ def _check_defined(library: Path) -> None:
         raise BuildError("the torch bridge does not define: " + "; ".join(missing[:5]) or done.stderr)
 
 
+def _candidates_own(error: str | None, met_before: str | None) -> bool:
+    """Whether a compile ``error`` is the candidate's whatever the prelude: the previous prelude
+    met the same one (same place, same words) and it names nothing of torch's."""
+    return error is not None and error == met_before and not _TORCH_NAME.search(error.split(" error: ", 1)[1])
+
+
 def _run(command: list[str], workdir: Path) -> None:
     done = subprocess.run(command, capture_output=True, text=True, cwd=workdir)
     if done.returncode != 0:
-        raise BuildError(done.stderr[-6000:] or done.stdout[-6000:])
+        first = _FIRST_ERROR.search(done.stderr)
+        raise BuildError(done.stderr[-6000:] or done.stdout[-6000:], first.group(0) if first else None)

@@ -1,0 +1,144 @@
+"""Reference runs shared by one batch of candidates: one run per (tier, problem, job), under a
+secret seed drawn per pool; candidates' own fields never split a batch. The last test runs real
+candidates through tier 2 on one shared reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cuset_core.verify.candidate import parse_candidate
+from cuset_core.verify.cpu import run_cpu_tier
+from cuset_core.verify.protocol import (
+    CandidateJob,
+    CpuJob,
+    HarnessJob,
+    PrebuildExtension,
+    ReferenceRun,
+    TierSpec,
+    harness_env,
+)
+from cuset_core.verify.reference_pool import ReferencePool, reference_key
+from cuset_core.verify.result import Tier, Verdict
+from cuset_core.verify.settings import SandboxLimits, VerifySettings
+
+SPEC = TierSpec(Tier.CPU, "cuset_core.verify.cpu.harness", SandboxLimits(), lambda folder: harness_env())
+JOB = CpuJob(
+    kind="python",
+    seeds=3,
+    reduce_sizes=True,
+    max_elements=1 << 20,
+    preludes=["preludes/bridge"],
+    include_dirs=["torch/include"],
+    library_dirs=["torch/lib"],
+)
+PROBLEM = "import torch\nN = 8\n"
+
+
+class Runs:
+    """A stand-in for the reference side: records the jobs it was handed."""
+
+    def __init__(self) -> None:
+        self.jobs: list[HarnessJob] = []
+
+    def __call__(self, job: HarnessJob) -> ReferenceRun:
+        self.jobs.append(job)
+        return ReferenceRun(inputs=b"inputs", expected=[[]], report={"verdict": "pass"}, input_seed=job.input_seed)
+
+
+def test_the_candidates_of_one_problem_share_one_reference_run_under_one_drawn_seed():
+    pool, runs = ReferencePool(), Runs()
+    first, ran = pool.reference(SPEC, PROBLEM, JOB, runs)
+    again, ran_again = pool.reference(SPEC, PROBLEM, JOB, runs)
+    assert again is first and (ran, ran_again) == (True, False) and pool.runs == 1
+    assert runs.jobs[0].input_seed is not None  # drawn by the pool, not left to the side
+
+
+def test_fields_only_the_candidate_and_build_sides_read_do_not_split_the_batch():
+    other = JOB.model_copy(
+        update={
+            "candidate": "candidate.py",
+            "handed": CandidateJob(overrides={"N": 4}),
+            "prebuild": [PrebuildExtension(name="ext", cuda="__global__ void k() {}", cpp="")],
+        }
+    )
+    assert reference_key(SPEC, PROBLEM, other) == reference_key(SPEC, PROBLEM, JOB)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"problem": "import torch\nN = 9\n"},
+        {"job": {"reduce_sizes": False}},
+        {"job": {"seeds": 5}},
+        {"job": {"input_seed": 7}},
+        {"spec": Tier.GPU},
+    ],
+    ids=["problem", "original sizes", "trials", "fixed seed", "tier"],
+)
+def test_a_different_problem_job_or_tier_runs_its_own_reference(change):
+    pool, runs = ReferencePool(), Runs()
+    pool.reference(SPEC, PROBLEM, JOB, runs)
+    spec = TierSpec(change["spec"], SPEC.module, SPEC.limits, SPEC.env) if "spec" in change else SPEC
+    pool.reference(spec, change.get("problem", PROBLEM), JOB.model_copy(update=change.get("job", {})), runs)
+    assert pool.runs == 2
+
+
+def test_a_seed_the_settings_fix_is_kept_and_two_pools_draw_their_own():
+    runs = Runs()
+    ReferencePool().reference(SPEC, PROBLEM, JOB.model_copy(update={"input_seed": 7}), runs)
+    assert runs.jobs[0].input_seed == 7
+    drawn = set()
+    for _ in range(5):
+        ReferencePool().reference(SPEC, PROBLEM, JOB, runs)
+        drawn.add(runs.jobs[-1].input_seed)
+    assert len(drawn) > 1  # a new batch draws new inputs
+
+
+def test_a_reference_that_failed_is_kept_for_the_batch_and_the_oldest_run_is_dropped_past_capacity():
+    from cuset_core.verify.result import VerifyResult
+
+    failed = VerifyResult(verdict=Verdict.UNSUPPORTED, tier=Tier.CPU, reason="the problem does not fit")
+    pool = ReferencePool(capacity=2)
+    assert pool.reference(SPEC, PROBLEM, JOB, lambda job: failed) == (failed, True)
+    assert pool.reference(SPEC, PROBLEM, JOB, Runs()) == (failed, False)
+    runs = Runs()
+    for n in (1, 2):
+        pool.reference(SPEC, f"N = {n}\n", JOB, runs)
+    pool.reference(SPEC, PROBLEM, JOB, runs)  # dropped: run again
+    assert len(runs.jobs) == 3
+
+
+CASES = Path(__file__).parent / "cpu_cases"
+
+
+def _add_candidate(body: str) -> str:
+    cuda = (CASES / "add_kernel.cu").read_text().replace("out[i] = a[i] + b[i];", body)
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+cuda_src = r"""
+{cuda}
+"""
+ext = load_inline(name="case_ext", cpp_sources="torch::Tensor run(torch::Tensor a, torch::Tensor b);",
+                  cuda_sources=cuda_src, functions=["run"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return ext.run(a, b)
+'''
+
+
+@pytest.mark.slow
+def test_a_right_and_a_wrong_kernel_are_judged_on_one_shared_reference_run():
+    problem = (CASES / "add_problem.py").read_text()
+    settings = VerifySettings(tier=Tier.CPU, limits=SandboxLimits(wall_s=120, cpu_s=120))
+    pool = ReferencePool()
+    right = run_cpu_tier(problem, parse_candidate(_add_candidate("out[i] = a[i] + b[i];")), settings, references=pool)
+    wrong = run_cpu_tier(problem, parse_candidate(_add_candidate("out[i] = a[i] - b[i];")), settings, references=pool)
+    assert right.verdict is Verdict.PASS, right.reason + right.log
+    assert wrong.verdict is Verdict.VALUE_MISMATCH, wrong.reason
+    assert pool.runs == 1
+    assert right.timings_s["cpu_reference"] > 0 and wrong.timings_s["cpu_reference"] == 0
