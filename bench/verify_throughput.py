@@ -16,6 +16,11 @@ with ATen's headers (``torch_bridge=False``, how tier 2 built before the bridge)
 torch bridge, on the demo solutions and on ``--shared-data`` correct level-1 kernels of
 ``../shared/data/sakana_labelled_kernels.jsonl`` (skipped when that file is absent). Target: the
 ratio of medians (bridge / ATen) at most 0.4.
+
+``shared_reference`` times what an eval pays per sample: ``--samples`` answers to each of the
+first four problems verified at tier 2, problem by problem, first each with a reference run of its
+own (as every check ran before) and then as one batch sharing a ``ReferencePool``, and prints the
+ratio of the mean seconds per sample (shared / own).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from cuset_core.demo import demo_problems  # noqa: E402
+from cuset_core.verify.reference_pool import ReferencePool  # noqa: E402
 from cuset_core.verify.result import Tier  # noqa: E402
 from cuset_core.verify.run import verify  # noqa: E402
 from cuset_core.verify.settings import VerifySettings  # noqa: E402
@@ -72,6 +78,31 @@ def bridge_vs_aten(pairs: list[tuple[str, str]]) -> dict:
         "meets_target": bridge / aten <= TARGET_BRIDGE_RATIO,
         "same_verdicts": verdicts[False] == verdicts[True],
         "verdicts": {v: verdicts[True].count(v) for v in sorted(set(verdicts[True]))},
+    }
+
+
+def shared_reference(pairs: list[tuple[str, str]], samples: int) -> dict:
+    """Tier 2 cold per sample, ``samples`` per problem: each with its own reference run, then one
+    batch per problem sharing a pool, side by side problem by problem."""
+    settings = VerifySettings(tier=Tier.CPU)
+    seconds: dict[bool, list[float]] = {False: [], True: []}
+    verdicts: list[str] = []
+    for problem, solution in pairs:
+        for shared in (False, True):
+            pool = ReferencePool() if shared else None
+            for _ in range(samples):
+                start = time.perf_counter()
+                result = verify(problem, solution, settings, use_cache=False, references=pool)
+                seconds[shared].append(time.perf_counter() - start)
+                verdicts.append(result.verdict.value)
+    own, shared = statistics.mean(seconds[False]), statistics.mean(seconds[True])
+    return {
+        "problems": len(pairs),
+        "samples_per_problem": samples,
+        "own_reference_mean_s": round(own, 3),
+        "shared_reference_mean_s": round(shared, 3),
+        "ratio": round(shared / own, 3),
+        "verdicts": {v: verdicts.count(v) for v in sorted(set(verdicts))},
     }
 
 
@@ -115,6 +146,7 @@ def main() -> int:
     parser.add_argument("--problems", type=int, default=8, help="how many demo problems to time")
     parser.add_argument("--tiers", nargs="+", choices=["compile", "cpu"], default=["compile", "cpu"])
     parser.add_argument("--shared-data", type=int, default=10, help="correct level-1 kernels of ../shared/data to add")
+    parser.add_argument("--samples", type=int, default=4, help="answers per problem in shared_reference")
     args = parser.parse_args()
     problems = demo_problems()
     if len(problems) < args.problems + 1:
@@ -129,6 +161,7 @@ def main() -> int:
         figures[f"tier{tier.rank}_{tier.value}"] = bench_tier(tier, pairs, setup_pair)
     if "cpu" in args.tiers:
         figures["bridge_vs_aten"] = bridge_vs_aten(pairs + shared_level1(args.shared_data))
+        figures["shared_reference"] = shared_reference(pairs[:4], args.samples)
     figures["load_1min_after"] = os.getloadavg()[0]
     print(json.dumps(figures))
     return 0

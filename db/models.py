@@ -14,6 +14,7 @@ from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String,
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from cuset_core.evaluation.runner import Answer, SampleRecord
+from cuset_core.training.config import JobSpec
 from db.errors import ErrorInfo
 from db.statuses import EvalStatus, GenerationStatus, JobStatus
 from db.typed_json import TypedJSON
@@ -80,10 +81,10 @@ class Job(Base):
     model: Mapped[str] = mapped_column(String(255))
     training_file: Mapped[str] = mapped_column(ForeignKey("files.id", ondelete="RESTRICT"))
     validation_file: Mapped[str | None] = mapped_column(ForeignKey("files.id", ondelete="RESTRICT"))
-    method: Mapped[dict[str, Any]] = mapped_column()  # {"type": ..., knobs...}
-    hyperparameters: Mapped[dict[str, Any]] = mapped_column()
+    # What the job asks of training, resolved (every default filled in); the API shows OpenAI's
+    # names for it (api/schemas/jobs.py) and the worker extends it to the run's TuneConfig.
+    spec: Mapped[JobSpec] = mapped_column(TypedJSON(JobSpec))
     suffix: Mapped[str | None] = mapped_column(String(64))
-    seed: Mapped[int] = mapped_column(Integer, default=0)
     user_metadata: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
     status: Mapped[str] = mapped_column(String(24), index=True, default=JobStatus.VALIDATING_FILES)  # a JobStatus
     error: Mapped[ErrorInfo | None] = mapped_column(TypedJSON(ErrorInfo))
@@ -104,7 +105,6 @@ class Job(Base):
     heartbeat_at: Mapped[float | None] = mapped_column(Float)
     # Files the job produced (the adapter archive), ids of ``files`` rows of purpose fine-tune-results.
     result_files: Mapped[list[Any]] = mapped_column(default=list)
-    integrations: Mapped[list[Any] | None] = mapped_column(JSON)  # trackers, as cuset_core's TuneConfig has them
 
     events: Mapped[list[JobEvent]] = relationship(
         back_populates="job", cascade="all, delete-orphan", passive_deletes=True

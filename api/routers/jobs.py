@@ -24,11 +24,11 @@ from api.schemas.jobs import (
     JobProgress,
     MetricPoint,
     MetricSeries,
-    resolve_hyperparameters,
-    resolve_method,
-    split_method,
+    openai_hyperparameters,
+    resolve_spec,
 )
-from cuset_core.models import ModelNotFoundError, ModelOptionError, Quantization, check_load_options, resolve_model
+from cuset_core.models import ModelNotFoundError, ModelOptionError, check_load_options, resolve_model
+from cuset_core.training.config import Hyperparameters
 from cuset_core.training.tracking import missing_packages
 from db.dispatch import send_validate_job_files
 from db.errors import ErrorCode
@@ -57,12 +57,12 @@ def job_object(job: Job) -> JobObject:
         status=job.status,
         validation_file=job.validation_file,
         training_file=job.training_file,
-        hyperparameters=job.hyperparameters,
+        hyperparameters=openai_hyperparameters(job.spec),
         trained_tokens=job.trained_tokens,
         error=job.error,
-        seed=job.seed,
+        seed=job.spec.seed,
         metadata=job.user_metadata,
-        method=job.method,
+        method=job.spec.method.model_dump(),
         estimated_finish=None if finish is None else int(finish),
         progress=JobProgress(
             step=job.step,
@@ -72,7 +72,7 @@ def job_object(job: Job) -> JobObject:
         ),
         user_provided_suffix=job.suffix,
         result_files=job.result_files or [],
-        integrations=job.integrations or [],
+        integrations=[integration.model_dump(mode="json") for integration in job.spec.integrations],
     )
 
 
@@ -116,17 +116,13 @@ def _check_model(session: Session, settings: Settings, owner: str, model: str) -
         )
 
 
-def _check_load_options(settings: Settings, hyperparameters: dict[str, Any]) -> None:
+def _check_load_options(settings: Settings, hp: Hyperparameters) -> None:
     """400 when the embedded worker (this machine) cannot load the model as asked, e.g. 4-bit
     weights without a GPU; with separate workers their training process reports it instead."""
     if not settings.embedded:
         return
     try:
-        check_load_options(
-            hyperparameters["dtype"],
-            hyperparameters["attn_implementation"],
-            Quantization.model_validate(hyperparameters["quantization"]) if hyperparameters["quantization"] else None,
-        )
+        check_load_options(hp.dtype, hp.attn_implementation, hp.quantization)
     except ModelOptionError as exc:
         raise bad_request(
             f"hyperparameters.{exc.field}: {exc}",
@@ -149,17 +145,13 @@ def _check_integrations(body: JobCreate) -> None:
 
 def _resolved(body: JobCreate) -> dict[str, Any]:
     """The row fields a request stands for; equal dicts mean the same request (idempotency)."""
-    knobs, nested_hp = split_method(body.method)
     return {
         "model": body.model,
         "training_file": body.training_file,
         "validation_file": body.validation_file,
-        "method": resolve_method(knobs),
-        "hyperparameters": resolve_hyperparameters({**(body.hyperparameters or {}), **nested_hp}),
+        "spec": resolve_spec(body.method, body.hyperparameters, body.seed, body.integrations),
         "suffix": body.suffix,
-        "seed": body.seed if body.seed is not None else 0,
         "user_metadata": body.metadata,
-        "integrations": [i.model_dump(mode="json") for i in body.integrations] if body.integrations else None,
     }
 
 
@@ -209,7 +201,7 @@ def create_job(
     if idempotency_key and (earlier := _replay(session, owner, idempotency_key, fields)):
         return job_object(earlier)
     _check_model(session, settings, owner, body.model)
-    _check_load_options(settings, fields["hyperparameters"])
+    _check_load_options(settings, fields["spec"].hyperparameters)
     _check_integrations(body)
     _check_file(session, owner, body.training_file, "training_file")
     _check_file(session, owner, body.validation_file, "validation_file")

@@ -1,10 +1,9 @@
 """Fine-tuning job shapes (OpenAI's ``fine_tuning.job`` and friends) and the mapping of a create
 request onto cuset_core's training config.
 
-A job row stores the *resolved* request: ``method`` as a full ``MethodConfig`` dump and
-``hyperparameters`` as OpenAI's three names plus every field of cuset_core's ``Hyperparameters``,
-``lora`` (a ``LoraSettings`` dump or null) and ``save_steps``; the worker reads the core fields
-back without knowing the OpenAI names.
+A job row stores the *resolved* request as one cuset_core ``JobSpec`` (every default filled in);
+OpenAI's names (``n_epochs``, ``batch_size``, ``learning_rate_multiplier``) exist only in the view
+(:func:`openai_hyperparameters`), so the worker never sees them.
 """
 
 from __future__ import annotations
@@ -18,8 +17,8 @@ from api.errors import APIError
 from cuset_core.objectives import MethodConfig
 from cuset_core.training.config import (
     Hyperparameters,
+    JobSpec,
     LoraSettings,
-    TuneConfig,
     check_quantized_lora,
     format_validation_error,
 )
@@ -105,10 +104,10 @@ def split_method(method: dict[str, Any] | None) -> tuple[dict[str, Any], dict[st
     return knobs, dict(nested.get("hyperparameters") or {})
 
 
-def resolve_method(knobs: dict[str, Any]) -> dict[str, Any]:
+def resolve_method(knobs: dict[str, Any]) -> MethodConfig:
     """The full MethodConfig of a request's method (every knob, defaults filled in)."""
     try:
-        return MethodConfig.model_validate(knobs).model_dump()
+        return MethodConfig.model_validate(knobs)
     except ValidationError as exc:
         raise _invalid(exc, "method") from None
 
@@ -117,10 +116,46 @@ def _auto(value: Any, default: Any) -> Any:
     return default if value in (None, "auto") else value
 
 
-def resolve_hyperparameters(given: dict[str, Any]) -> dict[str, Any]:
+def resolve_spec(
+    method: dict[str, Any] | None,
+    hyperparameters: dict[str, Any] | None,
+    seed: int | None,
+    integrations: list[Integration] | None,
+) -> JobSpec:
+    """The JobSpec a create request stands for: its method (OpenAI's ``supervised`` with nested
+    hyperparameters included), hyperparameters, seed and trackers. Raises ``APIError`` naming the
+    field a value is wrong in."""
+    knobs, nested = split_method(method)
+    hp, lora, save_steps = resolve_hyperparameters({**(hyperparameters or {}), **nested})
+    return JobSpec(
+        method=resolve_method(knobs),
+        hyperparameters=hp,
+        lora=lora,
+        save_steps=save_steps,
+        seed=seed if seed is not None else 0,
+        integrations=integrations or [],
+    )
+
+
+def openai_hyperparameters(spec: JobSpec) -> dict[str, Any]:
+    """A job's hyperparameters as the API shows them: OpenAI's three names, then every core
+    field, ``lora`` (null: full fine-tuning) and ``save_steps``."""
+    hp = spec.hyperparameters.model_dump()
+    return {
+        "n_epochs": hp["epochs"],
+        "batch_size": hp["batch_size"],
+        "learning_rate_multiplier": hp["learning_rate"] / _DEFAULT_HP.learning_rate,
+        **hp,
+        "lora": None if spec.lora is None else spec.lora.model_dump(),
+        "save_steps": spec.save_steps,
+    }
+
+
+def resolve_hyperparameters(given: dict[str, Any]) -> tuple[Hyperparameters, LoraSettings | None, int]:
     """OpenAI's names (``n_epochs``, ``batch_size``, ``learning_rate_multiplier``, each maybe
     ``"auto"``) and ours (any core Hyperparameters field, ``lora_rank``/``lora_alpha``/...,
-    ``lora: null`` for full fine-tuning, ``save_steps``) resolved to the stored form."""
+    ``lora: null`` for full fine-tuning, ``save_steps``) resolved: the core hyperparameters, the
+    LoRA shape (None: full fine-tuning) and the checkpoint interval."""
     unknown = sorted(set(given) - _OURS - {"n_epochs", "learning_rate_multiplier", "batch_size"})
     if unknown:
         raise APIError(
@@ -148,11 +183,11 @@ def resolve_hyperparameters(given: dict[str, Any]) -> dict[str, Any]:
         # Report OpenAI's name for the fields the request gave under it.
         error.param = error.param.replace("hyperparameters.epochs", "hyperparameters.n_epochs")
         raise error from None
-    lora: dict[str, Any] | None = None
+    lora: LoraSettings | None = None
     if given.get("lora", {}) is not None:
         lora_given = {_LORA_KEYS[k]: v for k, v in given.items() if k in _LORA_KEYS} | dict(given.get("lora") or {})
         try:
-            lora = LoraSettings.model_validate(lora_given).model_dump()
+            lora = LoraSettings.model_validate(lora_given)
         except ValidationError as exc:
             error = _invalid(exc, "hyperparameters")
             error.param = error.param.replace("hyperparameters.", "hyperparameters.lora_", 1)
@@ -161,7 +196,7 @@ def resolve_hyperparameters(given: dict[str, Any]) -> dict[str, Any]:
         check_quantized_lora(hp, lora is not None)
     except ValueError as exc:
         raise APIError(400, str(exc), code=ErrorCode.INVALID_VALUE, param="hyperparameters.quantization") from None
-    save_steps = given.get("save_steps", TuneConfig.model_fields["save_steps"].default)
+    save_steps = given.get("save_steps", JobSpec.model_fields["save_steps"].default)
     if not isinstance(save_steps, int) or isinstance(save_steps, bool) or save_steps < 1:
         raise APIError(
             400,
@@ -169,15 +204,7 @@ def resolve_hyperparameters(given: dict[str, Any]) -> dict[str, Any]:
             code=ErrorCode.INVALID_VALUE,
             param="hyperparameters.save_steps",
         )
-    dumped = hp.model_dump()
-    return {
-        "n_epochs": dumped["epochs"],
-        "batch_size": dumped["batch_size"],
-        "learning_rate_multiplier": dumped["learning_rate"] / _DEFAULT_HP.learning_rate,
-        **dumped,
-        "lora": lora,
-        "save_steps": save_steps,
-    }
+    return hp, lora, save_steps
 
 
 class JobProgress(BaseModel):

@@ -73,33 +73,41 @@ def check_quantized_lora(hyperparameters: Hyperparameters, has_lora: bool) -> No
         raise ValueError("hyperparameters.quantization: 4-bit weights cannot be fully fine-tuned; keep lora (QLoRA)")
 
 
-class TuneConfig(BaseModel):
-    """A tuning job: which model, which data, which objective, and where results go."""
+class JobSpec(BaseModel):
+    """What a tuning job asks of its training, however it was submitted: the REST API stores one
+    per job (typed, in the job's row) and the worker extends it to the run's :class:`TuneConfig`;
+    the CLI reads a whole TuneConfig, which is a JobSpec plus the model, files and folders of one
+    run. A new training option is a field here, and every path that submits jobs has it."""
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = "smollm2-135m"
-    train_file: Path
-    validation_file: Path | None = None
     method: MethodConfig = Field(default_factory=MethodConfig)
     lora: LoraSettings | None = Field(default_factory=LoraSettings)
     hyperparameters: Hyperparameters = Field(default_factory=Hyperparameters)
     prompt_style: Literal["kernelbench", "compact"] = "compact"
     require_kernel: bool = True
-    seed: int = 0
-    output_dir: Path
+    seed: int = Field(0, ge=0, le=2**31 - 1)
     save_steps: int = Field(100, ge=1)
     save_total_limit: int | None = Field(2, ge=1)  # checkpoints kept; None keeps all
     logging_steps: int = Field(1, ge=1)
-    progress_file: Path | None = None
-    resume: bool | Path = False
-    reference_cache_dir: Path | None = None  # default: ``<output_dir>/../.cache``
     integrations: list[Integration] = Field(default_factory=list, max_length=8)  # trackers (training/tracking.py)
 
     @model_validator(mode="after")
-    def _quantized_weights_need_lora(self) -> TuneConfig:
+    def _quantized_weights_need_lora(self) -> JobSpec:
         check_quantized_lora(self.hyperparameters, self.lora is not None)
         return self
+
+
+class TuneConfig(JobSpec):
+    """A tuning run: its :class:`JobSpec`, and which model, which data and where results go."""
+
+    model: str = "smollm2-135m"
+    train_file: Path
+    validation_file: Path | None = None
+    output_dir: Path
+    progress_file: Path | None = None
+    resume: bool | Path = False
+    reference_cache_dir: Path | None = None  # default: ``<output_dir>/../.cache``
 
     @property
     def progress_path(self) -> Path:

@@ -8,6 +8,7 @@ import json
 from sqlalchemy import func, select
 
 from cuset_core.demo import demo_problems, demo_record
+from cuset_core.training.config import JobSpec
 from db.models import File, Job
 from db.session import session_scope
 from tests.integration.job_support import insert_file
@@ -120,7 +121,7 @@ def test_delete_removes_the_row_and_the_stored_file(fast_client, fast_settings):
 def test_delete_refuses_a_file_a_job_trains_on(fast_client, fast_settings):
     file_id = uploaded(fast_client, jsonl(demo_record(PROBLEMS[0])))["id"]
     with session_scope(fast_settings.resolved_database_url) as session:
-        session.add(Job(id="ftjob-uses-it", model="tiny", training_file=file_id, method={}, hyperparameters={}))
+        session.add(Job(id="ftjob-uses-it", model="tiny", training_file=file_id, spec=JobSpec()))
     response = fast_client.delete(f"/v1/files/{file_id}")
     assert response.status_code == 409
     assert (response.json()["error"]["code"], response.json()["error"]["param"]) == ("file_in_use", "file_id")

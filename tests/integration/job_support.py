@@ -15,6 +15,7 @@ from sqlalchemy import select
 
 from cuset_core.demo import demo_problems, write_demo_dataset
 from cuset_core.generation.prompts import build_messages
+from cuset_core.training.config import JobSpec
 from db.generations import GenerationRequest, GenerationSample, dump_samples
 from db.ids import new_id
 from db.models import Eval, File, Generation, Job, JobEvent
@@ -91,10 +92,11 @@ def event_rows(database_url: str, job_id: str) -> list[tuple[str, str]]:
 
 
 def insert_job(database_url: str, training_file: str, **columns) -> str:
-    """A Job row of ``TEST_OWNER`` on ``training_file`` (model "tiny", method cuset, status queued),
+    """A Job row of ``TEST_OWNER`` on ``training_file`` (model "tiny", the default spec: method
+    cuset; status queued),
     with ``columns`` over those defaults; its id."""
     job_id = columns.pop("id", None) or new_id("ftjob")
-    defaults = {"owner": TEST_OWNER, "model": "tiny", "method": {"type": "cuset"}, "hyperparameters": {}}
+    defaults = {"owner": TEST_OWNER, "model": "tiny", "spec": JobSpec()}
     with session_scope(database_url) as session:
         session.add(Job(**(defaults | {"id": job_id, "training_file": training_file} | columns)))
     return job_id

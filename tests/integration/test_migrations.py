@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 
 from db.migrate import upgrade
-from db.models import Base
+from db.models import Base, Job
 from db.session import engine_for
 
 
@@ -36,3 +38,51 @@ def test_migrations_build_the_same_schema_on_sqlite_and_downgrade_cleanly(tmp_pa
     assert set(inspect(create_engine(url)).get_table_names()) <= {"alembic_version"}
     upgrade(url)
     assert _differences(create_engine(url)) == []
+
+
+def test_a_job_stored_before_job_specs_reads_back_as_its_spec_and_downgrades_to_its_columns(tmp_path):
+    from alembic import command
+    from sqlalchemy import text
+
+    from cuset_core.training.config import JobSpec, LoraSettings
+    from db.migrate import alembic_config
+    from db.session import session_scope
+
+    url = f"sqlite:///{tmp_path / 'jobs.sqlite'}"
+    upgrade(url, "0006")
+    stored = {  # as the API stored a job before revision 0007: OpenAI's names beside the core fields
+        "n_epochs": 2.0, "batch_size": 2, "learning_rate_multiplier": 0.5, "learning_rate": 1e-4, "epochs": 2.0,
+        "max_seq_len": 512, "lora": {"rank": 8, "alpha": 16.0, "dropout": 0.0, "target_modules": ["q_proj"]},
+        "save_steps": 5,
+    }  # fmt: skip
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO files (id, owner, purpose, format, filename, bytes, path, records, total_rows, warnings,"
+                " created_at) VALUES ('file-1', 'o', 'fine-tune', 'jsonl', 't.jsonl', 1, 'p', 1, 1, '[]', 0)"
+            )
+        )
+        connection.execute(
+            text(
+                "INSERT INTO fine_tuning_jobs (id, owner, model, training_file, method, hyperparameters, seed, status,"
+                " cancel_requested, attempts, step, created_at, result_files, integrations) VALUES ('ftjob-old', 'o',"
+                " 'tiny', 'file-1', :method, :hp, 7, 'queued', 0, 0, 0, 0, '[]', :integrations)"
+            ),
+            {"method": '{"type": "sft"}', "hp": json.dumps(stored), "integrations": '[{"type": "tensorboard"}]'},
+        )
+    upgrade(url)
+    with session_scope(url) as session:
+        spec = session.get(Job, "ftjob-old").spec
+    assert isinstance(spec, JobSpec) and spec.method.type == "sft" and spec.seed == 7 and spec.save_steps == 5
+    assert spec.hyperparameters.learning_rate == 1e-4 and spec.hyperparameters.max_seq_len == 512
+    assert spec.lora == LoraSettings(rank=8, alpha=16.0, dropout=0.0, target_modules=["q_proj"])
+    assert [integration.type for integration in spec.integrations] == ["tensorboard"]
+
+    command.downgrade(alembic_config(url), "0006")
+    with create_engine(url).connect() as connection:
+        row = connection.execute(text("SELECT hyperparameters, seed FROM fine_tuning_jobs")).one()
+    hp = json.loads(row.hyperparameters) if isinstance(row.hyperparameters, str) else row.hyperparameters
+    assert (hp["n_epochs"], hp["batch_size"], hp["learning_rate_multiplier"], hp["save_steps"], row.seed) == (
+        2.0, 2, 0.5, 5, 7
+    )  # fmt: skip

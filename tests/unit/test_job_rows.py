@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from cuset_core.training.config import JobSpec
 from db.errors import ErrorCode, ErrorInfo
 from db.job_rows import (
     MAX_ATTEMPTS,
@@ -39,7 +40,7 @@ def settings(sqlite_settings) -> Settings:
 def _job(settings: Settings, status: JobStatus, **values) -> str:
     with session_scope(settings.resolved_database_url) as session:
         count = session.query(Job).count()
-        job = Job(id=f"ftjob-{count}", model="m", training_file="file-1", method={}, hyperparameters={}, status=status)
+        job = Job(id=f"ftjob-{count}", model="m", training_file="file-1", spec=JobSpec(), status=status)
         for name, value in values.items():
             setattr(job, name, value)
         session.add(job)

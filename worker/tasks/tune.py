@@ -16,9 +16,8 @@ from pathlib import Path
 
 from celery import shared_task
 
-from cuset_core.objectives import MethodConfig
 from cuset_core.training.callbacks import CANCEL_FILE
-from cuset_core.training.config import Hyperparameters, LoraSettings, TuneConfig
+from cuset_core.training.config import TuneConfig
 from cuset_core.training.export import write_archive
 from cuset_core.training.launch import training_command
 from db.dispatch import TaskName, send_tune
@@ -62,19 +61,13 @@ def write_config(settings: Settings, job: Job, spec: str, training: File, valida
     """The job's TuneConfig, written to ``jobs/<id>/job.json``; resumes when a checkpoint exists."""
     folder = job_dir(settings, job.id)
     out = folder / "out"
-    hp = job.hyperparameters
     config = TuneConfig(
+        **dict(job.spec),
         model=spec,
         train_file=settings.artifacts / training.path,
         validation_file=settings.artifacts / validation.path if validation else None,
-        method=MethodConfig.model_validate(job.method),
-        lora=LoraSettings.model_validate(hp["lora"]) if hp.get("lora") is not None else None,
-        hyperparameters=Hyperparameters.model_validate({k: hp[k] for k in Hyperparameters.model_fields if k in hp}),
-        seed=job.seed,
         output_dir=out,
-        save_steps=hp.get("save_steps", TuneConfig.model_fields["save_steps"].default),
         resume=any(out.glob("checkpoint-*")),
-        integrations=job.integrations or [],
     )
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "job.json").write_text(config.model_dump_json(indent=2))
@@ -134,7 +127,7 @@ def _record_end(settings: Settings, job_id: str, attempt: int, report: RunReport
         job = session.get(Job, job_id)
         if report.done is not None and report.returncode == 0:
             name = job.tuned_model_name
-            result = _adapter_archive(settings, job) if job.hyperparameters.get("lora") is not None else None
+            result = _adapter_archive(settings, job) if job.spec.lora is not None else None
             if finish_attempt(
                 session,
                 job_id,

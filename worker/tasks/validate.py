@@ -55,7 +55,7 @@ def validate_job_files(job_id: str) -> None:
         files = [(session.get(File, job.training_file), "training_file")]
         if job.validation_file:
             files.append((session.get(File, job.validation_file), "validation_file"))
-        max_seq_len = job.hyperparameters["max_seq_len"]
+        max_seq_len = job.spec.hyperparameters.max_seq_len
         notes: list[tuple[str, str]] = []
         error = None
         try:
