@@ -18,6 +18,7 @@ A model *spec* is one of:
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import logging
@@ -98,12 +99,26 @@ _MODEL_FILE, _TOKENIZER_FILE = "model.safetensors", "tokenizer.json"
 
 def bundled_cache_dir() -> Path:
     """The folder that holds the bundled model dequantised (float32 safetensors and its tokenizer),
-    named after the GGUF file's size and modification time: under ``$XDG_CACHE_HOME/cuset``, else
+    named after the GGUF file's content (:func:`_content_key`): under ``$XDG_CACHE_HOME/cuset``, else
     ``~/.cache/cuset``. Reading it takes a fraction of a second where dequantising the GGUF file
-    and converting its tokenizer take about 20 s on two cores."""
-    stat = bundled_gguf_path().stat()
+    and converting its tokenizer take about 20 s on two cores. Every virtual environment that
+    installs the same package finds the same folder."""
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "cuset" / f"{BUNDLED_MODEL}-float32-{stat.st_size}-{stat.st_mtime_ns}"
+    return root / "cuset" / f"{BUNDLED_MODEL}-float32-{_content_key(bundled_gguf_path())}"
+
+
+def _content_key(path: Path, edge: int = 1 << 20) -> str:
+    """``<size>-<sha256 of the first and last MiB, 16 hex>``: a GGUF file's header (tensor names,
+    shapes, metadata) and its last tensors tell one release from another, at the cost of reading
+    2 MiB (the whole file is about 140 MB); not its modification time, which every reinstall
+    changes."""
+    size = path.stat().st_size
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        digest.update(f.read(edge))
+        f.seek(max(0, size - edge))
+        digest.update(f.read(edge))
+    return f"{size}-{digest.hexdigest()[:16]}"
 
 
 def keep_bundled_dequantized(source: ModelSource, *, tokenizer_only: bool = False) -> ModelSource:

@@ -29,6 +29,9 @@ from db.models import Generation
 from db.settings import Settings
 from db.statuses import GenerationStatus
 
+# The tier a generated kernel is verified up to: "none", or a value of the verifier's ``Tier``
+# (a test keeps the two lists equal). A Literal rather than ``Tier | Literal["none"]``, so that a
+# wrong value's error names the field alone.
 VerifyTier = Literal["none", "static", "compile", "cpu", "gpu"]
 
 

@@ -3,9 +3,11 @@ a verified attempt (first pass, repairs, done), token usage, and the repair turn
 
 from __future__ import annotations
 
+from typing import get_args
+
 from cuset_core.generation.prompts import REPAIR_ERROR_CHARS, build_messages, failure_report, repair_messages
 from cuset_core.verify.result import Diagnostic, Tier, Verdict, VerifyResult
-from db.generations import GenerationRequest, GenerationSample, next_steps, read_samples, usage_of
+from db.generations import GenerationRequest, GenerationSample, VerifyTier, next_steps, read_samples, usage_of
 
 PROBLEM = "import torch\nclass Model(torch.nn.Module):\n    pass\n"
 
@@ -19,6 +21,10 @@ def attempt(index: int, verdict: Verdict | None = None, **fields) -> GenerationS
     return GenerationSample(
         index=index, text=f"answer {index}", finish_reason="stop", verification=verification, **fields
     )
+
+
+def test_a_request_verifies_up_to_one_of_the_verifier_s_tiers_or_none():
+    assert get_args(VerifyTier) == ("none", *Tier)
 
 
 def test_rows_stored_before_the_contract_still_read():

@@ -171,7 +171,7 @@ def _at_original_sizes(
     job: CpuJob,
     reduced: VerifyResult,
     details: dict[str, Any],
-    references: ReferencePool | None,
+    references: ReferencePool | None = None,
 ) -> VerifyResult:
     """The verdict for a candidate that failed at reduced sizes: the original sizes decide when
     they fit; else a candidate that hard-codes them is ``unsupported`` (never blamed)."""
