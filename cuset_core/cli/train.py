@@ -199,12 +199,15 @@ def tune(
         truncation=truncation,
     )
     try:
-        parse_config(job).validate_paths()
+        resolved = parse_config(job)
+        resolved.validate_paths()
     except ConfigError as exc:
         raise fail(str(exc)) from None
     output.mkdir(parents=True, exist_ok=True)
     job_file = output / JOB_FILE
-    job_file.write_text(json.dumps(job, indent=2) + "\n")
+    # The resolved TuneConfig, every default filled in, as the worker writes it: the file says
+    # exactly what ran, whatever later releases change in the defaults.
+    job_file.write_text(resolved.model_dump_json(indent=2) + "\n")
     console = Console(stderr=False)
     with (output / LOG_FILE).open("a") as log:
         # A new session keeps the terminal's Ctrl-C away from the child: we forward it as SIGTERM,

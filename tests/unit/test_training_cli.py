@@ -11,6 +11,8 @@ from typer.testing import CliRunner
 
 from cuset_core.cli import app
 from cuset_core.cli.train import job_document
+from cuset_core.objectives import MethodConfig
+from cuset_core.training.config import Hyperparameters, TuneConfig
 
 runner = CliRunner()
 ANSWER = "```cuda\n__global__ void k(float* x, int n) {\n    int i = threadIdx.x;\n    if (i < n) x[i] = 0.0f;\n}\n```"
@@ -35,8 +37,10 @@ def test_tune_trains_through_the_subprocess_and_saves_an_adapter(tmp_path, tiny_
     assert result.exit_code == 0, result.output
     assert "done: 2 steps" in result.output
     assert (out / "adapter_model.safetensors").is_file()
-    job = json.loads((out / "job.json").read_text())
-    assert job["method"] == {"type": "cuset"} and job["hyperparameters"] == {"max_steps": 2, "batch_size": 2}
+    job = TuneConfig.model_validate_json((out / "job.json").read_text())  # what ran, defaults resolved
+    assert job.method == MethodConfig(type="cuset") and job.model == str(tiny_model_dir)
+    assert (job.hyperparameters.max_steps, job.hyperparameters.batch_size) == (2, 2)
+    assert job.hyperparameters.learning_rate == Hyperparameters().learning_rate
     progress = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
     assert [line["step"] for line in progress if line["type"] == "progress"] == [1, 2]
 
