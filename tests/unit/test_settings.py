@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -180,3 +181,29 @@ def test_inference_engines_are_checked_when_the_settings_are_read(monkeypatch, e
 
     with pytest.raises(ValueError, match=message):
         Settings()
+
+
+def test_every_worker_runs_the_image_with_the_cuda_toolkit_and_the_api_the_slim_one():
+    import yaml
+
+    services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
+    for name, service in services.items():
+        if (service.get("command") or [])[:2] == ["cuset", "worker"]:
+            # Tier 1 (the cpu queue) needs nvcc and tier 3 (infer) load_inline's toolkit.
+            assert "cuda" in service["build"]["args"]["BASE_IMAGE"] and service["image"].endswith("-cuda"), name
+    assert services["api"]["build"] == "." and "cuda" not in services["api"]["image"]
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert "ARG BASE_IMAGE=python:3.11-slim" in dockerfile and "ninja-build" in dockerfile
+
+
+def test_the_env_example_names_only_variables_compose_or_the_settings_read():
+    from cuset_core.verify.settings import SandboxSettings
+    from db.settings import Settings
+
+    example = (REPO / ".env.example").read_text()
+    named = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", example, flags=re.MULTILINE))
+    compose = set(re.findall(r"\$\{([A-Z][A-Z0-9_]+)", (REPO / "docker-compose.yml").read_text()))
+    settings = {f"CUSET_{name.upper()}" for name in Settings.model_fields}
+    settings |= {f"CUSET_SANDBOX_{name.upper()}" for name in SandboxSettings.model_fields}
+    assert compose <= named  # every variable compose substitutes is explained
+    assert named <= compose | settings, named - compose - settings
