@@ -1319,7 +1319,7 @@ def _judge(
                 spec, problem_code, job, lambda seeded: run_reference(spec, root, problem_code, seeded)
             )
         if isinstance(reference, VerifyResult):
-            return reference, {}
+            return reference.model_copy(deep=True), {}  # a pool hands the same failure to the whole batch
         details = reference.report.get("details")
         details = details if isinstance(details, dict) else {}
         try:
