@@ -9,6 +9,8 @@ from cuset_core.cli import analyze, data, demo, evaluate, improve, kernelbench, 
 app = typer.Typer(
     name="cuset",
     help="CuSeT: CUDA-Sensitive Instruction Tuning for kernel-writing code LLMs.",
+    epilog="Exit codes: 0 done (a verification passed); 1 the input has problems (rows with errors, a "
+    "verdict other than pass, a failed run); 2 bad usage or a missing file.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,

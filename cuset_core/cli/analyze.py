@@ -11,14 +11,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-EXIT_BAD_USAGE = 2
+from cuset_core.cli.exits import EXIT_USAGE
+
 ANSWER_SUFFIXES = (".py", ".cu", ".cuh", ".md", ".txt")
 
 
 def fail(message: str) -> typer.Exit:
     """Print one error line to stderr and return the Exit to raise."""
     typer.echo(f"error: {message}", err=True)
-    return typer.Exit(EXIT_BAD_USAGE)
+    return typer.Exit(EXIT_USAGE)
 
 
 def analyze(

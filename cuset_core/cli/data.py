@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cuset_core.cli.exits import EXIT_INPUT, EXIT_USAGE
 from cuset_core.data import (
     LoadOptions,
     LoadResult,
@@ -154,6 +155,10 @@ def demo(
 
 
 def _load(file: Path, prompt_style: str, keep_non_kernel: bool, max_tokens: int | None, model: str) -> LoadResult:
+    from cuset_core.models import ModelNotFoundError
+
+    if not file.exists():
+        _fail(f"data file not found: {file}", EXIT_USAGE)
     options = LoadOptions(prompt_style=prompt_style, require_kernel=not keep_non_kernel, max_tokens=max_tokens)
     tokenizer = None
     try:
@@ -162,13 +167,16 @@ def _load(file: Path, prompt_style: str, keep_non_kernel: bool, max_tokens: int 
 
             tokenizer = load_tokenizer(model)
         return load_records(file, options, tokenizer)
-    except ValueError as error:  # DataFileError and ModelNotFoundError are ValueErrors
+    except ModelNotFoundError as error:
+        _fail(f"--model: {error}", EXIT_USAGE)
+    except ValueError as error:  # DataFileError: a file this command cannot read as a dataset
         _fail(str(error))
 
 
-def _fail(message: str) -> NoReturn:
+def _fail(message: str, code: int = EXIT_INPUT) -> NoReturn:
+    """One ``error:`` line on stderr, then exit with ``code`` (the CLI's exit codes: ``cuset --help``)."""
     typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(1)
+    raise typer.Exit(code)
 
 
 def _summary(result: LoadResult) -> dict:

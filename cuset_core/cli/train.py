@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from cuset_core.cli.exits import EXIT_USAGE
 from cuset_core.generation.prompts import PromptStyle as PromptStyleName
 from cuset_core.models import DtypeName
 from cuset_core.objectives.config import MethodName
@@ -28,7 +29,6 @@ from cuset_core.training.progress_lines import (
     parse_line,
 )
 
-EXIT_BAD_USAGE = 2
 JOB_FILE = "job.json"
 LOG_FILE = "train.log"
 
@@ -45,7 +45,7 @@ MODEL_HELP = (
 Tracker = Enum("Tracker", {name: name for name in ("tensorboard", "mlflow")}, type=str)
 
 
-def fail(message: str, code: int = EXIT_BAD_USAGE) -> typer.Exit:
+def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
     """Print one error line to stderr and return the Exit to raise."""
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(code)

@@ -47,10 +47,17 @@ def test_validate_exits_0_when_only_warnings_remain(tmp_path):
     assert json.loads(result.output)["counts"] == {"no_cuda_kernel": 1}
 
 
-def test_a_missing_file_is_one_line_and_exit_1(tmp_path):
-    result = runner.invoke(app, ["data", "validate", str(tmp_path / "none.jsonl")])
-    assert result.exit_code == 1
-    assert result.output.strip() == f"error: data file not found: {tmp_path / 'none.jsonl'}"
+def test_a_missing_file_is_one_line_and_exit_2_as_in_every_command(tmp_path):
+    missing = str(tmp_path / "none.jsonl")
+    result = runner.invoke(app, ["data", "validate", missing])
+    assert result.exit_code == 2
+    assert result.output.strip() == f"error: data file not found: {missing}"
+    for command in (["data", "split", missing, "--out", str(tmp_path / "out")], ["analyze", missing]):
+        assert runner.invoke(app, command).exit_code == 2, command
+
+
+def test_the_exit_codes_are_in_the_help():
+    assert "Exit codes: 0 done" in " ".join(runner.invoke(app, ["--help"], terminal_width=200).output.split())
 
 
 def test_split_writes_chat_files_and_a_manifest_without_shared_groups(tmp_path):
