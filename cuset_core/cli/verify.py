@@ -9,6 +9,7 @@ from typing import NoReturn
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from cuset_core.verify.result import Tier, VerifyResult
@@ -42,12 +43,28 @@ def verify(
     except ValidationError as exc:
         error = exc.errors()[0]
         _usage_error(f"--{error['loc'][0]}: {error['msg']} (got {error['input']!r})")
-    result = run_verify(problem_code, answer, settings, use_cache=not no_cache)
+    result = _verify_with_progress(problem_code, answer, settings, not no_cache, Console(stderr=True))
     if as_json:
         typer.echo(json.dumps(result.model_dump(mode="json"), indent=2))
     else:
         _print_human(result, candidate)
     raise typer.Exit(0 if result.passed else 1)
+
+
+def _verify_with_progress(
+    problem_code: str, answer: str, settings: VerifySettings, use_cache: bool, console: Console
+) -> VerifyResult:
+    """The verdict, with a bar on stderr over the tiers up to ``settings.tier`` (tier 2 takes
+    seconds to a minute) naming the tier that runs and the time so far."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    # Only on a terminal: a log or a pipe gets the verdict alone.
+    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task("verifying", total=settings.tier.rank + 1)
+
+        def started(tier: Tier) -> None:
+            bar.update(task, completed=tier.rank, description=f"tier {tier.value}")
+
+        return run_verify(problem_code, answer, settings, use_cache=use_cache, on_tier=started)
 
 
 def _read(path: Path, what: str) -> str:

@@ -46,6 +46,7 @@ def verify(
     cache_dir: Path | None = None,
     use_cache: bool = True,
     references: ReferencePool | None = None,
+    on_tier: Callable[[Tier], None] | None = None,
 ) -> VerifyResult:
     """Verify ``answer`` (a raw model answer, a ``ModelNew`` file or a ``.cu`` extension)
     against the KernelBench problem ``problem_code``, up to ``settings.tier``.
@@ -55,6 +56,7 @@ def verify(
     the extensions it compiled (:mod:`cuset_core.verify.library_cache`) unless ``use_cache`` is False.
     Candidates verified with the same ``references`` (one batch: an eval's samples of a problem)
     share the reference runs of tiers 2 and 3 (:mod:`cuset_core.verify.reference_pool`).
+    ``on_tier`` is told each tier as it starts (a progress display); a cached result tells none.
     """
     cache = VerifyCache(cache_dir or default_cache_dir()) if use_cache else None
     libraries = LibraryCache(default_library_dir()) if use_cache else None
@@ -63,7 +65,7 @@ def verify(
         return hit
     start = time.monotonic()
     try:
-        result, internal = _pipeline(problem_code, answer, settings, libraries, references)
+        result, internal = _pipeline(problem_code, answer, settings, libraries, references, on_tier or _quiet)
     except Exception:  # noqa: BLE001 - a verifier bug must not crash the caller
         empty = VerifyResult(verdict=Verdict.INTERNAL_ERROR, tier=Tier.STATIC)
         result = _internal_error(Tier.STATIC, empty, "internal error in tier static", traceback.format_exc())
@@ -77,15 +79,21 @@ def verify(
     return result
 
 
+def _quiet(tier: Tier) -> None:
+    """The default ``on_tier``: nobody is watching."""
+
+
 def _pipeline(
     problem_code: str,
     answer: str,
     settings: VerifySettings,
     libraries: LibraryCache | None = None,
     references: ReferencePool | None = None,
+    on_tier: Callable[[Tier], None] = _quiet,
 ) -> tuple[VerifyResult, bool]:
     """The verdict and whether it came from a failure of the verifier (not to be cached)."""
     candidate = parse_candidate(answer)
+    on_tier(Tier.STATIC)
     started = time.monotonic()
     rejection = check_static(candidate)
     static_s = time.monotonic() - started
@@ -104,6 +112,7 @@ def _pipeline(
     machine_lacks_nvcc = False
     if settings.tier.rank >= Tier.COMPILE.rank:
         machine_lacks_nvcc = nvcc_path() is None
+        on_tier(Tier.COMPILE)
         result, internal = _compile_tier(candidate, settings, result)
         if internal or result.verdict not in _CONTINUE:
             return result, internal or machine_lacks_nvcc
@@ -117,6 +126,7 @@ def _pipeline(
     for tier, runner in ((Tier.CPU, cpu_runner), (Tier.GPU, gpu_runner)):
         if settings.tier.rank < tier.rank:
             break
+        on_tier(tier)
         result, internal = _external_tier(tier, runner, problem_code, candidate, settings, result)
         if internal or result.verdict not in _CONTINUE:
             return result, internal or machine_lacks_nvcc

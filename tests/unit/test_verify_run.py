@@ -52,7 +52,9 @@ def test_static_tier_only_passes_a_good_candidate(tmp_path):
 
 @pytest.mark.nvcc
 def test_compile_tier_passes_with_resources(tmp_path):
-    result = verify(PROBLEM, fenced(GOOD), COMPILE, cache_dir=tmp_path)
+    started: list[Tier] = []
+    result = verify(PROBLEM, fenced(GOOD), COMPILE, cache_dir=tmp_path, on_tier=started.append)
+    assert started == [Tier.STATIC, Tier.COMPILE]  # what `cuset verify`'s progress bar shows
     assert (result.verdict, result.tier, result.tiers_run) == (Verdict.PASS, Tier.COMPILE, [Tier.STATIC, Tier.COMPILE])
     assert result.tier_verdicts == {Tier.STATIC: Verdict.PASS, Tier.COMPILE: Verdict.PASS}
     assert [r.kernel for r in result.resources] == ["relu_kernel(float const*, float*, int)"]
