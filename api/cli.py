@@ -12,7 +12,7 @@ import typer
 from db.dispatch import INFER_QUEUE, LEGACY_GPU_QUEUE, QUEUES, TRAIN_QUEUE
 
 
-def _settings(data_dir: Path | None):
+def service_settings(data_dir: Path | None):
     """Settings from the environment; ``--data-dir`` wins over ``CUSET_DATA_DIR`` and is
     exported so that children (worker, training runs) see the same folder."""
     from db.settings import get_settings
@@ -42,7 +42,7 @@ def serve(
 
     try:
         status = run_service(
-            _settings(data_dir),
+            service_settings(data_dir),
             host=host,
             port=port,
             with_worker=worker,
@@ -59,7 +59,7 @@ def migrate(data_dir: DataDirOption = None) -> None:
     """Bring the configured database to the newest schema (Alembic upgrade head)."""
     from db.migrate import upgrade
 
-    settings = _settings(data_dir)
+    settings = service_settings(data_dir)
     upgrade(settings.resolved_database_url)
     typer.echo("database at the newest schema")
 
@@ -104,7 +104,7 @@ def worker(
     from api.embedded import child_env, worker_command
 
     wanted = worker_queues(queues)
-    settings = _settings(data_dir)
+    settings = service_settings(data_dir)
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     command = worker_command(
         wanted,

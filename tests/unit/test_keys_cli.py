@@ -41,3 +41,15 @@ def test_a_created_key_is_listed(tmp_path):
 
     assert created.returncode == 0 and created.stdout.startswith("cuset-sk-"), created.stderr
     assert listed.returncode == 0 and "alice" in listed.stdout and "active" in listed.stdout, listed.stderr
+
+
+def test_data_dir_picks_the_service_over_the_environment(tmp_path):
+    chosen, other = tmp_path / "chosen", tmp_path / "other"
+
+    created = keys(other, "create", "--name", "bob", "--data-dir", str(chosen))
+    listed_there = keys(other, "list", "--data-dir", str(chosen))
+    listed_here = keys(other, "list")
+
+    assert created.returncode == 0 and (chosen / "cuset.sqlite").is_file(), created.stderr
+    assert "bob" in listed_there.stdout, listed_there.stderr
+    assert "the service has no database yet" in listed_here.stderr and not (other / "cuset.sqlite").exists()
