@@ -147,7 +147,8 @@ def test_a_chart_with_one_logged_step_draws_it(page, service_settings, training_
     )
     assert coloured > 10
     # Times carry their date ("Dec 3, 01:22:09 PM"), today's too.
-    assert re.search(r"[A-Z][a-z]{2} \d{1,2}, \d{1,2}:\d{2}:\d{2}", tab.locator("body").inner_text())
+    # The job's summary loads apart from its metrics: wait for it as for the chart.
+    expect(tab.locator("body")).to_contain_text(re.compile(r"[A-Z][a-z]{2} \d{1,2}, \d{1,2}:\d{2}:\d{2}"))
     assert not page.errors
 
 

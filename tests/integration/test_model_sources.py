@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 
 from api.errors import APIError
 from api.routers.jobs import _check_load_options
+from cuset_core.training.config import Hyperparameters
 from db.settings import Settings
 from tests.integration.job_support import FINISHED, job_request, job_state, upload_demo_dataset
 from tests.service import wait_for
@@ -120,7 +121,7 @@ def test_bad_precision_knobs_name_the_field(client, hyperparameters, param, mess
 def test_an_embedded_server_without_a_gpu_refuses_qlora_at_creation(tmp_path):
     embedded = Settings(data_dir=tmp_path)
     with pytest.raises(APIError) as caught:
-        _check_load_options(embedded, {"dtype": "auto", "attn_implementation": "sdpa", "quantization": QLORA})
+        _check_load_options(embedded, Hyperparameters(quantization=QLORA))
 
     assert caught.value.param == "hyperparameters.quantization"
     assert "needs a CUDA GPU" in str(caught.value.message)
