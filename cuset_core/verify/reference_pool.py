@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from cuset_core.verify.protocol import HarnessJob, ReferenceRun, TierSpec, with_input_seed
-from cuset_core.verify.result import VerifyResult
+from cuset_core.verify.result import Verdict, VerifyResult
 
 # The job fields that only the candidate side or the build side reads: a reference run serves
 # every candidate whatever they hold.
@@ -52,8 +52,10 @@ class ReferencePool:
         now: the one kept, else ``run(job)`` with a secret input seed drawn here (or the one
         ``job`` fixes), kept.
 
-        A reference that failed (its ``VerifyResult``) is kept too: every candidate of the batch
-        would meet the same failure, and it is the problem's, not theirs."""
+        A reference the verifier cannot use (``unsupported``: too large, not reducible) is kept too:
+        every candidate of the batch would meet the same refusal, and it is the problem's. Any
+        other failure (``internal_error``, a timeout under load) is not: the next candidate runs
+        the reference again, as it would without a pool, so one glitch does not fail the batch."""
         key = reference_key(spec, problem_code, job)
         with self._lock:
             if key in self._kept:
@@ -62,7 +64,8 @@ class ReferencePool:
         outcome = run(with_input_seed(job))
         with self._lock:
             self.runs += 1
-            self._kept[key] = outcome
+            if isinstance(outcome, ReferenceRun) or outcome.verdict is Verdict.UNSUPPORTED:
+                self._kept[key] = outcome
             while len(self._kept) > self.capacity:
                 self._kept.popitem(last=False)
         return outcome, True

@@ -20,7 +20,7 @@ from cuset_core.verify.protocol import (
     harness_env,
 )
 from cuset_core.verify.reference_pool import ReferencePool, reference_key
-from cuset_core.verify.result import Tier, Verdict
+from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
 SPEC = TierSpec(Tier.CPU, "cuset_core.verify.cpu.harness", SandboxLimits(), lambda folder: harness_env())
@@ -96,18 +96,24 @@ def test_a_seed_the_settings_fix_is_kept_and_two_pools_draw_their_own():
     assert len(drawn) > 1  # a new batch draws new inputs
 
 
-def test_a_reference_that_failed_is_kept_for_the_batch_and_the_oldest_run_is_dropped_past_capacity():
-    from cuset_core.verify.result import VerifyResult
-
-    failed = VerifyResult(verdict=Verdict.UNSUPPORTED, tier=Tier.CPU, reason="the problem does not fit")
+def test_an_unsupported_problem_is_kept_for_the_batch_and_the_oldest_run_is_dropped_past_capacity():
+    refused = VerifyResult(verdict=Verdict.UNSUPPORTED, tier=Tier.CPU, reason="the problem does not fit")
     pool = ReferencePool(capacity=2)
-    assert pool.reference(SPEC, PROBLEM, JOB, lambda job: failed) == (failed, True)
-    assert pool.reference(SPEC, PROBLEM, JOB, Runs()) == (failed, False)
+    assert pool.reference(SPEC, PROBLEM, JOB, lambda job: refused) == (refused, True)
+    assert pool.reference(SPEC, PROBLEM, JOB, Runs()) == (refused, False)
     runs = Runs()
     for n in (1, 2):
         pool.reference(SPEC, f"N = {n}\n", JOB, runs)
     pool.reference(SPEC, PROBLEM, JOB, runs)  # dropped: run again
     assert len(runs.jobs) == 3
+
+
+def test_a_reference_that_broke_is_run_again_for_the_next_candidate():
+    broke = VerifyResult(verdict=Verdict.INTERNAL_ERROR, tier=Tier.CPU, reason="the reference side timed out")
+    pool, runs = ReferencePool(), Runs()
+    assert pool.reference(SPEC, PROBLEM, JOB, lambda job: broke) == (broke, True)
+    again, ran = pool.reference(SPEC, PROBLEM, JOB, runs)
+    assert ran and isinstance(again, ReferenceRun) and len(runs.jobs) == 1
 
 
 CASES = Path(__file__).parent / "cpu_cases"
