@@ -13,6 +13,7 @@ from rich.table import Table
 
 from cuset_core.cli.exits import EXIT_INPUT, EXIT_USAGE
 from cuset_core.data import (
+    DataFileMissingError,
     LoadOptions,
     LoadResult,
     Record,
@@ -157,8 +158,6 @@ def demo(
 def _load(file: Path, prompt_style: str, keep_non_kernel: bool, max_tokens: int | None, model: str) -> LoadResult:
     from cuset_core.models import ModelNotFoundError
 
-    if not file.exists():
-        _fail(f"data file not found: {file}", EXIT_USAGE)
     options = LoadOptions(prompt_style=prompt_style, require_kernel=not keep_non_kernel, max_tokens=max_tokens)
     tokenizer = None
     try:
@@ -169,6 +168,8 @@ def _load(file: Path, prompt_style: str, keep_non_kernel: bool, max_tokens: int 
         return load_records(file, options, tokenizer)
     except ModelNotFoundError as error:
         _fail(f"--model: {error}", EXIT_USAGE)
+    except DataFileMissingError as error:
+        _fail(str(error), EXIT_USAGE)
     except ValueError as error:  # DataFileError: a file this command cannot read as a dataset
         _fail(str(error))
 

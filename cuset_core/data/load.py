@@ -42,6 +42,10 @@ class DataFileError(ValueError):
     """The data file cannot be read at all (missing, a folder, no permission)."""
 
 
+class DataFileMissingError(DataFileError):
+    """There is no data file at the path given (a usage error for the CLI, exit 2)."""
+
+
 class LoadOptions(BaseModel):
     """How records are built and which ones are kept."""
 
@@ -248,7 +252,7 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
         with path.open("rb") as handle:
             magic = handle.read(len(_PARQUET_MAGIC))
     except FileNotFoundError:
-        raise DataFileError(f"data file not found: {path}") from None
+        raise DataFileMissingError(f"data file not found: {path}") from None
     except IsADirectoryError:
         raise DataFileError(f"data file is a folder, not a file: {path}") from None
     except OSError as error:

@@ -27,7 +27,7 @@ from cuset_core.verify.result import Verdict, VerifyResult
 
 # The job fields that only the candidate side or the build side reads: a reference run serves
 # every candidate whatever they hold.
-_CANDIDATE_FIELDS = {"input_seed", "candidate", "handed", "prebuild", "prebuilt"}
+_CANDIDATE_FIELDS = {"candidate", "handed", "prebuild", "prebuilt"}
 
 
 class ReferencePool:
@@ -76,14 +76,12 @@ def reference_key(spec: TierSpec, problem_code: str, job: HarnessJob) -> str:
     and the job's reference-side fields (a fixed input seed included: a different seed is a
     different run)."""
     digest = hashlib.sha256()
-    seed = "" if job.input_seed is None else str(job.input_seed)
     for part in (
         spec.tier.value,
         spec.module,
         spec.limits.model_dump_json(),
         problem_code,
         job.model_dump_json(exclude=_CANDIDATE_FIELDS),
-        seed,
     ):
         digest.update(part.encode())
         digest.update(b"\0")

@@ -87,9 +87,9 @@ def _pipeline(
     problem_code: str,
     answer: str,
     settings: VerifySettings,
-    libraries: LibraryCache | None = None,
-    references: ReferencePool | None = None,
-    on_tier: Callable[[Tier], None] = _quiet,
+    libraries: LibraryCache | None,
+    references: ReferencePool | None,
+    on_tier: Callable[[Tier], None],
 ) -> tuple[VerifyResult, bool]:
     """The verdict and whether it came from a failure of the verifier (not to be cached)."""
     candidate = parse_candidate(answer)
