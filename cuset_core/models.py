@@ -287,6 +287,13 @@ def read_base_spec(adapter_dir: Path) -> str:
     return base
 
 
+def tuning_base(spec: str | Path) -> str:
+    """The model spec a run that tunes ``spec`` starts from: ``spec`` itself, or the base model a
+    tuned adapter (a folder or a shipped name) was trained on, since the core tunes base models only."""
+    adapter = resolve_model(spec).adapter
+    return str(spec) if adapter is None else read_base_spec(adapter)
+
+
 def write_base_spec(adapter_dir: Path, base_spec: str, prompt_style: str | None = None) -> None:
     """Record which base model spec an adapter folder belongs to, and the prompt style it was
     tuned with (what evals and generation then use by default)."""

@@ -57,6 +57,7 @@ class ErrorCode(StrEnum):
     INVALID_FILE_FORMAT = "invalid_file_format"
     INVALID_FILE_PURPOSE = "invalid_file_purpose"
     INVALID_EVAL_FILE = "invalid_eval_file"
+    EVAL_SET_OVERLAP = "eval_set_overlap"
     NOT_A_DATASET = "not_a_dataset"
     JOB_NOT_CANCELLABLE = "job_not_cancellable"
     EVAL_NOT_CANCELLABLE = "eval_not_cancellable"

@@ -81,6 +81,8 @@ class Job(Base):
     model: Mapped[str] = mapped_column(String(255))
     training_file: Mapped[str] = mapped_column(ForeignKey("files.id", ondelete="RESTRICT"))
     validation_file: Mapped[str | None] = mapped_column(ForeignKey("files.id", ondelete="RESTRICT"))
+    # A self-training job's problems (a file of purpose problems); None for other jobs.
+    problems_file: Mapped[str | None] = mapped_column(ForeignKey("files.id", ondelete="RESTRICT"))
     # What the job asks of training, resolved (every default filled in); the API shows OpenAI's
     # names for it (api/schemas/jobs.py) and the worker extends it to the run's TuneConfig.
     spec: Mapped[JobSpec] = mapped_column(TypedJSON(JobSpec))

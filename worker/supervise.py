@@ -26,6 +26,7 @@ from cuset_core.training.progress_lines import (
     EvalLine,
     EventLine,
     ProgressLine,
+    RoundLine,
     StepLine,
     parse_line,
 )
@@ -90,6 +91,8 @@ class Recorder:
                     self._checkpoint(session, line, report)
                 case EvalLine():
                     self._eval(session, line)
+                case RoundLine():
+                    self._round(session, line)
                 case DoneLine():
                     report.done = line
                 case ErrorLine():
@@ -125,6 +128,28 @@ class Recorder:
             },
         )
         report.last_step, report.last_metrics = step, {"train_loss": line.loss, **values}
+
+    def _round(self, session: Session, line: RoundLine) -> None:
+        """A self-training job's progress is counted in rounds: each round's figures are its
+        metrics row (``step`` = the round)."""
+        session.merge(JobMetric(job_id=self.job_id, step=line.round, values=line.metrics(), created_at=line.time))
+        session.execute(
+            update(Job)
+            .where(Job.id == self.job_id, Job.attempts == self.attempt)
+            .values(
+                step=line.round,
+                total_steps=line.rounds,
+                eta_s=line.eta_s,
+                estimated_finish=None if line.eta_s is None else line.time + line.eta_s,
+            )
+        )
+        add_event(
+            session,
+            self.job_id,
+            f"Round {line.round}/{line.rounds}: {line.sampled} sampled, {line.compiled} compiled, "
+            f"{line.passed} passed, {line.kept} kept ({line.kept_total} in all, {line.problems_solved} problems solved)",
+            data={"round": line.round, **line.metrics(), "fed_by": line.fed_by},
+        )
 
     def _checkpoint(self, session: Session, line: CheckpointLine, report: RunReport) -> None:
         step = line.step

@@ -26,11 +26,13 @@ from api.schemas.evals import EvalCreate, EvalObject, EvalProblemObject
 from cuset_core.evaluation.inputs import EvalInputError
 from cuset_core.evaluation.runner import EvalConfig, load_problems
 from cuset_core.evaluation.settings import VerificationSettings
+from cuset_core.improve.keep import shared_problems
 from cuset_core.models import recorded_prompt_style
 from db.dispatch import send_eval
 from db.errors import ErrorCode
 from db.evals import read_row, read_samples
 from db.ids import new_id
+from db.model_specs import tuned_job
 from db.models import Eval, EvalProblem, File
 from db.settings import Settings
 from db.statuses import EvalStatus
@@ -112,6 +114,29 @@ def _view(row: Eval) -> EvalObject:
     )
 
 
+def _check_not_trained_on(
+    session: Session, settings: Settings, owner: str, model: str, evaluation: dict[str, str]
+) -> None:
+    """400 when ``model``, or a model it was tuned from, was self-trained on answers to a problem
+    of this eval: it would be measured on what it was trained on."""
+    seen: set[str] = set()
+    while (job := tuned_job(session, owner, model)) is not None and job.id not in seen:
+        seen.add(job.id)
+        pool_file = session.get(File, job.problems_file) if job.problems_file else None
+        if pool_file is not None:
+            pool = {p.id: p.code for p in load_problems(str(settings.artifacts / pool_file.path))}
+            shared = shared_problems(pool, evaluation)
+            if shared:
+                named = ", ".join(f"{eval_id} (= {pool_id})" for pool_id, eval_id in shared[:5])
+                raise bad_request(
+                    f"Model '{model}' was self-trained (job {job.id}) on answers to {len(shared)} problem(s) of "
+                    f"this eval: {named}; measure it on problems it never sampled.",
+                    param="model",
+                    code=ErrorCode.EVAL_SET_OVERLAP,
+                )
+        model = job.model
+
+
 @router.post("/evals", response_model=EvalObject)
 def create_eval(body: EvalCreate, session: SessionDep, settings: SettingsDep, owner: OwnerDep) -> EvalObject:
     """Queue an evaluation of ``model`` over an eval file or the demo problems."""
@@ -132,6 +157,7 @@ def create_eval(body: EvalCreate, session: SessionDep, settings: SettingsDep, ow
         raise bad_request(
             f"The eval file cannot be read as problems: {reason}", param="eval_file", code=ErrorCode.INVALID_EVAL_FILE
         ) from None
+    _check_not_trained_on(session, settings, owner, body.model, {p.id: p.code for p in problems})
     # The worker builds the same EvalConfig with the resolved model spec; fail here, not there.
     EvalConfig(model=body.model, problems=source, **config)
     row = Eval(

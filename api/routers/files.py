@@ -192,12 +192,14 @@ def delete_file(file_id: str, session: SessionDep, owner: OwnerDep, settings: Se
     """Remove the file's row and its stored content; refused while a job or eval references it."""
     row = owned_file(session, owner, file_id, param="file_id")
     user = session.scalar(
-        select(Job.id).where(or_(Job.training_file == file_id, Job.validation_file == file_id)).limit(1)
+        select(Job.id)
+        .where(or_(Job.training_file == file_id, Job.validation_file == file_id, Job.problems_file == file_id))
+        .limit(1)
     ) or session.scalar(select(Eval.id).where(Eval.eval_file == file_id).limit(1))
     if user is not None:
         raise _in_use(file_id, user)
     relative = row.path
-    if row.purpose == RESULTS_PURPOSE:
+    if PurePosixPath(relative).parts[0] == "jobs":  # a job's result (its adapter, a self-training job's answers)
         _forget_result(session, row)
     session.delete(row)
     try:

@@ -24,9 +24,15 @@ from api.schemas.jobs import (
     JobProgress,
     MetricPoint,
     MetricSeries,
+    SelfTrainingRequest,
+    method_view,
     openai_hyperparameters,
     resolve_spec,
+    self_training_request,
 )
+from cuset_core.evaluation.inputs import EvalInputError
+from cuset_core.evaluation.runner import DEMO_HELD_OUT, DEMO_PROBLEMS, load_problems
+from cuset_core.improve.keep import shared_problems
 from cuset_core.models import ModelNotFoundError, ModelOptionError, check_load_options, resolve_model
 from cuset_core.training.config import Hyperparameters
 from cuset_core.training.tracking import missing_packages
@@ -62,7 +68,7 @@ def job_object(job: Job) -> JobObject:
         error=job.error,
         seed=job.spec.seed,
         metadata=job.user_metadata,
-        method=job.spec.method.model_dump(),
+        method=method_view(job.spec, job.problems_file),
         estimated_finish=None if finish is None else int(finish),
         progress=JobProgress(
             step=job.step,
@@ -91,6 +97,63 @@ def _check_file(session: Session, owner: str, file_id: str | None, param: str) -
             f"File '{file_id}' has purpose '{file.purpose}'; a tuning job needs purpose 'fine-tune'.",
             param=param,
             code=ErrorCode.INVALID_FILE_PURPOSE,
+        )
+
+
+def _problems_path(
+    session: Session, settings: Settings, owner: str, file_id: str, purposes: set[str], param: str
+) -> str:
+    """Where the owner's file ``file_id`` of one of ``purposes`` lives; 400 naming ``param`` when it
+    is not such a file."""
+    file = session.scalar(select(File).where(File.id == file_id, File.owner == owner))
+    if file is None:
+        raise bad_request(f"No file found with id '{file_id}'.", param=param, code=ErrorCode.FILE_NOT_FOUND)
+    if file.purpose not in purposes:
+        raise bad_request(
+            f"File '{file_id}' has purpose '{file.purpose}'; {param} needs purpose {' or '.join(sorted(purposes))}.",
+            param=param,
+            code=ErrorCode.INVALID_FILE_PURPOSE,
+        )
+    return str(settings.artifacts / file.path)
+
+
+def _check_self_training(
+    session: Session, settings: Settings, owner: str, body: JobCreate, request: SelfTrainingRequest
+) -> None:
+    """A self-training job samples answers for a problems file of the owner's, and never for a
+    problem of the set its model will be measured on."""
+    param = "method.self_training"
+    if body.validation_file is not None:
+        raise bad_request(
+            "validation_file: a self-training job has no validation pass; each round's figures are its "
+            "verified answers. Leave validation_file out.",
+            param="validation_file",
+        )
+    if body.integrations:
+        raise bad_request(
+            "integrations: trackers are not available for self-training jobs; each round's figures are "
+            "under /metrics and in the events.",
+            param="integrations",
+        )
+    pool_path = _problems_path(session, settings, owner, request.problems_file, {"problems"}, f"{param}.problems_file")
+    if request.eval_problems is None:
+        return
+    target = request.eval_problems
+    if target not in (DEMO_PROBLEMS, DEMO_HELD_OUT):
+        target = _problems_path(session, settings, owner, target, {"eval", "problems"}, f"{param}.eval_problems")
+    try:
+        pool = {p.id: p.code for p in load_problems(pool_path)}
+        evaluation = {p.id: p.code for p in load_problems(target)}
+    except EvalInputError as exc:
+        raise bad_request(str(exc), param=f"{param}.eval_problems", code=ErrorCode.INVALID_EVAL_FILE) from None
+    shared = shared_problems(pool, evaluation)
+    if shared:
+        named = ", ".join(f"{pool_id} (= {eval_id})" for pool_id, eval_id in shared[:5])
+        raise bad_request(
+            f"{len(shared)} problem(s) of {request.problems_file} are in the eval set {request.eval_problems}: "
+            f"{named}; a model tuned on their answers would be measured on what it was trained on.",
+            param=f"{param}.problems_file",
+            code=ErrorCode.EVAL_SET_OVERLAP,
         )
 
 
@@ -145,10 +208,12 @@ def _check_integrations(body: JobCreate) -> None:
 
 def _resolved(body: JobCreate) -> dict[str, Any]:
     """The row fields a request stands for; equal dicts mean the same request (idempotency)."""
+    self_training = self_training_request(body.method)
     return {
         "model": body.model,
         "training_file": body.training_file,
         "validation_file": body.validation_file,
+        "problems_file": None if self_training is None else self_training.problems_file,
         "spec": resolve_spec(body.method, body.hyperparameters, body.seed, body.integrations),
         "suffix": body.suffix,
         "user_metadata": body.metadata,
@@ -205,6 +270,8 @@ def create_job(
     _check_integrations(body)
     _check_file(session, owner, body.training_file, "training_file")
     _check_file(session, owner, body.validation_file, "validation_file")
+    if (self_training := self_training_request(body.method)) is not None:
+        _check_self_training(session, settings, owner, body, self_training)
     _check_active_jobs(session, settings, owner)
     job = Job(
         id=new_id("ftjob"),

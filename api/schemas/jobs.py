@@ -19,6 +19,7 @@ from cuset_core.training.config import (
     Hyperparameters,
     JobSpec,
     LoraSettings,
+    SelfTrainingRounds,
     check_quantized_lora,
     format_validation_error,
 )
@@ -86,10 +87,40 @@ def _invalid(exc: ValidationError, prefix: str) -> APIError:
     )
 
 
+class SelfTrainingRequest(SelfTrainingRounds):
+    """``method.self_training`` of a create request: the rounds (sample, verify, keep, tune), the
+    problems they sample answers for, and the set the tuned model will be measured on."""
+
+    problems_file: str = Field(
+        min_length=1, max_length=40, description="id of a file with purpose 'problems' (problems without answers)"
+    )
+    eval_problems: str | None = Field(
+        None,
+        max_length=40,
+        description='the set the tuned model will be measured on: "demo", "demo:held-out" or the id of a '
+        "file with purpose 'eval' or 'problems'; the job is refused when a problem of problems_file is one of it",
+    )
+
+    def spec_part(self) -> SelfTrainingRounds:
+        """The part a job's spec stores (the files are the job row's)."""
+        return SelfTrainingRounds.model_validate(self.model_dump(include=set(SelfTrainingRounds.model_fields)))
+
+
+def self_training_request(method: dict[str, Any] | None) -> SelfTrainingRequest | None:
+    """The request's ``method.self_training``, checked; None for a plain tuning job."""
+    given = (method or {}).get("self_training")
+    if given is None:
+        return None
+    try:
+        return SelfTrainingRequest.model_validate(given)
+    except ValidationError as exc:
+        raise _invalid(exc, "method.self_training") from None
+
+
 def split_method(method: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(method knobs, hyperparameters nested in the method)``. OpenAI's
     ``{"type": "supervised", "supervised": {"hyperparameters": {...}}}`` is plain SFT."""
-    method = dict(method or {})
+    method = {k: v for k, v in (method or {}).items() if k != "self_training"}
     if method.get("type") != "supervised":
         return method, {}
     nested = method.pop("supervised", None) or {}
@@ -127,6 +158,7 @@ def resolve_spec(
     field a value is wrong in."""
     knobs, nested = split_method(method)
     hp, lora, save_steps = resolve_hyperparameters({**(hyperparameters or {}), **nested})
+    self_training = self_training_request(method)
     return JobSpec(
         method=resolve_method(knobs),
         hyperparameters=hp,
@@ -134,7 +166,17 @@ def resolve_spec(
         save_steps=save_steps,
         seed=seed if seed is not None else 0,
         integrations=integrations or [],
+        self_training=None if self_training is None else self_training.spec_part(),
     )
+
+
+def method_view(spec: JobSpec, problems_file: str | None) -> dict[str, Any]:
+    """A job's ``method`` as the API shows it: every knob, and a self-training job's rounds with
+    its problems file."""
+    view = spec.method.model_dump()
+    if spec.self_training is not None:
+        view["self_training"] = {**spec.self_training.model_dump(mode="json"), "problems_file": problems_file}
+    return view
 
 
 def openai_hyperparameters(spec: JobSpec) -> dict[str, Any]:

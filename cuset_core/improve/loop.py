@@ -31,9 +31,11 @@ from cuset_core.evaluation.metrics import passed_tier
 from cuset_core.evaluation.runner import EvalConfig, EvalReport, load_problems, run_eval
 from cuset_core.generation.prompts import PromptStyle, build_messages
 from cuset_core.improve.keep import KeptSample, keep_passing, shared_problems
+from cuset_core.improve.report import RoundReport
+from cuset_core.models import tuning_base
 from cuset_core.objectives import MethodConfig
 from cuset_core.training.callbacks import ProgressWriter
-from cuset_core.training.config import Hyperparameters, LoraSettings, TuneConfig
+from cuset_core.training.config import Hyperparameters, LoraSettings, SelfTrainingRounds, TuneConfig
 from cuset_core.training.run import run_job
 from cuset_core.verify.result import Tier
 
@@ -45,25 +47,27 @@ class SelfTrainingError(ValueError):
     """The run cannot start or go on; the message says why."""
 
 
-class SelfTrainingConfig(BaseModel):
-    """Everything that defines a self-training run (recorded in its report)."""
+class SelfTrainingStopped(Exception):
+    """A stop was asked for (SIGTERM or the cancel file) while a round's tuning ran; the stages
+    finished before it are kept, so the same run resumes from there."""
+
+
+class SelfTrainingConfig(SelfTrainingRounds):
+    """Everything that defines a self-training run (recorded in its report): its rounds, which
+    model and problems, and the tuning every round runs."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
-    model: str = Field(description="the model to start from and to tune every round (a model spec)")
+    model: str = Field(
+        description="the model round 1 samples from (a model spec); every round tunes its base model "
+        "(the model itself, or the base a tuned adapter was trained on) afresh"
+    )
     problems: str = Field(description="problem-only set to sample answers for (see evaluation.load_problems)")
     out_dir: Path
-    rounds: int = Field(2, ge=1, le=50)
-    samples_per_problem: int = Field(4, ge=1, le=256)
-    max_kept_per_problem: int = Field(2, ge=1, le=256, description="kept answers per problem over all rounds")
-    tier: Tier = Tier.CPU
     train_file: Path | None = Field(None, description="the original training data, mixed into every round")
     eval_problems: str | None = Field(
         None, description="the set the tuned model will be measured on: refused when a pool problem is one of it"
     )
-    temperature: float = Field(0.8, ge=0.0)
-    top_p: float = Field(0.95, gt=0.0, le=1.0)
-    max_new_tokens: int = Field(512, ge=1)
     prompt_style: PromptStyle = "compact"
     method: MethodConfig = Field(default_factory=MethodConfig)
     lora: LoraSettings | None = Field(default_factory=LoraSettings)
@@ -71,23 +75,6 @@ class SelfTrainingConfig(BaseModel):
     batch_size: int = Field(4, ge=1, description="problems per generation batch")
     workers: int = Field(1, ge=1, le=64, description="verifications at once")
     seed: int = 0
-
-
-class RoundReport(BaseModel):
-    """One round's figures (``seconds`` per stage: sample_verify, train)."""
-
-    round: int
-    model: str = Field(description="the model the round sampled from")
-    sampled: int
-    compiled: int
-    passed: int
-    kept: int
-    kept_total: int
-    problems_solved: int = Field(description="distinct problems with a kept answer, over all rounds so far")
-    fed_by: list[str] = Field(description="problems whose kept answers the round's tuning added")
-    trained: bool = Field(description="False when there was nothing to tune on")
-    tuned_model: str | None
-    seconds: dict[str, float]
 
 
 class SelfTrainingReport(BaseModel):
@@ -111,9 +98,16 @@ def check_no_leakage(config: SelfTrainingConfig) -> None:
 
 
 def run_self_training(
-    config: SelfTrainingConfig, *, progress: bool = True, say: Callable[[str], None] = print
+    config: SelfTrainingConfig,
+    *,
+    progress: bool = True,
+    say: Callable[[str], None] = print,
+    on_round: Callable[[RoundReport], None] | None = None,
 ) -> SelfTrainingReport:
-    """Run (or resume) every round; returns the report, also written to ``out_dir/report.json``."""
+    """Run (or resume) every round; returns the report, also written to ``out_dir/report.json``.
+    ``on_round`` hears each round's figures as the round finishes (not rounds done before a resume).
+
+    Raises SelfTrainingStopped when a stop is asked for during a round's tuning."""
     check_no_leakage(config)
     problems = {p.id: p.code for p in load_problems(config.problems)}
     config.out_dir.mkdir(parents=True, exist_ok=True)
@@ -131,12 +125,14 @@ def run_self_training(
         else:
             report, new = _round(config, round_, folder, current, problems, kept, progress, say)
             kept += new
-            done.write_text(report.model_dump_json(indent=1) + "\n")
+            _write_whole(done, report.model_dump_json(indent=1) + "\n")
+            if on_round is not None:
+                on_round(report)
         reports.append(report)
         current = report.tuned_model or current
         _write_kept(config.out_dir / KEPT_FILE, kept, problems, config.prompt_style)
     result = SelfTrainingReport(config=config, rounds=reports)
-    (config.out_dir / REPORT_FILE).write_text(result.model_dump_json(indent=1) + "\n")
+    _write_whole(config.out_dir / REPORT_FILE, result.model_dump_json(indent=1) + "\n")
     return result
 
 
@@ -151,7 +147,8 @@ def _round(
     say: Callable[[str], None],
 ) -> tuple[RoundReport, list[KeptSample]]:
     folder.mkdir(parents=True, exist_ok=True)
-    say(f"round {round_}: sampling {config.samples_per_problem} answers for {len(problems)} problems from {model}")
+    source = "the start model" if model == config.model else "the last round's tuned model"
+    say(f"round {round_}: sampling {config.samples_per_problem} answers for {len(problems)} problems from {source}")
     clock = time.perf_counter()
     evaluation = _sample_and_verify(config, round_, folder / "eval", model, progress)
     sample_s = time.perf_counter() - clock
@@ -159,7 +156,7 @@ def _round(
     _write_kept(folder / "kept_new.jsonl", new, problems, config.prompt_style, with_origin=True)
     every = kept + new
     clock = time.perf_counter()
-    tuned = _tune(config, round_, folder, every, problems)
+    tuned, tokens = _tune(config, round_, folder, every, problems, say)
     train_s = time.perf_counter() - clock
     passed = sum(passed_tier(r.result, config.tier) for r in evaluation.samples)
     report = RoundReport(
@@ -174,6 +171,7 @@ def _round(
         fed_by=sorted({sample.problem_id for sample in new}),
         trained=tuned is not None,
         tuned_model=str(tuned) if tuned is not None else None,
+        trained_tokens=tokens,
         seconds={"sample_verify": round(sample_s, 3), "train": round(train_s, 3)},
     )
     say(
@@ -203,27 +201,33 @@ def _sample_and_verify(config: SelfTrainingConfig, round_: int, folder: Path, mo
     )
     report = run_eval(eval_config, progress=progress)
     folder.mkdir(parents=True, exist_ok=True)
-    partial = results.with_suffix(".tmp")
-    partial.write_text(report.model_dump_json() + "\n")
-    partial.replace(results)
+    _write_whole(results, report.model_dump_json() + "\n")
     return report
 
 
 def _tune(
-    config: SelfTrainingConfig, round_: int, folder: Path, kept: list[KeptSample], problems: dict[str, str]
-) -> Path | None:
-    """Tune the start model on the original data plus ``kept``; the adapter's folder, or None when
-    there is nothing to tune on."""
+    config: SelfTrainingConfig,
+    round_: int,
+    folder: Path,
+    kept: list[KeptSample],
+    problems: dict[str, str],
+    say: Callable[[str], None],
+) -> tuple[Path | None, int]:
+    """Tune the start model's base on the original data plus ``kept``: the adapter's folder (None
+    when there is nothing to tune on) and the input tokens the tuning saw."""
     marker = folder / "trained.json"
     if marker.is_file():
-        return Path(json.loads(marker.read_text())["model"])
+        done = json.loads(marker.read_text())
+        return Path(done["model"]), done.get("trained_tokens", 0)
     rows = _original_rows(config) + [_chat_row(s, problems, config.prompt_style) for s in kept]
     if not rows:
-        return None
+        return None, 0
+    say(f"round {round_}: tuning on {len(rows)} rows ({len(kept)} kept answers)")
     train_file = folder / "train.jsonl"
+    # A round resumed after a stop tunes afresh: its earlier partial run left no result.
     train_file.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     tune = TuneConfig(
-        model=config.model,
+        model=tuning_base(config.model),
         train_file=train_file,
         method=config.method,
         lora=config.lora,
@@ -235,9 +239,11 @@ def _tune(
     )
     # The training's progress lines go to its progress file (round_<r>/model), not the console.
     with open(os.devnull, "w") as quiet:
-        run_job(tune, ProgressWriter(tune.progress_path, stream=quiet, enabled=True))
-    marker.write_text(json.dumps({"model": str(tune.output_dir)}) + "\n")
-    return tune.output_dir
+        outcome = run_job(tune, ProgressWriter(tune.progress_path, stream=quiet, enabled=True))
+    if outcome.cancelled:
+        raise SelfTrainingStopped(f"round {round_}: stopped while tuning, at step {outcome.steps}")
+    _write_whole(marker, json.dumps({"model": str(tune.output_dir), "trained_tokens": outcome.train_tokens}) + "\n")
+    return tune.output_dir, outcome.train_tokens
 
 
 def _original_rows(config: SelfTrainingConfig) -> list[dict]:
@@ -270,7 +276,15 @@ def _write_kept(
                 "fingerprint": sample.fingerprint,
             }
         lines.append(json.dumps(row, ensure_ascii=False) + "\n")
-    path.write_text("".join(lines))
+    _write_whole(path, "".join(lines))
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write ``text`` so that ``path`` is never seen half-written (a stop can come at any time, and
+    a resume trusts every stage file it finds)."""
+    partial = path.with_name(path.name + ".part")
+    partial.write_text(text)
+    partial.replace(path)
 
 
 def _read_kept(path: Path) -> list[KeptSample]:

@@ -19,6 +19,7 @@ from cuset_core.models import (
 )
 from cuset_core.objectives import MethodConfig
 from cuset_core.training.tracking import Integration, missing_packages
+from cuset_core.verify.result import Tier
 
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -73,6 +74,24 @@ def check_quantized_lora(hyperparameters: Hyperparameters, has_lora: bool) -> No
         raise ValueError("hyperparameters.quantization: 4-bit weights cannot be fully fine-tuned; keep lora (QLoRA)")
 
 
+class SelfTrainingRounds(BaseModel):
+    """The rounds of verified self-training (cuset_core/improve): each samples
+    ``samples_per_problem`` answers per problem at ``temperature``/``top_p``, keeps the new ones
+    that pass ``tier`` (at most ``max_kept_per_problem`` per problem over all rounds) and tunes on
+    the original training data plus everything kept so far. Which problems is the caller's part
+    (a path for the CLI, an uploaded problems file for the service)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rounds: int = Field(2, ge=1, le=50)
+    samples_per_problem: int = Field(4, ge=1, le=256)
+    max_kept_per_problem: int = Field(2, ge=1, le=256, description="kept answers per problem over all rounds")
+    tier: Tier = Field(Tier.CPU, description="the tier an answer must pass to be kept")
+    temperature: float = Field(0.8, ge=0.0, le=2.0)
+    top_p: float = Field(0.95, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(512, ge=1, le=8192, description="tokens per sampled answer")
+
+
 class JobSpec(BaseModel):
     """What a tuning job asks of its training, however it was submitted: the REST API stores one
     per job (typed, in the job's row) and the worker extends it to the run's :class:`TuneConfig`;
@@ -91,6 +110,9 @@ class JobSpec(BaseModel):
     save_total_limit: int | None = Field(2, ge=1)  # checkpoints kept; None keeps all
     logging_steps: int = Field(1, ge=1)
     integrations: list[Integration] = Field(default_factory=list, max_length=8)  # trackers (training/tracking.py)
+    # Rounds of sample-verify-keep-tune instead of one training run (the job's training file is the
+    # original data every round mixes in); None: a plain tuning job.
+    self_training: SelfTrainingRounds | None = None
 
     @model_validator(mode="after")
     def _quantized_weights_need_lora(self) -> JobSpec:
@@ -108,6 +130,15 @@ class TuneConfig(JobSpec):
     progress_file: Path | None = None
     resume: bool | Path = False
     reference_cache_dir: Path | None = None  # default: ``<output_dir>/../.cache``
+
+    @model_validator(mode="after")
+    def _one_run(self) -> TuneConfig:
+        if self.self_training is not None:
+            raise ValueError(
+                "self_training: a tuning config is one training run; self-training rounds run with "
+                "`cuset improve` (python -m cuset_core.improve)"
+            )
+        return self
 
     @property
     def progress_path(self) -> Path:

@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from cuset_core.improve.report import RoundReport
+
 
 class _Line(BaseModel):
     model_config = ConfigDict(extra="ignore")  # a newer run's extra field is no reason to drop its line
@@ -102,6 +104,20 @@ class DoneLine(_Line):
     train_tokens: int
 
 
+class RoundLine(_Line, RoundReport):
+    """A self-training round finished (``python -m cuset_core.improve``): its figures, out of
+    ``rounds``, and the seconds left at this attempt's pace."""
+
+    type: Literal["round"] = "round"
+    rounds: int
+    eta_s: float | None = None
+
+    def metrics(self) -> dict[str, float | int | None]:
+        """What the round's metrics row holds: its counts and the seconds of each stage."""
+        counts = self.model_dump(include={"sampled", "compiled", "passed", "kept", "kept_total", "problems_solved"})
+        return {**counts, "trained_tokens": self.trained_tokens, **{f"{k}_s": v for k, v in self.seconds.items()}}
+
+
 class ErrorLine(_Line):
     """The run failed; the last line it writes."""
 
@@ -110,7 +126,7 @@ class ErrorLine(_Line):
 
 
 ProgressLine = Annotated[
-    StepLine | EventLine | CheckpointLine | EvalLine | DoneLine | ErrorLine, Field(discriminator="type")
+    StepLine | EventLine | CheckpointLine | EvalLine | RoundLine | DoneLine | ErrorLine, Field(discriminator="type")
 ]
 _LINE = TypeAdapter(ProgressLine)
 

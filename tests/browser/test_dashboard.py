@@ -152,6 +152,30 @@ def test_a_chart_with_one_logged_step_draws_it(page, service_settings, training_
     assert not page.errors
 
 
+def test_a_self_training_job_shows_its_rounds_and_counts_progress_in_them(page, service_settings, training_file):
+    from cuset_core.training.config import JobSpec, SelfTrainingRounds
+    from db.models import File, JobMetric
+    from db.session import session_scope
+    from tests.integration.job_support import insert_file
+
+    url = service_settings.resolved_database_url
+    pool = insert_file(url, filename="pool.jsonl", purpose="problems")
+    spec = JobSpec(self_training=SelfTrainingRounds(rounds=3, samples_per_problem=4))
+    job_id = insert_job(url, training_file, status="running", spec=spec, problems_file=pool, step=1, total_steps=3)
+    figures = {"sampled": 96, "compiled": 30, "passed": 7, "kept": 5, "kept_total": 5, "problems_solved": 4}
+    with session_scope(url) as session:
+        session.add(JobMetric(job_id=job_id, step=1, values=figures | {"sample_verify_s": 640.0, "train_s": 95.0}))
+        assert session.get(File, pool) is not None
+    tab = page.open(f"/jobs/{job_id}")
+    row = tab.locator("#rounds tr").first
+    expect(row).to_contain_text("96")
+    assert [c.strip() for c in row.locator("td").all_inner_texts()][:6] == ["1", "96", "30", "7", "5 (5)", "4"]
+    expect(tab.locator("#job-progress")).to_contain_text("round 1 / 3")
+    expect(tab.locator("#job-config")).to_contain_text(f"{pool} · 3 rounds · 4 samples per problem · tier cpu")
+    expect(tab.locator("#charts-title")).to_contain_text("Round figures")
+    assert not page.errors
+
+
 def test_job_charts_draw_ten_thousand_steps_quickly(page, service_settings, training_file):
     """A finished long run: 10,000 logged steps are fetched in one call and drawn at once."""
     from db.models import JobMetric

@@ -51,6 +51,14 @@ def upload_eval_problems(client) -> str:
     return response.json()["id"]
 
 
+def upload_problems(client, codes: dict[str, str]) -> str:
+    """A problems file (purpose problems, rows ``{"id", "problem"}``) of ``codes`` by id; its id."""
+    content = b"".join(json.dumps({"id": pid, "problem": code}).encode() + b"\n" for pid, code in codes.items())
+    response = client.post("/v1/files", files={"file": ("pool.jsonl", content)}, data={"purpose": "problems"})
+    assert response.status_code == 200, response.text
+    return response.json()["id"]
+
+
 def job_request(training_file: str, *, max_steps: int = 8, **extra) -> dict:
     """A CuSeT job on the tiny base model: batch 2, a checkpoint every 2 steps."""
     return {

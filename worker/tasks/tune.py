@@ -1,5 +1,6 @@
 """``cuset.tune`` (train queue): claim a queued job, run ``python -m cuset_core.training job.json``
-as a subprocess, follow it (worker/supervise.py) and record how it ended.
+(or, for a self-training job, ``python -m cuset_core.improve improve.json``) as a subprocess, follow
+it (worker/supervise.py) and record how it ended.
 
 The claim is one conditional UPDATE, so a redelivered message or a second worker cannot run a
 job twice. Every way out of the task leaves the job in a non-running state, except a worker
@@ -10,12 +11,16 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 from celery import shared_task
 
+from cuset_core.improve.__main__ import PROGRESS_FILE as IMPROVE_PROGRESS_FILE
+from cuset_core.improve.loop import KEPT_FILE, SelfTrainingConfig
 from cuset_core.training.callbacks import CANCEL_FILE
 from cuset_core.training.config import TuneConfig
 from cuset_core.training.export import write_archive
@@ -24,6 +29,7 @@ from db.dispatch import TaskName, send_tune
 from db.errors import ErrorCode
 from db.ids import new_id
 from db.job_rows import (
+    MAX_ATTEMPTS,
     add_event,
     claim,
     fail_attempt,
@@ -74,29 +80,61 @@ def write_config(settings: Settings, job: Job, spec: str, training: File, valida
     return config
 
 
+def write_improve_config(settings: Settings, job: Job, spec: str, training: File, problems: File) -> SelfTrainingConfig:
+    """A self-training job's run config, written to ``jobs/<id>/improve.json``: its rounds over the
+    problems file, tuning on the training file plus what the rounds keep (the loop resumes from
+    the stages a stopped attempt finished)."""
+    assert job.spec.self_training is not None
+    folder = job_dir(settings, job.id)
+    config = SelfTrainingConfig(
+        **job.spec.self_training.model_dump(),
+        model=spec,
+        problems=str(settings.artifacts / problems.path),
+        out_dir=folder / "out",
+        train_file=settings.artifacts / training.path,
+        prompt_style=job.spec.prompt_style,
+        method=job.spec.method,
+        lora=job.spec.lora,
+        hyperparameters=job.spec.hyperparameters,
+        seed=job.spec.seed,
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "improve.json").write_text(config.model_dump_json(indent=2))
+    return config
+
+
 def _start(settings: Settings, job_id: str, attempt: int) -> tuple[subprocess.Popen, ProgressFollower, Path]:
-    """Write the config and launch the training subprocess; its stderr goes to a log file."""
+    """Write the config and launch the run's subprocess; its stderr goes to a log file."""
+    folder = job_dir(settings, job_id)
     with session_scope(settings.resolved_database_url) as session:
         job = session.get(Job, job_id)
         spec = model_spec(session, settings, job)
-        if job.model not in settings.base_models:
-            spec = _merged_base(spec, job_dir(settings, job_id) / "base")
         training = session.get(File, job.training_file)
-        validation = session.get(File, job.validation_file) if job.validation_file else None
-        config = write_config(settings, job, spec, training, validation)
+        if job.spec.self_training is not None:
+            improve = write_improve_config(settings, job, spec, training, session.get(File, job.problems_file))
+            progress = improve.out_dir / IMPROVE_PROGRESS_FILE
+            command = [sys.executable, "-m", "cuset_core.improve", str(folder / "improve.json")]
+            resuming = (improve.out_dir / "round_1").is_dir()
+            job.total_steps = improve.rounds  # a self-training job counts its progress in rounds
+        else:
+            if job.model not in settings.base_models:
+                spec = _merged_base(spec, folder / "base")
+            validation = session.get(File, job.validation_file) if job.validation_file else None
+            config = write_config(settings, job, spec, training, validation)
+            progress = config.progress_path
+            command = training_command(settings.training_launcher, folder / "job.json")
+            resuming = bool(config.resume)
         add_event(
             session,
             job_id,
             f"Fine-tuning job started (attempt {attempt})"
-            + (", resuming from the last checkpoint" if config.resume else ""),
+            + (", resuming from the last checkpoint" if resuming else ""),
         )
     # The device goes to the training run: the models kept on it for generation, by this process
     # or by the infer worker beside it, leave it first.
     free_device(settings, models)
-    progress = config.progress_path
     offset = progress.stat().st_size if progress.is_file() else 0  # earlier attempts' lines are recorded
-    log_path = job_dir(settings, job_id) / f"train-{attempt}.log"
-    command = training_command(settings.training_launcher, job_dir(settings, job_id) / "job.json")
+    log_path = folder / f"train-{attempt}.log"
     with log_path.open("wb") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, stdin=subprocess.DEVNULL)
     _lower_priority(process.pid, settings.train_nice)
@@ -127,23 +165,28 @@ def _record_end(settings: Settings, job_id: str, attempt: int, report: RunReport
         job = session.get(Job, job_id)
         if report.done is not None and report.returncode == 0:
             name = job.tuned_model_name
-            result = _adapter_archive(settings, job) if job.spec.lora is not None else None
+            output = Path(report.done.output_dir).resolve()
+            results = [_adapter_archive(settings, job, output)] if job.spec.lora is not None else []
+            kept = output_root(settings, job) / KEPT_FILE
+            if job.spec.self_training is not None and kept.is_file() and kept.stat().st_size:
+                results.append(_kept_file(settings, job, kept))
             if finish_attempt(
                 session,
                 job_id,
                 attempt,
                 JobStatus.SUCCEEDED,
                 fine_tuned_model=name,
+                output_dir=output.relative_to(settings.artifacts.resolve()).as_posix(),
                 step=report.done.steps,
                 trained_tokens=report.done.train_tokens,
-                result_files=[result.id] if result else [],
+                result_files=[result.id for result in results],
             ):
-                if result:
-                    session.add(result)
+                session.add_all(results)
                 add_event(session, job_id, f"New fine-tuned model created: {name}")
                 add_event(session, job_id, "The job has successfully completed")
-            elif result:
-                (settings.artifacts / result.path).unlink(missing_ok=True)
+            else:
+                for result in results:
+                    (settings.artifacts / result.path).unlink(missing_ok=True)
             return False
         if report.wall_clock_hit:
             limit = settings.job_max_wall_s
@@ -162,6 +205,10 @@ def _record_end(settings: Settings, job_id: str, attempt: int, report: RunReport
             return False
         if report.returncode == 0:
             # Stopped by a signal nobody here sent (the worker is shutting down): run it again later.
+            if job.spec.self_training is not None and attempt < MAX_ATTEMPTS:
+                return requeue(
+                    session, job_id, attempt, "interrupted; requeued to resume at the first unfinished stage"
+                )
             checkpoint = resume_point(session, settings, job_id, attempt)
             if checkpoint is not None:
                 return requeue(session, job_id, attempt, f"interrupted; requeued to resume from step {checkpoint.step}")
@@ -171,9 +218,36 @@ def _record_end(settings: Settings, job_id: str, attempt: int, report: RunReport
         return False
 
 
-def _adapter_archive(settings: Settings, job: Job) -> File:
-    """Write the job's LoRA adapter (adapter_config.json + adapter_model.safetensors) into one tar
-    file in the job's folder; returns its ``files`` row (purpose fine-tune-results), not yet added.
+def output_root(settings: Settings, job: Job) -> Path:
+    """The folder a job's run writes to (a self-training job's rounds are folders in it)."""
+    return job_dir(settings, job.id) / "out"
+
+
+def _kept_file(settings: Settings, job: Job, kept: Path) -> File:
+    """The answers a self-training job kept, copied out as a training file of its owner (purpose
+    fine-tune, one chat row per answer); its ``files`` row, not yet added."""
+    file_id = new_id("file")
+    relative = Path("jobs") / job.id / f"{file_id}.jsonl"
+    shutil.copyfile(kept, settings.artifacts / relative)
+    rows = sum(1 for line in kept.read_text().splitlines() if line.strip())
+    return File(
+        id=file_id,
+        owner=job.owner,
+        filename=f"{job.id}-kept.jsonl",
+        purpose="fine-tune",
+        format="jsonl",
+        bytes=(settings.artifacts / relative).stat().st_size,
+        path=relative.as_posix(),
+        records=rows,
+        total_rows=rows,
+        warnings=[],
+    )
+
+
+def _adapter_archive(settings: Settings, job: Job, adapter_dir: Path) -> File:
+    """Write the LoRA adapter in ``adapter_dir`` (adapter_config.json + adapter_model.safetensors)
+    into one tar file in the job's folder; returns its ``files`` row (purpose fine-tune-results),
+    not yet added.
 
     The adapter config names its base as engines and peft can find it: the Hugging Face repo id
     when the base is served from one, else the model id the job tuned (never a server path)."""
@@ -181,9 +255,7 @@ def _adapter_archive(settings: Settings, job: Job) -> File:
     relative = Path("jobs") / job.id / f"{file_id}.tar"
     spec = settings.base_models.get(job.model)
     base_model = spec if spec is not None and not Path(spec).expanduser().exists() else job.model
-    size = write_archive(
-        job_dir(settings, job.id) / "out", settings.artifacts / relative, folder=job.id, base_model=base_model
-    )
+    size = write_archive(adapter_dir, settings.artifacts / relative, folder=job.id, base_model=base_model)
     return File(
         id=file_id,
         owner=job.owner,

@@ -177,7 +177,9 @@ const Cuset = (() => {
       "aria-label": `Progress of ${job.id}`,
     }, el("div", { class: "progress-fill", style: `width:${pct ?? 0}%` }));
     const detail = [label];
-    if (total) detail.push(`step ${fmtNumber(step)} / ${fmtNumber(total)}`);
+    // A self-training job counts its progress in rounds (each samples, verifies, keeps and tunes).
+    const unit = job.method && job.method.self_training ? "round" : "step";
+    if (total) detail.push(`${unit} ${fmtNumber(step)} / ${fmtNumber(total)}`);
     if (eta !== null && eta !== undefined) detail.push(`ETA ${fmtDuration(eta)}`);
     return el("div", { class: "progress-cell" }, bar, el("div", { class: "progress-text", text: detail.join(" · ") }));
   }

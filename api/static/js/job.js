@@ -1,7 +1,7 @@
 /* Job page: header and progress, live curves, events, checkpoints; polls while the job is active. */
 "use strict";
 (() => {
-  const { api, listAll, el, fmtTime, fmtNumber, statusBadge, progressBar, poll, showError, ACTIVE_JOB } = Cuset;
+  const { api, listAll, el, fmtTime, fmtNumber, fmtDuration, statusBadge, progressBar, poll, showError, ACTIVE_JOB } = Cuset;
   const jobId = window.CUSET_JOB_ID;
   const jobPath = `/v1/fine_tuning/jobs/${encodeURIComponent(jobId)}`;
   const charts = MetricCharts.create(document.getElementById("charts"));
@@ -20,7 +20,7 @@
   let configShown = false;
   function renderConfig() {
     configShown = true;
-    const { type, ...knobs } = job.method || {};
+    const { type, self_training: selfTraining, ...knobs } = job.method || {};
     const hp = job.hyperparameters || {};
     const main = ["n_epochs", "max_steps", "batch_size", "learning_rate", "max_seq_len"].filter((k) => hp[k] !== undefined && hp[k] !== null);
     document.getElementById("job-config").replaceChildren(
@@ -28,6 +28,9 @@
         Object.keys(knobs).length ? el("details", {}, el("summary", { text: "knobs" }), keyValues(knobs)) : null)),
       fact("Base model", el("code", { text: job.model })),
       fact("Training file", job.training_file ? el("a", { href: `/files/${encodeURIComponent(job.training_file)}`, class: "mono", text: job.training_file }) : "—"),
+      selfTraining ? fact("Self-training", el("span", {},
+        el("a", { href: `/files/${encodeURIComponent(selfTraining.problems_file)}`, class: "mono", text: selfTraining.problems_file }),
+        ` · ${selfTraining.rounds} rounds · ${selfTraining.samples_per_problem} samples per problem · tier ${selfTraining.tier}`)) : null,
       fact("Hyperparameters", el("span", {}, main.map((k) => `${k} ${hp[k]}`).join(" · ") || "defaults",
         Object.keys(hp).length > main.length ? el("details", {}, el("summary", { text: "all" }), keyValues(hp)) : null)),
     );
@@ -76,9 +79,27 @@
       last = data[data.length - 1].step;
     }
     const rows = [...metrics.values()].sort((a, b) => a.step - b.step);
+    if (job && job.method && job.method.self_training) renderRounds(rows);
     charts.update(rows);
     document.getElementById("charts").dataset.points = rows.length;
     document.getElementById("chart-count").textContent = rows.length ? `${fmtNumber(rows.length)} logged steps` : "";
+  }
+
+  /** A self-training job's metrics rows are its rounds (step = round). */
+  function renderRounds(rows) {
+    document.getElementById("rounds-panel").hidden = false;
+    document.getElementById("charts-title").firstChild.textContent = "Round figures ";
+    if (!rows.length) return;
+    const secs = (v) => (typeof v === "number" ? fmtDuration(v) : "—");
+    document.getElementById("rounds").replaceChildren(...rows.map((r) => el("tr", {},
+      el("td", { class: "num", text: fmtNumber(r.step) }),
+      el("td", { class: "num", text: fmtNumber(r.sampled) }),
+      el("td", { class: "num", text: fmtNumber(r.compiled) }),
+      el("td", { class: "num", text: fmtNumber(r.passed) }),
+      el("td", { class: "num", text: `${fmtNumber(r.kept)} (${fmtNumber(r.kept_total)})` }),
+      el("td", { class: "num", text: fmtNumber(r.problems_solved) }),
+      el("td", { class: "num", text: secs(r.sample_verify_s) }),
+      el("td", { class: "num", text: secs(r.train_s) }))));
   }
 
   async function refreshEvents() {
