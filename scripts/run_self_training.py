@@ -1,0 +1,200 @@
+"""Issue 27's experiment: verified self-training from the elementwise comparison's seed-0 runs.
+
+    nice -n 19 .venv/bin/python scripts/run_self_training.py run      # every stage not done yet (resumes)
+    .venv/bin/python scripts/run_self_training.py report               # experiments/self_training/report.md
+
+Two arms, one per inner objective: ``sft`` and ``cuset``. Each starts from its comparison run of seed
+0 (``experiments/elementwise/comparison/<arm>-s0``: the job trained again here into
+``runs/self-training/<arm>-s0``, same data, seed and settings, since weights are not committed), then
+runs ROUNDS rounds of ``python -m cuset_core.improve`` over the committed pool of 96 elementwise
+problems (``pool.jsonl``): K=SAMPLES answers per problem at T 0.8, verified at tier cpu, at most 2
+kept per problem, and every round tunes the base model afresh on the family's training data plus
+everything kept so far, with the arm's objective and the comparison's settings (50 steps, LoRA).
+
+After each round the round's adapter is evaluated with the comparison's protocol (docs/results.md):
+the unseen-operation and seen-operation sets, one greedy answer and 4 answers at T 0.7 per problem,
+tier cpu. Round 0 is the comparison's own evaluation of the arm's start run. The pool shares no
+problem with either eval set (checked before anything runs).
+
+Rounds alternate between the arms (round 1 of both, then round 2 of both, ...), so each session's
+hours give comparable figures. Small results go to ``experiments/self_training/<arm>/round_<r>/``
+(round.json, eval_unseen/, eval_seen/); adapters and samples stay in ``runs/self-training/``.
+
+The rule for the adapter to ship was written before the first round ran: see ``SHIP_RULE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run_comparison as common  # noqa: E402
+import run_elementwise as elementwise  # noqa: E402
+
+ROOT = common.ROOT
+RESULTS = ROOT / "experiments" / "self_training"
+RUNS = ROOT / "runs" / "self-training"
+POOL = RESULTS / "pool.jsonl"
+ARMS = ("cuset", "sft")
+ROUNDS = 3
+SAMPLES = 4
+MAX_KEPT = 2
+SIZE = elementwise.COMPARE
+COMPARISON = elementwise.COMPARE_DIR
+SETS = elementwise.EVAL_SETS  # ("unseen", "seen")
+# Reported heading -> the metric's name in cuset_core.evaluation.compare.
+METRICS = {
+    "pass@1": "sampled:cpu_correct@1",
+    "pass@4": "sampled:cpu_correct@4",
+    "greedy cpu_correct@1": "greedy:cpu_correct@1",
+}
+
+SHIP_RULE = """\
+The adapter to ship, fixed before the first round ran: among the two arms' last rounds, the one with
+the highest pass@4 pooled over both held-out sets; it replaces the shipped `cuset-ew-135m` only if
+the paired bootstrap 95% interval of its pass@4 minus the shipped adapter's pass@4, over the
+unseen-operation problems, lies wholly above 0, and its seen-operation pass@4 is not lower than the
+shipped adapter's by more than 0.1. Otherwise the shipped adapter stays."""
+
+
+def improve_config(arm: str, start: Path, rounds: int) -> dict:
+    """The arm's self-training run, ``rounds`` rounds long (a longer run resumes a shorter one)."""
+    job = common.job_config(SIZE, common.Run(arm, 0), SIZE.model)
+    return {
+        "model": common.rel(start),
+        "problems": common.rel(POOL),
+        "out_dir": common.rel(RUNS / arm),
+        "rounds": rounds,
+        "samples_per_problem": SAMPLES,
+        "max_kept_per_problem": MAX_KEPT,
+        "tier": "cpu",
+        "train_file": common.rel(elementwise.DATA_DIR / "train.jsonl"),
+        "eval_problems": common.rel(elementwise.DATA_DIR / "eval_unseen.jsonl"),
+        "temperature": 0.8,
+        "max_new_tokens": SIZE.max_new_tokens,
+        "prompt_style": "compact",
+        "method": job["method"],
+        "lora": job["lora"],
+        "hyperparameters": job["hyperparameters"],
+        "batch_size": SIZE.eval_batch_size,
+        "seed": 0,
+    }
+
+
+def check_pool() -> None:
+    """Refuse to start when a pool problem is one of either held-out set."""
+    from cuset_core.improve.loop import SelfTrainingConfig, check_no_leakage
+
+    for name in SETS:
+        config = SelfTrainingConfig(
+            model="unused",
+            problems=str(POOL),
+            out_dir=RUNS,
+            eval_problems=str(elementwise.DATA_DIR / f"eval_{name}.jsonl"),
+        )
+        check_no_leakage(config)
+
+
+def run_round(arm: str, round_: int) -> bool:
+    """Round ``round_`` of ``arm`` (and what it needs first) and its evaluation; whether all finished."""
+    start = RUNS / f"{arm}-s0"
+    if not common.train(SIZE, common.Run(arm, 0), start, SIZE.model, elementwise.DATA_DIR / "train.jsonl"):
+        return False
+    results = RESULTS / arm / f"round_{round_}"
+    done = RUNS / arm / f"round_{round_}" / "round.json"
+    if not done.is_file():
+        config = RUNS / arm / f"improve-{round_}.json"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(json.dumps(improve_config(arm, start, round_), indent=1) + "\n")
+        common.log(f"{arm} round {round_}: sample, verify, keep, tune")
+        if common.call([sys.executable, "-m", "cuset_core.improve", common.rel(config)]) != 0 or not done.is_file():
+            return False
+    results.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(done, results / "round.json")
+    tuned = json.loads(done.read_text())["tuned_model"]
+    for name in SETS:
+        problems = elementwise.DATA_DIR / f"eval_{name}.jsonl"
+        if not common.evaluate(SIZE, tuned, results / f"eval_{name}", problems):
+            return False
+    return True
+
+
+def run() -> None:
+    elementwise.ensure_data()
+    check_pool()
+    signal.signal(signal.SIGTERM, common.stop_children)
+    signal.signal(signal.SIGINT, common.stop_children)
+    for round_ in range(1, ROUNDS + 1):
+        for arm in ARMS:
+            if not run_round(arm, round_):
+                common.log(f"{arm} round {round_}: stopped; run again to resume")
+                return
+    report()
+
+
+def round_eval(arm: str, round_: int, name: str) -> Path:
+    if round_ == 0:
+        return COMPARISON / f"{arm}-s0" / f"eval_{name}" / "results.json"
+    return RESULTS / arm / f"round_{round_}" / f"eval_{name}" / "results.json"
+
+
+def report() -> None:
+    """report.md: per arm and round, the round's figures and each held-out set's metrics with the
+    paired bootstrap interval against round 0 of the same arm."""
+    from cuset_core.evaluation.compare import compare_runs, read_run
+
+    lines = ["# Verified self-training: per-round figures", "", SHIP_RULE, ""]
+    for arm in ARMS:
+        lines += [f"## {arm}", "", "| round | sampled | compiled | passed | kept (all) | problems solved | hours |"]
+        lines.append("|---|---|---|---|---|---|---|")
+        for round_ in range(1, ROUNDS + 1):
+            path = RESULTS / arm / f"round_{round_}" / "round.json"
+            if path.is_file():
+                r = json.loads(path.read_text())
+                hours = sum(r["seconds"].values()) / 3600
+                lines.append(
+                    f"| {round_} | {r['sampled']} | {r['compiled']} | {r['passed']} | {r['kept']} ({r['kept_total']}) "
+                    f"| {r['problems_solved']} | {hours:.2f} |"
+                )
+        lines.append("")
+        for name in SETS:
+            lines += [f"### {arm}, {name} operations", "", "| round | " + " | ".join(METRICS) + " |"]
+            lines.append("|---|" + "---|" * len(METRICS))
+            base = round_eval(arm, 0, name)
+            for round_ in range(0, ROUNDS + 1):
+                path = round_eval(arm, round_, name)
+                if not path.is_file() or not base.is_file():
+                    continue
+                comparison = compare_runs([read_run(path)], [read_run(base)])
+                cells = []
+                for metric in METRICS.values():
+                    found = [i for i in comparison.intervals if i.metric == metric]
+                    if not found:
+                        cells.append("—")
+                    elif round_ == 0:
+                        cells.append(f"{found[0].a:.3f}")
+                    else:
+                        i = found[0]
+                        cells.append(f"{i.a:.3f} ({i.difference:+.3f} [{i.low:+.3f}, {i.high:+.3f}])")
+                lines.append(f"| {round_} | " + " | ".join(cells) + " |")
+            lines.append("")
+    lines.append(
+        "Cells after round 0: the metric, then its difference from round 0 with the paired bootstrap 95% interval."
+    )
+    (RESULTS / "report.md").write_text("\n".join(lines) + "\n")
+    common.log(f"wrote {common.rel(RESULTS / 'report.md')}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("stage", choices=("run", "report"))
+    {"run": run, "report": report}[parser.parse_args().stage]()
+
+
+if __name__ == "__main__":
+    main()
