@@ -181,7 +181,7 @@ def cancel(session: Session, job_id: str) -> bool:
         add_event(session, job_id, "Job cancelled")
         return True
     session.execute(update(Job).where(Job.id == job_id, Job.status == JobStatus.RUNNING).values(cancel_requested=True))
-    add_event(session, job_id, "Cancellation requested; stopping after a checkpoint")
+    add_event(session, job_id, "Cancellation requested; stopping")
     return False
 
 

@@ -86,6 +86,12 @@ class Settings(BaseSettings):
         "outside data_dir and the artifact root, which candidates never see",
     )
     heartbeat_interval_s: float = Field(5.0, gt=0, description="a running job's heartbeat period")
+    cancel_grace_s: float = Field(
+        10.0,
+        ge=0,
+        description="after a cancel (or the wall-clock limit) reaches a running job, how long its run may take to "
+        "end its step with a checkpoint before it is stopped where it is (its last checkpoint is kept)",
+    )
     heartbeat_timeout_s: float = Field(60.0, gt=0, description="silence after which the reaper acts")
     sandbox_probe_interval_s: float = Field(
         60.0, gt=0, description="how often each worker probes the verification sandbox again for /readyz"

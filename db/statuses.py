@@ -22,13 +22,16 @@ class JobStatus(StrEnum):
     VALIDATING_FILES = "validating_files"
     QUEUED = "queued"
     RUNNING = "running"
+    # Shown, never stored: a running job whose cancel was asked for (its row is ``running`` with
+    # ``cancel_requested`` until its worker stops it and writes ``cancelled``).
+    CANCELLING = "cancelling"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
 
 
 JOB_NOT_STARTED = frozenset({JobStatus.VALIDATING_FILES, JobStatus.QUEUED})
-JOB_ACTIVE = JOB_NOT_STARTED | {JobStatus.RUNNING}  # counted against max_concurrent_jobs
+JOB_ACTIVE = JOB_NOT_STARTED | {JobStatus.RUNNING, JobStatus.CANCELLING}  # counted against max_concurrent_jobs
 JOB_FINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 
 

@@ -207,6 +207,7 @@ def supervise(
     url = settings.resolved_database_url
     last_beat = 0.0
     deadline = time.monotonic() + settings.job_max_wall_s
+    stop_by: float | None = None  # when a run asked to stop is stopped where it is
     try:
         while True:
             exited = process.poll() is not None
@@ -216,6 +217,8 @@ def supervise(
                     recorder.record(session, lines, report)
             if exited:
                 break
+            if stop_by is not None and time.monotonic() >= stop_by:
+                break  # its step did not end in time: stopped below, its last checkpoint kept
             if time.monotonic() - last_beat >= settings.heartbeat_interval_s:
                 last_beat = time.monotonic()
                 with session_scope(url) as session:
@@ -231,9 +234,13 @@ def supervise(
                     cancel_file.touch()
                     process.send_signal(signal.SIGTERM)
                     report.cancel_sent = True
+                    stop_by = time.monotonic() + settings.cancel_grace_s
                     report.wall_clock_hit = overdue and not cancel
             time.sleep(POLL_S)
     finally:
-        stop(process)
+        stop(process, grace_s=0 if stop_by is not None else 30.0)
+    if not report.lost and (lines := follower.read()):  # what it wrote in its last moments
+        with session_scope(url) as session:
+            recorder.record(session, lines, report)
     report.returncode = process.returncode
     return report

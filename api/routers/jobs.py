@@ -53,14 +53,15 @@ Limit = Annotated[int, Query(ge=1, le=100)]
 def job_object(job: Job) -> JobObject:
     """The API view of a job row."""
     percent = round(100 * job.step / job.total_steps, 1) if job.total_steps else None
-    finish = job.estimated_finish if job.status == JobStatus.RUNNING else None
+    running = job.status == JobStatus.RUNNING
+    finish = job.estimated_finish if running and not job.cancel_requested else None
     return JobObject(
         id=job.id,
         created_at=int(job.created_at),
         finished_at=int(job.finished_at) if job.finished_at else None,
         model=job.model,
         fine_tuned_model=job.fine_tuned_model,
-        status=job.status,
+        status=JobStatus.CANCELLING if running and job.cancel_requested else job.status,
         validation_file=job.validation_file,
         training_file=job.training_file,
         hyperparameters=openai_hyperparameters(job.spec),
@@ -327,8 +328,9 @@ async def retrieve_job(job_id: str, settings: SettingsDep, owner: OwnerDep) -> J
 
 @router.post("/{job_id}/cancel", response_model=JobObject)
 def cancel_job(job_id: str, session: SessionDep, owner: OwnerDep) -> JobObject:
-    """Ask a job to stop. One not yet running is cancelled at once; a running one stops after
-    its worker saves a checkpoint (the worker sets ``cancelled``)."""
+    """Ask a job to stop. One not yet running is cancelled at once; a running one answers
+    ``cancelling`` and its worker stops it within seconds (``cancel_grace_s`` after it hears: with
+    a checkpoint when its step ends by then), then sets ``cancelled``."""
     job = _owned_job(session, owner, job_id)
     if job.status in JOB_FINAL:
         raise APIError(

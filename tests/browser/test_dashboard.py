@@ -231,6 +231,8 @@ def test_cancel_from_the_job_page_stops_the_job(page, api, long_job):
     cancel = tab.locator("#cancel-btn")
     expect(cancel).to_be_visible()
     cancel.click()
+    # The page says so at once; the worker stops the run within seconds.
+    expect(tab.locator("#job-status .badge")).to_have_text(re.compile(r"^cancell(ing|ed)$"))
     expect(tab.locator("#job-status .badge")).to_have_text("cancelled", timeout=90_000)
     expect(cancel).to_be_hidden()
     assert api.get(f"/v1/fine_tuning/jobs/{long_job['id']}").json()["status"] == "cancelled"

@@ -91,6 +91,20 @@ def test_a_job_not_yet_running_is_cancelled_at_once_and_only_once(fast_client, t
     assert again.status_code == 409 and again.json()["error"]["code"] == "job_not_cancellable"
 
 
+def test_a_running_job_answers_cancelling_at_once_until_its_worker_stops_it(fast_client, fast_settings, training_file):
+    job_id = insert_job(
+        fast_settings.resolved_database_url, training_file, owner=FAST_OWNER, status="running", attempts=1,
+        step=3, total_steps=8, estimated_finish=time.time() + 60,
+    )  # fmt: skip
+    answer = fast_client.post(f"/v1/fine_tuning/jobs/{job_id}/cancel")
+    assert answer.status_code == 200
+    assert answer.json()["status"] == "cancelling" and answer.json()["estimated_finish"] is None
+    assert fast_client.get(f"/v1/fine_tuning/jobs/{job_id}").json()["status"] == "cancelling"
+    assert event_messages(fast_client, job_id)[0] == "Cancellation requested; stopping"
+    # Still unfinished: it counts against the owner's unfinished jobs, and a second cancel is no error.
+    assert fast_client.post(f"/v1/fine_tuning/jobs/{job_id}/cancel").json()["status"] == "cancelling"
+
+
 def test_the_same_idempotency_key_answers_with_the_same_job(fast_client, fast_settings, training_file):
     body = job_request(training_file, suffix="idem")
     first, second = (created_with_key(fast_client, body, "key-1") for _ in range(2))

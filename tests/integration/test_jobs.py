@@ -108,7 +108,7 @@ def test_cancel_mid_run_stops_with_a_checkpoint(client, worker, training_file):
     job = created(client, job_request(training_file, max_steps=400))
     wait_for(lambda: job_state(client, job["id"])["progress"]["step"] >= 1, timeout=180, what="training to start")
     response = client.post(f"/v1/fine_tuning/jobs/{job['id']}/cancel")
-    assert response.status_code == 200 and response.json()["status"] in ("running", "cancelled")
+    assert response.status_code == 200 and response.json()["status"] in ("cancelling", "cancelled")
 
     done = wait_for(
         lambda: (s := job_state(client, job["id"]))["status"] in FINISHED and s, timeout=120, what="cancelled"

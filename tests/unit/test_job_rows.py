@@ -199,7 +199,7 @@ def test_cancelling_a_running_job_asks_its_worker_to_stop(settings):
     assert stored_row(settings.resolved_database_url, Job, job_id).status == JobStatus.RUNNING
     assert event_rows(settings.resolved_database_url, job_id)[-1] == (
         "info",
-        "Cancellation requested; stopping after a checkpoint",
+        "Cancellation requested; stopping",
     )
 
 
@@ -223,6 +223,27 @@ def test_a_run_stopped_by_the_cancel_it_was_sent_ends_cancelled_not_failed(setti
     job = stored_row(settings.resolved_database_url, Job, job_id)
     assert (job.status, job.error) == (JobStatus.CANCELLED, None)
     assert event_rows(settings.resolved_database_url, job_id)[-1] == ("warning", event)
+
+
+def test_a_run_whose_step_outlasts_the_grace_is_stopped_where_it_is_after_a_cancel(settings, tmp_path):
+    import subprocess
+    import sys
+
+    from worker.supervise import ProgressFollower, supervise
+
+    job_id, attempt = _claimed(settings)
+    with session_scope(settings.resolved_database_url) as session:
+        cancel(session, job_id)
+    # A run that does not heed SIGTERM, as one in the middle of a long step would not for minutes.
+    busy = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(300)"
+    process = subprocess.Popen([sys.executable, "-c", busy], stdout=subprocess.PIPE)
+    process.stdout.readline()  # its handler is in place
+    quick = settings.model_copy(update={"heartbeat_interval_s": 0.1, "cancel_grace_s": 0.5})
+
+    report = supervise(process, ProgressFollower(tmp_path / "progress.jsonl"), quick, job_id, attempt, tmp_path / "CANCEL")
+
+    assert report.cancel_sent and (tmp_path / "CANCEL").is_file()
+    assert report.returncode == -signal.SIGKILL  # stopped, not waited for
 
 
 def test_a_run_that_died_of_another_signal_after_a_cancel_still_fails_with_its_reason(settings, tmp_path):

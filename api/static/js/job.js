@@ -53,7 +53,7 @@
       errBox.textContent = `${job.error.message || "The job failed."}${job.error.code ? ` (${job.error.code})` : ""}`;
       errBox.hidden = false;
     } else errBox.hidden = true;
-    cancelBtn.hidden = !ACTIVE_JOB.has(job.status);
+    cancelBtn.hidden = !ACTIVE_JOB.has(job.status) || job.status === "cancelling";
     const result = document.getElementById("job-result");
     if (job.fine_tuned_model) {
       result.hidden = false;
@@ -138,7 +138,7 @@
   }
 
   cancelBtn.addEventListener("click", async () => {
-    if (!confirm(`Cancel job ${jobId}? Training stops after saving a checkpoint.`)) return;
+    if (!confirm(`Cancel job ${jobId}? The run stops within seconds (with a checkpoint when its step ends by then).`)) return;
     cancelBtn.disabled = true;
     try {
       job = await api(`${jobPath}/cancel`, { method: "POST" });
