@@ -1,10 +1,13 @@
 """Which cuset_core model spec a service model id names: a configured base model, an adapter the
-project ships (by its name), or the adapter folder of the owner's succeeded job that produced a
-fine-tuned model; and which engine, if any, decodes it (shared by api/ and worker/)."""
+project ships (by its name), the adapter folder of the owner's succeeded job that produced a
+fine-tuned model, or a checkpoint of one of the owner's jobs (``<its model name>:ckpt-step-N``);
+and which engine, if any, decodes it (shared by api/ and worker/)."""
 
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 from sqlalchemy import Select, select
@@ -12,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from cuset_core.adapters import available_adapters
 from cuset_core.generation.endpoint import OPENAI_PREFIX, Endpoint
-from db.models import Job
+from db.models import Checkpoint, Job
 from db.settings import Settings
 from db.statuses import JobStatus
 
@@ -34,9 +37,30 @@ def model_spec_for(session: Session, settings: Settings, owner: str, model_id: s
     if settings.shipped_adapters and model_id in available_adapters():
         return model_id  # every owner may use them; their weights are part of the installation
     job = tuned_job(session, owner, model_id)
-    if job is None or not job.output_dir:
+    if job is not None and job.output_dir:
+        return str(settings.artifacts / job.output_dir)
+    checkpoint = checkpoint_folder(session, settings, owner, model_id)
+    return None if checkpoint is None else str(checkpoint)
+
+
+CHECKPOINT_NAME = re.compile(r"^(?P<model>ft:.+):ckpt-step-(?P<step>\d+)$")
+
+
+def checkpoint_folder(session: Session, settings: Settings, owner: str, model_id: str) -> Path | None:
+    """The folder of the checkpoint ``model_id`` names (``<the job's model name>:ckpt-step-N``, as
+    the checkpoints list shows it) when it is the owner's and still on disk; a job's checkpoints
+    are models whatever the job's status (a cancelled job's included)."""
+    match = CHECKPOINT_NAME.match(model_id)
+    if match is None:
         return None
-    return str(settings.artifacts / job.output_dir)
+    job = session.get(Job, match["model"].rsplit(":", 1)[-1])
+    if job is None or job.owner != owner or job.tuned_model_name != match["model"]:
+        return None
+    row = session.scalar(select(Checkpoint).where(Checkpoint.job_id == job.id, Checkpoint.step == int(match["step"])))
+    if row is None:
+        return None
+    folder = settings.artifacts / row.path  # an absolute path stays itself
+    return folder if folder.is_dir() else None
 
 
 class EngineRoute(BaseModel):

@@ -40,7 +40,7 @@ from db.dispatch import send_validate_job_files
 from db.errors import ErrorCode
 from db.ids import new_id
 from db.job_rows import add_event, cancel
-from db.model_specs import tuned_job
+from db.model_specs import checkpoint_folder, tuned_job
 from db.models import Checkpoint, File, Job, JobEvent, JobMetric
 from db.settings import Settings
 from db.statuses import JOB_ACTIVE, JOB_FINAL, JobStatus
@@ -171,10 +171,11 @@ def _check_model(session: Session, settings: Settings, owner: str, model: str) -
                 code=ErrorCode.MODEL_NOT_AVAILABLE,
             ) from None
         return
-    if tuned_job(session, owner, model) is None:
+    if tuned_job(session, owner, model) is None and checkpoint_folder(session, settings, owner, model) is None:
         known = ", ".join(sorted(settings.base_models))
         raise bad_request(
-            f"Model '{model}' is not a base model ({known}) or one of your fine-tuned models.",
+            f"Model '{model}' is not a base model ({known}), one of your fine-tuned models or one of your "
+            "jobs' checkpoints still kept.",
             param="model",
             code=ErrorCode.MODEL_NOT_FOUND,
         )

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
+from cuset_core.models import write_base_spec
 from cuset_core.objectives.state import ObjectiveState
 from cuset_core.training.progress_lines import (
     OBJECTIVE_METRICS,
@@ -171,6 +172,18 @@ class ProgressCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         path = checkpoint_dir(args, state)
         self.writer.write(CheckpointLine(step=state.global_step, path=str(path)))
+
+
+class BaseSpecCallback(TrainerCallback):
+    """Records the base model and prompt style in every checkpoint, as the run does beside its
+    final adapter, so a checkpoint is a model too: served, evaluated or tuned further by its name."""
+
+    def __init__(self, base_spec: str, prompt_style: str):
+        self.base_spec, self.prompt_style = base_spec, prompt_style
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            write_base_spec(checkpoint_dir(args, state), self.base_spec, self.prompt_style)
 
 
 class ObjectiveStateCallback(TrainerCallback):

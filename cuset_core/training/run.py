@@ -25,6 +25,7 @@ from cuset_core.models import load_model, load_tokenizer, resolve_dtype, resolve
 from cuset_core.objectives.state import ObjectiveState
 from cuset_core.training.callbacks import (
     CANCEL_FILE,
+    BaseSpecCallback,
     MetricStash,
     ObjectiveStateCallback,
     ProgressCallback,
@@ -164,6 +165,13 @@ def prepare_model(config: TuneConfig):
     return get_peft_model(model, adapter)
 
 
+def base_spec(config: TuneConfig) -> str:
+    """The spec of the model a run tunes, as its adapters record it: names (the bundled model, a
+    repo id) stay names; paths become absolute."""
+    named = resolve_model(config.model).kind in ("bundled", "hub")
+    return config.model if named else str(Path(config.model).resolve())
+
+
 def run_job(config: TuneConfig, writer: ProgressWriter) -> JobOutcome:
     """Train as configured; rank 0 saves the adapter (or full model), tokenizer and base spec.
 
@@ -269,7 +277,12 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
         eval_dataset=ExampleDataset(eval_examples) if eval_examples else None,
         data_collator=CusetCollator(tokenizer.pad_token_id),
         processing_class=tokenizer,
-        callbacks=[ProgressCallback(writer, stash), state_callback, cancel],
+        callbacks=[
+            ProgressCallback(writer, stash),
+            state_callback,
+            BaseSpecCallback(base_spec(config), config.prompt_style),
+            cancel,
+        ],
         method=config.method,
         stash=stash,
         loss_chunk_size=config.hyperparameters.loss_chunk_size,
@@ -295,10 +308,7 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
     trainer.save_model(str(config.output_dir))
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(str(config.output_dir))
-        # Names (the bundled model, a repo id) stay names; paths become absolute.
-        named = resolve_model(config.model).kind in ("bundled", "hub")
-        base_spec = config.model if named else str(Path(config.model).resolve())
-        write_base_spec(config.output_dir, base_spec, config.prompt_style)
+        write_base_spec(config.output_dir, base_spec(config), config.prompt_style)
     writer.write(
         DoneLine(
             output_dir=str(config.output_dir),

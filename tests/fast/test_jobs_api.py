@@ -204,3 +204,34 @@ def test_a_running_jobs_estimated_finish_stays_put_between_steps_while_its_eta_c
 
     assert first["estimated_finish"] == later["estimated_finish"] == int(finish)
     assert 0 < later["progress"]["eta_s"] < first["progress"]["eta_s"] <= 600.0
+
+
+def test_a_kept_checkpoint_of_a_cancelled_job_is_a_model_of_its_owner(fast_client, fast_settings, training_file):
+    job_id = insert_job(fast_settings.resolved_database_url, training_file, owner=FAST_OWNER, status="cancelled")
+    folder = fast_settings.artifacts / "jobs" / job_id / "out" / "checkpoint-2"
+    folder.mkdir(parents=True)
+    with session_scope(fast_settings.resolved_database_url) as session:
+        session.add(Checkpoint(id="ckpt-a", job_id=job_id, step=2, path=f"jobs/{job_id}/out/checkpoint-2"))
+        session.add(
+            Checkpoint(id="ckpt-b", job_id=job_id, step=4, path=f"jobs/{job_id}/out/checkpoint-4")
+        )  # rotated away
+    [listed, _] = fast_client.get(f"/v1/fine_tuning/jobs/{job_id}/checkpoints").json()["data"][::-1]
+    name = listed["fine_tuned_model_checkpoint"]
+    assert name == f"ft:tiny:{job_id}:ckpt-step-2"
+
+    # OpenAI's shape: a job tunes further from the checkpoint named as its model.
+    further = fast_client.post("/v1/fine_tuning/jobs", json=job_request(training_file) | {"model": name})
+    assert further.status_code == 200, further.text
+    assert further.json()["model"] == name
+    for unusable in (
+        f"ft:tiny:{job_id}:ckpt-step-4",
+        f"ft:tiny:{job_id}:ckpt-step-3",
+        f"ft:tiny:kb:{job_id}:ckpt-step-2",
+    ):
+        refused = fast_client.post("/v1/fine_tuning/jobs", json=job_request(training_file) | {"model": unusable})
+        assert (refused.status_code, refused.json()["error"]["param"]) == (400, "model"), unusable
+    with session_scope(fast_settings.resolved_database_url) as session:
+        from db.model_specs import checkpoint_folder
+
+        assert checkpoint_folder(session, fast_settings, FAST_OWNER, name) == folder
+        assert checkpoint_folder(session, fast_settings, OTHER_OWNER, name) is None

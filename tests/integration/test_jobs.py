@@ -120,6 +120,15 @@ def test_cancel_mid_run_stops_with_a_checkpoint(client, worker, training_file):
     again = client.post(f"/v1/fine_tuning/jobs/{job['id']}/cancel")
     assert again.status_code == 409 and again.json()["error"]["code"] == "job_not_cancellable"
 
+    # The cancelled job's checkpoint is a model: a new job tunes on from it (OpenAI's shape).
+    further = created(
+        client, {**job_request(training_file, max_steps=2), "model": checkpoints[0]["fine_tuned_model_checkpoint"]}
+    )
+    settled = wait_for(
+        lambda: (s := job_state(client, further["id"]))["status"] in FINISHED and s, timeout=180, what="job end"
+    )
+    assert settled["status"] == "succeeded", settled["error"]
+
 
 def test_a_job_past_its_wall_clock_limit_is_stopped_and_fails_with_the_reason(
     service_settings, auth_headers, training_file, tmp_path_factory

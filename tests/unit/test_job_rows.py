@@ -240,7 +240,9 @@ def test_a_run_whose_step_outlasts_the_grace_is_stopped_where_it_is_after_a_canc
     process.stdout.readline()  # its handler is in place
     quick = settings.model_copy(update={"heartbeat_interval_s": 0.1, "cancel_grace_s": 0.5})
 
-    report = supervise(process, ProgressFollower(tmp_path / "progress.jsonl"), quick, job_id, attempt, tmp_path / "CANCEL")
+    report = supervise(
+        process, ProgressFollower(tmp_path / "progress.jsonl"), quick, job_id, attempt, tmp_path / "CANCEL"
+    )
 
     assert report.cancel_sent and (tmp_path / "CANCEL").is_file()
     assert report.returncode == -signal.SIGKILL  # stopped, not waited for

@@ -147,6 +147,10 @@ def test_cancel_file_stops_with_a_checkpoint_and_resume_continues(tmp_path, tiny
     assert {"type": "checkpoint", "step": 1} == {k: lines[-1][k] for k in ("type", "step")}
     assert (tmp_path / "out" / "checkpoint-1" / "adapter_model.safetensors").is_file()
     assert not (tmp_path / "out" / "adapter_config.json").exists()
+    # A checkpoint is a model: it names its base as the final adapter would.
+    from cuset_core.models import resolve_model
+
+    assert resolve_model(tmp_path / "out" / "checkpoint-1").folder == resolve_model(tiny_model_dir).folder
 
     outcome, lines = train({**job, "resume": True})
 
