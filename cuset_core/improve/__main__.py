@@ -21,15 +21,19 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from cuset_core.evaluation.inputs import EvalInputError
-from cuset_core.improve.loop import SelfTrainingConfig, SelfTrainingError, SelfTrainingStopped, run_self_training
+from cuset_core.improve.loop import (
+    PROGRESS_FILE,
+    SelfTrainingConfig,
+    SelfTrainingError,
+    SelfTrainingStopped,
+    run_self_training,
+)
 from cuset_core.improve.report import RoundReport
 from cuset_core.models import ModelNotFoundError
 from cuset_core.training.callbacks import ProgressWriter
 from cuset_core.training.config import ConfigError, format_validation_error
 from cuset_core.training.progress_lines import CheckpointLine, DoneLine, RoundLine
 from cuset_core.training.run import EXIT_BAD_CONFIG, EXIT_FAILED, EXIT_OK
-
-PROGRESS_FILE = "progress.jsonl"
 
 
 def _stop(signum: int, frame: object) -> None:

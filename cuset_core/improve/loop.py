@@ -41,6 +41,7 @@ from cuset_core.verify.result import Tier
 
 KEPT_FILE = "kept.jsonl"
 REPORT_FILE = "report.json"
+PROGRESS_FILE = "progress.jsonl"  # where ``python -m cuset_core.improve`` writes its progress lines
 
 
 class SelfTrainingError(ValueError):

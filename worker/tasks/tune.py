@@ -19,8 +19,7 @@ from pathlib import Path
 
 from celery import shared_task
 
-from cuset_core.improve.__main__ import PROGRESS_FILE as IMPROVE_PROGRESS_FILE
-from cuset_core.improve.loop import KEPT_FILE, SelfTrainingConfig
+from cuset_core.improve.loop import KEPT_FILE, PROGRESS_FILE, SelfTrainingConfig
 from cuset_core.training.callbacks import CANCEL_FILE
 from cuset_core.training.config import TuneConfig
 from cuset_core.training.export import write_archive
@@ -112,7 +111,7 @@ def _start(settings: Settings, job_id: str, attempt: int) -> tuple[subprocess.Po
         training = session.get(File, job.training_file)
         if job.spec.self_training is not None:
             improve = write_improve_config(settings, job, spec, training, session.get(File, job.problems_file))
-            progress = improve.out_dir / IMPROVE_PROGRESS_FILE
+            progress = improve.out_dir / PROGRESS_FILE
             command = [sys.executable, "-m", "cuset_core.improve", str(folder / "improve.json")]
             resuming = (improve.out_dir / "round_1").is_dir()
             job.total_steps = improve.rounds  # a self-training job counts its progress in rounds
