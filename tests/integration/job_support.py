@@ -34,6 +34,73 @@ def demo_dataset_bytes() -> bytes:
         return path.read_bytes()
 
 
+_SHORT_PROBLEM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * {c}
+
+
+def get_inputs():
+    return [torch.randn(4096)]
+
+
+def get_init_inputs():
+    return []
+"""
+_SHORT_ANSWER = """```python
+import torch
+from torch.utils.cpp_extension import load_inline
+
+source = \"\"\"
+__global__ void scale(const float* x, float* y, int n) {{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] * {c}f;
+}}
+torch::Tensor run(torch::Tensor x) {{
+    auto y = torch::empty_like(x);
+    int n = x.numel();
+    scale<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}}
+\"\"\"
+ext = load_inline("scale", cpp_sources="torch::Tensor run(torch::Tensor x);", cuda_sources=source, functions=["run"])
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return ext.run(x)
+```"""
+
+
+def short_dataset_bytes() -> bytes:
+    """Eight valid fine-tune records of about 380 tokens each (a scale by a constant and its
+    kernel): the tiny model's optimizer steps cost a third of the demo dataset's (600-1000 tokens),
+    for the tests that need a job to train, not the demo's content."""
+    constants = ("2.0", "0.5", "3.0", "1.5", "4.0", "0.25", "2.5", "0.75")
+    rows = [
+        {
+            "messages": [
+                *build_messages(_SHORT_PROBLEM.format(c=c), "compact"),
+                {"role": "assistant", "content": _SHORT_ANSWER.format(c=c)},
+            ]
+        }
+        for c in constants
+    ]
+    return "".join(json.dumps(row) + "\n" for row in rows).encode()
+
+
+def upload_short_dataset(client) -> str:
+    """Upload ``short_dataset_bytes`` (purpose fine-tune); returns its id."""
+    response = client.post(
+        "/v1/files", files={"file": ("short.jsonl", short_dataset_bytes())}, data={"purpose": "fine-tune"}
+    )
+    assert response.status_code == 200, response.text
+    return response.json()["id"]
+
+
 def upload_demo_dataset(client) -> str:
     """Upload the demo dataset with ``POST /v1/files`` (purpose fine-tune); returns its id."""
     response = client.post(

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from cuset_core.models import load_model
-from tests.integration.job_support import FINISHED, job_request, job_state, upload_demo_dataset
+from tests.integration.job_support import FINISHED, job_request, job_state, upload_short_dataset
 from tests.service import wait_for
 
 PROMPT = "__global__ void add(const float* a, const float* b, float* out, int n) {"
@@ -23,7 +23,7 @@ def finished_job(app, auth_headers, worker) -> dict:
     from fastapi.testclient import TestClient
 
     with TestClient(app, headers=auth_headers) as client:
-        body = job_request(upload_demo_dataset(client), max_steps=2, integrations=[{"type": "tensorboard"}])
+        body = job_request(upload_short_dataset(client), max_steps=2, integrations=[{"type": "tensorboard"}])
         created = client.post("/v1/fine_tuning/jobs", json=body)
         assert created.status_code == 200, created.text
         assert created.json()["integrations"] == [{"type": "tensorboard"}]
@@ -100,7 +100,7 @@ def test_integrations_are_checked_at_job_creation(client, integrations, status, 
 
     if code == "integration_unavailable" and importlib.util.find_spec("wandb") is not None:
         pytest.skip("wandb is installed here")
-    body = job_request(upload_demo_dataset(client), integrations=integrations)
+    body = job_request(upload_short_dataset(client), integrations=integrations)
     response = client.post("/v1/fine_tuning/jobs", json=body)
     assert response.status_code == status, response.text
     error = response.json()["error"]

@@ -22,6 +22,7 @@ from api.main import create_app
 from db.migrate import upgrade
 from db.models import File, Job, JobEvent
 from db.session import engine_for, session_scope
+from tests.integration.job_support import short_dataset_bytes
 from tests.integration.private_services import PrivatePostgres, PrivateRedis
 from tests.integration.security_support import assert_error, bearer, new_key, secure_settings, training_rows
 from tests.service import WorkerProcess, wait_for
@@ -104,7 +105,7 @@ def test_redis_restart_under_queued_and_running_jobs_loses_none_and_runs_none_tw
     secret = new_key(database_url)
     client = TestClient(create_app(secure_settings(settings, max_concurrent_jobs=10)), headers=bearer(secret))
     try:
-        file_id = upload(client, training_rows()).json()["id"]
+        file_id = upload(client, short_dataset_bytes()).json()["id"]
         request = {
             "model": "tiny",
             "training_file": file_id,

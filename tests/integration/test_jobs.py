@@ -15,6 +15,7 @@ from tests.integration.job_support import (
     job_state,
     upload_demo_dataset,
     upload_eval_problems,
+    upload_short_dataset,
 )
 from tests.service import wait_for
 
@@ -24,7 +25,7 @@ def training_file(app, auth_headers) -> str:
     from fastapi.testclient import TestClient
 
     with TestClient(app, headers=auth_headers) as client:
-        return upload_demo_dataset(client)
+        return upload_short_dataset(client)
 
 
 def create(client, body: dict, **headers) -> httpx.Response:
@@ -37,8 +38,9 @@ def created(client, body: dict) -> dict:
     return response.json()
 
 
-def test_a_job_trains_the_tiny_model_to_an_adapter(client, worker, training_file, service_settings):
-    job = created(client, job_request(training_file, max_steps=8, suffix="demo", metadata={"run": "it"}))
+def test_a_job_trains_the_tiny_model_to_an_adapter(client, worker, service_settings):
+    # The demo dataset, whose records over max_seq_len the job reports.
+    job = created(client, job_request(upload_demo_dataset(client), max_steps=4, suffix="demo", metadata={"run": "it"}))
     assert job["status"] == "validating_files" and job["object"] == "fine_tuning.job"
     assert job["method"]["type"] == "cuset" and job["hyperparameters"]["batch_size"] == 2
     assert job["metadata"] == {"run": "it"} and job["user_provided_suffix"] == "demo"
@@ -52,7 +54,7 @@ def test_a_job_trains_the_tiny_model_to_an_adapter(client, worker, training_file
     )
     assert done["status"] == "succeeded", done["error"]
     assert done["fine_tuned_model"] == f"ft:tiny:demo:{job['id']}"
-    assert done["progress"] == {"step": 8, "total_steps": 8, "percent": 100.0, "eta_s": None}
+    assert done["progress"] == {"step": 4, "total_steps": 4, "percent": 100.0, "eta_s": None}
     assert done["trained_tokens"] > 0 and done["finished_at"] >= done["created_at"]
     # The demo records over max_seq_len are reported once, by the validation step, as one line.
     messages = event_messages(client, job["id"])
@@ -63,14 +65,14 @@ def test_a_job_trains_the_tiny_model_to_an_adapter(client, worker, training_file
     assert (adapter / "adapter_config.json").is_file()
 
     metrics = client.get(f"/v1/fine_tuning/jobs/{job['id']}/metrics").json()
-    assert [point["step"] for point in metrics["data"]] == list(range(1, 9))
+    assert [point["step"] for point in metrics["data"]] == list(range(1, 5))
     assert all(p["loss"] > 0 and 0 < p["kept_ratio"] <= 1 and p["learning_rate"] is not None for p in metrics["data"])
-    later = client.get(f"/v1/fine_tuning/jobs/{job['id']}/metrics", params={"after_step": 6, "limit": 1}).json()
-    assert [p["step"] for p in later["data"]] == [7] and later["has_more"]
+    later = client.get(f"/v1/fine_tuning/jobs/{job['id']}/metrics", params={"after_step": 2, "limit": 1}).json()
+    assert [p["step"] for p in later["data"]] == [3] and later["has_more"]
 
     checkpoints = client.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints").json()["data"]
-    assert [c["step_number"] for c in checkpoints] == [8, 6, 4, 2]
-    assert checkpoints[0]["fine_tuned_model_checkpoint"] == f"ft:tiny:demo:{job['id']}:ckpt-step-8"
+    assert [c["step_number"] for c in checkpoints] == [4, 2]
+    assert checkpoints[0]["fine_tuned_model_checkpoint"] == f"ft:tiny:demo:{job['id']}:ckpt-step-4"
     assert checkpoints[0]["object"] == "fine_tuning.job.checkpoint" and "train_loss" in checkpoints[0]["metrics"]
 
     messages = event_messages(client, job["id"])

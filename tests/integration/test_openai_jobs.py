@@ -6,7 +6,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.integration.job_support import FINISHED, MAX_SEQ_LEN, demo_dataset_bytes
+from tests.integration.job_support import FINISHED, MAX_SEQ_LEN, short_dataset_bytes
 from tests.service import wait_for
 
 
@@ -17,7 +17,7 @@ def sdk(server, api_key) -> openai.OpenAI:
 
 @pytest.fixture()
 def training_file(sdk) -> str:
-    return sdk.files.create(file=("demo.jsonl", demo_dataset_bytes()), purpose="fine-tune").id
+    return sdk.files.create(file=("short.jsonl", short_dataset_bytes()), purpose="fine-tune").id
 
 
 def create_job(sdk, training_file: str, max_steps: int):

@@ -12,9 +12,9 @@ from tests.integration.job_support import (
     event_messages,
     job_request,
     job_state,
-    upload_demo_dataset,
     upload_eval_problems,
     upload_problems,
+    upload_short_dataset,
 )
 from tests.service import wait_for
 
@@ -26,7 +26,7 @@ def training_file(app, auth_headers) -> str:
     from fastapi.testclient import TestClient
 
     with TestClient(app, headers=auth_headers) as client:
-        return upload_demo_dataset(client)
+        return upload_short_dataset(client)
 
 
 def self_training_job(client, training_file: str, **rounds) -> dict:

@@ -15,13 +15,13 @@ from tests.integration.job_support import (
     insert_job,
     job_request,
     job_state,
-    upload_demo_dataset,
+    upload_short_dataset,
 )
 from tests.service import wait_for
 
 
 def test_a_killed_worker_leaves_the_job_resumed_or_failed(client, worker, service_settings):
-    job = client.post("/v1/fine_tuning/jobs", json=job_request(upload_demo_dataset(client), max_steps=16)).json()
+    job = client.post("/v1/fine_tuning/jobs", json=job_request(upload_short_dataset(client), max_steps=16)).json()
     wait_for(
         lambda: client.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints").json()["data"],
         timeout=180,
@@ -60,21 +60,21 @@ def _insert_running_job(settings, training_file: str, heartbeat_age_s: float, **
 
 
 def test_a_silent_job_without_checkpoint_fails_as_worker_lost(client, worker, service_settings):
-    job_id = _insert_running_job(service_settings, upload_demo_dataset(client), heartbeat_age_s=600)
+    job_id = _insert_running_job(service_settings, upload_short_dataset(client), heartbeat_age_s=600)
     done = wait_for(lambda: (s := job_state(client, job_id))["status"] in FINISHED and s, timeout=60, what="the reaper")
     assert done["status"] == "failed" and done["error"]["code"] == "worker_lost"
 
 
 def test_a_silent_job_with_a_cancel_request_ends_cancelled(client, worker, service_settings):
     job_id = _insert_running_job(
-        service_settings, upload_demo_dataset(client), heartbeat_age_s=600, cancel_requested=True
+        service_settings, upload_short_dataset(client), heartbeat_age_s=600, cancel_requested=True
     )
     done = wait_for(lambda: (s := job_state(client, job_id))["status"] in FINISHED and s, timeout=60, what="the reaper")
     assert done["status"] == "cancelled"
 
 
 def test_a_live_job_is_left_alone_by_the_reaper(client, worker, service_settings):
-    job_id = _insert_running_job(service_settings, upload_demo_dataset(client), heartbeat_age_s=0)
+    job_id = _insert_running_job(service_settings, upload_short_dataset(client), heartbeat_age_s=0)
     with session_scope(service_settings.resolved_database_url) as session:
         # Keep the heartbeat fresh for a few reaper periods, as a live worker would.
         for _ in range(int(3 * service_settings.reaper_interval_s / 0.5)):
