@@ -78,6 +78,7 @@ def job_object(job: Job) -> JobObject:
             eta_s=None if finish is None else max(0.0, round(finish - time.time(), 1)),
         ),
         user_provided_suffix=job.suffix,
+        prompt_style=job.spec.prompt_style,
         result_files=job.result_files or [],
         integrations=[integration.model_dump(mode="json") for integration in job.spec.integrations],
     )
@@ -216,7 +217,7 @@ def _resolved(body: JobCreate) -> dict[str, Any]:
         "training_file": body.training_file,
         "validation_file": body.validation_file,
         "problems_file": None if self_training is None else self_training.problems_file,
-        "spec": resolve_spec(body.method, body.hyperparameters, body.seed, body.integrations),
+        "spec": resolve_spec(body.method, body.hyperparameters, body.seed, body.integrations, body.prompt_style),
         "suffix": body.suffix,
         "user_metadata": body.metadata,
     }

@@ -48,6 +48,11 @@ class JobCreate(BaseModel):
     hyperparameters: dict[str, Any] | None = None
     suffix: str | None = None
     seed: int | None = Field(None, ge=0, le=2**31 - 1)
+    prompt_style: Literal["kernelbench", "compact"] | None = Field(
+        None,
+        description="the prompt the records are tuned with (default compact); the tuned model records it, and "
+        "evals and generation with it default to it",
+    )
     metadata: dict[str, str] | None = None
     integrations: list[Integration] | None = Field(
         None,
@@ -152,6 +157,7 @@ def resolve_spec(
     hyperparameters: dict[str, Any] | None,
     seed: int | None,
     integrations: list[Integration] | None,
+    prompt_style: Literal["kernelbench", "compact"] | None = None,
 ) -> JobSpec:
     """The JobSpec a create request stands for: its method (OpenAI's ``supervised`` with nested
     hyperparameters included), hyperparameters, seed and trackers. Raises ``APIError`` naming the
@@ -167,6 +173,7 @@ def resolve_spec(
         seed=seed if seed is not None else 0,
         integrations=integrations or [],
         self_training=None if self_training is None else self_training.spec_part(),
+        **({} if prompt_style is None else {"prompt_style": prompt_style}),
     )
 
 
@@ -259,7 +266,7 @@ class JobProgress(BaseModel):
 
 
 class JobObject(BaseModel):
-    """OpenAI's fine-tuning job plus ``progress`` and ``user_provided_suffix``."""
+    """OpenAI's fine-tuning job plus ``progress``, ``user_provided_suffix`` and ``prompt_style``."""
 
     id: str
     object: Literal["fine_tuning.job"] = "fine_tuning.job"
@@ -282,6 +289,7 @@ class JobObject(BaseModel):
     integrations: list[Any] = []
     progress: JobProgress
     user_provided_suffix: str | None
+    prompt_style: Literal["kernelbench", "compact"] = Field(description="the prompt the records are tuned with")
 
 
 class JobEventObject(BaseModel):

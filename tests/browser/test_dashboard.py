@@ -279,6 +279,46 @@ def test_files_pages_list_the_upload_and_its_records(page, training_file):
     page.shot("file")
 
 
+def test_the_file_pages_job_form_sends_hyperparameters_and_self_training(page, api, training_file):
+    from cuset_core.demo import demo_problems
+    from tests.integration.job_support import upload_problems
+
+    pool = upload_problems(api, {"relu": demo_problems()[1].problem_code})
+    tab = page.open(f"/files/{training_file}")
+    expect(tab.locator("#job-form")).to_be_visible()
+    expect(tab.locator("#job-st-problems option")).to_have_attribute("value", pool)
+    tab.select_option("#job-model", "tiny")
+    tab.select_option("#job-method", "sft")
+    tab.select_option("#job-prompt-style", "kernelbench")
+    tab.fill("#job-max-steps", "3")
+    tab.fill("#job-learning-rate", "0.001")
+    tab.fill("#job-lora-rank", "8")
+    tab.fill("#job-suffix", "from-page")
+    tab.check("#job-st-on")
+    tab.fill("#job-st-rounds", "3")
+    tab.fill("#job-st-samples", "6")
+    tab.locator("#job-form button[type=submit]").click()
+    tab.wait_for_url(re.compile(r"/jobs/ftjob-"))
+    job_id = tab.url.rsplit("/", 1)[-1]
+    job = api.get(f"/v1/fine_tuning/jobs/{job_id}").json()
+    api.post(f"/v1/fine_tuning/jobs/{job_id}/cancel")  # the form's request is the point, not the run
+    assert (job["method"]["type"], job["prompt_style"], job["user_provided_suffix"]) == (
+        "sft",
+        "kernelbench",
+        "from-page",
+    )
+    hp = job["hyperparameters"]
+    assert (hp["max_steps"], hp["learning_rate"], hp["lora"]["rank"]) == (3, 0.001, 8)
+    rounds = job["method"]["self_training"]
+    assert (rounds["problems_file"], rounds["rounds"], rounds["samples_per_problem"], rounds["tier"]) == (
+        pool,
+        3,
+        6,
+        "cpu",
+    )
+    assert not page.errors
+
+
 def test_the_eval_form_sends_prompt_style_and_decoding_and_defaults_to_the_models_own_style(page, api):
     tab = page.open("/evals")
     expect(tab.locator("#eval-model option").first).to_be_attached()

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from db.models import Checkpoint, JobMetric
+from db.models import Checkpoint, Job, JobMetric
 from db.session import session_scope
 from tests.integration.job_support import (
     event_messages,
@@ -80,6 +80,14 @@ def test_an_eval_file_cannot_be_a_training_file(fast_client):
         "training_file",
         "invalid_file_purpose",
     )
+
+
+def test_a_job_is_tuned_on_the_prompt_style_it_names_compact_by_default(fast_client, fast_settings, training_file):
+    assert created(fast_client, job_request(training_file))["prompt_style"] == "compact"
+    job = created(fast_client, job_request(training_file, prompt_style="kernelbench"))
+    assert job["prompt_style"] == "kernelbench"
+    with session_scope(fast_settings.resolved_database_url) as session:
+        assert session.get(Job, job["id"]).spec.prompt_style == "kernelbench"
 
 
 def test_a_job_not_yet_running_is_cancelled_at_once_and_only_once(fast_client, training_file):

@@ -53,10 +53,48 @@
 
   async function loadModels(file) {
     if (file.purpose !== "fine-tune") return;
-    const models = (await api("/v1/models")).data || [];
+    const [models, problems] = await Promise.all([api("/v1/models"), api("/v1/files", { query: { purpose: "problems", limit: 100 } })]);
     const select = document.getElementById("job-model");
-    select.replaceChildren(...models.map((m) => el("option", { value: m.id, text: m.id })));
+    select.replaceChildren(...(models.data || []).map((m) => el("option", { value: m.id, text: m.id })));
+    if ((problems.data || []).length) {
+      document.getElementById("job-st-problems").replaceChildren(...problems.data.map((f) =>
+        el("option", { value: f.id, text: `${f.filename} (${fmtNumber(f.records)} problems, ${f.id})` })));
+    }
     document.getElementById("job-form").hidden = false;
+  }
+
+  /** The create request the form stands for; blank fields are left to the server's defaults. */
+  function jobBody() {
+    const number = (id) => { const v = document.getElementById(id).value.trim(); return v === "" ? undefined : Number(v); };
+    const hyperparameters = {
+      n_epochs: number("job-epochs"),
+      max_steps: number("job-max-steps"),
+      learning_rate: number("job-learning-rate"),
+      batch_size: number("job-batch-size"),
+      max_seq_len: number("job-max-seq-len"),
+    };
+    const rank = number("job-lora-rank");
+    if (rank === 0) hyperparameters.lora = null;
+    else if (rank !== undefined) hyperparameters.lora_rank = rank;
+    const method = { type: document.getElementById("job-method").value };
+    if (document.getElementById("job-st-on").checked) {
+      method.self_training = {
+        problems_file: document.getElementById("job-st-problems").value,
+        rounds: number("job-st-rounds"),
+        samples_per_problem: number("job-st-samples"),
+        max_kept_per_problem: number("job-st-kept"),
+        tier: document.getElementById("job-st-tier").value,
+      };
+    }
+    const suffix = document.getElementById("job-suffix").value.trim();
+    return {
+      model: document.getElementById("job-model").value,
+      training_file: fileId,
+      method,
+      hyperparameters: Object.fromEntries(Object.entries(hyperparameters).filter(([, v]) => v !== undefined)),
+      prompt_style: document.getElementById("job-prompt-style").value,
+      ...(suffix ? { suffix } : {}),
+    };
   }
 
   async function load() {
@@ -98,12 +136,7 @@
     status.className = "small";
     status.textContent = "Creating the job…";
     try {
-      const job = await api("/v1/fine_tuning/jobs", { method: "POST", body: {
-        model: document.getElementById("job-model").value,
-        training_file: fileId,
-        method: { type: document.getElementById("job-method").value },
-        hyperparameters: { n_epochs: Number(document.getElementById("job-epochs").value) || 1 },
-      } });
+      const job = await api("/v1/fine_tuning/jobs", { method: "POST", body: jobBody() });
       location.href = `/jobs/${encodeURIComponent(job.id)}`;
     } catch (e) {
       status.className = "small alert error";
