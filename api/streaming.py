@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import anyio
 import redis.asyncio as aioredis
 from sqlalchemy import update
 from sse_starlette import ServerSentEvent
@@ -90,6 +91,24 @@ def _give_up(url: str, generation_id: str, seconds: float) -> None:
         )
 
 
+def _abandon(url: str, generation_id: str) -> None:
+    """End a row its follower left before it was final, so its decoding stops at its next flush
+    and its verifications are skipped: nobody is waiting for them any more."""
+    with session_factory(url)() as session, session.begin():
+        session.execute(
+            update(Generation)
+            .where(Generation.id == generation_id, Generation.status.not_in(GENERATION_FINAL))
+            .values(
+                status=GenerationStatus.FAILED,
+                finished_at=time.time(),
+                error=ErrorInfo(
+                    code=ErrorCode.CLIENT_GONE,
+                    message="stopped: the client disconnected (or stopped waiting) before the answer was complete",
+                ),
+            )
+        )
+
+
 def timeout_error(seconds: float) -> APIError:
     return APIError(504, f"The generation did not finish within {seconds:g} s.", code=ErrorCode.GENERATION_TIMEOUT)
 
@@ -102,10 +121,21 @@ def failure_error(snapshot: Snapshot) -> APIError:
 
 async def follow(settings: Settings, generation_id: str) -> AsyncIterator[Snapshot]:
     """Snapshots of the row each time it changes, the last one final; raises the timeout
-    APIError after ``settings.generation_timeout_s``."""
+    APIError after ``settings.generation_timeout_s``. A follower that leaves before the final
+    snapshot (a streaming client that disconnected, a timeout) ends the row: its decoding and
+    verification stop."""
     changes = _listen if publishing(settings) else _poll
-    async for snapshot in changes(settings, generation_id):
-        yield snapshot
+    final = False
+    try:
+        async for snapshot in changes(settings, generation_id):
+            final = snapshot.final
+            yield snapshot
+    finally:
+        if not final:
+            # A client that disconnected cancels this generator; the shield lets the row be
+            # ended anyway (under anyio every later await of a cancelled scope is cancelled too).
+            with anyio.CancelScope(shield=True):
+                await run_in_threadpool(_abandon, settings.resolved_database_url, generation_id)
 
 
 async def _poll(settings: Settings, generation_id: str) -> AsyncIterator[Snapshot]:

@@ -18,6 +18,7 @@ class ErrorCode(StrEnum):
     WORKER_LOST = "worker_lost"
     TIMEOUT = "timeout"
     GENERATION_TIMEOUT = "generation_timeout"
+    CLIENT_GONE = "client_gone"
     INVALID_FILE = "invalid_file"
     VALIDATION_ERROR = "validation_error"
     INVALID_CONFIG = "invalid_config"

@@ -169,3 +169,27 @@ def test_a_follower_that_joins_midway_catches_up_from_the_row_without_gaps_or_re
         # Decoding went on for a while after the follower joined (a loaded machine can finish it
         # first): it followed the deltas, not only the row's once-a-second writes.
         assert len([t for t in seen[:-1] if t]) > 2
+
+
+def test_a_client_that_disconnects_mid_stream_stops_its_decoding(
+    server, worker, auth_headers, channels, service_settings
+):
+    body = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 4000, "temperature": 0, "stream": True}
+    with httpx.stream("POST", f"{server}/v1/completions", json=body, headers=auth_headers, timeout=120) as r:
+        first = next(line for line in r.iter_lines() if line.startswith("data: "))
+        generation_id = json.loads(first.removeprefix("data: "))["id"]
+    # The connection is closed: the row ends with the reason ...
+    url = service_settings.resolved_database_url
+
+    def status() -> tuple[str, str | None]:
+        with session_scope(url) as session:
+            found = session.get(Generation, generation_id)
+            return found.status, found.error.code if found.error else None
+
+    assert wait_for(lambda: status()[0] == "failed", timeout=30, what="the abandoned row to end")
+    assert status() == ("failed", "client_gone")
+    # ... and the worker stops decoding it at its next flush: no more deltas are published.
+    time.sleep(ROW_FLUSH_S + 1)
+    published = len(channels.of(generation_id))
+    time.sleep(2 * ROW_FLUSH_S)
+    assert len(channels.of(generation_id)) == published
