@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from cuset_core.evaluation.metrics import ProblemRow
+from cuset_core.evaluation.compare import EvalRun
+from cuset_core.evaluation.metrics import ProblemRow, problem_row
 from cuset_core.evaluation.runner import SampleRecord
 from cuset_core.generation.extract import answer_code
-from cuset_core.verify.result import VerifyResult
+from cuset_core.verify.result import Tier, VerifyResult
 
 
 class EvalSampleRecord(BaseModel):
@@ -48,3 +49,16 @@ def read_samples(raw: list[dict]) -> list[EvalSampleRecord]:
 
 def read_row(raw: dict) -> ProblemRow:
     return ProblemRow.model_validate(raw)
+
+
+def eval_run(name: str, tier: Tier, k_values: list[int], problems: list[tuple[str, list[dict]]]) -> EvalRun:
+    """What a comparison needs of one stored eval (``cuset_core.evaluation.compare``): per problem
+    (its id and stored samples) the row rebuilt from its drawn samples, the greedy one apart;
+    repairs are left out, as the CLI's comparison of results files leaves them."""
+    rows = []
+    for problem_id, raw in problems:
+        drawn = [sample for sample in read_samples(raw) if sample.round == 0]
+        greedy = [sample.result for sample in drawn if sample.greedy]
+        sampled = [sample.result for sample in drawn if not sample.greedy]
+        rows.append(problem_row(problem_id, sampled, greedy[0] if greedy else None))
+    return EvalRun(name=name, tier=tier, k_values=k_values, rows=rows)

@@ -91,6 +91,12 @@ def evals_page(request: Request) -> HTMLResponse:
     return _page(request, "evals.html", "evals")
 
 
+@router.get("/evals/compare", response_class=HTMLResponse)
+def eval_compare_page(request: Request) -> HTMLResponse:
+    """Two evaluations of the same problems side by side (``?a=&b=``), with paired intervals."""
+    return _page(request, "eval_compare.html", "evals")
+
+
 @router.get("/evals/{eval_id}", response_class=HTMLResponse)
 def eval_page(request: Request, eval_id: str) -> HTMLResponse:
     """One evaluation: aggregate metrics, failures by verdict, per-problem results."""

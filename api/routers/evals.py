@@ -23,14 +23,16 @@ from api.queries import cursor_anchor, keyset_rows, list_page, owned_or_404
 from api.routers.models import model_spec
 from api.schemas.common import ListPage
 from api.schemas.evals import EvalCreate, EvalObject, EvalProblemObject
+from cuset_core.evaluation.compare import CompareInputError, Comparison, EvalRun, compare_runs
 from cuset_core.evaluation.inputs import EvalInputError
 from cuset_core.evaluation.runner import EvalConfig, load_problems
 from cuset_core.evaluation.settings import VerificationSettings
 from cuset_core.improve.keep import shared_problems
 from cuset_core.models import recorded_prompt_style
+from cuset_core.verify.result import Tier
 from db.dispatch import send_eval
 from db.errors import ErrorCode
-from db.evals import read_row, read_samples
+from db.evals import eval_run, read_row, read_samples
 from db.ids import new_id
 from db.model_specs import tuned_job
 from db.models import Eval, EvalProblem, File
@@ -192,6 +194,45 @@ def list_evals(
         cursor = (anchor.created_at, anchor.id)
     rows = keyset_rows(session, select(Eval).where(Eval.owner == owner), (Eval.created_at, Eval.id), cursor, limit)
     return list_page(ListPage[EvalObject], rows, limit, _view)
+
+
+def _finished_run(session: Session, owner: str, eval_id: str, param: str) -> EvalRun:
+    """A succeeded eval of the owner as a comparison's side; 404/400 naming ``param`` otherwise."""
+    row = session.scalar(select(Eval).where(Eval.id == eval_id, Eval.owner == owner))
+    if row is None:
+        raise APIError(404, f"No eval found with id '{eval_id}'.", code=ErrorCode.EVAL_NOT_FOUND, param=param)
+    if row.status != EvalStatus.SUCCEEDED or not row.aggregate:
+        raise bad_request(f"Eval '{eval_id}' is {row.status}; only succeeded evals are compared.", param=param)
+    problems = session.execute(
+        select(EvalProblem.problem_id, EvalProblem.samples)
+        .where(EvalProblem.eval_id == eval_id, EvalProblem.recorded())
+        .order_by(EvalProblem.problem_id)
+    ).all()
+    aggregate = row.aggregate
+    return eval_run(
+        f"{eval_id} ({row.model})",
+        Tier(aggregate["tier"]),
+        aggregate.get("k_values") or [],
+        [tuple(p) for p in problems],
+    )
+
+
+@router.get("/evals/compare", response_model=Comparison)
+def compare_evals(
+    session: SessionDep,
+    owner: OwnerDep,
+    a: Annotated[str, Query(description="the eval on side A (a succeeded eval id)")],
+    b: Annotated[str, Query(description="the eval on side B, over the same problems")],
+    resamples: Annotated[int, Query(ge=100, le=100_000)] = 10_000,
+) -> Comparison:
+    """A - B for every greedy and pass@k metric both evals report, each with its paired bootstrap
+    95% interval over the problems (as ``cuset eval-compare``): an interval that excludes 0 is
+    a difference the problems support."""
+    run_a, run_b = _finished_run(session, owner, a, "a"), _finished_run(session, owner, b, "b")
+    try:
+        return compare_runs([run_a], [run_b], resamples=resamples)
+    except CompareInputError as exc:
+        raise bad_request(f"These evals cannot be compared: {exc}", param="b") from None
 
 
 @router.get("/evals/{eval_id}", response_model=EvalObject)

@@ -367,6 +367,27 @@ def test_an_eval_shows_metrics_and_failures_by_verdict(page, api, worker):
     assert not page.errors
 
 
+def test_two_evals_picked_on_the_evals_page_compare_metric_by_metric(page, service_settings):
+    from tests.integration.job_support import insert_scored_eval
+
+    problems = [f"p{i:02d}" for i in range(12)]
+    url = service_settings.resolved_database_url
+    better = insert_scored_eval(url, "eval-cmp-better", problems, set(problems[:10]))
+    worse = insert_scored_eval(url, "eval-cmp-worse", problems, set(problems[:2]))
+    tab = page.open("/evals")
+    compare = tab.locator("#compare-btn")
+    tab.locator(f'input[data-pick="{better}"]').check()
+    expect(compare).to_be_disabled()
+    tab.locator(f'input[data-pick="{worse}"]').check()
+    compare.click()
+    tab.wait_for_url(re.compile(r"/evals/compare\?a="))
+    greedy = tab.locator('tr[data-metric="greedy:cpu_correct@1"]')
+    expect(greedy).to_contain_text("A better")
+    assert [c.strip() for c in greedy.locator("td").all_inner_texts()][1:5] == ["12", "0.833", "0.167", "+0.667"]
+    page.shot("eval-compare")
+    assert not page.errors
+
+
 def test_playground_streams_a_kernel_and_shows_its_verdict(page, worker):
     tab = page.open("/playground?model=tiny")
     expect(tab.locator("#pg-model")).to_have_value("tiny")

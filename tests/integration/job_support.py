@@ -217,6 +217,40 @@ def insert_eval(database_url: str, eval_id: str | None = None, **columns) -> str
     return eval_id
 
 
+def insert_scored_eval(
+    database_url: str,
+    eval_id: str,
+    problems: list[str],
+    passes: set[str],
+    *,
+    owner: str = TEST_OWNER,
+    status: str = "succeeded",
+) -> str:
+    """A finished eval (tier cpu, k 1 and 2) of ``problems``: per problem a greedy answer and 2
+    samples, all passing on the problems in ``passes`` and none elsewhere; its id."""
+    from cuset_core.verify.result import Tier, Verdict, VerifyResult
+    from db.evals import EvalSampleRecord
+    from db.models import EvalProblem
+
+    def sample(index: int, passed: bool) -> dict:
+        verdict = Verdict.PASS if passed else Verdict.VALUE_MISMATCH
+        tiers = {Tier.STATIC: Verdict.PASS, Tier.COMPILE: Verdict.PASS, Tier.CPU: verdict}
+        result = VerifyResult(verdict=verdict, tier=Tier.CPU, tier_verdicts=tiers)
+        return EvalSampleRecord(index=index, greedy=index == 0, answer="x", code="x", result=result).model_dump(
+            mode="json"
+        )
+
+    insert_eval(
+        database_url, eval_id, owner=owner, status=status, aggregate={"tier": "cpu", "k_values": [1, 2]},
+        finished_at=time.time(),
+    )  # fmt: skip
+    with session_scope(database_url) as session:
+        for pid in problems:
+            samples = [sample(index, pid in passes) for index in range(3)]
+            session.add(EvalProblem(eval_id=eval_id, problem_id=pid, code="", row={}, samples=samples))
+    return eval_id
+
+
 def insert_generation(database_url: str, request: dict, **columns) -> str:
     """A /v1/generate Generation row of ``TEST_OWNER`` with this ``request`` JSON (model "tiny",
     status queued, no samples yet), with ``columns`` over those defaults; its id."""

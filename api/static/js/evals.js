@@ -9,6 +9,25 @@
     return metrics.map(([k, v]) => `${k} ${(+v).toFixed(2)}`).join(" · ");
   }
 
+  const picked = new Set(); // eval ids ticked for comparison, in order
+  const compareBtn = document.getElementById("compare-btn");
+  function syncCompare() { compareBtn.disabled = picked.size !== 2; }
+  compareBtn.addEventListener("click", () => {
+    const [a, b] = [...picked];
+    location.href = `/evals/compare?a=${encodeURIComponent(a)}&b=${encodeURIComponent(b)}`;
+  });
+
+  function pickBox(e) {
+    const box = el("input", { type: "checkbox", "aria-label": `Compare ${e.id}`, "data-pick": e.id });
+    box.checked = picked.has(e.id);
+    box.disabled = e.status !== "succeeded";
+    box.addEventListener("change", () => {
+      if (box.checked) picked.add(e.id); else picked.delete(e.id);
+      syncCompare();
+    });
+    return box;
+  }
+
   async function refresh() {
     const evals = (await api("/v1/evals", { query: { limit: 100 } })).data || [];
     document.getElementById("evals-empty").hidden = evals.length > 0;
@@ -16,6 +35,7 @@
     document.getElementById("evals-body").replaceChildren(...evals.map((e) => {
       const p = e.progress;
       return el("tr", { "data-eval": e.id },
+        el("td", {}, pickBox(e)),
         el("td", {}, el("a", { href: `/evals/${encodeURIComponent(e.id)}`, class: "mono", text: e.id })),
         el("td", {}, statusBadge(e.status)),
         el("td", { class: "mono small", text: e.model }),
