@@ -2,7 +2,8 @@
 # Set up everything the project needs on a fresh machine (idempotent, and quick when nothing
 # changed): a virtual environment in .venv with the pinned dependencies and the bundled default
 # model. PYTHON=/path/to/python picks the interpreter (>= 3.11); otherwise the newest of
-# python3.13, python3.12, python3.11 and python3 that is recent enough.
+# python3.13, python3.12, python3.11 and python3 that is recent enough. VENV=folder puts the
+# environment elsewhere (scripts/test_newest_python.sh keeps one per interpreter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,12 +28,13 @@ else
     [ -n "${PYTHON:-}" ] || { echo "setup: error: no Python >= 3.11 found; install one or set PYTHON=/path/to/python" >&2; exit 1; }
 fi
 
-if [ ! -x .venv/bin/python ]; then
-    if ! "$PYTHON" -m venv .venv 2>/dev/null; then
-        rm -rf .venv
+VENV=${VENV:-.venv}
+if [ ! -x "$VENV/bin/python" ]; then
+    if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
+        rm -rf "$VENV"
         version=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
         need "the venv module of $PYTHON" "python$version-venv"
-        "$PYTHON" -m venv .venv
+        "$PYTHON" -m venv "$VENV"
     fi
 fi
 # g++ builds tier-2 (CPU execution) extensions; nvcc (tier 1, compile) is optional.
@@ -48,15 +50,15 @@ if ! command -v bwrap >/dev/null; then
 fi
 
 # Skip the installs when the dependency files have not changed since the last successful set-up.
-stamp=.venv/.cuset-setup
+stamp=$VENV/.cuset-setup
 wanted=$(cat pyproject.toml $(ls requirements*.lock 2>/dev/null) | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ]; then
     exit 0
 fi
-pip=(.venv/bin/pip install --quiet --disable-pip-version-check)
+pip=("$VENV/bin/pip" install --quiet --disable-pip-version-check)
 # A working torch (the user's CUDA build, say) is kept; otherwise the pinned CPU build, installed
 # first, since a plain "torch" requirement would download a multi-GB CUDA build.
-if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
+if ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
     "${pip[@]}" torch==2.13.0
 fi
 # The lock pins every package (dependencies of dependencies included) to what CI tested. uv
@@ -65,7 +67,7 @@ fi
 # compiled at install as pip does: the sandbox mounts the venv read-only, so a module without its
 # .pyc would be compiled again by every sandboxed process that imports it.
 "${pip[@]}" uv==0.13.9
-uv=(.venv/bin/uv pip install --quiet --compile-bytecode --python .venv/bin/python)
+uv=("$VENV/bin/uv" pip install --quiet --compile-bytecode --python "$VENV/bin/python")
 if ! "${uv[@]}" -c requirements.lock -e ".[dev]"; then
     echo "setup: uv could not install the locked packages; installing them with pip" >&2
     "${pip[@]}" -c requirements.lock -e ".[dev]"

@@ -13,6 +13,8 @@
 #                 unprivileged user, the way the shipped image runs the verifier
 #                 (scripts/test_unprivileged.sh); the forged-verdict suite runs there only, since the
 #                 other lanes would repeat it as root
+#   newest-python (beside the services lane, after unprivileged) the demo's verification path on the
+#                 newest Python the machine has, in its own environment (scripts/test_newest_python.sh)
 # `--fast` is the parallel lane without slow tests (a few minutes, no services needed). Other
 # arguments make one pytest run with them: `bash scripts/test.sh -x tests/unit/test_data_load.py`.
 set -euo pipefail
@@ -58,22 +60,21 @@ lane preludes prepare_preludes
 unprivileged=()
 if [ "$(id -u)" = 0 ]; then unprivileged=(--ignore tests/security/test_forged_verdicts.py); fi
 lane parallel "${pytest[@]}" "${parallel[@]}" "${durations[@]}" -m "not integration and not browser" ${unprivileged[@]+"${unprivileged[@]}"}
-# The unprivileged lane runs beside the services lane, whose tests spend much of their time
-# waiting on workers and servers; its output is shown whole once both are done.
-if [ "$(id -u)" = 0 ]; then
-    mkdir -p .cache
-    (lane unprivileged bash scripts/test_unprivileged.sh >.cache/unprivileged.log 2>&1
-     exit "$status") &
-    beside=$!
-fi
+# The unprivileged lane, then the newest-Python lane, run beside the services lane, whose tests
+# spend much of their time waiting on workers and servers; their output is shown once all are done.
+mkdir -p .cache
+(status=0  # this subshell's own lanes; the parent's failures are the parent's to report
+ if [ "$(id -u)" = 0 ]; then lane unprivileged bash scripts/test_unprivileged.sh >.cache/unprivileged.log 2>&1; fi
+ lane newest-python bash scripts/test_newest_python.sh >.cache/newest-python.log 2>&1
+ exit "$status") &
+beside=$!
 lane services "${pytest[@]}" -n auto --maxprocesses 4 "${durations[@]}" -m "integration or browser"
-if [ -n "${beside:-}" ]; then
-    code=0
-    wait "$beside" || code=$?
-    echo "lane unprivileged (run beside services):"
-    cat .cache/unprivileged.log
-    if [ "$code" != 0 ]; then status=$code; failed+=(unprivileged); fi
-fi
+code=0
+wait "$beside" || code=$?
+for log in unprivileged newest-python; do
+    if [ -f ".cache/$log.log" ]; then echo "lane $log (run beside services):"; cat ".cache/$log.log"; fi
+done
+if [ "$code" != 0 ]; then status=$code; failed+=("beside services (unprivileged or newest-python)"); fi
 if [ "$status" != 0 ]; then
     joined=$(printf ', %s' "${failed[@]}")
     echo "test: failed lanes: ${joined:2}" >&2
