@@ -100,6 +100,21 @@ def check_pool() -> None:
         check_no_leakage(config)
 
 
+# What a finished round leaves in experiments/ besides its evaluations: enough for another checkout
+# to resume after it (the loop tunes a missing adapter again from the same data and seed).
+KEPT_STAGE_FILES = ("round.json", "kept_new.jsonl")
+
+
+def restore(results: Path, folder: Path) -> None:
+    """Put a round finished in another checkout (its committed files) back where the loop looks."""
+    if (folder / "round.json").is_file() or not all((results / name).is_file() for name in KEPT_STAGE_FILES):
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in KEPT_STAGE_FILES:
+        shutil.copyfile(results / name, folder / name)
+    common.log(f"{common.rel(folder)}: restored from {common.rel(results)}")
+
+
 def run_round(arm: str, round_: int) -> bool:
     """Round ``round_`` of ``arm`` (and what it needs first) and its evaluation; whether all finished."""
     start = RUNS / f"{arm}-s0"
@@ -107,6 +122,7 @@ def run_round(arm: str, round_: int) -> bool:
         return False
     results = RESULTS / arm / f"round_{round_}"
     done = RUNS / arm / f"round_{round_}" / "round.json"
+    restore(results, done.parent)
     if not done.is_file():
         config = RUNS / arm / f"improve-{round_}.json"
         config.parent.mkdir(parents=True, exist_ok=True)
@@ -115,7 +131,8 @@ def run_round(arm: str, round_: int) -> bool:
         if common.call([sys.executable, "-m", "cuset_core.improve", common.rel(config)]) != 0 or not done.is_file():
             return False
     results.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(done, results / "round.json")
+    for name in KEPT_STAGE_FILES:
+        shutil.copyfile(done.parent / name, results / name)
     tuned = json.loads(done.read_text())["tuned_model"]
     for name in SETS:
         problems = elementwise.DATA_DIR / f"eval_{name}.jsonl"

@@ -123,6 +123,12 @@ def run_self_training(
             report = RoundReport.model_validate_json(done.read_text())
             kept += _read_kept(folder / "kept_new.jsonl")
             say(f"round {round_}: done before ({report.kept} kept, {report.problems_solved} problems solved)")
+            if report.tuned_model is not None and not Path(report.tuned_model).is_dir():
+                # Another checkout ran it (adapters are not kept with results): the same data and
+                # seed tune it again, so the next round samples from it.
+                say(f"round {round_}: its tuned model is missing here; tuning it again")
+                (folder / "trained.json").unlink(missing_ok=True)
+                _tune(config, round_, folder, kept, problems, say)
         else:
             report, new = _round(config, round_, folder, current, problems, kept, progress, say)
             kept += new

@@ -116,6 +116,14 @@ def test_two_rounds_run_resume_and_report_on_the_tiny_model(tmp_path, tiny_model
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0, again.output
     assert "round 1: done before" in again.output and "round 2: done before" in again.output
+    # In another checkout (results kept, adapters not) the missing adapter is tuned again.
+    import shutil
+
+    shutil.rmtree(first["tuned_model"])
+    moved = CliRunner().invoke(app, args)
+    assert moved.exit_code == 0, moved.output
+    assert "round 1: its tuned model is missing here; tuning it again" in moved.output
+    assert Path(first["tuned_model"], "adapter_config.json").is_file()
 
 
 def test_kept_samples_are_a_training_file_and_resume_reads_them_back(tmp_path):
