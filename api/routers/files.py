@@ -25,6 +25,7 @@ from api.routers.models import model_spec
 from api.schemas.files import (
     AnswerConfidence,
     FileDeleted,
+    FileFit,
     FileList,
     FileObject,
     FileRecord,
@@ -38,6 +39,7 @@ from api.storage import Upload, accept, receive_upload, remove_quietly, sanitize
 from api.streaming import wait_final
 from cuset_core.analysis.analyze import analyze_answer
 from cuset_core.evaluation.confidence_settings import ReportSettings
+from cuset_core.training.config import Hyperparameters
 from db.dispatch import send_confidence
 from db.errors import ErrorCode
 from db.ids import new_id
@@ -247,6 +249,50 @@ def file_content(file_id: str, session: SessionDep, owner: OwnerDep, settings: S
         )
     return FileResponse(
         path, media_type=_MEDIA_TYPES.get(row.format, "application/octet-stream"), filename=row.filename
+    )
+
+
+@router.get(
+    "/files/{file_id}/fit",
+    response_model=FileFit,
+    summary="How many records a job on a model would train on at a token limit",
+    responses={404: {"model": ErrorResponse, "description": "unknown file or model (param model)"}},
+)
+def file_fit(
+    file_id: str,
+    session: SessionDep,
+    owner: OwnerDep,
+    settings: SettingsDep,
+    model: Annotated[str, Query(min_length=1, max_length=255, description="a model a job may tune")],
+    max_seq_len: Annotated[int, Query(ge=16, le=131_072)] = Hyperparameters.model_fields["max_seq_len"].default,
+    prompt_style: Literal["kernelbench", "compact"] = "compact",
+) -> FileFit:
+    """A fine-tune file's records counted as a job's start counts them with the model's tokenizer:
+    the file's validation cannot know a job's model and token limit, so its count may be higher."""
+    from cuset_core.data import LoadOptions, load_records
+    from cuset_core.data.validate import ErrorCode as DataCode
+    from cuset_core.models import load_tokenizer
+
+    row = owned_file(session, owner, file_id, param="file_id")
+    if row.purpose != "fine-tune":
+        raise APIError(
+            400,
+            f"File '{file_id}' has purpose '{row.purpose}'; only training files (fine-tune) are tuned on.",
+            code=ErrorCode.INVALID_FILE_PURPOSE,
+            param="file_id",
+        )
+    tokenizer = load_tokenizer(model_spec(session, settings, owner, model))
+    options = LoadOptions(prompt_style=prompt_style, max_tokens=max_seq_len)
+    loaded = load_records(stored_path(settings.artifacts, row.path), options, tokenizer)
+    over = sorted(issue.line for issue in loaded.errors if issue.code == DataCode.over_token_limit)
+    return FileFit(
+        file_id=file_id,
+        model=model,
+        max_seq_len=max_seq_len,
+        prompt_style=prompt_style,
+        records=len(loaded.records) + len(over),
+        fit=len(loaded.records),
+        over_lines=over[:100],
     )
 
 

@@ -286,3 +286,17 @@ class RecordAnalysis(BaseModel):
     answer: str
     analysis: Analysis
     confidence: AnswerConfidence | None = Field(default=None, description="only when ``model`` is given")
+
+
+class FileFit(BaseModel):
+    """How many of a training file's records a job on ``model`` would train on at ``max_seq_len``
+    tokens (prompt and answer, rendered in ``prompt_style``): the rest are left out as
+    over_token_limit when the job starts, as its events then say."""
+
+    file_id: str
+    model: str
+    max_seq_len: int
+    prompt_style: str
+    records: int = Field(description="records the file's validation kept")
+    fit: int = Field(description="of those, the records at or under max_seq_len tokens")
+    over_lines: list[int] = Field(description="lines of the records over it (the first 100)")

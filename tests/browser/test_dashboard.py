@@ -276,6 +276,13 @@ def test_files_pages_list_the_upload_and_its_records(page, training_file):
     tab = page.open(f"/files/{training_file}")
     expect(tab.locator("#records-body tr").first).to_have_attribute("data-record", "0")
     expect(tab.locator("#job-form")).to_be_visible()
+    # What a job on the chosen model would train on: validation cannot know its token limit.
+    # (The server's first count loads the model's tokenizer.)
+    fit = re.compile(r"\d+ of 50 records fit 1,?024 tokens for \S+; \d+ longer")
+    expect(tab.locator("#job-fit")).to_contain_text(fit, timeout=60_000)
+    tab.fill("#job-max-seq-len", "8192")
+    tab.locator("#job-max-seq-len").dispatch_event("change")
+    expect(tab.locator("#job-fit")).to_contain_text("50 of 50 records fit 8,192 tokens")
     page.shot("file")
 
 

@@ -25,6 +25,7 @@ from tests.integration.job_support import (
     job_request,
     stored_row,
     upload_demo_dataset,
+    upload_eval_problems,
 )
 from tests.sqlite_service import enqueued
 from worker.tasks.reaper import reap as reap_task
@@ -229,3 +230,50 @@ def test_a_failing_attempt_gets_a_repair_queued_for_decoding(task_settings):
     assert enqueued(task_settings) == [("cuset.generate_repair", [generation_id, 1])]
     verify_sample.run(generation_id, 0)  # a redelivery of a settled attempt adds nothing
     assert len(read_samples(stored_row(task_settings.resolved_database_url, Generation, generation_id).samples)) == 2
+
+
+def test_the_file_check_counts_records_in_the_jobs_own_prompt_style_as_the_files_fit_does(fast_client, task_settings):
+    import json
+
+    from cuset_core.demo import demo_problems
+    from cuset_core.generation.prompts import prompt_for
+
+    # KernelBench-table rows: a compact job rebuilds each prompt from the problem (shorter); a
+    # kernelbench job keeps the long prompt, and at 1,400 tokens none of its records fits.
+    rows = [{"question": prompt_for(p.problem_code, "kernelbench"), "answer": p.solution_code} for p in demo_problems()]
+    content = "".join(json.dumps(row) + "\n" for row in rows).encode()
+    uploaded = fast_client.post("/v1/files", files={"file": ("qa.jsonl", content)}, data={"purpose": "fine-tune"})
+    training_file = uploaded.json()["id"]
+    url = task_settings.resolved_database_url
+
+    def fit(style: str) -> int:
+        params = {"model": "tiny", "max_seq_len": 1400, "prompt_style": style}
+        return fast_client.get(f"/v1/files/{training_file}/fit", params=params).json()["fit"]
+
+    def checked(style: str) -> str:
+        body = job_request(training_file, prompt_style=style)
+        body["hyperparameters"]["max_seq_len"] = 1400
+        job_id = fast_client.post("/v1/fine_tuning/jobs", json=body).json()["id"]
+        validate_job_files.run(job_id)
+        return job_id
+
+    compact, kernelbench = checked("compact"), checked("kernelbench")
+    assert 0 < fit("compact") < 50 and fit("kernelbench") == 0
+    usable = [m for _, m in event_rows(url, compact) if m.endswith("records usable")]
+    assert usable == [f"training_file: {fit('compact')} of 50 records usable"]
+    job = stored_row(url, Job, kernelbench)
+    assert (job.status, job.error.code) == (
+        JobStatus.FAILED,
+        "invalid_file",
+    ) and "max_seq_len 1400" in job.error.message
+
+
+def test_a_files_fit_needs_a_model_the_owner_may_use_and_a_training_file(fast_client):
+    training_file = upload_demo_dataset(fast_client)
+    unknown = fast_client.get(f"/v1/files/{training_file}/fit", params={"model": "gpt-17"})
+    assert (unknown.status_code, unknown.json()["error"]["param"]) == (404, "model")
+    problems = upload_eval_problems(fast_client)
+    refused = fast_client.get(f"/v1/files/{problems}/fit", params={"model": "tiny"})
+    assert (refused.status_code, refused.json()["error"]["code"]) == (400, "invalid_file_purpose")
+    roomy = fast_client.get(f"/v1/files/{training_file}/fit", params={"model": "tiny", "max_seq_len": 8192}).json()
+    assert roomy["fit"] == roomy["records"] and roomy["over_lines"] == []

@@ -10,7 +10,6 @@ from celery import shared_task
 
 from cuset_core.data import DataFileError, LoadOptions, load_records
 from cuset_core.models import load_tokenizer
-from cuset_core.training.config import TuneConfig
 from db.dispatch import TaskName, send_tune
 from db.errors import ErrorCode, ErrorInfo
 from db.job_rows import finish_validation, model_spec
@@ -20,14 +19,14 @@ from db.settings import get_settings
 from db.statuses import JobStatus
 
 log = logging.getLogger(__name__)
-_PROMPT_STYLE = TuneConfig.model_fields["prompt_style"].default
 
 
 def _check_file(
-    file: File, settings, tokenizer, max_seq_len: int, param: str
+    file: File, settings, tokenizer, options: LoadOptions, param: str
 ) -> tuple[list[tuple[str, str]], ErrorInfo | None]:
-    """((level, message) notes, the error or None) for one data file, loaded as training will load it."""
-    options = LoadOptions(prompt_style=_PROMPT_STYLE, max_tokens=max_seq_len)
+    """((level, message) notes, the error or None) for one data file, loaded as training will load
+    it (the job's prompt style and token limit)."""
+    max_seq_len = options.max_tokens
     try:
         loaded = load_records(settings.artifacts / file.path, options, tokenizer)
     except DataFileError as exc:
@@ -55,13 +54,13 @@ def validate_job_files(job_id: str) -> None:
         files = [(session.get(File, job.training_file), "training_file")]
         if job.validation_file:
             files.append((session.get(File, job.validation_file), "validation_file"))
-        max_seq_len = job.spec.hyperparameters.max_seq_len
+        options = LoadOptions(prompt_style=job.spec.prompt_style, max_tokens=job.spec.hyperparameters.max_seq_len)
         notes: list[tuple[str, str]] = []
         error = None
         try:
             tokenizer = load_tokenizer(model_spec(session, settings, job))
             for file, param in files:
-                file_notes, error = _check_file(file, settings, tokenizer, max_seq_len, param)
+                file_notes, error = _check_file(file, settings, tokenizer, options, param)
                 notes += file_notes
                 if error:
                     break

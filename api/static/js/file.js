@@ -61,6 +61,32 @@
         el("option", { value: f.id, text: `${f.filename} (${fmtNumber(f.records)} problems, ${f.id})` })));
     }
     document.getElementById("job-form").hidden = false;
+    showFit();
+  }
+
+  /** How many records the chosen model and token limit train on (validation cannot know them). */
+  let fitAsked = 0;
+  async function showFit() {
+    const asked = ++fitAsked;
+    const line = document.getElementById("job-fit");
+    const model = document.getElementById("job-model").value;
+    if (!model) return;
+    const maxSeqLen = document.getElementById("job-max-seq-len").value.trim();
+    try {
+      const fit = await api(`${filePath}/fit`, { query: {
+        model, prompt_style: document.getElementById("job-prompt-style").value, ...(maxSeqLen ? { max_seq_len: maxSeqLen } : {}),
+      } });
+      if (asked !== fitAsked) return; // a newer choice answered first
+      const over = fit.records - fit.fit;
+      line.className = over ? "small badge warn" : "small muted";
+      line.textContent = `${fmtNumber(fit.fit)} of ${fmtNumber(fit.records)} records fit ${fmtNumber(fit.max_seq_len)} tokens for ${fit.model}`
+        + (over ? `; ${fmtNumber(over)} longer (line${over > 1 ? "s" : ""} ${fit.over_lines.slice(0, 8).join(", ")}${over > 8 ? ", …" : ""}) would be left out` : "");
+    } catch (e) {
+      if (asked === fitAsked) { line.className = "small muted"; line.textContent = `Token count unavailable: ${e.message}`; }
+    }
+  }
+  for (const id of ["job-model", "job-max-seq-len", "job-prompt-style"]) {
+    document.getElementById(id).addEventListener("change", () => showFit());
   }
 
   /** The create request the form stands for; blank fields are left to the server's defaults. */
@@ -103,7 +129,7 @@
     document.getElementById("file-facts").replaceChildren(...[
       fact("Purpose", el("span", { class: "pill", text: file.purpose })),
       fact("Format", file.format),
-      fact("Records", `${fmtNumber(file.records)} kept of ${fmtNumber(file.total_rows)} rows`),
+      fact("Records", `${fmtNumber(file.records)} kept of ${fmtNumber(file.total_rows)} rows by validation`),
       fact("Warnings", file.warnings ? el("span", { class: "badge warn", text: fmtNumber(file.warnings) }) : "none"),
       fact("Size", fmtBytes(file.bytes)),
       fact("Uploaded", fmtTime(file.created_at)),
