@@ -16,9 +16,10 @@ Database reads run in the thread pool, never on the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -297,6 +298,30 @@ async def wait_final(settings: Settings, generation_id: str) -> Snapshot:
                 raise failure_error(snapshot)
             return snapshot
     raise AssertionError("follow() ends with a final snapshot")
+
+
+DISCONNECT_CHECK_S = 1.0  # how often a non-streaming request asks whether its client is still there
+
+
+async def wait_answer(settings: Settings, generation_id: str, disconnected: Callable[[], Awaitable[bool]]) -> Snapshot:
+    """``wait_final`` for a non-streaming request, given up once ``disconnected`` says the client
+    left (asked every ``DISCONNECT_CHECK_S``): leaving ends the row (``follow``), so nothing goes on
+    decoding or verifying for nobody. Raises APIError ``client_gone`` then (nobody reads it)."""
+    waiting = asyncio.ensure_future(wait_final(settings, generation_id))
+    try:
+        while True:
+            done, _ = await asyncio.wait({waiting}, timeout=DISCONNECT_CHECK_S)
+            if done:
+                return waiting.result()
+            if await disconnected():
+                raise APIError(
+                    499, "The client disconnected before the answer was complete.", code=ErrorCode.CLIENT_GONE
+                )
+    finally:
+        if not waiting.done():
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
 
 
 def sse(data: Any, event: str | None = None) -> ServerSentEvent:

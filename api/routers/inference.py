@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from sqlalchemy.orm import Session
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
@@ -34,7 +34,7 @@ from api.schemas.inference import (
     GenerateTimings,
     Usage,
 )
-from api.streaming import DONE, Snapshot, failure_error, follow, sse, wait_final
+from api.streaming import DONE, Snapshot, failure_error, follow, sse, wait_answer
 from cuset_core.evaluation.problem_check import problem_issues
 from cuset_core.generation.prompts import PromptStyle, build_messages
 from cuset_core.models import recorded_prompt_style
@@ -168,7 +168,9 @@ async def _openai_events(
 
 
 @router.post("/completions", response_model=CompletionResponse)
-async def create_completion(body: CompletionRequest, session: SessionDep, settings: SettingsDep, owner: OwnerDep):
+async def create_completion(
+    body: CompletionRequest, http: Request, session: SessionDep, settings: SettingsDep, owner: OwnerDep
+):
     """Continue raw text prompts (no chat template)."""
     _check_limits(settings, body.max_tokens, body.n)
     prompts = body.prompts()
@@ -179,7 +181,7 @@ async def create_completion(body: CompletionRequest, session: SessionDep, settin
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return _event_stream(_openai_events(settings, created, chat=False, include_usage=include_usage))
-    done = await wait_final(settings, created.id)
+    done = await wait_answer(settings, created.id, http.is_disconnected)
     return CompletionResponse(
         id=done.id,
         created=int(done.created_at),
@@ -194,7 +196,7 @@ async def create_completion(body: CompletionRequest, session: SessionDep, settin
 
 @router.post("/chat/completions", response_model=ChatCompletionResponse)
 async def create_chat_completion(
-    body: ChatCompletionRequest, session: SessionDep, settings: SettingsDep, owner: OwnerDep
+    body: ChatCompletionRequest, http: Request, session: SessionDep, settings: SettingsDep, owner: OwnerDep
 ):
     """Answer a conversation, rendered with the model's chat template."""
     max_tokens = body.token_limit(min(CHAT_DEFAULT_MAX_TOKENS, settings.max_generation_tokens))
@@ -204,7 +206,7 @@ async def create_chat_completion(
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return _event_stream(_openai_events(settings, created, chat=True, include_usage=include_usage))
-    done = await wait_final(settings, created.id)
+    done = await wait_answer(settings, created.id, http.is_disconnected)
     return ChatCompletionResponse(
         id=done.id,
         created=int(done.created_at),
@@ -340,7 +342,9 @@ def _generate_request(settings: Settings, body: GenerateRequest, model_style: Pr
 
 
 @router.post("/generate", response_model=GenerateResponse)
-async def create_generation(body: GenerateRequest, session: SessionDep, settings: SettingsDep, owner: OwnerDep):
+async def create_generation(
+    body: GenerateRequest, http: Request, session: SessionDep, settings: SettingsDep, owner: OwnerDep
+):
     """Kernels for a problem (or answers to a prompt), each with its code and, when asked, its
     verification; ``stream`` sends server-sent events as samples grow and get verified. With
     verification, ``best_of`` candidates are verified as they finish, ``stop_at_first_pass`` ends
@@ -353,7 +357,7 @@ async def create_generation(body: GenerateRequest, session: SessionDep, settings
     )
     if body.stream:
         return _event_stream(_generate_events(settings, created))
-    done = await wait_final(settings, created.id)
+    done = await wait_answer(settings, created.id, http.is_disconnected)
     samples = read_samples(done.samples)
     return GenerateResponse(
         id=done.id,

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import redis
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 from api.streaming import follow
 from db.generation_events import GenerationEvent
@@ -193,3 +193,20 @@ def test_a_client_that_disconnects_mid_stream_stops_its_decoding(
     published = len(channels.of(generation_id))
     time.sleep(2 * ROW_FLUSH_S)
     assert len(channels.of(generation_id)) == published
+
+
+def test_a_client_that_stops_waiting_for_a_whole_answer_stops_its_decoding(
+    server, worker, auth_headers, service_settings
+):
+    body = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 4000, "temperature": 0}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server}/v1/completions", json=body, headers=auth_headers, timeout=4)
+    url = service_settings.resolved_database_url
+
+    def newest() -> tuple[str, str | None]:
+        with session_scope(url) as session:
+            row = session.scalars(select(Generation).order_by(Generation.created_at.desc())).first()
+            return row.status, row.error.code if row.error else None
+
+    assert wait_for(lambda: newest()[0] == "failed", timeout=30, what="the abandoned row to end")
+    assert newest() == ("failed", "client_gone")
