@@ -9,11 +9,14 @@ generation stops before its next batch and verification records nothing more.
 
 from __future__ import annotations
 
+import io
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -25,7 +28,8 @@ from api.schemas.common import ListPage
 from api.schemas.evals import EvalCreate, EvalObject, EvalProblemObject
 from cuset_core.evaluation.compare import CompareInputError, Comparison, EvalRun, compare_runs
 from cuset_core.evaluation.inputs import EvalInputError
-from cuset_core.evaluation.runner import EvalConfig, load_problems
+from cuset_core.evaluation.report import write_run_layout
+from cuset_core.evaluation.runner import EvalConfig, SampleRecord, load_problems
 from cuset_core.evaluation.settings import VerificationSettings
 from cuset_core.improve.keep import shared_problems
 from cuset_core.models import recorded_prompt_style
@@ -239,6 +243,44 @@ def compare_evals(
 def retrieve_eval(eval_id: str, session: SessionDep, owner: OwnerDep) -> EvalObject:
     """One eval: status, progress and (when finished) the aggregate metrics."""
     return _view(owned_or_404(session, Eval, eval_id, owner, "eval"))
+
+
+@router.get(
+    "/evals/{eval_id}/kernelbench_run",
+    response_class=Response,
+    summary="The eval's samples as a KernelBench run folder (a tar)",
+    responses={200: {"content": {"application/x-tar": {}}}, 404: {"description": "unknown eval"}},
+)
+def eval_kernelbench_run(
+    eval_id: str,
+    session: SessionDep,
+    owner: OwnerDep,
+    level: Annotated[int, Query(ge=1, le=4, description="the KernelBench level the problems are from")],
+) -> Response:
+    """The eval's verified problems as KernelBench writes a run (``runs/<name>/``): one
+    ``level_<L>_problem_<P>_sample_<S>_kernel.py`` per drawn sample and ``eval_results.json``, so
+    KernelBench's own analysis scripts read the results. Problems whose id starts with no number
+    (KernelBench's problem id, as in ``19_ReLU``) are left out."""
+    row = owned_or_404(session, Eval, eval_id, owner, "eval")
+    tier = Tier(row.config.get("tier", Tier.COMPILE))
+    samples = [
+        SampleRecord(problem_id=problem_id, **sample.model_dump(exclude={"code"}))
+        for problem_id, raw in session.execute(
+            select(EvalProblem.problem_id, EvalProblem.samples)
+            .where(EvalProblem.eval_id == eval_id, EvalProblem.recorded())
+            .order_by(EvalProblem.problem_id)
+        ).all()
+        for sample in read_samples(raw)
+    ]
+    buffer = io.BytesIO()
+    with tempfile.TemporaryDirectory() as folder, tarfile.open(fileobj=buffer, mode="w") as archive:
+        write_run_layout(samples, level, tier, Path(folder) / eval_id)
+        archive.add(Path(folder) / eval_id, arcname=eval_id)
+    return Response(
+        buffer.getvalue(),
+        media_type="application/x-tar",
+        headers={"Content-Disposition": f'attachment; filename="{eval_id}-kernelbench-run.tar"'},
+    )
 
 
 @router.get("/evals/{eval_id}/problems", response_model=ListPage[EvalProblemObject])

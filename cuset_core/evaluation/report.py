@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cuset_core.evaluation.kernelbench_runs import kernelbench_number
 from cuset_core.evaluation.metrics import METRIC_TIERS, Aggregate, KernelBenchBlock, passed_tier
-from cuset_core.evaluation.runner import EvalReport
+from cuset_core.evaluation.runner import EvalReport, SampleRecord
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.result import Tier
 
@@ -176,18 +176,24 @@ def kernelbench_level(problems: str) -> int | None:
 
 
 def write_kernelbench_run(report: EvalReport, folder: Path) -> Path | None:
+    """``report``'s samples as a KernelBench run (``write_run_layout``); the folder, or None when
+    the set is not a KernelBench level (no level in its path)."""
+    level = kernelbench_level(report.config.problems)
+    if level is None:
+        return None
+    return write_run_layout(report.samples, level, report.config.tier, folder)
+
+
+def write_run_layout(samples: list[SampleRecord], level: int, tier: Tier, folder: Path) -> Path:
     """The drawn samples (repairs left out) as KernelBench writes a run: one
     ``level_<L>_problem_<P>_sample_<S>_kernel.py`` per sample (the code taken out of the answer) and
     ``eval_results.json`` (per problem id, a list of ``sample_id``, ``compiled``, ``correctness``,
     ``metadata``, ``runtime`` in ms or -1, ``runtime_stats``), so KernelBench's analysis scripts
-    read it. ``correctness`` is the eval's tier passed (the CPU tier's verdict below ``gpu``).
-    Returns the folder, or None when the set is not a KernelBench level (no level in its path)."""
-    level = kernelbench_level(report.config.problems)
-    if level is None:
-        return None
+    read it. ``correctness`` is ``tier`` passed (the CPU tier's verdict below ``gpu``). Samples of
+    a problem whose id starts with no number (KernelBench's problem id) are left out."""
     folder.mkdir(parents=True, exist_ok=True)
     results: dict[int, list[dict]] = {}
-    for record in report.samples:
+    for record in samples:
         number = kernelbench_number(record.problem_id)
         if number is None or record.round:
             continue
@@ -198,10 +204,10 @@ def write_kernelbench_run(report: EvalReport, folder: Path) -> Path | None:
             {
                 "sample_id": record.index,
                 "compiled": passed_tier(result, Tier.COMPILE),
-                "correctness": passed_tier(result, report.config.tier),
+                "correctness": passed_tier(result, tier),
                 "metadata": {
                     "cuset_problem_id": record.problem_id,
-                    "cuset_tier": report.config.tier.value,
+                    "cuset_tier": tier.value,
                     "verdict": result.verdict.value,
                     "reason": result.reason,
                 },

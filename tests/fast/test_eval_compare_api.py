@@ -1,5 +1,7 @@
-"""``GET /v1/evals/compare``: two stored evals of the same problems compared metric by metric with
-paired bootstrap intervals, as ``cuset eval-compare`` compares two results files."""
+"""What a stored eval gives back besides its own rows: ``GET /v1/evals/compare`` (two evals of the
+same problems compared metric by metric with paired bootstrap intervals, as ``cuset eval-compare``
+compares two results files) and ``GET /v1/evals/{id}/kernelbench_run`` (its samples as KernelBench
+writes a run)."""
 
 from __future__ import annotations
 
@@ -46,3 +48,26 @@ def test_only_the_owners_succeeded_evals_of_the_same_problems_compare(fast_clien
     theirs = stored_eval(fast_settings, "eval-theirs", set(PROBLEMS), owner=OTHER_OWNER)
     answer = fast_client.get("/v1/evals/compare", params={"a": other, "b": theirs})
     assert (answer.status_code, answer.json()["error"]["param"]) == (404, "b")
+
+
+def test_an_evals_samples_download_as_a_kernelbench_run(fast_client, fast_settings):
+    import io
+    import json
+    import tarfile
+
+    problems = ["19_ReLU", "20_LeakyReLU", "mine"]
+    eval_id = insert_scored_eval(
+        fast_settings.resolved_database_url, "eval-kb", problems, {"19_ReLU"}, owner=FAST_OWNER
+    )
+    response = fast_client.get(f"/v1/evals/{eval_id}/kernelbench_run", params={"level": 1})
+    assert response.status_code == 200 and response.headers["content-type"] == "application/x-tar"
+    with tarfile.open(fileobj=io.BytesIO(response.content)) as archive:
+        names = sorted(archive.getnames())
+        results = json.load(archive.extractfile(f"{eval_id}/eval_results.json"))
+    kernels = [n for n in names if n.endswith("_kernel.py")]
+    # Three samples of each numbered problem; "mine" has no KernelBench number and is left out.
+    assert kernels == [f"{eval_id}/level_1_problem_{p}_sample_{s}_kernel.py" for p in (19, 20) for s in range(3)]
+    assert [r["correctness"] for r in results["19"]] == [True] * 3 and not any(r["correctness"] for r in results["20"])
+    assert results["19"][0]["metadata"]["cuset_tier"] == "cpu"
+    missing = fast_client.get(f"/v1/evals/{eval_id}/kernelbench_run")
+    assert (missing.status_code, missing.json()["error"]["param"]) == (422, "level")

@@ -241,8 +241,8 @@ def insert_scored_eval(
         )
 
     insert_eval(
-        database_url, eval_id, owner=owner, status=status, aggregate={"tier": "cpu", "k_values": [1, 2]},
-        finished_at=time.time(),
+        database_url, eval_id, owner=owner, status=status, config={"tier": "cpu", "samples": 2},
+        aggregate={"tier": "cpu", "k_values": [1, 2]}, finished_at=time.time(),
     )  # fmt: skip
     with session_scope(database_url) as session:
         for pid in problems:
