@@ -392,6 +392,11 @@ def test_two_evals_picked_on_the_evals_page_compare_metric_by_metric(page, servi
     expect(greedy).to_contain_text("A better")
     assert [c.strip() for c in greedy.locator("td").all_inner_texts()][1:5] == ["12", "0.833", "0.167", "+0.667"]
     page.shot("eval-compare")
+    # An eval's page downloads its samples as a KernelBench run.
+    tab = page.open(f"/evals/{better}")
+    with tab.expect_download() as download:
+        tab.locator('[data-kb-level="1"]').click()
+    assert download.value.suggested_filename == f"{better}-kernelbench-run.tar"
     assert not page.errors
 
 

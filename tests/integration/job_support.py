@@ -228,6 +228,7 @@ def insert_scored_eval(
 ) -> str:
     """A finished eval (tier cpu, k 1 and 2) of ``problems``: per problem a greedy answer and 2
     samples, all passing on the problems in ``passes`` and none elsewhere; its id."""
+    from cuset_core.evaluation.metrics import problem_row
     from cuset_core.verify.result import Tier, Verdict, VerifyResult
     from db.evals import EvalSampleRecord
     from db.models import EvalProblem
@@ -247,7 +248,9 @@ def insert_scored_eval(
     with session_scope(database_url) as session:
         for pid in problems:
             samples = [sample(index, pid in passes) for index in range(3)]
-            session.add(EvalProblem(eval_id=eval_id, problem_id=pid, code="", row={}, samples=samples))
+            results = [VerifyResult.model_validate(s["result"]) for s in samples]
+            row = problem_row(pid, results[1:], results[0]).model_dump(mode="json")
+            session.add(EvalProblem(eval_id=eval_id, problem_id=pid, code="", row=row, samples=samples))
     return eval_id
 
 

@@ -99,4 +99,17 @@
       throw e;
     }
   }, 3000);
+
+  // The samples as KernelBench writes a run (a tar), fetched with the page's API key.
+  for (const button of document.querySelectorAll("[data-kb-level]")) {
+    button.addEventListener("click", async () => {
+      try {
+        const response = await Cuset.api(`/v1/evals/${encodeURIComponent(evalId)}/kernelbench_run`,
+          { query: { level: button.dataset.kbLevel }, raw: true });
+        const link = el("a", { href: URL.createObjectURL(await response.blob()), download: `${evalId}-kernelbench-run.tar` });
+        link.click();
+        URL.revokeObjectURL(link.href);
+      } catch (e) { Cuset.showError(e); }
+    });
+  }
 })();
