@@ -100,6 +100,9 @@ def service_settings(database_url, broker_url, broker_key_prefix, tmp_path_facto
         generation_timeout_s=120,
         max_concurrent_jobs=100,  # tests create many jobs; the cap has its own test
         rate_limit_rps=0,  # likewise: the tests' bursts are not what the limiter is for
+        # Training runs at the API's priority here: beside the other lanes a niced run can starve
+        # for minutes, and the tests wait for its steps, not for its priority.
+        train_nice=0,
     )
 
 
