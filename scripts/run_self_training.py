@@ -1,6 +1,7 @@
 """Issue 27's experiment: verified self-training from the elementwise comparison's seed-0 runs.
 
     nice -n 19 .venv/bin/python scripts/run_self_training.py run      # every stage not done yet (resumes)
+    .venv/bin/python scripts/run_self_training.py save                 # finished stages into experiments/
     .venv/bin/python scripts/run_self_training.py report               # experiments/self_training/report.md
 
 Two arms, one per inner objective: ``sft`` and ``cuset``. Each starts from its comparison run of seed
@@ -18,7 +19,8 @@ problem with either eval set (checked before anything runs).
 
 Rounds alternate between the arms (round 1 of both, then round 2 of both, ...), so each session's
 hours give comparable figures. Small results go to ``experiments/self_training/<arm>/round_<r>/``
-(round.json, eval_unseen/, eval_seen/); adapters and samples stay in ``runs/self-training/``.
+(eval/results.json once the round's samples are verified, then kept_new.jsonl, round.json,
+eval_unseen/, eval_seen/); adapters stay in ``runs/self-training/``.
 
 The rule for the adapter to ship was written before the first round ran: see ``SHIP_RULE``.
 """
@@ -100,19 +102,33 @@ def check_pool() -> None:
         check_no_leakage(config)
 
 
-# What a finished round leaves in experiments/ besides its evaluations: enough for another checkout
-# to resume after it (the loop tunes a missing adapter again from the same data and seed).
-KEPT_STAGE_FILES = ("round.json", "kept_new.jsonl")
+# What a round leaves in experiments/ besides its evaluations, stage by stage: enough for another
+# checkout to resume after it (the loop skips a sampled-and-verified stage whose results exist, and
+# tunes a missing adapter again from the same data and seed).
+STAGE_FILES = ("eval/results.json", "kept_new.jsonl", "round.json")
 
 
 def restore(results: Path, folder: Path) -> None:
-    """Put a round finished in another checkout (its committed files) back where the loop looks."""
-    if (folder / "round.json").is_file() or not all((results / name).is_file() for name in KEPT_STAGE_FILES):
-        return
-    folder.mkdir(parents=True, exist_ok=True)
-    for name in KEPT_STAGE_FILES:
-        shutil.copyfile(results / name, folder / name)
-    common.log(f"{common.rel(folder)}: restored from {common.rel(results)}")
+    """Put the stages of a round that another checkout finished (its committed files) back where the
+    loop looks."""
+    for name in STAGE_FILES:
+        source, target = results / name, folder / name
+        if source.is_file() and not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+            common.log(f"{common.rel(target)}: restored from {common.rel(source)}")
+
+
+def save() -> None:
+    """Copy every finished stage from runs/ into experiments/ (to commit before a session ends)."""
+    for arm in ARMS:
+        for round_ in range(1, ROUNDS + 1):
+            folder, results = RUNS / arm / f"round_{round_}", RESULTS / arm / f"round_{round_}"
+            for name in STAGE_FILES:
+                if (folder / name).is_file():
+                    (results / name).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(folder / name, results / name)
+                    common.log(f"saved {common.rel(results / name)}")
 
 
 def run_round(arm: str, round_: int) -> bool:
@@ -128,11 +144,10 @@ def run_round(arm: str, round_: int) -> bool:
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(json.dumps(improve_config(arm, start, round_), indent=1) + "\n")
         common.log(f"{arm} round {round_}: sample, verify, keep, tune")
-        if common.call([sys.executable, "-m", "cuset_core.improve", common.rel(config)]) != 0 or not done.is_file():
+        finished = common.call([sys.executable, "-m", "cuset_core.improve", common.rel(config)]) == 0
+        save()  # a stopped round keeps its finished stages too
+        if not finished or not done.is_file():
             return False
-    results.mkdir(parents=True, exist_ok=True)
-    for name in KEPT_STAGE_FILES:
-        shutil.copyfile(done.parent / name, results / name)
     tuned = json.loads(done.read_text())["tuned_model"]
     for name in SETS:
         problems = elementwise.DATA_DIR / f"eval_{name}.jsonl"
@@ -209,8 +224,8 @@ def report() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("stage", choices=("run", "report"))
-    {"run": run, "report": report}[parser.parse_args().stage]()
+    parser.add_argument("stage", choices=("run", "save", "report"))
+    {"run": run, "save": save, "report": report}[parser.parse_args().stage]()
 
 
 if __name__ == "__main__":
