@@ -100,6 +100,6 @@ def run_gpu_tier(
             unsupported_feature="gpu",
             reason=NO_GPU_REASON,
         )
-    spec = TierSpec(Tier.GPU, HARNESS_MODULE, gpu_limits(settings.limits), gpu_env)
+    spec = TierSpec(Tier.GPU, HARNESS_MODULE, gpu_limits(settings.limits), gpu_env, early_start=True)
     result, _ = judge(spec, problem_code, candidate, settings, gpu_job(candidate, settings), references)
     return result

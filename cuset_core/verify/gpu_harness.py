@@ -495,5 +495,11 @@ def side_main(side: str, job: GpuJob, workdir: Path, timings: dict[str, float]) 
     return run(job, workdir, torch.device("cuda"), timings)
 
 
+def warm_up() -> None:
+    """What the candidate side imports before its files arrive (``run_side --late``)."""
+    import safetensors.torch  # noqa: F401
+    import torch.utils.cpp_extension  # noqa: F401
+
+
 if __name__ == "__main__":
-    raise SystemExit(run_side(side_main, GpuJob, sys.argv[1:], "GPU"))
+    run_side(side_main, GpuJob, sys.argv[1:], "GPU", warm_up)

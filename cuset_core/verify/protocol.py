@@ -39,6 +39,7 @@ and light parts of ``cuset_core.verify`` at the top; torch is imported where it 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -56,14 +57,21 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 import cuset_core
 from cuset_core.verify.library_cache import LibraryCache
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
-from cuset_core.verify.sandbox import SandboxOutcome, describe, run_sandboxed
+from cuset_core.verify.sandbox import (
+    SandboxOutcome,
+    StartedSandbox,
+    describe,
+    run_sandboxed,
+    start_sandboxed,
+    unpack_files,
+)
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
 if TYPE_CHECKING:
@@ -480,13 +488,27 @@ def write_report(workdir: Path, outcome: Outcome) -> None:
     partial.replace(workdir / REPORT_FILE)
 
 
+LATE_FILES = "--late"  # a harness started before its files (sandbox.start_sandboxed) reads them on stdin
+
+
 def run_side(
     side_main: Callable[[str, JobT, Path, dict[str, float]], Outcome],
     job_type: type[JobT],
     argv: list[str],
     harness: str,
-) -> int:
-    """Entry point of a harness: run one side and always leave a report unless killed."""
+    warm_up: Callable[[], None] = lambda: None,
+) -> NoReturn:
+    """Entry point of a harness: run one side, always leave a report unless killed, and exit.
+
+    With ``--late`` first, the harness was started ahead of its files: it runs ``warm_up``
+    (imports torch, say) while the judge prepares them, then unpacks the archive the judge sends
+    on stdin into the job's folder. It exits with ``os._exit`` once the report is written:
+    torch's interpreter shutdown costs half a second per side, and no exit hook of the
+    candidate's runs after the outputs are final."""
+    if argv[:1] == [LATE_FILES]:
+        argv = argv[1:]
+        warm_up()
+        unpack_files(sys.stdin.buffer.read(), Path(argv[1]).resolve().parent)
     side, job, workdir = read_job(argv, job_type)
     timings: dict[str, float] = {}
     try:
@@ -498,7 +520,9 @@ def run_side(
         outcome = Outcome(verdict, f"the {harness} harness failed on the {side} side", log=tail(traceback.format_exc()))
     outcome.timings_s = {**timings, **outcome.timings_s}
     write_report(workdir, outcome)
-    return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def candidate_factory(
@@ -924,6 +948,9 @@ class TierSpec:
     # Whether the candidate side also runs trial 1 with its kernels disabled (tier 2's runtime
     # can), so that the judge checks the kernels did the work (kernels_did_the_work).
     kernels_off: bool = False
+    # Whether the candidate's harness starts with the reference side and imports torch while it
+    # runs (the real harnesses can; a test's stand-in for the sides cannot).
+    early_start: bool = False
 
 
 @dataclass
@@ -992,6 +1019,28 @@ def _run_side(spec: TierSpec, side: str, folder: Path, job: HarnessJob) -> Sandb
         env=spec.env(folder),
         readable=spec.readable,
     )
+
+
+def _start_side(spec: TierSpec, side: str, folder: Path) -> StartedSandbox | contextlib.nullcontext[None]:
+    """Start one side's harness before its files exist, where ``spec.early_start``: it imports
+    torch meanwhile and waits for them (``run_side --late``; :func:`_finish_side` hands them
+    over). A fresh process per side and candidate, as always."""
+    folder.mkdir(exist_ok=True)
+    if not spec.early_start:
+        return contextlib.nullcontext()
+    return start_sandboxed(
+        [sys.executable, "-m", spec.module, LATE_FILES, side, str(folder / "job.json")],
+        workdir=folder,
+        limits=spec.limits,
+        env=spec.env(folder),
+        readable=spec.readable,
+    )
+
+
+def _finish_side(started: StartedSandbox, folder: Path, job: HarnessJob) -> SandboxOutcome:
+    """Hand ``job`` and the files of ``folder`` to a side started early, and wait for it."""
+    (folder / "job.json").write_text(job.model_dump_json())
+    return started.finish()
 
 
 def _without_report(spec: TierSpec, side: str, outcome: SandboxOutcome) -> VerifyResult:
@@ -1097,18 +1146,19 @@ def run_candidate(
     reference: ReferenceRun,
     job: HarnessJob,
     settings: VerifySettings,
+    started: StartedSandbox | None = None,
 ) -> tuple[VerifyResult, CandidateReport]:
-    """Run the candidate side on the reference's inputs; the judged result and its (untrusted,
-    typed) report, an empty one where it left none the judge accepts."""
+    """Run the candidate side on the reference's inputs (in ``started``, the candidate's harness
+    started early, when given); the judged result and its (untrusted, typed) report, an empty one
+    where it left none the judge accepts."""
     folder = root / "candidate"
     folder.mkdir(exist_ok=True)  # the judge may have put prebuilt libraries there
     candidate_file = "candidate.cu" if candidate.kind == "cu" else "candidate.py"
     (folder / candidate_file).write_text(candidate.code)
     (folder / INPUTS_FILE).write_bytes(reference.inputs)
     # The candidate gets the inputs, never the seed they were drawn with.
-    outcome = _run_side(
-        spec, "candidate", folder, job.model_copy(update={"candidate": candidate_file, "input_seed": None})
-    )
+    job = job.model_copy(update={"candidate": candidate_file, "input_seed": None})
+    outcome = _run_side(spec, "candidate", folder, job) if started is None else _finish_side(started, folder, job)
     try:
         return judge_candidate_data(spec, folder, outcome, reference, settings)
     except UntrustedFileError as exc:
@@ -1306,6 +1356,8 @@ def _judge(
         tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-") as folder,
         tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-build-") as build_folder,
         ThreadPoolExecutor(max_workers=1) as pool,
+        # The candidate's harness imports torch while the reference and the build run.
+        _start_side(spec, "candidate", Path(folder) / "candidate") as early,
     ):
         root = Path(folder)
         cached = _cached_libraries(spec)
@@ -1334,7 +1386,7 @@ def _judge(
             building.result()
             candidate_fields["prebuilt"] = _hand_over_builds(spec, Path(build_folder), root / "candidate")
         result, report = run_candidate(
-            spec, root, candidate, reference, job.model_copy(update=candidate_fields), settings
+            spec, root, candidate, reference, job.model_copy(update=candidate_fields), settings, early
         )
     # A reference shared with earlier candidates of the batch cost this one nothing.
     reference_s = sum(_timings(reference.report).values()) if ran else 0.0
@@ -1369,8 +1421,8 @@ def _cached_libraries(spec: TierSpec) -> list[tuple[PlannedLibrary, bytes]] | No
 
 
 def _hand_over_cached(cached: list[tuple[PlannedLibrary, bytes]], candidate_folder: Path) -> list[PrebuiltLibrary]:
-    """Write cached libraries into the candidate's folder (created here); their job entries."""
-    candidate_folder.mkdir()
+    """Write cached libraries into the candidate's folder; their job entries."""
+    candidate_folder.mkdir(exist_ok=True)
     handed = []
     for planned, data in cached:
         name = f"{planned.module}.so"
@@ -1384,7 +1436,7 @@ def _hand_over_builds(spec: TierSpec, build_folder: Path, candidate_folder: Path
     their entries for the candidate's job. Anything odd is left out: the candidate side rebuilds.
     A library the judge planned goes into the library cache under the judge's own key."""
     planned = {(library.module, library.digest): library for library in spec.planned}
-    candidate_folder.mkdir()
+    candidate_folder.mkdir(exist_ok=True)
     try:
         report = read_report(build_folder) or {}
     except UntrustedFileError:

@@ -178,7 +178,10 @@ def probe_isolation() -> Isolation:
         return Isolation(False, f"libseccomp is not usable ({exc})")
     with tempfile.TemporaryDirectory(prefix="cuset-probe-") as folder:
         try:
-            probe = _launch(["true"], Path(folder), SandboxLimits(wall_s=30), _Cgroups(None, None), {}, None)
+            running = _Running(
+                ["true"], Path(folder), SandboxLimits(wall_s=30), _Cgroups(None, None), {}, False, True, ()
+            )
+            probe = running.wait()
         except (OSError, SandboxSetupError) as exc:
             return Isolation(False, f"bubblewrap cannot set up a sandbox here: {_first_line(str(exc))}")
     if probe.returncode != 0:
@@ -520,9 +523,10 @@ def _pack(folder: Path) -> bytes:
     return buffer.getvalue()
 
 
-def _unpack(data: bytes, folder: Path) -> None:
-    """Copy back what the command left in its work folder: regular files and folders only, each
-    inside ``folder`` (no absolute names, no ``..``, no links or devices)."""
+def unpack_files(data: bytes, folder: Path) -> None:
+    """Extract a tar archive of :func:`_pack`'s kind into ``folder``: regular files and folders
+    only, each inside it (no absolute names, no ``..``, no links or devices). What copies the
+    command's files back, and what a command started early unpacks its late files with."""
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
             members = [m for m in archive.getmembers() if m.isreg() or m.isdir()]
@@ -634,87 +638,167 @@ def run_sandboxed(
     :class:`IsolationUnavailable` where the sandbox cannot isolate and the operator did not opt
     out, :class:`SandboxSetupError` when setting it up failed.
     """
+    running = _start(argv, workdir, limits, env, readable, stdin is not None)
+    if stdin is not None:
+        threading.Thread(target=_feed, args=(running.process.stdin, stdin), daemon=True).start()
+    return running.wait()
+
+
+def start_sandboxed(
+    argv: list[str],
+    *,
+    workdir: Path,
+    limits: SandboxLimits,
+    env: dict[str, str] | None = None,
+    readable: Sequence[Path] = (),
+) -> StartedSandbox:
+    """Start ``argv`` now, ahead of its last files, as :func:`run_sandboxed` would run it.
+
+    The command gets what ``workdir`` holds now (it may be empty); :meth:`StartedSandbox.finish`
+    later sends what the folder holds then, as a tar archive on the command's stdin, and waits
+    for it within ``limits`` counted from that moment. So a harness can import its libraries
+    while the judge is still preparing its inputs (``protocol.run_side --late``). Same errors as
+    :func:`run_sandboxed`."""
+    return StartedSandbox(_start(argv, workdir, limits, env, readable, True))
+
+
+class StartedSandbox:
+    """A command started by :func:`start_sandboxed`: finished once, or abandoned (leaving a
+    ``with`` block abandons it unless it was finished)."""
+
+    def __init__(self, running: _Running) -> None:
+        self._running: _Running | None = running
+
+    def __enter__(self) -> StartedSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.abandon()
+
+    def finish(self) -> SandboxOutcome:
+        """Send the work folder's files now on stdin, then wait for the command and return how it ended."""
+        running, self._running = self._running, None
+        if running is None:
+            raise RuntimeError("this sandboxed command was already finished or abandoned")
+        running.restart_clock()
+        threading.Thread(target=_feed, args=(running.process.stdin, _pack(running.workdir)), daemon=True).start()
+        return running.wait()
+
+    def abandon(self) -> None:
+        """Kill the command if it was never finished (its files and output are dropped)."""
+        running, self._running = self._running, None
+        if running is not None:
+            running.kill()
+
+
+def _start(
+    argv: list[str],
+    workdir: Path,
+    limits: SandboxLimits,
+    env: dict[str, str] | None,
+    readable: Sequence[Path],
+    with_stdin: bool,
+) -> _Running:
     isolated = isolation().available
     if not isolated and (reason := refusal()):
         raise IsolationUnavailable(reason)
     groups = _make_cgroups(limits)
-    return _launch(argv, Path(workdir).resolve(), limits, groups, env or {}, stdin, isolated, tuple(readable))
+    return _Running(argv, Path(workdir).resolve(), limits, groups, env or {}, with_stdin, isolated, tuple(readable))
 
 
-def _launch(
-    argv: list[str],
-    workdir: Path,
-    limits: SandboxLimits,
-    groups: _Cgroups,
-    env: dict[str, str],
-    stdin: bytes | None,
-    isolated: bool = True,
-    readable: tuple[Path, ...] = (),
-) -> SandboxOutcome:
-    """Start the command (in bwrap when ``isolated``), wait for it within the limits, copy its
+class _Running:
+    """A started command (in bwrap when ``isolated``): wait for it within the limits, copy its
     work folder back, release its cgroups."""
-    isolation_held = (
-        ("pid_ns", "net_ns", "ipc_ns", "min_root", "capped_workdir", "non_root", "seccomp") if isolated else ()
-    ) + tuple(name for name, group in (("pids_cgroup", groups.pids), ("memory_cgroup", groups.memory)) if group)
-    command, child_fds, copy_out = list(argv), [], None
-    if isolated:
-        read_end, write_end = os.pipe()
-        child_fds = [write_end, _memfd("cuset-in", _pack(workdir)), _memfd("cuset-seccomp", _seccomp_program())]
-        command = _command(argv, workdir, limits, readable)
-        copy_out = _Pipe(read_end, (limits.workdir_mb << 20) + (limits.workdir_mb << 16) + (1 << 20))
-    start = time.monotonic()
-    try:
-        process = subprocess.Popen(
-            command,
-            cwd=workdir,
-            env=sandbox_env(workdir, env),
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            pass_fds=tuple(range(3, 3 + len(child_fds))),
-            preexec_fn=_preexec(limits, groups, tuple(child_fds)),
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        _release_cgroups(groups)
+
+    def __init__(
+        self,
+        argv: list[str],
+        workdir: Path,
+        limits: SandboxLimits,
+        groups: _Cgroups,
+        env: dict[str, str],
+        with_stdin: bool,
+        isolated: bool,
+        readable: tuple[Path, ...],
+    ) -> None:
+        self.workdir, self.limits, self.groups, self.isolated, self.argv = workdir, limits, groups, isolated, argv
+        self.isolation_held = (
+            ("pid_ns", "net_ns", "ipc_ns", "min_root", "capped_workdir", "non_root", "seccomp") if isolated else ()
+        ) + tuple(name for name, group in (("pids_cgroup", groups.pids), ("memory_cgroup", groups.memory)) if group)
+        command, child_fds, self.copy_out = list(argv), [], None
         if isolated:
-            raise SandboxSetupError(f"could not start bwrap: {exc}") from exc
-        return SandboxOutcome(None, "", f"could not start {argv[0]!r}: {exc}", 0.0, False, None, None, ())
-    finally:
-        for fd in child_fds:
-            os.close(fd)
-    out, err = _Tail(process.stdout), _Tail(process.stderr)
-    if stdin is not None:
-        threading.Thread(target=_feed, args=(process.stdin, stdin), daemon=True).start()
-    timed_out = False
-    try:
-        process.wait(timeout=limits.wall_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    _kill_group(process.pid)
-    process.wait()
-    forks_refused, oom_killed = _release_cgroups(groups)
-    wall_s = time.monotonic() - start
-    stdout, stderr = out.text(timeout=2.0), err.text(timeout=2.0)
-    if copy_out is not None:
-        started, archive = copy_out.result(timeout=10.0)
-        if not started and not timed_out:
-            raise SandboxSetupError(f"the sandbox could not be set up: {stderr.strip()[-2000:] or 'no message'}")
-        _unpack(archive, workdir)
-    returncode = None if timed_out else _status(process.returncode, isolated)
-    sig = -returncode if returncode is not None and returncode < 0 else None
-    if timed_out:
-        sig = signal.SIGKILL
-    return SandboxOutcome(
-        returncode=returncode,
-        stdout=stdout,
-        stderr=stderr,
-        wall_s=wall_s,
-        timed_out=timed_out,
-        signal=sig,
-        limit_hit=_limit_hit(returncode, timed_out, forks_refused, oom_killed, stderr, wall_s >= limits.cpu_s),
-        isolation=isolation_held,
-    )
+            read_end, write_end = os.pipe()
+            child_fds = [write_end, _memfd("cuset-in", _pack(workdir)), _memfd("cuset-seccomp", _seccomp_program())]
+            command = _command(argv, workdir, limits, readable)
+            self.copy_out = _Pipe(read_end, (limits.workdir_mb << 20) + (limits.workdir_mb << 16) + (1 << 20))
+        self.start = time.monotonic()
+        self.failed_start: str | None = None
+        try:
+            self.process = subprocess.Popen(
+                command,
+                cwd=workdir,
+                env=sandbox_env(workdir, env),
+                stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=tuple(range(3, 3 + len(child_fds))),
+                preexec_fn=_preexec(limits, groups, tuple(child_fds)),
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            _release_cgroups(groups)
+            if isolated:
+                raise SandboxSetupError(f"could not start bwrap: {exc}") from exc
+            self.failed_start = f"could not start {argv[0]!r}: {exc}"
+            return
+        finally:
+            for fd in child_fds:
+                os.close(fd)
+        self.out, self.err = _Tail(self.process.stdout), _Tail(self.process.stderr)
+
+    def restart_clock(self) -> None:
+        """Count the wall-clock limit from now (the command waited for its files until now)."""
+        self.start = time.monotonic()
+
+    def kill(self) -> None:
+        if self.failed_start is None:
+            _kill_group(self.process.pid)
+            self.process.wait()
+            _release_cgroups(self.groups)
+
+    def wait(self) -> SandboxOutcome:
+        if self.failed_start is not None:
+            return SandboxOutcome(None, "", self.failed_start, 0.0, False, None, None, ())
+        process, limits = self.process, self.limits
+        timed_out = False
+        try:
+            process.wait(timeout=max(0.0, limits.wall_s - (time.monotonic() - self.start)))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        _kill_group(process.pid)
+        process.wait()
+        forks_refused, oom_killed = _release_cgroups(self.groups)
+        wall_s = time.monotonic() - self.start
+        stdout, stderr = self.out.text(timeout=2.0), self.err.text(timeout=2.0)
+        if self.copy_out is not None:
+            started, archive = self.copy_out.result(timeout=10.0)
+            if not started and not timed_out:
+                raise SandboxSetupError(f"the sandbox could not be set up: {stderr.strip()[-2000:] or 'no message'}")
+            unpack_files(archive, self.workdir)
+        returncode = None if timed_out else _status(process.returncode, self.isolated)
+        sig = -returncode if returncode is not None and returncode < 0 else None
+        if timed_out:
+            sig = signal.SIGKILL
+        return SandboxOutcome(
+            returncode=returncode,
+            stdout=stdout,
+            stderr=stderr,
+            wall_s=wall_s,
+            timed_out=timed_out,
+            signal=sig,
+            limit_hit=_limit_hit(returncode, timed_out, forks_refused, oom_killed, stderr, wall_s >= limits.cpu_s),
+            isolation=self.isolation_held,
+        )
 
 
 def _memfd(name: str, data: bytes) -> int:

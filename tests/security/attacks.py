@@ -83,6 +83,17 @@ def forged_report_then(code: str) -> str:
     return at_import(f"import os as _os\nopen('report.json', 'w').write('{_FORGED}')\n{code}\n_os._exit(0)")
 
 
+# A wrong kernel, and an exit hook that writes the right outputs over the harness's once it is done.
+REWRITE_AT_EXIT = at_import("""
+import atexit as _atexit
+def _rewrite():
+    from pathlib import Path as _Path
+    from cuset_core.verify.protocol import load_values as _load, save_values as _save
+    _trials = _load(_Path("inputs.safetensors").read_bytes())["trials"]
+    _save(_Path("outputs.safetensors"), {"trials": [[x.relu() for x in _inputs] for _inputs in _trials]})
+_atexit.register(_rewrite)
+""").replace(*WRONG_KERNEL)
+
 HUGE_REASON = at_import("""
 import sys as _sys
 _sys.stderr.write("L" * (20 << 20))
@@ -133,6 +144,7 @@ def suite(hidden: Path) -> list[Attack]:
             forged_report_then("open('outputs.safetensors', 'wb').truncate(64 << 20)"),
             ("runtime_error",),
         ),
+        Attack("rewrites the outputs in an exit hook", REWRITE_AT_EXIT, ("value_mismatch",)),
         Attack("emits a 20 MiB reason and log", HUGE_REASON, ("runtime_error",)),
         Attack("writes a 20 MiB report", HUGE_REPORT, ("runtime_error",)),
     ]

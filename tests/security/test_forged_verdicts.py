@@ -22,6 +22,7 @@ from attacks import (
     REFERENCE_THROUGH_SYS_MODULES,
     REPLACE_ALLCLOSE,
     REPLACE_COMPARISON,
+    REWRITE_AT_EXIT,
     SECRET,
     TORCH_EXPRESSION,
     forged_report_then,
@@ -103,6 +104,11 @@ def test_launching_the_kernel_then_returning_a_torch_expression_is_a_run_time_fa
     assert_caught(result, Verdict.STATIC_REJECT)
     assert 'message: "trial 1: run-time fallback: output 0 was computed by torch ops' in result.reason
     assert "abs x1" in result.reason and "1 custom-extension calls" in result.reason
+
+
+def test_outputs_rewritten_by_an_exit_hook_after_the_harness_wrote_them_are_not_judged():
+    # The harness leaves with os._exit once its report is written: no hook of the candidate's runs.
+    assert_caught(tier2(REWRITE_AT_EXIT), Verdict.VALUE_MISMATCH)
 
 
 def test_the_reference_model_is_not_reachable_from_the_candidate():

@@ -33,6 +33,60 @@ def test_stdin_is_passed_through(tmp_path):
     assert outcome.stdout == "ABC\n"
 
 
+# What a harness started early does (protocol.run_side --late): work first, then its late files.
+LATE_READER = """
+import sys, time
+from pathlib import Path
+from cuset_core.verify.sandbox import unpack_files
+began = time.monotonic()
+unpack_files(sys.stdin.buffer.read(), Path.cwd())
+print("waited", round(time.monotonic() - began, 1), "for", sorted(p.name for p in Path.cwd().iterdir()), flush=True)
+Path("answer.txt").write_text(Path("late.txt").read_text().upper())
+"""
+
+
+def start_python(code: str, workdir: Path, limits: SandboxLimits = LIMITS):
+    workdir.mkdir(exist_ok=True)
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    return sandbox.start_sandboxed([sys.executable, "-c", code], workdir=workdir, limits=limits, env=env)
+
+
+def test_a_command_started_early_gets_the_files_written_after_it_started(tmp_path):
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "early.txt").write_text("there at the start")
+    with start_python(LATE_READER, work) as started:
+        time.sleep(1.5)  # the command is running meanwhile, waiting on its stdin
+        (work / "late.txt").write_text("written later")
+        outcome = started.finish()
+    assert outcome.ok, outcome.stderr
+    assert "for ['early.txt', 'late.txt']" in outcome.stdout
+    assert float(outcome.stdout.split()[1]) >= 1.0  # it did start before the file existed
+    assert (work / "answer.txt").read_text() == "WRITTEN LATER"  # copied back as from any run
+
+
+def test_the_wall_clock_limit_of_a_command_started_early_counts_from_its_files(tmp_path):
+    limits = LIMITS.model_copy(update={"wall_s": 2.0})
+    work = tmp_path / "w"
+    with start_python(LATE_READER + "time.sleep(60)", work, limits) as started:
+        time.sleep(3.0)  # longer than the limit, before the files: not counted
+        (work / "late.txt").write_text("x")
+        outcome = started.finish()
+    assert "for ['late.txt']" in outcome.stdout  # it got its files, then overslept
+    assert (outcome.timed_out, outcome.limit_hit) == (True, "wall")
+    assert 1.5 < outcome.wall_s < 5
+
+
+def test_a_command_started_early_and_never_finished_is_killed(tmp_path):
+    marker = f"abandoned_{os.getpid()}_{time.monotonic_ns()}"
+    code = f"{marker} = 1\nimport time\ntime.sleep(60)"
+    with start_python(code, tmp_path / "w") as started:
+        assert _eventually(lambda: any(marker in line for line in _running_commands(exact=True)), 20)
+    assert _eventually(lambda: marker not in _running_commands(), 10)
+    with pytest.raises(RuntimeError, match="already finished or abandoned"):
+        started.finish()
+
+
 def test_a_sleeping_command_is_killed_at_the_wall_clock_limit(tmp_path):
     limits = LIMITS.model_copy(update={"wall_s": 1.0})
     start = time.monotonic()
@@ -309,7 +363,7 @@ def _hostile_archive() -> bytes:
 
 @pytest.mark.parametrize("python", ["venv", "system"])
 def test_copying_back_a_tar_keeps_data_only_on_every_python_3_11(tmp_path, python):
-    """``_unpack`` runs where tarfile has the ``data`` filter (3.11.4+) and where it has not
+    """``unpack_files`` runs where tarfile has the ``data`` filter (3.11.4+) and where it has not
     (3.11.0-3.11.3, e.g. Debian 12's /usr/bin/python3.11): the same files land, the same refused."""
     import inspect
     import subprocess
@@ -332,9 +386,9 @@ def test_copying_back_a_tar_keeps_data_only_on_every_python_3_11(tmp_path, pytho
         [
             "import io, os, shutil, sys, tarfile",
             "from pathlib import Path",
-            inspect.getsource(sandbox._unpack),
+            inspect.getsource(sandbox.unpack_files),
             inspect.getsource(sandbox._extract),
-            "_unpack(Path(sys.argv[1]).read_bytes(), Path(sys.argv[2]))",
+            "unpack_files(Path(sys.argv[1]).read_bytes(), Path(sys.argv[2]))",
         ]
     )
     subprocess.run([interpreter, "-c", script, tmp_path / "archive.tar", folder], check=True)

@@ -153,6 +153,7 @@ def run_cpu_tier(
         readable=preludes,
         confirm_unsupported=unsupported_confirmer(candidate, chain),
         kernels_off=True,
+        early_start=True,
     )
     job = cpu_job(candidate.kind, settings, preludes, chain, prebuild)
     result, details = judge(spec, problem_code, candidate, settings, job, references)

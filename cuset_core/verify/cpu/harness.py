@@ -634,5 +634,13 @@ def side_main(side: str, job: CpuJob, workdir: Path, timings: dict[str, float]) 
     return sides[side](job, workdir, timings)
 
 
+def warm_up() -> None:
+    """What the candidate side imports before its files arrive (``run_side --late``)."""
+    import safetensors.torch  # noqa: F401
+    import torch.utils.cpp_extension  # noqa: F401
+
+    import cuset_core.verify.cpu.build  # noqa: F401
+
+
 if __name__ == "__main__":
-    raise SystemExit(run_side(side_main, CpuJob, sys.argv[1:], "CPU"))
+    run_side(side_main, CpuJob, sys.argv[1:], "CPU", warm_up)
