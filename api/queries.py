@@ -1,9 +1,10 @@
-"""Queries every router makes: an owner's row by id (404 otherwise) and keyset pages in OpenAI's
-list shape, where ``after`` names the last item of the previous page."""
+"""Queries every router makes: an owner's row by id (404 otherwise), an owner's file named in a
+request body (400 naming the field otherwise) and keyset pages in OpenAI's list shape, where
+``after`` names the last item of the previous page."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Select, select, tuple_
@@ -12,6 +13,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from api.errors import bad_request, not_found
 from api.schemas.common import ListPage
 from db.errors import ErrorCode
+from db.models import File
 
 
 class _Listed(Protocol):
@@ -41,6 +43,23 @@ def owned_or_404(
     if row is None:
         raise not_found(kind, row_id, param=param)
     return row
+
+
+def owned_file(session: Session, owner: str, file_id: str, purposes: Collection[str], param: str) -> File:
+    """The file ``file_id`` of ``owner`` with one of ``purposes``, named by the request field
+    ``param``; 400 naming that field otherwise (``file_not_found``: unknown and foreign ids look
+    the same; ``invalid_file_purpose``)."""
+    file = session.scalar(select(File).where(File.id == file_id, File.owner == owner))
+    if file is None:
+        raise bad_request(f"No file found with id '{file_id}'.", param=param, code=ErrorCode.FILE_NOT_FOUND)
+    if file.purpose not in purposes:
+        wanted = " or ".join(f"'{purpose}'" for purpose in sorted(purposes))
+        raise bad_request(
+            f"File '{file_id}' has purpose '{file.purpose}'; {param} needs a file with purpose {wanted}.",
+            param=param,
+            code=ErrorCode.INVALID_FILE_PURPOSE,
+        )
+    return file
 
 
 def cursor_anchor(session: Session, query: Select, message: str, code: ErrorCode = ErrorCode.INVALID_CURSOR) -> Any:

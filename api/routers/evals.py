@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from api.deps import OwnerDep, SessionDep, SettingsDep
 from api.errors import APIError, bad_request
-from api.queries import cursor_anchor, keyset_rows, list_page, owned_or_404
+from api.queries import cursor_anchor, keyset_rows, list_page, owned_file, owned_or_404
 from api.routers.models import model_spec
 from api.schemas.common import ListPage
 from api.schemas.evals import EvalCreate, EvalObject, EvalProblemObject
@@ -52,15 +52,7 @@ LIMIT = Annotated[int, Query(ge=1, le=100, description="items per page")]
 
 def _eval_file_path(session: Session, settings: Settings, owner: str, file_id: str) -> Path:
     """Where an eval file of ``owner`` lives; 400 naming ``eval_file`` when it is unusable."""
-    file = session.scalar(select(File).where(File.id == file_id, File.owner == owner))
-    if file is None:
-        raise bad_request(f"No file found with id '{file_id}'.", param="eval_file", code=ErrorCode.FILE_NOT_FOUND)
-    if file.purpose != "eval":
-        raise bad_request(
-            f"File '{file_id}' has purpose '{file.purpose}'; an eval needs a file with purpose 'eval'.",
-            param="eval_file",
-            code=ErrorCode.INVALID_FILE_PURPOSE,
-        )
+    file = owned_file(session, owner, file_id, {"eval"}, "eval_file")
     if file.format != "jsonl":
         raise bad_request(
             f'File \'{file_id}\' is {file.format}; eval files are JSONL rows of {{"id", "problem"}}.',
@@ -202,9 +194,7 @@ def list_evals(
 
 def _finished_run(session: Session, owner: str, eval_id: str, param: str) -> EvalRun:
     """A succeeded eval of the owner as a comparison's side; 404/400 naming ``param`` otherwise."""
-    row = session.scalar(select(Eval).where(Eval.id == eval_id, Eval.owner == owner))
-    if row is None:
-        raise APIError(404, f"No eval found with id '{eval_id}'.", code=ErrorCode.EVAL_NOT_FOUND, param=param)
+    row = owned_or_404(session, Eval, eval_id, owner, "eval", param=param)
     if row.status != EvalStatus.SUCCEEDED or not row.aggregate:
         raise bad_request(f"Eval '{eval_id}' is {row.status}; only succeeded evals are compared.", param=param)
     problems = session.execute(

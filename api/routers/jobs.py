@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from api.deps import OwnerDep, SessionDep, SettingsDep, run_read
 from api.errors import APIError, bad_request
-from api.queries import cursor_anchor, keyset_rows, list_page, owned_or_404
+from api.queries import cursor_anchor, keyset_rows, list_page, owned_file, owned_or_404
 from api.schemas.common import ListPage
 from api.schemas.jobs import (
     CheckpointObject,
@@ -41,7 +41,7 @@ from db.errors import ErrorCode
 from db.ids import new_id
 from db.job_rows import add_event, cancel
 from db.model_specs import checkpoint_folder, tuned_job
-from db.models import Checkpoint, File, Job, JobEvent, JobMetric
+from db.models import Checkpoint, Job, JobEvent, JobMetric
 from db.settings import Settings
 from db.statuses import JOB_ACTIVE, JOB_FINAL, JobStatus
 
@@ -88,37 +88,6 @@ def _owned_job(session: Session, owner: str, job_id: str) -> Job:
     return owned_or_404(session, Job, job_id, owner, "fine-tuning job")
 
 
-def _check_file(session: Session, owner: str, file_id: str | None, param: str) -> None:
-    if file_id is None:
-        return
-    file = session.scalar(select(File).where(File.id == file_id, File.owner == owner))
-    if file is None:
-        raise bad_request(f"No file found with id '{file_id}'.", param=param, code=ErrorCode.FILE_NOT_FOUND)
-    if file.purpose != "fine-tune":
-        raise bad_request(
-            f"File '{file_id}' has purpose '{file.purpose}'; a tuning job needs purpose 'fine-tune'.",
-            param=param,
-            code=ErrorCode.INVALID_FILE_PURPOSE,
-        )
-
-
-def _problems_path(
-    session: Session, settings: Settings, owner: str, file_id: str, purposes: set[str], param: str
-) -> str:
-    """Where the owner's file ``file_id`` of one of ``purposes`` lives; 400 naming ``param`` when it
-    is not such a file."""
-    file = session.scalar(select(File).where(File.id == file_id, File.owner == owner))
-    if file is None:
-        raise bad_request(f"No file found with id '{file_id}'.", param=param, code=ErrorCode.FILE_NOT_FOUND)
-    if file.purpose not in purposes:
-        raise bad_request(
-            f"File '{file_id}' has purpose '{file.purpose}'; {param} needs purpose {' or '.join(sorted(purposes))}.",
-            param=param,
-            code=ErrorCode.INVALID_FILE_PURPOSE,
-        )
-    return str(settings.artifacts / file.path)
-
-
 def _check_self_training(
     session: Session, settings: Settings, owner: str, body: JobCreate, request: SelfTrainingRequest
 ) -> None:
@@ -137,12 +106,15 @@ def _check_self_training(
             "under /metrics and in the events.",
             param="integrations",
         )
-    pool_path = _problems_path(session, settings, owner, request.problems_file, {"problems"}, f"{param}.problems_file")
+    pool = owned_file(session, owner, request.problems_file, {"problems"}, f"{param}.problems_file")
+    pool_path = str(settings.artifacts / pool.path)
     if request.eval_problems is None:
         return
     target = request.eval_problems
     if target not in (DEMO_PROBLEMS, DEMO_HELD_OUT):
-        target = _problems_path(session, settings, owner, target, {"eval", "problems"}, f"{param}.eval_problems")
+        target = str(
+            settings.artifacts / owned_file(session, owner, target, {"eval", "problems"}, f"{param}.eval_problems").path
+        )
     try:
         pool = {p.id: p.code for p in load_problems(pool_path)}
         evaluation = {p.id: p.code for p in load_problems(target)}
@@ -271,8 +243,9 @@ def create_job(
     _check_model(session, settings, owner, body.model)
     _check_load_options(settings, fields["spec"].hyperparameters)
     _check_integrations(body)
-    _check_file(session, owner, body.training_file, "training_file")
-    _check_file(session, owner, body.validation_file, "validation_file")
+    for param, file_id in (("training_file", body.training_file), ("validation_file", body.validation_file)):
+        if file_id is not None:
+            owned_file(session, owner, file_id, {"fine-tune"}, param)
     if (self_training := self_training_request(body.method)) is not None:
         _check_self_training(session, settings, owner, body, self_training)
     _check_active_jobs(session, settings, owner)

@@ -4,6 +4,7 @@ stuck in "running"."""
 
 from __future__ import annotations
 
+import json
 import time
 
 from db.ids import new_id
@@ -18,6 +19,7 @@ from tests.integration.job_support import (
     upload_short_dataset,
 )
 from tests.service import wait_for
+from worker.device_share import STALE_S, DeviceKeys, device_key, redis_for
 
 
 def test_a_killed_worker_leaves_the_job_resumed_or_failed(client, worker, service_settings):
@@ -44,6 +46,29 @@ def test_a_killed_worker_leaves_the_job_resumed_or_failed(client, worker, servic
         assert (service_settings.artifacts / "jobs" / job["id"] / "out" / "adapter_config.json").is_file()
     else:
         assert done["status"] == "failed" and done["error"]["message"], done
+
+
+def test_a_job_waiting_for_the_device_is_not_taken_for_a_lost_one(client, worker, service_settings):
+    """A training run first waits for the device's other holders to release their models (a long
+    generation finishing): longer than the reaper's silence limit here, and the job must not be
+    reaped (it has no checkpoint yet, so it would fail as worker_lost)."""
+    redis = redis_for(service_settings)
+    keys = DeviceKeys.of(service_settings.broker_key_prefix, device_key())
+    wait_s = 2 * service_settings.heartbeat_timeout_s + service_settings.reaper_interval_s
+    # A holder still loaded and never acknowledging, which goes stale (gone) after ``wait_s``.
+    busy = {"at": time.time() - STALE_S + wait_s, "loaded": True, "ack": None}
+    redis.hset(keys.holders, "busy-infer-worker", json.dumps(busy))
+    try:
+        job = client.post("/v1/fine_tuning/jobs", json=job_request(upload_short_dataset(client), max_steps=2)).json()
+        done = wait_for(
+            lambda: (s := job_state(client, job["id"]))["status"] in FINISHED and s,
+            timeout=180 + wait_s,
+            what="the job to finish",
+        )
+    finally:
+        redis.hdel(keys.holders, "busy-infer-worker")
+    assert done["status"] == "succeeded", done
+    assert not [m for m in event_messages(client, job["id"]) if "worker loss" in m]
 
 
 def _insert_running_job(settings, training_file: str, heartbeat_age_s: float, **values) -> str:

@@ -43,6 +43,7 @@ from db.session import session_scope
 from db.settings import Settings, get_settings
 from db.statuses import JobStatus
 from worker.device_share import free_device
+from worker.heartbeat import heartbeat
 from worker.model_cache import models
 from worker.supervise import ProgressFollower, RunReport, stop, supervise
 
@@ -285,7 +286,10 @@ def tune(job_id: str) -> None:
         return
     process = None
     try:
-        process, follower, log_path = _start(settings, job_id, attempt)
+        # Starting can wait minutes (a generation finishing before the device is freed, a base
+        # model merged): the job must not look silent to the reaper meanwhile.
+        with heartbeat(settings.resolved_database_url, Job, job_id, settings.heartbeat_interval_s):
+            process, follower, log_path = _start(settings, job_id, attempt)
         report = supervise(
             process, follower, settings, job_id, attempt, job_dir(settings, job_id) / "out" / CANCEL_FILE
         )
