@@ -65,6 +65,7 @@ lane parallel "${pytest[@]}" "${parallel[@]}" "${durations[@]}" -m "not integrat
 mkdir -p .cache
 (status=0  # this subshell's own lanes; the parent's failures are the parent's to report
  if [ "$(id -u)" = 0 ]; then lane unprivileged bash scripts/test_unprivileged.sh >.cache/unprivileged.log 2>&1; fi
+ lane newest-python bash scripts/test_newest_python.sh >.cache/newest-python.log 2>&1
  exit "$status") &
 beside=$!
 lane services "${pytest[@]}" -n auto --maxprocesses 4 "${durations[@]}" -m "integration or browser"
@@ -73,9 +74,7 @@ wait "$beside" || code=$?
 for log in unprivileged newest-python; do
     if [ -f ".cache/$log.log" ]; then echo "lane $log (run beside services):"; cat ".cache/$log.log"; fi
 done
-if [ "$code" != 0 ]; then status=$code; failed+=(unprivileged); fi
-# After the services lane, not beside it: its environment build starved the services' training runs.
-lane newest-python bash scripts/test_newest_python.sh
+if [ "$code" != 0 ]; then status=$code; failed+=("unprivileged or newest-python"); fi
 if [ "$status" != 0 ]; then
     joined=$(printf ', %s' "${failed[@]}")
     echo "test: failed lanes: ${joined:2}" >&2
