@@ -6,12 +6,15 @@
   shape ``cuset_core.evaluation.runner`` reads as a problem set (it reads ``.jsonl`` only), each
   problem a KernelBench-format one (``cuset_core.evaluation.problem_check``). ``eval`` files are
   what models are measured on; ``problems`` files are pools to sample and verify answers for
-  (self-training), which must never overlap an eval set.
+  (self-training), which must never overlap an eval set. A KernelBench level folder can come as
+  it is: a tar archive (gzipped or not) of its ``.py`` problem files is stored as those JSONL
+  rows, one per file, its name without ``.py`` as the id, in KernelBench's order.
 """
 
 from __future__ import annotations
 
 import json
+import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -20,6 +23,7 @@ from typing import Any
 
 from api.errors import APIError
 from cuset_core.data import LoadOptions, invalid_json_message, load_records
+from cuset_core.evaluation.kernelbench_runs import kernelbench_number
 from cuset_core.evaluation.problem_check import problem_issues
 from db.errors import ErrorCode
 
@@ -29,6 +33,7 @@ PURPOSES = (FINE_TUNE, EVAL, PROBLEMS)
 PROBLEM_ONLY = (EVAL, PROBLEMS)  # rows {"id", "problem"}, no answers
 SHOWN_ISSUES = 5  # problems spelled out in a rejection message; the rest are counted
 EXCERPT_CHARS = 240
+MAX_PROBLEM_BYTES = 1 << 20  # one problem file of an uploaded archive
 
 
 @dataclass(frozen=True)
@@ -65,9 +70,59 @@ class StoredRecord:
 
 
 def detect_format(path: Path) -> str:
-    """``parquet`` when the file starts with the parquet magic ``PAR1``, else ``jsonl``."""
+    """``parquet`` when the file starts with the parquet magic ``PAR1``, ``tar`` for a tar archive
+    (gzipped or not), else ``jsonl``."""
     with path.open("rb") as handle:
-        return "parquet" if handle.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC else "jsonl"
+        if handle.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC:
+            return "parquet"
+    return "tar" if tarfile.is_tarfile(path) else "jsonl"
+
+
+def problems_from_archive(path: Path, max_records: int) -> None:
+    """Rewrite a tar archive of problem files (a KernelBench level folder) in place as JSONL rows
+    ``{"id", "problem"}``: every regular ``.py`` file at any depth but ``__init__.py``, its name
+    without ``.py`` as the id, in KernelBench's order (the number the name starts with, then the
+    name). Raises ``rejection`` naming the member for a file that is not UTF-8 text or too large,
+    and for an archive without problem files or with more than ``max_records``."""
+    issues: list[Issue] = []
+    rows: list[tuple[str, str]] = []
+    try:
+        with tarfile.open(path) as archive:
+            members = [
+                m
+                for m in archive.getmembers()
+                if m.isreg() and m.name.endswith(".py") and not Path(m.name).name.startswith(("__", "."))
+            ]
+            if len(members) > max_records:
+                raise rejection(
+                    [
+                        Issue(
+                            0,
+                            "",
+                            "too_many_records",
+                            f"the archive has {len(members)} problem files, more than the limit of {max_records}",
+                        )
+                    ]  # fmt: skip
+                )
+            for member in members:
+                if member.size > MAX_PROBLEM_BYTES:
+                    issues.append(Issue(0, member.name, "too_large", f"{member.size} bytes, over {MAX_PROBLEM_BYTES}"))
+                    continue
+                handle = archive.extractfile(member)
+                try:
+                    text = handle.read().decode("utf-8") if handle is not None else ""
+                except UnicodeDecodeError:
+                    issues.append(Issue(0, member.name, "invalid_encoding", "not UTF-8 text"))
+                    continue
+                rows.append((Path(member.name).stem, text))
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise rejection([Issue(0, "", "unreadable_archive", f"the tar archive cannot be read ({exc})")]) from None
+    if issues:
+        raise rejection(issues)
+    if not rows:
+        raise rejection([Issue(0, "", "empty_file", "the archive holds no .py problem files")])
+    rows.sort(key=lambda row: (kernelbench_number(row[0]) is None, kernelbench_number(row[0]) or 0, row[0]))
+    path.write_text("".join(json.dumps({"id": problem_id, "problem": code}) + "\n" for problem_id, code in rows))
 
 
 def rejection(issues: list[Issue]) -> APIError:
@@ -80,6 +135,11 @@ def rejection(issues: list[Issue]) -> APIError:
 def check_file(path: Path, purpose: str, max_records: int) -> Checked:
     """Validate an upload for ``purpose``; raises ``rejection`` on any problem."""
     fmt = detect_format(path)
+    if fmt == "tar":
+        if purpose not in PROBLEM_ONLY:
+            raise rejection([Issue(0, "", "unknown_format", f"{purpose} files are JSONL or parquet, not an archive")])
+        problems_from_archive(path, max_records)
+        fmt = "jsonl"
     rows = _count_rows(path, fmt)
     if rows is not None and rows > max_records:
         raise rejection(

@@ -45,8 +45,8 @@ def owned_or_404(
     return row
 
 
-def owned_file(session: Session, owner: str, file_id: str, purposes: Collection[str], param: str) -> File:
-    """The file ``file_id`` of ``owner`` with one of ``purposes``, named by the request field
+def named_file(session: Session, owner: str, file_id: str, purposes: Collection[str], param: str) -> File:
+    """The file ``file_id`` of ``owner`` with one of ``purposes``, named by the request body field
     ``param``; 400 naming that field otherwise (``file_not_found``: unknown and foreign ids look
     the same; ``invalid_file_purpose``)."""
     file = session.scalar(select(File).where(File.id == file_id, File.owner == owner))

@@ -22,14 +22,14 @@ from sqlalchemy.orm import Session
 
 from api.deps import OwnerDep, SessionDep, SettingsDep
 from api.errors import APIError, bad_request
-from api.queries import cursor_anchor, keyset_rows, list_page, owned_file, owned_or_404
+from api.queries import cursor_anchor, keyset_rows, list_page, named_file, owned_or_404
 from api.routers.models import model_spec
 from api.schemas.common import ListPage
 from api.schemas.evals import EvalCreate, EvalObject, EvalProblemObject
 from cuset_core.evaluation.compare import CompareInputError, Comparison, EvalRun, compare_runs
 from cuset_core.evaluation.inputs import EvalInputError
 from cuset_core.evaluation.report import write_run_layout
-from cuset_core.evaluation.runner import EvalConfig, SampleRecord, load_problems
+from cuset_core.evaluation.runner import EvalConfig, SampleRecord, load_problems, select_problems
 from cuset_core.evaluation.settings import VerificationSettings
 from cuset_core.improve.keep import shared_problems
 from cuset_core.models import recorded_prompt_style
@@ -52,7 +52,7 @@ LIMIT = Annotated[int, Query(ge=1, le=100, description="items per page")]
 
 def _eval_file_path(session: Session, settings: Settings, owner: str, file_id: str) -> Path:
     """Where an eval file of ``owner`` lives; 400 naming ``eval_file`` when it is unusable."""
-    file = owned_file(session, owner, file_id, {"eval"}, "eval_file")
+    file = named_file(session, owner, file_id, {"eval"}, "eval_file")
     if file.format != "jsonl":
         raise bad_request(
             f'File \'{file_id}\' is {file.format}; eval files are JSONL rows of {{"id", "problem"}}.',
@@ -155,6 +155,11 @@ def create_eval(body: EvalCreate, session: SessionDep, settings: SettingsDep, ow
         raise bad_request(
             f"The eval file cannot be read as problems: {reason}", param="eval_file", code=ErrorCode.INVALID_EVAL_FILE
         ) from None
+    try:
+        problems = select_problems(problems, body.problem_ids)
+    except EvalInputError as exc:
+        raise bad_request(str(exc).removeprefix("problem_ids: "), param="problem_ids") from None
+    config["problem_ids"] = body.problem_ids
     _check_not_trained_on(session, settings, owner, body.model, {p.id: p.code for p in problems})
     # The worker builds the same EvalConfig with the resolved model spec; fail here, not there.
     EvalConfig(model=body.model, problems=source, **config)

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from api.deps import OwnerDep, SessionDep, SettingsDep, run_read
 from api.errors import APIError, bad_request
-from api.queries import cursor_anchor, keyset_rows, list_page, owned_file, owned_or_404
+from api.queries import cursor_anchor, keyset_rows, list_page, named_file, owned_or_404
 from api.schemas.common import ListPage
 from api.schemas.jobs import (
     CheckpointObject,
@@ -106,14 +106,14 @@ def _check_self_training(
             "under /metrics and in the events.",
             param="integrations",
         )
-    pool = owned_file(session, owner, request.problems_file, {"problems"}, f"{param}.problems_file")
+    pool = named_file(session, owner, request.problems_file, {"problems"}, f"{param}.problems_file")
     pool_path = str(settings.artifacts / pool.path)
     if request.eval_problems is None:
         return
     target = request.eval_problems
     if target not in (DEMO_PROBLEMS, DEMO_HELD_OUT):
         target = str(
-            settings.artifacts / owned_file(session, owner, target, {"eval", "problems"}, f"{param}.eval_problems").path
+            settings.artifacts / named_file(session, owner, target, {"eval", "problems"}, f"{param}.eval_problems").path
         )
     try:
         pool = {p.id: p.code for p in load_problems(pool_path)}
@@ -245,7 +245,7 @@ def create_job(
     _check_integrations(body)
     for param, file_id in (("training_file", body.training_file), ("validation_file", body.validation_file)):
         if file_id is not None:
-            owned_file(session, owner, file_id, {"fine-tune"}, param)
+            named_file(session, owner, file_id, {"fine-tune"}, param)
     if (self_training := self_training_request(body.method)) is not None:
         _check_self_training(session, settings, owner, body, self_training)
     _check_active_jobs(session, settings, owner)

@@ -29,6 +29,12 @@ class EvalCreate(VerificationSettings):
     problems: Literal[DEMO_PROBLEMS, DEMO_HELD_OUT] | None = Field(  # type: ignore[valid-type]
         None, description="the bundled demo set instead of a file"
     )
+    problem_ids: str | None = Field(
+        None,
+        max_length=2000,
+        description="only these problems of the set, by KernelBench number or id: '1-10,19,23_Softmax' "
+        "(a KernelBench level uploaded as a file, say); default all",
+    )
     greedy: bool = Field(True, description="draw one greedy sample per problem, apart: greedy compile@1, cpu_correct@1")
     samples: int = Field(0, ge=0, description="n: i.i.d. samples per problem at temperature, for pass@k")
     k: list[int] | None = Field(None, description="the k of pass@k (each 1..samples); default 1 and samples")

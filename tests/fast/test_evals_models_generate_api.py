@@ -3,6 +3,8 @@ embedded SQLite database, without a worker: what the API decides before anything
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from cuset_core.demo import demo_problems
@@ -241,3 +243,68 @@ def test_an_unknown_route_answers_in_the_error_shape(fast_client):
     response = fast_client.get("/v1/nothing-here")
     assert response.status_code == 404
     assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def level_archive(files: dict[str, str]) -> bytes:
+    """A gzipped tar of a KernelBench-style level folder holding ``files`` by name."""
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, text in files.items():
+            data = text.encode()
+            member = tarfile.TarInfo(f"level1/{name}")
+            member.size = len(data)
+            archive.addfile(member, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_a_kernelbench_level_folder_uploaded_as_a_tar_is_an_eval_set_that_can_be_narrowed(fast_client):
+    codes = {p.id: p.problem_code for p in demo_problems()}
+    level = {
+        "10_ReLU.py": codes["02_relu"],
+        "2_Sigmoid.py": codes["06_sigmoid"],
+        "1_Vector_add.py": codes["01_vector_add"],
+        "__init__.py": "",
+        "README.md": "not a problem",
+    }
+    uploaded = fast_client.post(
+        "/v1/files", files={"file": ("level1.tar.gz", level_archive(level))}, data={"purpose": "eval"}
+    )
+    assert uploaded.status_code == 200, uploaded.text
+    assert (uploaded.json()["records"], uploaded.json()["purpose"]) == (3, "eval")
+    file_id = uploaded.json()["id"]
+    rows = [json.loads(line) for line in fast_client.get(f"/v1/files/{file_id}/content").text.splitlines()]
+    assert [row["id"] for row in rows] == ["1_Vector_add", "2_Sigmoid", "10_ReLU"]  # KernelBench's order
+    assert rows[2]["problem"] == codes["02_relu"]
+    whole = fast_client.post("/v1/evals", json={**EVAL, "problems": None, "eval_file": file_id}).json()
+    assert whole["progress"]["total"] == 3
+    narrowed = fast_client.post(
+        "/v1/evals", json={**EVAL, "problems": None, "eval_file": file_id, "problem_ids": "1-2,10_ReLU"}
+    ).json()
+    assert (narrowed["progress"]["total"], narrowed["config"]["problem_ids"]) == (3, "1-2,10_ReLU")
+    first = fast_client.post(
+        "/v1/evals", json={**EVAL, "problems": None, "eval_file": file_id, "problem_ids": "1"}
+    ).json()
+    assert first["progress"]["total"] == 1
+    unknown = fast_client.post(
+        "/v1/evals", json={**EVAL, "problems": None, "eval_file": file_id, "problem_ids": "7,23_Softmax"}
+    )
+    assert unknown.status_code == 400
+    assert unknown.json()["error"]["param"] == "problem_ids"
+    assert "23_Softmax" in unknown.json()["error"]["message"]
+
+
+def test_an_archive_with_a_file_that_is_no_problem_is_rejected_naming_it(fast_client):
+    broken = level_archive({"1_Vector_add.py": PROBLEM.problem_code, "3_Broken.py": "import torch\n"})
+    rejected = fast_client.post("/v1/files", files={"file": ("level1.tar", broken)}, data={"purpose": "eval"})
+    assert rejected.status_code == 400
+    assert "3_Broken" in rejected.json()["error"]["message"]
+    as_training = fast_client.post(
+        "/v1/files",
+        files={"file": ("level1.tar", level_archive({"1_Vector_add.py": PROBLEM.problem_code}))},
+        data={"purpose": "fine-tune"},
+    )
+    assert as_training.status_code == 400
+    assert "unknown_format" in as_training.json()["error"]["message"]
