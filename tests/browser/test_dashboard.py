@@ -353,6 +353,28 @@ def test_the_eval_form_sends_prompt_style_and_decoding_and_defaults_to_the_model
     assert not page.errors
 
 
+def test_the_eval_form_measures_an_uploaded_eval_file_on_the_problems_it_names(page, api):
+    from tests.integration.job_support import upload_eval_problems
+
+    file_id = upload_eval_problems(api)  # two demo problems
+    tab = page.open("/evals")
+    expect(tab.locator(f'#eval-problems option[value="{file_id}"]')).to_be_attached()
+    tab.select_option("#eval-problems", file_id)
+    tab.select_option("#eval-tier", "static")
+    tab.fill("#eval-problem-ids", "1")
+    tab.click("#eval-form button[type=submit]")
+    link = tab.locator("#eval-form-status a")
+    expect(link).to_be_visible()
+    created = api.get(f"/v1/evals/{link.inner_text()}").json()
+    api.post(f"/v1/evals/{created['id']}/cancel")
+    assert (created["eval_file"], created["config"]["problem_ids"], created["progress"]["total"]) == (file_id, "1", 1)
+    assert not page.errors
+    tab.fill("#eval-problem-ids", "99")
+    tab.click("#eval-form button[type=submit]")
+    expect(tab.locator("#eval-form-status")).to_contain_text("names no problem")
+    assert [error.split()[0] for error in page.errors] == ["400"]  # the refused request, shown in the form
+
+
 def test_an_eval_shows_metrics_and_failures_by_verdict(page, api, worker):
     created = api.post(
         "/v1/evals",

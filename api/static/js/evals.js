@@ -49,6 +49,12 @@
     return active;
   }
 
+  async function loadEvalFiles() {
+    const files = (await api("/v1/files", { query: { purpose: "eval", limit: 100 } })).data || [];
+    document.getElementById("eval-problems").append(...files.map((f) =>
+      el("option", { value: f.id, text: `${f.filename} (${f.records} problems, ${f.id})` })));
+  }
+
   async function loadModels() {
     const models = (await api("/v1/models")).data || [];
     document.getElementById("eval-model").replaceChildren(...models.map((m) => el("option", { value: m.id, text: m.id })));
@@ -62,9 +68,11 @@
     status.textContent = "Starting…";
     try {
       const value = (id) => document.getElementById(id).value;
+      // An option of the problems list is a demo set ("demo", "demo:held-out") or an eval file's id.
+      const source = value("eval-problems");
       const body = {
         model: value("eval-model"),
-        problems: value("eval-problems"),
+        ...(source.startsWith("demo") ? { problems: source } : { eval_file: source }),
         tier: value("eval-tier"),
         samples: Number(value("eval-samples")) || 0,
         temperature: Number(value("eval-temperature")),
@@ -72,6 +80,7 @@
       };
       if (value("eval-prompt-style")) body.prompt_style = value("eval-prompt-style");
       if (value("eval-max-tokens")) body.max_tokens = Number(value("eval-max-tokens"));
+      if (value("eval-problem-ids").trim()) body.problem_ids = value("eval-problem-ids").trim();
       const created = await api("/v1/evals", { method: "POST", body });
       status.replaceChildren("Started ", el("a", { href: `/evals/${encodeURIComponent(created.id)}`, text: created.id }), ".");
       if (stop) stop();
@@ -83,5 +92,6 @@
   });
 
   loadModels().catch(showError);
+  loadEvalFiles().catch(showError);
   stop = poll(refresh, 3000);
 })();
