@@ -94,6 +94,18 @@ def _rewrite():
 _atexit.register(_rewrite)
 """).replace(*WRONG_KERNEL)
 
+# A wrong kernel that never runs: at import, the candidate computes the outputs with torch from the
+# inputs file, writes them and a passing report as the harness would, and leaves.
+OUTPUTS_OF_ITS_OWN = at_import("""
+import json as _json, os as _os
+from pathlib import Path as _Path
+from cuset_core.verify.protocol import load_values as _load, save_values as _save
+_trials = _load(_Path("inputs.safetensors").read_bytes())["trials"]
+_save(_Path("outputs.safetensors"), {"trials": [[x.relu() for x in _inputs] for _inputs in _trials]})
+_Path("report.json").write_text(_json.dumps({"verdict": "pass", "launches": {"relu_kernel": len(_trials)}}))
+_os._exit(0)
+""").replace(*WRONG_KERNEL)
+
 HUGE_REASON = at_import("""
 import sys as _sys
 _sys.stderr.write("L" * (20 << 20))
@@ -145,6 +157,7 @@ def suite(hidden: Path) -> list[Attack]:
             ("runtime_error",),
         ),
         Attack("rewrites the outputs in an exit hook", REWRITE_AT_EXIT, ("value_mismatch",)),
+        Attack("computes and writes its outputs itself at import (open)", OUTPUTS_OF_ITS_OWN, ("runtime_error",)),
         Attack("emits a 20 MiB reason and log", HUGE_REASON, ("runtime_error",)),
         Attack("writes a 20 MiB report", HUGE_REPORT, ("runtime_error",)),
     ]

@@ -18,6 +18,7 @@ from attacks import (
     HONEST,
     HUGE_REASON,
     HUGE_REPORT,
+    OUTPUTS_OF_ITS_OWN,
     PROBLEM,
     REFERENCE_THROUGH_SYS_MODULES,
     REPLACE_ALLCLOSE,
@@ -109,6 +110,16 @@ def test_launching_the_kernel_then_returning_a_torch_expression_is_a_run_time_fa
 def test_outputs_rewritten_by_an_exit_hook_after_the_harness_wrote_them_are_not_judged():
     # The harness leaves with os._exit once its report is written: no hook of the candidate's runs.
     assert_caught(tier2(REWRITE_AT_EXIT), Verdict.VALUE_MISMATCH)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (issue 23 part 1): the judged outputs are files the candidate's own process can write; a "
+    "candidate that computes them with torch from the inputs file at import and leaves passes. The device "
+    "boundary (outputs taken from device memory through the trusted side) is the fix",
+)
+def test_outputs_the_candidate_computes_and_writes_itself_are_not_a_pass():
+    assert tier2(OUTPUTS_OF_ITS_OWN).verdict is not Verdict.PASS
 
 
 def test_the_reference_model_is_not_reachable_from_the_candidate():
