@@ -27,6 +27,7 @@ from cuset_core.training.progress_lines import (
     EventLine,
     ProgressLine,
     RoundLine,
+    StageLine,
     StepLine,
     parse_line,
 )
@@ -93,6 +94,13 @@ class Recorder:
                     self._eval(session, line)
                 case RoundLine():
                     self._round(session, line)
+                case StageLine():
+                    add_event(
+                        session,
+                        self.job_id,
+                        f"Round {line.round}/{line.rounds}: {line.stage} {line.done}/{line.total} problems",
+                        data={"round": line.round, "stage": line.stage, "done": line.done, "total": line.total},
+                    )
                 case DoneLine():
                     report.done = line
                 case ErrorLine():

@@ -412,13 +412,14 @@ def endpoint_decoder(config: EvalConfig, api_key: str | None, *, supports_n: boo
 
 
 def _generate_samples(
-    decode: Decode, config: EvalConfig, problems: list[Problem], progress: bool
+    decode: Decode, config: EvalConfig, problems: list[Problem], progress: bool, on_progress: StageProgress
 ) -> dict[str, list[Answer]]:
     """:func:`answers_for` over the whole set, ``config.batch_size`` problems at a time."""
     batches = [problems[i : i + config.batch_size] for i in range(0, len(problems), config.batch_size)]
     out: dict[str, list[Answer]] = {}
     for batch in tqdm(batches, desc="generate", unit="batch", disable=not progress):
         out |= answers_for(decode, config, batch)
+        on_progress("sampling", len(out), len(problems))
     return out
 
 
@@ -570,10 +571,25 @@ def repair(
 # ---------------------------------------------------------------- run
 
 
-def run_eval(config: EvalConfig, *, progress: bool = True, api_key: str | None = None) -> EvalReport:
+# Told ``(stage, problems done, problems in all)`` as an eval advances: stage "sampling" after each
+# batch of problems is generated, "verifying" after each problem's samples are verified.
+StageProgress = Callable[[str, int, int], None]
+
+
+def _unheard(stage: str, done: int, total: int) -> None:
+    """The default :data:`StageProgress`: nobody listens."""
+
+
+def run_eval(
+    config: EvalConfig,
+    *,
+    progress: bool = True,
+    api_key: str | None = None,
+    on_progress: StageProgress = _unheard,
+) -> EvalReport:
     """Generate (or read) the samples, verify each, repair failing ones (``repair_rounds``), and
     compute the metrics. ``api_key`` is the bearer token of an ``openai:`` endpoint (never
-    recorded in the report)."""
+    recorded in the report); ``on_progress`` hears each stage advance (a job's progress lines)."""
     start = time.perf_counter()
     every_problem = load_problems(config.problems)
     problems = select_problems(every_problem, config.problem_ids)
@@ -592,8 +608,8 @@ def run_eval(config: EvalConfig, *, progress: bool = True, api_key: str | None =
     settings = config.verify_settings()
     with _decoder(config, api_key) if config.model is not None else nullcontext() as decode:
         if config.answers is None:
-            samples = _generate_samples(decode, config, problems, progress)
-        records = _verify_all(problems, samples, settings, config, progress)
+            samples = _generate_samples(decode, config, problems, progress, on_progress)
+        records = _verify_all(problems, samples, settings, config, progress, on_progress)
         if config.repair_rounds:
             repair(decode, config, problems, records, settings, progress)
     rows = [row_of(p.id, records[p.id], config.repair_rounds) for p in problems]
@@ -612,6 +628,7 @@ def _verify_all(
     settings: VerifySettings,
     config: EvalConfig,
     progress: bool,
+    on_progress: StageProgress,
 ) -> dict[str, list[SampleRecord]]:
     """Every problem's samples verified, ``config.workers`` problems at a time (each verification
     runs its own sandboxed processes, so threads are enough to keep the cores busy)."""
@@ -625,6 +642,7 @@ def _verify_all(
         for future in as_completed(futures):
             records[futures[future].id] = future.result()[1]
             bar.update()
+            on_progress("verifying", len(records), len(problems))
     return records
 
 

@@ -1,7 +1,7 @@
 """``python -m cuset_core.improve CONFIG.json``: run (or resume) one self-training run as the
 service's workers do, writing progress lines (cuset_core/training/progress_lines.py) to
-``out_dir/progress.jsonl``: events per stage, a ``RoundLine`` and a ``CheckpointLine`` (the round's
-adapter) as each round finishes, then ``DoneLine`` naming the last round's adapter, or ``ErrorLine``.
+``out_dir/progress.jsonl``: events per stage, ``StageLine`` s as a round's sampling and verifying
+advance, a ``RoundLine`` and a ``CheckpointLine`` (the round's adapter) as each round finishes, then ``DoneLine`` naming the last round's adapter, or ``ErrorLine``.
 
 SIGTERM stops the run where it is (the tuning stage stops at its next optimizer step); every stage
 finished before is kept, so running the same config again resumes. Exit codes as
@@ -32,7 +32,7 @@ from cuset_core.improve.report import RoundReport
 from cuset_core.models import ModelNotFoundError
 from cuset_core.training.callbacks import ProgressWriter
 from cuset_core.training.config import ConfigError, format_validation_error
-from cuset_core.training.progress_lines import CheckpointLine, DoneLine, RoundLine
+from cuset_core.training.progress_lines import CheckpointLine, DoneLine, RoundLine, StageLine
 from cuset_core.training.run import EXIT_BAD_CONFIG, EXIT_FAILED, EXIT_OK
 
 
@@ -57,6 +57,23 @@ class RoundLines:
             self.writer.write(CheckpointLine(step=report.round, path=report.tuned_model))
 
 
+class StageLines:
+    """Turns a round's stage progress into ``StageLine`` s: the first advance of a stage, then each
+    further tenth of it, and its end (about a dozen lines per stage, whatever the pool's size)."""
+
+    def __init__(self, writer: ProgressWriter, rounds: int):
+        self.writer, self.rounds = writer, rounds
+        self.written: dict[tuple[int, str], int] = {}  # (round, stage) -> the tenths already written
+
+    def __call__(self, round_: int, stage: str, done: int, total: int) -> None:
+        tenths = 10 * done // max(total, 1)
+        last = self.written.get((round_, stage))
+        if last is not None and tenths <= last and done < total:
+            return
+        self.written[(round_, stage)] = tenths
+        self.writer.write(StageLine(round=round_, rounds=self.rounds, stage=stage, done=done, total=total))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m cuset_core.improve", description=__doc__.splitlines()[0])
@@ -73,7 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     writer = ProgressWriter(config.out_dir / PROGRESS_FILE, stream=sys.stderr, enabled=True)
     signal.signal(signal.SIGTERM, _stop)
     try:
-        report = run_self_training(config, progress=False, say=writer.event, on_round=RoundLines(writer, config.rounds))
+        report = run_self_training(
+            config,
+            progress=False,
+            say=writer.event,
+            on_round=RoundLines(writer, config.rounds),
+            on_stage=StageLines(writer, config.rounds),
+        )
     except SelfTrainingStopped as exc:
         writer.event(f"{exc}; the rounds and stages finished so far are kept", level="warning")
         # Verifications still running in the pool's threads would hold a normal exit until they end;

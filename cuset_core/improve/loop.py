@@ -83,6 +83,14 @@ class SelfTrainingReport(BaseModel):
     rounds: list[RoundReport]
 
 
+# Told ``(round, stage, problems done, problems in all)`` as a round's sampling and verifying advance.
+RoundStage = Callable[[int, str, int, int], None]
+
+
+def _unheard(round_: int, stage: str, done: int, total: int) -> None:
+    """The default :data:`RoundStage`: nobody listens."""
+
+
 def check_no_leakage(config: SelfTrainingConfig) -> None:
     """Refuse a pool that shares a problem with the eval set the model will be measured on."""
     if config.eval_problems is None:
@@ -104,9 +112,12 @@ def run_self_training(
     progress: bool = True,
     say: Callable[[str], None] = print,
     on_round: Callable[[RoundReport], None] | None = None,
+    on_stage: RoundStage = _unheard,
 ) -> SelfTrainingReport:
     """Run (or resume) every round; returns the report, also written to ``out_dir/report.json``.
-    ``on_round`` hears each round's figures as the round finishes (not rounds done before a resume).
+    ``on_round`` hears each round's figures as the round finishes (not rounds done before a resume);
+    ``on_stage`` hears ``(round, stage, problems done, problems in all)`` as a round's sampling
+    and verifying advance.
 
     Raises SelfTrainingStopped when a stop is asked for during a round's tuning."""
     check_no_leakage(config)
@@ -130,7 +141,7 @@ def run_self_training(
                 (folder / "trained.json").unlink(missing_ok=True)
                 _tune(config, round_, folder, kept, problems, say)
         else:
-            report, new = _round(config, round_, folder, current, problems, kept, progress, say)
+            report, new = _round(config, round_, folder, current, problems, kept, progress, say, on_stage)
             kept += new
             _write_whole(done, report.model_dump_json(indent=1) + "\n")
             if on_round is not None:
@@ -152,12 +163,20 @@ def _round(
     kept: list[KeptSample],
     progress: bool,
     say: Callable[[str], None],
+    on_stage: RoundStage = _unheard,
 ) -> tuple[RoundReport, list[KeptSample]]:
     folder.mkdir(parents=True, exist_ok=True)
     source = "the start model" if model == config.model else "the last round's tuned model"
     say(f"round {round_}: sampling {config.samples_per_problem} answers for {len(problems)} problems from {source}")
     clock = time.perf_counter()
-    evaluation = _sample_and_verify(config, round_, folder / "eval", model, progress)
+    evaluation = _sample_and_verify(
+        config,
+        round_,
+        folder / "eval",
+        model,
+        progress,
+        lambda stage, done, total: on_stage(round_, stage, done, total),
+    )
     sample_s = time.perf_counter() - clock
     new = keep_passing(evaluation.samples, config.tier, round_, kept, config.max_kept_per_problem)
     _write_kept(folder / "kept_new.jsonl", new, problems, config.prompt_style, with_origin=True)
@@ -188,7 +207,14 @@ def _round(
     return report, new
 
 
-def _sample_and_verify(config: SelfTrainingConfig, round_: int, folder: Path, model: str, progress: bool) -> EvalReport:
+def _sample_and_verify(
+    config: SelfTrainingConfig,
+    round_: int,
+    folder: Path,
+    model: str,
+    progress: bool,
+    on_progress: Callable[[str, int, int], None],
+) -> EvalReport:
     results = folder / "results.json"
     if results.is_file():  # sampled and verified before the run stopped
         return EvalReport.model_validate_json(results.read_text())
@@ -206,7 +232,7 @@ def _sample_and_verify(config: SelfTrainingConfig, round_: int, folder: Path, mo
         tier=config.tier,
         workers=config.workers,
     )
-    report = run_eval(eval_config, progress=progress)
+    report = run_eval(eval_config, progress=progress, on_progress=on_progress)
     folder.mkdir(parents=True, exist_ok=True)
     _write_whole(results, report.model_dump_json() + "\n")
     return report

@@ -118,6 +118,18 @@ class RoundLine(_Line, RoundReport):
         return {**counts, "trained_tokens": self.trained_tokens, **{f"{k}_s": v for k, v in self.seconds.items()}}
 
 
+class StageLine(_Line):
+    """A stage of a self-training round advanced (``python -m cuset_core.improve``): ``done`` of
+    ``total`` problems sampled or verified so far."""
+
+    type: Literal["stage"] = "stage"
+    round: int
+    rounds: int
+    stage: Literal["sampling", "verifying"]
+    done: int
+    total: int
+
+
 class ErrorLine(_Line):
     """The run failed; the last line it writes."""
 
@@ -126,7 +138,8 @@ class ErrorLine(_Line):
 
 
 ProgressLine = Annotated[
-    StepLine | EventLine | CheckpointLine | EvalLine | RoundLine | DoneLine | ErrorLine, Field(discriminator="type")
+    StepLine | EventLine | CheckpointLine | EvalLine | RoundLine | StageLine | DoneLine | ErrorLine,
+    Field(discriminator="type"),
 ]
 _LINE = TypeAdapter(ProgressLine)
 

@@ -61,6 +61,9 @@ def test_a_self_training_job_runs_its_rounds_and_reports_each(client, worker, tr
         assert figures["train_s"] > 0 and figures["sample_verify_s"] > 0
     messages = event_messages(client, job["id"])
     assert any(m.startswith("Round 1/2: 4 sampled, 0 compiled, 0 passed, 0 kept") for m in messages), messages
+    # Within a round, its stages advance in the events too (two problems: each half is a tenth and more).
+    for stage in ("sampling", "verifying"):
+        assert f"Round 1/2: {stage} 2/2 problems" in messages, messages
     checkpoints = client.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints").json()["data"]
     assert sorted(c["step_number"] for c in checkpoints) == [1, 2]  # each round's adapter
     # The result is the last round's adapter (nothing kept, so no answers file).

@@ -135,3 +135,24 @@ def test_kept_samples_are_a_training_file_and_resume_reads_them_back(tmp_path):
     assert _read_kept(tmp_path / "kept_new.jsonl") == kept
     row = json.loads((tmp_path / "kept_new.jsonl").read_text())
     assert [m["role"] for m in row["messages"]] == ["user", "assistant"] and row["messages"][1]["content"] == RELU
+
+
+def test_a_rounds_stages_are_written_every_tenth_and_at_their_end(tmp_path):
+    import io
+
+    from cuset_core.improve.__main__ import StageLines
+    from cuset_core.training.callbacks import ProgressWriter
+    from cuset_core.training.progress_lines import StageLine, parse_line
+
+    path = tmp_path / "progress.jsonl"
+    lines = StageLines(ProgressWriter(path, stream=io.StringIO(), enabled=True), rounds=3)
+    for stage in ("sampling", "verifying"):
+        for done in range(1, 97):
+            lines(2, stage, done, 96)
+    written = [parse_line(raw) for raw in path.read_text().splitlines()]
+    assert all(isinstance(line, StageLine) and line.round == 2 and line.rounds == 3 for line in written)
+    for stage in ("sampling", "verifying"):
+        done = [line.done for line in written if line.stage == stage]
+        assert done[0] == 1 and done[-1] == 96  # the first advance and the end
+        assert len(done) == 11  # the first, then the first problem of each further tenth
+        assert [10 * d // 96 for d in done] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
