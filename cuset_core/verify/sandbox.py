@@ -74,6 +74,9 @@ _ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "nssw
 # the caller's files as a tar archive (its fd 4), the seccomp program (bwrap's --seccomp).
 _SECCOMP_FD = 5
 _READY = b"R"  # the wrapper's first byte on the copy-out pipe: set-up done, the command starts
+# How long a kill waits for a sandbox that is still starting to arm its parent-death signal (s);
+# setting up takes well under a second, unpacking a full work folder a few seconds.
+_ARMING_S = 30.0
 # Inside the sandbox, as the sandbox's user: unpack the caller's files into the tmpfs work
 # folder, say ready, run the command (without the two pipes), kill whatever it left behind,
 # then pack the work folder back. A failed step exits 111 before the ready byte.
@@ -576,16 +579,21 @@ class _Pipe:
         self._data = bytearray()
         self._cap = cap
         self.overflow = False
+        self.settled = threading.Event()  # the ready byte came, or the pipe closed without it
         self._thread = threading.Thread(target=self._drain, daemon=True)
         self._thread.start()
 
     def _drain(self) -> None:
-        with self._stream:
-            while chunk := self._stream.read(1 << 16):
-                if len(self._data) + len(chunk) > self._cap:
-                    self.overflow = True
-                    return
-                self._data += chunk
+        try:
+            with self._stream:
+                while chunk := self._stream.read(1 << 16):
+                    if len(self._data) + len(chunk) > self._cap:
+                        self.overflow = True
+                        return
+                    self._data += chunk
+                    self.settled.set()
+        finally:
+            self.settled.set()
 
     def result(self, timeout: float) -> tuple[bool, bytes]:
         """Whether the command started, and the archive the wrapper sent back."""
@@ -762,9 +770,18 @@ class _Running:
 
     def kill(self) -> None:
         if self.failed_start is None:
-            _kill_group(self.process.pid)
+            self._kill_session()
             self.process.wait()
             _release_cgroups(self.groups)
+
+    def _kill_session(self) -> None:
+        """SIGKILL the session bwrap started. bwrap arms its child's parent-death signal just
+        after cloning it, and a kill in between orphans that child with the command inside
+        (seen under load as an unprivileged user); by the time the wrapper inside sends its ready
+        byte the signal is armed, so a sandbox still starting is given until then."""
+        if self.copy_out is not None and self.process.poll() is None:
+            self.copy_out.settled.wait(_ARMING_S)
+        _kill_group(self.process.pid)
 
     def wait(self) -> SandboxOutcome:
         if self.failed_start is not None:
@@ -775,7 +792,7 @@ class _Running:
             process.wait(timeout=max(0.0, limits.wall_s - (time.monotonic() - self.start)))
         except subprocess.TimeoutExpired:
             timed_out = True
-        _kill_group(process.pid)
+        self._kill_session()
         process.wait()
         forks_refused, oom_killed = _release_cgroups(self.groups)
         wall_s = time.monotonic() - self.start

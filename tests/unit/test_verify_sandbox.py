@@ -87,6 +87,17 @@ def test_a_command_started_early_and_never_finished_is_killed(tmp_path):
         started.finish()
 
 
+def test_a_sandbox_abandoned_while_it_is_still_starting_leaves_nothing_running(tmp_path):
+    # bwrap arms its child's parent-death signal just after cloning it: a kill in that gap once
+    # left the child running the command for its whole sleep (seen under load, unprivileged).
+    marker = f"starting_{os.getpid()}_{time.monotonic_ns()}"
+    code = f"{marker} = 1\nimport time\ntime.sleep(60)"
+    for attempt in range(12):
+        with start_python(code, tmp_path / f"w{attempt}"):
+            time.sleep(attempt * 0.002)  # abandoned at different points of its setting up
+    assert _eventually(lambda: marker not in _running_commands(), 10)
+
+
 def test_a_sleeping_command_is_killed_at_the_wall_clock_limit(tmp_path):
     limits = LIMITS.model_copy(update={"wall_s": 1.0})
     start = time.monotonic()
