@@ -74,9 +74,6 @@ _ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "nssw
 # the caller's files as a tar archive (its fd 4), the seccomp program (bwrap's --seccomp).
 _SECCOMP_FD = 5
 _READY = b"R"  # the wrapper's first byte on the copy-out pipe: set-up done, the command starts
-# How long a kill waits for a sandbox that is still starting to arm its parent-death signal (s);
-# setting up takes well under a second, unpacking a full work folder a few seconds.
-_ARMING_S = 30.0
 # Inside the sandbox, as the sandbox's user: unpack the caller's files into the tmpfs work
 # folder, say ready, run the command (without the two pipes), kill whatever it left behind,
 # then pack the work folder back. A failed step exits 111 before the ready byte.
@@ -579,21 +576,16 @@ class _Pipe:
         self._data = bytearray()
         self._cap = cap
         self.overflow = False
-        self.settled = threading.Event()  # the ready byte came, or the pipe closed without it
         self._thread = threading.Thread(target=self._drain, daemon=True)
         self._thread.start()
 
     def _drain(self) -> None:
-        try:
-            with self._stream:
-                while chunk := self._stream.read(1 << 16):
-                    if len(self._data) + len(chunk) > self._cap:
-                        self.overflow = True
-                        return
-                    self._data += chunk
-                    self.settled.set()
-        finally:
-            self.settled.set()
+        with self._stream:
+            while chunk := self._stream.read(1 << 16):
+                if len(self._data) + len(chunk) > self._cap:
+                    self.overflow = True
+                    return
+                self._data += chunk
 
     def result(self, timeout: float) -> tuple[bool, bytes]:
         """Whether the command started, and the archive the wrapper sent back."""
@@ -770,18 +762,9 @@ class _Running:
 
     def kill(self) -> None:
         if self.failed_start is None:
-            self._kill_session()
+            _kill_sandbox(self.process)
             self.process.wait()
             _release_cgroups(self.groups)
-
-    def _kill_session(self) -> None:
-        """SIGKILL the session bwrap started. bwrap arms its child's parent-death signal just
-        after cloning it, and a kill in between orphans that child with the command inside
-        (seen under load as an unprivileged user); by the time the wrapper inside sends its ready
-        byte the signal is armed, so a sandbox still starting is given until then."""
-        if self.copy_out is not None and self.process.poll() is None:
-            self.copy_out.settled.wait(_ARMING_S)
-        _kill_group(self.process.pid)
 
     def wait(self) -> SandboxOutcome:
         if self.failed_start is not None:
@@ -792,7 +775,7 @@ class _Running:
             process.wait(timeout=max(0.0, limits.wall_s - (time.monotonic() - self.start)))
         except subprocess.TimeoutExpired:
             timed_out = True
-        self._kill_session()
+        _kill_sandbox(self.process)
         process.wait()
         forks_refused, oom_killed = _release_cgroups(self.groups)
         wall_s = time.monotonic() - self.start
@@ -849,10 +832,30 @@ def _feed(pipe, data: bytes) -> None:
         pass  # the command exited without reading all of its input
 
 
-def _kill_group(pgid: int) -> None:
-    """SIGKILL the whole session the sandbox started (stragglers included)."""
+def _kill_sandbox(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the sandbox's process, its session (stragglers included) and its children.
+
+    Isolated, the process is bwrap, and its child is PID 1 of the sandbox's namespaces, in a session
+    of its own. That child arms its parent-death signal only after it has forked the command, so
+    a kill of bwrap alone in that gap left it running the command unwatched (seen under load as
+    an unprivileged user). bwrap is stopped first, so that it starts nothing more; killing PID 1
+    of a PID namespace kills everything in it. (Once the process has been reaped, its pid may
+    name another process: only its session is left to kill then.)
+    """
+    pid, children = process.pid, []
+    if process.returncode is None:
+        try:
+            os.kill(pid, signal.SIGSTOP)
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            pass  # it exited meanwhile, or the kernel has no children file: the session is all
+    for child in children:
+        try:
+            os.kill(int(child), signal.SIGKILL)
+        except OSError:
+            pass
     try:
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
 
