@@ -88,10 +88,10 @@ def test_the_shipped_adapter_writes_when_listed_else_the_tuned_model_and_both_st
     module = demo()
     args = module.parse_args([])
     assert (args.adapter, args.problem) == ("cuset-ew-135m", "06_sigmoid")
-    best_of_4 = {"best_of": 4, "stop_at_first_pass": True, "temperature": 0.7, "top_p": 0.95}
+    best_of_8 = {"best_of": 8, "stop_at_first_pass": True, "temperature": 0.7, "top_p": 0.95}
     model, decoding, told = module.generation_plan(["smollm2-135m", "cuset-ew-135m"], "ft:demo", args)
-    assert (model, decoding) == ("cuset-ew-135m", best_of_4)
-    assert told == "the shipped adapter cuset-ew-135m, up to 4 samples until one passes"
+    assert (model, decoding) == ("cuset-ew-135m", best_of_8)
+    assert told == "the shipped adapter cuset-ew-135m, up to 8 samples until one passes"
     model, decoding, told = module.generation_plan(["smollm2-135m"], "ft:demo", args)
-    assert (model, decoding) == ("ft:demo", best_of_4)
-    assert "cuset-ew-135m is not in this installation" in told and "up to 4 samples until one passes" in told
+    assert (model, decoding) == ("ft:demo", best_of_8)
+    assert "cuset-ew-135m is not in this installation" in told and "up to 8 samples until one passes" in told
