@@ -1,8 +1,7 @@
 """Fixtures of the embedded service, for fast tests: the migrated SQLite schema, a data dir per
 test holding a copy of it (the SQLite broker and the artifacts beside it), an API key, an
-in-process client of ``create_app(settings)``, and the ``CUSET_*`` environment that makes a task
-function's ``get_settings()`` read the same settings. No server, no worker: what a test needs a
-worker for, it calls directly.
+in-process client of ``create_app(settings)``, and a worker runtime of the same settings for the
+task functions. No server, no worker: what a test needs a worker for, it calls directly.
 """
 
 from __future__ import annotations
@@ -74,15 +73,16 @@ def fast_client(fast_settings) -> Iterator:
 
 
 @pytest.fixture
-def task_settings(fast_settings, monkeypatch) -> Settings:
-    """``fast_settings``, also set as the ``CUSET_*`` environment a task's ``get_settings()`` reads."""
-    monkeypatch.setenv("CUSET_DATA_DIR", str(fast_settings.data_dir))
-    monkeypatch.setenv("CUSET_BASE_MODELS", json.dumps(fast_settings.base_models))
-    monkeypatch.setenv("CUSET_VERIFY_CACHE_DIR", str(fast_settings.verify_cache_dir))
-    monkeypatch.setenv("CUSET_RATE_LIMIT_RPS", "0")
-    for name in ("DATABASE_URL", "BROKER_URL", "ARTIFACT_ROOT", "HEARTBEAT_TIMEOUT_S", "GENERATION_TIMEOUT_S"):
-        monkeypatch.delenv(f"CUSET_{name}", raising=False)
-    return fast_settings
+def task_settings(fast_settings) -> Iterator[Settings]:
+    """``fast_settings``, as the settings of this process's worker runtime: the tasks called as
+    functions here run with them, as they would in a worker started with them."""
+    from worker.runtime import start_runtime, stop_runtime
+
+    start_runtime(fast_settings)
+    try:
+        yield fast_settings
+    finally:
+        stop_runtime()
 
 
 def enqueued(settings: Settings) -> list[tuple[str, list]]:

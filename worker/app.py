@@ -2,7 +2,9 @@
 
 The task modules are listed in ``include``: Celery imports them when a worker starts, and they
 declare their tasks with ``shared_task``, so no task module imports this one and this one
-imports no task module.
+imports no task module. The worker's settings are read from its environment once, here, at its
+edge; every process that runs tasks builds its :class:`~worker.runtime.WorkerRuntime` from them
+when it starts (the main process for the solo and thread pools, each child of a prefork pool).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from cuset_core.verify.settings import SandboxSettings
 from db.dispatch import make_celery
 from db.settings import get_settings
 from db.worker_status import forget_sandbox, record_sandbox
+from worker.runtime import start_runtime
 
 TASK_MODULES = [
     "worker.tasks.confidence",
@@ -46,14 +49,17 @@ def torch_threads(cores: int, pool_size: int) -> int:
 
 
 @worker_init.connect
-def _remember_pool_size(sender=None, **_kwargs) -> None:
+def _start_worker(sender=None, **_kwargs) -> None:
     concurrency = getattr(sender, "concurrency", None)
     _pool["size"] = concurrency if isinstance(concurrency, int) and concurrency > 0 else 1
+    start_runtime(settings)  # tasks run here with the solo and thread pools
 
 
 @worker_process_init.connect
-def _share_cores(**_kwargs) -> None:
-    """Give this pool process its share of the cores, unless the operator set OMP_NUM_THREADS."""
+def _start_pool_process(**_kwargs) -> None:
+    """A runtime of this pool process's own (its models are its own), and its share of the
+    cores, unless the operator set OMP_NUM_THREADS."""
+    start_runtime(settings)
     if os.environ.get("OMP_NUM_THREADS"):
         return
     import torch

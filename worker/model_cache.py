@@ -138,6 +138,3 @@ class ModelCache:
             return
         base.model.set_adapter(next(reversed(base.adapters)))  # peft will not delete the active one
         base.model.delete_adapter(name)
-
-
-models = ModelCache()

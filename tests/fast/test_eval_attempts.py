@@ -17,7 +17,7 @@ from db.settings import Settings
 from db.statuses import EvalStatus
 from tests.integration.job_support import insert_eval
 from tests.sqlite_service import enqueued
-from worker.tasks.evals import _generate_batches, verify_problem
+from worker.tasks.evals import _generate_batches, verify_problem_task
 
 DEMO = demo_problems()[:2]
 PROBLEMS = [Problem(p.id, p.problem_code) for p in DEMO]
@@ -68,7 +68,7 @@ def test_verifying_every_problem_records_its_row_and_the_last_one_settles_the_ev
     _generate_batches(task_settings, "eval-settle", config, [PROBLEMS], _answers)
 
     for problem in PROBLEMS:
-        verify_problem("eval-settle", problem.id)
+        verify_problem_task("eval-settle", problem.id)
 
     with session_scope(task_settings.resolved_database_url) as session:
         row = session.get(Eval, "eval-settle")
@@ -92,8 +92,8 @@ def test_a_redelivered_verification_scores_only_the_attempts_left_and_records_on
     with session_scope(task_settings.resolved_database_url) as session:
         session.get(EvalAttempt, ("eval-redelivered", problem.id, 0)).record = earlier
 
-    verify_problem("eval-redelivered", problem.id)
-    verify_problem("eval-redelivered", problem.id)  # the same message again
+    verify_problem_task("eval-redelivered", problem.id)
+    verify_problem_task("eval-redelivered", problem.id)  # the same message again
 
     with session_scope(task_settings.resolved_database_url) as session:
         stored = session.get(EvalProblem, ("eval-redelivered", problem.id))

@@ -1,7 +1,7 @@
 """Task bodies called directly, without a Celery worker, on the embedded SQLite database and
 broker: the reaper's pass over silent jobs, stuck generations and lost evals; the file check of a
 new job; the verification of a ``/v1/generate`` attempt at the static tier. Each task reads its
-settings from ``CUSET_*`` (the ``task_settings`` fixture sets them)."""
+settings from the process's worker runtime (the ``task_settings`` fixture starts one)."""
 
 from __future__ import annotations
 
@@ -215,6 +215,24 @@ def test_a_passing_attempt_ends_a_first_pass_request_and_cancels_the_rest(task_s
     assert [(s.cancelled, s.verification) for s in (samples[0], samples[2])] == [(True, None), (True, None)]
     verify_sample.run(generation_id, 0)  # a message arriving after the end finds nothing to do
     assert stored_row(task_settings.resolved_database_url, Generation, generation_id).samples == row.samples
+
+
+def test_a_task_takes_its_settings_from_the_runtime_never_from_the_environment(task_settings, monkeypatch, tmp_path):
+    generation_id = _decoded(task_settings, [SOLVED], stop_at_first_pass=False)
+    elsewhere = tmp_path / "another-service"
+    monkeypatch.setenv("CUSET_DATA_DIR", str(elsewhere))  # what a task reading its environment would use
+    monkeypatch.setenv("CUSET_DATABASE_URL", f"sqlite:///{elsewhere}/cuset.sqlite")
+
+    verify_sample.run(generation_id, 0)
+
+    row = stored_row(task_settings.resolved_database_url, Generation, generation_id)
+    assert read_samples(row.samples)[0].verification.verdict == "pass"
+    assert not elsewhere.exists()
+
+
+def test_a_task_in_a_process_without_a_runtime_says_how_to_start_one():
+    with pytest.raises(RuntimeError, match="start_runtime"):
+        verify_sample.run("gen-anything", 0)
 
 
 def test_a_failing_attempt_gets_a_repair_queued_for_decoding(task_settings):

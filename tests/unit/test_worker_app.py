@@ -60,23 +60,30 @@ def test_each_pool_process_takes_its_share_of_the_cores():
     assert torch_threads(1, 4) == 1
 
 
-def test_a_forked_pool_process_runs_torch_on_its_share(monkeypatch):
+def test_a_forked_pool_process_runs_torch_on_its_share_with_a_runtime_of_its_own(monkeypatch):
     import os
     from types import SimpleNamespace
 
     import torch
 
-    from worker.app import _remember_pool_size, _share_cores
+    from worker import app as worker_app
+    from worker.runtime import process_runtime, stop_runtime
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     before = torch.get_num_threads()
     try:
-        _remember_pool_size(sender=SimpleNamespace(concurrency=len(os.sched_getaffinity(0)) * 2))
-        _share_cores()
+        worker_app._start_worker(sender=SimpleNamespace(concurrency=len(os.sched_getaffinity(0)) * 2))
+        in_the_main_process = process_runtime()
+        worker_app._start_pool_process()
         assert torch.get_num_threads() == 1
+        in_the_child = process_runtime()
+        # The worker's settings, and a model cache of the child's own, not one copied from its parent.
+        assert in_the_main_process is not None and in_the_child is not None
+        assert in_the_child.settings is worker_app.settings and in_the_child.models is not in_the_main_process.models
     finally:
         torch.set_num_threads(before)
-        _remember_pool_size(sender=None)
+        worker_app._start_worker(sender=None)
+        stop_runtime()
 
 
 def test_each_worker_probes_the_sandbox_again_on_its_timer_and_records_it(tmp_path, monkeypatch):

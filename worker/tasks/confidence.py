@@ -32,10 +32,9 @@ from db.errors import ErrorCode, ErrorInfo
 from db.generation_events import GenerationEvent, publish
 from db.models import File, Generation
 from db.session import session_scope
-from db.settings import Settings, get_settings
+from db.settings import Settings
 from db.statuses import GenerationStatus
-from worker.device_share import hold
-from worker.model_cache import models
+from worker.runtime import RuntimeTask
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +50,10 @@ class ConfidenceError(Exception):
         self.code = code
 
 
-@shared_task(name=TaskName.CONFIDENCE)
-def confidence(generation_id: str) -> None:
+@shared_task(name=TaskName.CONFIDENCE, base=RuntimeTask, bind=True)
+def confidence(self: RuntimeTask, generation_id: str) -> None:
     """Measure the token confidence the row ``generation_id`` asks for and store it."""
-    settings = get_settings()
+    settings = self.runtime.settings
     url = settings.resolved_database_url
     with session_scope(url) as session:
         claimed = session.execute(
@@ -73,7 +72,7 @@ def confidence(generation_id: str) -> None:
         if relative is None:
             raise ConfidenceError(ErrorCode.FILE_NOT_FOUND, f"file {request['file_id']!r} no longer exists")
         record = _record(_stored_path(settings.artifacts, relative), request["n"])
-        hold(settings, models)
+        models = self.runtime.loaded_models()
         with ExitStack() as in_use:
             try:
                 model, tokenizer = in_use.enter_context(models.use(request["spec"], request["model"]))

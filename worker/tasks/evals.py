@@ -75,11 +75,10 @@ from db.job_rows import model_spec
 from db.model_specs import engine_route_for
 from db.models import Eval, EvalAttempt, EvalProblem, File
 from db.session import session_scope
-from db.settings import Settings, get_settings
+from db.settings import Settings
 from db.statuses import EvalStatus
-from worker.device_share import hold
 from worker.heartbeat import heartbeat
-from worker.model_cache import models
+from worker.runtime import RuntimeTask, WorkerRuntime
 from worker.tasks.verify import service_verify_settings
 
 log = logging.getLogger(__name__)
@@ -89,10 +88,10 @@ class EvalStopped(Exception):
     """The eval is no longer ``running`` (cancelled): stop without touching it."""
 
 
-@shared_task(name=TaskName.EVAL)
-def run_eval_task(eval_id: str) -> None:
+@shared_task(name=TaskName.EVAL, base=RuntimeTask, bind=True)
+def run_eval_task(self: RuntimeTask, eval_id: str) -> None:
     """Generate every problem of eval ``eval_id`` and send each batch off to be verified."""
-    settings = get_settings()
+    settings = self.runtime.settings
     url = settings.resolved_database_url
     with session_scope(url) as session:
         claimed = session.execute(
@@ -106,7 +105,7 @@ def run_eval_task(eval_id: str) -> None:
         session.execute(delete(EvalProblem).where(EvalProblem.eval_id == eval_id))
     try:
         with heartbeat(url, Eval, eval_id, settings.heartbeat_interval_s):
-            _generate(settings, eval_id)
+            _generate(self.runtime, eval_id)
     except EvalStopped:
         log.info("eval %s stopped (cancelled)", eval_id)
     except Exception as exc:  # noqa: BLE001 - any failure is recorded on the row, never lost
@@ -131,9 +130,10 @@ def _fail(url: str, eval_id: str, exc: Exception) -> None:
 
 
 @contextmanager
-def _decoding(settings: Settings, eval_id: str) -> Iterator[tuple[EvalConfig, Decode]]:
+def _decoding(runtime: WorkerRuntime, eval_id: str) -> Iterator[tuple[EvalConfig, Decode]]:
     """The eval's config and the core's ``Decode`` of its model: through the engine that serves
     it, or the model from this worker's cache (held for the context)."""
+    settings = runtime.settings
     with session_scope(settings.resolved_database_url) as session:
         row = session.get(Eval, eval_id)
         try:
@@ -148,13 +148,13 @@ def _decoding(settings: Settings, eval_id: str) -> Iterator[tuple[EvalConfig, De
         with endpoint_decoder(config, engine.api_key(), supports_n=engine.supports_n) as decode:
             yield config, decode
         return
-    hold(settings, models)
-    with models.use(spec, model_id) as (model, tokenizer):
+    with runtime.loaded_models().use(spec, model_id) as (model, tokenizer):
         yield config, model_decoder(model, tokenizer, config)
 
 
-def _generate(settings: Settings, eval_id: str) -> None:
-    with _decoding(settings, eval_id) as (config, decode):
+def _generate(runtime: WorkerRuntime, eval_id: str) -> None:
+    settings = runtime.settings
+    with _decoding(runtime, eval_id) as (config, decode):
         problems = select_problems(load_problems(config.problems), config.problem_ids)
         batches = [problems[i : i + config.batch_size] for i in range(0, len(problems), config.batch_size)]
         _generate_batches(settings, eval_id, config, batches, lambda batch: answers_for(decode, config, batch))
@@ -189,10 +189,10 @@ def _generate_batches(
         send_eval_verify(settings, eval_id, [problem.id for problem in batch], gpu=config.tier is Tier.GPU)
 
 
-def verify_problem(eval_id: str, problem_id: str) -> None:
+def verify_problem(self: RuntimeTask, eval_id: str, problem_id: str) -> None:
     """Score the attempts of one problem not yet scored; then send it to be repaired again or
     record its row, and the last problem recorded settles the eval."""
-    settings = get_settings()
+    settings = self.runtime.settings
     url = settings.resolved_database_url
     with session_scope(url) as session:
         row = session.get(Eval, eval_id)
@@ -230,15 +230,15 @@ def verify_problem(eval_id: str, problem_id: str) -> None:
 
 
 # One body, two queues: tier gpu verifies on the infer workers, which hold the GPUs.
-verify_problem_task = shared_task(name=TaskName.EVAL_VERIFY)(verify_problem)
-verify_problem_gpu_task = shared_task(name=TaskName.EVAL_VERIFY_GPU)(verify_problem)
+verify_problem_task = shared_task(name=TaskName.EVAL_VERIFY, base=RuntimeTask, bind=True)(verify_problem)
+verify_problem_gpu_task = shared_task(name=TaskName.EVAL_VERIFY_GPU, base=RuntimeTask, bind=True)(verify_problem)
 
 
-@shared_task(name=TaskName.EVAL_REPAIR)
-def repair_problem(eval_id: str, problem_id: str) -> None:
+@shared_task(name=TaskName.EVAL_REPAIR, base=RuntimeTask, bind=True)
+def repair_problem(self: RuntimeTask, eval_id: str, problem_id: str) -> None:
     """Decode the next round of repairs of one problem's failing attempts, store them as
     attempts and send the problem back to verification."""
-    settings = get_settings()
+    settings = self.runtime.settings
     url = settings.resolved_database_url
     with session_scope(url) as session:
         stored = session.get(EvalProblem, (eval_id, problem_id))
@@ -252,7 +252,7 @@ def repair_problem(eval_id: str, problem_id: str) -> None:
         problem = Problem(problem_id, stored.code or "")
         try:
             _check_running(url, eval_id)
-            with _decoding(settings, eval_id) as (config, decode):
+            with _decoding(self.runtime, eval_id) as (config, decode):
                 failed = repair_candidates(records, round_)
                 answers = repair_answers(decode, config, {problem_id: problem}, failed, round_)
         except EvalStopped:

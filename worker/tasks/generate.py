@@ -77,10 +77,10 @@ from db.generations import (
 from db.model_specs import EngineRoute
 from db.models import Generation
 from db.session import session_scope
-from db.settings import Settings, get_settings
+from db.settings import Settings
 from db.statuses import GENERATION_FINAL, GenerationKind, GenerationStatus
-from worker.device_share import hold
-from worker.model_cache import models
+from worker.model_cache import ModelCache
+from worker.runtime import RuntimeTask
 
 log = logging.getLogger(__name__)
 
@@ -118,11 +118,11 @@ class Claimed:
         return self.kind == GenerationKind.GENERATE
 
 
-@shared_task(name=TaskName.GENERATE)
-def generate(generation_id: str) -> None:
+@shared_task(name=TaskName.GENERATE, base=RuntimeTask, bind=True)
+def generate(self: RuntimeTask, generation_id: str) -> None:
     """Decode the row ``generation_id`` (and batch mates); record samples, usage and timings and
     send samples to verification."""
-    settings = get_settings()
+    settings = self.runtime.settings
     url = settings.resolved_database_url
     with session_scope(url) as session:
         lead = _claim(session, generation_id)
@@ -132,9 +132,8 @@ def generate(generation_id: str) -> None:
     if lead.request.engine is not None:
         _generate_with_engine(settings, lead, lead.request.engine, started)
         return
-    hold(settings, models)
     with ExitStack() as in_use:
-        loaded = _load(in_use, settings, lead)
+        loaded = _load(in_use, settings, self.runtime.loaded_models(), lead)
         if loaded is None:
             return
         model, tokenizer = loaded
@@ -158,8 +157,8 @@ def generate(generation_id: str) -> None:
         _record(settings, row, samples, started, decoded, batch_size=len(rows))
 
 
-def _load(in_use: ExitStack, settings: Settings, row: Claimed) -> tuple | None:
-    """The row's model and tokenizer from the cache, in use until ``in_use`` closes; None when
+def _load(in_use: ExitStack, settings: Settings, models: ModelCache, row: Claimed) -> tuple | None:
+    """The row's model and tokenizer from ``models``, in use until ``in_use`` closes; None when
     it cannot be loaded (the row is then failed with the reason)."""
     try:
         return in_use.enter_context(models.use(row.request.spec, row.model))
@@ -593,11 +592,11 @@ def _record(
     decode_repairs(settings, row.id, steps.repairs)
 
 
-@shared_task(name=TaskName.GENERATE_REPAIR)
-def generate_repair(generation_id: str, index: int) -> None:
+@shared_task(name=TaskName.GENERATE_REPAIR, base=RuntimeTask, bind=True)
+def generate_repair(self: RuntimeTask, generation_id: str, index: int) -> None:
     """Decode repair attempt ``index``: the failed attempt it repairs and its error as a follow-up
     turn; then verify it. Nothing to do when the row ended or the attempt is done or cancelled."""
-    settings = get_settings()
+    settings = self.runtime.settings
     url = settings.resolved_database_url
     with session_scope(url) as session:
         stored = session.get(Generation, generation_id)
@@ -622,7 +621,7 @@ def generate_repair(generation_id: str, index: int) -> None:
             client = in_use.enter_context(_engine_client(engine))
             decode_one: DecodeOne = lambda sample, prompt: _engine_decode_one(settings, client, row, sample, prompt)  # noqa: E731
         else:
-            loaded = _load(in_use, settings, row)
+            loaded = _load(in_use, settings, self.runtime.loaded_models(), row)
             if loaded is None:
                 return
             model, tokenizer = loaded

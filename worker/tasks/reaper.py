@@ -18,9 +18,9 @@ from db.errors import ErrorCode, ErrorInfo
 from db.job_rows import add_event, finish_attempt, requeue_or_fail
 from db.models import Eval, Generation, Job
 from db.session import session_scope
-from db.settings import get_settings
 from db.statuses import EvalStatus, GenerationStatus, JobStatus
 from worker.legacy_queue import move_legacy_messages
+from worker.runtime import RuntimeTask, process_runtime
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +88,10 @@ def _reap_evals(settings) -> int:
         ).rowcount
 
 
-@shared_task(name=TaskName.REAP, bind=True)
-def reap(task) -> None:
+@shared_task(name=TaskName.REAP, base=RuntimeTask, bind=True)
+def reap(self: RuntimeTask) -> None:
     """One pass over running jobs, generations and evals, and over the old ``gpu`` queue."""
-    settings = get_settings()
+    settings = self.runtime.settings
     for job_id in _reap_jobs(settings):
         send_tune(settings, job_id)
     failed = _reap_generations(settings)
@@ -100,10 +100,12 @@ def reap(task) -> None:
     lost = _reap_evals(settings)
     if lost:
         log.warning("failed %d eval(s) whose worker was lost", lost)
-    move_legacy_messages(task.app)
+    move_legacy_messages(self.app)
 
 
 @worker_ready.connect
 def _reap_on_start(sender=None, **_kwargs) -> None:
     """A restarted worker settles what its predecessor left behind without waiting for beat."""
-    send_reap(get_settings())
+    runtime = process_runtime()
+    if runtime is not None:
+        send_reap(runtime.settings)

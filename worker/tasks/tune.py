@@ -40,11 +40,10 @@ from db.job_rows import (
 )
 from db.models import RESULTS_PURPOSE, File, Job
 from db.session import session_scope
-from db.settings import Settings, get_settings
+from db.settings import Settings
 from db.statuses import JobStatus
-from worker.device_share import free_device
 from worker.heartbeat import heartbeat
-from worker.model_cache import models
+from worker.runtime import RuntimeTask, WorkerRuntime
 from worker.supervise import ProgressFollower, RunReport, stop, supervise
 
 log = logging.getLogger(__name__)
@@ -103,8 +102,9 @@ def write_improve_config(settings: Settings, job: Job, spec: str, training: File
     return config
 
 
-def _start(settings: Settings, job_id: str, attempt: int) -> tuple[subprocess.Popen, ProgressFollower, Path]:
+def _start(runtime: WorkerRuntime, job_id: str, attempt: int) -> tuple[subprocess.Popen, ProgressFollower, Path]:
     """Write the config and launch the run's subprocess; its stderr goes to a log file."""
+    settings = runtime.settings
     folder = job_dir(settings, job_id)
     with session_scope(settings.resolved_database_url) as session:
         job = session.get(Job, job_id)
@@ -132,7 +132,7 @@ def _start(settings: Settings, job_id: str, attempt: int) -> tuple[subprocess.Po
         )
     # The device goes to the training run: the models kept on it for generation, by this process
     # or by the infer worker beside it, leave it first.
-    free_device(settings, models)
+    runtime.free_device()
     offset = progress.stat().st_size if progress.is_file() else 0  # earlier attempts' lines are recorded
     log_path = folder / f"train-{attempt}.log"
     with log_path.open("wb") as stderr:
@@ -275,10 +275,10 @@ def _fail(settings: Settings, job_id: str, attempt: int, exc: BaseException) -> 
         fail_attempt(session, job_id, attempt, ErrorCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
 
 
-@shared_task(name=TaskName.TUNE)
-def tune(job_id: str) -> None:
+@shared_task(name=TaskName.TUNE, base=RuntimeTask, bind=True)
+def tune(self: RuntimeTask, job_id: str) -> None:
     """Run one attempt of a fine-tuning job, start to end."""
-    settings = get_settings()
+    settings = self.runtime.settings
     with session_scope(settings.resolved_database_url) as session:
         attempt = claim(session, settings, job_id)
     if attempt is None:
@@ -289,7 +289,7 @@ def tune(job_id: str) -> None:
         # Starting can wait minutes (a generation finishing before the device is freed, a base
         # model merged): the job must not look silent to the reaper meanwhile.
         with heartbeat(settings.resolved_database_url, Job, job_id, settings.heartbeat_interval_s):
-            process, follower, log_path = _start(settings, job_id, attempt)
+            process, follower, log_path = _start(self.runtime, job_id, attempt)
         report = supervise(
             process, follower, settings, job_id, attempt, job_dir(settings, job_id) / "out" / CANCEL_FILE
         )

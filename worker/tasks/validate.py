@@ -15,8 +15,8 @@ from db.errors import ErrorCode, ErrorInfo
 from db.job_rows import finish_validation, model_spec
 from db.models import File, Job
 from db.session import session_scope
-from db.settings import get_settings
 from db.statuses import JobStatus
+from worker.runtime import RuntimeTask
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +42,10 @@ def _check_file(
     return notes, None
 
 
-@shared_task(name=TaskName.VALIDATE_JOB_FILES)
-def validate_job_files(job_id: str) -> None:
+@shared_task(name=TaskName.VALIDATE_JOB_FILES, base=RuntimeTask, bind=True)
+def validate_job_files(self: RuntimeTask, job_id: str) -> None:
     """Move a ``validating_files`` job to ``queued`` (and enqueue training) or to ``failed``."""
-    settings = get_settings()
+    settings = self.runtime.settings
     url = settings.resolved_database_url
     with session_scope(url) as session:
         job = session.get(Job, job_id)

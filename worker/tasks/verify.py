@@ -24,8 +24,9 @@ from db.generation_events import GenerationEvent, publish
 from db.generations import GenerationRequest, decode_repairs, locked_generation, read_samples, settle
 from db.models import Generation
 from db.session import session_scope
-from db.settings import Settings, get_settings
+from db.settings import Settings
 from db.statuses import GenerationStatus
+from worker.runtime import RuntimeTask
 
 LIVE = (
     GenerationStatus.RUNNING,
@@ -33,14 +34,14 @@ LIVE = (
 )  # a row still decoding its drawn samples can verify finished ones
 
 
-@shared_task(name=TaskName.VERIFY_SAMPLE)
-def verify_sample(generation_id: str, index: int) -> None:
-    _verify(generation_id, index)
+@shared_task(name=TaskName.VERIFY_SAMPLE, base=RuntimeTask, bind=True)
+def verify_sample(self: RuntimeTask, generation_id: str, index: int) -> None:
+    _verify(self.runtime.settings, generation_id, index)
 
 
-@shared_task(name=TaskName.VERIFY_GPU)
-def verify_gpu(generation_id: str, index: int) -> None:
-    _verify(generation_id, index)
+@shared_task(name=TaskName.VERIFY_GPU, base=RuntimeTask, bind=True)
+def verify_gpu(self: RuntimeTask, generation_id: str, index: int) -> None:
+    _verify(self.runtime.settings, generation_id, index)
 
 
 def service_verify_settings(settings: Settings, verify_settings: VerifySettings) -> VerifySettings:
@@ -49,8 +50,7 @@ def service_verify_settings(settings: Settings, verify_settings: VerifySettings)
     return verify_settings.model_copy(update={"limits": verify_settings.limits.model_copy(update={"hidden": hidden})})
 
 
-def _verify(generation_id: str, index: int) -> None:
-    settings = get_settings()
+def _verify(settings: Settings, generation_id: str, index: int) -> None:
     url = settings.resolved_database_url
     with session_scope(url) as session:
         row = session.get(Generation, generation_id)
