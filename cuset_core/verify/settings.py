@@ -106,6 +106,12 @@ class VerifySettings(BaseModel):
         "False: ATen's headers only (several seconds per build)",
     )
     max_elements: int = Field(1 << 18, gt=0, description="tier 2: target tensor size after shrink")
+    second_size: bool = Field(
+        True,
+        description="tier 2: a candidate that passes at reduced sizes is run again at a second, smaller "
+        "reduction (half the element budget), since the reduced sizes follow from the problem's text "
+        "and a kernel could special-case them; False: one size only (faster)",
+    )
     timing_trials: int = Field(100, ge=1, description="tier 3: timed calls after warmup")
     compile_baseline: bool = COMPILE_BASELINE
     limits: SandboxLimits = SandboxLimits()

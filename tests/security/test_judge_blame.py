@@ -349,6 +349,29 @@ def test_a_real_kernel_that_clamps_inputs_fails_on_tier_2():
     assert ", inputs x4): output 0" in result.reason
 
 
+@pytest.mark.slow
+def test_a_kernel_right_only_at_the_reduced_size_fails_at_a_second_size():
+    # 32 times tier 2's budget: too large to run as written, so reduced, and the reduced size is
+    # what anyone can work out from the problem's text.
+    large = PROBLEM.replace("DIM = 16384", "DIM = 16384 * 32")
+    reduced = harness.size_overrides(large, SETTINGS.max_elements)
+    n = reduced.get("BATCH", 16) * reduced["DIM"]
+    special_cased = HONEST.replace(WRONG_KERNEL[0], f"y[i] = n == {n} ? fmaxf(x[i], 0.0f) : x[i];")
+    assert special_cased != HONEST
+
+    result = cpu.run_cpu_tier(large, parse_candidate(special_cased), SETTINGS)
+
+    assert result.verdict is Verdict.VALUE_MISMATCH, (result.reason, result.log[-2000:])
+    assert f"it passed at the sizes DIM={reduced['DIM']}" in result.reason
+    honest = cpu.run_cpu_tier(large, CANDIDATE, SETTINGS)
+    assert honest.verdict is Verdict.PASS, (honest.reason, honest.log[-2000:])
+    assert any(name.startswith("second_size_") for name in honest.timings_s)
+    one_size = cpu.run_cpu_tier(
+        large, parse_candidate(special_cased), SETTINGS.model_copy(update={"second_size": False})
+    )
+    assert one_size.verdict is Verdict.PASS  # what a single reduction let through
+
+
 def test_a_wide_trials_absolute_tolerance_grows_with_its_outputs_and_catches_a_clamp_all_the_same():
     """A matmul of inputs x4 has outputs x16: an honest kernel's rounding near a zero output grows
     with them and must not be blamed, while a clamped output is off by far more than the scaled atol."""

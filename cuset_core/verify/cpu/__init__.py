@@ -159,9 +159,47 @@ def run_cpu_tier(
     result, details = judge(spec, problem_code, candidate, settings, job, references)
     if result.verdict in _SIZE_SENSITIVE and handed_job(details).overrides:
         result = _at_original_sizes(spec, problem_code, candidate, settings, job, result, details, references)
+    elif result.verdict is Verdict.PASS and settings.second_size and handed_job(details).overrides:
+        result = _at_a_second_size(spec, problem_code, candidate, settings, job, result, details, references)
     if pch_s > 1.0:
         result.timings_s["pch"] = pch_s
     return result
+
+
+def _at_a_second_size(
+    spec: TierSpec,
+    problem_code: str,
+    candidate: Candidate,
+    settings: VerifySettings,
+    job: CpuJob,
+    passed: VerifyResult,
+    details: dict[str, Any],
+    references: ReferencePool | None = None,
+) -> VerifyResult:
+    """A pass at reduced sizes, checked again at a smaller reduction (half the element budget).
+
+    The reduced sizes follow from the problem's text and the budget, so a kernel could compute the
+    right answer at those sizes only. A failure at the second reduction is judged as one at the
+    first (the original sizes decide when they fit); a second run that ends in anything but the
+    candidate's failure (the smaller problem breaks the reference, say) keeps the pass."""
+    smaller = job.model_copy(update={"max_elements": max(1, job.max_elements // 2)})
+    second, second_details = judge(spec, problem_code, candidate, settings, smaller, references)
+    timings = {**passed.timings_s, **{f"second_size_{k}": v for k, v in second.timings_s.items()}}
+    if second.verdict not in _SIZE_SENSITIVE:
+        return passed.model_copy(update={"timings_s": timings})
+    first_sizes, second_sizes = _named(handed_job(details).overrides), _named(handed_job(second_details).overrides)
+    failed = second.model_copy(
+        update={
+            "reason": clip(f"at the sizes {second_sizes}: {second.reason}; it passed at the sizes {first_sizes}"),
+            "timings_s": timings,
+        }
+    )
+    return _at_original_sizes(spec, problem_code, candidate, settings, job, failed, second_details, references)
+
+
+def _named(overrides: dict[str, int]) -> str:
+    """``DIM=8192, BATCH=16``: the reduced sizes of a run, for a reason."""
+    return ", ".join(f"{name}={value}" for name, value in overrides.items()) or "as written"
 
 
 def _at_original_sizes(
