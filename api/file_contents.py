@@ -3,7 +3,7 @@
 - ``fine-tune``: JSONL or parquet rows read by ``cuset_core.data.load_records`` with
   ``require_kernel=True``; one row with an error rejects the whole file.
 - ``eval`` and ``problems``: JSONL rows ``{"id": str | int, "problem": str}`` with unique ids, the
-  shape ``cuset_core.evaluation.runner`` reads as a problem set (it reads ``.jsonl`` only), each
+  shape ``cuset_core.evaluation.problems`` reads as a problem set (it reads ``.jsonl`` only), each
   problem a KernelBench-format one (``cuset_core.evaluation.problem_check``). ``eval`` files are
   what models are measured on; ``problems`` files are pools to sample and verify answers for
   (self-training), which must never overlap an eval set. A KernelBench level folder can come as

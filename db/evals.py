@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from cuset_core.evaluation.compare import EvalRun
 from cuset_core.evaluation.metrics import ProblemRow, problem_row
-from cuset_core.evaluation.runner import SampleRecord
+from cuset_core.evaluation.scoring import SampleRecord
 from cuset_core.generation.extract import answer_code
 from cuset_core.verify.result import Tier, VerifyResult
 

@@ -13,7 +13,8 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from cuset_core.evaluation.runner import Answer, SampleRecord
+from cuset_core.evaluation.decoding import Answer
+from cuset_core.evaluation.scoring import SampleRecord
 from cuset_core.training.config import JobSpec
 from db.errors import ErrorInfo
 from db.statuses import EvalStatus, GenerationStatus, JobStatus

@@ -203,7 +203,8 @@ def verify_demo(work: Path, size: Size) -> dict[str, Any]:
     """The demo solutions scored as answers up to ``size.tier`` (tier 3, ``gpu``, on a GPU), timed
     against eager PyTorch and torch.compile, with KernelBench's fast_p block."""
     from cuset_core.demo import demo_problems
-    from cuset_core.evaluation.runner import EvalConfig, run_eval
+    from cuset_core.evaluation.config import EvalConfig
+    from cuset_core.evaluation.runner import run_eval
 
     chosen = demo_problems()[: size.problems]
     problems, answers = work / "problems.jsonl", work / "answers.jsonl"

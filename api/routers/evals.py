@@ -27,9 +27,11 @@ from api.routers.models import model_spec
 from api.schemas.common import ListPage
 from api.schemas.evals import EvalCreate, EvalObject, EvalProblemObject
 from cuset_core.evaluation.compare import CompareInputError, Comparison, EvalRun, compare_runs
+from cuset_core.evaluation.config import EvalConfig
 from cuset_core.evaluation.inputs import EvalInputError
+from cuset_core.evaluation.problems import load_problems, select_problems
 from cuset_core.evaluation.report import write_run_layout
-from cuset_core.evaluation.runner import EvalConfig, SampleRecord, load_problems, select_problems
+from cuset_core.evaluation.scoring import SampleRecord
 from cuset_core.evaluation.settings import VerificationSettings
 from cuset_core.improve.keep import shared_problems
 from cuset_core.models import recorded_prompt_style

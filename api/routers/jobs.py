@@ -31,7 +31,7 @@ from api.schemas.jobs import (
     self_training_request,
 )
 from cuset_core.evaluation.inputs import EvalInputError
-from cuset_core.evaluation.runner import DEMO_HELD_OUT, DEMO_PROBLEMS, load_problems
+from cuset_core.evaluation.problems import DEMO_HELD_OUT, DEMO_PROBLEMS, load_problems
 from cuset_core.improve.keep import shared_problems
 from cuset_core.models import ModelNotFoundError, ModelOptionError, check_load_options, resolve_model
 from cuset_core.training.config import Hyperparameters

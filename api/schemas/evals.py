@@ -6,8 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cuset_core.evaluation.config import MAX_REPAIR_ROUNDS
 from cuset_core.evaluation.metrics import ProblemRow
-from cuset_core.evaluation.runner import DEMO_HELD_OUT, DEMO_PROBLEMS, MAX_REPAIR_ROUNDS
+from cuset_core.evaluation.problems import DEMO_HELD_OUT, DEMO_PROBLEMS
 from cuset_core.evaluation.settings import VerificationSettings
 from db.errors import ErrorInfo
 from db.evals import EvalSampleRecord

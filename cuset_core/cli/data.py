@@ -107,7 +107,7 @@ def _validate_problems(source: Path, as_json: bool) -> NoReturn:
     """Every problem of a problem-only dataset checked (class Model, get_inputs, get_init_inputs)."""
     from cuset_core.evaluation.inputs import EvalInputError
     from cuset_core.evaluation.problem_check import problem_issues
-    from cuset_core.evaluation.runner import load_problems
+    from cuset_core.evaluation.problems import load_problems
 
     try:
         problems = load_problems(str(source))

@@ -110,9 +110,10 @@ def evaluate(
 ) -> None:
     """Score a greedy sample and n i.i.d. samples per problem (or --answers): greedy metrics and pass@k,
     and with --repair-rounds the same within R repairs."""
+    from cuset_core.evaluation.config import EvalConfig
     from cuset_core.evaluation.inputs import EvalInputError
     from cuset_core.evaluation.report import KERNELBENCH_RUN, write_kernelbench_run, write_results
-    from cuset_core.evaluation.runner import EvalConfig, run_eval
+    from cuset_core.evaluation.runner import run_eval
     from cuset_core.generation.endpoint import is_endpoint_spec
     from cuset_core.models import ModelNotFoundError, resolve_model
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from cuset_core.evaluation.kernelbench_runs import kernelbench_number
 from cuset_core.evaluation.metrics import METRIC_TIERS, Aggregate, KernelBenchBlock, passed_tier
-from cuset_core.evaluation.runner import EvalReport, SampleRecord
+from cuset_core.evaluation.runner import EvalReport
+from cuset_core.evaluation.scoring import SampleRecord
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.result import Tier
 

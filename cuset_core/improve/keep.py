@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 
 from cuset_core.evaluation.metrics import passed_tier
-from cuset_core.evaluation.runner import SampleRecord
+from cuset_core.evaluation.scoring import SampleRecord
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.result import Tier
 

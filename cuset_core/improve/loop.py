@@ -27,8 +27,10 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from cuset_core.data import LoadOptions, load_records
+from cuset_core.evaluation.config import EvalConfig
 from cuset_core.evaluation.metrics import passed_tier
-from cuset_core.evaluation.runner import EvalConfig, EvalReport, load_problems, run_eval
+from cuset_core.evaluation.problems import load_problems
+from cuset_core.evaluation.runner import EvalReport, run_eval
 from cuset_core.generation.prompts import PromptStyle, build_messages
 from cuset_core.improve.keep import KeptSample, keep_passing, shared_problems
 from cuset_core.improve.report import RoundReport

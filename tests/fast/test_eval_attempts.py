@@ -9,7 +9,10 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from cuset_core.demo import demo_problems
-from cuset_core.evaluation.runner import Answer, EvalConfig, Problem, SampleRecord
+from cuset_core.evaluation.config import EvalConfig
+from cuset_core.evaluation.decoding import Answer
+from cuset_core.evaluation.problems import Problem
+from cuset_core.evaluation.scoring import SampleRecord
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from db.models import Eval, EvalAttempt, EvalProblem
 from db.session import session_scope

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from cuset_core.evaluation.config import EvalConfig
 from cuset_core.evaluation.metrics import aggregate, problem_row
-from cuset_core.evaluation.runner import EvalConfig, EvalReport, SampleRecord
+from cuset_core.evaluation.runner import EvalReport
+from cuset_core.evaluation.scoring import SampleRecord
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 
 PASS = VerifyResult(verdict=Verdict.PASS, tier=Tier.CPU)

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from cuset_core.cli import app
 from cuset_core.data.elementwise_pool import EXCLUDED, UNARY, elementwise_pool
-from cuset_core.evaluation.runner import load_problems
+from cuset_core.evaluation.problems import load_problems
 from cuset_core.verify.cpu.sizes import int_constants
 
 REPO = Path(__file__).resolve().parents[2]

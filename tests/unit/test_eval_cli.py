@@ -9,18 +9,13 @@ import pytest
 from typer.testing import CliRunner
 
 from cuset_core.cli import app
+from cuset_core.evaluation.config import EvalConfig
+from cuset_core.evaluation.decoding import Answer
 from cuset_core.evaluation.metrics import aggregate, problem_row
+from cuset_core.evaluation.problems import load_problems
 from cuset_core.evaluation.report import render_markdown
-from cuset_core.evaluation.runner import (
-    Answer,
-    EvalConfig,
-    EvalReport,
-    SampleRecord,
-    load_problems,
-    repair,
-    row_of,
-    score_problem,
-)
+from cuset_core.evaluation.runner import EvalReport
+from cuset_core.evaluation.scoring import SampleRecord, repair, row_of, score_problem
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 
 DEMO = Path(__file__).resolve().parents[2] / "cuset_core" / "demo"
@@ -459,7 +454,7 @@ def kernelbench_level(tmp_path: Path) -> Path:
 
 def test_problems_are_selected_by_kernelbench_number_range_or_id(tmp_path):
     from cuset_core.evaluation.inputs import EvalInputError
-    from cuset_core.evaluation.runner import select_problems
+    from cuset_core.evaluation.problems import select_problems
 
     problems = load_problems(str(kernelbench_level(tmp_path)))
     assert [p.id for p in select_problems(problems, None)] == ["19_relu", "1_vector_add", "2_relu"]
@@ -492,7 +487,7 @@ def test_a_kernelbench_level_folder_is_scored_for_the_chosen_problems_on_several
 
 
 def test_an_eval_of_an_adapter_defaults_to_the_prompt_style_it_was_tuned_with(tmp_path):
-    from cuset_core.evaluation.runner import EvalConfig
+    from cuset_core.evaluation.config import EvalConfig
     from cuset_core.models import recorded_prompt_style, write_base_spec
 
     adapter = tmp_path / "adapter"

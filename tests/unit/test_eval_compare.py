@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from cuset_core.cli import app
 from cuset_core.evaluation.compare import compare_runs, paired_bootstrap, read_run
-from cuset_core.evaluation.runner import EvalConfig
+from cuset_core.evaluation.config import EvalConfig
 
 
 def test_identical_models_give_an_interval_around_zero():

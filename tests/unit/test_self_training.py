@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from cuset_core.cli import app
 from cuset_core.demo import demo_problems
-from cuset_core.evaluation.runner import SampleRecord
+from cuset_core.evaluation.scoring import SampleRecord
 from cuset_core.improve.keep import KeptSample, fingerprint, keep_passing, normalised
 from cuset_core.improve.loop import SelfTrainingConfig, SelfTrainingError, check_no_leakage
 from cuset_core.verify.result import Tier, Verdict, VerifyResult

@@ -44,27 +44,12 @@ from celery import shared_task
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
+from cuset_core.evaluation.config import EvalConfig
+from cuset_core.evaluation.decoding import Answer, Decode, EvalEngineError, answers_for, endpoint_decoder, model_decoder
 from cuset_core.evaluation.inputs import EvalInputError
 from cuset_core.evaluation.metrics import ProblemRow, aggregate
-from cuset_core.evaluation.runner import (
-    DEMO_HELD_OUT,
-    DEMO_PROBLEMS,
-    Answer,
-    Decode,
-    EvalConfig,
-    EvalEngineError,
-    Problem,
-    SampleRecord,
-    answers_for,
-    endpoint_decoder,
-    load_problems,
-    model_decoder,
-    repair_answers,
-    repair_candidates,
-    row_of,
-    score_attempt,
-    select_problems,
-)
+from cuset_core.evaluation.problems import DEMO_HELD_OUT, DEMO_PROBLEMS, Problem, load_problems, select_problems
+from cuset_core.evaluation.scoring import SampleRecord, repair_answers, repair_candidates, row_of, score_attempt
 from cuset_core.models import ModelNotFoundError
 from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier
