@@ -363,9 +363,8 @@ def test_a_kernel_right_only_at_the_reduced_size_fails_at_a_second_size():
 
     assert result.verdict is Verdict.VALUE_MISMATCH, (result.reason, result.log[-2000:])
     assert f"it passed at the sizes DIM={reduced['DIM']}" in result.reason
-    honest = cpu.run_cpu_tier(large, CANDIDATE, SETTINGS)
-    assert honest.verdict is Verdict.PASS, (honest.reason, honest.log[-2000:])
-    assert any(name.startswith("second_size_") for name in honest.timings_s)
+    assert any(name.startswith("second_size_") for name in result.timings_s)
+    # (Honest kernels pass at both sizes: the reduced matmuls of test_verify_cpu_shared, say.)
     one_size = cpu.run_cpu_tier(
         large, parse_candidate(special_cased), SETTINGS.model_copy(update={"second_size": False})
     )

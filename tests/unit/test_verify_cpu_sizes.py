@@ -168,3 +168,30 @@ def test_a_kernel_with_hard_coded_sizes_is_unsupported_when_the_original_is_too_
     result = tier2(RELU_PROBLEM, DEFINE_SIZED_CANDIDATE, TOO_BIG)
     assert (result.verdict, result.unsupported_feature) == (Verdict.UNSUPPORTED, "hard-coded problem sizes")
     assert result.reason.startswith("the candidate hard-codes the problem's sizes (n_elements=4096)")
+
+
+def test_planning_sizes_loads_no_torch_dynamo_and_plans_as_it_would_with_it():
+    # torch's Python references import torch._dynamo on their first meta-device call (about a
+    # second per reference side); the plan must not need it, nor differ without it.
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = (
+        "import json, sys\n"
+        "from cuset_core.demo import demo_problems\n"
+        "from cuset_core.verify.cpu.harness import size_overrides\n"
+        "codes = [p.problem_code for p in demo_problems()][:8]\n"
+        "without = [size_overrides(code, 1 << 12) for code in codes]\n"
+        "loaded = 'torch._dynamo' in sys.modules\n"
+        "import torch._dynamo\n"
+        "print(json.dumps([loaded, without, [size_overrides(code, 1 << 12) for code in codes]]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded, without, with_dynamo = json.loads(done.stdout.splitlines()[-1])
+    assert not loaded
+    assert without == with_dynamo and any(without)  # some demo problems do shrink to 4,096 elements
