@@ -775,7 +775,7 @@ class _Running:
             process.wait(timeout=max(0.0, limits.wall_s - (time.monotonic() - self.start)))
         except subprocess.TimeoutExpired:
             timed_out = True
-        _kill_sandbox(self.process)
+        _kill_sandbox(process)
         process.wait()
         forks_refused, oom_killed = _release_cgroups(self.groups)
         wall_s = time.monotonic() - self.start
