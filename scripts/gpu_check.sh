@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Issue 12's GPU check, one command within the device tool's limits (under 8 minutes on one
-# H200): a bf16 LoRA and a QLoRA CuSeT run, generation with both adapters on one cached base,
-# and tier-3 (GPU) verification of the demo solutions. Figures go to $OUT (or runs/gpu_check).
+# The GPU check, one command within the device tool's limits (under 8 minutes on one H200): a
+# bf16 LoRA and a QLoRA CuSeT run, generation with both adapters on one cached base, tier-3 (GPU)
+# verification of the demo solutions, tier 3 alone on every attack class of tests/security, and
+# a level-1 eval at tier gpu over the labelled Sakana kernels. Figures go to $OUT (or
+# runs/gpu_check).
 #
 #   bash scripts/gpu_check.sh prepare     # here, with the venv and network: tokenizer + wheels
 #                                         # into .gpu_check/ (git-ignored; carry it to the GPU)
@@ -14,8 +16,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ASSETS=.gpu_check
-# The packages cuset_core needs beyond the GPU machine's image; bitsandbytes is QLoRA's.
-WHEELS="pydantic==2.14.4 pydantic-core annotated-types typing-inspection tree-sitter==0.26.1
+# The packages cuset_core needs beyond the GPU machine's image (pydantic-settings: the verifier's
+# settings); bitsandbytes is QLoRA's.
+WHEELS="pydantic==2.14.4 pydantic-core annotated-types typing-inspection pydantic-settings==2.16.3 python-dotenv==1.2.4 tree-sitter==0.26.1
 tree-sitter-cuda==0.21.2 bitsandbytes"
 
 if [ "${1:-}" = prepare ]; then
@@ -26,6 +29,22 @@ import sys
 from cuset_core.models import BUNDLED_MODEL, load_tokenizer
 load_tokenizer(BUNDLED_MODEL).save_pretrained(sys.argv[1])
 PYEOF
+  # The level-1 eval's kernels: the labelled Sakana rows of level 1 (../shared/data does not
+  # travel to the GPU machine; this copy stays in the git-ignored assets folder).
+  sakana=../shared/data/sakana_labelled_kernels.jsonl
+  if [ -f "$sakana" ]; then
+    "$PY" - "$sakana" "$ASSETS/level1.jsonl" <<'PYEOF'
+import json, sys
+rows = [json.loads(line) | {"row": n} for n, line in enumerate(open(sys.argv[1]), start=1)]
+keep = ("row", "Task_ID", "Op_Name", "Correct", "PyTorch_Code_Module", "CUDA_Code")
+with open(sys.argv[2], "w") as out:
+    for row in rows:
+        if row["Level_ID"] == 1:
+            out.write(json.dumps({key: row[key] for key in keep}) + "\n")
+PYEOF
+  else
+    echo "gpu_check: $sakana not found; the level-1 eval step will be skipped" >&2
+  fi
   # pydantic-core must be the version this pydantic was built against: the one installed here.
   core=$("$PY" -c "import pydantic_core; print(pydantic_core.__version__)")
   for wheel in $WHEELS; do
@@ -48,9 +67,10 @@ if [ "${1:-}" = --dry-run ]; then
 fi
 PY=${PY:-python3}
 if compgen -G "$ASSETS/wheels/*.whl" >/dev/null; then
-  # Offline: only the carried wheels, into a folder of their own (the image's packages stay as they are).
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$WORK/site" "$ASSETS"/wheels/*.whl
-  export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
+  # Offline: only the carried wheels, into the interpreter's own environment (the GPU machine is
+  # bare and given back after the check), since the verifier's sandboxed sides start from a clean
+  # environment and find only what that interpreter has installed.
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "$ASSETS"/wheels/*.whl
 fi
 # This check verifies the project's own demo solutions on a single-user machine: no hostile code.
 export CUSET_SANDBOX_ALLOW_UNISOLATED=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1

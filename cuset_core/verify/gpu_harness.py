@@ -492,7 +492,7 @@ def side_main(side: str, job: GpuJob, workdir: Path, timings: dict[str, float]) 
     if not torch.cuda.is_available():
         return Outcome(Verdict.UNSUPPORTED, "no CUDA GPU on this machine", unsupported_feature="gpu")
     run = reference_side if side == "reference" else candidate_side
-    return run(job, workdir, torch.device("cuda"), timings)
+    return run(job, workdir, torch.device("cuda", torch.cuda.current_device()), timings)
 
 
 def warm_up() -> None:

@@ -488,3 +488,17 @@ def test_the_harness_builds_and_caches_only_inside_its_work_folder(tmp_path):
         str(tmp_path / "inductor"),
         str(tmp_path / "triton"),
     ]
+
+
+@pytest.mark.parametrize("side", ["reference", "candidate"])
+def test_each_side_is_handed_a_cuda_device_with_its_index(monkeypatch, side):
+    # torch.cuda.set_per_process_memory_fraction refuses a bare "cuda" device; on the H200 check
+    # every candidate once failed at run time that way, honest ones too.
+    handed = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    for name in ("reference_side", "candidate_side"):
+        monkeypatch.setattr(gpu_harness, name, lambda job, workdir, device, timings: handed.append(device))
+    gpu_harness.side_main(side, None, Path("."), {})
+    assert handed == [torch.device("cuda", 0)]
+    assert handed[0].index == 0
