@@ -1,5 +1,6 @@
 """scripts/gpu_check.sh, prepared on a CPU: its dry run goes through every step at toy sizes and
-writes the figures where $OUT says (QLoRA is GPU-only and reported as skipped, with why)."""
+writes the figures where $OUT says (QLoRA is GPU-only and reported as skipped, with why; tier 3
+on the attack classes says "unsupported" here)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,16 @@ def test_the_dry_run_passes_every_step_and_writes_its_figures(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     figures = json.loads((tmp_path / "gpu_check.json").read_text())
+    # The level-1 eval reads the kernels `gpu_check.sh prepare` wrote; a fresh clone has none.
+    level1 = "ok" if (REPO / ".gpu_check" / "level1.jsonl").is_file() else "skipped"
     assert {name: step["status"] for name, step in figures.items()} == {
-        "environment": "ok", "base_model": "ok", "lora_bf16": "ok", "qlora": "skipped", "generate": "ok",
-        "verify_demo": "ok",
+        "environment": "ok", "attacks_submitted": "ok", "base_model": "ok", "lora_bf16": "ok", "qlora": "skipped",
+        "generate": "ok", "verify_demo": "ok", "attacks_tier3_alone": "ok", "kernelbench_level1_eval": level1,
     }  # fmt: skip
+    attacks = figures["attacks_tier3_alone"]
+    assert attacks["classes"] == len(attacks["cases"]) >= 30 and not attacks["secret_leaked"]
+    assert {case["tier3"] for case in attacks["cases"].values()} == {"unsupported"}  # no GPU here
+    assert attacks["cases"]["torch in the C++ binding"]["tier2_in_tests"] == "static_reject"
     assert figures["qlora"]["reason"] == "4-bit weights need a CUDA GPU"
     assert figures["lora_bf16"]["steps"] == 2 and figures["lora_bf16"]["tokens_per_s"] > 0
     assert figures["generate"]["bases_loaded"] == 1 and figures["generate"]["lora"]["completion_tokens"] > 0
