@@ -349,14 +349,35 @@ def test_a_real_kernel_that_clamps_inputs_fails_on_tier_2():
     assert ", inputs x4): output 0" in result.reason
 
 
+# A candidate right only at the reduced size, which anyone can work out from the problem's text,
+# three ways: its kernel compares the element count, its Python compares the input's shape, or its
+# kernel compares the grid the binding launched (the binding's own arithmetic on the size).
+def _special_cased_in_the_kernel(n: int, blocks: int) -> str:
+    return HONEST.replace(WRONG_KERNEL[0], f"y[i] = n == {n} ? fmaxf(x[i], 0.0f) : x[i];")
+
+
+def _special_cased_in_python(n: int, blocks: int) -> str:
+    return in_forward(f"        return relu_ext.relu_cuda(x if x.numel() == {n} else x.abs())")
+
+
+def _special_cased_by_the_grid(n: int, blocks: int) -> str:
+    return HONEST.replace(WRONG_KERNEL[0], f"y[i] = gridDim.x == {blocks} ? fmaxf(x[i], 0.0f) : x[i];")
+
+
 @pytest.mark.slow
-def test_a_kernel_right_only_at_the_reduced_size_fails_at_a_second_size():
-    # 32 times tier 2's budget: too large to run as written, so reduced, and the reduced size is
-    # what anyone can work out from the problem's text.
+@pytest.mark.parametrize(
+    "special_case",
+    [_special_cased_in_the_kernel, _special_cased_in_python, _special_cased_by_the_grid],
+    ids=["kernel compares n", "python compares the shape", "kernel compares the grid"],
+)
+def test_a_kernel_right_only_at_the_reduced_size_fails_at_a_second_size(special_case):
+    # 32 times tier 2's budget: too large to run as written, so reduced.
     large = PROBLEM.replace("DIM = 16384", "DIM = 16384 * 32")
     reduced = harness.size_overrides(large, SETTINGS.max_elements)
     n = reduced.get("BATCH", 16) * reduced["DIM"]
-    special_cased = HONEST.replace(WRONG_KERNEL[0], f"y[i] = n == {n} ? fmaxf(x[i], 0.0f) : x[i];")
+    blocks = min((n + 255) // 256, 4096)  # what the demo binding launches for n elements
+    assert blocks < 4096, "the grid must differ at the second size for the grid variant to mean anything"
+    special_cased = special_case(n, blocks)
     assert special_cased != HONEST
 
     result = cpu.run_cpu_tier(large, parse_candidate(special_cased), SETTINGS)
@@ -364,11 +385,18 @@ def test_a_kernel_right_only_at_the_reduced_size_fails_at_a_second_size():
     assert result.verdict is Verdict.VALUE_MISMATCH, (result.reason, result.log[-2000:])
     assert f"it passed at the sizes DIM={reduced['DIM']}" in result.reason
     assert any(name.startswith("second_size_") for name in result.timings_s)
-    # (Honest kernels pass at both sizes: the reduced matmuls of test_verify_cpu_shared, say.)
-    one_size = cpu.run_cpu_tier(
-        large, parse_candidate(special_cased), SETTINGS.model_copy(update={"second_size": False})
-    )
-    assert one_size.verdict is Verdict.PASS  # what a single reduction let through
+
+
+@pytest.mark.slow
+def test_one_reduced_size_alone_lets_a_special_cased_kernel_through():
+    """Why the second size exists: what a single reduction let through. (Honest kernels pass at both
+    sizes: the reduced matmuls of test_verify_cpu_shared, say.)"""
+    large = PROBLEM.replace("DIM = 16384", "DIM = 16384 * 32")
+    reduced = harness.size_overrides(large, SETTINGS.max_elements)
+    n = reduced.get("BATCH", 16) * reduced["DIM"]
+    one_size = SETTINGS.model_copy(update={"second_size": False})
+    result = cpu.run_cpu_tier(large, parse_candidate(_special_cased_in_the_kernel(n, 0)), one_size)
+    assert result.verdict is Verdict.PASS, (result.reason, result.log[-2000:])
 
 
 def test_a_wide_trials_absolute_tolerance_grows_with_its_outputs_and_catches_a_clamp_all_the_same():
