@@ -11,7 +11,14 @@ import pytest
 
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.cpu import run_cpu_tier
-from cuset_core.verify.cpu.sizes import int_constants, plan_reduction, with_constants
+from cuset_core.verify.cpu.sizes import (
+    ORIGINAL_SIZE_FACTOR,
+    TIME_SCALE_CAP,
+    int_constants,
+    plan_reduction,
+    scaled_limits,
+    with_constants,
+)
 from cuset_core.verify.library_cache import LibraryCache, default_library_dir
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
@@ -171,3 +178,35 @@ def test_a_problem_too_large_to_reduce_is_unsupported_before_its_reference_runs(
     assert (result.verdict, result.unsupported_feature) == (Verdict.UNSUPPORTED, "problem too large for tier 2")
     assert "1,610,612,736 elements" in result.reason and "none of its sizes can shrink" in result.reason
     assert result.timings_s.get("cpu_reference", 0) < 60
+
+
+def test_limits_grow_with_the_data_of_a_run_past_the_budget_and_time_at_most_by_its_cap():
+    limits = SandboxLimits(wall_s=100, cpu_s=100, memory_mb=4096, workdir_mb=256, file_size_mb=256)
+    assert scaled_limits(limits, 1000, 1000) == limits  # within the budget
+    assert scaled_limits(limits, None, 1000) == limits  # size unknown: the sandbox's limits decide
+
+    grown = scaled_limits(limits, 8 * 2**20, 2**20)  # 8 budgets of float32 data: 32 MiB a tensor
+    assert (grown.workdir_mb, grown.file_size_mb) == (8 * 256, 8 * 256)
+    assert grown.memory_mb == 4096 + (8 * 256 - 256) + 128  # the grown tmpfs, then the tensors
+    assert (grown.wall_s, grown.cpu_s) == (100 * TIME_SCALE_CAP, 100 * TIME_SCALE_CAP)
+
+    huge = scaled_limits(limits, 1000 * 2**20, 2**20)
+    assert huge.workdir_mb == ORIGINAL_SIZE_FACTOR * 256  # never past what original_fits allows
+
+
+@pytest.mark.slow
+def test_a_rerun_at_the_original_sizes_gets_a_work_folder_sized_for_their_data():
+    # 16 budgets of data: the inputs and expected outputs of its trials (40 MiB) overflow the 8 MiB
+    # work folder that the reduced run fits in; the verifier, not the candidate, would fail there.
+    from test_verify_cpu_sizes import DEFINE_SIZED_CANDIDATE, RELU_PROBLEM
+
+    n = 1 << 20
+    problem = RELU_PROBLEM.replace("n_elements = 4096", f"n_elements = {n}")
+    candidate = DEFINE_SIZED_CANDIDATE.replace("#define N 4096", f"#define N {n}")  # fails reduced
+    small = SandboxLimits(wall_s=300, cpu_s=300, workdir_mb=8, file_size_mb=8)
+    settings = VerifySettings(tier=Tier.CPU, max_elements=n // 16, limits=small)
+
+    result = run_cpu_tier(problem, parse_candidate(candidate), settings)
+
+    assert result.verdict is Verdict.PASS, (result.reason, result.log[-2000:])
+    assert result.reason.startswith("at the original sizes: 5 trials within tolerance; at reduced sizes: ")

@@ -11,6 +11,7 @@ features the runtime cannot model are reported as ``unsupported`` with the featu
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from cuset_core.verify.cpu.build import (
 from cuset_core.verify.cpu.claims import unsupported_confirmer
 from cuset_core.verify.cpu.harness import extension_module_name, unit_digest
 from cuset_core.verify.cpu.rewrite import unsupported_feature
-from cuset_core.verify.cpu.sizes import hardcoded_sizes, size_bearing_code
+from cuset_core.verify.cpu.sizes import hardcoded_sizes, scaled_limits, size_bearing_code
 from cuset_core.verify.library_cache import LibraryCache, library_key
 from cuset_core.verify.protocol import (
     CpuJob,
@@ -218,7 +219,8 @@ def _at_original_sizes(
     at_reduced = f"at reduced sizes: {reduced.verdict.value}: {reduced.reason}"
     if details.get("original_fits"):
         at_original = job.model_copy(update={"reduce_sizes": False})
-        result, _ = judge(spec, problem_code, candidate, settings, at_original, references)
+        limits = scaled_limits(spec.limits, details.get("original_elements"), settings.max_elements)
+        result, _ = judge(replace(spec, limits=limits), problem_code, candidate, settings, at_original, references)
         timings = {**result.timings_s, **{f"reduced_{k}": v for k, v in reduced.timings_s.items()}}
         return result.model_copy(
             update={"reason": clip(f"at the original sizes: {result.reason}; {at_reduced}"), "timings_s": timings}

@@ -426,7 +426,8 @@ def reference_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Out
     overrides = size_overrides(problem_source, job.max_elements) if job.reduce_sizes else {}
     if job.reduce_sizes and (too_large := _too_large(problem_source, overrides, job.max_elements)):
         raise Decided(too_large)
-    fits = not overrides or original_fits(_safe_elements(problem_source), job.max_elements)
+    original = _safe_elements(problem_source) if overrides else None
+    fits = not overrides or original_fits(original, job.max_elements)
     try:
         data = run_reference(problem_source, overrides, job.kind, trial_seeds(job))
     except Decided as decided:
@@ -456,6 +457,7 @@ def reference_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Out
         details={
             "note": note,
             "original_fits": fits,
+            "original_elements": original,  # the judge grows the sandbox's limits for a rerun at them
             "wide_trials": wide_trials,
             "candidate_job": CandidateJob(overrides=overrides, constants=constants).model_dump(),
         },

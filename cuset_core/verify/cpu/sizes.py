@@ -11,7 +11,9 @@ A reduction must never blame the candidate. When the reduced problem breaks the 
 (a shape written as a literal somewhere, e.g. LayerNorm's ``normalized_shape``), or the
 candidate fails only at reduced sizes (it hard-codes them: ``#define N 4096``, a constant, a
 fixed grid), the check runs again at the original sizes when they fit
-(:func:`original_fits`), else the verdict is ``unsupported`` with that reason.
+(:func:`original_fits`), else the verdict is ``unsupported`` with that reason. The sandbox's
+limits are sized for the budget; a run at the original sizes gets limits grown with its data
+(:func:`scaled_limits`).
 """
 
 from __future__ import annotations
@@ -22,12 +24,17 @@ import re
 import tokenize
 from collections.abc import Callable, Iterable
 from copy import deepcopy
+from math import ceil
 
 from cuset_core.verify.cpu.rewrite import strip_comments
+from cuset_core.verify.settings import SandboxLimits
 
 MIN_VALUE = 8  # constants below this (kernel sizes, strides, channels of 3) are never shrunk
 MAX_STEPS = 200
 ORIGINAL_SIZE_FACTOR = 16  # the original sizes are run when they hold at most this many budgets
+# A run at the original sizes gets at most this many times the time limits: it only happens for a
+# candidate that already failed at reduced sizes, which must not hold a worker for half an hour.
+TIME_SCALE_CAP = 4
 
 
 LARGEST_SIZE = 1 << 62  # a size expression evaluating beyond this is not a size
@@ -183,6 +190,32 @@ def plan_reduction(
 def original_fits(elements: int | None, max_elements: int) -> bool:
     """Whether a problem of ``elements`` elements (None: unknown) may run at its original sizes."""
     return elements is not None and elements <= ORIGINAL_SIZE_FACTOR * max_elements
+
+
+def scaled_limits(limits: SandboxLimits, elements: int | None, max_elements: int) -> SandboxLimits:
+    """``limits`` (sized for a problem of ``max_elements`` elements) for a run at ``elements``
+    elements: the work folder and largest file grow with the data, by elements / max_elements
+    (at most ``ORIGINAL_SIZE_FACTOR``), memory by what the work folder grew (it is a tmpfs
+    counted in the memory limit) plus the tensors themselves (float32, inputs, outputs and a
+    copy of each), and time by the same ratio up to ``TIME_SCALE_CAP``. Unchanged for a run
+    within the budget or of unknown size."""
+    if elements is None or elements <= max_elements:
+        return limits
+    ratio = min(elements / max_elements, ORIGINAL_SIZE_FACTOR)
+    workdir_mb = ceil(limits.workdir_mb * ratio)
+    tensors_mb = ceil(elements * 4 * 4 / 2**20)
+    grown_mb = workdir_mb - limits.workdir_mb + tensors_mb
+    time_ratio = min(ratio, TIME_SCALE_CAP)
+    return limits.model_copy(
+        update={
+            "workdir_mb": workdir_mb,
+            "file_size_mb": ceil(limits.file_size_mb * ratio),
+            "memory_mb": limits.memory_mb + grown_mb,
+            "address_space_mb": None if limits.address_space_mb is None else limits.address_space_mb + grown_mb,
+            "wall_s": limits.wall_s * time_ratio,
+            "cpu_s": ceil(limits.cpu_s * time_ratio),
+        }
+    )
 
 
 def hardcoded_sizes(code: str, constants: dict[str, int], overrides: dict[str, int]) -> list[str]:
