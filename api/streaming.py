@@ -30,9 +30,10 @@ from sse_starlette import ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
 from api.errors import APIError
+from db.confidence_scores import AnswerScores
 from db.errors import ErrorCode, ErrorInfo
 from db.generation_events import GenerationEvent, channel, publishing
-from db.generations import GenerationSample, dump_samples, read_samples
+from db.generations import GenerationSample, dump_samples, load_samples, read_samples
 from db.models import Generation
 from db.session import session_factory
 from db.settings import Settings
@@ -64,6 +65,7 @@ class Snapshot:
     timings: dict[str, Any] | None
     error: ErrorInfo | None
     created_at: float
+    confidence: AnswerScores | None = None  # a confidence request's answer
 
     @property
     def final(self) -> bool:
@@ -73,8 +75,9 @@ class Snapshot:
 def _read(url: str, generation_id: str) -> Snapshot:
     with session_factory(url)() as session:
         row = session.get(Generation, generation_id)
+        samples = dump_samples(load_samples(session, generation_id))
         return Snapshot(
-            row.id, row.model, row.status, row.samples or [], row.usage, row.timings, row.error, row.created_at
+            row.id, row.model, row.status, samples, row.usage, row.timings, row.error, row.created_at, row.confidence
         )
 
 

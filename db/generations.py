@@ -1,11 +1,12 @@
 """The typed contract of a Generation row (shared by api/ and worker/): what the API asks for
 (``GenerationRequest``, the row's ``request`` JSON), what the workers write back per attempt
-(``GenerationSample``, each item of ``samples``), and how a verified request moves on
-(``next_steps``: first pass, repairs, done).
+(``GenerationSample``, one ``GenerationSampleRow`` each: ``load_samples``, ``save_samples``), and
+how a verified request moves on (``next_steps``: first pass, repairs, done).
 
 Both sides write with ``model_dump(mode="json")`` and read with ``model_validate``. Fields added
 after rows were first stored have defaults, so old rows still read. Confidence rows
-(``kind == "confidence"``) keep a request and samples of their own and are not read here.
+(``kind == "confidence"``) keep a request of their own and their answer in ``confidence``; they
+are not read here.
 
 An *attempt* is one decoded answer: the ``n`` samples drawn for the request (round 0), and the
 repairs, each the model's answer to a follow-up turn showing it the previous attempt's error
@@ -25,7 +26,7 @@ from cuset_core.generation.prompts import repairable
 from cuset_core.verify.result import VerifyResult
 from db.dispatch import send_generate_repair
 from db.model_specs import EngineRoute
-from db.models import Generation
+from db.models import Generation, GenerationSampleRow
 from db.settings import Settings
 from db.statuses import GenerationStatus
 
@@ -64,7 +65,8 @@ class GenerationRequest(BaseModel):
 
 
 class GenerationSample(BaseModel):
-    """One attempt as stored in ``samples`` (index = its position in the list)."""
+    """One attempt, as its ``GenerationSampleRow`` stores it (index = its position among the
+    attempts)."""
 
     index: int
     prompt_index: int = 0
@@ -89,11 +91,48 @@ class GenerationSample(BaseModel):
 
 
 def read_samples(raw: list[dict] | None) -> list[GenerationSample]:
+    """Attempts as a follower's snapshot or an event carries them (JSON)."""
     return [GenerationSample.model_validate(sample) for sample in raw or []]
 
 
 def dump_samples(samples: list[GenerationSample]) -> list[dict]:
     return [sample.model_dump(mode="json") for sample in samples]
+
+
+_SAMPLE_FIELDS = tuple(GenerationSample.model_fields)
+
+
+def load_samples(session: Session, generation_id: str) -> list[GenerationSample]:
+    """Every attempt of the generation, by index (``GenerationSampleRow`` rows)."""
+    rows = session.scalars(
+        select(GenerationSampleRow)
+        .where(GenerationSampleRow.generation_id == generation_id)
+        .order_by(GenerationSampleRow.index)
+        .execution_options(populate_existing=True)
+    )
+    return [GenerationSample.model_validate({name: getattr(row, name) for name in _SAMPLE_FIELDS}) for row in rows]
+
+
+def save_samples(session: Session, generation_id: str, samples: list[GenerationSample]) -> None:
+    """Write ``samples`` (some or all attempts) into their rows, adding the rows that are new."""
+    if not samples:
+        return
+    stored = {
+        row.index: row
+        for row in session.scalars(
+            select(GenerationSampleRow).where(
+                GenerationSampleRow.generation_id == generation_id,
+                GenerationSampleRow.index.in_([sample.index for sample in samples]),
+            )
+        )
+    }
+    for sample in samples:
+        row = stored.get(sample.index)
+        if row is None:
+            row = GenerationSampleRow(generation_id=generation_id, index=sample.index)
+            session.add(row)
+        for name in _SAMPLE_FIELDS:
+            setattr(row, name, getattr(sample, name))
 
 
 @dataclass
@@ -190,15 +229,18 @@ def finish(row: Generation, now: float, samples: list[GenerationSample] | None =
     row.timings, row.status, row.finished_at = timings, GenerationStatus.SUCCEEDED, now
 
 
-def settle(row: Generation, request: GenerationRequest, samples: list[GenerationSample], now: float) -> NextSteps:
-    """Apply ``next_steps`` to the locked ``row`` holding ``samples`` (changed by the caller):
-    cancel, append repair attempts, finish. The caller enqueues the repairs' decoding after the
-    transaction commits. A row still ``running`` is still decoding its drawn samples."""
+def settle(
+    session: Session, row: Generation, request: GenerationRequest, samples: list[GenerationSample], now: float
+) -> NextSteps:
+    """Apply ``next_steps`` to the locked ``row`` holding ``samples`` (changed by the caller, who
+    names them all in ``samples``): store them, cancel, append repair attempts, finish. The caller
+    enqueues the repairs' decoding after the transaction commits. A row still ``running`` is still
+    decoding its drawn samples."""
     steps = next_steps(request, samples, decoding=row.status == GenerationStatus.RUNNING)
     for index in steps.cancel:
         samples[index].cancelled = True
     samples.extend(steps.repairs)
-    row.samples = dump_samples(samples)
+    save_samples(session, row.id, samples)
     row.usage = usage_of(samples)
     if steps.finished:
         finish(row, now, samples)

@@ -16,6 +16,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from cuset_core.evaluation.decoding import Answer
 from cuset_core.evaluation.scoring import SampleRecord
 from cuset_core.training.config import JobSpec
+from cuset_core.verify.result import VerifyResult
+from db.confidence_scores import AnswerScores
 from db.errors import ErrorInfo
 from db.statuses import EvalStatus, GenerationStatus, JobStatus
 from db.typed_json import TypedJSON
@@ -168,8 +170,8 @@ class Checkpoint(Base):
 
 class Generation(Base):
     """One inference request (/v1/generate, completions, chat): queued, decoded by a gpu worker,
-    its samples verified by cpu workers. ``samples`` holds, per sample, its text so far (while
-    streaming), extracted code and verification result."""
+    its samples (``GenerationSampleRow``) verified by cpu workers; or one confidence request,
+    whose answer is ``confidence``."""
 
     __tablename__ = "generations"
 
@@ -179,12 +181,33 @@ class Generation(Base):
     kind: Mapped[str] = mapped_column(String(16))  # a GenerationKind
     request: Mapped[dict[str, Any]] = mapped_column()
     status: Mapped[str] = mapped_column(String(16), index=True, default=GenerationStatus.QUEUED)  # a GenerationStatus
-    samples: Mapped[list[Any]] = mapped_column(default=list)
+    confidence: Mapped[AnswerScores | None] = mapped_column(TypedJSON(AnswerScores))  # kind "confidence" only
     usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     timings: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     error: Mapped[ErrorInfo | None] = mapped_column(TypedJSON(ErrorInfo))
     created_at: Mapped[float] = mapped_column(Float, default=_now)
     finished_at: Mapped[float | None] = mapped_column(Float)
+
+
+class GenerationSampleRow(Base):
+    """One attempt of a generation (``db.generations.GenerationSample`` is its typed view): its
+    text so far while decoding, then its whole answer, extracted code and verification. A row of
+    its own, so that a decoding flush or a verification writes one attempt, not all of them."""
+
+    __tablename__ = "generation_samples"
+
+    generation_id: Mapped[str] = mapped_column(ForeignKey("generations.id", ondelete="CASCADE"), primary_key=True)
+    index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    prompt_index: Mapped[int] = mapped_column(Integer, default=0)
+    round: Mapped[int] = mapped_column(Integer, default=0)
+    repair_of: Mapped[int | None] = mapped_column(Integer)
+    text: Mapped[str] = mapped_column(Text, default="")
+    finish_reason: Mapped[str | None] = mapped_column(String(32))
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    code: Mapped[str | None] = mapped_column(Text)
+    verification: Mapped[VerifyResult | None] = mapped_column(TypedJSON(VerifyResult))
+    cancelled: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class Eval(Base):

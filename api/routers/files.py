@@ -40,6 +40,7 @@ from api.streaming import wait_final
 from cuset_core.analysis.analyze import analyze_answer
 from cuset_core.evaluation.confidence_settings import ReportSettings
 from cuset_core.training.config import Hyperparameters
+from db.confidence_scores import AnswerScores
 from db.dispatch import send_confidence
 from db.errors import ErrorCode
 from db.ids import new_id
@@ -356,9 +357,12 @@ async def record_analysis(
     if model is None:
         return analysis
     generation_id = await run_in_threadpool(_submit_confidence, session, settings, owner, file_id, n, model)
-    sample = (await wait_final(settings, generation_id)).samples[0]
+    scores = (await wait_final(settings, generation_id)).confidence or AnswerScores()
     analysis.confidence = AnswerConfidence(
-        model=model, low_confidence_threshold=LOW_CONFIDENCE, tokens=sample["tokens"], regions=sample["regions"]
+        model=model,
+        low_confidence_threshold=LOW_CONFIDENCE,
+        tokens=[token.model_dump() for token in scores.tokens],
+        regions=[region.model_dump() for region in scores.regions],
     )
     return analysis
 
@@ -413,7 +417,6 @@ def _submit_confidence(session: Session, settings: Settings, owner: str, file_id
         kind=GenerationKind.CONFIDENCE,
         request={"file_id": file_id, "n": n, "model": model, "spec": spec},
         status=GenerationStatus.QUEUED,
-        samples=[],
     )
     session.add(row)
     session.commit()

@@ -99,7 +99,6 @@ def _submit(
         kind=kind,
         request=request.model_copy(update={"spec": spec, "engine": engine}).model_dump(mode="json"),
         status=GenerationStatus.QUEUED,
-        samples=[],
     )
     session.add(row)
     session.commit()

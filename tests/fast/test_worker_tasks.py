@@ -11,7 +11,6 @@ import pytest
 
 from cuset_core.demo import demo_problems
 from db.dispatch import make_celery
-from db.generations import read_samples
 from db.models import Checkpoint, Eval, File, Generation, Job
 from db.session import session_scope
 from db.settings import Settings
@@ -24,6 +23,7 @@ from tests.integration.job_support import (
     insert_job,
     job_request,
     stored_row,
+    stored_samples,
     upload_demo_dataset,
     upload_eval_problems,
 )
@@ -209,12 +209,12 @@ def test_a_passing_attempt_ends_a_first_pass_request_and_cancels_the_rest(task_s
     verify_sample.run(generation_id, 1)
 
     row = stored_row(task_settings.resolved_database_url, Generation, generation_id)
-    samples = read_samples(row.samples)
+    samples = stored_samples(task_settings.resolved_database_url, generation_id)
     assert row.status == GenerationStatus.SUCCEEDED and row.finished_at is not None
     assert (samples[1].verification.verdict, samples[1].verification.tier) == ("pass", "static")
     assert [(s.cancelled, s.verification) for s in (samples[0], samples[2])] == [(True, None), (True, None)]
     verify_sample.run(generation_id, 0)  # a message arriving after the end finds nothing to do
-    assert stored_row(task_settings.resolved_database_url, Generation, generation_id).samples == row.samples
+    assert stored_samples(task_settings.resolved_database_url, generation_id) == samples
 
 
 def test_a_task_takes_its_settings_from_the_runtime_never_from_the_environment(task_settings, monkeypatch, tmp_path):
@@ -225,8 +225,7 @@ def test_a_task_takes_its_settings_from_the_runtime_never_from_the_environment(t
 
     verify_sample.run(generation_id, 0)
 
-    row = stored_row(task_settings.resolved_database_url, Generation, generation_id)
-    assert read_samples(row.samples)[0].verification.verdict == "pass"
+    assert stored_samples(task_settings.resolved_database_url, generation_id)[0].verification.verdict == "pass"
     assert not elsewhere.exists()
 
 
@@ -241,13 +240,13 @@ def test_a_failing_attempt_gets_a_repair_queued_for_decoding(task_settings):
     verify_sample.run(generation_id, 0)
 
     row = stored_row(task_settings.resolved_database_url, Generation, generation_id)
-    samples = read_samples(row.samples)
+    samples = stored_samples(task_settings.resolved_database_url, generation_id)
     assert row.status == GenerationStatus.VERIFYING
     assert samples[0].verification.verdict == "no_code"
     assert (len(samples), samples[1].round, samples[1].repair_of) == (2, 1, 0)
     assert enqueued(task_settings) == [("cuset.generate_repair", [generation_id, 1])]
     verify_sample.run(generation_id, 0)  # a redelivery of a settled attempt adds nothing
-    assert len(read_samples(stored_row(task_settings.resolved_database_url, Generation, generation_id).samples)) == 2
+    assert len(stored_samples(task_settings.resolved_database_url, generation_id)) == 2
 
 
 def test_the_file_check_counts_records_in_the_jobs_own_prompt_style_as_the_files_fit_does(fast_client, task_settings):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from sqlalchemy import select
@@ -16,7 +17,7 @@ from sqlalchemy import select
 from cuset_core.demo import demo_problems, write_demo_dataset
 from cuset_core.generation.prompts import build_messages
 from cuset_core.training.config import JobSpec
-from db.generations import GenerationRequest, GenerationSample, dump_samples
+from db.generations import GenerationRequest, GenerationSample, load_samples, save_samples
 from db.ids import new_id
 from db.models import Eval, File, Generation, Job, JobEvent
 from db.session import session_scope
@@ -254,14 +255,22 @@ def insert_scored_eval(
     return eval_id
 
 
-def insert_generation(database_url: str, request: dict, **columns) -> str:
+def insert_generation(database_url: str, request: dict, *, samples: Sequence[GenerationSample] = (), **columns) -> str:
     """A /v1/generate Generation row of ``TEST_OWNER`` with this ``request`` JSON (model "tiny",
-    status queued, no samples yet), with ``columns`` over those defaults; its id."""
+    status queued, no samples unless given), with ``columns`` over those defaults; its id."""
     generation_id = columns.pop("id", None) or new_id("gen")
-    defaults = {"owner": TEST_OWNER, "model": "tiny", "kind": "generate", "status": "queued", "samples": []}
+    defaults = {"owner": TEST_OWNER, "model": "tiny", "kind": "generate", "status": "queued"}
     with session_scope(database_url) as session:
         session.add(Generation(**(defaults | {"id": generation_id, "request": request} | columns)))
+        session.flush()
+        save_samples(session, generation_id, list(samples))
     return generation_id
+
+
+def stored_samples(database_url: str, generation_id: str) -> list[GenerationSample]:
+    """The attempts of a generation as stored now."""
+    with session_scope(database_url) as session:
+        return load_samples(session, generation_id)
 
 
 def decoded_generation(
@@ -284,6 +293,6 @@ def decoded_generation(
         database_url,
         request.model_dump(mode="json"),
         status="verifying",
-        samples=dump_samples(samples),
+        samples=samples,
         **columns,
     )

@@ -18,10 +18,10 @@ from cuset_core.generation.prompts import build_messages, repair_messages
 from cuset_core.generation.sampling import render_prompt
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from db.dispatch import send_generate, send_verify_sample
-from db.generations import GenerationRequest, GenerationSample, locked_generation, read_samples, settle
+from db.generations import GenerationRequest, GenerationSample, load_samples, locked_generation, settle
 from db.models import Generation
 from db.session import session_scope
-from tests.integration.job_support import decoded_generation, insert_generation
+from tests.integration.job_support import decoded_generation, insert_generation, stored_samples
 from tests.integration.test_inference import stream
 from tests.service import wait_for
 
@@ -60,7 +60,7 @@ def test_failing_samples_are_repaired_with_their_error_until_the_rounds_run_out(
     assert all(not a["cancelled"] and not VerifyResult.model_validate(a["verification"]).passed for a in attempts)
     assert body["chosen"] is None
     by_index = {a["index"]: a for a in attempts}
-    stored = read_samples(_row(service_settings, body["id"]).samples)
+    stored = _samples(service_settings, body["id"])
     for repair in (a for a in attempts if a["round"] > 0):
         failed = by_index[repair["repair_of"]]
         assert failed["round"] == repair["round"] - 1
@@ -131,6 +131,10 @@ def _row(settings, generation_id: str) -> Generation:
         return session.get(Generation, generation_id)
 
 
+def _samples(settings, generation_id: str) -> list[GenerationSample]:
+    return stored_samples(settings.resolved_database_url, generation_id)
+
+
 SOLVED = f"```python\n{PROBLEM.solution_code}\n```"
 
 
@@ -144,7 +148,7 @@ def test_the_first_passing_kernel_ends_the_request_and_what_is_left_never_starts
     )
 
     assert row.status == "succeeded", row.error
-    samples = read_samples(row.samples)
+    samples = _samples(service_settings, generation_id)
     assert samples[1].passed and samples[1].verification.verdict == "pass"
     assert [(s.cancelled, s.verification) for s in (samples[0], samples[2])] == [(True, None), (True, None)]
     assert len(samples) == 3  # no repair is started for a request that has its kernel
@@ -153,9 +157,9 @@ def test_the_first_passing_kernel_ends_the_request_and_what_is_left_never_starts
     send_verify_sample(service_settings, generation_id, 1, gpu=False)  # a redelivery
     marker = _seeded_row(service_settings, ["no kernel here"], stop_at_first_pass=True)
     send_verify_sample(service_settings, marker, 0, gpu=False)  # queued after them on the same queue
-    wait_for(lambda: _row(service_settings, marker).samples[0].get("verification"), what="the later message")
+    wait_for(lambda: _samples(service_settings, marker)[0].verification, what="the later message")
     after = _row(service_settings, generation_id)
-    assert after.samples == row.samples and after.finished_at == row.finished_at
+    assert _samples(service_settings, generation_id) == samples and after.finished_at == row.finished_at
 
 
 def test_without_first_pass_stopping_every_sample_is_verified_and_the_pass_chosen(service_settings, worker):
@@ -170,7 +174,7 @@ def test_without_first_pass_stopping_every_sample_is_verified_and_the_pass_chose
     )
 
     assert row.status == "succeeded", row.error
-    samples = read_samples(row.samples)
+    samples = _samples(service_settings, generation_id)
     assert [s.verification.verdict for s in samples] == ["pass", "no_code", samples[2].verification.verdict]
     assert (samples[2].round, samples[2].repair_of) == (1, 1)  # the failing one was repaired, the pass was not
     assert not any(s.cancelled for s in samples)
@@ -181,10 +185,10 @@ def _record_a_pass(settings, generation_id: str, index: int) -> list[GenerationS
     lock, followed by ``settle``; returns the attempts as they were at that moment."""
     with session_scope(settings.resolved_database_url) as session:
         row = locked_generation(session, generation_id)
-        samples = read_samples(row.samples)
+        samples = load_samples(session, generation_id)
         before = [sample.model_copy() for sample in samples]
         samples[index].verification = VerifyResult(verdict=Verdict.PASS, tier=Tier.STATIC, reason="a known answer")
-        settle(row, GenerationRequest.model_validate(row.request), samples, time.time())
+        settle(session, row, GenerationRequest.model_validate(row.request), samples, time.time())
     return before
 
 
@@ -203,7 +207,7 @@ def test_a_pass_while_later_samples_are_decoded_stops_the_decoding(service_setti
     send_generate(service_settings, generation_id)
 
     def first_sample_done():
-        samples = read_samples(_row(service_settings, generation_id).samples)
+        samples = _samples(service_settings, generation_id)
         return samples and samples[0].finish_reason
 
     # Sample 1 is being decoded now, as a rule; on a loaded machine it may have finished too.
@@ -215,7 +219,7 @@ def test_a_pass_while_later_samples_are_decoded_stops_the_decoding(service_setti
     )
 
     assert row.status == "succeeded" and row.error is None
-    samples = read_samples(row.samples)
+    samples = _samples(service_settings, generation_id)
     assert samples[0].passed
     finished = [sample.index for sample in at_the_pass if sample.finish_reason is not None]
     assert finished and finished == list(range(len(finished))) and len(finished) < 3, finished

@@ -86,3 +86,50 @@ def test_a_job_stored_before_job_specs_reads_back_as_its_spec_and_downgrades_to_
     assert (hp["n_epochs"], hp["batch_size"], hp["learning_rate_multiplier"], hp["save_steps"], row.seed) == (
         2.0, 2, 0.5, 5, 7
     )  # fmt: skip
+
+
+def test_generations_stored_as_json_arrays_read_back_as_attempt_rows_and_downgrade_to_arrays(tmp_path):
+    from alembic import command
+    from sqlalchemy import text
+
+    from db.generations import load_samples
+    from db.migrate import alembic_config
+    from db.models import Generation
+    from db.session import session_scope
+
+    url = f"sqlite:///{tmp_path / 'generations.sqlite'}"
+    upgrade(url, "0008")
+    verified = {"verdict": "pass", "tier": "static", "reason": "ok"}
+    attempts = [  # as the workers stored them before revision 0009, an old attempt lacking newer fields
+        {"index": 0, "text": "no kernel", "finish_reason": "stop", "cancelled": True},
+        {"index": 1, "text": "```cuda\n__global__ void k() {}\n```", "finish_reason": "stop", "prompt_tokens": 9,
+         "completion_tokens": 4, "code": "__global__ void k() {}", "verification": verified},
+        {"index": 2, "round": 1, "repair_of": 0, "text": ""},
+    ]  # fmt: skip
+    scores = {"tokens": [{"start": 0, "end": 3, "p": 0.5}], "regions": []}
+    insert = (
+        "INSERT INTO generations (id, owner, model, kind, request, status, samples, created_at)"
+        " VALUES (:id, 'o', 'tiny', :kind, '{}', 'succeeded', :samples, 0)"
+    )
+    with create_engine(url).begin() as connection:
+        connection.execute(text(insert), {"id": "gen-old", "kind": "generate", "samples": json.dumps(attempts)})
+        connection.execute(text(insert), {"id": "gen-conf", "kind": "confidence", "samples": json.dumps([scores])})
+    upgrade(url)
+    with session_scope(url) as session:
+        samples = load_samples(session, "gen-old")
+        confidence = session.get(Generation, "gen-conf").confidence
+        assert load_samples(session, "gen-conf") == []
+    assert [(s.index, s.cancelled, s.round, s.repair_of) for s in samples] == [
+        (0, True, 0, None), (1, False, 0, None), (2, False, 1, 0)
+    ]  # fmt: skip
+    assert samples[1].passed and (samples[1].prompt_tokens, samples[1].code) == (9, "__global__ void k() {}")
+    assert confidence.tokens[0].p == 0.5
+
+    command.downgrade(alembic_config(url), "0008")
+    with create_engine(url).connect() as connection:
+        rows = dict(connection.execute(text("SELECT id, samples FROM generations")).all())
+    back = {key: json.loads(value) if isinstance(value, str) else value for key, value in rows.items()}
+    assert [(a["index"], a["text"], a["cancelled"]) for a in back["gen-old"]] == [
+        (0, "no kernel", True), (1, attempts[1]["text"], False), (2, "", False)
+    ]  # fmt: skip
+    assert back["gen-old"][1]["verification"]["verdict"] == "pass" and back["gen-conf"] == [scores]

@@ -19,6 +19,7 @@ from sqlalchemy import create_engine, text
 
 from api.main import create_app
 from cuset_core.demo import demo_problems
+from db.generations import GenerationSample, load_samples
 from db.ids import new_id
 from db.models import File, Generation
 from db.session import session_scope
@@ -503,7 +504,9 @@ def probe(service_settings, tmp_path_factory, monkeypatch_module):
             {"problem": ADD_PROBLEM, "verify": "cpu", "n": 1},
             owner="probe",
             status="verifying",
-            samples=[{"index": 0, "text": hostile_answer(paths, [pg_port, redis_port]), "finish_reason": "stop"}],
+            samples=[
+                GenerationSample(index=0, text=hostile_answer(paths, [pg_port, redis_port]), finish_reason="stop")
+            ],
         )
         try:
             from db.dispatch import send_verify_sample
@@ -515,7 +518,8 @@ def probe(service_settings, tmp_path_factory, monkeypatch_module):
                     row = session.get(Generation, generation_id)
                     if row.status == "failed":
                         pytest.fail(f"the hostile sample's generation failed: {row.error}\n{worker.log()[-3000:]}")
-                    return row.status == "succeeded" and row.samples[0]["verification"]
+                    verification = load_samples(session, generation_id)[0].verification
+                    return row.status == "succeeded" and verification and verification.model_dump(mode="json")
 
             verification = wait_for(verified, timeout=900, interval=1, what="the hostile sample's verification")
             assert worker.process.poll() is None, "the worker died verifying a hostile candidate"

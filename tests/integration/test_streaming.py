@@ -19,6 +19,7 @@ from api.streaming import follow
 from db.generation_events import GenerationEvent
 from db.models import Generation
 from db.session import session_scope
+from tests.integration.job_support import stored_samples
 from tests.integration.test_inference import sse_events
 from tests.service import wait_for
 from worker.tasks.generate import FLUSH_S, ROW_FLUSH_S
@@ -62,20 +63,21 @@ def channels(service_settings) -> Iterator[ChannelRecorder]:
 
 @pytest.fixture()
 def row_writes(service_settings) -> Iterator:
-    """Counts every UPDATE of a generations row, with its time, through a Postgres trigger."""
+    """Counts every write (INSERT or UPDATE) of a generation's attempt rows, where its text is
+    kept, with its time, through a Postgres trigger."""
     url = service_settings.resolved_database_url
     with session_scope(url) as session:
         session.execute(text("CREATE TABLE generation_writes (id text, at double precision)"))
         session.execute(
             text(
                 "CREATE FUNCTION note_generation_write() RETURNS trigger AS $$ BEGIN "
-                "INSERT INTO generation_writes VALUES (NEW.id, extract(epoch from clock_timestamp())); "
+                "INSERT INTO generation_writes VALUES (NEW.generation_id, extract(epoch from clock_timestamp())); "
                 "RETURN NEW; END $$ LANGUAGE plpgsql"
             )
         )
         session.execute(
             text(
-                "CREATE TRIGGER generation_writes AFTER UPDATE ON generations "
+                "CREATE TRIGGER generation_writes AFTER INSERT OR UPDATE ON generation_samples "
                 "FOR EACH ROW EXECUTE FUNCTION note_generation_write()"
             )
         )
@@ -90,7 +92,7 @@ def row_writes(service_settings) -> Iterator:
 
     yield writes
     with session_scope(url) as session:
-        session.execute(text("DROP TRIGGER generation_writes ON generations"))
+        session.execute(text("DROP TRIGGER generation_writes ON generation_samples"))
         session.execute(text("DROP FUNCTION note_generation_write()"))
         session.execute(text("DROP TABLE generation_writes"))
 
@@ -111,8 +113,7 @@ def test_published_deltas_arrive_in_order_and_add_up_to_the_final_text(
     chunks = [json.loads(data) for _, data in events[:-1]]
     generation_id = chunks[0]["id"]
     streamed = "".join(c["choices"][0]["text"] for c in chunks)
-    with session_scope(service_settings.resolved_database_url) as session:
-        final = session.get(Generation, generation_id).samples[0]["text"]
+    final = stored_samples(service_settings.resolved_database_url, generation_id)[0].text
     deltas = [e for e in channels.of(generation_id) if e.index is not None]
     assert len(deltas) > 5
     assert [e.offset for e in deltas] == [0, *(e.offset + len(e.delta) for e in deltas[:-1])]  # no gap, no overlap
@@ -132,7 +133,7 @@ def test_the_worker_writes_the_row_about_once_a_second_while_it_streams(
     writes = row_writes(generation_id)
     deltas = [e for e in channels.of(generation_id) if e.index is not None]
     assert generate_s > 3 * FLUSH_S, "decoding too short to tell the write rates apart"
-    # claim, the sample list, the finished sample, the record; and the partial text once per ROW_FLUSH_S
+    # the attempt's row made, the finished attempt, the record; and the partial text once per ROW_FLUSH_S
     assert len(writes) <= 4 + generate_s / ROW_FLUSH_S + 1
     assert len(writes) < generate_s / FLUSH_S  # what a write every FLUSH_S would make
     assert len(deltas) > len(writes)
@@ -161,7 +162,8 @@ def test_a_follower_that_joins_midway_catches_up_from_the_row_without_gaps_or_re
 
     with session_scope(service_settings.resolved_database_url) as session:
         row = session.get(Generation, started)
-        final, decoding_after_join = row.samples[0]["text"], row.finished_at - joined
+        decoding_after_join = row.finished_at - joined
+    final = stored_samples(service_settings.resolved_database_url, started)[0].text
     assert seen[-1] == final
     assert "".join(json.loads(data)["choices"][0]["text"] for _, data in answers[0][:-1]) == final
     assert all(later.startswith(earlier) for earlier, later in zip(seen, seen[1:]))

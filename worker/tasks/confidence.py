@@ -27,6 +27,7 @@ from sqlalchemy import update
 from cuset_core.data import IGNORE_INDEX, EncodedRecord, LoadOptions, Record, encode_record, load_records
 from cuset_core.evaluation.confidence_report import record_confidence
 from cuset_core.evaluation.confidence_settings import ReportSettings
+from db.confidence_scores import AnswerScores, RegionScore, TokenScore
 from db.dispatch import TaskName
 from db.errors import ErrorCode, ErrorInfo
 from db.generation_events import GenerationEvent, publish
@@ -100,7 +101,7 @@ def confidence(self: RuntimeTask, generation_id: str) -> None:
         settings,
         generation_id,
         status=GenerationStatus.SUCCEEDED,
-        samples=[sample],
+        confidence=sample,
         timings={
             "queue_s": round(started - created_at, 4),
             "confidence_s": round(done - started, 4),
@@ -109,19 +110,19 @@ def confidence(self: RuntimeTask, generation_id: str) -> None:
     )
 
 
-def token_confidence(model, tokenizer, record: Record) -> dict[str, Any]:
-    """The stored sample: every answer token with p, and every region's mean and min p."""
+def token_confidence(model, tokenizer, record: Record) -> AnswerScores:
+    """The stored answer: every answer token with p, and every region's mean and min p."""
     encoded = encode_record(record, tokenizer, MAX_TOKENS)
     measured = record_confidence(model, encoded, record.answer, record.line)
     if measured is None:
-        return {"tokens": [], "regions": []}
+        return AnswerScores()
     p = [min(max(value, 0.0), 1.0) for value in measured.p]  # float32 rounding can step past 1
     tokens = [
-        {"start": start, "end": end, "p": value}
+        TokenScore(start=start, end=end, p=value)
         for (start, end), value in zip(_answer_offsets(encoded), p)
         if end > start  # the end-of-turn token is supervised but lies outside the answer
     ]
-    return {"tokens": tokens, "regions": _region_stats(p, measured.region)}
+    return AnswerScores(tokens=tokens, regions=_region_stats(p, measured.region))
 
 
 def _answer_offsets(encoded: EncodedRecord) -> list[tuple[int, int]]:
@@ -143,7 +144,7 @@ def _answer_offsets(encoded: EncodedRecord) -> list[tuple[int, int]]:
     return spans
 
 
-def _region_stats(p: list[float], regions: list[int]) -> list[dict[str, Any]]:
+def _region_stats(p: list[float], regions: list[int]) -> list[RegionScore]:
     """Mean and min p of each region's tokens (``regions[k]``: region id of token k, -1 for
     none); regions without a scored token are left out."""
     by_region: dict[int, list[float]] = {}
@@ -151,7 +152,7 @@ def _region_stats(p: list[float], regions: list[int]) -> list[dict[str, Any]]:
         if region >= 0:
             by_region.setdefault(region, []).append(value)
     return [
-        {"index": region, "mean_p": sum(values) / len(values), "min_p": min(values), "tokens": len(values)}
+        RegionScore(index=region, mean_p=sum(values) / len(values), min_p=min(values), tokens=len(values))
         for region, values in sorted(by_region.items())
     ]
 

@@ -10,10 +10,10 @@ sent together reach the queue some milliseconds apart. A streamed row, or one th
 first passing kernel, is decoded alone, one sample after another; each finished sample goes to
 verification at once, and decoding stops when a verified sample has already ended the request.
 Its partial text goes out as it grows (``_Partial``): with Redis, as text deltas on the row's
-pub/sub channel about every ``DELTA_S`` seconds (db/generation_events.py), and into
-``samples[i].text`` only every ``ROW_FLUSH_S`` seconds, so a follower that joins late can catch
-up from the row; without Redis (the embedded SQLite mode, where the API polls the row) into the
-row every ``FLUSH_S`` seconds.
+pub/sub channel about every ``DELTA_S`` seconds (db/generation_events.py), and into the
+attempt's row (its ``text``) only every ``ROW_FLUSH_S`` seconds, so a follower that joins late can
+catch up from the database; without Redis (the embedded SQLite mode, where the API polls) into
+the attempt's row every ``FLUSH_S`` seconds.
 
 A repair attempt (appended by the verify task, see db/generations.py) is decoded from a follow-up
 turn: the problem, the failed answer and the verifier's error. The row stays ``verifying`` while
@@ -24,10 +24,11 @@ no model loaded here: each sample is one streamed request to the engine, which b
 requests itself, so the row is never batched with others; its samples go as concurrent requests,
 or one after another when the row is sequential. Verification stays in this service.
 
-The row's ``request`` and ``samples`` are db.generations' ``GenerationRequest`` and
-``GenerationSample``. Sample ``k`` of the drawn samples is sample ``k % n`` of prompt ``k // n``.
-Every write to ``samples`` after the claim happens under the row lock, since verify tasks write
-into the same JSON concurrently.
+The row's ``request`` and its attempts are db.generations' ``GenerationRequest`` and
+``GenerationSample`` (one ``GenerationSampleRow`` each). Sample ``k`` of the drawn samples is
+sample ``k % n`` of prompt ``k // n``. Every write to the attempts after the claim happens under
+the generation row's lock, since verify tasks settle them concurrently (cancel, append repairs);
+a decoding flush writes its one attempt.
 """
 
 from __future__ import annotations
@@ -68,9 +69,9 @@ from db.generations import (
     GenerationRequest,
     GenerationSample,
     decode_repairs,
-    dump_samples,
+    load_samples,
     locked_generation,
-    read_samples,
+    save_samples,
     settle,
     usage_of,
 )
@@ -515,7 +516,7 @@ def _decode_sequentially(settings: Settings, row: Claimed, decode_one: DecodeOne
     request, url = row.request, settings.resolved_database_url
     samples = _drawn_samples(request)
     with session_scope(url) as session:  # the row is ours alone until its first sample is verified
-        session.execute(update(Generation).where(Generation.id == row.id).values(samples=dump_samples(samples)))
+        save_samples(session, row.id, samples)
     publish(settings, row.id, GenerationEvent(samples=samples, status=GenerationStatus.RUNNING))
     for sample in samples:
         done = decode_one(sample, request.prompts[sample.prompt_index])
@@ -533,11 +534,11 @@ def _write_sample(url: str, generation_id: str, sample: GenerationSample) -> Gen
         row = locked_generation(session, generation_id)
         if row is None or row.status in GENERATION_FINAL:
             return None
-        samples = read_samples(row.samples)
+        samples = load_samples(session, generation_id)
         if samples[sample.index].cancelled:
             return None
         samples[sample.index] = samples[sample.index].model_copy(update=sample.model_dump(include=DECODED))
-        row.samples = dump_samples(samples)
+        save_samples(session, generation_id, [samples[sample.index]])
         row.usage = usage_of(samples)
         return samples[sample.index]
 
@@ -570,9 +571,9 @@ def _record(
             return
         stored.timings = timings | (stored.timings or {})
         if samples is None:
-            samples = read_samples(stored.samples)
+            samples = load_samples(session, row.id)
         else:
-            stored.samples = dump_samples(samples)
+            save_samples(session, row.id, samples)
         stored.usage = usage_of(samples)
         if stored.status in GENERATION_FINAL:
             return  # a verified sample ended the request while later ones were decoded
@@ -582,7 +583,7 @@ def _record(
             stored.timings = stored.timings | {"total_s": round(decoded - row.created_at, 4)}
         else:
             stored.status = GenerationStatus.VERIFYING
-            steps = settle(stored, row.request, samples, decoded)
+            steps = settle(session, stored, row.request, samples, decoded)
         status = stored.status
     publish(settings, row.id, GenerationEvent(samples=samples if batched else [], status=status))
     if steps is None:
@@ -609,7 +610,7 @@ def generate_repair(self: RuntimeTask, generation_id: str, index: int) -> None:
             GenerationRequest.model_validate(stored.request),
             stored.created_at,
         )
-        samples = read_samples(stored.samples)
+        samples = load_samples(session, generation_id)
     attempt = samples[index] if index < len(samples) else None
     if attempt is None or attempt.repair_of is None or attempt.finish_reason is not None or attempt.cancelled:
         return  # a redelivered message, or the request moved on

@@ -21,7 +21,7 @@ from cuset_core.verify.run import verify
 from cuset_core.verify.settings import VerifySettings
 from db.dispatch import TaskName
 from db.generation_events import GenerationEvent, publish
-from db.generations import GenerationRequest, decode_repairs, locked_generation, read_samples, settle
+from db.generations import GenerationRequest, decode_repairs, load_samples, locked_generation, settle
 from db.models import Generation
 from db.session import session_scope
 from db.settings import Settings
@@ -57,7 +57,7 @@ def _verify(settings: Settings, generation_id: str, index: int) -> None:
         if row is None or row.status not in LIVE:
             return  # finished (perhaps by another attempt's pass) or failed
         request = GenerationRequest.model_validate(row.request)
-        attempt = read_samples(row.samples)[index]
+        attempt = load_samples(session, generation_id)[index]
         if attempt.settled:
             return  # a redelivered message for an attempt already verified, or a cancelled one
     checks = service_verify_settings(settings, VerifySettings(tier=Tier(request.verify)))
@@ -66,11 +66,11 @@ def _verify(settings: Settings, generation_id: str, index: int) -> None:
         row = locked_generation(session, generation_id)
         if row is None or row.status not in LIVE:
             return
-        samples = read_samples(row.samples)
+        samples = load_samples(session, generation_id)
         if samples[index].settled:
             return
         samples[index].verification = result
-        steps = settle(row, request, samples, time.time())
+        steps = settle(session, row, request, samples, time.time())
         changed = [samples[i] for i in sorted({index, *steps.cancel, *(r.index for r in steps.repairs)})]
         status = row.status
     publish(settings, generation_id, GenerationEvent(samples=changed, status=status))
