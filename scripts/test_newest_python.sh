@@ -20,8 +20,7 @@ if [ "$name" = "$ours" ]; then
 fi
 venv=.cache/venv-$name
 echo "newest python: $name ($newest) in $venv"
-# Bytecode is compiled as modules are first imported (most of the 17,000 files never are).
-PIP_NO_COMPILE=1 PYTHON=$newest VENV=$venv bash scripts/setup.sh
+PYTHON=$newest VENV=$venv bash scripts/setup.sh
 "$venv/bin/python" - <<'PY'
 import sys
 

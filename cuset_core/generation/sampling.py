@@ -1,4 +1,5 @@
-"""Sample answers from a causal LM for chat conversations: batched, or streamed as text deltas.
+"""Sample answers from a causal LM: batched for chat conversations, or one at a time with its
+growing text shown as it is decoded (``stream_decode``).
 
 Temperature 0 means greedy decoding. Prompts are rendered with the tokenizer's chat template
 (with the generation prompt) and left-padded so a batch decodes together.
@@ -7,13 +8,13 @@ Temperature 0 means greedy decoding. Prompts are rendered with the tokenizer's c
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from transformers import StoppingCriteriaList
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from cuset_core.generation.fence_stop import FenceStop, fence_cut
 
@@ -146,43 +147,58 @@ def generate(
     return results
 
 
-def stream_generate(
+def stream_decode(
     model,
     tokenizer,
-    messages: list[dict],
+    prompt: str,
     *,
+    on_text: Callable[[str], bool],
     temperature: float = 0.0,
     top_p: float = 1.0,
     max_new_tokens: int = 512,
     seed: int | None = None,
-) -> Iterator[str]:
-    """Text deltas of one completion as they are decoded; their concatenation is the answer.
-
-    Decoding runs in a background thread; an error there is raised here after the last delta.
-    """
-    from transformers import TextIteratorStreamer
-
+    stop_at_fence: bool = False,
+    every_s: float = 0.0,
+) -> GeneratedText | None:
+    """Decode one completion of ``prompt`` (a rendered prompt: see :func:`render_prompt`), handing
+    ``on_text`` the text decoded so far (stopped at a stop token, without a half-decoded character
+    at its end) at most every ``every_s`` seconds, in this thread. ``on_text`` answering False stops
+    decoding at the next step, and the result is None; else the finished completion, cut as
+    :func:`completion_from_tokens` cuts it."""
     kwargs = decoding_kwargs(temperature, top_p, max_new_tokens)
+    stop_ids = stop_token_ids(model, tokenizer)
     device = next(model.parameters()).device
-    encoded = tokenizer([render_prompt(tokenizer, messages)], return_tensors="pt", add_special_tokens=False)
-    encoded = {key: value.to(device) for key, value in encoded.items()}
-    streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
-    failure: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            with torch.no_grad(), seeded(seed, device):
-                model.generate(**encoded, **kwargs, streamer=streamer, pad_token_id=tokenizer.pad_token_id)
-        except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
-            failure.append(exc)
-            streamer.end()
-
+    encoded = tokenizer([prompt], return_tensors="pt", add_special_tokens=False).to(device)
+    width = encoded["input_ids"].shape[1]
+    watcher = _TextWatcher(tokenizer, width, stop_ids, on_text, every_s)
+    criteria = StoppingCriteriaList([watcher])
+    if stop_at_fence:
+        criteria.append(FenceStop(tokenizer, width, [True]))
     model.eval()
-    thread = threading.Thread(target=work, daemon=True)
-    thread.start()
-    for delta in streamer:
-        if delta:
-            yield delta
-    thread.join()
-    if failure:
-        raise failure[0]
+    with torch.no_grad(), seeded(seed, device):
+        output = model.generate(**encoded, **kwargs, stopping_criteria=criteria, pad_token_id=tokenizer.pad_token_id)
+    if watcher.stopped:
+        return None
+    return completion_from_tokens(output[0, width:].tolist(), width, stop_ids, tokenizer, stop_at_fence=stop_at_fence)
+
+
+class _TextWatcher(StoppingCriteria):
+    """Shows the growing text of one completion to ``on_text`` after decoding steps, and stops
+    decoding once it answers False (a stopping criterion sees every step's ids, so no streamer
+    thread is needed)."""
+
+    def __init__(
+        self, tokenizer, width: int, stop_ids: set[int], on_text: Callable[[str], bool], every_s: float
+    ) -> None:
+        self._tokenizer, self._width, self._stop_ids = tokenizer, width, stop_ids
+        self._on_text, self._every_s = on_text, every_s
+        self._last = time.monotonic()
+        self.stopped = False
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+        if not self.stopped and time.monotonic() - self._last >= self._every_s:
+            self._last = time.monotonic()
+            tokens = input_ids[0, self._width :].tolist()
+            text = completion_from_tokens(tokens, 0, self._stop_ids, self._tokenizer).text.rstrip("\ufffd")
+            self.stopped = not self._on_text(text)
+        return torch.full((input_ids.shape[0],), self.stopped, dtype=torch.bool, device=input_ids.device)

@@ -1,12 +1,18 @@
 """Sampling from a tiny random model: batching with left padding changes nothing, greedy repeats,
-seeds reproduce, completions stop at EOS or at the token limit, and streaming matches."""
+seeds reproduce, completions stop at EOS or at the token limit, and a streamed answer matches."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from cuset_core.generation.sampling import GeneratedText, completion_from_tokens, generate, stream_generate
+from cuset_core.generation.sampling import (
+    GeneratedText,
+    completion_from_tokens,
+    generate,
+    render_prompt,
+    stream_decode,
+)
 
 SHORT = [{"role": "user", "content": "Write a CUDA kernel."}]
 LONG = [{"role": "user", "content": "Write a CUDA kernel that adds two float vectors of length n, one thread each."}]
@@ -66,13 +72,32 @@ def test_completion_stops_at_the_first_stop_token(tokenizer):
     assert cut == GeneratedText("int i = 0;", 9, len(ids), "length")
 
 
-def test_streamed_deltas_add_up_to_the_greedy_answer(model_and_tokenizer):
+def test_a_streamed_answer_grows_by_prefixes_to_the_greedy_answer(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
+    shown: list[str] = []
 
-    deltas = list(stream_generate(model, tokenizer, LONG, max_new_tokens=8))
+    streamed = stream_decode(
+        model, tokenizer, render_prompt(tokenizer, LONG), on_text=lambda text: shown.append(text) or True,
+        max_new_tokens=8,
+    )  # fmt: skip
     [[answer]] = generate(model, tokenizer, [LONG], max_new_tokens=8)
 
-    assert "".join(deltas) == answer.text
+    assert streamed == answer
+    assert len(shown) == answer.completion_tokens  # every step, at every_s=0
+    assert all(later.startswith(earlier) for earlier, later in zip(shown, shown[1:]))
+    assert answer.text.startswith(shown[-1])
+
+
+def test_a_streamed_answer_whose_watcher_says_stop_ends_at_once_without_a_result(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    steps: list[str] = []
+
+    stopped = stream_decode(
+        model, tokenizer, render_prompt(tokenizer, LONG), on_text=lambda text: steps.append(text) or len(steps) < 3,
+        max_new_tokens=32,
+    )  # fmt: skip
+
+    assert stopped is None and len(steps) == 3
 
 
 @pytest.mark.parametrize("options", [{"temperature": -1.0}, {"top_p": 0.0}, {"max_new_tokens": 0}, {"n": 0}])

@@ -41,23 +41,16 @@ from contextlib import ExitStack, closing
 from dataclasses import dataclass
 
 import httpx
-import torch
 from celery import shared_task
 from sqlalchemy import select, update
-from transformers import StoppingCriteria, StoppingCriteriaList
-from transformers.generation.streamers import BaseStreamer
 
 from cuset_core.generation.endpoint import DEFAULT_TIMEOUT_S, EndpointError, stream_answer
 from cuset_core.generation.extract import answer_code, closing_fence_end
-from cuset_core.generation.fence_stop import FenceStop
 from cuset_core.generation.prompts import repair_messages
 from cuset_core.generation.sampling import (
     GeneratedText,
-    completion_from_tokens,
-    decoding_kwargs,
     render_prompt,
-    seeded,
-    stop_token_ids,
+    stream_decode,
 )
 from cuset_core.generation.sampling import (
     generate as generate_batch,
@@ -400,53 +393,20 @@ def _shown(partial: str, stops: list[str]) -> str:
     return cut if stopped else cut[: len(cut) - holdback]
 
 
-class _TokenStreamer(BaseStreamer):
-    """Collects generated token ids and hands the list so far to ``on_tokens``."""
-
-    def __init__(self, on_tokens) -> None:
-        self.tokens: list[int] = []
-        self._on_tokens = on_tokens
-        self._prompt_seen = False
-
-    def put(self, value) -> None:
-        if not self._prompt_seen:  # generate() first passes the prompt ids
-            self._prompt_seen = True
-            return
-        self.tokens.extend(value.reshape(-1).tolist())
-        self._on_tokens(self.tokens)
-
-    def end(self) -> None:
-        pass
-
-
-class _Ended(StoppingCriteria):
-    """Stops decoding once the row has ended (another attempt passed first, or it failed)."""
-
-    def __init__(self) -> None:
-        self.ended = False
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
-        return torch.full((input_ids.shape[0],), self.ended, dtype=torch.bool, device=input_ids.device)
-
-
 class _Partial:
     """Sends the growing text of one streamed attempt to its followers (see the module docstring);
     ``offer`` answers False once the row has ended, ``finish`` writes the finished attempt."""
 
     def __init__(self, settings: Settings, row_id: str, sample: GenerationSample) -> None:
         self._settings, self._url, self._row_id, self._sample = settings, settings.resolved_database_url, row_id, sample
-        self._tick_s, self._row_s = (DELTA_S, ROW_FLUSH_S) if publishing(settings) else (FLUSH_S, FLUSH_S)
+        # How often new text is offered (the decoder detokenizes only then), and reaches the row.
+        self.tick_s, self._row_s = (DELTA_S, ROW_FLUSH_S) if publishing(settings) else (FLUSH_S, FLUSH_S)
         self._sent = ""  # the text followers have: published deltas and the row's copy both end here
-        self._last_tick = self._last_row = time.monotonic()
-
-    def due(self) -> bool:
-        """Whether new text should be offered now (callers skip detokenizing until then)."""
-        return time.monotonic() - self._last_tick >= self._tick_s
+        self._last_row = time.monotonic()
 
     def offer(self, shown: str) -> bool:
         """Send what ``shown`` adds to the text sent so far; False when the row has ended."""
         now = time.monotonic()
-        self._last_tick = now
         if len(shown) > len(self._sent) and shown.startswith(self._sent):
             delta = GenerationEvent(index=self._sample.index, offset=len(self._sent), delta=shown[len(self._sent) :])
             publish(self._settings, self._row_id, delta)
@@ -474,40 +434,22 @@ def _decode_one(
     partial text sent to followers as it grows; the finished sample, or None when the row ended
     meanwhile."""
     request = row.request
-    stop_ids = stop_token_ids(model, tokenizer)
-    device = next(model.parameters()).device
-    kwargs = decoding_kwargs(request.temperature, request.top_p, request.max_tokens)
-    text = prompt if request.form == "raw" else render_prompt(tokenizer, prompt)
-    encoded = tokenizer([text], return_tensors="pt", add_special_tokens=False).to(device)
-    ended = _Ended()
-    criteria = StoppingCriteriaList([ended])
-    if row.stops_at_fence:
-        criteria.append(FenceStop(tokenizer, encoded["input_ids"].shape[1], [True]))
     partial = _Partial(settings, row.id, sample)
-
-    def flush_partial(tokens: list[int]) -> None:
-        if ended.ended or not partial.due():
-            return
-        so_far = completion_from_tokens(tokens, 0, stop_ids, tokenizer).text.rstrip("\ufffd")  # no half characters
-        ended.ended = not partial.offer(_shown(so_far, request.stop))
-
-    seed = None if request.seed is None else request.seed + sample.index % request.n
-    streamer = _TokenStreamer(flush_partial)
-    with torch.no_grad(), seeded(seed, device):
-        model.generate(
-            **encoded,
-            **kwargs,
-            streamer=streamer,
-            stopping_criteria=criteria,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-    if ended.ended:
-        return None
-    generated = completion_from_tokens(
-        streamer.tokens, encoded["input_ids"].shape[1], stop_ids, tokenizer, stop_at_fence=row.stops_at_fence
+    generated = stream_decode(
+        model,
+        tokenizer,
+        prompt if request.form == "raw" else render_prompt(tokenizer, prompt),
+        on_text=lambda so_far: partial.offer(_shown(so_far, request.stop)),
+        temperature=request.temperature,
+        top_p=request.top_p,
+        max_new_tokens=request.max_tokens,
+        seed=None if request.seed is None else request.seed + sample.index % request.n,
+        stop_at_fence=row.stops_at_fence,
+        every_s=partial.tick_s,
     )
-    done = _finished(row, sample, generated)
-    return partial.finish(done)
+    if generated is None:
+        return None
+    return partial.finish(_finished(row, sample, generated))
 
 
 def _decode_sequentially(settings: Settings, row: Claimed, decode_one: DecodeOne) -> None:
