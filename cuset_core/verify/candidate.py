@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from cuset_core.analysis.sources import KernelSources, find_kernel_sources
@@ -34,3 +35,16 @@ def parse_candidate(text: str) -> Candidate:
         sources=sources,
         fenced=first_code_block(text) is not None,
     )
+
+
+_GLOBAL_KERNEL = re.compile(r"__global__\s+[\w:<>\s*]*?\b(\w+)\s*\(", re.S)
+_LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")
+
+
+def kernel_names(cuda_source: str) -> list[str]:
+    """Names of the ``__global__`` functions defined in ``cuda_source``, in order."""
+    names: list[str] = []
+    for match in _GLOBAL_KERNEL.finditer(_LAUNCH_BOUNDS.sub(" ", cuda_source)):
+        if match.group(1) not in names:
+            names.append(match.group(1))
+    return names

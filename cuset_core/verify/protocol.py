@@ -583,6 +583,34 @@ def flatten_outputs(output: Any) -> list[Any]:
     return [output]
 
 
+def clone_values(values: list[Any]) -> list[Any]:
+    """``values`` with every tensor cloned: each side's call gets inputs of its own."""
+    import torch
+
+    return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def call_forward(
+    model: Any,
+    inputs: list[Any],
+    what: str,
+    verdict: Verdict = Verdict.RUNTIME_ERROR,
+    settle: Callable[[], None] = lambda: None,
+) -> list[Any]:
+    """``model(*inputs)`` flattened; a failure (raised by the call or by ``settle``, run after it:
+    a device synchronisation) decides the verdict: ``verdict`` with "<what> forward failed"."""
+    try:
+        output = model(*inputs)
+        settle()
+    except Decided:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a crash of either side decides the verdict
+        raise Decided(
+            Outcome(verdict, f"{what} forward failed: {first_line(exc)}", log=tail(traceback.format_exc()))
+        ) from exc
+    return flatten_outputs(output)
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (200 characters at most), or its type's name."""
     return str(exc).splitlines()[0][:200] if str(exc).strip() else type(exc).__name__

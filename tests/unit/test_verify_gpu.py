@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from cuset_core.verify import gpu, gpu_harness, protocol
-from cuset_core.verify.candidate import parse_candidate
-from cuset_core.verify.gpu_harness import aliased_pairs, classify_kernels, kernel_names, timing_stats
+from cuset_core.verify import gpu, protocol
+from cuset_core.verify.candidate import kernel_names, parse_candidate
+from cuset_core.verify.gpu import harness as gpu_harness
+from cuset_core.verify.gpu.harness import aliased_pairs, classify_kernels, timing_stats
 from cuset_core.verify.protocol import (
     REFERENCE_FILE,
     WIDE_SCALE,
@@ -305,7 +306,7 @@ def cpu_protocol(monkeypatch, tmp_path):
     CUDA sync, profiler and timing replaced by stand-ins."""
     from torch.utils import cpp_extension
 
-    from cuset_core.verify import gpu_harness
+    from cuset_core.verify.gpu import harness as gpu_harness
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(
@@ -449,7 +450,7 @@ def test_a_failed_torch_compile_baseline_is_a_note_never_a_verdict():
 
 def test_the_reference_side_times_eager_then_torch_compile_and_draws_inputs_from_input_seed(monkeypatch, tmp_path):
     """Trial i draws under input_seed + i; trial 1 is a wide trial: the same draw, scaled."""
-    from cuset_core.verify import gpu_harness
+    from cuset_core.verify.gpu import harness as gpu_harness
 
     timed = []
 

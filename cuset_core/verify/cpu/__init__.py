@@ -20,14 +20,15 @@ from cuset_core.verify.cpu.build import (
     ARCH,
     BuildError,
     Toolchain,
+    extension_module_name,
     prelude_named,
     prepare_preludes,
     runtime_library,
     toolchain,
     translation_unit,
+    unit_digest,
 )
 from cuset_core.verify.cpu.claims import unsupported_confirmer
-from cuset_core.verify.cpu.harness import extension_module_name, unit_digest
 from cuset_core.verify.cpu.rewrite import unsupported_feature
 from cuset_core.verify.cpu.sizes import hardcoded_sizes, scaled_limits, size_bearing_code
 from cuset_core.verify.library_cache import LibraryCache, library_key

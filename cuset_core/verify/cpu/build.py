@@ -426,3 +426,13 @@ def _run(command: list[str], workdir: Path) -> None:
     if done.returncode != 0:
         first = _FIRST_ERROR.search(done.stderr)
         raise BuildError(done.stderr[-6000:] or done.stdout[-6000:], first.group(0) if first else None)
+
+
+def extension_module_name(name: str | None, index: int) -> str:
+    """Python module name of the ``index``-th extension a candidate builds."""
+    return re.sub(r"\W", "_", name or "ext") + f"_cuset{index}"
+
+
+def unit_digest(unit: str) -> str:
+    """sha256 (hex) of a translation unit: which prebuilt library belongs to which unit."""
+    return hashlib.sha256(unit.encode()).hexdigest()

@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from cuset_core.verify.cpu.build import extension_module_name, unit_digest
 from cuset_core.verify.protocol import (
     INIT_SEED,
     INPUTS_FILE,
@@ -53,7 +54,9 @@ from cuset_core.verify.protocol import (
     FallbackMonitor,
     Outcome,
     PrebuiltLibrary,
+    call_forward,
     candidate_factory,
+    clone_values,
     first_line,
     flatten_outputs,
     load_values,
@@ -141,11 +144,6 @@ def map_cuda_to_cpu() -> None:
 
 
 # ---------------------------------------------------------------- extension builds
-
-
-def extension_module_name(name: str | None, index: int) -> str:
-    """Python module name of the ``index``-th extension a candidate builds."""
-    return re.sub(r"\W", "_", name or "ext") + f"_cuset{index}"
 
 
 class Builder:
@@ -343,23 +341,6 @@ def candidate_overrides(
 # ---------------------------------------------------------------- the reference side
 
 
-def _call(model: Any, inputs: list[Any], what: str, verdict: Verdict = Verdict.RUNTIME_ERROR) -> list[Any]:
-    try:
-        return flatten_outputs(model(*inputs))
-    except Decided:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a crash of either side decides the verdict
-        raise Decided(
-            Outcome(verdict, f"{what} forward failed: {first_line(exc)}", log=tail(traceback.format_exc()))
-        ) from exc
-
-
-def _clone(values: list[Any]) -> list[Any]:
-    import torch
-
-    return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
-
-
 def run_reference(problem_source: str, overrides: dict[str, int], kind: str, seeds: list[int]) -> dict[str, Any]:
     """The reference at the given sizes: the candidate's inputs (``init``, ``trials``, and for a
     ``.cu`` candidate the reference's ``layout`` and ``weights``), the expected ``outputs`` and
@@ -402,7 +383,7 @@ def run_reference(problem_source: str, overrides: dict[str, int], kind: str, see
                 raise failed("get_inputs()", exc) from exc
             inputs, outputs, wide = trial_outputs(
                 drawn,
-                lambda values: _call(model, _clone(values), "reference", Verdict.INTERNAL_ERROR),
+                lambda values: call_forward(model, clone_values(values), "reference", Verdict.INTERNAL_ERROR),
                 wide_trial(trial),
             )
             data["trials"].append(inputs)
@@ -550,13 +531,6 @@ def start_prebuilds(job: CpuJob, workdir: Path, preludes: list[Path], chain, poo
     return started
 
 
-def unit_digest(unit: str) -> str:
-    """sha256 (hex) of a translation unit: which prebuilt library belongs to which unit."""
-    import hashlib
-
-    return hashlib.sha256(unit.encode()).hexdigest()
-
-
 def build_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome:
     """Compile the statically known extensions only (g++ on the candidate's sources; none of its
     Python runs), while the reference side runs; a failed build is left to the candidate side."""
@@ -615,7 +589,7 @@ def _run_candidate(
         for trial, trial_inputs in enumerate(inputs["trials"]):
             runtime.cuset_set_schedule(trial)  # runtime/trial_switches.cpp
             with monitor:
-                produced = _call(candidate, _clone(trial_inputs), "candidate")
+                produced = call_forward(candidate, clone_values(trial_inputs), "candidate")
             if failure := builder.launch_failure():  # on a GPU the kernel would not have run
                 raise Decided(
                     Outcome(Verdict.RUNTIME_ERROR, f"trial {trial + 1}: {failure}", launches=builder.launches())
@@ -651,7 +625,7 @@ def _kernels_off_trial(
     runtime.cuset_set_kernels_on(0)
     runtime.cuset_set_schedule(0)
     try:
-        produced = flatten_outputs(candidate(*_clone(trial_inputs)))
+        produced = flatten_outputs(candidate(*clone_values(trial_inputs)))
         save_values(workdir / KERNELS_OFF_FILE, {"trials": [produced]})
     except Exception:  # noqa: BLE001 - a candidate that fails without its kernels needed them
         return

@@ -1,6 +1,6 @@
 """Tier 3 harness: the two sandboxed sides of the KernelBench protocol on a real GPU (see ``protocol``).
 
-``python -m cuset_core.verify.gpu_harness SIDE JOB_JSON`` with SIDE one of:
+``python -m cuset_core.verify.gpu.harness SIDE JOB_JSON`` with SIDE one of:
 
 - ``reference``: TF32 off (``matmul.allow_tf32``, ``cudnn.allow_tf32``, precision "highest");
   weights under ``INIT_SEED``; one trial per seed (inputs drawn under ``input_seed + trial``, every
@@ -52,9 +52,10 @@ from cuset_core.verify.protocol import (
     FallbackMonitor,
     GpuJob,
     Outcome,
+    call_forward,
     candidate_factory,
+    clone_values,
     first_line,
-    flatten_outputs,
     load_values,
     run_side,
     save_values,
@@ -73,20 +74,9 @@ _LIBRARY_KERNEL = re.compile(
     r"^Memcpy|^Memset|^void (splitKreduce|gemmk1|dot_kernel|scal_kernel)",
     re.IGNORECASE,
 )
-_GLOBAL_KERNEL = re.compile(r"__global__\s+[\w:<>\s*]*?\b(\w+)\s*\(", re.S)
-_LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")
 
 
 # ---------------------------------------------------------------- pure checks (unit-tested)
-
-
-def kernel_names(cuda_source: str) -> list[str]:
-    """Names of the ``__global__`` functions defined in ``cuda_source``, in order."""
-    names: list[str] = []
-    for match in _GLOBAL_KERNEL.finditer(_LAUNCH_BOUNDS.sub(" ", cuda_source)):
-        if match.group(1) not in names:
-            names.append(match.group(1))
-    return names
 
 
 def classify_kernels(event_names: list[str], extension_kernels: list[str]) -> tuple[list[str], list[str]]:
@@ -193,26 +183,11 @@ def _on(values: list[Any], device: Any) -> list[Any]:
     return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def _clone(values: list[Any]) -> list[Any]:
+def _synchronize() -> None:
     import torch
 
-    return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
-
-
-def _call(model: Any, inputs: list[Any], what: str, verdict: Verdict = Verdict.RUNTIME_ERROR) -> list[Any]:
-    import torch
-
-    try:
-        output = model(*inputs)
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-    except Decided:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a crash of either side decides the verdict
-        raise Decided(
-            Outcome(verdict, f"{what} forward failed: {first_line(exc)}", log=tail(traceback.format_exc()))
-        ) from exc
-    return flatten_outputs(output)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def _l2_flusher(device: Any) -> Callable[[], None]:
@@ -233,12 +208,12 @@ def _time_calls(model: Any, input_sets: list[list[Any]], trials: int, flush: Cal
     import torch
 
     for index in range(WARMUP_CALLS):
-        model(*_clone(input_sets[index % len(input_sets)]))
+        model(*clone_values(input_sets[index % len(input_sets)]))
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     samples = []
     for index in range(trials):
-        inputs = _clone(input_sets[index % len(input_sets)])
+        inputs = clone_values(input_sets[index % len(input_sets)])
         flush()
         torch.cuda.synchronize()
         start.record()
@@ -318,8 +293,8 @@ def _reference_trial(model: Any, drawn: list[Any], device: Any, trial: int) -> t
     sent: list[list[Any]] = []
 
     def run(values: list[Any]) -> list[Any]:
-        sent.append(_on(_clone(values), device))
-        return _call(model, sent[-1], "reference", Verdict.INTERNAL_ERROR)
+        sent.append(_on(clone_values(values), device))
+        return call_forward(model, sent[-1], "reference", Verdict.INTERNAL_ERROR, settle=_synchronize)
 
     inputs, produced, wide = trial_outputs(drawn, run, wide_trial(trial))
     return inputs, produced, wide, bool(aliased_pairs(produced, sent[-1]))
@@ -388,9 +363,9 @@ def _run_trials(
     """Every trial's outputs (on the CPU), with the checks that need the candidate's process."""
     outputs = []
     for trial, inputs in enumerate(trials):
-        new_inputs = _on(_clone(inputs), device)
+        new_inputs = _on(clone_values(inputs), device)
         with monitor:
-            produced = _call(candidate, new_inputs, "candidate")
+            produced = call_forward(candidate, new_inputs, "candidate", settle=_synchronize)
         _check_tf32(tf32)
         fallback = monitor.fallback_reason(produced)
         if fallback:
@@ -413,7 +388,7 @@ def _profile_candidate(
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        _call(candidate, _on(_clone(inputs), device), "candidate")
+        call_forward(candidate, _on(clone_values(inputs), device), "candidate", settle=_synchronize)
     events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
     names = [e.name for e in events]
     custom, library = classify_kernels(names, extension_kernels)
