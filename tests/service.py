@@ -130,6 +130,9 @@ def service_env(settings: Settings) -> dict[str, str]:
     return env
 
 
+WORKER_READY_S = 240
+
+
 class WorkerProcess:
     """A real ``celery worker`` child process, with beat (the reaper's schedule) embedded."""
 
@@ -155,7 +158,9 @@ class WorkerProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        deadline = time.monotonic() + 60
+        # A worker imports torch and transformers before it says ready: seconds on an idle machine,
+        # over a minute on a crowded one (a CI host's neighbours), which must not fail a test.
+        deadline = time.monotonic() + WORKER_READY_S
         path = self.log_dir / f"worker-{self.starts}.log"
         while time.monotonic() < deadline:
             if " ready." in path.read_text(errors="replace"):
@@ -163,7 +168,7 @@ class WorkerProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"worker exited: {path.read_text()[-3000:]}")
             time.sleep(0.2)
-        raise RuntimeError(f"worker not ready in 60 s: {path.read_text()[-3000:]}")
+        raise RuntimeError(f"worker not ready in {WORKER_READY_S} s: {path.read_text()[-3000:]}")
 
     def kill(self) -> None:
         """SIGKILL the whole worker process group (main process, pool children, training runs)."""
