@@ -19,8 +19,6 @@ down_revision = '0008'
 branch_labels = None
 depends_on = None
 
-_COLUMNS = ('prompt_index', 'round', 'repair_of', 'text', 'finish_reason', 'prompt_tokens', 'completion_tokens',
-            'code', 'verification', 'cancelled')
 _DEFAULTS = {'prompt_index': 0, 'round': 0, 'text': '', 'prompt_tokens': 0, 'completion_tokens': 0, 'cancelled': False}
 
 generations = sa.table(
@@ -45,6 +43,7 @@ samples = sa.table(
     sa.column('verification', sa.JSON),
     sa.column('cancelled', sa.Boolean),
 )
+_COLUMNS = tuple(column.name for column in samples.c if column.name not in ('generation_id', 'index'))
 
 
 def upgrade() -> None:
