@@ -103,6 +103,10 @@ def service_settings(database_url, broker_url, broker_key_prefix, tmp_path_facto
         # Training runs at the API's priority here: beside the other lanes a niced run can starve
         # for minutes, and the tests wait for its steps, not for its priority.
         train_nice=0,
+        # A cancel's step and checkpoint save take seconds here but can take more than the default
+        # 10 s on a crowded host; the cancel tests check the checkpoint, not the grace period
+        # (tests/unit/test_job_rows.py holds the run that outlives its grace).
+        cancel_grace_s=120,
     )
 
 

@@ -51,11 +51,9 @@ def test_a_holder_releases_its_models_when_a_training_run_asks(client, keys, loa
         time.sleep(2 * POLL_S)
         assert json.loads(client.hget(keys.holders, "infer-1"))["loaded"] is True
 
-        started = time.monotonic()
-        assert request_release(client, keys, timeout_s=30) == []
+        assert request_release(client, keys, timeout_s=30) == [], "the holder acknowledged before the timeout"
 
         assert loaded_cache.loaded() == {"base": [], "adapters": []}
-        assert time.monotonic() - started < 10
         assert json.loads(client.hget(keys.holders, "infer-1"))["loaded"] is False
     finally:
         stop.set()
@@ -97,4 +95,5 @@ def test_a_silent_holder_is_not_waited_for_and_a_live_one_that_never_answers_tim
     client.hset(keys.holders, "stuck-worker", json.dumps(stuck))
     started = time.monotonic()
     assert request_release(client, keys, timeout_s=1.5) == ["stuck-worker"]
-    assert 1.5 <= time.monotonic() - started < 5
+    waited = time.monotonic() - started
+    assert 1.5 <= waited < 30, f"it gave up at its 1.5 s timeout, not at the holder's 60 s freshness ({waited:.1f} s)"

@@ -74,10 +74,12 @@ def test_a_compile_error_is_the_verdict_with_the_candidate_line(tmp_path):
 
 @pytest.mark.nvcc
 def test_a_cache_hit_is_marked_and_fast(tmp_path):
-    first = verify(PROBLEM, fenced(GOOD), COMPILE, cache_dir=tmp_path)
     start = time.monotonic()
+    first = verify(PROBLEM, fenced(GOOD), COMPILE, cache_dir=tmp_path)
+    middle = time.monotonic()
     second = verify(PROBLEM, fenced(GOOD), COMPILE, cache_dir=tmp_path)
-    assert time.monotonic() - start < 0.2
+    # Side by side rather than against a clock: the hit skips nvcc, so it is many times faster.
+    assert time.monotonic() - middle < (middle - start) / 5
     assert (first.cached, second.cached) == (False, True)
     assert second.model_copy(update={"cached": False}) == first
 
