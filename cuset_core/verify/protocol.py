@@ -29,6 +29,9 @@ arguments, scalars) travel as JSON in the file's metadata.
 
 The judge hands each side a ``job.json``: a :class:`CpuJob` or :class:`GpuJob` (both
 :class:`HarnessJob`), written with ``model_dump_json`` and read back with ``model_validate_json``.
+Each side answers with a ``report.json`` (its :class:`Outcome`), which the judge reads as the
+type it expects of that side (:func:`read_report`): :class:`ReferenceReport`,
+:class:`BuildReport` or the candidate's bounded :class:`CandidateReport`.
 
 Parent (judge) side: :func:`judge`. Harness side: :func:`read_job`, :class:`Outcome`,
 :class:`Decided`, :func:`candidate_factory`, :func:`save_values`, :func:`load_values`,
@@ -51,11 +54,12 @@ import stat
 import struct
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TypeVar
 
@@ -179,6 +183,68 @@ class GpuJob(HarnessJob):
 JobT = TypeVar("JobT", bound=HarnessJob)
 
 
+# ---------------------------------------------------------------- what the trusted sides report
+
+
+class TimingStats(_Contract):
+    """Per-call times of a timed model (tier 3), in milliseconds; ``n`` calls."""
+
+    mean: float
+    median: float
+    std: float
+    min: float
+    max: float
+    n: int
+
+
+class ReferenceDetails(_Contract):
+    """What the reference side tells the judge besides its verdict (its report's ``details``)."""
+
+    candidate_job: CandidateJob = Field(default_factory=CandidateJob, description="handed to the candidate side")
+    wide_trials: list[int] = Field(default_factory=list, description="0-based trials whose inputs were scaled")
+    note: str = Field("", description="tier 2: how the sizes were reduced, said with a pass")
+    original_fits: bool = Field(False, description="tier 2: the original sizes fit a rerun at them")
+    original_elements: int | None = Field(None, description="tier 2: elements at the original sizes, if measured")
+    timing: TimingStats | None = Field(None, description="tier 3: the eager reference's per-call times")
+    compile_timing: TimingStats | None = Field(None, description="tier 3: the reference under torch.compile")
+    compile_error: str | None = Field(None, description="tier 3: why there is no torch.compile baseline")
+
+
+class BuildDetails(_Contract):
+    """What the build side compiled beside the reference (its report's ``details``)."""
+
+    built: list[PrebuiltLibrary] = Field(default_factory=list)
+
+
+DetailsT = TypeVar("DetailsT", ReferenceDetails, BuildDetails)
+
+
+class _SideReport(BaseModel):
+    """A trusted side's ``report.json`` as the judge reads it: the fields it acts on, typed; a
+    report that does not fit is the verifier's own fault (the file is still read under a cap)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    verdict: Verdict
+    reason: str = ""
+    log: str = ""
+    unsupported_feature: str | None = None
+    reference_ms: float | None = None
+    timings_s: dict[str, float] = Field(default_factory=dict)
+
+
+class ReferenceReport(_SideReport):
+    """The reference side's report."""
+
+    details: ReferenceDetails = Field(default_factory=ReferenceDetails)
+
+
+class BuildReport(_SideReport):
+    """The build side's report."""
+
+    details: BuildDetails = Field(default_factory=BuildDetails)
+
+
 def trial_seeds(job: HarnessJob) -> list[int]:
     """The input seed of each correctness trial of a side's job: ``input_seed`` + 0, 1, ..."""
     if job.input_seed is None:
@@ -258,7 +324,7 @@ class Outcome:
     speedup: float | None = None
     launches: dict[str, int] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)
-    details: dict[str, Any] = field(default_factory=dict)
+    details: ReferenceDetails | BuildDetails | None = None  # the trusted sides' own facts
     built_with: dict[str, str] = field(default_factory=dict)  # extension module -> prelude (tier 2)
 
 
@@ -439,32 +505,24 @@ def read_untrusted(folder: Path, name: str, cap: int) -> bytes | None:
         os.close(fd)
 
 
-def read_report(folder: Path) -> dict[str, Any] | None:
-    """A side's ``report.json`` (capped, must be a JSON object); None when it left none."""
-    data = read_untrusted(folder, REPORT_FILE, REPORT_CAP_BYTES)
-    if data is None:
-        return None
-    try:
-        report = json.loads(data)
-    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
-        raise UntrustedFileError(f"{REPORT_FILE} is not JSON") from exc
-    if not isinstance(report, dict):
-        raise UntrustedFileError(f"{REPORT_FILE} is not a JSON object")
-    return report
+ReportT = TypeVar("ReportT", CandidateReport, ReferenceReport, BuildReport)
 
 
-def read_candidate_report(folder: Path) -> CandidateReport | None:
-    """The candidate side's report (capped, typed); None when it left none.
+def read_report(folder: Path, model: type[ReportT]) -> ReportT | None:
+    """A side's ``report.json`` (capped) as ``model``; None when it left none.
 
     ``UntrustedFileError`` with a reason of the judge's own (never the file's text) when the
-    file is not a report: not JSON, nested too deep, a field out of its bounds."""
+    file is not such a report: not a JSON object, not JSON, nested too deep, a field out of bounds."""
     data = read_untrusted(folder, REPORT_FILE, REPORT_CAP_BYTES)
     if data is None:
         return None
     try:
-        return CandidateReport.model_validate_json(data)
+        return model.model_validate_json(data)
     except ValidationError as exc:
-        fields = {str(error["loc"][0]) for error in exc.errors() if error["loc"]} & set(CandidateReport.model_fields)
+        errors = exc.errors()
+        if any(error["type"] == "model_type" and not error["loc"] for error in errors):
+            raise UntrustedFileError(f"{REPORT_FILE} is not a JSON object") from exc
+        fields = {str(error["loc"][0]) for error in errors if error["loc"]} & set(model.model_fields)
         where = f" (field {', '.join(sorted(fields))})" if fields else ""
         raise UntrustedFileError(f"{REPORT_FILE} is not a valid report{where}") from exc
 
@@ -481,8 +539,9 @@ def read_job(argv: list[str], job_type: type[JobT]) -> tuple[str, JobT, Path]:
 
 def write_report(workdir: Path, outcome: Outcome) -> None:
     """Write ``outcome`` as the side's report, atomically (a killed harness leaves none)."""
-    report = asdict(outcome)
+    report = asdict(replace(outcome, details=None))
     report["reason"], report["log"] = clip(report["reason"]), tail(report["log"])
+    report["details"] = outcome.details.model_dump(mode="json") if outcome.details is not None else {}
     partial = workdir / (REPORT_FILE + ".tmp")
     partial.write_text(json.dumps(report, default=str))
     partial.replace(workdir / REPORT_FILE)
@@ -988,13 +1047,12 @@ class ReferenceRun:
 
     inputs: bytes
     expected: list[list[Any]]
-    report: dict[str, Any]
+    report: ReferenceReport
     input_seed: int | None = None
 
     def is_wide(self, trial: int) -> bool:
         """Whether the ``trial``-th (0-based) trial's inputs were scaled (:func:`trial_outputs`)."""
-        details = self.report.get("details")
-        return isinstance(details, dict) and trial in (details.get("wide_trials") or [])
+        return trial in self.report.details.wide_trials
 
     def tolerance(self, trial: int, settings: VerifySettings) -> Callable[[str], tuple[float, float]]:
         """(atol, rtol) by dtype for the ``trial``-th trial: the settings', with atol scaled on a wide
@@ -1038,7 +1096,9 @@ def _result(spec: TierSpec, verdict: Verdict, reason: str, **fields: Any) -> Ver
     return VerifyResult(verdict=verdict, tier=spec.tier, tiers_run=[spec.tier], reason=clip(reason), **fields)
 
 
-def _run_side(spec: TierSpec, side: str, folder: Path, job: HarnessJob) -> SandboxOutcome:
+def _run_side(
+    spec: TierSpec, side: str, folder: Path, job: HarnessJob, cancel: threading.Event | None = None
+) -> SandboxOutcome:
     (folder / "job.json").write_text(job.model_dump_json())
     return run_sandboxed(
         [sys.executable, "-m", spec.module, side, str(folder / "job.json")],
@@ -1046,6 +1106,7 @@ def _run_side(spec: TierSpec, side: str, folder: Path, job: HarnessJob) -> Sandb
         limits=spec.limits,
         env=spec.env(folder),
         readable=spec.readable,
+        cancel=cancel,
     )
 
 
@@ -1095,20 +1156,16 @@ def _without_report(spec: TierSpec, side: str, outcome: SandboxOutcome) -> Verif
     return _result(spec, Verdict.RUNTIME_ERROR, f"{reason} {quoted(runtime_line)}" if runtime_line else reason, log=log)
 
 
-def _from_report(
-    spec: TierSpec, report: dict[str, Any], allowed: set[Verdict], otherwise: Verdict = Verdict.RUNTIME_ERROR
-) -> VerifyResult:
+def _from_report(spec: TierSpec, report: ReferenceReport, allowed: set[Verdict], otherwise: Verdict) -> VerifyResult:
     """A failure verdict the reference side reported (the problem's code, not the candidate's),
     restricted to ``allowed`` verdicts (else ``otherwise``) and cut to size."""
-    reported = report.get("verdict")
-    verdict = Verdict(reported) if isinstance(reported, str) and reported in allowed else otherwise
-    feature = report.get("unsupported_feature")
+    feature = report.unsupported_feature
     return _result(
         spec,
-        verdict,
-        str(report.get("reason", "")),
-        log=tail(str(report.get("log", ""))),
-        unsupported_feature=clip(feature, 200) if isinstance(feature, str) else None,
+        report.verdict if report.verdict in allowed else otherwise,
+        report.reason,
+        log=tail(report.log),
+        unsupported_feature=clip(feature, 200) if feature is not None else None,
     )
 
 
@@ -1138,19 +1195,21 @@ def _claimed_failure(spec: TierSpec, report: CandidateReport) -> VerifyResult:
     return _result(spec, verdict, f"{reason} {said}", log=report.log, launches=dict(report.launches))
 
 
-def run_reference(spec: TierSpec, root: Path, problem_code: str, job: HarnessJob) -> ReferenceRun | VerifyResult:
+def run_reference(
+    spec: TierSpec, root: Path, problem_code: str, job: HarnessJob, cancel: threading.Event | None = None
+) -> ReferenceRun | VerifyResult:
     """Run the reference side; its data, or the result that ends verification (its folder is gone
-    either way)."""
+    either way). ``SandboxCancelled`` when ``cancel`` is set while it runs."""
     folder = root / "reference"
     folder.mkdir()
     try:
         (folder / "problem.py").write_text(problem_code)
-        outcome = _run_side(spec, "reference", folder, job)
+        outcome = _run_side(spec, "reference", folder, job, cancel)
         try:
-            report = read_report(folder)
+            report = read_report(folder, ReferenceReport)
             if report is None:
                 return _without_report(spec, "reference", outcome)
-            if report.get("verdict") != Verdict.PASS:
+            if report.verdict is not Verdict.PASS:
                 allowed = {Verdict.INTERNAL_ERROR, Verdict.UNSUPPORTED}
                 return _from_report(spec, report, allowed, Verdict.INTERNAL_ERROR)
             inputs = read_untrusted(folder, INPUTS_FILE, REFERENCE_CAP_BYTES)
@@ -1204,7 +1263,7 @@ def judge_candidate_data(
     Everything read here is the candidate's: it may raise ``UntrustedFileError`` or anything a
     hostile file makes the decoding or comparison raise, and the caller makes that the
     candidate's ``runtime_error``."""
-    report = read_candidate_report(folder)
+    report = read_report(folder, CandidateReport)
     if report is None:
         return _without_report(spec, "candidate", outcome), _NO_REPORT
     if report.verdict != "pass":  # it can only reject itself; "pass" is the judge's word
@@ -1357,12 +1416,12 @@ def judge(
     settings: VerifySettings,
     job: HarnessJob,
     references: ReferencePool | None = None,
-) -> tuple[VerifyResult, dict[str, Any]]:
+) -> tuple[VerifyResult, ReferenceDetails]:
     """Run the reference side, then the candidate side, and decide (see the module docstring).
 
     ``job`` is the tier's ``job.json`` of both sides; the candidate's also gets its file name and
-    the reference's ``details["candidate_job"]`` (a :class:`CandidateJob`). Returns the verdict and
-    the reference's ``details`` (empty when the reference decided). The inputs are drawn under
+    the reference's hand-over (``ReferenceDetails.candidate_job``). Returns the verdict and the
+    reference's details (the defaults when the reference decided). The inputs are drawn under
     ``job.input_seed`` when it names one, else under a seed drawn here for this run alone, or, with
     ``references``, for the batch the pool serves (its reference run is shared).
     """
@@ -1379,7 +1438,7 @@ def _judge(
     settings: VerifySettings,
     job: HarnessJob,
     references: ReferencePool | None,
-) -> tuple[VerifyResult, dict[str, Any]]:
+) -> tuple[VerifyResult, ReferenceDetails]:
     with (
         tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-") as folder,
         tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-build-") as build_folder,
@@ -1399,15 +1458,10 @@ def _judge(
                 spec, problem_code, job, lambda seeded: run_reference(spec, root, problem_code, seeded)
             )
         if isinstance(reference, VerifyResult):
-            return reference.model_copy(deep=True), {}  # a pool hands the same failure to the whole batch
-        details = reference.report.get("details")
-        details = details if isinstance(details, dict) else {}
-        try:
-            handed = handed_job(details)
-        except ValidationError as exc:
-            reason = f"the reference side handed over a malformed candidate job: {exc.errors()[0]['msg']}"
-            return _result(spec, Verdict.INTERNAL_ERROR, reason), {}
-        candidate_fields: dict[str, Any] = {"handed": handed}
+            # A pool hands the same failure to the whole batch.
+            return reference.model_copy(deep=True), ReferenceDetails()
+        details = reference.report.details
+        candidate_fields: dict[str, Any] = {"handed": details.candidate_job}
         if cached is not None:
             candidate_fields["prebuilt"] = _hand_over_cached(cached, root / "candidate")
         elif building is not None:
@@ -1417,25 +1471,17 @@ def _judge(
             spec, root, candidate, reference, job.model_copy(update=candidate_fields), settings, early
         )
     # A reference shared with earlier candidates of the batch cost this one nothing.
-    reference_s = sum(_timings(reference.report).values()) if ran else 0.0
+    reference_s = sum(reference.report.timings_s.values()) if ran else 0.0
     timings = {**report.timings_s, f"{spec.tier.value}_reference": reference_s}
     update: dict[str, Any] = {"timings_s": {**timings, **result.timings_s}, "built_with": dict(report.built_with)}
-    note = details.get("note")
-    if result.verdict is Verdict.PASS and isinstance(note, str) and note:
-        update["reason"] = clip(f"{result.reason}; {note}")
+    if result.verdict is Verdict.PASS and details.note:
+        update["reason"] = clip(f"{result.reason}; {details.note}")
     if spec.tier is Tier.GPU and result.verdict is Verdict.PASS:
         speed = _speed(reference.report, report.runtime_ms)
         if "speed_note" in speed:
             update["reason"] = clip(f"{update.get('reason', result.reason)}; {speed.pop('speed_note')}")
         update.update(speed)
     return result.model_copy(update=update), details
-
-
-def handed_job(details: dict[str, Any]) -> CandidateJob:
-    """The :class:`CandidateJob` in a reference report's ``details`` (the defaults when it has none).
-
-    Raises ``ValidationError`` when it is malformed."""
-    return CandidateJob.model_validate(details.get("candidate_job", {}))
 
 
 def _cached_libraries(spec: TierSpec) -> list[tuple[PlannedLibrary, bytes]] | None:
@@ -1466,23 +1512,19 @@ def _hand_over_builds(spec: TierSpec, build_folder: Path, candidate_folder: Path
     planned = {(library.module, library.digest): library for library in spec.planned}
     candidate_folder.mkdir(exist_ok=True)
     try:
-        report = read_report(build_folder) or {}
+        report = read_report(build_folder, BuildReport)
     except UntrustedFileError:
         return []
-    details = report.get("details")
-    details = details if isinstance(details, dict) else {}
     handed: list[PrebuiltLibrary] = []
-    for entry in details.get("built", []) if isinstance(details.get("built"), list) else []:
-        name = entry.get("file") if isinstance(entry, dict) else None
-        if not (isinstance(name, str) and re.fullmatch(r"[\w.-]+\.so", name)):
+    for library in report.details.built if report is not None else []:
+        if not re.fullmatch(r"[\w.-]+\.so", library.file):
             continue
         try:
-            data = read_untrusted(build_folder, name, LIBRARY_CAP_BYTES)
+            data = read_untrusted(build_folder, library.file, LIBRARY_CAP_BYTES)
         except UntrustedFileError:
             continue
         if data is not None:
-            (candidate_folder / name).write_bytes(data)
-            library = PrebuiltLibrary(module=str(entry.get("module")), digest=str(entry.get("digest")), file=name)
+            (candidate_folder / library.file).write_bytes(data)
             handed.append(library)
             expected = planned.get((library.module, library.digest))
             if expected is not None and spec.library_cache is not None:
@@ -1490,18 +1532,12 @@ def _hand_over_builds(spec: TierSpec, build_folder: Path, candidate_folder: Path
     return handed
 
 
-def _speed(reference: dict[str, Any], runtime_ms: float | None) -> dict[str, Any]:
+def _speed(reference: ReferenceReport, runtime_ms: float | None) -> dict[str, Any]:
     """Tier-3 timing fields from the reference's report and the candidate's (each side timed itself)."""
-    raw = reference.get("details")
-    details: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    compiled = details.get("compile_timing")
-    speed = speed_fields(
-        _float(reference.get("reference_ms")),
-        _float(compiled.get("mean")) if isinstance(compiled, dict) else None,
-        runtime_ms,
-    )
-    if isinstance(details.get("compile_error"), str):
-        failed = f"no torch.compile baseline: {clip(details['compile_error'], 200)}"
+    compiled = reference.details.compile_timing
+    speed = speed_fields(_float(reference.reference_ms), compiled.mean if compiled else None, runtime_ms)
+    if reference.details.compile_error is not None:
+        failed = f"no torch.compile baseline: {clip(reference.details.compile_error, 200)}"
         speed["speed_note"] = f"{speed['speed_note']}; {failed}" if "speed_note" in speed else failed
     return speed
 
@@ -1524,13 +1560,6 @@ def speed_fields(reference_ms: float | None, compile_ms: float | None, runtime_m
     if notes:
         fields["speed_note"] = ", ".join(notes)
     return fields
-
-
-def _timings(report: dict[str, Any]) -> dict[str, float]:
-    timings = report.get("timings_s")
-    if not isinstance(timings, dict):
-        return {}
-    return {clip(k, 40): float(v) for k, v in list(timings.items())[:16] if _float(v) is not None}
 
 
 def _float(value: Any) -> float | None:

@@ -14,23 +14,21 @@ from __future__ import annotations
 
 import functools
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from cuset_core.verify.cache import VerifyCache, cache_key, default_cache_dir
 from cuset_core.verify.candidate import Candidate, parse_candidate
 from cuset_core.verify.compile import CompileReport, compile_candidate, nvcc_path
 from cuset_core.verify.library_cache import LibraryCache, default_library_dir
+from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Diagnostic, Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import refusal
 from cuset_core.verify.settings import VerifySettings
 from cuset_core.verify.static import check_static, static_warnings
-
-if TYPE_CHECKING:
-    from cuset_core.verify.reference_pool import ReferencePool
 
 LOG_CHARS = 8000
 REASON_CHARS = 1000
@@ -109,6 +107,29 @@ def _pipeline(
         # Fail closed: tiers 1-3 run the candidate's code (compilers included) in the sandbox.
         first = Tier.COMPILE if nvcc_path() is not None or settings.tier is Tier.COMPILE else Tier.CPU
         return _internal_error(first, result, refused, ""), True
+    early: threading.Event | None = None
+    if settings.tier.rank >= Tier.CPU.rank and settings.overlap_reference:
+        # Tier 2's reference does not depend on the candidate: it runs while tier 1 compiles,
+        # into the batch's pool or one of this verification's own.
+        references = references if references is not None else ReferencePool(capacity=1)
+        early = _start_reference(problem_code, candidate, settings, references)
+    try:
+        return _from_tier_1(problem_code, candidate, settings, result, libraries, references, on_tier)
+    finally:
+        if early is not None:
+            early.set()  # tier 2 has taken it, or never will
+
+
+def _from_tier_1(
+    problem_code: str,
+    candidate: Candidate,
+    settings: VerifySettings,
+    result: VerifyResult,
+    libraries: LibraryCache | None,
+    references: ReferencePool | None,
+    on_tier: Callable[[Tier], None],
+) -> tuple[VerifyResult, bool]:
+    """Tiers 1 to ``settings.tier`` after tier 0 passed with ``result``."""
     machine_lacks_nvcc = False
     if settings.tier.rank >= Tier.COMPILE.rank:
         machine_lacks_nvcc = nvcc_path() is None
@@ -186,6 +207,14 @@ def _cpu_runner() -> Callable[..., VerifyResult]:
     from cuset_core.verify.cpu import run_cpu_tier
 
     return run_cpu_tier
+
+
+def _start_reference(
+    problem_code: str, candidate: Candidate, settings: VerifySettings, references: ReferencePool
+) -> threading.Event:
+    from cuset_core.verify.cpu import start_reference
+
+    return start_reference(problem_code, candidate.kind, settings, references)
 
 
 def _gpu_runner() -> Callable[..., VerifyResult]:

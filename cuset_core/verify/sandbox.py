@@ -109,6 +109,13 @@ class SandboxSetupError(RuntimeError):
     """A step of setting up the sandbox failed; the command did not run."""
 
 
+class SandboxCancelled(RuntimeError):
+    """The caller cancelled the command while it ran: it was killed, and nothing of it is kept."""
+
+
+CANCEL_POLL_S = 0.05  # how often a cancellable command's wait looks at its cancel event
+
+
 @dataclass(frozen=True)
 class SandboxOutcome:
     """How a sandboxed command ended.
@@ -629,6 +636,7 @@ def run_sandboxed(
     env: dict[str, str] | None = None,
     stdin: bytes | None = None,
     readable: Sequence[Path] = (),
+    cancel: threading.Event | None = None,
 ) -> SandboxOutcome:
     """Run ``argv`` in ``workdir`` under ``limits`` and return how it ended; never raises for
     anything the command does and never waits longer than ``limits.wall_s`` (plus cleanup).
@@ -636,12 +644,13 @@ def run_sandboxed(
     ``env`` entries are added to the minimal environment of :func:`sandbox_env`; ``readable``
     folders are mounted read-only beside the toolchain, Python and this package. Raises
     :class:`IsolationUnavailable` where the sandbox cannot isolate and the operator did not opt
-    out, :class:`SandboxSetupError` when setting it up failed.
+    out, :class:`SandboxSetupError` when setting it up failed, and :class:`SandboxCancelled`
+    when ``cancel`` was set before the command ended (it is killed within ``CANCEL_POLL_S``).
     """
     running = _start(argv, workdir, limits, env, readable, stdin is not None)
     if stdin is not None:
         threading.Thread(target=_feed, args=(running.process.stdin, stdin), daemon=True).start()
-    return running.wait()
+    return running.wait(cancel)
 
 
 def start_sandboxed(
@@ -756,6 +765,20 @@ class _Running:
                 os.close(fd)
         self.out, self.err = _Tail(self.process.stdout), _Tail(self.process.stderr)
 
+    def _ended_in_time(self, cancel: threading.Event | None) -> bool:
+        """Wait for the command until the wall-clock limit (or ``cancel``); whether it timed out."""
+        deadline = self.start + self.limits.wall_s
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            try:
+                self.process.wait(timeout=left if cancel is None else min(left, CANCEL_POLL_S))
+                return False
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    return True
+                if cancel is not None and cancel.is_set():
+                    return False
+
     def restart_clock(self) -> None:
         """Count the wall-clock limit from now (the command waited for its files until now)."""
         self.start = time.monotonic()
@@ -766,15 +789,14 @@ class _Running:
             self.process.wait()
             _release_cgroups(self.groups)
 
-    def wait(self) -> SandboxOutcome:
+    def wait(self, cancel: threading.Event | None = None) -> SandboxOutcome:
         if self.failed_start is not None:
             return SandboxOutcome(None, "", self.failed_start, 0.0, False, None, None, ())
         process, limits = self.process, self.limits
-        timed_out = False
-        try:
-            process.wait(timeout=max(0.0, limits.wall_s - (time.monotonic() - self.start)))
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        timed_out = self._ended_in_time(cancel)
+        if cancel is not None and cancel.is_set() and process.poll() is None:
+            self.kill()
+            raise SandboxCancelled(f"{self.argv[0]!r} was cancelled")
         _kill_sandbox(process)
         process.wait()
         forks_refused, oom_killed = _release_cgroups(self.groups)

@@ -112,6 +112,12 @@ class VerifySettings(BaseModel):
         "reduction (half the element budget), since the reduced sizes follow from the problem's text "
         "and a kernel could special-case them; False: one size only (faster)",
     )
+    overlap_reference: bool = Field(
+        True,
+        exclude=True,  # when the reference runs changes no verdict, so no cache key
+        description="tier 2: start the problem's reference side while tier 1 compiles the candidate (it does "
+        "not depend on the candidate; cancelled when tier 2 will not run); False: one after the other",
+    )
     timing_trials: int = Field(100, ge=1, description="tier 3: timed calls after warmup")
     compile_baseline: bool = COMPILE_BASELINE
     limits: SandboxLimits = SandboxLimits()

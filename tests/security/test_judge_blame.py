@@ -86,7 +86,7 @@ def judge_files(monkeypatch, tmp_path: Path, report: bytes | None, produced: byt
         return EXITED
 
     monkeypatch.setattr(protocol, "_run_side", candidate_side)
-    reference = ReferenceRun(b"", EXPECTED, {}, 1234)
+    reference = ReferenceRun(b"", EXPECTED, protocol.ReferenceReport(verdict=Verdict.PASS), 1234)
     result, _ = protocol.run_candidate(SPEC, tmp_path, CANDIDATE, reference, JOB, SETTINGS)
     return result
 
@@ -249,7 +249,8 @@ def test_a_size_named_in_a_comment_or_string_is_not_a_hard_coded_size():
 def test_a_wrong_kernel_commenting_the_original_size_keeps_its_failure():
     wrong = parse_candidate(HONEST.replace("__global__", "// DIM = 16384\n__global__", 1))
     reduced = VerifyResult(verdict=Verdict.VALUE_MISMATCH, tier=Tier.CPU, tiers_run=[Tier.CPU], reason="trial 1")
-    details = {"original_fits": False, "candidate_job": {"overrides": {"DIM": 4096}, "constants": {"DIM": 16384}}}
+    handed = protocol.CandidateJob(overrides={"DIM": 4096}, constants={"DIM": 16384})
+    details = protocol.ReferenceDetails(original_fits=False, candidate_job=handed)
     result = cpu._at_original_sizes(SPEC, PROBLEM, wrong, SETTINGS, JOB, reduced, details)
     assert result.verdict is Verdict.VALUE_MISMATCH
 
@@ -265,7 +266,7 @@ def stub_sides(monkeypatch, answer: Any, said: bytes = json.dumps(PASSING).encod
     monkeypatch.setattr(harness, "map_cuda_to_cpu", lambda: None)  # CPU tensors already
     monkeypatch.setattr(torch, "set_num_threads", lambda threads: None)  # this process's, not a sandbox's
 
-    def side(spec: TierSpec, name: str, folder: Path, job: Any) -> SandboxOutcome:
+    def side(spec: TierSpec, name: str, folder: Path, job: Any, cancel: Any = None) -> SandboxOutcome:
         if name == "reference":
             seeds.append(job.input_seed)
             protocol.write_report(folder, harness.reference_side(job, folder, {}))
@@ -403,7 +404,8 @@ def test_a_wide_trials_absolute_tolerance_grows_with_its_outputs_and_catches_a_c
     """A matmul of inputs x4 has outputs x16: an honest kernel's rounding near a zero output grows
     with them and must not be blamed, while a clamped output is off by far more than the scaled atol."""
     plain, wide = [torch.tensor([1.0, -2.0, 0.0])], [torch.tensor([16.0, -32.0, 0.0])]
-    reference = ReferenceRun(b"", [plain, wide], {"details": {"wide_trials": [1]}}, 7)
+    wide_report = protocol.ReferenceReport(verdict=Verdict.PASS, details=protocol.ReferenceDetails(wide_trials=[1]))
+    reference = ReferenceRun(b"", [plain, wide], wide_report, 7)
     atol, rtol = SETTINGS.tolerance("float32")
     assert reference.tolerance(0, SETTINGS)("float32") == (atol, rtol)
     assert reference.tolerance(1, SETTINGS)("float32") == (16 * atol, rtol)

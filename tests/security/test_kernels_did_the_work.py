@@ -36,6 +36,8 @@ from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import SandboxOutcome
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
+PASSED_REFERENCE = protocol.ReferenceReport(verdict=Verdict.PASS)
+
 PROBLEM = (Path(__file__).parents[1] / "unit" / "cpu_cases" / "rowsum_problem.py").read_text()
 SETTINGS = VerifySettings(tier=Tier.CPU, limits=SandboxLimits(wall_s=300, cpu_s=300))
 
@@ -364,7 +366,7 @@ def judged(
         return SandboxOutcome(0, "", "", 0.1, False, None, None)
 
     monkeypatch.setattr(protocol, "_run_side", candidate_side)
-    reference = ReferenceRun(b"", expected, {}, 1234)
+    reference = ReferenceRun(b"", expected, PASSED_REFERENCE, 1234)
     result, _ = protocol.run_candidate(spec, tmp_path, CANDIDATE, reference, JOB, STUB_SETTINGS)
     return result
 
@@ -425,7 +427,7 @@ def test_a_symlinked_kernels_off_file_is_not_followed_and_keeps_the_pass(monkeyp
         return SandboxOutcome(0, "", "", 0.1, False, None, None)
 
     monkeypatch.setattr(protocol, "_run_side", candidate_side)
-    reference = ReferenceRun(b"", EXPECTED, {}, 1234)
+    reference = ReferenceRun(b"", EXPECTED, PASSED_REFERENCE, 1234)
     result, _ = protocol.run_candidate(SPEC, tmp_path, CANDIDATE, reference, JOB, STUB_SETTINGS)
     assert result.verdict is Verdict.PASS, result.reason
 
@@ -442,14 +444,14 @@ def test_a_symlinked_kernels_off_file_is_not_followed_and_keeps_the_pass(monkeyp
     ids=["zeros", "a fill", "input-independent", "empty", "a number"],
 )
 def test_an_output_reachable_without_computing_is_not_checked(monkeypatch, tmp_path, expected):
-    assert protocol.outputs_to_check(ReferenceRun(b"", expected, {}), STUB_SETTINGS) == []
+    assert protocol.outputs_to_check(ReferenceRun(b"", expected, PASSED_REFERENCE), STUB_SETTINGS) == []
     result = judged(monkeypatch, tmp_path, outputs([expected[0]]), expected)
     assert result.verdict is Verdict.PASS, result.reason
 
 
 def test_only_outputs_that_need_computing_are_checked_and_any_of_them_matching_is_a_fallback(monkeypatch, tmp_path):
     expected = [[torch.zeros(4), torch.arange(4.0) * (trial + 1)] for trial in range(3)]
-    assert protocol.outputs_to_check(ReferenceRun(b"", expected, {}), STUB_SETTINGS) == [1]
+    assert protocol.outputs_to_check(ReferenceRun(b"", expected, PASSED_REFERENCE), STUB_SETTINGS) == [1]
     for root in ("a", "b"):
         (tmp_path / root).mkdir()
     result = judged(monkeypatch, tmp_path / "a", outputs([[torch.zeros(4), expected[0][1]]]), expected)
@@ -469,7 +471,7 @@ def test_a_wrong_candidate_keeps_its_own_verdict(monkeypatch, tmp_path):
         return SandboxOutcome(0, "", "", 0.1, False, None, None)
 
     monkeypatch.setattr(protocol, "_run_side", candidate_side)
-    reference = ReferenceRun(b"", EXPECTED, {}, 1234)
+    reference = ReferenceRun(b"", EXPECTED, PASSED_REFERENCE, 1234)
     result, _ = protocol.run_candidate(SPEC, tmp_path, CANDIDATE, reference, JOB, STUB_SETTINGS)
     assert result.verdict is Verdict.VALUE_MISMATCH, result.reason
 

@@ -15,7 +15,6 @@ from cuset_core.verify.gpu.harness import aliased_pairs, classify_kernels, timin
 from cuset_core.verify.protocol import (
     REFERENCE_FILE,
     WIDE_SCALE,
-    CandidateJob,
     CandidateReport,
     Decided,
     GpuJob,
@@ -31,6 +30,8 @@ from cuset_core.verify.protocol import (
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.sandbox import SandboxOutcome
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
+
+PASSED_REFERENCE = protocol.ReferenceReport(verdict=Verdict.PASS)
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "cuset_core" / "demo"
@@ -71,7 +72,8 @@ def test_classify_kernels_without_known_names_counts_non_library_kernels():
 
 def test_timing_stats_summarises_milliseconds():
     stats = timing_stats([1.0, 2.0, 3.0, 6.0])
-    assert stats == {"mean": 3.0, "median": 2.5, "std": pytest.approx(1.8708287), "min": 1.0, "max": 6.0, "n": 4.0}
+    assert (stats.mean, stats.median, stats.min, stats.max, stats.n) == (3.0, 2.5, 1.0, 6.0, 4)
+    assert stats.std == pytest.approx(1.8708287)
 
 
 def test_timing_stats_needs_a_sample():
@@ -185,7 +187,7 @@ def test_a_cpu_runtime_abort_is_quoted_as_the_candidate_process_message():
 
 def test_the_judge_passes_matching_trials_with_the_launch_counts():
     expected = [[torch.ones(3)], [torch.zeros(3)]]
-    reference = ReferenceRun(b"", expected, {})
+    reference = ReferenceRun(b"", expected, PASSED_REFERENCE)
     report = CandidateReport(verdict="pass", launches={"k": 2})
     result = compare_trials(SPEC, reference, [[torch.ones(3)], [torch.zeros(3)]], report, VerifySettings())
     assert (result.verdict, result.trials, result.launches, result.max_abs_diff) == (Verdict.PASS, 2, {"k": 2}, 0.0)
@@ -199,8 +201,9 @@ def test_the_judge_passes_matching_trials_with_the_launch_counts():
 
 
 def test_a_side_reports_a_failure_but_never_a_pass_the_judge_did_not_see():
-    forged = protocol._from_report(SPEC, {"verdict": "pass", "reason": "trust me" * 10_000}, {Verdict.RUNTIME_ERROR})
-    assert forged.verdict is Verdict.RUNTIME_ERROR and len(forged.reason) <= protocol.REASON_CHARS
+    report = protocol.ReferenceReport(verdict=Verdict.PASS, reason="trust me" * 10_000)
+    forged = protocol._from_report(SPEC, report, {Verdict.INTERNAL_ERROR}, Verdict.INTERNAL_ERROR)
+    assert forged.verdict is Verdict.INTERNAL_ERROR and len(forged.reason) <= protocol.REASON_CHARS
 
 
 def test_without_a_gpu_tier_3_is_unsupported_with_the_reason(monkeypatch):
@@ -335,7 +338,7 @@ def cpu_protocol(monkeypatch, tmp_path):
         try:
             reference = gpu_harness.reference_side(job, reference_dir, torch.device("cpu"), {})
             (candidate_dir / "inputs.safetensors").write_bytes((reference_dir / "inputs.safetensors").read_bytes())
-            job = job.model_copy(update={"handed": CandidateJob.model_validate(reference.details["candidate_job"])})
+            job = job.model_copy(update={"handed": reference.details.candidate_job})
             outcome = gpu_harness.candidate_side(job, candidate_dir, torch.device("cpu"), {})
         except gpu_harness.Decided as decided:
             return decided.outcome.verdict, decided.outcome.reason
@@ -345,7 +348,9 @@ def cpu_protocol(monkeypatch, tmp_path):
         expected = load_values((reference_dir / REFERENCE_FILE).read_bytes())["trials"]
         produced = load_values((candidate_dir / "outputs.safetensors").read_bytes())["trials"]
         report = CandidateReport(verdict="pass", launches=outcome.launches)
-        judged = compare_trials(SPEC, ReferenceRun(b"", expected, {}, 1000), produced, report, VerifySettings())
+        report_of_reference = protocol.ReferenceReport(verdict="pass", details=reference.details)
+        reference_run = ReferenceRun(b"", expected, report_of_reference, 1000)
+        judged = compare_trials(SPEC, reference_run, produced, report, VerifySettings())
         assert (reference.reference_ms, outcome.runtime_ms) == (2.0, 2.0)
         return judged.verdict.value, judged.reason
 
@@ -442,8 +447,8 @@ def test_speed_fields_over_eager_and_torch_compile():
 
 
 def test_a_failed_torch_compile_baseline_is_a_note_never_a_verdict():
-    reference = {"reference_ms": 2.0, "details": {"compile_error": "inductor: unsupported op"}}
-    speed = protocol._speed(reference, 1.0)
+    details = protocol.ReferenceDetails(compile_error="inductor: unsupported op")
+    speed = protocol._speed(protocol.ReferenceReport(verdict="pass", reference_ms=2.0, details=details), 1.0)
     assert (speed["speedup"], speed["compile_ms"]) == (2.0, None)
     assert speed["speed_note"].endswith("; no torch.compile baseline: inductor: unsupported op")
 
@@ -471,11 +476,11 @@ def test_the_reference_side_times_eager_then_torch_compile_and_draws_inputs_from
         return outcome, load_values((workdir / "inputs.safetensors").read_bytes())["trials"]
 
     outcome, inputs = reference("a")
-    assert outcome.reference_ms == 4.0 and outcome.details["compile_timing"]["mean"] == 2.0
+    assert outcome.reference_ms == 4.0 and outcome.details.compile_timing.mean == 2.0
     assert isinstance(timed[1], torch._dynamo.eval_frame.OptimizedModule) and timed[1]._orig_mod is timed[0]
     torch.manual_seed(8)
     assert torch.equal(inputs[1][0], torch.randn_like(inputs[1][0]) * WIDE_SCALE)  # trial 1 under input_seed + 1
-    assert outcome.details["wide_trials"] == [1]
+    assert outcome.details.wide_trials == [1]
     _, again = reference("b")
     _, other = reference("c", input_seed=8, compile_baseline=False)
     assert torch.equal(again[0][0], inputs[0][0]) and torch.equal(other[0][0] * WIDE_SCALE, inputs[1][0])

@@ -13,14 +13,18 @@ from pydantic import ValidationError
 
 from cuset_core.verify.cpu.sizes import ORIGINAL_SIZE_FACTOR, hardcoded_sizes, original_fits
 from cuset_core.verify.protocol import (
+    BuildDetails,
+    BuildReport,
     CandidateJob,
+    CandidateReport,
     CpuJob,
     FallbackMonitor,
     GpuJob,
     Outcome,
     PrebuiltLibrary,
+    ReferenceDetails,
+    ReferenceReport,
     UntrustedFileError,
-    handed_job,
     load_values,
     read_job,
     read_report,
@@ -63,17 +67,44 @@ def test_a_job_with_a_field_its_tier_does_not_know_is_refused(tmp_path):
         read_job(["reference", str(tmp_path / "job.json")], GpuJob)
 
 
-def test_the_reference_hand_over_is_typed_and_defaults_when_absent():
-    assert handed_job({}) == CandidateJob()
-    assert handed_job({"candidate_job": {"reference_aliases": True}}).reference_aliases is True
-    with pytest.raises(ValidationError, match="overrides"):
-        handed_job({"candidate_job": {"overrides": {"N": "a lot"}}})
+def test_the_reference_sides_details_reach_the_judge_typed(tmp_path):
+    details = ReferenceDetails(
+        note="sizes reduced: N=4096->64",
+        original_fits=True,
+        original_elements=4096,
+        wide_trials=[1],
+        candidate_job=CandidateJob(overrides={"N": 64}, constants={"N": 4096}),
+    )
+    write_report(tmp_path, Outcome(Verdict.PASS, details=details))
+    assert read_report(tmp_path, ReferenceReport) == ReferenceReport(verdict=Verdict.PASS, details=details)
+
+
+def test_the_build_sides_libraries_reach_the_judge_typed(tmp_path):
+    built = [PrebuiltLibrary(module="ext_0", digest="ab" * 32, file="ext_0.so")]
+    write_report(tmp_path, Outcome(Verdict.PASS, timings_s={"prebuild": 1.5}, details=BuildDetails(built=built)))
+    report = read_report(tmp_path, BuildReport)
+    assert report is not None and report.details.built == built and report.timings_s == {"prebuild": 1.5}
+
+
+def test_a_side_that_reports_no_details_gets_the_defaults(tmp_path):
+    write_report(tmp_path, Outcome(Verdict.UNSUPPORTED, "too large", unsupported_feature="problem too large"))
+    report = read_report(tmp_path, ReferenceReport)
+    assert report is not None and report.details == ReferenceDetails() and not report.details.original_fits
+
+
+def test_a_malformed_hand_over_in_the_reference_report_is_refused_with_the_field(tmp_path):
+    (tmp_path / "report.json").write_text(
+        json.dumps({"verdict": "pass", "details": {"candidate_job": {"overrides": {"N": "a lot"}}}})
+    )
+    with pytest.raises(UntrustedFileError, match=r"not a valid report \(field details\)"):
+        read_report(tmp_path, ReferenceReport)
 
 
 def test_a_verdict_reaches_the_report_as_its_plain_string(tmp_path):
     write_report(tmp_path, Outcome(Verdict.STATIC_REJECT, "trial 1: fallback"))
-    report = read_report(tmp_path)
-    assert report is not None and report["verdict"] == "static_reject" and type(report["verdict"]) is str
+    assert json.loads((tmp_path / "report.json").read_text())["verdict"] == "static_reject"
+    report = read_report(tmp_path, CandidateReport)
+    assert report is not None and report.verdict == "static_reject"
 
 
 def test_values_cross_processes_as_safetensors_with_their_structure(tmp_path):
@@ -118,7 +149,7 @@ def test_the_judge_reads_only_regular_files_under_the_cap(tmp_path):
         read_untrusted(side, "ok.bin", 4)
     (side / "report.json").symlink_to(secret)
     with pytest.raises(UntrustedFileError, match="symbolic link"):
-        read_report(side)
+        read_report(side, CandidateReport)
     os.mkfifo(side / "fifo.bin")  # nobody writes it: a blocking open would hang the judge
     with pytest.raises(UntrustedFileError, match="not a regular file"):
         read_untrusted(side, "fifo.bin", 5)
@@ -129,13 +160,13 @@ def test_a_side_folder_replaced_by_a_symlink_is_refused(tmp_path):
     (tmp_path / "elsewhere" / "report.json").write_text('{"verdict": "pass"}')
     (tmp_path / "side").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(UntrustedFileError, match="cannot be opened as a folder"):
-        read_report(tmp_path / "side")
+        read_report(tmp_path / "side", CandidateReport)
 
 
 def test_a_report_that_is_not_a_json_object_is_refused(tmp_path):
     (tmp_path / "report.json").write_text("[1, 2]")
     with pytest.raises(UntrustedFileError, match="not a JSON object"):
-        read_report(tmp_path)
+        read_report(tmp_path, ReferenceReport)
 
 
 # ---------------------------------------------------------------- the fallback monitor

@@ -4,6 +4,8 @@ candidates through tier 2 on one shared reference."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -15,12 +17,14 @@ from cuset_core.verify.protocol import (
     CpuJob,
     HarnessJob,
     PrebuildExtension,
+    ReferenceReport,
     ReferenceRun,
     TierSpec,
     harness_env,
 )
 from cuset_core.verify.reference_pool import ReferencePool, reference_key
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
+from cuset_core.verify.sandbox import SandboxCancelled
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
 SPEC = TierSpec(Tier.CPU, "cuset_core.verify.cpu.harness", SandboxLimits(), lambda folder: harness_env())
@@ -44,7 +48,9 @@ class Runs:
 
     def __call__(self, job: HarnessJob) -> ReferenceRun:
         self.jobs.append(job)
-        return ReferenceRun(inputs=b"inputs", expected=[[]], report={"verdict": "pass"}, input_seed=job.input_seed)
+        return ReferenceRun(
+            inputs=b"inputs", expected=[[]], report=ReferenceReport(verdict=Verdict.PASS), input_seed=job.input_seed
+        )
 
 
 def test_the_candidates_of_one_problem_share_one_reference_run_under_one_drawn_seed():
@@ -114,6 +120,47 @@ def test_a_reference_that_broke_is_run_again_for_the_next_candidate():
     assert pool.reference(SPEC, PROBLEM, JOB, lambda job: broke) == (broke, True)
     again, ran = pool.reference(SPEC, PROBLEM, JOB, runs)
     assert ran and isinstance(again, ReferenceRun) and len(runs.jobs) == 1
+
+
+def test_a_candidate_that_needs_a_reference_another_thread_is_running_waits_for_that_run():
+    pool, runs, started, release = ReferencePool(), Runs(), threading.Event(), threading.Event()
+
+    def slow(job: HarnessJob) -> ReferenceRun:
+        started.set()
+        release.wait(30)
+        return runs(job)
+
+    def never(job: HarnessJob) -> ReferenceRun:
+        raise AssertionError("a second run of a reference already running")
+
+    with ThreadPoolExecutor(max_workers=2) as threads:
+        first = threads.submit(pool.reference, SPEC, PROBLEM, JOB, slow)
+        assert started.wait(30)
+        second = threads.submit(pool.reference, SPEC, PROBLEM, JOB, never)
+        assert not second.done() and pool.in_flight() == 1
+        release.set()
+        (run, ran), (shared, ran_again) = first.result(30), second.result(30)
+    assert shared is run and (ran, ran_again) == (True, False)
+    assert pool.runs == 1 and pool.in_flight() == 0
+
+
+def test_a_candidate_waiting_for_a_run_that_is_cancelled_runs_its_own():
+    pool, runs, started, release = ReferencePool(), Runs(), threading.Event(), threading.Event()
+
+    def cancelled(job: HarnessJob) -> ReferenceRun:
+        started.set()
+        release.wait(30)
+        raise SandboxCancelled("the reference side was cancelled")
+
+    with ThreadPoolExecutor(max_workers=2) as threads:
+        first = threads.submit(pool.reference, SPEC, PROBLEM, JOB, cancelled)
+        assert started.wait(30)
+        second = threads.submit(pool.reference, SPEC, PROBLEM, JOB, runs)
+        release.set()
+        with pytest.raises(SandboxCancelled):
+            first.result(30)
+        own, ran = second.result(30)
+    assert ran and isinstance(own, ReferenceRun) and len(runs.jobs) == 1 and pool.runs == 1
 
 
 CASES = Path(__file__).parent / "cpu_cases"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -96,6 +97,31 @@ def test_a_sandbox_abandoned_while_it_is_still_starting_leaves_nothing_running(t
         with start_python(code, tmp_path / f"w{attempt}"):
             time.sleep(attempt * 0.002)  # abandoned at different points of its setting up
     assert _eventually(lambda: marker not in _running_commands(), 10)
+
+
+def test_a_cancelled_command_is_killed_and_nothing_of_it_is_kept(tmp_path):
+    # How the verifier drops tier 2's reference side, started while tier 1 compiles, once tier 1
+    # has failed the candidate.
+    marker = f"cancelled_{os.getpid()}_{time.monotonic_ns()}"
+    code = f"{marker} = 1\nimport time\nopen('begun.txt', 'w').close()\ntime.sleep(60)"
+    cancel = threading.Event()
+    cancelling = threading.Thread(
+        target=lambda: _eventually(lambda: marker in _running_commands(), 30) and cancel.set()
+    )
+    cancelling.start()
+    with pytest.raises(sandbox.SandboxCancelled):
+        run_python(code, tmp_path / "w", LIMITS.model_copy(update={"wall_s": 120.0}), cancel=cancel)
+    cancelling.join()
+    assert cancel.is_set()
+    assert _eventually(lambda: marker not in _running_commands(), 10)
+    assert not (tmp_path / "w" / "begun.txt").exists(), "a cancelled command's files are not copied back"
+
+
+def test_a_command_that_ends_before_its_cancel_is_reported_as_usual(tmp_path):
+    cancel = threading.Event()
+    outcome = run_python("print('done')", tmp_path / "w", cancel=cancel)
+    cancel.set()
+    assert outcome.ok and outcome.stdout == "done\n"
 
 
 def test_a_sleeping_command_is_killed_at_the_wall_clock_limit(tmp_path):

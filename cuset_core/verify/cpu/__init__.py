@@ -10,6 +10,9 @@ features the runtime cannot model are reported as ``unsupported`` with the featu
 
 from __future__ import annotations
 
+import logging
+import tempfile
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -34,13 +37,16 @@ from cuset_core.verify.cpu.sizes import hardcoded_sizes, scaled_limits, size_bea
 from cuset_core.verify.library_cache import LibraryCache, library_key
 from cuset_core.verify.protocol import (
     CpuJob,
+    HarnessJob,
     PlannedLibrary,
     PrebuildExtension,
+    ReferenceDetails,
+    ReferenceRun,
     TierSpec,
     clip,
-    handed_job,
     harness_env,
     judge,
+    run_reference,
     tail,
 )
 from cuset_core.verify.reference_pool import ReferencePool
@@ -51,7 +57,9 @@ HARNESS_MODULE = "cuset_core.verify.cpu.harness"
 # Failures that reduced sizes can cause in a correct kernel that hard-codes the original ones.
 _SIZE_SENSITIVE = {Verdict.RUNTIME_ERROR, Verdict.VALUE_MISMATCH, Verdict.SHAPE_MISMATCH}
 
-__all__ = ["run_cpu_tier"]
+__all__ = ["run_cpu_tier", "start_reference"]
+
+log = logging.getLogger(__name__)
 
 
 def _result(verdict: Verdict, reason: str, **fields: Any) -> VerifyResult:
@@ -111,6 +119,41 @@ def cpu_job(
     )
 
 
+def reference_spec(settings: VerifySettings, preludes: tuple[Path, ...]) -> TierSpec:
+    """Tier 2's spec for running a problem's reference side alone (no candidate to build or judge)."""
+    return TierSpec(Tier.CPU, HARNESS_MODULE, settings.limits, harness_environment, readable=preludes)
+
+
+def start_reference(
+    problem_code: str, kind: str, settings: VerifySettings, references: ReferencePool
+) -> threading.Event:
+    """Start tier 2's reference side of ``problem_code`` now, in a thread, into ``references``.
+
+    The reference does not depend on the candidate, so it can run while tier 1 compiles; tier 2's
+    check of a ``kind`` candidate under ``settings`` then finds it in the pool, running or done,
+    under the same secret seed. Returns the event that cancels it: set it once tier 2 has run or
+    will not (a cancelled or failed early run leaves tier 2 to run its own)."""
+    cancel = threading.Event()
+
+    def run() -> None:
+        try:
+            preludes = prepare_preludes()
+            spec = reference_spec(settings, preludes)
+            job = cpu_job(kind, settings, preludes, toolchain())
+
+            def reference(seeded: HarnessJob) -> ReferenceRun | VerifyResult:
+                with tempfile.TemporaryDirectory(prefix="cuset-cpu-early-") as root:
+                    return run_reference(spec, Path(root), problem_code, seeded, cancel)
+
+            if not cancel.is_set():
+                references.reference(spec, problem_code, job, reference)
+        except Exception:  # noqa: BLE001 - cancelled, or it failed: tier 2 runs its own and meets the failure
+            log.debug("the early reference side ended without a run to share", exc_info=True)
+
+    threading.Thread(target=run, name="cuset-early-reference", daemon=True).start()
+    return cancel
+
+
 def run_cpu_tier(
     problem_code: str,
     candidate: Candidate,
@@ -159,9 +202,9 @@ def run_cpu_tier(
     )
     job = cpu_job(candidate.kind, settings, preludes, chain, prebuild)
     result, details = judge(spec, problem_code, candidate, settings, job, references)
-    if result.verdict in _SIZE_SENSITIVE and handed_job(details).overrides:
+    if result.verdict in _SIZE_SENSITIVE and details.candidate_job.overrides:
         result = _at_original_sizes(spec, problem_code, candidate, settings, job, result, details, references)
-    elif result.verdict is Verdict.PASS and settings.second_size and handed_job(details).overrides:
+    elif result.verdict is Verdict.PASS and settings.second_size and details.candidate_job.overrides:
         result = _at_a_second_size(spec, problem_code, candidate, settings, job, result, details, references)
     if pch_s > 1.0:
         result.timings_s["pch"] = pch_s
@@ -175,7 +218,7 @@ def _at_a_second_size(
     settings: VerifySettings,
     job: CpuJob,
     passed: VerifyResult,
-    details: dict[str, Any],
+    details: ReferenceDetails,
     references: ReferencePool | None = None,
 ) -> VerifyResult:
     """A pass at reduced sizes, checked again at a smaller reduction (half the element budget).
@@ -189,7 +232,8 @@ def _at_a_second_size(
     timings = {**passed.timings_s, **{f"second_size_{k}": v for k, v in second.timings_s.items()}}
     if second.verdict not in _SIZE_SENSITIVE:
         return passed.model_copy(update={"timings_s": timings})
-    first_sizes, second_sizes = _named(handed_job(details).overrides), _named(handed_job(second_details).overrides)
+    first_sizes = _named(details.candidate_job.overrides)
+    second_sizes = _named(second_details.candidate_job.overrides)
     failed = second.model_copy(
         update={
             "reason": clip(f"at the sizes {second_sizes}: {second.reason}; it passed at the sizes {first_sizes}"),
@@ -211,16 +255,16 @@ def _at_original_sizes(
     settings: VerifySettings,
     job: CpuJob,
     reduced: VerifyResult,
-    details: dict[str, Any],
+    details: ReferenceDetails,
     references: ReferencePool | None = None,
 ) -> VerifyResult:
     """The verdict for a candidate that failed at reduced sizes: the original sizes decide when
     they fit; else a candidate that hard-codes them is ``unsupported`` (never blamed)."""
-    handed = handed_job(details)
+    handed = details.candidate_job
     at_reduced = f"at reduced sizes: {reduced.verdict.value}: {reduced.reason}"
-    if details.get("original_fits"):
+    if details.original_fits:
         at_original = job.model_copy(update={"reduce_sizes": False})
-        limits = scaled_limits(spec.limits, details.get("original_elements"), settings.max_elements)
+        limits = scaled_limits(spec.limits, details.original_elements, settings.max_elements)
         result, _ = judge(replace(spec, limits=limits), problem_code, candidate, settings, at_original, references)
         timings = {**result.timings_s, **{f"reduced_{k}": v for k, v in reduced.timings_s.items()}}
         return result.model_copy(

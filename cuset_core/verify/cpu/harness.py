@@ -48,12 +48,14 @@ from cuset_core.verify.protocol import (
     KERNELS_OFF_FILE,
     OUTPUTS_FILE,
     REFERENCE_FILE,
+    BuildDetails,
     CandidateJob,
     CpuJob,
     Decided,
     FallbackMonitor,
     Outcome,
     PrebuiltLibrary,
+    ReferenceDetails,
     call_forward,
     candidate_factory,
     clone_values,
@@ -435,13 +437,13 @@ def reference_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Out
     timings["reference"] = time.perf_counter() - clock
     return Outcome(
         Verdict.PASS,
-        details={
-            "note": note,
-            "original_fits": fits,
-            "original_elements": original,  # the judge grows the sandbox's limits for a rerun at them
-            "wide_trials": wide_trials,
-            "candidate_job": CandidateJob(overrides=overrides, constants=constants).model_dump(),
-        },
+        details=ReferenceDetails(
+            note=note,
+            original_fits=fits,
+            original_elements=original,  # the judge grows the sandbox's limits for a rerun at them
+            wide_trials=wide_trials,
+            candidate_job=CandidateJob(overrides=overrides, constants=constants),
+        ),
     )
 
 
@@ -547,9 +549,9 @@ def build_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome
             library = compile_extension(module_name, unit, workdir, preludes, chain)
         except BuildError:
             break
-        built.append(PrebuiltLibrary(module=module_name, digest=unit_digest(unit), file=library.name).model_dump())
+        built.append(PrebuiltLibrary(module=module_name, digest=unit_digest(unit), file=library.name))
     timings["prebuild"] = time.perf_counter() - clock
-    return Outcome(Verdict.PASS, details={"built": built})
+    return Outcome(Verdict.PASS, details=BuildDetails(built=built))
 
 
 def candidate_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome:

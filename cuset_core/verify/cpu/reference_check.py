@@ -13,9 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from cuset_core.verify.cpu import HARNESS_MODULE, cpu_job, harness_environment
+from cuset_core.verify.cpu import cpu_job, reference_spec
 from cuset_core.verify.cpu.build import BuildError, prepare_preludes, toolchain
-from cuset_core.verify.protocol import ReferenceRun, TierSpec, run_reference, with_input_seed
+from cuset_core.verify.protocol import ReferenceRun, run_reference, with_input_seed
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import VerifySettings
 
@@ -30,14 +30,13 @@ def check_reference(problem_code: str, settings: VerifySettings) -> VerifyResult
     except BuildError:
         return _result(Verdict.INTERNAL_ERROR, "the CPU runtime header does not build on this machine", started)
     chain = toolchain()
-    spec = TierSpec(Tier.CPU, HARNESS_MODULE, settings.limits, harness_environment, readable=preludes)
+    spec = reference_spec(settings, preludes)
     job = with_input_seed(cpu_job("python", settings, preludes, chain))
     with tempfile.TemporaryDirectory(prefix="cuset-cpu-check-") as folder:
         outcome = run_reference(spec, Path(folder), problem_code, job)
     if isinstance(outcome, ReferenceRun):
-        details = outcome.report.get("details")
-        note = details.get("note") if isinstance(details, dict) else None
-        reason = "the reference runs at tier 2" + (f"; {note}" if isinstance(note, str) and note else "")
+        note = outcome.report.details.note
+        reason = "the reference runs at tier 2" + (f"; {note}" if note else "")
         return _result(Verdict.PASS, reason, started)
     return outcome.model_copy(update={"timings_s": {"cpu_reference": round(time.monotonic() - started, 3)}})
 

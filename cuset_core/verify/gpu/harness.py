@@ -52,6 +52,8 @@ from cuset_core.verify.protocol import (
     FallbackMonitor,
     GpuJob,
     Outcome,
+    ReferenceDetails,
+    TimingStats,
     call_forward,
     candidate_factory,
     clone_values,
@@ -97,18 +99,18 @@ def classify_kernels(event_names: list[str], extension_kernels: list[str]) -> tu
     return custom, library
 
 
-def timing_stats(samples_ms: list[float]) -> dict[str, float]:
+def timing_stats(samples_ms: list[float]) -> TimingStats:
     """Mean, median, std (population), min, max and count of per-call times in milliseconds."""
     if not samples_ms:
         raise ValueError("timing_stats needs at least one sample")
-    return {
-        "mean": statistics.fmean(samples_ms),
-        "median": statistics.median(samples_ms),
-        "std": statistics.pstdev(samples_ms),
-        "min": min(samples_ms),
-        "max": max(samples_ms),
-        "n": float(len(samples_ms)),
-    }
+    return TimingStats(
+        mean=statistics.fmean(samples_ms),
+        median=statistics.median(samples_ms),
+        std=statistics.pstdev(samples_ms),
+        min=min(samples_ms),
+        max=max(samples_ms),
+        n=len(samples_ms),
+    )
 
 
 def storage_span(tensor: Any) -> tuple[int, int] | None:
@@ -225,7 +227,7 @@ def _time_calls(model: Any, input_sets: list[list[Any]], trials: int, flush: Cal
     return samples
 
 
-def _timed(model: Any, trials: list[list[Any]], job: GpuJob, device: Any) -> dict[str, float]:
+def _timed(model: Any, trials: list[list[Any]], job: GpuJob, device: Any) -> TimingStats:
     """Timing statistics of ``model`` over the first two trials' inputs."""
     input_sets = [_on(inputs, device) for inputs in trials[:2]]
     return timing_stats(_time_calls(model, input_sets, job.timing_trials, _l2_flusher(device)))
@@ -275,16 +277,14 @@ def reference_side(job: GpuJob, workdir: Path, device: Any, timings: dict[str, f
         clock = time.perf_counter()
         stats = _timed(model, data["trials"], job, device)
         timings["reference_timing"] = time.perf_counter() - clock
-        details: dict[str, Any] = {
-            "timing": stats,
-            "wide_trials": wide_trials,
-            "candidate_job": CandidateJob(reference_aliases=aliases).model_dump(),
-        }
+        details = ReferenceDetails(
+            timing=stats, wide_trials=wide_trials, candidate_job=CandidateJob(reference_aliases=aliases)
+        )
         if job.compile_baseline:
             clock = time.perf_counter()
-            details.update(_compile_baseline(model, data["trials"], job, device))
+            details = details.model_copy(update=_compile_baseline(model, data["trials"], job, device))
             timings["compile_timing"] = time.perf_counter() - clock
-    return Outcome(Verdict.PASS, reference_ms=stats["mean"], details=details)
+    return Outcome(Verdict.PASS, reference_ms=stats.mean, details=details)
 
 
 def _reference_trial(model: Any, drawn: list[Any], device: Any, trial: int) -> tuple[list[Any], list[Any], bool, bool]:
@@ -301,9 +301,9 @@ def _reference_trial(model: Any, drawn: list[Any], device: Any, trial: int) -> t
 
 
 def _compile_baseline(model: Any, trials: list[list[Any]], job: GpuJob, device: Any) -> dict[str, Any]:
-    """``{"compile_timing": stats}`` of the reference under ``torch.compile`` (inductor, default mode,
-    as KernelBench's torch.compile baseline), or ``{"compile_error": reason}``: a problem inductor
-    cannot compile has no such baseline, which never decides the verdict."""
+    """The ``ReferenceDetails`` fields of the reference under ``torch.compile`` (inductor, default
+    mode, as KernelBench's torch.compile baseline): its ``compile_timing``, or a ``compile_error``
+    when inductor cannot compile the problem (no such baseline, which never decides the verdict)."""
     import torch
 
     try:
@@ -454,9 +454,9 @@ def _candidate_run(job: GpuJob, workdir: Path, device: Any, timings: dict[str, f
         timings["timing"] = time.perf_counter() - clock
     return Outcome(
         Verdict.PASS,
-        runtime_ms=stats["mean"],
+        runtime_ms=stats.mean,
         launches=launches,
-        log=json.dumps({"candidate_ms": stats, "custom_time_share": share}),
+        log=json.dumps({"candidate_ms": stats.model_dump(), "custom_time_share": share}),
     )
 
 
