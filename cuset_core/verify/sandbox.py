@@ -33,8 +33,10 @@ operator opted out with ``CUSET_SANDBOX_ALLOW_UNISOLATED=1``; a set-up step that
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
+import fcntl
 import functools
 import io
 import logging
@@ -396,10 +398,18 @@ def _preexec(limits: SandboxLimits, groups: _Cgroups, fds: tuple[int, ...] = ())
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if nproc is not None:
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-        high = [os.dup(fd) for fd in fds]  # first out of the way of 3, 4, ... which they may hold
+        # First out of the way of 3, 4, ... which they may hold: copies numbered above them.
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3 + len(fds)) for fd in fds]
         for target, fd in enumerate(high, start=3):
-            os.dup2(fd, target)
+            os.dup2(fd, target)  # inheritable, as bwrap and the wrapper need them
             os.close(fd)
+        # Nothing else of the verifier's reaches the sandbox: every other descriptor the exec
+        # would keep is closed (those marked close-on-exec, Popen's error pipe among them, go at exec).
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            with contextlib.suppress(OSError):  # the listing's own descriptor, gone by now
+                if fd >= 3 + len(high) and os.get_inheritable(fd):
+                    os.close(fd)
 
     return setup
 
@@ -751,7 +761,11 @@ class _Running:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                pass_fds=tuple(range(3, 3 + len(child_fds))),
+                # Not pass_fds: Popen would mark 3, 4, ... inheritable in the child before the
+                # set-up moves the descriptors there, and fails (EBADF) when the verifier holds
+                # no descriptor of that number at that moment, which another thread's sandbox
+                # coming and going makes happen. The set-up closes what else could be inherited.
+                close_fds=False,
                 preexec_fn=_preexec(limits, groups, tuple(child_fds)),
             )
         except (OSError, subprocess.SubprocessError) as exc:

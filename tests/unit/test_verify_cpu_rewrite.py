@@ -10,6 +10,7 @@ from cuset_core.verify.cpu.rewrite import (
     rewrite_extern_shared,
     rewrite_func_attributes,
     rewrite_launches,
+    rewrite_racing_updates,
     rewrite_source,
     rewrite_torch_device,
     rewrite_volatile_pointers,
@@ -146,3 +147,36 @@ def test_tier_reports_an_unsupported_feature_without_building():
     result = run_cpu_tier("", parse_candidate(answer), VerifySettings())
     assert (result.verdict, result.tier) == (Verdict.UNSUPPORTED, Tier.CPU)
     assert result.unsupported_feature == "tensor cores (wmma/mma)"
+
+
+def test_read_modify_writes_of_elements_in_device_code_become_rmw_calls():
+    source = """__device__ float twice(float v) { return v * 2; }
+__global__ void k(float* out, const float* x, int* bins, float2* pairs, int n) {
+    int i = threadIdx.x;
+    float acc[4];
+    for (int j = 0; j < 4; ++j) acc[j] += x[j];
+    if (i < n) out[i / 4] += acc[0] * twice(x[i]);
+    bins[i % 8]++;
+    --bins[0];
+    *out *= 2.0f;
+    pairs[i].x -= 1;
+    out[i] = out[i] + 1;
+    s.a[i] += 1;
+}
+void host(float* h) { h[0] += 1; }
+"""
+    rewritten = rewrite_racing_updates(source)
+    assert rewritten.count("\n") == source.count("\n")
+    for expected in (
+        "cuset::rmw(acc[j], ( x[j]), [](auto& cuset_a, auto&& cuset_b) { cuset_a += cuset_b; });",
+        "if (i < n) cuset::rmw(out[i / 4], ( acc[0] * twice(x[i])), [](auto& cuset_a, auto&& cuset_b) { cuset_a += cuset_b; });",
+        "cuset::rmw(bins[i % 8], 0, [](auto& cuset_a, int) { ++cuset_a; });",
+        "cuset::rmw(bins[0], 0, [](auto& cuset_a, int) { --cuset_a; });",
+        "cuset::rmw(*out, ( 2.0f), [](auto& cuset_a, auto&& cuset_b) { cuset_a *= cuset_b; });",
+        "cuset::rmw(pairs[i].x, ( 1), [](auto& cuset_a, auto&& cuset_b) { cuset_a -= cuset_b; });",
+        "    out[i] = out[i] + 1;",  # a plain assignment: left as written
+        "    s.a[i] += 1;",  # a member of another object: left as written
+        "void host(float* h) { h[0] += 1; }",  # host code: no threads to race
+        "return v * 2;",
+    ):
+        assert expected in rewritten, expected

@@ -240,3 +240,42 @@ def test_a_candidate_tier_1_rejects_cancels_the_reference_started_for_it(monkeyp
     assert result.verdict is Verdict.COMPILE_ERROR
     assert _eventually(lambda: pool.in_flight() == 0, 30)
     assert pool.runs == 0, "it was stopped, not run to its end"
+
+
+# ---------------------------------------------------------------- racing read-modify-writes
+
+RACY_ROWSUM = """
+#include <torch/extension.h>
+
+__global__ void rowsum_kernel(const float* x, float* out, int cols) {
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) UPDATE;
+}
+
+torch::Tensor run(torch::Tensor x) {
+    auto out = torch::zeros({x.size(0)}, x.options());
+    rowsum_kernel<<<x.size(0), 256>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.size(1));
+    return out;
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("update", "verdict"),
+    [
+        ("out[blockIdx.x] += x[blockIdx.x * cols + j]", Verdict.VALUE_MISMATCH),
+        ("atomicAdd(&out[blockIdx.x], x[blockIdx.x * cols + j])", Verdict.PASS),
+    ],
+    ids=["without an atomic", "with atomicAdd"],
+)
+def test_threads_that_add_into_one_element_without_an_atomic_lose_updates(update, verdict):
+    result = verify("rowsum_problem.py", rowsum_candidate(RACY_ROWSUM.replace("UPDATE", update)))
+    assert result.verdict is verdict, result.reason + result.log
+    if verdict is Verdict.VALUE_MISMATCH:
+        assert result.reason.startswith("trial 2"), "trial 1 runs each update whole; trial 2 races them"
+
+
+@pytest.mark.parametrize("update", ["local[x[i]]++;", "local[x[i]] += 1;"])
+def test_a_histogram_counted_without_atomics_is_a_value_mismatch(update):
+    racy = mutate(case("histogram_atomics.cu"), "atomicAdd(&local[x[i]], 1);", update)
+    result = verify("histogram_problem.py", python_candidate(racy, "torch::Tensor x", "x"))
+    assert result.verdict is Verdict.VALUE_MISMATCH, result.reason + result.log

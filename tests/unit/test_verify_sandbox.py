@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -97,6 +98,62 @@ def test_a_sandbox_abandoned_while_it_is_still_starting_leaves_nothing_running(t
         with start_python(code, tmp_path / f"w{attempt}"):
             time.sleep(attempt * 0.002)  # abandoned at different points of its setting up
     assert _eventually(lambda: marker not in _running_commands(), 10)
+
+
+# In a process of its own: pytest holds descriptors 3-5 for its whole run, which hid the fault.
+SIDE_BY_SIDE = """
+import os, sys, threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from cuset_core.verify.sandbox import run_sandboxed
+from cuset_core.verify.settings import SandboxLimits
+
+root, stop = Path(sys.argv[1]), threading.Event()
+
+def churn():
+    while not stop.is_set():
+        os.close(os.open(os.devnull, os.O_RDONLY))
+
+def start(index):
+    (root / str(index)).mkdir()
+    try:
+        limits = SandboxLimits(wall_s=60, cpu_s=30, memory_mb=512)
+        return run_sandboxed([sys.executable, "-c", "print('up')"], workdir=root / str(index), limits=limits).stdout
+    except Exception as exc:
+        return repr(exc)
+
+churning = [threading.Thread(target=churn) for _ in range(2)]
+for thread in churning:
+    thread.start()
+with ThreadPoolExecutor(max_workers=6) as threads:
+    said = list(threads.map(start, range(48)))
+stop.set()
+print([text for text in said if text != "up\\n"])
+"""
+
+
+def test_sandboxes_started_from_several_threads_at_once_all_start(tmp_path):
+    # The verifier starts tier 2's reference side while tier 1 compiles: sandboxes start side by
+    # side while other threads open and close files, so the low descriptor numbers come and go.
+    # Popen's pass_fds once failed there ("could not start bwrap: [Errno 9] Bad file
+    # descriptor"), and the candidate's check became internal_error.
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        [sys.executable, "-c", SIDE_BY_SIDE, str(tmp_path)], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout[-2000:]
+
+
+def test_no_descriptor_of_the_verifier_reaches_the_command(tmp_path):
+    leaked = os.open(os.devnull, os.O_RDONLY)
+    os.set_inheritable(leaked, True)
+    try:
+        outcome = run_python("import os; print(sorted(int(fd) for fd in os.listdir('/proc/self/fd')))", tmp_path / "w")
+    finally:
+        os.close(leaked)
+    assert outcome.ok
+    assert eval(outcome.stdout) == [0, 1, 2, 3], "stdin, stdout, stderr and the listing's own descriptor"
 
 
 def test_a_cancelled_command_is_killed_and_nothing_of_it_is_kept(tmp_path):

@@ -10,6 +10,10 @@ diagnostics point at the candidate's own lines.
   ``__shared__`` as ``static``; blocks run one at a time, so one copy is per-block storage)
   and get a call that fills them with 0xFF at the start of each block.
 - ``volatile T*`` becomes ``cuset::VolatilePtr<T>``, whose accesses keep a warp in lockstep.
+- In device functions, a read-modify-write statement on an element (``a[i] += v``, ``*p -= v``,
+  ``a[i].x *= v``, ``a[i]++``) becomes a ``cuset::rmw`` call, where the runtime can let the other
+  threads of the block run between the load and the store (the racing trials): updates of one
+  element by several threads without an atomic are then lost, as on a GPU.
 - ``cudaFuncSetAttribute(kernel, ...)`` becomes ``cuset::func_set_attribute("kernel", kernel, ...)``:
   the runtime checks a launch's dynamic shared memory against the opt-in of the kernel of that name.
 - Device checks and device constants of the torch API map to the CPU (``is_cuda()`` ->
@@ -58,6 +62,14 @@ _EXTERN_SHARED = re.compile(
     r"extern\s+__shared__\s+((?:__align__\s*\(\s*\d+\s*\)\s*)?)([^;\[\]]*?)\s*\b([A-Za-z_]\w*)\s*\[\s*\]\s*;"
 )
 _SHARED_DECL = re.compile(r"(?<![\w])__shared__\s+[^;(){}]*;")
+_DEVICE_FUNCTION = re.compile(r"\b__(?:global|device)__\b")
+# An element of memory another thread may update too: a[i], a[i][j], a[i].x, *p. Not a member
+# reached through another object (s.a[i], s->a[i], ns::a[i]): those are left as written.
+_ELEMENT = r"(?:\*\s*[A-Za-z_]\w*|[A-Za-z_]\w*(?:\s*\[[^\[\];]*(?:\[[^\[\];]*\][^\[\];]*)*\])+(?:\.[A-Za-z_]\w*)?)"
+_RMW_TARGET = re.compile(
+    rf"(?<![\w.>:\]])(?:(?P<pre>\+\+|--)\s*)?(?P<lhs>{_ELEMENT})\s*"
+    r"(?:(?P<op><<|>>|[-+*/%&|^])=(?!=)|(?P<post>\+\+|--))?"
+)
 _VOLATILE_PTR = re.compile(r"\bvolatile\s+((?:(?:unsigned|signed|long|short|const)\s+)*[A-Za-z_][\w:]*)\s*\*\s*")
 _CUDA_STRING = re.compile(r"\"cuda(?::\d+)?\"")
 _FUNC_SET_ATTRIBUTE = re.compile(r"\bcudaFuncSetAttribute\s*\(")
@@ -281,12 +293,86 @@ def rewrite_torch_device(code: str) -> str:
     return _CUDA_STRING.sub('"cpu"', code)
 
 
+def device_bodies(code: str) -> list[tuple[int, int]]:
+    """``[start, end)`` of the body of every ``__global__`` or ``__device__`` function (not of
+    ``__device__`` variables: those reach a ``;`` before any brace)."""
+    spans: list[tuple[int, int]] = []
+    for match in _DEVICE_FUNCTION.finditer(code):
+        depth, i = 0, match.end()
+        while i < len(code):
+            ch = code[i]
+            if ch in "([":
+                depth += 1
+            elif ch in ")]":
+                depth -= 1
+            elif depth == 0 and ch == ";":
+                break
+            elif depth == 0 and ch == "{":
+                end = _matching(code, i, "{", "}")
+                if end > 0 and not (spans and spans[-1][1] > i):
+                    spans.append((i, end + 1))
+                break
+            i += 1
+    return spans
+
+
+def _statement_end(code: str, start: int, limit: int) -> int:
+    """Index of the ``;`` ending the statement that continues at ``start`` (outside brackets), or -1."""
+    depth = 0
+    for i in range(start, limit):
+        ch = code[i]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth < 0:
+                return -1
+        elif ch == ";" and depth == 0:
+            return i
+    return -1
+
+
+def _starts_statement(code: str, start: int) -> bool:
+    """Whether a statement can begin at ``start`` (after ``;``, a brace, a condition's ``)``,
+    ``else`` or ``do``), so that rewriting the expression there cannot change a larger one."""
+    before = code[:start].rstrip()
+    return not before or before[-1] in ";{})" or re.search(r"\b(?:else|do)$", before) is not None
+
+
+def rewrite_racing_updates(code: str) -> str:
+    """In device functions, ``LHS op= RHS;`` and ``LHS++;`` (and ``--``, prefix or postfix) on an
+    element of an array or pointer become ``cuset::rmw(LHS, (RHS), op);`` (same lines)."""
+    edits: list[tuple[int, int, str]] = []
+    for body_start, body_end in device_bodies(code):
+        for match in _RMW_TARGET.finditer(code, body_start, body_end):
+            if not _starts_statement(code, match.start()):
+                continue
+            lhs, rest = match.group("lhs"), match.end()
+            if op := match.group("op"):
+                end = _statement_end(code, rest, body_end)
+                if end < 0:
+                    continue
+                update = f"[](auto& cuset_a, auto&& cuset_b) {{ cuset_a {op}= cuset_b; }}"
+                edits.append((match.start(), end, f"cuset::rmw({lhs}, ({code[rest:end]}), {update})"))
+            elif match.group("pre") or match.group("post"):
+                step = match.group("pre") or match.group("post")
+                end = _statement_end(code, rest, body_end)
+                if end < 0 or code[rest:end].strip():
+                    continue
+                update = f"[](auto& cuset_a, int) {{ {step}cuset_a; }}"
+                edits.append((match.start(), end, f"cuset::rmw({lhs}, 0, {update})"))
+    for start, end, text in reversed(edits):
+        code = code[:start] + text + code[end:]
+    return code
+
+
 def rewrite_source(code: str) -> str:
     """All rewrites, in the order they must apply, for one CUDA or C++ source."""
     code = strip_comments(code)
     code = rewrite_extern_shared(code)
     code = poison_static_shared(code)
     code = rewrite_volatile_pointers(code)
+    code = rewrite_racing_updates(code)
     code = rewrite_launches(code)
     code = rewrite_func_attributes(code)
     return rewrite_torch_device(code)

@@ -662,6 +662,38 @@ template <class T> struct VolatilePtr {
   VolatilePtr operator-(long i) const { return VolatilePtr(p - i); }
   operator T*() const { return p; }
 };
+
+// A read-modify-write statement of device code (`a[i] += v`, `*p -= v`, `a[i]++`: the rewrite
+// makes each a call of rmw). On a racing trial (an odd trial schedule) the thread loads, then
+// every other thread of the block runs up to its own next such point or barrier, then it stores,
+// as threads of a GPU may interleave: threads that update one element of shared or global memory
+// without an atomic lose updates, as they do on a GPU. Memory of the thread's own (its fiber's
+// stack: local arrays) is never raced; atomics stay whole. Blocks still run one after another,
+// so a race between blocks does not show.
+namespace detail {
+inline bool racing_trial() { return trial_schedule() % 2 == 1; }
+inline void race_point(const void* address) {
+  Runtime& r = rt();
+  Fiber* fiber = r.current;
+  if (!fiber || !racing_trial()) return;
+  const char* at = static_cast<const char*>(address);
+  if (at >= fiber->stack && at < fiber->stack + kStackBytes) return;
+  park(State::soft);
+}
+}  // namespace detail
+
+template <class T, class V, class F> inline void rmw(T& target, V&& value, F update) {
+  T copy = target;
+  detail::race_point(&target);
+  update(copy, std::forward<V>(value));
+  target = copy;
+}
+// Volatile elements already load, wait for the warp, then store (VolatileRef).
+template <class T, class V, class F> inline void rmw(VolatileRef<T> target, V&& value, F update) {
+  T copy = target;
+  update(copy, std::forward<V>(value));
+  target = copy;
+}
 }  // namespace cuset
 
 // ---------------------------------------------------------------- atomics (one OS thread)
