@@ -1,0 +1,69 @@
+"""Issue 27's experiment driver keeps a finished start run for later checkouts and restores it."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+@pytest.fixture()
+def driver(monkeypatch, tmp_path):
+    """scripts/run_self_training.py with its runs and results in ``tmp_path``."""
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    module = importlib.import_module("run_self_training")
+    monkeypatch.setattr(module, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(module, "RESULTS", tmp_path / "experiments")
+    monkeypatch.setattr(module.common, "ROOT", tmp_path)
+    yield module
+    for name in ("run_self_training", "run_elementwise", "run_comparison"):
+        sys.modules.pop(name, None)
+
+
+def _finished_start_run(run_dir: Path) -> dict[str, torch.Tensor]:
+    run_dir.mkdir(parents=True)
+    weights = {"base_model.model.layers.0.q_proj.lora_A.weight": torch.randn(4, 8)}
+    save_file(weights, run_dir / "adapter_model.safetensors")
+    (run_dir / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "base_model_name_or_path": "/x"}))
+    (run_dir / "cuset_base.json").write_text(json.dumps({"base_model": "smollm2-135m", "prompt_style": "compact"}))
+    (run_dir / "job_base.json").write_text("{}\n")
+    (run_dir / "progress.jsonl").write_text(json.dumps({"type": "done", "steps": 50}) + "\n")
+    (run_dir / "checkpoint-50").mkdir()  # optimizer state: not kept
+    return weights
+
+
+def test_a_finished_start_run_is_kept_in_float16_and_restored_in_a_fresh_checkout(driver, monkeypatch, tmp_path):
+    weights = _finished_start_run(driver.RUNS / "cuset-s0")
+
+    driver.save_start("cuset")
+    kept = driver.RESULTS / "cuset" / "start"
+    assert sorted(path.name for path in kept.iterdir()) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "cuset_base.json",
+        "job_base.json",
+        "progress.jsonl",
+    ]
+    assert load_file(kept / "adapter_model.safetensors")[next(iter(weights))].dtype is torch.float16
+    assert json.loads((kept / "adapter_config.json").read_text())["base_model_name_or_path"] == "smollm2-135m"
+
+    fresh = tmp_path / "fresh"
+    monkeypatch.setattr(driver, "RUNS", fresh / "runs")
+    driver.restore_start("cuset")
+    assert driver.common.trained(fresh / "runs" / "cuset-s0"), "a later session does not train it again"
+    driver.restore_start("sft")  # nothing kept for this arm: nothing restored
+    assert not (fresh / "runs" / "sft-s0").exists()
+
+
+def test_an_unfinished_start_run_is_not_kept(driver):
+    _finished_start_run(driver.RUNS / "sft-s0")
+    (driver.RUNS / "sft-s0" / "progress.jsonl").write_text(json.dumps({"type": "step", "step": 3}) + "\n")
+    driver.save_start("sft")
+    assert not (driver.RESULTS / "sft" / "start").exists()
