@@ -194,4 +194,5 @@ def test_a_right_and_a_wrong_kernel_are_judged_on_one_shared_reference_run():
     assert right.verdict is Verdict.PASS, right.reason + right.log
     assert wrong.verdict is Verdict.VALUE_MISMATCH, wrong.reason
     assert pool.runs == 1
-    assert right.timings_s["cpu_reference"] > 0 and wrong.timings_s["cpu_reference"] == 0
+    # The first paid for the reference run; the second only looked it up.
+    assert right.timings_s["cpu_reference"] > 0.5 and wrong.timings_s["cpu_reference"] < 0.1
