@@ -30,7 +30,6 @@ The rule for the adapter to ship was written before the first round ran: see ``S
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import shutil
 import signal
@@ -200,21 +199,8 @@ def run_round(arm: str, round_: int) -> bool:
     return True
 
 
-def yield_to_other_sessions() -> None:
-    """Give this session's scheduling group the lowest priority (nice 19), where the kernel allows.
-
-    With autogroups (Linux's default here), niceness ranks a process only inside its own session;
-    between sessions the kernel shares the CPU by each group's niceness. A run started at nice 19
-    (or SCHED_IDLE) in a session of its own therefore still took half the CPU from the tests and
-    CI beside it; lowering the group's niceness is what makes it run on idle time only."""
-    autogroup = Path("/proc/self/autogroup")
-    if autogroup.is_file():
-        with contextlib.suppress(OSError):
-            autogroup.write_text("19")
-
-
 def run() -> None:
-    yield_to_other_sessions()
+    common.yield_to_other_sessions()
     elementwise.ensure_data()
     check_pool()
     signal.signal(signal.SIGTERM, common.stop_children)
