@@ -7,10 +7,10 @@ Broken candidates are the correct kernels of ``cpu_cases/`` with one mutation ea
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
+from verify_cases import eventually
 
 from cuset_core.verify import run as run_module
 from cuset_core.verify.candidate import parse_candidate
@@ -200,21 +200,12 @@ def test_fork_bomb_in_candidate_python_is_contained():
 # ---------------------------------------------------------------- tier 2's reference during tier 1
 
 
-def _eventually(condition, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 @pytest.mark.nvcc
 def test_tier_2s_reference_runs_while_tier_1_compiles_and_tier_2_takes_it(monkeypatch):
     pool, compile_tier, seen = ReferencePool(), run_module._compile_tier, []
 
     def compile_watching_the_reference(candidate, settings, before):
-        seen.append(_eventually(lambda: pool.in_flight() or pool.runs, 120))
+        seen.append(eventually(lambda: pool.in_flight() or pool.runs, 120))
         return compile_tier(candidate, settings, before)
 
     monkeypatch.setattr(run_module, "_compile_tier", compile_watching_the_reference)
@@ -229,7 +220,7 @@ def test_a_candidate_tier_1_rejects_cancels_the_reference_started_for_it(monkeyp
     pool = ReferencePool()
 
     def rejecting_compile(candidate, settings, before):
-        assert _eventually(lambda: pool.in_flight() == 1, 120), "the reference side started"
+        assert eventually(lambda: pool.in_flight() == 1, 120), "the reference side started"
         rejected = VerifyResult(verdict=Verdict.COMPILE_ERROR, tier=Tier.COMPILE, reason="line 3: no such type")
         return rejected, False
 
@@ -238,7 +229,7 @@ def test_a_candidate_tier_1_rejects_cancels_the_reference_started_for_it(monkeyp
     answer = add_candidate(case("add_kernel.cu"))
     result = run_module.verify(case("add_problem.py"), answer, SETTINGS, use_cache=False, references=pool)
     assert result.verdict is Verdict.COMPILE_ERROR
-    assert _eventually(lambda: pool.in_flight() == 0, 30)
+    assert eventually(lambda: pool.in_flight() == 0, 30)
     assert pool.runs == 0, "it was stopped, not run to its end"
 
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from verify_cases import eventually
 
 from cuset_core.verify import sandbox
 from cuset_core.verify.sandbox import run_sandboxed
@@ -83,8 +84,8 @@ def test_a_command_started_early_and_never_finished_is_killed(tmp_path):
     marker = f"abandoned_{os.getpid()}_{time.monotonic_ns()}"
     code = f"{marker} = 1\nimport time\ntime.sleep(60)"
     with start_python(code, tmp_path / "w") as started:
-        assert _eventually(lambda: any(marker in line for line in _running_commands(exact=True)), 20)
-    assert _eventually(lambda: marker not in _running_commands(), 10)
+        assert eventually(lambda: any(marker in line for line in _running_commands(exact=True)), 20)
+    assert eventually(lambda: marker not in _running_commands(), 10)
     with pytest.raises(RuntimeError, match="already finished or abandoned"):
         started.finish()
 
@@ -97,7 +98,7 @@ def test_a_sandbox_abandoned_while_it_is_still_starting_leaves_nothing_running(t
     for attempt in range(12):
         with start_python(code, tmp_path / f"w{attempt}"):
             time.sleep(attempt * 0.002)  # abandoned at different points of its setting up
-    assert _eventually(lambda: marker not in _running_commands(), 10)
+    assert eventually(lambda: marker not in _running_commands(), 10)
 
 
 # In a process of its own: pytest holds descriptors 3-5 for its whole run, which hid the fault.
@@ -162,15 +163,13 @@ def test_a_cancelled_command_is_killed_and_nothing_of_it_is_kept(tmp_path):
     marker = f"cancelled_{os.getpid()}_{time.monotonic_ns()}"
     code = f"{marker} = 1\nimport time\nopen('begun.txt', 'w').close()\ntime.sleep(60)"
     cancel = threading.Event()
-    cancelling = threading.Thread(
-        target=lambda: _eventually(lambda: marker in _running_commands(), 30) and cancel.set()
-    )
+    cancelling = threading.Thread(target=lambda: eventually(lambda: marker in _running_commands(), 30) and cancel.set())
     cancelling.start()
     with pytest.raises(sandbox.SandboxCancelled):
         run_python(code, tmp_path / "w", LIMITS.model_copy(update={"wall_s": 120.0}), cancel=cancel)
     cancelling.join()
     assert cancel.is_set()
-    assert _eventually(lambda: marker not in _running_commands(), 10)
+    assert eventually(lambda: marker not in _running_commands(), 10)
     assert not (tmp_path / "w" / "begun.txt").exists(), "a cancelled command's files are not copied back"
 
 
@@ -220,17 +219,6 @@ def _running_commands(exact: bool = False) -> str | list[str]:
             except OSError:
                 continue
     return lines if exact else "\n".join(lines)
-
-
-def _eventually(condition, seconds: float) -> bool:
-    """Whether ``condition()`` holds within ``seconds`` (polled): a loaded machine is slow to
-    start and to tear down a sandbox, and a fixed sleep would make the test flaky."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def test_an_unbounded_allocation_hits_the_memory_limit(tmp_path):
@@ -369,11 +357,11 @@ def test_the_sandbox_dies_with_the_verifier_that_started_it(tmp_path):
     verifier = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "w")], cwd=Path(__file__).parents[2])
     # Ready when the sandboxed command itself runs: bwrap's own command line holds the marker
     # from its start, before it has set anything up.
-    assert _eventually(lambda: marker in _running_commands(exact=True), seconds=30)
+    assert eventually(lambda: marker in _running_commands(exact=True), seconds=30)
     verifier.kill()
     verifier.wait()
     # bwrap, the sandbox's init and the command, not only the command: nothing is left.
-    assert _eventually(lambda: marker not in _running_commands(), seconds=10)
+    assert eventually(lambda: marker not in _running_commands(), seconds=10)
 
 
 def test_cgroups_left_by_a_dead_verifier_are_removed_by_the_next_run(tmp_path):

@@ -1,6 +1,8 @@
-"""Candidate texts shared by the verification tests."""
+"""Candidate texts and helpers shared by the verification tests."""
 
 from __future__ import annotations
+
+import time
 
 KERNEL = '''
 cuda_src = """
@@ -43,3 +45,14 @@ def fenced(code: str, prose: str = "Here is the kernel.\n\n") -> str:
 
 def line_of(text: str, needle: str) -> int:
     return text[: text.index(needle)].count("\n") + 1
+
+
+def eventually(condition, seconds: float) -> bool:
+    """Whether ``condition()`` holds within ``seconds`` (polled): a loaded machine is slow to
+    start and to tear down a sandbox, and a fixed sleep would make the test flaky."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
