@@ -19,7 +19,9 @@ from pydantic import ValidationError
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import VerifySettings
 
-CODE_VERSION = "verify-3"  # 3: judge apart from the candidate, internal_error
+# 3: judge apart from the candidate, internal_error; 4: the hardened tier 2 (issue 23: kernels-off run,
+# racing trials, poisoned allocations, drawn seeds, wide trials, the second size in the same process)
+CODE_VERSION = "verify-4"
 
 
 def default_cache_dir() -> Path:

@@ -92,6 +92,9 @@ REFERENCE_FILE = "reference.safetensors"
 OUTPUTS_FILE = "outputs.safetensors"
 KERNELS_OFF_FILE = "kernels_off.safetensors"  # tier 2: trial 1's outputs with the kernels disabled
 REPORT_FILE = "report.json"
+# Tier 2's second size: the candidate side's outputs and report at the second reduction.
+SECOND_OUTPUTS_FILE = "second_outputs.safetensors"
+SECOND_REPORT_FILE = "second_report.json"
 REPORT_CAP_BYTES = 64 * 1024
 REFERENCE_CAP_BYTES = 8 << 30  # the reference is the problem's own code: bounded, not trusted
 HEADER_CAP_BYTES = 1 << 20  # safetensors JSON header
@@ -116,6 +119,10 @@ class CandidateJob(_Contract):
     overrides: dict[str, int] = Field(default_factory=dict, description="tier 2: reduced problem sizes, by name")
     constants: dict[str, int] = Field(default_factory=dict, description="tier 2: the problem's int constants")
     reference_aliases: bool = Field(False, description="tier 3: the reference returns views of its inputs")
+    second_overrides: dict[str, int] = Field(
+        default_factory=dict,
+        description="tier 2: the second, smaller reduction the candidate also runs at, by name (empty: one size)",
+    )
 
 
 class HarnessJob(_Contract):
@@ -160,6 +167,11 @@ class CpuJob(HarnessJob):
 
     reduce_sizes: bool
     max_elements: int
+    second_max_elements: int | None = Field(
+        None,
+        description="reference side: the element budget of a second, smaller reduction to run too (the "
+        "candidate then runs at both sizes in the same process); None: one size",
+    )
     preludes: list[str] = Field(description="folders of the precompiled runtime preludes, in the order to try them")
     runtime_library: str = Field(
         "", description="the trusted runtime library (guarded allocator, trial switches) the candidate side loads first"
@@ -202,6 +214,7 @@ class ReferenceDetails(_Contract):
 
     candidate_job: CandidateJob = Field(default_factory=CandidateJob, description="handed to the candidate side")
     wide_trials: list[int] = Field(default_factory=list, description="0-based trials whose inputs were scaled")
+    second_wide_trials: list[int] = Field(default_factory=list, description="tier 2: the same at the second size")
     note: str = Field("", description="tier 2: how the sizes were reduced, said with a pass")
     original_fits: bool = Field(False, description="tier 2: the original sizes fit a rerun at them")
     original_elements: int | None = Field(None, description="tier 2: elements at the original sizes, if measured")
@@ -508,12 +521,12 @@ def read_untrusted(folder: Path, name: str, cap: int) -> bytes | None:
 ReportT = TypeVar("ReportT", CandidateReport, ReferenceReport, BuildReport)
 
 
-def read_report(folder: Path, model: type[ReportT]) -> ReportT | None:
-    """A side's ``report.json`` (capped) as ``model``; None when it left none.
+def read_report(folder: Path, model: type[ReportT], name: str = REPORT_FILE) -> ReportT | None:
+    """A side's ``report.json`` (or the report ``name``; capped) as ``model``; None when it left none.
 
     ``UntrustedFileError`` with a reason of the judge's own (never the file's text) when the
     file is not such a report: not a JSON object, not JSON, nested too deep, a field out of bounds."""
-    data = read_untrusted(folder, REPORT_FILE, REPORT_CAP_BYTES)
+    data = read_untrusted(folder, name, REPORT_CAP_BYTES)
     if data is None:
         return None
     try:
@@ -521,10 +534,10 @@ def read_report(folder: Path, model: type[ReportT]) -> ReportT | None:
     except ValidationError as exc:
         errors = exc.errors()
         if any(error["type"] == "model_type" and not error["loc"] for error in errors):
-            raise UntrustedFileError(f"{REPORT_FILE} is not a JSON object") from exc
+            raise UntrustedFileError(f"{name} is not a JSON object") from exc
         fields = {str(error["loc"][0]) for error in errors if error["loc"]} & set(model.model_fields)
         where = f" (field {', '.join(sorted(fields))})" if fields else ""
-        raise UntrustedFileError(f"{REPORT_FILE} is not a valid report{where}") from exc
+        raise UntrustedFileError(f"{name} is not a valid report{where}") from exc
 
 
 # ---------------------------------------------------------------- harness side
@@ -537,14 +550,15 @@ def read_job(argv: list[str], job_type: type[JobT]) -> tuple[str, JobT, Path]:
     return side, job_type.model_validate_json(job_path.read_bytes()), job_path.parent
 
 
-def write_report(workdir: Path, outcome: Outcome) -> None:
-    """Write ``outcome`` as the side's report, atomically (a killed harness leaves none)."""
+def write_report(workdir: Path, outcome: Outcome, name: str = REPORT_FILE) -> None:
+    """Write ``outcome`` as the side's report (or the report ``name``), atomically (a killed
+    harness leaves none)."""
     report = asdict(replace(outcome, details=None))
     report["reason"], report["log"] = clip(report["reason"]), tail(report["log"])
     report["details"] = outcome.details.model_dump(mode="json") if outcome.details is not None else {}
-    partial = workdir / (REPORT_FILE + ".tmp")
+    partial = workdir / (name + ".tmp")
     partial.write_text(json.dumps(report, default=str))
-    partial.replace(workdir / REPORT_FILE)
+    partial.replace(workdir / name)
 
 
 LATE_FILES = "--late"  # a harness started before its files (sandbox.start_sandboxed) reads them on stdin
@@ -1049,6 +1063,19 @@ class ReferenceRun:
     expected: list[list[Any]]
     report: ReferenceReport
     input_seed: int | None = None
+    # Tier 2: the expected outputs at the second, smaller reduction (none: one size only).
+    second_expected: list[list[Any]] = field(default_factory=list)
+
+    def at_second_size(self) -> ReferenceRun | None:
+        """The run as the judge compares the second size's trials: their expected outputs, wide
+        trials and seeds (they follow the first size's); None when there is no second size."""
+        if not self.second_expected:
+            return None
+        details = self.report.details.model_copy(update={"wide_trials": self.report.details.second_wide_trials})
+        seed = None if self.input_seed is None else self.input_seed + len(self.expected)
+        return ReferenceRun(
+            self.inputs, self.second_expected, self.report.model_copy(update={"details": details}), seed
+        )
 
     def is_wide(self, trial: int) -> bool:
         """Whether the ``trial``-th (0-based) trial's inputs were scaled (:func:`trial_outputs`)."""
@@ -1216,7 +1243,8 @@ def run_reference(
             expected = read_untrusted(folder, REFERENCE_FILE, REFERENCE_CAP_BYTES)
             if inputs is None or expected is None:
                 return _result(spec, Verdict.INTERNAL_ERROR, "the reference side reported success without its files")
-            return ReferenceRun(inputs, load_values(expected)["trials"], report, job.input_seed)
+            values = load_values(expected)
+            return ReferenceRun(inputs, values["trials"], report, job.input_seed, values.get("second_trials", []))
         except UntrustedFileError as exc:
             return _result(spec, Verdict.INTERNAL_ERROR, f"the reference side's output is unusable: {exc}")
     finally:
@@ -1268,8 +1296,7 @@ def judge_candidate_data(
         return _without_report(spec, "candidate", outcome), _NO_REPORT
     if report.verdict != "pass":  # it can only reject itself; "pass" is the judge's word
         return _claimed_failure(spec, report), report
-    expected_bytes = sum(t.numel() * t.element_size() for trial in reference.expected for t in _tensor_values(trial))
-    data = read_untrusted(folder, OUTPUTS_FILE, 2 * expected_bytes + (1 << 20))
+    data = read_untrusted(folder, OUTPUTS_FILE, 2 * _expected_bytes(reference) + (1 << 20))
     if data is None:
         launches = dict(report.launches)
         return _result(spec, Verdict.RUNTIME_ERROR, "the candidate side left no outputs", launches=launches), report
@@ -1277,7 +1304,54 @@ def judge_candidate_data(
     result = compare_trials(spec, reference, produced, report, settings)
     if result.verdict is Verdict.PASS and spec.kernels_off:
         result = kernels_did_the_work(spec, folder, reference, settings, result)
+    if result.verdict is Verdict.PASS and (second := reference.at_second_size()) is not None:
+        result = at_the_second_size(spec, folder, outcome, reference, second, settings, result)
     return result, report
+
+
+def at_the_second_size(
+    spec: TierSpec,
+    folder: Path,
+    outcome: SandboxOutcome,
+    reference: ReferenceRun,
+    second: ReferenceRun,
+    settings: VerifySettings,
+    passed: VerifyResult,
+) -> VerifyResult:
+    """``passed`` (the pass at the reduced sizes) when the candidate's trials at the second, smaller
+    reduction pass too; else its failure there, which says both sizes.
+
+    The reduced sizes follow from the problem's text, so a kernel could compute the right answer at
+    those only. The candidate side runs the second size in the same process, after its report of
+    the first; its second report and outputs are read like the first's. Whatever ends that run
+    early (a crash, the time limit) is a failure at the second size: a candidate cannot keep its
+    pass by stopping there."""
+    handed = reference.report.details.candidate_job
+    sizes = f"at the sizes {_named_sizes(handed.second_overrides)}"
+    report = read_report(folder, CandidateReport, SECOND_REPORT_FILE)
+    if report is None:
+        failed = _without_report(spec, "candidate", outcome)
+    elif report.verdict != "pass":
+        failed = _claimed_failure(spec, report)
+    elif (data := read_untrusted(folder, SECOND_OUTPUTS_FILE, 2 * _expected_bytes(second) + (1 << 20))) is None:
+        failed = _result(spec, Verdict.RUNTIME_ERROR, "the candidate side left no outputs")
+    else:
+        failed = compare_trials(spec, second, load_values(data).get("trials"), report, settings)
+    timings = {f"second_size_{name}": seconds for name, seconds in (report.timings_s if report else {}).items()}
+    if failed.verdict is Verdict.PASS:
+        return passed.model_copy(update={"timings_s": {**passed.timings_s, **timings}})
+    reason = f"{sizes}: {failed.reason}; it passed at the sizes {_named_sizes(handed.overrides)}"
+    return failed.model_copy(update={"reason": clip(reason), "timings_s": {**passed.timings_s, **timings}})
+
+
+def _named_sizes(overrides: dict[str, int]) -> str:
+    """``DIM=8192, BATCH=16``: the reduced sizes of a run, for a reason."""
+    return ", ".join(f"{name}={value}" for name, value in overrides.items()) or "as written"
+
+
+def _expected_bytes(reference: ReferenceRun) -> int:
+    """Bytes of every expected output tensor of ``reference``: what a candidate's outputs need."""
+    return sum(t.numel() * t.element_size() for trial in reference.expected for t in _tensor_values(trial))
 
 
 def _tensor_values(values: list[Any]) -> list[Any]:

@@ -108,9 +108,10 @@ class VerifySettings(BaseModel):
     max_elements: int = Field(1 << 18, gt=0, description="tier 2: target tensor size after shrink")
     second_size: bool = Field(
         True,
-        description="tier 2: a candidate that passes at reduced sizes is run again at a second, smaller "
-        "reduction (half the element budget), since the reduced sizes follow from the problem's text "
-        "and a kernel could special-case them; False: one size only (faster)",
+        description="tier 2: the candidate also runs, in the same process, at a second, smaller reduction "
+        "(half the element budget), and passes only at both, since the reduced sizes follow from the "
+        "problem's text and a kernel could special-case them; the sides get half as much time again "
+        "for it; False: one size only",
     )
     overlap_reference: bool = Field(
         True,

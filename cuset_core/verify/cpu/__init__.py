@@ -11,6 +11,7 @@ features the runtime cannot model are reported as ``unsupported`` with the featu
 from __future__ import annotations
 
 import logging
+import math
 import tempfile
 import threading
 import time
@@ -51,7 +52,7 @@ from cuset_core.verify.protocol import (
 )
 from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
-from cuset_core.verify.settings import VerifySettings
+from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
 HARNESS_MODULE = "cuset_core.verify.cpu.harness"
 # Failures that reduced sizes can cause in a correct kernel that hard-codes the original ones.
@@ -111,6 +112,7 @@ def cpu_job(
         input_seed=settings.input_seed,
         reduce_sizes=settings.reduce_sizes,
         max_elements=settings.max_elements,
+        second_max_elements=max(1, settings.max_elements // 2) if settings.second_size else None,
         preludes=[str(prelude) for prelude in usable_preludes(preludes, settings)],
         runtime_library=str(runtime_library(preludes)),
         include_dirs=list(chain.include_dirs),
@@ -119,9 +121,18 @@ def cpu_job(
     )
 
 
+def tier_limits(settings: VerifySettings) -> SandboxLimits:
+    """The sandbox limits of tier 2's sides: the settings', with half as much time again when each
+    side also runs the second size (its trials hold half the elements of the first size's)."""
+    limits = settings.limits
+    if not settings.second_size:
+        return limits
+    return limits.model_copy(update={"wall_s": limits.wall_s * 1.5, "cpu_s": math.ceil(limits.cpu_s * 1.5)})
+
+
 def reference_spec(settings: VerifySettings, preludes: tuple[Path, ...]) -> TierSpec:
     """Tier 2's spec for running a problem's reference side alone (no candidate to build or judge)."""
-    return TierSpec(Tier.CPU, HARNESS_MODULE, settings.limits, harness_environment, readable=preludes)
+    return TierSpec(Tier.CPU, HARNESS_MODULE, tier_limits(settings), harness_environment, readable=preludes)
 
 
 def start_reference(
@@ -163,8 +174,10 @@ def run_cpu_tier(
 ) -> VerifyResult:
     """Tier 2 for one candidate: build with g++, run on the CPU runtime, compare with the reference.
 
-    A failure at reduced sizes is checked again at the original sizes when they fit; when they do
-    not and the candidate hard-codes the original sizes, the verdict is ``unsupported``.
+    The candidate runs at the reduced sizes and, in the same process, at a second, smaller
+    reduction (``VerifySettings.second_size``; :func:`protocol.at_the_second_size`). A failure at
+    reduced sizes is checked again at the original sizes when they fit; when they do not and the
+    candidate hard-codes the original sizes, the verdict is ``unsupported``.
     With ``library_cache``, extensions compiled before from the same sources are not compiled again;
     with ``references``, the reference runs of the batch it serves are shared.
     """
@@ -190,7 +203,7 @@ def run_cpu_tier(
     spec = TierSpec(
         Tier.CPU,
         HARNESS_MODULE,
-        settings.limits,
+        tier_limits(settings),
         harness_environment,
         build_side=candidate.kind == "python",
         planned=_planned(prebuild, usable_preludes(preludes, settings)),
@@ -204,48 +217,9 @@ def run_cpu_tier(
     result, details = judge(spec, problem_code, candidate, settings, job, references)
     if result.verdict in _SIZE_SENSITIVE and details.candidate_job.overrides:
         result = _at_original_sizes(spec, problem_code, candidate, settings, job, result, details, references)
-    elif result.verdict is Verdict.PASS and settings.second_size and details.candidate_job.overrides:
-        result = _at_a_second_size(spec, problem_code, candidate, settings, job, result, details, references)
     if pch_s > 1.0:
         result.timings_s["pch"] = pch_s
     return result
-
-
-def _at_a_second_size(
-    spec: TierSpec,
-    problem_code: str,
-    candidate: Candidate,
-    settings: VerifySettings,
-    job: CpuJob,
-    passed: VerifyResult,
-    details: ReferenceDetails,
-    references: ReferencePool | None = None,
-) -> VerifyResult:
-    """A pass at reduced sizes, checked again at a smaller reduction (half the element budget).
-
-    The reduced sizes follow from the problem's text and the budget, so a kernel could compute the
-    right answer at those sizes only. A failure at the second reduction is judged as one at the
-    first (the original sizes decide when they fit); a second run that ends in anything but the
-    candidate's failure (the smaller problem breaks the reference, say) keeps the pass."""
-    smaller = job.model_copy(update={"max_elements": max(1, job.max_elements // 2)})
-    second, second_details = judge(spec, problem_code, candidate, settings, smaller, references)
-    timings = {**passed.timings_s, **{f"second_size_{k}": v for k, v in second.timings_s.items()}}
-    if second.verdict not in _SIZE_SENSITIVE:
-        return passed.model_copy(update={"timings_s": timings})
-    first_sizes = _named(details.candidate_job.overrides)
-    second_sizes = _named(second_details.candidate_job.overrides)
-    failed = second.model_copy(
-        update={
-            "reason": clip(f"at the sizes {second_sizes}: {second.reason}; it passed at the sizes {first_sizes}"),
-            "timings_s": timings,
-        }
-    )
-    return _at_original_sizes(spec, problem_code, candidate, settings, job, failed, second_details, references)
-
-
-def _named(overrides: dict[str, int]) -> str:
-    """``DIM=8192, BATCH=16``: the reduced sizes of a run, for a reason."""
-    return ", ".join(f"{name}={value}" for name, value in overrides.items()) or "as written"
 
 
 def _at_original_sizes(
@@ -263,7 +237,7 @@ def _at_original_sizes(
     handed = details.candidate_job
     at_reduced = f"at reduced sizes: {reduced.verdict.value}: {reduced.reason}"
     if details.original_fits:
-        at_original = job.model_copy(update={"reduce_sizes": False})
+        at_original = job.model_copy(update={"reduce_sizes": False, "second_max_elements": None})
         limits = scaled_limits(spec.limits, details.original_elements, settings.max_elements)
         result, _ = judge(replace(spec, limits=limits), problem_code, candidate, settings, at_original, references)
         timings = {**result.timings_s, **{f"reduced_{k}": v for k, v in reduced.timings_s.items()}}

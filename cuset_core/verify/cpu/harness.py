@@ -48,6 +48,8 @@ from cuset_core.verify.protocol import (
     KERNELS_OFF_FILE,
     OUTPUTS_FILE,
     REFERENCE_FILE,
+    SECOND_OUTPUTS_FILE,
+    SECOND_REPORT_FILE,
     BuildDetails,
     CandidateJob,
     CpuJob,
@@ -166,6 +168,9 @@ class Builder:
         self.chain = chain
         self.prebuilt = prebuilt  # (module name, translation unit) -> Future of the library path
         self.libraries: list[Path] = []
+        # What load_inline/load returned, by what was asked: the candidate's module runs again at
+        # the second size and asks again; torch too hands back the extension it built before.
+        self.loaded: dict[tuple[str, str, str, tuple[str, ...] | None], types.ModuleType] = {}
         self.built_with: dict[str, str] = {}  # module name -> the prelude that built it
         self.failure: Outcome | None = None
         self.timings = timings  # "build": seconds waiting for g++, summed over extensions
@@ -174,6 +179,9 @@ class Builder:
         from cuset_core.verify.cpu.build import BuildError, built_with, compile_extension, translation_unit
         from cuset_core.verify.cpu.rewrite import unsupported_feature
 
+        asked = (name, cuda, cpp, None if functions is None else tuple(functions))
+        if asked in self.loaded:
+            return self.loaded[asked]
         feature = unsupported_feature(cuda + "\n" + cpp)
         if feature:
             self.failure = Outcome(Verdict.UNSUPPORTED, f"uses {feature}", log=feature, unsupported_feature=feature)
@@ -212,7 +220,8 @@ class Builder:
             self.built_with[module_name] = built_with(library)
         except (OSError, AttributeError, UnicodeDecodeError):  # a library from elsewhere, or a candidate's lie
             pass
-        return self.monitor.wrap_extension(module)
+        self.loaded[asked] = self.monitor.wrap_extension(module)
+        return self.loaded[asked]
 
     def load_inline(self, name, cpp_sources, cuda_sources=None, functions=None, **_ignored):
         """``load_inline``'s signature; compiler flags and include paths are ignored."""
@@ -432,8 +441,15 @@ def reference_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Out
         shrunk = ", ".join(f"{name}={constants[name]}->{value}" for name, value in overrides.items())
         note = f"sizes reduced: {shrunk}" if shrunk else ""
     outputs, wide_trials = data.pop("outputs"), data.pop("wide_trials")
+    second_overrides, second = _second_size(problem_source, overrides, job) if overrides else ({}, None)
+    expected: dict[str, Any] = {"trials": outputs}
+    second_wide: list[int] = []
+    if second is not None:
+        expected["second_trials"], second_wide = second.pop("outputs"), second.pop("wide_trials")
+        data["second"] = second
+        note += "; checked again at " + ", ".join(f"{name}={value}" for name, value in second_overrides.items())
     save_values(workdir / INPUTS_FILE, data)
-    save_values(workdir / REFERENCE_FILE, {"trials": outputs})
+    save_values(workdir / REFERENCE_FILE, expected)
     timings["reference"] = time.perf_counter() - clock
     return Outcome(
         Verdict.PASS,
@@ -442,9 +458,29 @@ def reference_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Out
             original_fits=fits,
             original_elements=original,  # the judge grows the sandbox's limits for a rerun at them
             wide_trials=wide_trials,
-            candidate_job=CandidateJob(overrides=overrides, constants=constants),
+            second_wide_trials=second_wide,
+            candidate_job=CandidateJob(overrides=overrides, constants=constants, second_overrides=second_overrides),
         ),
     )
+
+
+def _second_size(
+    problem_source: str, overrides: dict[str, int], job: CpuJob
+) -> tuple[dict[str, int], dict[str, Any] | None]:
+    """The second reduction's overrides and its reference data (as :func:`run_reference` returns
+    it), drawn under the seeds after the first size's; none when the job asks for no second size,
+    the sizes shrink no further, or the smaller problem breaks the reference (the first size's
+    verdict then stands alone: the problem's failure is never the candidate's)."""
+    if job.second_max_elements is None:
+        return {}, None
+    smaller = size_overrides(problem_source, job.second_max_elements)
+    if not smaller or smaller == overrides:
+        return {}, None
+    seeds = [seed + job.seeds for seed in trial_seeds(job)]
+    try:
+        return smaller, run_reference(problem_source, smaller, job.kind, seeds)
+    except Decided:
+        return {}, None
 
 
 def _safe_elements(problem_source: str, overrides: dict[str, int] | None = None) -> int | None:
@@ -478,15 +514,18 @@ def _too_large(problem_source: str, overrides: dict[str, int], max_elements: int
 # ---------------------------------------------------------------- the candidate side
 
 
-def _import_candidate(job: CpuJob, workdir: Path, builder: Builder, inputs: dict[str, Any]) -> Callable[[], Any]:
-    """Build the candidate; return a factory for the module under test (seed it first)."""
+def _import_candidate(
+    job: CpuJob, workdir: Path, builder: Builder, inputs: dict[str, Any], overrides: dict[str, int]
+) -> Callable[[], Any]:
+    """Build the candidate with the problem's ``overrides`` (those it shares apply to it too);
+    return a factory for the module under test (seed it first)."""
     source = (workdir / job.candidate_file()).read_text()
     try:
         if job.kind == "cu":
             built = builder.build("cuset_cu_candidate", source, "", None)
         else:
-            overrides = candidate_overrides(source, job.handed.constants, job.handed.overrides)
-            built = load_source(source, "cuset_candidate", overrides, "candidate.py")
+            own = candidate_overrides(source, job.handed.constants, overrides)
+            built = load_source(source, "cuset_candidate", own, "candidate.py")
     except Decided:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure to build or import decides the verdict
@@ -582,35 +621,76 @@ def _run_candidate(
     torch.utils.cpp_extension.load_inline = builder.load_inline  # type: ignore[assignment]
     torch.utils.cpp_extension.load = builder.load  # type: ignore[assignment]
     inputs = load_values((workdir / INPUTS_FILE).read_bytes())
-    outputs = []
     with device_mode("cpu"), torch.no_grad():
-        make_candidate = _import_candidate(job, workdir, builder, inputs)
+        make_candidate = _import_candidate(job, workdir, builder, inputs, job.handed.overrides)
         clock = time.perf_counter()
         torch.manual_seed(INIT_SEED)
         candidate = make_candidate()
-        for trial, trial_inputs in enumerate(inputs["trials"]):
-            runtime.cuset_set_schedule(trial)  # runtime/trial_switches.cpp
-            with monitor:
-                produced = call_forward(candidate, clone_values(trial_inputs), "candidate")
-            if failure := builder.launch_failure():  # on a GPU the kernel would not have run
-                raise Decided(
-                    Outcome(Verdict.RUNTIME_ERROR, f"trial {trial + 1}: {failure}", launches=builder.launches())
-                )
-            fallback = monitor.fallback_reason(produced)
-            if fallback:
-                raise Decided(
-                    Outcome(Verdict.STATIC_REJECT, f"trial {trial + 1}: {fallback}", launches=builder.launches())
-                )
-            outputs.append(produced)
+        outputs = _run_trials(candidate, inputs["trials"], builder, monitor, runtime)
         timings["run"] = time.perf_counter() - clock
         save_values(workdir / OUTPUTS_FILE, {"trials": outputs})
         outcome = Outcome(Verdict.PASS, launches=builder.launches(), built_with=builder.built_with)
-        # The report goes first: without its kernels the candidate may crash or hang, which must
-        # not cost it the verdict its kernels earned.
+        # The report goes first: at the second size or without its kernels the candidate may crash
+        # or hang, which must not cost it what the judge reads of the first size.
         write_report(workdir, outcome)
+        if "second" in inputs:
+            _second_size_trials(job, workdir, builder, monitor, runtime, inputs["second"])
         if inputs["trials"]:
             _kernels_off_trial(candidate, inputs["trials"][0], workdir, timings, runtime)
     return outcome
+
+
+def _run_trials(
+    candidate: Any, trials: list[list[Any]], builder: Builder, monitor: FallbackMonitor, runtime: ctypes.CDLL
+) -> list[Any]:
+    """The candidate's outputs of every trial, each under the trial's fiber schedule; ``Decided``
+    at the first trial whose launch failed or whose outputs did not come from its kernels."""
+    outputs = []
+    for trial, trial_inputs in enumerate(trials):
+        runtime.cuset_set_schedule(trial)  # runtime/trial_switches.cpp
+        with monitor:
+            produced = call_forward(candidate, clone_values(trial_inputs), "candidate")
+        if failure := builder.launch_failure():  # on a GPU the kernel would not have run
+            raise Decided(Outcome(Verdict.RUNTIME_ERROR, f"trial {trial + 1}: {failure}", launches=builder.launches()))
+        fallback = monitor.fallback_reason(produced)
+        if fallback:
+            raise Decided(Outcome(Verdict.STATIC_REJECT, f"trial {trial + 1}: {fallback}", launches=builder.launches()))
+        outputs.append(produced)
+    return outputs
+
+
+def _second_size_trials(
+    job: CpuJob,
+    workdir: Path,
+    builder: Builder,
+    monitor: FallbackMonitor,
+    runtime: ctypes.CDLL,
+    inputs: dict[str, Any],
+) -> None:
+    """Run the trials of the second, smaller reduction: the candidate's module again at those sizes
+    (its extensions as built), a fresh model; write ``SECOND_OUTPUTS_FILE`` and a report of their
+    own (``SECOND_REPORT_FILE``, the launches of these trials only), or a report of the failure.
+
+    Same process: a second one would cost its start and torch's import again, seconds per candidate."""
+    import torch
+
+    clock = time.perf_counter()
+    before = builder.launches()
+    try:
+        make_candidate = _import_candidate(job, workdir, builder, inputs, job.handed.second_overrides)
+        torch.manual_seed(INIT_SEED)
+        outputs = _run_trials(make_candidate(), inputs["trials"], builder, monitor, runtime)
+        save_values(workdir / SECOND_OUTPUTS_FILE, {"trials": outputs})
+        launched = {kernel: count - before.get(kernel, 0) for kernel, count in builder.launches().items()}
+        outcome = Outcome(Verdict.PASS, launches={kernel: count for kernel, count in launched.items() if count})
+    except Decided as decided:
+        outcome = decided.outcome
+    except Exception as exc:  # noqa: BLE001 - the candidate's failure at the second size, reported as such
+        outcome = Outcome(
+            Verdict.RUNTIME_ERROR, f"the candidate failed: {first_line(exc)}", log=tail(traceback.format_exc())
+        )
+    outcome.timings_s = {"run": time.perf_counter() - clock}
+    write_report(workdir, outcome, SECOND_REPORT_FILE)
 
 
 def _kernels_off_trial(
