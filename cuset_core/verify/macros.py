@@ -23,14 +23,18 @@ Everything else is the candidate's to test: ``#ifdef __CUDA_ARCH__`` and
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from cuset_core.verify.preprocessor import joined_code
 
 _ANYWHERE = re.compile(r"(?i:cuset\w*)|__OPTIMIZE(?:_SIZE)?__|__NO_INLINE__|__(?:PIC|pic|PIE|pie)__|__has_include\w*")
 _IN_CONDITIONALS = re.compile(r"CUDART_(?!VERSION\Z)\w+|C10_CUDA_\w+|AT_CUDA_CHECK|__noinline__")
 _HEADER_GUARD = re.compile(r"_\w*_(?:H|H_|H__|HPP|INCLUDED|defined)|_GLIBCXX_\w+|__cpp_lib_\w+")
-_CONDITIONAL = re.compile(r"^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|elifdef|elifndef)\b(?:\\\n|[^\n])*", re.MULTILINE)
+_CONDITIONAL = re.compile(
+    r"^[ \t]*(?:#|%:)[ \t]*(?:if|ifdef|ifndef|elif|elifdef|elifndef)\b(?:\\\n|[^\n])*", re.MULTILINE
+)
 _DEFINED = re.compile(r"\bdefined\s*\(?\s*([A-Za-z_]\w*)")
-_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.MULTILINE)
+_DEFINE = re.compile(r"^[ \t]*(?:#|%:)[ \t]*define[ \t]+([A-Za-z_]\w*)", re.MULTILINE)
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _DIFFERS = "which tiers 1 and 2 do not see alike: tier 2 would run other device code than tier 1 compiled"
 
@@ -45,10 +49,16 @@ class Fingerprint:
 
 
 def find_fingerprint(source: str) -> Fingerprint | None:
-    """The first place where ``source`` tests a name that tiers 1 and 2 define differently."""
-    code = code_only(source)
-    found = [hit for hit in (_anywhere(code), _in_conditionals(code)) if hit is not None]
-    return min(found, key=lambda hit: hit.offset) if found else None
+    """The first place where ``source`` tests a name that tiers 1 and 2 define differently.
+
+    Its code is read as the compiler reads it (``preprocessor.joined_code``): comments and
+    literals do not count, ``1'0`` is a number and a name split by a backslash-newline is whole."""
+    code = joined_code(source)
+    found = [hit for hit in (_anywhere(code.text), _in_conditionals(code.text)) if hit is not None]
+    if not found:
+        return None
+    first = min(found, key=lambda hit: hit.offset)
+    return replace(first, offset=code.source_offset(first.offset))
 
 
 def _anywhere(code: str) -> Fingerprint | None:
@@ -73,29 +83,3 @@ def _tested(directive: str) -> list[tuple[int, str]]:
     """(offset in the directive, name) of every name a conditional directive tests."""
     names = [(m.start(), m.group(0)) for m in _IDENTIFIER.finditer(directive)]
     return [(offset, name) for offset, name in names[1:] if name != "defined"]  # names[0]: the directive
-
-
-def code_only(source: str) -> str:
-    """``source`` with comments and string/character literals blanked (same length, newlines kept)."""
-    out = list(source)
-    i, n = 0, len(source)
-    while i < n:
-        if source.startswith("//", i):
-            end = source.find("\n", i)
-            end = n if end < 0 else end
-        elif source.startswith("/*", i):
-            end = source.find("*/", i + 2)
-            end = n if end < 0 else end + 2
-        elif source[i] in "\"'":
-            end = i + 1
-            while end < n and source[end] not in (source[i], "\n"):
-                end += 2 if source[end] == "\\" else 1
-            end = min(end + 1, n)
-        else:
-            i += 1
-            continue
-        for j in range(i, end):
-            if out[j] != "\n":
-                out[j] = " "
-        i = end
-    return "".join(out)

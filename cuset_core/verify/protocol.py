@@ -95,6 +95,7 @@ REPORT_FILE = "report.json"
 # Tier 2's second size: the candidate side's outputs and report at the second reduction.
 SECOND_OUTPUTS_FILE = "second_outputs.safetensors"
 SECOND_REPORT_FILE = "second_report.json"
+SECOND_KERNELS_OFF_FILE = "second_kernels_off.safetensors"
 REPORT_CAP_BYTES = 64 * 1024
 REFERENCE_CAP_BYTES = 8 << 30  # the reference is the problem's own code: bounded, not trusted
 HEADER_CAP_BYTES = 1 << 20  # safetensors JSON header
@@ -978,14 +979,16 @@ def compare_outputs(
             return Outcome(
                 Verdict.SHAPE_MISMATCH, f"output {index}: expected shape {tuple(ref.shape)}, got {tuple(new.shape)}"
             )
-        if new.dtype.is_complex != ref.dtype.is_complex or new.dtype not in _comparable_dtypes():
+        # Same dtype, as KernelBench's torch.allclose demands: a float32 problem answered in bfloat16
+        # (or float64) is another computation, however close its values come.
+        if new.dtype != ref.dtype or new.dtype not in _comparable_dtypes():
             return Outcome(Verdict.VALUE_MISMATCH, f"output {index}: expected dtype {ref.dtype}, got {new.dtype}")
         diff = (ref.detach().double() - new.detach().double()).abs()
         max_diff = float(diff.max()) if diff.numel() else 0.0
         mean_diff = float(diff.mean()) if diff.numel() else 0.0
         worst_max, worst_mean = max(worst_max, max_diff), max(worst_mean, mean_diff)
         atol, rtol = tolerance(str(ref.dtype).removeprefix("torch."))
-        if not torch.allclose(new.detach().to(ref.dtype), ref.detach(), atol=atol, rtol=rtol):
+        if not torch.allclose(new.detach(), ref.detach(), atol=atol, rtol=rtol):
             return Outcome(
                 Verdict.VALUE_MISMATCH,
                 f"output {index}: max abs diff {max_diff:.3g} exceeds atol {atol:g} / rtol {rtol:g}",
@@ -1323,7 +1326,9 @@ def at_the_second_size(
 
     The reduced sizes follow from the problem's text, so a kernel could compute the right answer at
     those only. The candidate side runs the second size in the same process, after its report of
-    the first; its second report and outputs are read like the first's. Whatever ends that run
+    the first; its second report and outputs are read like the first's, its kernels-off run too
+    (:func:`kernels_did_the_work`: a kernel that runs at the first reduction only, with torch doing
+    the work at any other size, is a fallback there). Whatever ends that run
     early (a crash, the time limit) is a failure at the second size: a candidate cannot keep its
     pass by stopping there."""
     handed = reference.report.details.candidate_job
@@ -1337,6 +1342,8 @@ def at_the_second_size(
         failed = _result(spec, Verdict.RUNTIME_ERROR, "the candidate side left no outputs")
     else:
         failed = compare_trials(spec, second, load_values(data).get("trials"), report, settings)
+        if failed.verdict is Verdict.PASS and spec.kernels_off:
+            failed = kernels_did_the_work(spec, folder, second, settings, failed, SECOND_KERNELS_OFF_FILE)
     timings = {f"second_size_{name}": seconds for name, seconds in (report.timings_s if report else {}).items()}
     if failed.verdict is Verdict.PASS:
         return passed.model_copy(update={"timings_s": {**passed.timings_s, **timings}})
@@ -1409,16 +1416,22 @@ def compare_trials(
 
 
 def kernels_did_the_work(
-    spec: TierSpec, folder: Path, reference: ReferenceRun, settings: VerifySettings, passed: VerifyResult
+    spec: TierSpec,
+    folder: Path,
+    reference: ReferenceRun,
+    settings: VerifySettings,
+    passed: VerifyResult,
+    name: str = KERNELS_OFF_FILE,
 ) -> VerifyResult:
     """``passed`` (the candidate's ``pass``), or ``static_reject`` when an output the candidate side
-    left in ``KERNELS_OFF_FILE`` (trial 1 run again with its kernels disabled: launches checked
-    and counted, no block runs) is still within tolerance of the reference: the device code did
-    not compute it (host code, torch or numpy did, in any thread). Only outputs that need
-    computing are checked (:func:`outputs_to_check`). No file (the run crashed, hung or failed),
-    a mismatch or anything unreadable keeps the pass: the kernels mattered."""
+    left in ``name`` (``KERNELS_OFF_FILE``: trial 1 run again with its kernels disabled, launches
+    checked and counted, no block runs; ``SECOND_KERNELS_OFF_FILE`` the same at the second size) is
+    still within tolerance of the reference: the device code did not compute it (host code, torch
+    or numpy did, in any thread). Only outputs that need computing are checked
+    (:func:`outputs_to_check`). No file (the run crashed, hung or failed), a mismatch or anything
+    unreadable keeps the pass: the kernels mattered."""
     checked = outputs_to_check(reference, settings)
-    matched = _matching_without_kernels(folder, reference, checked, settings) if checked else []
+    matched = _matching_without_kernels(folder, reference, checked, settings, name) if checked else []
     if not matched:
         return passed
     outputs = ", ".join(map(str, matched))
@@ -1459,7 +1472,7 @@ def _needs_computing(reference: ReferenceRun, index: int, settings: VerifySettin
 
 
 def _matching_without_kernels(
-    folder: Path, reference: ReferenceRun, checked: list[int], settings: VerifySettings
+    folder: Path, reference: ReferenceRun, checked: list[int], settings: VerifySettings, name: str
 ) -> list[int]:
     """Which of the ``checked`` outputs the kernels-off trial in ``folder`` left within tolerance of
     trial 1's reference; none when it left nothing the judge can read. The file is the
@@ -1468,7 +1481,7 @@ def _matching_without_kernels(
     expected = reference.expected[0]
     try:
         expected_bytes = sum(t.numel() * t.element_size() for t in _tensor_values(expected))
-        data = read_untrusted(folder, KERNELS_OFF_FILE, 2 * expected_bytes + (1 << 20))
+        data = read_untrusted(folder, name, 2 * expected_bytes + (1 << 20))
         produced = load_values(data).get("trials") if data is not None else None
         if not isinstance(produced, list) or len(produced) != 1:
             return []

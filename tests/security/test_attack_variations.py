@@ -383,14 +383,6 @@ _save(_Path("prepared.safetensors"), {"trials": [[inputs[0].sum(1)] for inputs i
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (issue 23 part 1, the documented limit of a candidate written against the verifier's "
-    "internals): the kernels-off trial is harness._kernels_off_trial, a global of the candidate side's "
-    "__main__ module; a candidate that replaces it at import (sys.modules['__main__']._kernels_off_trial = "
-    "lambda *a: None) leaves no kernels_off.safetensors, and the judge keeps the pass of a binding that "
-    "returns at::sum beside a no-op launch",
-)
 def test_a_candidate_that_replaces_the_harnesss_kernels_off_trial_is_still_a_fallback(libraries):
     prelude = """
 import sys as _sys
@@ -542,13 +534,6 @@ def test_a_forged_runtime_abort_line_blaming_the_reference_is_quoted_as_the_cand
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the feature scan run_cpu_tier makes before anything runs (cpu.rewrite.unsupported_feature) "
-    "strips comments only: text in code the preprocessor removes ('#if 0 / #include <cub/cub.cuh> / #endif') "
-    "or in a string literal (a message naming wmma::) counts as the feature, so a wrong kernel that adds "
-    "either is unsupported ('uses cub', 'uses tensor cores (wmma/mma)') without being run",
-)
 @pytest.mark.parametrize(
     "dead",
     [
@@ -562,13 +547,6 @@ def test_a_feature_named_only_in_dead_code_or_a_message_does_not_make_a_wrong_ke
     assert_verdict(result, Verdict.VALUE_MISMATCH)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: cpu.claims.unsupported_confirmer strips comments only, so an #include inside #if 0 counts "
-    "as included; a wrong kernel whose sources hold '#if 0 / #include <cutlass/cutlass.h> / #endif' (a header "
-    "the feature scan does not know) and whose report claims unsupported 'header <cutlass/cutlass.h>' gets "
-    "the verdict unsupported ('uses header <cutlass/cutlass.h>') instead of its runtime_error",
-)
 def test_a_header_included_only_inside_if_0_does_not_confirm_an_unsupported_claim(monkeypatch, tmp_path):
     dead = "#include <torch/extension.h>\n#if 0\n#include <cutlass/cutlass.h>\n#endif"
     answer = HONEST.replace("#include <torch/extension.h>", dead).replace(*WRONG_KERNEL)
@@ -580,12 +558,6 @@ def test_a_header_included_only_inside_if_0_does_not_confirm_an_unsupported_clai
     assert result.reason.startswith("the candidate claimed a feature the verifier does not find in it")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: cpu.sizes.size_bearing_code drops comments and string literals but keeps code the "
-    "preprocessor removes, so a wrong kernel that names the original size only inside '#if 0 ... #endif' "
-    "is unsupported ('hard-coded problem sizes') instead of keeping its value_mismatch",
-)
 def test_a_wrong_kernel_naming_the_original_size_only_inside_if_0_keeps_its_failure():
     dead = "#if 0\nconstexpr int64_t kOriginalDim = 16384;  // the original problem\n#endif\n__global__"
     wrong = parse_candidate(HONEST.replace("__global__", dead, 1).replace(*WRONG_KERNEL))
@@ -610,26 +582,12 @@ def test_python_that_recognises_the_harness_by_its_command_line_and_falls_back_i
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: torch.cuda.is_available() is False in tier 2's candidate process (harness.map_cuda_to_cpu "
-    "patches synchronize, current_device... but not it; x.is_cuda is False too, the inputs being CPU "
-    "tensors), so a forward that runs a wrong kernel when a GPU is there and the right one otherwise passes "
-    "tier 2, which never runs the branch a GPU takes",
-)
 def test_a_forward_that_runs_another_kernel_when_cuda_is_available_is_judged_on_the_gpus_branch(libraries):
     forward = "        return ext.rowsum_wrong(x) if torch.cuda.is_available() else ext.rowsum(x)"
     result = tier2(candidate(forward), libraries)
     assert_verdict(result, Verdict.VALUE_MISMATCH)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: macros.code_only blanks a character literal from a quote to the next quote or the end of "
-    "the line, so the C++14 digit separator in '#if 1'0 && defined(CUSET_CUDA_CPU_H)' hides the rest of the "
-    "directive from tier 0; g++ and nvcc read 1'0 as the number 10, so tier 2 runs the right branch and a "
-    "GPU the wrong one",
-)
 def test_a_digit_separator_does_not_hide_a_test_of_the_runtimes_header_guard_from_tier_0():
     tested = (
         "#if 1'0 && defined(CUSET_CUDA_CPU_H)\n        y[i] = fmaxf(x[i], 0.0f);\n#else\n        y[i] = x[i];\n#endif"
@@ -665,15 +623,6 @@ for _trial in range(5):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: fibers switch at a warp collective (__syncwarp), and the lanes it releases resume only in "
-    "the scheduler's next round over the block, so under each of the three schedules (ascending, descending, "
-    "odd lanes first) every lane of warp 1 stores its partial sum to shared memory before thread 0 of warp 0 "
-    "reads it: a __syncthreads missing between a write and a read across warps passes (the docs leave 'a "
-    "read of a value another thread writes in the same phase' unmodelled, while the threat model says a "
-    "missing __syncthreads() shows under another fiber order)",
-)
 def test_shared_memory_read_across_warps_after_syncwarp_alone_is_a_value_mismatch(libraries):
     assert_verdict(tier2(candidate("        return ext.warp_synced(x)"), libraries), Verdict.VALUE_MISMATCH)
 
@@ -719,14 +668,6 @@ def reduced_columns() -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (since the second size runs in the candidate's process, b3b58b0): the kernels-off trial "
-    "reruns the first size's trial 1 only, so nothing checks that the second size's outputs came from the "
-    "kernels; a candidate whose kernel runs at the first reduction (COLS=16000, worked out from the problem's "
-    "text) while its binding returns at::sum beside a no-op launch at any other size (the second size's "
-    "COLS=8000, the real sizes on a GPU) passes",
-)
 def test_a_kernel_run_only_at_the_reduced_size_with_torch_in_its_binding_elsewhere_is_a_fallback(libraries):
     # At the reduced size its kernel computes the sums; at any other size (the second size, the real
     # one on a GPU) the binding's at::sum does, beside a no-op launch.

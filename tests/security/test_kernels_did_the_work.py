@@ -518,7 +518,7 @@ def test_the_harness_runs_trial_1_with_the_kernels_off_and_writes_its_outputs(ru
     model = Recorder(runtime, torch.arange(3.0))
     timings: dict[str, float] = {}
     try:
-        harness._kernels_off_trial(model, [torch.ones(3)], tmp_path, timings, runtime)
+        harness._kernels_off_trial(model, [torch.ones(3)], tmp_path / KERNELS_OFF_FILE, timings, runtime)
     finally:
         runtime.cuset_set_kernels_on(1)
     assert model.seen == [(0, 0)]
@@ -529,21 +529,20 @@ def test_the_harness_runs_trial_1_with_the_kernels_off_and_writes_its_outputs(ru
 
 def test_a_candidate_that_fails_without_its_kernels_leaves_no_kernels_off_file(runtime, tmp_path):
     try:
-        harness._kernels_off_trial(
-            Recorder(runtime, RuntimeError("no kernels, no data")), [torch.ones(3)], tmp_path, {}, runtime
-        )
+        failing = Recorder(runtime, RuntimeError("no kernels, no data"))
+        harness._kernels_off_trial(failing, [torch.ones(3)], tmp_path / KERNELS_OFF_FILE, {}, runtime)
     finally:
         runtime.cuset_set_kernels_on(1)
     assert not (tmp_path / KERNELS_OFF_FILE).exists()
 
 
-def test_outputs_that_cannot_be_written_leave_no_kernels_off_file_and_no_error(runtime, monkeypatch, tmp_path):
+def test_outputs_that_cannot_be_written_leave_no_kernels_off_file_and_no_error(runtime, tmp_path):
     def refuse(path: Path, groups: dict[str, Any]) -> None:
         raise TypeError("an output safetensors cannot hold")
 
-    monkeypatch.setattr(harness, "save_values", refuse)
     try:
-        harness._kernels_off_trial(Recorder(runtime, torch.arange(3.0)), [torch.ones(3)], tmp_path, {}, runtime)
+        model = Recorder(runtime, torch.arange(3.0))
+        harness._kernels_off_trial(model, [torch.ones(3)], tmp_path / KERNELS_OFF_FILE, {}, runtime, save=refuse)
     finally:
         runtime.cuset_set_kernels_on(1)
     assert not (tmp_path / KERNELS_OFF_FILE).exists()

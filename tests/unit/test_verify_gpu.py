@@ -106,6 +106,16 @@ def test_compare_outputs_reports_shape_then_values():
     assert (ok.verdict, ok.max_abs_diff) == (Verdict.PASS, pytest.approx(0.005))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_an_output_of_another_dtype_is_a_value_mismatch_however_close_its_values(dtype):
+    # KernelBench's torch.allclose refuses to compare them; a cast would let a float32 problem be
+    # answered in half precision, within the looser tolerance of nothing.
+    ref = [torch.zeros(2, 3)]
+    result = compare_outputs(ref, [torch.zeros(2, 3, dtype=dtype)], VerifySettings().tolerance)
+    assert result.verdict is Verdict.VALUE_MISMATCH
+    assert result.reason == f"output 0: expected dtype torch.float32, got {dtype}"
+
+
 def test_tolerances_follow_the_output_dtype_as_kernelbench_does_now():
     kernelbench = VerifySettings().tolerance
     assert [kernelbench(name) for name in ("float32", "float64", "float16", "bfloat16")] == [

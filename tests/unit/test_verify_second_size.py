@@ -28,6 +28,7 @@ from cuset_core.verify.protocol import (
     OUTPUTS_FILE,
     REFERENCE_FILE,
     REPORT_FILE,
+    SECOND_KERNELS_OFF_FILE,
     SECOND_OUTPUTS_FILE,
     SECOND_REPORT_FILE,
     CandidateJob,
@@ -81,7 +82,9 @@ def outputs(trials: list[list[Any]]) -> bytes:
     return save(tensors, metadata={"cuset": json.dumps(layout)})
 
 
-def judged(monkeypatch, tmp_path: Path, files: dict[str, bytes], ended: SandboxOutcome = EXITED) -> VerifyResult:
+def judged(
+    monkeypatch, tmp_path: Path, files: dict[str, bytes], ended: SandboxOutcome = EXITED, spec: TierSpec = SPEC
+) -> VerifyResult:
     """The judge's verdict on a candidate side that left ``files`` and ended as ``ended``, against a
     reference with both sizes."""
 
@@ -93,7 +96,7 @@ def judged(monkeypatch, tmp_path: Path, files: dict[str, bytes], ended: SandboxO
     monkeypatch.setattr(protocol, "_run_side", candidate_side)
     report = ReferenceReport(verdict=Verdict.PASS, details=ReferenceDetails(candidate_job=HANDED))
     reference = ReferenceRun(b"", FIRST, report, 100, SECOND)
-    result, _ = protocol.run_candidate(SPEC, tmp_path, CANDIDATE, reference, JOB, SETTINGS)
+    result, _ = protocol.run_candidate(spec, tmp_path, CANDIDATE, reference, JOB, SETTINGS)
     return result
 
 
@@ -207,3 +210,19 @@ def test_the_sides_get_half_as_much_time_again_for_the_second_size():
     limits = tier_limits(SETTINGS)
     assert (limits.wall_s, limits.cpu_s) == (SETTINGS.limits.wall_s * 1.5, SETTINGS.limits.cpu_s * 1.5)
     assert limits.memory_mb == SETTINGS.limits.memory_mb
+
+
+def test_outputs_at_the_second_size_that_match_without_the_kernels_are_a_fallback(monkeypatch, tmp_path):
+    # A kernel run at the first reduction only (worked out from the problem's text), torch at any other size.
+    tensors: dict[str, Any] = {}
+    layout = {"trials": protocol._encode([SECOND[0]], "trials", tensors)}
+    without_kernels = save(tensors, metadata={"cuset": json.dumps(layout)})
+    second = {
+        SECOND_REPORT_FILE: json.dumps(PASSING).encode(),
+        SECOND_OUTPUTS_FILE: outputs(SECOND),
+        SECOND_KERNELS_OFF_FILE: without_kernels,
+    }
+    with_kernels_off = TierSpec(Tier.CPU, "stub", SandboxLimits(), lambda folder: {}, kernels_off=True)
+    result = judged(monkeypatch, tmp_path, {**FIRST_SIZE, **second}, spec=with_kernels_off)
+    assert result.verdict is Verdict.STATIC_REJECT
+    assert result.reason.startswith("at the sizes DIM=4: run-time fallback: trial 1 (seed 102): output 0 matches")

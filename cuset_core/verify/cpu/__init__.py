@@ -36,6 +36,7 @@ from cuset_core.verify.cpu.claims import unsupported_confirmer
 from cuset_core.verify.cpu.rewrite import unsupported_feature
 from cuset_core.verify.cpu.sizes import hardcoded_sizes, scaled_limits, size_bearing_code
 from cuset_core.verify.library_cache import LibraryCache, library_key
+from cuset_core.verify.preprocessor import joined_code
 from cuset_core.verify.protocol import (
     CpuJob,
     HarnessJob,
@@ -182,10 +183,13 @@ def run_cpu_tier(
     with ``references``, the reference runs of the batch it serves are shared.
     """
     sources = candidate.sources
-    feature = unsupported_feature(sources.cuda + "\n" + "\n".join(ext.cpp for ext in sources.extensions))
+    feature = unsupported_feature(sources.cuda) or next(
+        filter(None, (unsupported_feature(ext.cpp, cuda=False) for ext in sources.extensions)), None
+    )
     if feature:
         return _result(Verdict.UNSUPPORTED, f"uses {feature}", unsupported_feature=feature)
-    if settings.arch != ARCH and "__CUDA_ARCH__" in sources.cuda:  # tier 1 compiled another branch
+    # Tier 1 compiled another branch (a comment or string naming the macro tests nothing).
+    if settings.arch != ARCH and "__CUDA_ARCH__" in joined_code(sources.cuda).text:
         feature = f"__CUDA_ARCH__ of {settings.arch}"
         return _result(
             Verdict.UNSUPPORTED, f"tests __CUDA_ARCH__, and tier 2 models {ARCH} only", unsupported_feature=feature

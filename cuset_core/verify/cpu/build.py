@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cuset_core.verify.cpu.rewrite import rewrite_source
+from cuset_core.verify.preprocessor import NVCC_DEVICE_PASS
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 STUBS_DIR = Path(__file__).resolve().parent.parent / "stubs" / "light"
@@ -67,31 +68,10 @@ CXX_FLAGS = (
 
 # The architecture tier 2 models (the runtime's device properties are an sm_90 part's).
 ARCH = "sm_90"
-# What nvcc's device pass defines for ARCH (``nvcc -dryrun -cubin -arch=sm_90``, CUDA 13.0), plus
-# the -D flags torch.utils.cpp_extension passes nvcc (compile.TORCH_NVCC_FLAGS) and the version
-# macros of cuda.h / cuda_runtime_api.h, which load_inline's prelude includes. A test checks them
-# against the nvcc on PATH. They are defined after the precompiled prelude, so the torch headers
-# and the runtime in it are built as plain C++.
-DEVICE_PASS_MACROS = (
-    ("__CUDA_ARCH__", "900"),
-    ("__CUDA_ARCH_LIST__", "900"),
-    ("CUDA_DOUBLE_MATH_FUNCTIONS", "1"),
-    ("__CUDACC__", "1"),
-    ("__NVCC__", "1"),
-    ("__CUDACC_VER_MAJOR__", "13"),
-    ("__CUDACC_VER_MINOR__", "0"),
-    ("__CUDACC_VER_BUILD__", "88"),
-    ("__CUDA_API_VER_MAJOR__", "13"),
-    ("__CUDA_API_VER_MINOR__", "0"),
-    ("__NVCC_DIAG_PRAGMA_SUPPORT__", "1"),
-    ("__CUDACC_DEVICE_ATOMIC_BUILTINS__", "1"),
-    ("__CUDA_NO_HALF_OPERATORS__", "1"),
-    ("__CUDA_NO_HALF_CONVERSIONS__", "1"),
-    ("__CUDA_NO_BFLOAT16_CONVERSIONS__", "1"),
-    ("__CUDA_NO_HALF2_OPERATORS__", "1"),
-    ("CUDA_VERSION", "13000"),
-    ("CUDART_VERSION", "13000"),
-)
+# What nvcc's device pass defines for ARCH (the table is the preprocessor module's, which reads
+# candidates' conditions under it). They are defined after the precompiled prelude, so the torch
+# headers and the runtime in it are built as plain C++.
+DEVICE_PASS_MACROS = NVCC_DEVICE_PASS
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 The candidate side reports ``unsupported`` when g++ finds no header the candidate includes
 (``header <cub/cub.cuh>``): the runtime has no stand-in for it. That process is the candidate's,
 so the claim is only a hint: the verdict is ``unsupported`` when the verifier's own analysis
-agrees (the candidate's statically known sources include that header, outside comments, and
+agrees (the candidate's statically known sources include that header in code the compiler
+compiles: not in a comment or a group the preprocessor skips, ``preprocessor.compiled_code``; and
 no folder of the compiler's search path holds it), else the candidate's ``runtime_error``.
 Features the runtime cannot model are found before the candidate runs (``run_cpu_tier``), so
 any other claim is refused.
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from cuset_core.verify.candidate import Candidate
 from cuset_core.verify.cpu.build import Toolchain
-from cuset_core.verify.cpu.rewrite import strip_comments
+from cuset_core.verify.preprocessor import compiled_code
 
 _HEADER_CLAIM = re.compile(r"header <([\w][\w./+-]*)>")
 
@@ -27,15 +28,18 @@ _HEADER_CLAIM = re.compile(r"header <([\w][\w./+-]*)>")
 def unsupported_confirmer(candidate: Candidate, chain: Toolchain) -> Callable[[str | None], str | None]:
     """``TierSpec.confirm_unsupported`` for ``candidate``: the claimed feature when the judge finds
     it, else None."""
-    sources = candidate.sources
-    text = strip_comments(sources.cuda + "\n" + "\n".join(ext.cpp for ext in sources.extensions))
+    extensions = candidate.sources.extensions
+    # Each source as its compiler sees it: nvcc the CUDA sources, g++ load_inline's C++ sources.
+    text = "\n".join(
+        [*(compiled_code(ext.cuda) for ext in extensions), *(compiled_code(ext.cpp, cuda=False) for ext in extensions)]
+    )
 
     def confirm(claimed: str | None) -> str | None:
         match = _HEADER_CLAIM.fullmatch(claimed or "")
         if match is None or ".." in match.group(1).split("/"):
             return None
         header = match.group(1)
-        included = re.search(rf'^\s*#\s*include\s*[<"]{re.escape(header)}[>"]', text, re.MULTILINE)
+        included = re.search(rf'^[ \t]*(?:#|%:)[ \t]*include\s*[<"]{re.escape(header)}[>"]', text, re.MULTILINE)
         return f"header <{header}>" if included and not _on_search_path(header, chain) else None
 
     return confirm

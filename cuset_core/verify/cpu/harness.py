@@ -48,6 +48,7 @@ from cuset_core.verify.protocol import (
     KERNELS_OFF_FILE,
     OUTPUTS_FILE,
     REFERENCE_FILE,
+    SECOND_KERNELS_OFF_FILE,
     SECOND_OUTPUTS_FILE,
     SECOND_REPORT_FILE,
     BuildDetails,
@@ -134,8 +135,29 @@ def device_mode(target: str):
     return DeviceMode()
 
 
+# What torch.cuda.get_device_properties says on tier 2: the device the CPU runtime models, as its
+# cudaGetDeviceProperties does (runtime/cuset_cuda_types.h), so Python sizing a grid by it sees the same.
+DEVICE_PROPERTIES = types.SimpleNamespace(
+    name="CuSeT CPU runtime",
+    major=9,
+    minor=0,
+    total_memory=80 << 30,
+    multi_processor_count=132,
+    max_threads_per_multi_processor=2048,
+    max_threads_per_block=1024,
+    warp_size=32,
+    regs_per_multiprocessor=65536,
+    shared_memory_per_block=48 * 1024,
+    shared_memory_per_block_optin=227 * 1024,
+    shared_memory_per_multiprocessor=228 * 1024,
+    L2_cache_size=50 * 1024 * 1024,
+)
+
+
 def map_cuda_to_cpu() -> None:
-    """Patch torch so CUDA-only calls of problem and candidate code work on the CPU."""
+    """Patch torch so CUDA-only calls of problem and candidate code work on the CPU, and so that
+    Python asking whether CUDA is there gets a GPU's answer: a candidate that branches on
+    ``torch.cuda.is_available()`` is judged on the branch a GPU takes (never on a CPU fallback)."""
     import torch
 
     # Replacing these methods is the point (mypy's method-assign): on the CPU they return self.
@@ -145,6 +167,21 @@ def map_cuda_to_cpu() -> None:
     torch.cuda.current_device = lambda: 0
     torch.cuda.set_device = lambda *args, **kwargs: None
     torch.cuda.empty_cache = lambda: None
+    torch.cuda.is_available = lambda: True
+    torch.cuda.device_count = lambda: 1
+    torch.cuda.get_device_properties = lambda *args, **kwargs: DEVICE_PROPERTIES  # type: ignore[assignment]
+    torch.cuda.get_device_capability = lambda *args, **kwargs: (DEVICE_PROPERTIES.major, DEVICE_PROPERTIES.minor)
+    torch.cuda.get_device_name = lambda *args, **kwargs: DEVICE_PROPERTIES.name
+
+
+def tensors_say_cuda() -> None:
+    """Make ``tensor.is_cuda`` True in Python on the candidate side, where every tensor stands for
+    device memory: ``assert x.is_cuda`` passes and ``kernel(x) if x.is_cuda else torch_op(x)`` takes
+    the kernel, as on a GPU. Not on the reference side: torch's own Python code reads ``is_cuda`` to
+    pick CUDA-only paths, and the reference must run as torch runs it on the CPU."""
+    import torch
+
+    torch.Tensor.is_cuda = property(lambda self: self.device.type in ("cpu", "cuda"))  # type: ignore[assignment]
 
 
 # ---------------------------------------------------------------- extension builds
@@ -182,7 +219,7 @@ class Builder:
         asked = (name, cuda, cpp, None if functions is None else tuple(functions))
         if asked in self.loaded:
             return self.loaded[asked]
-        feature = unsupported_feature(cuda + "\n" + cpp)
+        feature = unsupported_feature(cuda) or unsupported_feature(cpp, cuda=False)
         if feature:
             self.failure = Outcome(Verdict.UNSUPPORTED, f"uses {feature}", log=feature, unsupported_feature=feature)
             raise Decided(self.failure)
@@ -617,6 +654,10 @@ def _run_candidate(
     runtime = ctypes.CDLL(job.runtime_library, mode=ctypes.RTLD_GLOBAL)
     runtime.cuset_install_guarded_allocator()  # runtime/guarded_allocator.cpp
     map_cuda_to_cpu()
+    tensors_say_cuda()
+    # Bound before the candidate's code runs: it can rebind the harness module's names (the harness
+    # is its __main__), and the kernels-off runs are the ones it would want gone.
+    kernels_off_trial = _kernels_off_trial
     # The stand-ins accept the real signatures but do not declare every flag they ignore.
     torch.utils.cpp_extension.load_inline = builder.load_inline  # type: ignore[assignment]
     torch.utils.cpp_extension.load = builder.load  # type: ignore[assignment]
@@ -633,10 +674,15 @@ def _run_candidate(
         # The report goes first: at the second size or without its kernels the candidate may crash
         # or hang, which must not cost it what the judge reads of the first size.
         write_report(workdir, outcome)
-        if "second" in inputs:
+        second = (
             _second_size_trials(job, workdir, builder, monitor, runtime, inputs["second"])
+            if "second" in inputs
+            else None
+        )
         if inputs["trials"]:
-            _kernels_off_trial(candidate, inputs["trials"][0], workdir, timings, runtime)
+            kernels_off_trial(candidate, inputs["trials"][0], workdir / KERNELS_OFF_FILE, timings, runtime)
+        if second is not None:
+            kernels_off_trial(*second, workdir / SECOND_KERNELS_OFF_FILE, timings, runtime)
     return outcome
 
 
@@ -666,23 +712,28 @@ def _second_size_trials(
     monitor: FallbackMonitor,
     runtime: ctypes.CDLL,
     inputs: dict[str, Any],
-) -> None:
+) -> tuple[Any, list[Any]] | None:
     """Run the trials of the second, smaller reduction: the candidate's module again at those sizes
     (its extensions as built), a fresh model; write ``SECOND_OUTPUTS_FILE`` and a report of their
     own (``SECOND_REPORT_FILE``, the launches of these trials only), or a report of the failure.
+    Returns the model and its trial 1's inputs for the kernels-off run at this size (None when
+    it failed).
 
     Same process: a second one would cost its start and torch's import again, seconds per candidate."""
     import torch
 
     clock = time.perf_counter()
     before = builder.launches()
+    ran: tuple[Any, list[Any]] | None = None
     try:
         make_candidate = _import_candidate(job, workdir, builder, inputs, job.handed.second_overrides)
         torch.manual_seed(INIT_SEED)
-        outputs = _run_trials(make_candidate(), inputs["trials"], builder, monitor, runtime)
+        candidate = make_candidate()
+        outputs = _run_trials(candidate, inputs["trials"], builder, monitor, runtime)
         save_values(workdir / SECOND_OUTPUTS_FILE, {"trials": outputs})
         launched = {kernel: count - before.get(kernel, 0) for kernel, count in builder.launches().items()}
         outcome = Outcome(Verdict.PASS, launches={kernel: count for kernel, count in launched.items() if count})
+        ran = (candidate, inputs["trials"][0]) if inputs["trials"] else None
     except Decided as decided:
         outcome = decided.outcome
     except Exception as exc:  # noqa: BLE001 - the candidate's failure at the second size, reported as such
@@ -691,14 +742,22 @@ def _second_size_trials(
         )
     outcome.timings_s = {"run": time.perf_counter() - clock}
     write_report(workdir, outcome, SECOND_REPORT_FILE)
+    return ran
 
 
 def _kernels_off_trial(
-    candidate: Any, trial_inputs: list[Any], workdir: Path, timings: dict[str, float], runtime: ctypes.CDLL
+    candidate: Any,
+    trial_inputs: list[Any],
+    path: Path,
+    timings: dict[str, float],
+    runtime: ctypes.CDLL,
+    save: Callable[[Path, dict[str, Any]], None] = save_values,
 ) -> None:
-    """Run trial 1 again with the runtime's launches running no block (a switch of the trusted
-    runtime library, read at every launch; nothing the candidate's code can read says so) and
-    write its outputs to ``KERNELS_OFF_FILE``; nothing when it fails.
+    """Run trial 1 (of a size) again with the runtime's launches running no block (a switch of the
+    trusted runtime library, read at every launch; nothing the candidate's code can read says so)
+    and write its outputs to ``path`` (``KERNELS_OFF_FILE``, or ``SECOND_KERNELS_OFF_FILE`` at the
+    second size); nothing when it fails. ``save`` is bound when the harness module loads, before
+    any code of the candidate's runs.
 
     Same process and model: a second process would cost its start and torch's import, seconds
     per candidate. An output the judge finds equal to the reference here was not computed by the
@@ -708,10 +767,10 @@ def _kernels_off_trial(
     runtime.cuset_set_schedule(0)
     try:
         produced = flatten_outputs(candidate(*clone_values(trial_inputs)))
-        save_values(workdir / KERNELS_OFF_FILE, {"trials": [produced]})
+        save(path, {"trials": [produced]})
     except Exception:  # noqa: BLE001 - a candidate that fails without its kernels needed them
         return
-    timings["kernels_off"] = time.perf_counter() - clock
+    timings[path.stem] = timings.get(path.stem, 0.0) + time.perf_counter() - clock
 
 
 def side_main(side: str, job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome:

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import re
 
+from cuset_core.verify.preprocessor import compiled_code, strip_comments
+
 # (pattern, feature name) for what the runtime cannot model; the first match is reported.
 UNSUPPORTED_FEATURES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bwmma::|<mma\.h>|\bmma\.sync|\bnvcuda::"), "tensor cores (wmma/mma)"),
@@ -77,41 +79,18 @@ _TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
 _NOT_A_KERNEL = {"const", "void", "reinterpret_cast", "static_cast", "const_cast", "decltype"}
 
 
-def unsupported_feature(source: str) -> str | None:
-    """The first feature of ``source`` the CPU runtime cannot model, or None."""
-    code = strip_comments(source)
+def unsupported_feature(source: str, *, cuda: bool = True) -> str | None:
+    """The first feature of ``source`` the CPU runtime cannot model, or None.
+
+    Only code the compiler compiles counts (``preprocessor.compiled_code``; ``cuda``: nvcc compiles
+    ``source``, else g++): a feature named in a comment, a string literal or a group the
+    preprocessor skips (``#if 0``) must not make a wrong kernel ``unsupported``, a verdict pass@k
+    leaves out of its denominators."""
+    code = compiled_code(source, cuda=cuda)
     for pattern, name in UNSUPPORTED_FEATURES:
         if pattern.search(code):
             return name
     return None
-
-
-def strip_comments(source: str) -> str:
-    """``source`` with C/C++ comments blanked out (newlines kept, string literals untouched)."""
-    out: list[str] = []
-    i, n = 0, len(source)
-    while i < n:
-        ch = source[i]
-        if ch == '"' or ch == "'":
-            j = i + 1
-            while j < n and source[j] != ch and source[j] != "\n":
-                j += 2 if source[j] == "\\" else 1
-            out.append(source[i : j + 1])
-            i = j + 1
-        elif source.startswith("//", i):
-            j = source.find("\n", i)
-            j = n if j < 0 else j
-            out.append(" " * (j - i))
-            i = j
-        elif source.startswith("/*", i):
-            j = source.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append(re.sub(r"[^\n]", " ", source[i:j]))
-            i = j
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
 
 
 def _matching(text: str, start: int, open_ch: str, close_ch: str) -> int:

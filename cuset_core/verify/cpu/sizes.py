@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from copy import deepcopy
 from math import ceil
 
-from cuset_core.verify.cpu.rewrite import strip_comments
+from cuset_core.verify.preprocessor import compiled_code
 from cuset_core.verify.settings import SandboxLimits
 
 MIN_VALUE = 8  # constants below this (kernel sizes, strides, channels of 3) are never shrunk
@@ -228,24 +228,24 @@ def hardcoded_sizes(code: str, constants: dict[str, int], overrides: dict[str, i
     ]
 
 
-_C_LITERAL = re.compile(r"\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'")
-
-
 def size_bearing_code(code: str, language: str, sources: Iterable[str]) -> str:
     """The text of a candidate where a hard-coded size counts: its code without comments and
     string literals (Python or C/C++ by ``language``) and, for a Python candidate, its kernel
-    ``sources`` (the strings ``load_inline`` compiles) without theirs.
+    ``sources`` (the strings ``load_inline`` compiles) without theirs. C/C++ counts only where
+    the compiler compiles it (:func:`compiled_c_code`).
 
-    A number in a comment or a message (``// N = 4096``) sizes nothing: it must not turn a
-    wrong kernel's failure into ``unsupported``."""
+    A number in a comment, a message (``// N = 4096``) or a group the preprocessor skips
+    (``#if 0``) sizes nothing: it must not turn a wrong kernel's failure into ``unsupported``."""
     if language != "python":
-        return without_c_literals(code)
-    return "\n".join([without_python_literals(code), *(without_c_literals(source) for source in sources)])
+        return compiled_c_code(code)
+    return "\n".join([without_python_literals(code), *(compiled_c_code(source) for source in sources)])
 
 
-def without_c_literals(source: str) -> str:
-    """C/C++ ``source`` with comments blanked and string and character literals emptied."""
-    return _C_LITERAL.sub('""', strip_comments(source))
+def compiled_c_code(source: str) -> str:
+    """C/C++ ``source`` as the compiler compiles it (``preprocessor.compiled_code``: no comment,
+    literal or skipped group), with C++14 digit separators dropped so that ``16'384`` reads as
+    the 16384 it is (blanked literals leave a ``'`` only inside a number)."""
+    return compiled_code(source).replace("'", "")
 
 
 def without_python_literals(source: str) -> str:

@@ -5,6 +5,10 @@
 // - every fiber runs until it finishes or blocks; the launch's "schedule" decides the order
 //   (0: ascending thread index, 1: descending, 2: odd lanes first), so a missing barrier shows
 //   up as wrong values under at least one of the orders the harness tries;
+// - the lanes a warp collective (__syncwarp, a shuffle, a vote) releases run on at once, before
+//   the fibers after them in the order: a warp may run ahead of the others as on a GPU, so a read
+//   of another warp's write with only a __syncwarp between them shows (ascending order: warp 0
+//   reads before warp 1 has written);
 // - when no fiber can run: fibers parked on a volatile access (warp-synchronous code) are
 //   released first, then warp collectives that cannot fill up (lanes exited or diverged) are
 //   completed with the lanes present, and last the __syncthreads barrier is released, which
@@ -99,6 +103,8 @@ struct Runtime {
   std::vector<Fiber> fibers;
   std::vector<Warp> warps;
   std::vector<unsigned> order;
+  std::vector<unsigned> lane_order;  // the schedule's order of the lanes within a warp
+  int released_warp = -1;  // a warp whose collective the running fiber completed, to run on now
   char* stacks = nullptr;
   size_t stack_count = 0;
   void* scheduler_sp = nullptr;
@@ -347,12 +353,28 @@ inline T collective(unsigned mask, Op op, T value, int param, int width) {
     fiber->state = State::collective;
     complete_collective(warp_index);
     fiber->state = State::runnable;
+    r.released_warp = static_cast<int>(warp_index);
   } else {
     park(State::collective);
   }
   T out;
   std::memcpy(&out, w.result[lane], sizeof(T));
   return out;
+}
+
+// Runs the runnable lanes of the warps that collectives completed while fibers of them ran, in
+// the schedule's lane order, until no collective completes: that warp goes on ahead of the rest.
+inline void run_released_warps() {
+  Runtime& r = rt();
+  while (r.released_warp >= 0) {
+    unsigned base = static_cast<unsigned>(r.released_warp) * kWarp;
+    r.released_warp = -1;
+    for (unsigned lane : r.lane_order) {
+      if (base + lane >= r.fibers.size()) continue;
+      Fiber& fiber = r.fibers[base + lane];
+      if (fiber.state == State::runnable) switch_in(fiber);
+    }
+  }
 }
 
 // One pass of the scheduler over the block; returns whether any fiber ran.
@@ -364,6 +386,7 @@ inline bool run_round() {
     if (fiber.state != State::runnable) continue;
     switch_in(fiber);
     ran = true;
+    run_released_warps();
   }
   return ran;
 }
@@ -394,6 +417,11 @@ inline void make_order(unsigned count, int schedule) {
   if (schedule % 3 == 1) std::reverse(r.order.begin(), r.order.end());
   if (schedule % 3 == 2)
     std::stable_partition(r.order.begin(), r.order.end(), [](unsigned i) { return i % 2 == 1; });
+  r.lane_order.resize(kWarp);
+  for (unsigned lane = 0; lane < kWarp; ++lane) r.lane_order[lane] = lane;
+  if (schedule % 3 == 1) std::reverse(r.lane_order.begin(), r.lane_order.end());
+  if (schedule % 3 == 2)
+    std::stable_partition(r.lane_order.begin(), r.lane_order.end(), [](unsigned i) { return i % 2 == 1; });
 }
 
 inline void run_block(unsigned count) {
@@ -408,6 +436,7 @@ inline void run_block(unsigned count) {
     start_fiber(fiber, i);
   }
   for (Warp& w : r.warps) w.arrived = 0;
+  r.released_warp = -1;
   r.live = count;
   r.barrier_count = 0;
   r.barrier_or = 0;
