@@ -226,3 +226,33 @@ def test_outputs_at_the_second_size_that_match_without_the_kernels_are_a_fallbac
     result = judged(monkeypatch, tmp_path, {**FIRST_SIZE, **second}, spec=with_kernels_off)
     assert result.verdict is Verdict.STATIC_REJECT
     assert result.reason.startswith("at the sizes DIM=4: run-time fallback: trial 1 (seed 102): output 0 matches")
+
+
+MATMUL = """import torch
+import torch.nn as nn
+
+N = 2048
+
+
+class Model(nn.Module):
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+
+
+def get_inputs():
+    return [torch.randn(N, N), torch.randn(N, N)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_second_size_is_another_size_even_where_half_the_budget_gives_the_first_back(tmp_path):
+    # N=256 holds 2 x 65,536 input elements: within 2^18 and within half of it too.
+    assert harness.size_overrides(MATMUL, SETTINGS.max_elements) == {"N": 256}
+    assert harness.size_overrides(MATMUL, SETTINGS.max_elements // 2) == {"N": 256}
+    details, inputs, _ = reference_side(tmp_path, MATMUL, reference_job(SETTINGS))
+    assert details.candidate_job.overrides == {"N": 256}
+    assert details.candidate_job.second_overrides == {"N": 128}
+    assert inputs["second"]["trials"][0][0].shape == (128, 128)

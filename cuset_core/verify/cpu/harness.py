@@ -75,6 +75,8 @@ from cuset_core.verify.protocol import (
 )
 from cuset_core.verify.result import Verdict
 
+# How many times the second size's element budget may halve to find sizes other than the first's.
+SECOND_SIZE_HALVINGS = 4
 SCHEDULES = ("ascending thread order", "descending thread order", "odd threads first")
 _MISSING_HEADER = re.compile(r"fatal error: ([\w./]+): No such file or directory")
 _FACTORIES = (
@@ -507,10 +509,19 @@ def _second_size(
     """The second reduction's overrides and its reference data (as :func:`run_reference` returns
     it), drawn under the seeds after the first size's; none when the job asks for no second size,
     the sizes shrink no further, or the smaller problem breaks the reference (the first size's
-    verdict then stands alone: the problem's failure is never the candidate's)."""
+    verdict then stands alone: the problem's failure is never the candidate's).
+
+    The budget halves again while it gives the first size's overrides back (a matmul's N=256 holds
+    2 x 65,536 input elements, within half of 2^18 too): a second size that is the first one checks
+    nothing a special case of the reduced sizes would fail."""
     if job.second_max_elements is None:
         return {}, None
-    smaller = size_overrides(problem_source, job.second_max_elements)
+    budget, smaller = job.second_max_elements, overrides
+    for _ in range(SECOND_SIZE_HALVINGS):
+        smaller = size_overrides(problem_source, budget)
+        if smaller != overrides:
+            break
+        budget //= 2
     if not smaller or smaller == overrides:
         return {}, None
     seeds = [seed + job.seeds for seed in trial_seeds(job)]
