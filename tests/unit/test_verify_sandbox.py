@@ -146,6 +146,36 @@ def test_sandboxes_started_from_several_threads_at_once_all_start(tmp_path):
     assert done.stdout.strip() == "[]", done.stdout[-2000:]
 
 
+NICE_VERIFIER = """
+import sys
+from pathlib import Path
+from cuset_core.verify.sandbox import run_sandboxed
+from cuset_core.verify.settings import SandboxLimits
+
+Path("/proc/self/autogroup").write_text("19")
+Path(sys.argv[1]).mkdir()
+outcome = run_sandboxed(["cat", "/proc/self/autogroup"], workdir=Path(sys.argv[1]), limits=SandboxLimits(wall_s=60))
+print(outcome.stdout.split()[-1] if outcome.ok else outcome)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="the kernel has no autogroups")
+def test_a_sandbox_runs_at_its_verifiers_scheduling_group_niceness(tmp_path):
+    # A verifier at nice 19 in a session of its own (an experiment, a fidelity run) must not take
+    # the CPU from other sessions through its sandboxes, each a new session (bwrap --new-session).
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        [sys.executable, "-c", NICE_VERIFIER, str(tmp_path / "w")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        start_new_session=True,  # its own scheduling group, so the test's own stays as it is
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "19", done.stdout[-2000:]
+
+
 def test_no_descriptor_of_the_verifier_reaches_the_command(tmp_path):
     leaked = os.open(os.devnull, os.O_RDONLY)
     os.set_inheritable(leaked, True)
