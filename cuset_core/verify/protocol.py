@@ -1332,7 +1332,7 @@ def at_the_second_size(
     early (a crash, the time limit) is a failure at the second size: a candidate cannot keep its
     pass by stopping there."""
     handed = reference.report.details.candidate_job
-    sizes = f"at the sizes {_named_sizes(handed.second_overrides)}"
+    sizes = f"at the sizes {named_sizes(handed.second_overrides)}"
     report = read_report(folder, CandidateReport, SECOND_REPORT_FILE)
     if report is None:
         failed = _without_report(spec, "candidate", outcome)
@@ -1347,11 +1347,11 @@ def at_the_second_size(
     timings = {f"second_size_{name}": seconds for name, seconds in (report.timings_s if report else {}).items()}
     if failed.verdict is Verdict.PASS:
         return passed.model_copy(update={"timings_s": {**passed.timings_s, **timings}})
-    reason = f"{sizes}: {failed.reason}; it passed at the sizes {_named_sizes(handed.overrides)}"
+    reason = f"{sizes}: {failed.reason}; it passed at the sizes {named_sizes(handed.overrides)}"
     return failed.model_copy(update={"reason": clip(reason), "timings_s": {**passed.timings_s, **timings}})
 
 
-def _named_sizes(overrides: dict[str, int]) -> str:
+def named_sizes(overrides: dict[str, int]) -> str:
     """``DIM=8192, BATCH=16``: the reduced sizes of a run, for a reason."""
     return ", ".join(f"{name}={value}" for name, value in overrides.items()) or "as written"
 

@@ -65,6 +65,7 @@ from cuset_core.verify.protocol import (
     first_line,
     flatten_outputs,
     load_values,
+    named_sizes,
     run_side,
     save_values,
     tail,
@@ -486,7 +487,7 @@ def reference_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Out
     if second is not None:
         expected["second_trials"], second_wide = second.pop("outputs"), second.pop("wide_trials")
         data["second"] = second
-        note += "; checked again at " + ", ".join(f"{name}={value}" for name, value in second_overrides.items())
+        note += f"; checked again at {named_sizes(second_overrides)}"
     save_values(workdir / INPUTS_FILE, data)
     save_values(workdir / REFERENCE_FILE, expected)
     timings["reference"] = time.perf_counter() - clock
