@@ -198,12 +198,6 @@ class ModelNew(nn.Module):
 '''
 
 
-@pytest.fixture(scope="module")
-def libraries(tmp_path_factory) -> LibraryCache:
-    """One library cache for the module: the shared extension is compiled once."""
-    return LibraryCache(tmp_path_factory.mktemp("libraries"))
-
-
 # The module's candidates are one batch, as an eval's samples of a problem are: one reference run.
 REFERENCES = ReferencePool()
 
