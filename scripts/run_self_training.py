@@ -1,7 +1,8 @@
 """Issue 27's experiment: verified self-training from the elementwise comparison's seed-0 runs.
 
     nice -n 19 .venv/bin/python scripts/run_self_training.py run      # every stage not done yet (resumes)
-    .venv/bin/python scripts/run_self_training.py save                 # finished stages into experiments/
+    .venv/bin/python scripts/run_self_training.py save                 # finished stages (and the
+                                                                       # unfinished one's checkpoint) into experiments/
     .venv/bin/python scripts/run_self_training.py report               # experiments/self_training/report.md
 
 Two arms, one per inner objective: ``sft`` and ``cuset``. Each starts from its comparison run of seed
@@ -106,14 +107,17 @@ def check_pool() -> None:
 
 # What a round leaves in experiments/ besides its evaluations, stage by stage: enough for another
 # checkout to resume after it (the loop skips a sampled-and-verified stage whose results exist, and
-# tunes a missing adapter again from the same data and seed).
+# tunes a missing adapter again from the same data and seed). An unfinished sampling stage leaves its
+# checkpoint (the answers drawn and verified so far, problem by problem), so sessions add up.
 STAGE_FILES = ("eval/results.json", "kept_new.jsonl", "round.json")
+CHECKPOINT = "eval/checkpoint.jsonl"
 
 
 def restore(results: Path, folder: Path) -> None:
     """Put the stages of a round that another checkout finished (its committed files) back where the
     loop looks."""
-    for name in STAGE_FILES:
+    names = STAGE_FILES if (results / STAGE_FILES[0]).is_file() else (*STAGE_FILES, CHECKPOINT)
+    for name in names:
         source, target = results / name, folder / name
         if source.is_file() and not target.is_file():
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -165,11 +169,13 @@ def save() -> None:
         save_start(arm)
         for round_ in range(1, ROUNDS + 1):
             folder, results = RUNS / arm / f"round_{round_}", RESULTS / arm / f"round_{round_}"
-            for name in STAGE_FILES:
+            for name in (*STAGE_FILES, CHECKPOINT):
                 if (folder / name).is_file():
                     (results / name).parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(folder / name, results / name)
                     common.log(f"saved {common.rel(results / name)}")
+            if (results / STAGE_FILES[0]).is_file():
+                (results / CHECKPOINT).unlink(missing_ok=True)  # the stage's results hold it all
 
 
 def run_round(arm: str, round_: int) -> bool:

@@ -43,7 +43,9 @@ def evaluate(
     out: Path = typer.Option(
         ...,
         "--out",
-        help="Folder for results.json, results.md and, for a KernelBench level, kernelbench_run/ (KernelBench's runs layout).",
+        help="Folder for results.json, results.md and, for a KernelBench level, kernelbench_run/ (KernelBench's runs "
+        "layout). While the eval runs it keeps checkpoint.jsonl there: run the same command again and a stopped eval "
+        "resumes.",
     ),
     model: str | None = typer.Option(None, "--model", help=MODEL_HELP),
     api_key_env: str = typer.Option(
@@ -110,6 +112,7 @@ def evaluate(
 ) -> None:
     """Score a greedy sample and n i.i.d. samples per problem (or --answers): greedy metrics and pass@k,
     and with --repair-rounds the same within R repairs."""
+    from cuset_core.evaluation.checkpoint import CHECKPOINT_FILE
     from cuset_core.evaluation.config import EvalConfig
     from cuset_core.evaluation.inputs import EvalInputError
     from cuset_core.evaluation.report import KERNELBENCH_RUN, write_kernelbench_run, write_results
@@ -147,12 +150,15 @@ def evaluate(
         )
         if config.model is not None and not is_endpoint_spec(config.model):
             resolve_model(config.model)
-        report = run_eval(config, progress=not quiet, api_key=os.environ.get(api_key_env))
+        report = run_eval(
+            config, progress=not quiet, api_key=os.environ.get(api_key_env), checkpoint=out / CHECKPOINT_FILE
+        )
     except ValidationError as exc:
         _fail(_first_error(exc))
     except (EvalInputError, ModelNotFoundError) as exc:
         _fail(str(exc))
     json_path, md_path = write_results(report, out)
+    (out / CHECKPOINT_FILE).unlink(missing_ok=True)  # results.json holds everything it did
     kernelbench_run = write_kernelbench_run(report, out / KERNELBENCH_RUN)
     agg = report.aggregate
     blocks = [

@@ -17,10 +17,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import nullcontext
+from pathlib import Path
 
 from pydantic import BaseModel
 from tqdm import tqdm
 
+from cuset_core.evaluation.checkpoint import EvalCheckpoint
 from cuset_core.evaluation.config import EvalConfig
 from cuset_core.evaluation.decoding import Answer, Decode, answers_for, decoder_for
 from cuset_core.evaluation.inputs import EvalInputError, ProblemAnswers
@@ -55,10 +57,13 @@ def run_eval(
     progress: bool = True,
     api_key: str | None = None,
     on_progress: StageProgress = _unheard,
+    checkpoint: Path | None = None,
 ) -> EvalReport:
     """Generate (or read) the samples, verify each, repair failing ones (``repair_rounds``), and
     compute the metrics. ``api_key`` is the bearer token of an ``openai:`` endpoint (never
-    recorded in the report); ``on_progress`` hears each stage advance (a job's progress lines)."""
+    recorded in the report); ``on_progress`` hears each stage advance (a job's progress lines);
+    ``checkpoint`` is a file that keeps the answers drawn and verified so far, from which a
+    stopped run resumes (:mod:`.checkpoint`)."""
     start = time.perf_counter()
     every_problem = load_problems(config.problems)
     problems = select_problems(every_problem, config.problem_ids)
@@ -75,10 +80,14 @@ def run_eval(
     else:
         k_values = config.k_values
     settings = config.verify_settings()
-    with decoder_for(config, api_key) if config.model is not None else nullcontext() as decode:
+    saved = EvalCheckpoint(checkpoint, config) if checkpoint is not None else None
+    all_drawn = saved is not None and all(p.id in saved.drawn for p in problems)
+    # A resumed run that has every answer it needs does not load the model again.
+    needs_model = config.model is not None and (config.repair_rounds > 0 or (config.answers is None and not all_drawn))
+    with decoder_for(config, api_key) if needs_model else nullcontext() as decode:
         if config.answers is None:
-            samples = _generate_samples(decode, config, problems, progress, on_progress)
-        records = _verify_all(problems, samples, settings, config, progress, on_progress)
+            samples = _generate_samples(decode, config, problems, progress, on_progress, saved)
+        records = _verify_all(problems, samples, settings, config, progress, on_progress, saved)
         if config.repair_rounds:
             repair(decode, config, problems, records, settings, progress)
     rows = [row_of(p.id, records[p.id], config.repair_rounds) for p in problems]
@@ -92,13 +101,27 @@ def run_eval(
 
 
 def _generate_samples(
-    decode: Decode, config: EvalConfig, problems: list[Problem], progress: bool, on_progress: StageProgress
+    decode: Decode,
+    config: EvalConfig,
+    problems: list[Problem],
+    progress: bool,
+    on_progress: StageProgress,
+    saved: EvalCheckpoint | None,
 ) -> dict[str, list[Answer]]:
-    """:func:`answers_for` over the whole set, ``config.batch_size`` problems at a time."""
+    """:func:`answers_for` over the whole set, ``config.batch_size`` problems at a time; a batch
+    whose problems the checkpoint holds all is not drawn again (the same batches get the same
+    seeds, so what is drawn matches an unstopped run)."""
     batches = [problems[i : i + config.batch_size] for i in range(0, len(problems), config.batch_size)]
+    drawn = saved.drawn if saved is not None else {}
     out: dict[str, list[Answer]] = {}
     for batch in tqdm(batches, desc="generate", unit="batch", disable=not progress):
-        out |= answers_for(decode, config, batch)
+        if all(p.id in drawn for p in batch):
+            out |= {p.id: drawn[p.id] for p in batch}
+        else:
+            answers = answers_for(decode, config, batch)
+            if saved is not None:
+                saved.add_drawn(answers)
+            out |= answers
         on_progress("sampling", len(out), len(problems))
     return out
 
@@ -110,18 +133,31 @@ def _verify_all(
     config: EvalConfig,
     progress: bool,
     on_progress: StageProgress,
+    saved: EvalCheckpoint | None,
 ) -> dict[str, list[SampleRecord]]:
     """Every problem's samples verified, ``config.workers`` problems at a time (each verification
-    runs its own sandboxed processes, so threads are enough to keep the cores busy)."""
-    records: dict[str, list[SampleRecord]] = {}
-    bar = tqdm(total=len(problems), desc=f"verify ({config.tier.value})", unit="problem", disable=not progress)
+    runs its own sandboxed processes, so threads are enough to keep the cores busy); problems the
+    checkpoint holds verified are taken from it."""
+    verified = saved.verified if saved is not None else {}
+    records = {p.id: verified[p.id] for p in problems if p.id in verified}
+    bar = tqdm(
+        total=len(problems),
+        initial=len(records),
+        desc=f"verify ({config.tier.value})",
+        unit="problem",
+        disable=not progress,
+    )
     with bar, ThreadPoolExecutor(max_workers=config.workers) as pool:
         futures = {
             pool.submit(score_problem, problem, samples[problem.id], settings, config.cache_dir, config.cache): problem
             for problem in problems
+            if problem.id not in records
         }
         for future in as_completed(futures):
-            records[futures[future].id] = future.result()[1]
+            problem_id = futures[future].id
+            records[problem_id] = future.result()[1]
+            if saved is not None:
+                saved.add_verified(problem_id, records[problem_id])
             bar.update()
             on_progress("verifying", len(records), len(problems))
     return records

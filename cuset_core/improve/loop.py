@@ -11,7 +11,8 @@ Round r (folder ``round_<r>`` under ``out_dir``):
    (``round_<r>/train.jsonl``, the configured objective) into ``round_<r>/model``.
 
 Each finished stage leaves a file (``eval/results.json``, ``trained.json``, ``round.json``), so a run
-that stopped resumes at the first unfinished stage. ``kept.jsonl`` (chat rows, the problem's prompt
+that stopped resumes at the first unfinished stage; within the sampling stage, ``eval/checkpoint.jsonl``
+keeps each problem's answers as they are drawn and verified, so it resumes problem by problem. ``kept.jsonl`` (chat rows, the problem's prompt
 and the kept answer) is everything kept so far: a training file. ``report.json`` gives every
 round's figures and the problems that fed it.
 """
@@ -27,6 +28,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from cuset_core.data import LoadOptions, load_records
+from cuset_core.evaluation.checkpoint import CHECKPOINT_FILE
 from cuset_core.evaluation.config import EvalConfig
 from cuset_core.evaluation.metrics import passed_tier
 from cuset_core.evaluation.problems import load_problems
@@ -234,9 +236,10 @@ def _sample_and_verify(
         tier=config.tier,
         workers=config.workers,
     )
-    report = run_eval(eval_config, progress=progress, on_progress=on_progress)
-    folder.mkdir(parents=True, exist_ok=True)
+    checkpoint = folder / CHECKPOINT_FILE
+    report = run_eval(eval_config, progress=progress, on_progress=on_progress, checkpoint=checkpoint)
     _write_whole(results, report.model_dump_json() + "\n")
+    checkpoint.unlink(missing_ok=True)  # results.json holds everything it did
     return report
 
 

@@ -155,6 +155,7 @@ def test_generating_with_a_model_scores_every_sample(tmp_path, problem_dir, tiny
         ("02_relu", 2, False),
     ]
     assert all(s["completion_tokens"] <= 4 for s in results["samples"])
+    assert not (tmp_path / "out" / "checkpoint.jsonl").exists()  # a finished eval's results hold it all
 
 
 def test_greedy_only_by_default_and_no_greedy_draws_only_iid_samples(tmp_path, problem_dir, tiny_model_dir):

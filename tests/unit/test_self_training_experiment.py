@@ -67,3 +67,22 @@ def test_an_unfinished_start_run_is_not_kept(driver):
     (driver.RUNS / "sft-s0" / "progress.jsonl").write_text(json.dumps({"type": "step", "step": 3}) + "\n")
     driver.save_start("sft")
     assert not (driver.RESULTS / "sft" / "start").exists()
+
+
+def test_an_unfinished_sampling_stage_is_kept_and_restored_until_its_results_replace_it(driver, monkeypatch, tmp_path):
+    round_1 = driver.RUNS / "cuset" / "round_1"
+    (round_1 / "eval").mkdir(parents=True)
+    (round_1 / "eval" / "checkpoint.jsonl").write_text('{"kind": "run"}\n{"kind": "drawn"}\n')
+
+    driver.save()
+    kept = driver.RESULTS / "cuset" / "round_1" / "eval" / "checkpoint.jsonl"
+    assert kept.read_text() == (round_1 / "eval" / "checkpoint.jsonl").read_text()
+
+    fresh = tmp_path / "fresh" / "round_1"
+    driver.restore(kept.parent.parent, fresh)
+    assert (fresh / "eval" / "checkpoint.jsonl").read_text() == kept.read_text(), "a later session goes on from it"
+
+    (round_1 / "eval" / "checkpoint.jsonl").unlink()  # the loop removes it once the stage's results are written
+    (round_1 / "eval" / "results.json").write_text("{}\n")
+    driver.save()
+    assert not kept.exists() and (kept.parent / "results.json").is_file()

@@ -1,0 +1,123 @@
+"""An eval's work so far, one JSON line per finished piece, so a stopped run resumes where it stopped.
+
+A long eval (a KernelBench level, a self-training round's samples: hours on a CPU) that is stopped
+should not draw or verify again what it already has. The checkpoint file holds, after a first line
+naming the run (its :class:`EvalConfig`), a line per problem whose answers were drawn and a line per
+problem whose drawn answers were verified. A resumed run skips every generation batch whose
+problems are all drawn and every problem already verified; answers are drawn with the same seeds
+batch by batch, so a resumed run gives what an unstopped one would have.
+
+A stop can cut the last line short: a last line that does not parse is dropped (its work is done
+again). A checkpoint written by another run (other model, decoding or verification knobs) is
+refused, naming the fields that differ.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+
+from cuset_core.evaluation.config import EvalConfig
+from cuset_core.evaluation.decoding import Answer
+from cuset_core.evaluation.inputs import EvalInputError
+from cuset_core.evaluation.scoring import SampleRecord
+
+CHECKPOINT_FILE = "checkpoint.jsonl"  # its name in an eval's folder
+
+# Fields that change neither which answers are drawn nor their verdicts: a resumed run may differ here.
+RUN_ONLY_FIELDS = frozenset({"workers", "cache", "cache_dir", "k", "problem_ids", "repair_rounds"})
+
+
+class RunLine(BaseModel):
+    kind: Literal["run"] = "run"
+    config: EvalConfig
+
+
+class DrawnLine(BaseModel):
+    """One problem's drawn answers, greedy first, in the order they are scored."""
+
+    kind: Literal["drawn"] = "drawn"
+    problem_id: str
+    answers: list[Answer]
+
+
+class VerifiedLine(BaseModel):
+    """One problem's drawn (or given) answers with their verdicts; repairs are never checkpointed."""
+
+    kind: Literal["verified"] = "verified"
+    problem_id: str
+    records: list[SampleRecord]
+
+
+CheckpointLine = Annotated[RunLine | DrawnLine | VerifiedLine, Field(discriminator="kind")]
+_LINE = TypeAdapter(CheckpointLine)
+
+
+def _differences(recorded: EvalConfig, config: EvalConfig) -> list[str]:
+    """The fields (outside :data:`RUN_ONLY_FIELDS`) whose values differ between two runs."""
+    a, b = recorded.model_dump(mode="json"), config.model_dump(mode="json")
+    return sorted(name for name in a.keys() | b.keys() if name not in RUN_ONLY_FIELDS and a.get(name) != b.get(name))
+
+
+class EvalCheckpoint:
+    """The checkpoint file of one run: what it held when opened (``drawn``, ``verified``), and
+    each new piece appended as it finishes."""
+
+    def __init__(self, path: Path, config: EvalConfig) -> None:
+        """Open (or start) ``path`` for ``config``. Raises EvalInputError when it was written by
+        another run or a line other than the last is damaged."""
+        self.path, self.config = path, config
+        self.drawn: dict[str, list[Answer]] = {}
+        self.verified: dict[str, list[SampleRecord]] = {}
+        lines = path.read_text().splitlines() if path.is_file() else []
+        for number, text in enumerate(lines, start=1):
+            try:
+                line = _LINE.validate_json(text)
+            except ValidationError as exc:
+                if number == len(lines):  # a stop cut it short
+                    self._rewrite(lines[:-1])
+                    break
+                raise EvalInputError(
+                    f"checkpoint: {path}, line {number}: not a checkpoint line ({exc.errors()[0]['msg']})"
+                ) from None
+            if number == 1 and not isinstance(line, RunLine):
+                raise EvalInputError(f"checkpoint: {path}, line 1: expected the run's configuration")
+            if isinstance(line, RunLine):
+                differing = _differences(line.config, config)
+                if differing:
+                    raise EvalInputError(
+                        f"checkpoint: {path} was written by another run ({', '.join(differing)} differ); "
+                        "remove it to start afresh, or write this run elsewhere"
+                    )
+            elif isinstance(line, DrawnLine):
+                self.drawn[line.problem_id] = line.answers
+            else:
+                self.verified[line.problem_id] = line.records
+
+    def _rewrite(self, lines: list[str]) -> None:
+        """Keep only ``lines`` (whole ones), so the next append starts on a line of its own."""
+        partial = self.path.with_name(self.path.name + ".part")
+        partial.write_text("".join(line + "\n" for line in lines))
+        partial.replace(self.path)
+
+    def _append(self, line: BaseModel) -> None:
+        """Append ``line``; the file (and its folder) is made with the first piece of work, so a
+        run refused before any leaves nothing behind."""
+        if not self.path.is_file():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(RunLine(config=self.config).model_dump_json() + "\n")
+        with self.path.open("a") as out:
+            out.write(line.model_dump_json() + "\n")
+
+    def add_drawn(self, answers: dict[str, list[Answer]]) -> None:
+        """Record a generation batch's answers, problem by problem."""
+        for problem_id, drawn in answers.items():
+            self.drawn[problem_id] = drawn
+            self._append(DrawnLine(problem_id=problem_id, answers=drawn))
+
+    def add_verified(self, problem_id: str, records: list[SampleRecord]) -> None:
+        """Record one problem's verified answers."""
+        self.verified[problem_id] = records
+        self._append(VerifiedLine(problem_id=problem_id, records=records))
