@@ -49,11 +49,19 @@ fi
 bash scripts/test_services.sh
 status=0
 failed=()
+cpu_ticks() {  # the machine's busy and total CPU time so far, in clock ticks (/proc/stat)
+    local _ user nice system idle iowait rest
+    read -r _ user nice system idle iowait rest </proc/stat
+    echo "$((user + nice + system)) $((user + nice + system + idle + iowait))"
+}
 lane() {  # lane NAME COMMAND...: run and time one lane; remember it when it fails
-    local started=$SECONDS code=0
+    local started=$SECONDS code=0 before after
+    before=$(cpu_ticks)
     echo "lane $1: started"
     "${@:2}" || code=$?
-    echo "lane $1: $((SECONDS - started)) s, exit $code"
+    after=$(cpu_ticks)
+    # How busy the whole machine's cores were meanwhile: a lane far below 100 % leaves room beside it.
+    echo "lane $1: $((SECONDS - started)) s, exit $code, cores busy $(( (${after% *} - ${before% *}) * 100 / (${after#* } - ${before#* } + 1) )) %"
     if [ "$code" != 0 ]; then status=$code; failed+=("$1"); fi
 }
 lane preludes prepare_preludes
