@@ -82,8 +82,8 @@ def main() -> None:
 
 def _tier2(old, runs: int) -> None:
     """Tier-2 wall time per candidate with each sandbox, alternating; the harness reaches the
-    sandbox through ``protocol.run_sandboxed``."""
-    from cuset_core.verify import protocol
+    sandbox through ``judge.run_sandboxed``."""
+    from cuset_core.verify import judge
     from cuset_core.verify.result import Tier
     from cuset_core.verify.run import verify
     from cuset_core.verify.settings import VerifySettings
@@ -91,17 +91,17 @@ def _tier2(old, runs: int) -> None:
     problem = (DEMO / "problems" / "02_relu.py").read_text()
     answer = (DEMO / "solutions" / "02_relu.py").read_text()
     settings = VerifySettings(tier=Tier.CPU)
-    sandboxes = {"sandbox": protocol.run_sandboxed, "old sandbox": old.run_sandboxed}
+    sandboxes = {"sandbox": judge.run_sandboxed, "old sandbox": old.run_sandboxed}
     times: dict[str, list[float]] = {name: [] for name in sandboxes}
     for index in range(runs + 1):  # the first round warms the preludes and the page cache
         for name, run in sandboxes.items():
-            protocol.run_sandboxed = run
+            judge.run_sandboxed = run
             start = time.perf_counter()
             result = verify(problem, answer, settings, use_cache=False)
             if index:
                 times[name].append(time.perf_counter() - start)
             assert result.passed, (name, result.reason)
-    protocol.run_sandboxed = sandboxes["sandbox"]
+    judge.run_sandboxed = sandboxes["sandbox"]
     new, before = statistics.median(times["sandbox"]), statistics.median(times["old sandbox"])
     print(
         f"tier 2, ReLU demo solution: median {new:.2f} s (sandbox) vs {before:.2f} s (old sandbox): {new / before:.2f}x"

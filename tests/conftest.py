@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,20 @@ pytest_plugins = ["tests.service", "tests.sqlite_service"]
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("CUSET_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(autouse=True)
+def torch_cuda_left_as_found() -> Iterator[None]:
+    """Fail a test that leaves ``torch.cuda.is_available`` replaced: tier 2's harness answers it
+    for the candidate's sandboxed process (``map_cuda_to_cpu``), and run in a test's process it
+    made every later test there take the CPU for a GPU (model placement then fails far away)."""
+    import torch
+
+    found = torch.cuda.is_available
+    yield
+    if torch.cuda.is_available is not found:
+        torch.cuda.is_available = found
+        pytest.fail("this test left torch.cuda.is_available replaced (tier 2's map_cuda_to_cpu ran in this process?)")
 
 
 def pytest_collection_modifyitems(config, items):

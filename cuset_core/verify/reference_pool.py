@@ -12,7 +12,7 @@ Why this is safe: the seed is drawn here, on the trusted side, and never handed 
 other (every side has a fresh tmpfs work folder), so a candidate that saw the inputs cannot tell a
 later one what they were; and the pool lives in the caller's memory for one batch only, so the
 next batch draws new inputs. A pool is not a cache across batches: a fixed, public seed would let
-a table of answers pass (``protocol.with_input_seed``).
+a table of answers pass (``contracts.with_input_seed``).
 
 A run in flight is shared too: a candidate that needs a reference another thread is running waits
 for that run instead of starting a second (the verification pipeline starts tier 2's reference
@@ -28,8 +28,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from cuset_core.verify.protocol import HarnessJob, ReferenceRun, TierSpec, with_input_seed
+from cuset_core.verify.contracts import HarnessJob, with_input_seed
 from cuset_core.verify.result import Verdict, VerifyResult
+from cuset_core.verify.tier_run import ReferenceRun, TierSpec
 
 # The job fields that only the candidate side or the build side reads: a reference run serves
 # every candidate whatever they hold.

@@ -699,7 +699,7 @@ def start_sandboxed(
     The command gets what ``workdir`` holds now (it may be empty); :meth:`StartedSandbox.finish`
     later sends what the folder holds then, as a tar archive on the command's stdin, and waits
     for it within ``limits`` counted from that moment. So a harness can import its libraries
-    while the judge is still preparing its inputs (``protocol.run_side --late``). Same errors as
+    while the judge is still preparing its inputs (``harness_side.run_side --late``). Same errors as
     :func:`run_sandboxed`."""
     return StartedSandbox(_start(argv, workdir, limits, env, readable, True))
 

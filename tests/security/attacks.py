@@ -46,9 +46,10 @@ _os._exit(0)
 
 REPLACE_COMPARISON = at_import("""
 import sys as _sys
-import cuset_core.verify.protocol as _protocol
-_pass = lambda *args, **kwargs: _protocol.Outcome("pass")
-for _module in (_protocol, _sys.modules.get("__main__")):
+import cuset_core.verify.judge as _judge
+from cuset_core.verify.contracts import Outcome as _Outcome
+_pass = lambda *args, **kwargs: _Outcome("pass")
+for _module in (_judge, _sys.modules.get("__main__")):
     for _name in ("compare_outputs", "compare_trials"):
         if hasattr(_module, _name):
             setattr(_module, _name, _pass)
@@ -88,7 +89,7 @@ REWRITE_AT_EXIT = at_import("""
 import atexit as _atexit
 def _rewrite():
     from pathlib import Path as _Path
-    from cuset_core.verify.protocol import load_values as _load, save_values as _save
+    from cuset_core.verify.transfer import load_values as _load, save_values as _save
     _trials = _load(_Path("inputs.safetensors").read_bytes())["trials"]
     _save(_Path("outputs.safetensors"), {"trials": [[x.relu() for x in _inputs] for _inputs in _trials]})
 _atexit.register(_rewrite)
@@ -99,7 +100,7 @@ _atexit.register(_rewrite)
 OUTPUTS_OF_ITS_OWN = at_import("""
 import json as _json, os as _os
 from pathlib import Path as _Path
-from cuset_core.verify.protocol import load_values as _load, save_values as _save
+from cuset_core.verify.transfer import load_values as _load, save_values as _save
 _trials = _load(_Path("inputs.safetensors").read_bytes())["trials"]
 _save(_Path("outputs.safetensors"), {"trials": [[x.relu() for x in _inputs] for _inputs in _trials]})
 _Path("report.json").write_text(_json.dumps({"verdict": "pass", "launches": {"relu_kernel": len(_trials)}}))

@@ -26,7 +26,7 @@ Attacks that still work are strict ``xfail`` tests whose reason is the finding. 
 candidates compute the row sums of ``cpu_cases/rowsum_problem.py`` with one extension that holds
 every variant (g++ builds it once, into a library cache the module shares) and share the
 reference runs (one per problem and seed); they are marked slow. The judge's data handling is tested against a stub in place
-of the sandboxed sides (``protocol._run_side``), as ``test_judge_blame`` does.
+of the sandboxed sides (``judge._run_side``), as ``test_judge_blame`` does.
 """
 
 from __future__ import annotations
@@ -41,18 +41,28 @@ import torch
 from attacks import HONEST, WRONG_KERNEL
 from safetensors.torch import save
 
-from cuset_core.verify import cpu, protocol
+from cuset_core.verify import cpu, judge
 from cuset_core.verify.candidate import parse_candidate
+from cuset_core.verify.contracts import (
+    OUTPUTS_FILE,
+    REASON_CHARS,
+    REPORT_FILE,
+    CandidateJob,
+    CpuJob,
+    ReferenceDetails,
+    ReferenceReport,
+)
 from cuset_core.verify.cpu import harness, run_cpu_tier
 from cuset_core.verify.cpu.build import toolchain
 from cuset_core.verify.cpu.claims import unsupported_confirmer
 from cuset_core.verify.library_cache import LibraryCache
-from cuset_core.verify.protocol import OUTPUTS_FILE, REPORT_FILE, CpuJob, ReferenceRun, TierSpec
 from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import SandboxOutcome
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 from cuset_core.verify.static import check_static
+from cuset_core.verify.tier_run import ReferenceRun, TierSpec
+from cuset_core.verify.transfer import _encode
 
 PROBLEM = (Path(__file__).parents[1] / "unit" / "cpu_cases" / "rowsum_problem.py").read_text()
 # 32 budgets of elements: reduced to COLS=16000, checked again at a second size, too large to rerun as written.
@@ -343,8 +353,8 @@ _library.impl("rowsum", lambda x: torch.ops.aten.sum.dim_IntList(x, [1]), "CPU")
 def test_a_fallback_monitor_patched_to_see_no_fallback_still_leaves_the_torch_expression_caught(libraries):
     # The monitor is the candidate's process's; the kernels-off run is judged by the judge.
     prelude = """
-import cuset_core.verify.protocol as _protocol
-_protocol.FallbackMonitor.fallback_reason = lambda self, outputs: None
+import cuset_core.verify.fallback as _fallback
+_fallback.FallbackMonitor.fallback_reason = lambda self, outputs: None
 """
     forward = "        ext.launch_only(x)\n        return x.sum(1)"
     assert_kernels_off_fallback(tier2(candidate(forward, prelude), libraries))
@@ -367,7 +377,7 @@ def test_outputs_a_cpp_static_destructor_puts_over_the_harnesss_are_never_judged
     # A wrong kernel; the right sums, prepared at import, wait for the library's destructor.
     prelude = """
 from pathlib import Path as _Path
-from cuset_core.verify.protocol import load_values as _load, save_values as _save
+from cuset_core.verify.transfer import load_values as _load, save_values as _save
 _trials = _load(_Path("inputs.safetensors").read_bytes())["trials"]
 _save(_Path("prepared.safetensors"), {"trials": [[inputs[0].sum(1)] for inputs in _trials]})
 """
@@ -407,7 +417,7 @@ EXITED = SandboxOutcome(0, "", "", 0.1, False, None, None)
 def outputs(trials: list[list[Any]]) -> bytes:
     """The outputs file a candidate side writes for ``trials``."""
     tensors: dict[str, Any] = {}
-    layout = {"trials": protocol._encode(trials, "trials", tensors)}
+    layout = {"trials": _encode(trials, "trials", tensors)}
     return save(tensors, metadata={"cuset": json.dumps(layout)})
 
 
@@ -429,16 +439,16 @@ def judged(
                 (folder / name).write_bytes(data)
         return ended
 
-    monkeypatch.setattr(protocol, "_run_side", candidate_side)
-    reference = ReferenceRun(b"", EXPECTED, protocol.ReferenceReport(verdict=Verdict.PASS), 1234)
-    result, _ = protocol.run_candidate(spec, tmp_path, parse_candidate(answer), reference, STUB_JOB, STUB_SETTINGS)
+    monkeypatch.setattr(judge, "_run_side", candidate_side)
+    reference = ReferenceRun(b"", EXPECTED, ReferenceReport(verdict=Verdict.PASS), 1234)
+    result, _ = judge.run_candidate(spec, tmp_path, parse_candidate(answer), reference, STUB_JOB, STUB_SETTINGS)
     return result
 
 
 def assert_candidates(result: VerifyResult, verdict: Verdict = Verdict.RUNTIME_ERROR) -> None:
     assert result.verdict not in (Verdict.PASS, Verdict.INTERNAL_ERROR, Verdict.UNSUPPORTED), result.reason
     assert result.verdict is verdict, (result.verdict, result.reason, result.log[-2000:])
-    assert len(result.reason) <= protocol.REASON_CHARS
+    assert len(result.reason) <= REASON_CHARS
 
 
 # ---------------------------------------------------------------- (3) candidate data crashes the judge
@@ -509,7 +519,7 @@ def test_trials_whose_output_turns_from_a_tensor_into_a_number_are_the_candidate
 @pytest.mark.slow
 def test_the_harnesss_own_decided_raised_with_internal_error_is_the_candidates_runtime_error(libraries):
     # The harness reports what a Decided carries: the candidate raises one with the verifier's verdict.
-    forward = """        from cuset_core.verify.protocol import Decided, Outcome
+    forward = """        from cuset_core.verify.contracts import Decided, Outcome
         from cuset_core.verify.result import Verdict
         ext.launch_only(x)
         raise Decided(Outcome(Verdict.INTERNAL_ERROR, "the reference forward failed: the machine ran out of memory"))"""
@@ -556,8 +566,8 @@ def test_a_wrong_kernel_naming_the_original_size_only_inside_if_0_keeps_its_fail
     dead = "#if 0\nconstexpr int64_t kOriginalDim = 16384;  // the original problem\n#endif\n__global__"
     wrong = parse_candidate(HONEST.replace("__global__", dead, 1).replace(*WRONG_KERNEL))
     reduced = VerifyResult(verdict=Verdict.VALUE_MISMATCH, tier=Tier.CPU, tiers_run=[Tier.CPU], reason="trial 1")
-    handed = protocol.CandidateJob(overrides={"DIM": 4096}, constants={"DIM": 16384})
-    details = protocol.ReferenceDetails(original_fits=False, candidate_job=handed)
+    handed = CandidateJob(overrides={"DIM": 4096}, constants={"DIM": 16384})
+    details = ReferenceDetails(original_fits=False, candidate_job=handed)
     result = cpu._at_original_sizes(STUB_SPEC, RELU_PROBLEM, wrong, STUB_SETTINGS, STUB_JOB, reduced, details)
     assert result.verdict is Verdict.VALUE_MISMATCH, (result.verdict, result.reason)
 
@@ -677,7 +687,7 @@ def test_a_kernel_right_only_at_the_reduced_size_cannot_keep_its_pass_by_claimin
 ):
     # A failure the candidate claims for itself at the second size (here a compile error, which no
     # extension built once can have) is still a failure there.
-    forward = f"""        from cuset_core.verify.protocol import Decided, Outcome
+    forward = f"""        from cuset_core.verify.contracts import Decided, Outcome
         from cuset_core.verify.result import Verdict
         if x.shape[1] != {reduced_columns()}:
             raise Decided(Outcome(Verdict.COMPILE_ERROR, "nvcc: the extension does not build at this size"))

@@ -21,27 +21,30 @@ import torch
 from attacks import HONEST, PROBLEM, WRONG_KERNEL, in_forward
 from safetensors.torch import save
 
-from cuset_core.verify import cpu, protocol
+from cuset_core.verify import cpu, harness_side, judge
 from cuset_core.verify.candidate import parse_candidate
+from cuset_core.verify.contracts import (
+    INPUTS_FILE,
+    OUTPUTS_FILE,
+    REASON_CHARS,
+    REPORT_FILE,
+    SEED_LIMIT,
+    CandidateJob,
+    CpuJob,
+    ReferenceDetails,
+    ReferenceReport,
+)
 from cuset_core.verify.cpu import harness
 from cuset_core.verify.cpu.build import toolchain
 from cuset_core.verify.cpu.claims import unsupported_confirmer
 from cuset_core.verify.cpu.sizes import hardcoded_sizes, size_bearing_code
-from cuset_core.verify.protocol import (
-    INPUTS_FILE,
-    OUTPUTS_FILE,
-    REPORT_FILE,
-    CpuJob,
-    ReferenceRun,
-    TierSpec,
-    compare_outputs,
-    load_values,
-    save_values,
-    trial_outputs,
-)
+from cuset_core.verify.harness_side import trial_outputs
+from cuset_core.verify.judge import compare_outputs
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import SandboxOutcome
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
+from cuset_core.verify.tier_run import ReferenceRun, TierSpec
+from cuset_core.verify.transfer import _encode, load_values, save_values
 
 SETTINGS = VerifySettings(tier=Tier.CPU, seeds=3)
 SPEC = TierSpec(Tier.CPU, "stub", SandboxLimits(), lambda folder: {})
@@ -64,7 +67,7 @@ EXITED = SandboxOutcome(0, "", "", 0.1, False, None, None)
 def outputs(trials: list[list[Any]]) -> bytes:
     """The outputs file an honest candidate side writes for ``trials``."""
     tensors: dict[str, Any] = {}
-    layout = {"trials": protocol._encode(trials, "trials", tensors)}
+    layout = {"trials": _encode(trials, "trials", tensors)}
     return save(tensors, metadata={"cuset": json.dumps(layout)})
 
 
@@ -85,9 +88,9 @@ def judge_files(monkeypatch, tmp_path: Path, report: bytes | None, produced: byt
                 (folder / name).write_bytes(data)
         return EXITED
 
-    monkeypatch.setattr(protocol, "_run_side", candidate_side)
-    reference = ReferenceRun(b"", EXPECTED, protocol.ReferenceReport(verdict=Verdict.PASS), 1234)
-    result, _ = protocol.run_candidate(SPEC, tmp_path, CANDIDATE, reference, JOB, SETTINGS)
+    monkeypatch.setattr(judge, "_run_side", candidate_side)
+    reference = ReferenceRun(b"", EXPECTED, ReferenceReport(verdict=Verdict.PASS), 1234)
+    result, _ = judge.run_candidate(SPEC, tmp_path, CANDIDATE, reference, JOB, SETTINGS)
     return result
 
 
@@ -97,7 +100,7 @@ def report(**fields: Any) -> bytes:
 
 def assert_candidates(result: VerifyResult, verdict: Verdict = Verdict.RUNTIME_ERROR) -> None:
     assert result.verdict is verdict, (result.verdict, result.reason, result.log[-2000:])
-    assert len(result.reason) <= protocol.REASON_CHARS
+    assert len(result.reason) <= REASON_CHARS
 
 
 # ---------------------------------------------------------------- (a)-(d): data the judge cannot read
@@ -173,7 +176,7 @@ def test_a_judge_crash_on_candidate_data_is_the_candidates_runtime_error(monkeyp
     def crash(*args: Any) -> None:
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(protocol, "compare_outputs", crash)
+    monkeypatch.setattr(judge, "compare_outputs", crash)
     result = judge_files(monkeypatch, tmp_path, report(), outputs(WRONG))
     assert_candidates(result)
     assert result.reason == "the candidate's output could not be judged (RecursionError)"
@@ -249,8 +252,8 @@ def test_a_size_named_in_a_comment_or_string_is_not_a_hard_coded_size():
 def test_a_wrong_kernel_commenting_the_original_size_keeps_its_failure():
     wrong = parse_candidate(HONEST.replace("__global__", "// DIM = 16384\n__global__", 1))
     reduced = VerifyResult(verdict=Verdict.VALUE_MISMATCH, tier=Tier.CPU, tiers_run=[Tier.CPU], reason="trial 1")
-    handed = protocol.CandidateJob(overrides={"DIM": 4096}, constants={"DIM": 16384})
-    details = protocol.ReferenceDetails(original_fits=False, candidate_job=handed)
+    handed = CandidateJob(overrides={"DIM": 4096}, constants={"DIM": 16384})
+    details = ReferenceDetails(original_fits=False, candidate_job=handed)
     result = cpu._at_original_sizes(SPEC, PROBLEM, wrong, SETTINGS, JOB, reduced, details)
     assert result.verdict is Verdict.VALUE_MISMATCH
 
@@ -269,7 +272,7 @@ def stub_sides(monkeypatch, answer: Any, said: bytes = json.dumps(PASSING).encod
     def side(spec: TierSpec, name: str, folder: Path, job: Any, cancel: Any = None) -> SandboxOutcome:
         if name == "reference":
             seeds.append(job.input_seed)
-            protocol.write_report(folder, harness.reference_side(job, folder, {}))
+            harness_side.write_report(folder, harness.reference_side(job, folder, {}))
         else:
             assert job.input_seed is None
             trials = load_values((folder / INPUTS_FILE).read_bytes())["trials"]
@@ -277,14 +280,13 @@ def stub_sides(monkeypatch, answer: Any, said: bytes = json.dumps(PASSING).encod
             (folder / REPORT_FILE).write_bytes(said)
         return EXITED
 
-    monkeypatch.setattr(protocol, "_run_side", side)
+    monkeypatch.setattr(judge, "_run_side", side)
     return seeds
 
 
 def run_judge(settings: VerifySettings) -> VerifyResult:
-    return protocol.judge(
-        SPEC, PROBLEM, CANDIDATE, settings, JOB.model_copy(update={"input_seed": settings.input_seed})
-    )[0]
+    job = JOB.model_copy(update={"input_seed": settings.input_seed})
+    return judge.judge(SPEC, PROBLEM, CANDIDATE, settings, job)[0]
 
 
 def table_of_answers() -> list[list[Any]]:
@@ -310,7 +312,7 @@ def test_every_run_draws_its_own_seed_and_an_explicit_one_reproduces(monkeypatch
     for settings in (SETTINGS, SETTINGS, SETTINGS.model_copy(update={"input_seed": 7})):
         assert run_judge(settings).verdict is Verdict.PASS
     assert seeds[0] != seeds[1] and seeds[2] == 7
-    assert all(0 <= seed < protocol.SEED_LIMIT for seed in seeds)
+    assert all(0 <= seed < SEED_LIMIT for seed in seeds)
     assert VerifySettings().input_seed is None  # so the cache key holds no drawn seed
 
 
@@ -404,7 +406,7 @@ def test_a_wide_trials_absolute_tolerance_grows_with_its_outputs_and_catches_a_c
     """A matmul of inputs x4 has outputs x16: an honest kernel's rounding near a zero output grows
     with them and must not be blamed, while a clamped output is off by far more than the scaled atol."""
     plain, wide = [torch.tensor([1.0, -2.0, 0.0])], [torch.tensor([16.0, -32.0, 0.0])]
-    wide_report = protocol.ReferenceReport(verdict=Verdict.PASS, details=protocol.ReferenceDetails(wide_trials=[1]))
+    wide_report = ReferenceReport(verdict=Verdict.PASS, details=ReferenceDetails(wide_trials=[1]))
     reference = ReferenceRun(b"", [plain, wide], wide_report, 7)
     atol, rtol = SETTINGS.tolerance("float32")
     assert reference.tolerance(0, SETTINGS)("float32") == (atol, rtol)

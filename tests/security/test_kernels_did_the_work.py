@@ -25,18 +25,20 @@ import torch
 from attacks import HONEST
 from safetensors.torch import save
 
-from cuset_core.verify import protocol
+from cuset_core.verify import judge
 from cuset_core.verify.candidate import parse_candidate
+from cuset_core.verify.contracts import KERNELS_OFF_FILE, OUTPUTS_FILE, REPORT_FILE, CpuJob, ReferenceReport
 from cuset_core.verify.cpu import harness, run_cpu_tier
 from cuset_core.verify.cpu.build import RUNTIME_DIR
 from cuset_core.verify.library_cache import LibraryCache
-from cuset_core.verify.protocol import KERNELS_OFF_FILE, OUTPUTS_FILE, REPORT_FILE, CpuJob, ReferenceRun, TierSpec
 from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import SandboxOutcome
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
+from cuset_core.verify.tier_run import ReferenceRun, TierSpec
+from cuset_core.verify.transfer import _encode, load_values
 
-PASSED_REFERENCE = protocol.ReferenceReport(verdict=Verdict.PASS)
+PASSED_REFERENCE = ReferenceReport(verdict=Verdict.PASS)
 
 PROBLEM = (Path(__file__).parents[1] / "unit" / "cpu_cases" / "rowsum_problem.py").read_text()
 SETTINGS = VerifySettings(tier=Tier.CPU, limits=SandboxLimits(wall_s=300, cpu_s=300))
@@ -337,7 +339,7 @@ PASSING = json.dumps({"verdict": "pass", "launches": {"relu_kernel": 3}}).encode
 def outputs(trials: list[list[Any]]) -> bytes:
     """The outputs file a candidate side writes for ``trials``."""
     tensors: dict[str, Any] = {}
-    layout = {"trials": protocol._encode(trials, "trials", tensors)}
+    layout = {"trials": _encode(trials, "trials", tensors)}
     return save(tensors, metadata={"cuset": json.dumps(layout)})
 
 
@@ -359,9 +361,9 @@ def judged(
             (folder / KERNELS_OFF_FILE).write_bytes(kernels_off)
         return SandboxOutcome(0, "", "", 0.1, False, None, None)
 
-    monkeypatch.setattr(protocol, "_run_side", candidate_side)
+    monkeypatch.setattr(judge, "_run_side", candidate_side)
     reference = ReferenceRun(b"", expected, PASSED_REFERENCE, 1234)
-    result, _ = protocol.run_candidate(spec, tmp_path, CANDIDATE, reference, JOB, STUB_SETTINGS)
+    result, _ = judge.run_candidate(spec, tmp_path, CANDIDATE, reference, JOB, STUB_SETTINGS)
     return result
 
 
@@ -420,9 +422,9 @@ def test_a_symlinked_kernels_off_file_is_not_followed_and_keeps_the_pass(monkeyp
         (folder / KERNELS_OFF_FILE).symlink_to(hidden)
         return SandboxOutcome(0, "", "", 0.1, False, None, None)
 
-    monkeypatch.setattr(protocol, "_run_side", candidate_side)
+    monkeypatch.setattr(judge, "_run_side", candidate_side)
     reference = ReferenceRun(b"", EXPECTED, PASSED_REFERENCE, 1234)
-    result, _ = protocol.run_candidate(SPEC, tmp_path, CANDIDATE, reference, JOB, STUB_SETTINGS)
+    result, _ = judge.run_candidate(SPEC, tmp_path, CANDIDATE, reference, JOB, STUB_SETTINGS)
     assert result.verdict is Verdict.PASS, result.reason
 
 
@@ -438,14 +440,14 @@ def test_a_symlinked_kernels_off_file_is_not_followed_and_keeps_the_pass(monkeyp
     ids=["zeros", "a fill", "input-independent", "empty", "a number"],
 )
 def test_an_output_reachable_without_computing_is_not_checked(monkeypatch, tmp_path, expected):
-    assert protocol.outputs_to_check(ReferenceRun(b"", expected, PASSED_REFERENCE), STUB_SETTINGS) == []
+    assert judge.outputs_to_check(ReferenceRun(b"", expected, PASSED_REFERENCE), STUB_SETTINGS) == []
     result = judged(monkeypatch, tmp_path, outputs([expected[0]]), expected)
     assert result.verdict is Verdict.PASS, result.reason
 
 
 def test_only_outputs_that_need_computing_are_checked_and_any_of_them_matching_is_a_fallback(monkeypatch, tmp_path):
     expected = [[torch.zeros(4), torch.arange(4.0) * (trial + 1)] for trial in range(3)]
-    assert protocol.outputs_to_check(ReferenceRun(b"", expected, PASSED_REFERENCE), STUB_SETTINGS) == [1]
+    assert judge.outputs_to_check(ReferenceRun(b"", expected, PASSED_REFERENCE), STUB_SETTINGS) == [1]
     for root in ("a", "b"):
         (tmp_path / root).mkdir()
     result = judged(monkeypatch, tmp_path / "a", outputs([[torch.zeros(4), expected[0][1]]]), expected)
@@ -464,9 +466,9 @@ def test_a_wrong_candidate_keeps_its_own_verdict(monkeypatch, tmp_path):
         (folder / KERNELS_OFF_FILE).write_bytes(outputs([EXPECTED[0]]))
         return SandboxOutcome(0, "", "", 0.1, False, None, None)
 
-    monkeypatch.setattr(protocol, "_run_side", candidate_side)
+    monkeypatch.setattr(judge, "_run_side", candidate_side)
     reference = ReferenceRun(b"", EXPECTED, PASSED_REFERENCE, 1234)
-    result, _ = protocol.run_candidate(SPEC, tmp_path, CANDIDATE, reference, JOB, STUB_SETTINGS)
+    result, _ = judge.run_candidate(SPEC, tmp_path, CANDIDATE, reference, JOB, STUB_SETTINGS)
     assert result.verdict is Verdict.VALUE_MISMATCH, result.reason
 
 
@@ -517,7 +519,7 @@ def test_the_harness_runs_trial_1_with_the_kernels_off_and_writes_its_outputs(ru
         runtime.cuset_set_kernels_on(1)
     assert model.seen == [(0, 0)]
     assert model.environment == [before], "nothing the candidate can read says the kernels are off"
-    written = protocol.load_values((tmp_path / KERNELS_OFF_FILE).read_bytes())["trials"]
+    written = load_values((tmp_path / KERNELS_OFF_FILE).read_bytes())["trials"]
     assert torch.equal(written[0][0], torch.arange(3.0)) and "kernels_off" in timings
 
 

@@ -184,8 +184,9 @@ def test_compile_error_is_reported_with_the_compiler_message():
 
 def test_kernel_that_never_ends_times_out():
     endless = mutate(case("add_kernel.cu"), "if (i < n) out[i] = a[i] + b[i];", "for (;;) out[0] += 1.0f;")
-    # The CPU limit ends it: the wall limit stays loose for a build on a loaded machine.
-    settings = SETTINGS.model_copy(update={"limits": SandboxLimits(wall_s=120, cpu_s=10)})
+    # The CPU limit ends it (the harness's own start takes about 2 CPU seconds; the build runs in
+    # processes of its own): the wall limit stays loose for a build on a loaded machine.
+    settings = SETTINGS.model_copy(update={"limits": SandboxLimits(wall_s=120, cpu_s=4)})
     result = verify("add_problem.py", add_candidate(endless), settings)
     assert result.verdict is Verdict.TIMEOUT
 

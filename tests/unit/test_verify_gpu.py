@@ -8,30 +8,29 @@ from pathlib import Path
 import pytest
 import torch
 
-from cuset_core.verify import gpu, protocol
+from cuset_core.verify import gpu, judge
 from cuset_core.verify.candidate import kernel_names, parse_candidate
-from cuset_core.verify.gpu import harness as gpu_harness
-from cuset_core.verify.gpu.harness import aliased_pairs, classify_kernels, timing_stats
-from cuset_core.verify.protocol import (
+from cuset_core.verify.contracts import (
+    REASON_CHARS,
     REFERENCE_FILE,
     WIDE_SCALE,
     CandidateReport,
     Decided,
     GpuJob,
-    ReferenceRun,
-    TierSpec,
-    candidate_factory,
-    compare_outputs,
-    compare_trials,
-    flatten_outputs,
-    load_values,
-    looks_cached,
+    ReferenceDetails,
+    ReferenceReport,
 )
+from cuset_core.verify.gpu import harness as gpu_harness
+from cuset_core.verify.gpu.harness import aliased_pairs, classify_kernels, timing_stats
+from cuset_core.verify.harness_side import candidate_factory, flatten_outputs
+from cuset_core.verify.judge import compare_outputs, compare_trials, looks_cached
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.sandbox import SandboxOutcome
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
+from cuset_core.verify.tier_run import ReferenceRun, TierSpec
+from cuset_core.verify.transfer import load_values
 
-PASSED_REFERENCE = protocol.ReferenceReport(verdict=Verdict.PASS)
+PASSED_REFERENCE = ReferenceReport(verdict=Verdict.PASS)
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "cuset_core" / "demo"
@@ -174,20 +173,20 @@ SPEC = TierSpec(Tier.GPU, gpu.HARNESS_MODULE, SandboxLimits(), lambda folder: {}
 def test_a_side_that_left_no_report_is_a_timeout_or_runtime_error():
     timed_out = SandboxOutcome(None, "", "", 901.0, True, 9, "wall")
     crashed = SandboxOutcome(-6, "", "CUDA error: an illegal memory access", 3.0, False, 6, None)
-    assert protocol._without_report(SPEC, "candidate", timed_out).verdict is Verdict.TIMEOUT
-    result = protocol._without_report(SPEC, "candidate", crashed)
+    assert judge._without_report(SPEC, "candidate", timed_out).verdict is Verdict.TIMEOUT
+    result = judge._without_report(SPEC, "candidate", crashed)
     assert (result.verdict, result.tier) == (Verdict.RUNTIME_ERROR, Tier.GPU)
     assert "illegal memory access" in result.log
     # the reference is the problem's code, not the candidate's: its crash is not the model's failure
-    assert protocol._without_report(SPEC, "reference", crashed).verdict is Verdict.INTERNAL_ERROR
-    slow_reference = protocol._without_report(SPEC, "reference", timed_out)
+    assert judge._without_report(SPEC, "reference", crashed).verdict is Verdict.INTERNAL_ERROR
+    slow_reference = judge._without_report(SPEC, "reference", timed_out)
     assert (slow_reference.verdict, slow_reference.unsupported_feature) == (Verdict.UNSUPPORTED, "reference too slow")
 
 
 def test_a_cpu_runtime_abort_is_quoted_as_the_candidate_process_message():
     aborted = SandboxOutcome(-6, "", "x = 1\ncuset runtime: out-of-bounds read in add_kernel\n", 2.0, False, 6, None)
     cpu_spec = TierSpec(Tier.CPU, "m", SandboxLimits(), lambda folder: {})
-    result = protocol._without_report(cpu_spec, "candidate", aborted)
+    result = judge._without_report(cpu_spec, "candidate", aborted)
     assert (result.verdict, result.tier, result.tiers_run) == (Verdict.RUNTIME_ERROR, Tier.CPU, [Tier.CPU])
     assert result.reason == (
         "CPU candidate process killed by signal SIGABRT without a result "
@@ -211,9 +210,9 @@ def test_the_judge_passes_matching_trials_with_the_launch_counts():
 
 
 def test_a_side_reports_a_failure_but_never_a_pass_the_judge_did_not_see():
-    report = protocol.ReferenceReport(verdict=Verdict.PASS, reason="trust me" * 10_000)
-    forged = protocol._from_report(SPEC, report, {Verdict.INTERNAL_ERROR}, Verdict.INTERNAL_ERROR)
-    assert forged.verdict is Verdict.INTERNAL_ERROR and len(forged.reason) <= protocol.REASON_CHARS
+    report = ReferenceReport(verdict=Verdict.PASS, reason="trust me" * 10_000)
+    forged = judge._from_report(SPEC, report, {Verdict.INTERNAL_ERROR}, Verdict.INTERNAL_ERROR)
+    assert forged.verdict is Verdict.INTERNAL_ERROR and len(forged.reason) <= REASON_CHARS
 
 
 def test_without_a_gpu_tier_3_is_unsupported_with_the_reason(monkeypatch):
@@ -358,7 +357,7 @@ def cpu_protocol(monkeypatch, tmp_path):
         expected = load_values((reference_dir / REFERENCE_FILE).read_bytes())["trials"]
         produced = load_values((candidate_dir / "outputs.safetensors").read_bytes())["trials"]
         report = CandidateReport(verdict="pass", launches=outcome.launches)
-        report_of_reference = protocol.ReferenceReport(verdict="pass", details=reference.details)
+        report_of_reference = ReferenceReport(verdict="pass", details=reference.details)
         reference_run = ReferenceRun(b"", expected, report_of_reference, 1000)
         judged = compare_trials(SPEC, reference_run, produced, report, VerifySettings())
         assert (reference.reference_ms, outcome.runtime_ms) == (2.0, 2.0)
@@ -448,17 +447,17 @@ def test_the_factory_turns_a_missing_or_crashing_model_new_into_a_runtime_error(
 
 
 def test_speed_fields_over_eager_and_torch_compile():
-    fields = protocol.speed_fields(reference_ms=3.0, compile_ms=1.5, runtime_ms=1.2)
+    fields = judge.speed_fields(reference_ms=3.0, compile_ms=1.5, runtime_ms=1.2)
     assert (fields["speedup"], fields["compile_speedup"]) == (pytest.approx(2.5), pytest.approx(1.25))
     assert fields["speed_note"] == "1.2000 ms vs eager 3.0000 ms (speedup 2.50x), vs torch.compile 1.5000 ms (1.25x)"
-    eager_only = protocol.speed_fields(reference_ms=3.0, compile_ms=None, runtime_ms=1.2)
+    eager_only = judge.speed_fields(reference_ms=3.0, compile_ms=None, runtime_ms=1.2)
     assert "compile_speedup" not in eager_only and eager_only["compile_ms"] is None
-    assert "speedup" not in protocol.speed_fields(reference_ms=3.0, compile_ms=1.5, runtime_ms=None)
+    assert "speedup" not in judge.speed_fields(reference_ms=3.0, compile_ms=1.5, runtime_ms=None)
 
 
 def test_a_failed_torch_compile_baseline_is_a_note_never_a_verdict():
-    details = protocol.ReferenceDetails(compile_error="inductor: unsupported op")
-    speed = protocol._speed(protocol.ReferenceReport(verdict="pass", reference_ms=2.0, details=details), 1.0)
+    details = ReferenceDetails(compile_error="inductor: unsupported op")
+    speed = judge._speed(ReferenceReport(verdict="pass", reference_ms=2.0, details=details), 1.0)
     assert (speed["speedup"], speed["compile_ms"]) == (2.0, None)
     assert speed["speed_note"].endswith("; no torch.compile baseline: inductor: unsupported op")
 

@@ -11,29 +11,24 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from cuset_core.verify.cpu.sizes import ORIGINAL_SIZE_FACTOR, hardcoded_sizes, original_fits
-from cuset_core.verify.protocol import (
+from cuset_core.verify.contracts import (
     BuildDetails,
     BuildReport,
     CandidateJob,
     CandidateReport,
     CpuJob,
-    FallbackMonitor,
     GpuJob,
     Outcome,
     PrebuiltLibrary,
     ReferenceDetails,
     ReferenceReport,
-    UntrustedFileError,
-    load_values,
-    read_job,
-    read_report,
-    read_untrusted,
-    save_values,
     trial_seeds,
-    write_report,
 )
+from cuset_core.verify.cpu.sizes import ORIGINAL_SIZE_FACTOR, hardcoded_sizes, original_fits
+from cuset_core.verify.fallback import FallbackMonitor
+from cuset_core.verify.harness_side import read_job, write_report
 from cuset_core.verify.result import Verdict
+from cuset_core.verify.transfer import UntrustedFileError, load_values, read_report, read_untrusted, save_values
 
 CPU_JOB = CpuJob(
     kind="python",

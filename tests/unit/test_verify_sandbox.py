@@ -36,7 +36,7 @@ def test_stdin_is_passed_through(tmp_path):
     assert outcome.stdout == "ABC\n"
 
 
-# What a harness started early does (protocol.run_side --late): work first, then its late files.
+# What a harness started early does (harness_side.run_side --late): work first, then its late files.
 LATE_READER = """
 import sys, time
 from pathlib import Path

@@ -19,11 +19,9 @@ import torch
 from safetensors.torch import save
 
 from cuset_core.demo import demo_problems
-from cuset_core.verify import protocol
+from cuset_core.verify import judge
 from cuset_core.verify.candidate import parse_candidate
-from cuset_core.verify.cpu import cpu_job, harness, tier_limits
-from cuset_core.verify.cpu.build import Toolchain
-from cuset_core.verify.protocol import (
+from cuset_core.verify.contracts import (
     INPUTS_FILE,
     OUTPUTS_FILE,
     REFERENCE_FILE,
@@ -35,13 +33,14 @@ from cuset_core.verify.protocol import (
     CpuJob,
     ReferenceDetails,
     ReferenceReport,
-    ReferenceRun,
-    TierSpec,
-    load_values,
 )
+from cuset_core.verify.cpu import cpu_job, harness, tier_limits
+from cuset_core.verify.cpu.build import Toolchain
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import SandboxOutcome
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
+from cuset_core.verify.tier_run import ReferenceRun, TierSpec
+from cuset_core.verify.transfer import _encode, load_values
 
 SETTINGS = VerifySettings(tier=Tier.CPU, seeds=2)
 SPEC = TierSpec(Tier.CPU, "stub", SandboxLimits(), lambda folder: {})
@@ -78,7 +77,7 @@ TIMED_OUT = SandboxOutcome(None, "", "", 180.0, True, None, "wall")
 def outputs(trials: list[list[Any]]) -> bytes:
     """The outputs file an honest candidate side writes for ``trials``."""
     tensors: dict[str, Any] = {}
-    layout = {"trials": protocol._encode(trials, "trials", tensors)}
+    layout = {"trials": _encode(trials, "trials", tensors)}
     return save(tensors, metadata={"cuset": json.dumps(layout)})
 
 
@@ -93,10 +92,10 @@ def judged(
             (folder / name).write_bytes(data)
         return ended
 
-    monkeypatch.setattr(protocol, "_run_side", candidate_side)
+    monkeypatch.setattr(judge, "_run_side", candidate_side)
     report = ReferenceReport(verdict=Verdict.PASS, details=ReferenceDetails(candidate_job=HANDED))
     reference = ReferenceRun(b"", FIRST, report, 100, SECOND)
-    result, _ = protocol.run_candidate(spec, tmp_path, CANDIDATE, reference, JOB, SETTINGS)
+    result, _ = judge.run_candidate(spec, tmp_path, CANDIDATE, reference, JOB, SETTINGS)
     return result
 
 
@@ -147,9 +146,9 @@ def test_a_reference_without_a_second_size_judges_the_first_alone(monkeypatch, t
             (folder / name).write_bytes(data)
         return EXITED
 
-    monkeypatch.setattr(protocol, "_run_side", candidate_side)
+    monkeypatch.setattr(judge, "_run_side", candidate_side)
     reference = ReferenceRun(b"", FIRST, ReferenceReport(verdict=Verdict.PASS), 100)
-    result, _ = protocol.run_candidate(SPEC, tmp_path, CANDIDATE, reference, JOB, SETTINGS)
+    result, _ = judge.run_candidate(SPEC, tmp_path, CANDIDATE, reference, JOB, SETTINGS)
     assert result.verdict is Verdict.PASS
     assert not any(name.startswith("second_size_") for name in result.timings_s)
 
@@ -162,8 +161,17 @@ def reference_job(settings: VerifySettings) -> CpuJob:
     return cpu_job("python", settings, (Path("bridge-none"),), Toolchain((), ())).model_copy(update={"input_seed": 7})
 
 
+@pytest.fixture
+def in_this_process(monkeypatch) -> None:
+    """What the reference side does to torch for its sandboxed process (CUDA answers, one thread)
+    must not outlive a test that runs it in the test's process."""
+    monkeypatch.setattr(harness, "map_cuda_to_cpu", lambda: None)
+    monkeypatch.setattr(torch, "set_num_threads", lambda threads: None)
+
+
 def reference_side(tmp_path: Path, problem: str, job: CpuJob) -> tuple[ReferenceDetails, dict, dict]:
-    """Run tier 2's reference side here on ``problem``; its details, inputs and expected outputs."""
+    """Run tier 2's reference side here on ``problem`` (tests that call it use ``in_this_process``);
+    its details, inputs and expected outputs."""
     (tmp_path / "problem.py").write_text(problem)
     outcome = harness.reference_side(job, tmp_path, {})
     assert isinstance(outcome.details, ReferenceDetails)
@@ -172,7 +180,7 @@ def reference_side(tmp_path: Path, problem: str, job: CpuJob) -> tuple[Reference
     return outcome.details, inputs, expected
 
 
-def test_the_reference_side_runs_a_second_smaller_reduction_under_the_following_seeds(tmp_path):
+def test_the_reference_side_runs_a_second_smaller_reduction_under_the_following_seeds(tmp_path, in_this_process):
     job = reference_job(SETTINGS)
     assert job.second_max_elements == SETTINGS.max_elements // 2
     details, inputs, expected = reference_side(tmp_path, LARGE, job)
@@ -189,7 +197,7 @@ def test_the_reference_side_runs_a_second_smaller_reduction_under_the_following_
     assert "checked again at " in details.note
 
 
-def test_one_size_only_when_the_settings_say_so_or_nothing_shrinks(tmp_path):
+def test_one_size_only_when_the_settings_say_so_or_nothing_shrinks(tmp_path, in_this_process):
     one_size = SETTINGS.model_copy(update={"second_size": False})
     job = reference_job(one_size)
     assert job.second_max_elements is None
@@ -215,7 +223,7 @@ def test_the_sides_get_half_as_much_time_again_for_the_second_size():
 def test_outputs_at_the_second_size_that_match_without_the_kernels_are_a_fallback(monkeypatch, tmp_path):
     # A kernel run at the first reduction only (worked out from the problem's text), torch at any other size.
     tensors: dict[str, Any] = {}
-    layout = {"trials": protocol._encode([SECOND[0]], "trials", tensors)}
+    layout = {"trials": _encode([SECOND[0]], "trials", tensors)}
     without_kernels = save(tensors, metadata={"cuset": json.dumps(layout)})
     second = {
         SECOND_REPORT_FILE: json.dumps(PASSING).encode(),
@@ -248,7 +256,7 @@ def get_init_inputs():
 """
 
 
-def test_a_second_size_is_another_size_even_where_half_the_budget_gives_the_first_back(tmp_path):
+def test_a_second_size_is_another_size_even_where_half_the_budget_gives_the_first_back(tmp_path, in_this_process):
     # N=256 holds 2 x 65,536 input elements: within 2^18 and within half of it too.
     assert harness.size_overrides(MATMUL, SETTINGS.max_elements) == {"N": 256}
     assert harness.size_overrides(MATMUL, SETTINGS.max_elements // 2) == {"N": 256}

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from cuset_core.verify.candidate import Candidate
+from cuset_core.verify.contracts import CpuJob, HarnessJob, PrebuildExtension, ReferenceDetails, clip, tail
 from cuset_core.verify.cpu.build import (
     ARCH,
     BuildError,
@@ -35,25 +36,13 @@ from cuset_core.verify.cpu.build import (
 from cuset_core.verify.cpu.claims import unsupported_confirmer
 from cuset_core.verify.cpu.rewrite import unsupported_feature
 from cuset_core.verify.cpu.sizes import hardcoded_sizes, scaled_limits, size_bearing_code
+from cuset_core.verify.judge import harness_env, judge, run_reference
 from cuset_core.verify.library_cache import LibraryCache, library_key
 from cuset_core.verify.preprocessor import joined_code
-from cuset_core.verify.protocol import (
-    CpuJob,
-    HarnessJob,
-    PlannedLibrary,
-    PrebuildExtension,
-    ReferenceDetails,
-    ReferenceRun,
-    TierSpec,
-    clip,
-    harness_env,
-    judge,
-    run_reference,
-    tail,
-)
 from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
+from cuset_core.verify.tier_run import PlannedLibrary, ReferenceRun, TierSpec
 
 HARNESS_MODULE = "cuset_core.verify.cpu.harness"
 # Failures that reduced sizes can cause in a correct kernel that hard-codes the original ones.
@@ -176,7 +165,7 @@ def run_cpu_tier(
     """Tier 2 for one candidate: build with g++, run on the CPU runtime, compare with the reference.
 
     The candidate runs at the reduced sizes and, in the same process, at a second, smaller
-    reduction (``VerifySettings.second_size``; :func:`protocol.at_the_second_size`). A failure at
+    reduction (``VerifySettings.second_size``; :func:`judge.at_the_second_size`). A failure at
     reduced sizes is checked again at the original sizes when they fit; when they do not and the
     candidate hard-codes the original sizes, the verdict is ``unsupported``.
     With ``library_cache``, extensions compiled before from the same sources are not compiled again;

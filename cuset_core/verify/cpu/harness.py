@@ -1,4 +1,4 @@
-"""Tier 2 harness: the two sandboxed sides of a CPU-runtime check (see ``protocol``).
+"""Tier 2 harness: the two sandboxed sides of a CPU-runtime check (see ``judge``).
 
 ``python -m cuset_core.verify.cpu.harness SIDE JOB_JSON`` with SIDE one of:
 
@@ -7,7 +7,7 @@
   elements; when the reduced problem breaks the reference it runs the original sizes if they
   fit (``sizes.original_fits``), else reports ``unsupported``. Then one trial per seed: inputs
   drawn under that seed (``input_seed + trial``, a seed the judge drew), every second trial's
-  floating-point inputs scaled while the outputs stay finite (``protocol.trial_outputs``),
+  floating-point inputs scaled while the outputs stay finite (``harness_side.trial_outputs``),
   weights under ``INIT_SEED``; writes ``inputs.safetensors`` and ``reference.safetensors``.
 - ``candidate``: builds the candidate (``load_inline``/``load`` compile with g++ and the
   runtime; a failed build is ``compile_error`` even when the candidate catches it), builds
@@ -17,7 +17,7 @@
   runs trial 1 once more with the kernels off (launches are checked and counted but run no
   block; the switch is in the trusted runtime library, not the environment) and writes what
   that gives to ``kernels_off.safetensors``: the judge's check that the kernels did the work
-  (``protocol.kernels_did_the_work``).
+  (``judge.kernels_did_the_work``).
 
 CUDA is mapped to the CPU on both sides: ``device="cuda"`` arguments, ``.to("cuda")`` and
 ``.cuda()`` give CPU tensors.
@@ -41,8 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from cuset_core.verify.cpu.build import extension_module_name, unit_digest
-from cuset_core.verify.protocol import (
+from cuset_core.verify.contracts import (
     INIT_SEED,
     INPUTS_FILE,
     KERNELS_OFF_FILE,
@@ -55,26 +54,28 @@ from cuset_core.verify.protocol import (
     CandidateJob,
     CpuJob,
     Decided,
-    FallbackMonitor,
     Outcome,
     PrebuiltLibrary,
     ReferenceDetails,
+    named_sizes,
+    tail,
+    trial_seeds,
+    wide_trial,
+)
+from cuset_core.verify.cpu.build import extension_module_name, unit_digest
+from cuset_core.verify.fallback import FallbackMonitor
+from cuset_core.verify.harness_side import (
     call_forward,
     candidate_factory,
     clone_values,
     first_line,
     flatten_outputs,
-    load_values,
-    named_sizes,
     run_side,
-    save_values,
-    tail,
     trial_outputs,
-    trial_seeds,
-    wide_trial,
     write_report,
 )
 from cuset_core.verify.result import Verdict
+from cuset_core.verify.transfer import load_values, save_values
 
 # How many times the second size's element budget may halve to find sizes other than the first's.
 SECOND_SIZE_HALVINGS = 4
@@ -395,7 +396,7 @@ def candidate_overrides(
 def run_reference(problem_source: str, overrides: dict[str, int], kind: str, seeds: list[int]) -> dict[str, Any]:
     """The reference at the given sizes: the candidate's inputs (``init``, ``trials``, and for a
     ``.cu`` candidate the reference's ``layout`` and ``weights``), the expected ``outputs`` and
-    the ``wide_trials`` (0-based) whose inputs were scaled (``protocol.trial_outputs``).
+    the ``wide_trials`` (0-based) whose inputs were scaled (``harness_side.trial_outputs``).
     Any failure raises ``Decided`` (``internal_error``: the problem, not the candidate)."""
     import dataclasses
 
@@ -773,7 +774,7 @@ def _kernels_off_trial(
 
     Same process and model: a second process would cost its start and torch's import, seconds
     per candidate. An output the judge finds equal to the reference here was not computed by the
-    kernels (``protocol.kernels_did_the_work``)."""
+    kernels (``judge.kernels_did_the_work``)."""
     clock = time.perf_counter()
     runtime.cuset_set_kernels_on(0)
     runtime.cuset_set_schedule(0)

@@ -1,10 +1,10 @@
-"""Tier 3 harness: the two sandboxed sides of the KernelBench protocol on a real GPU (see ``protocol``).
+"""Tier 3 harness: the two sandboxed sides of the KernelBench protocol on a real GPU (see ``judge``).
 
 ``python -m cuset_core.verify.gpu.harness SIDE JOB_JSON`` with SIDE one of:
 
 - ``reference``: TF32 off (``matmul.allow_tf32``, ``cudnn.allow_tf32``, precision "highest");
   weights under ``INIT_SEED``; one trial per seed (inputs drawn under ``input_seed + trial``, every
-  second trial's floating-point inputs scaled while the outputs stay finite: ``protocol.trial_outputs``);
+  second trial's floating-point inputs scaled while the outputs stay finite: ``harness_side.trial_outputs``);
   writes the candidate's inputs and the expected outputs; then times eager PyTorch (below).
 - ``candidate``: TF32 off; builds the candidate with the real ``torch.utils.cpp_extension``
   (``load_inline`` from its own code, or ``load`` for a ``.cu`` file; a failed build is
@@ -42,31 +42,32 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cuset_core.verify.protocol import (
+from cuset_core.verify.contracts import (
     INIT_SEED,
     INPUTS_FILE,
     OUTPUTS_FILE,
     REFERENCE_FILE,
     CandidateJob,
     Decided,
-    FallbackMonitor,
     GpuJob,
     Outcome,
     ReferenceDetails,
     TimingStats,
+    tail,
+    trial_seeds,
+    wide_trial,
+)
+from cuset_core.verify.fallback import FallbackMonitor
+from cuset_core.verify.harness_side import (
     call_forward,
     candidate_factory,
     clone_values,
     first_line,
-    load_values,
     run_side,
-    save_values,
-    tail,
     trial_outputs,
-    trial_seeds,
-    wide_trial,
 )
 from cuset_core.verify.result import Verdict
+from cuset_core.verify.transfer import load_values, save_values
 
 WARMUP_CALLS = 5
 
