@@ -87,3 +87,20 @@ def test_todays_sizes_are_reduced_and_an_unreducible_problem_is_unsupported_with
     assert "sizes reduced: " in checks["19_ReLU"]["reason"] and "dim=393216->" in checks["19_ReLU"]["reason"]
     assert checks["2_Unreducible"]["verdict"] == "unsupported"
     assert checks["2_Unreducible"]["unsupported_feature"] == "problem too large for tier 2"
+
+
+EINOPS = RELU.replace("import torch.nn as nn\n", "import torch.nn as nn\nfrom einops import rearrange\n").replace(
+    "return torch.relu(x)", 'return rearrange(torch.relu(x), "b d -> d b")'
+)
+
+
+def test_a_problem_that_imports_einops_is_verifiable_as_todays_mamba2_problems_are(tmp_path):
+    level3 = tmp_path / "KernelBench" / "KernelBench" / "level3"
+    level3.mkdir(parents=True)
+    (level3 / "48_Rearranged.py").write_text(EINOPS)
+    outcome = CliRunner().invoke(
+        app, ["kernelbench", "check", str(tmp_path / "KernelBench"), "--levels", "3", "--out", str(tmp_path / "report")]
+    )
+    assert outcome.exit_code == 0, outcome.output
+    [check] = json.loads((tmp_path / "report" / "kernelbench_check.json").read_text())
+    assert (check["problem"], check["verdict"]) == ("48_Rearranged", "pass"), check["reason"]
