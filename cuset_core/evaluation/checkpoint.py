@@ -55,6 +55,14 @@ CheckpointLine = Annotated[RunLine | DrawnLine | VerifiedLine, Field(discriminat
 _LINE = TypeAdapter(CheckpointLine)
 
 
+def write_whole(path: Path, text: str) -> None:
+    """Write ``text`` so that ``path`` is never seen half-written (a stop can come at any time, and
+    a resume trusts every file it finds)."""
+    partial = path.with_name(path.name + ".part")
+    partial.write_text(text)
+    partial.replace(path)
+
+
 def _differences(recorded: EvalConfig, config: EvalConfig) -> list[str]:
     """The fields (outside :data:`RUN_ONLY_FIELDS`) whose values differ between two runs."""
     a, b = recorded.model_dump(mode="json"), config.model_dump(mode="json")
@@ -76,8 +84,8 @@ class EvalCheckpoint:
             try:
                 line = _LINE.validate_json(text)
             except ValidationError as exc:
-                if number == len(lines):  # a stop cut it short
-                    self._rewrite(lines[:-1])
+                if number == len(lines):  # a stop cut it short: keep the whole lines, so the next starts afresh
+                    write_whole(path, "".join(line + "\n" for line in lines[:-1]))
                     break
                 raise EvalInputError(
                     f"checkpoint: {path}, line {number}: not a checkpoint line ({exc.errors()[0]['msg']})"
@@ -95,12 +103,6 @@ class EvalCheckpoint:
                 self.drawn[line.problem_id] = line.answers
             else:
                 self.verified[line.problem_id] = line.records
-
-    def _rewrite(self, lines: list[str]) -> None:
-        """Keep only ``lines`` (whole ones), so the next append starts on a line of its own."""
-        partial = self.path.with_name(self.path.name + ".part")
-        partial.write_text("".join(line + "\n" for line in lines))
-        partial.replace(self.path)
 
     def _append(self, line: BaseModel) -> None:
         """Append ``line``; the file (and its folder) is made with the first piece of work, so a

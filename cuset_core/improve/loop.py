@@ -11,10 +11,11 @@ Round r (folder ``round_<r>`` under ``out_dir``):
    (``round_<r>/train.jsonl``, the configured objective) into ``round_<r>/model``.
 
 Each finished stage leaves a file (``eval/results.json``, ``trained.json``, ``round.json``), so a run
-that stopped resumes at the first unfinished stage; within the sampling stage, ``eval/checkpoint.jsonl``
-keeps each problem's answers as they are drawn and verified, so it resumes problem by problem. ``kept.jsonl`` (chat rows, the problem's prompt
-and the kept answer) is everything kept so far: a training file. ``report.json`` gives every
-round's figures and the problems that fed it.
+that stopped resumes at the first unfinished stage; within the sampling stage,
+``eval/checkpoint.jsonl`` keeps each problem's answers as they are drawn and verified, so it resumes
+problem by problem. ``kept.jsonl`` (chat rows, the problem's prompt and the kept answer) is
+everything kept so far: a training file. ``report.json`` gives every round's figures and the
+problems that fed it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from cuset_core.data import LoadOptions, load_records
-from cuset_core.evaluation.checkpoint import CHECKPOINT_FILE
+from cuset_core.evaluation.checkpoint import CHECKPOINT_FILE, write_whole
 from cuset_core.evaluation.config import EvalConfig
 from cuset_core.evaluation.metrics import passed_tier
 from cuset_core.evaluation.problems import load_problems
@@ -147,14 +148,14 @@ def run_self_training(
         else:
             report, new = _round(config, round_, folder, current, problems, kept, progress, say, on_stage)
             kept += new
-            _write_whole(done, report.model_dump_json(indent=1) + "\n")
+            write_whole(done, report.model_dump_json(indent=1) + "\n")
             if on_round is not None:
                 on_round(report)
         reports.append(report)
         current = report.tuned_model or current
         _write_kept(config.out_dir / KEPT_FILE, kept, problems, config.prompt_style)
     result = SelfTrainingReport(config=config, rounds=reports)
-    _write_whole(config.out_dir / REPORT_FILE, result.model_dump_json(indent=1) + "\n")
+    write_whole(config.out_dir / REPORT_FILE, result.model_dump_json(indent=1) + "\n")
     return result
 
 
@@ -238,7 +239,7 @@ def _sample_and_verify(
     )
     checkpoint = folder / CHECKPOINT_FILE
     report = run_eval(eval_config, progress=progress, on_progress=on_progress, checkpoint=checkpoint)
-    _write_whole(results, report.model_dump_json() + "\n")
+    write_whole(results, report.model_dump_json() + "\n")
     checkpoint.unlink(missing_ok=True)  # results.json holds everything it did
     return report
 
@@ -280,7 +281,7 @@ def _tune(
         outcome = run_job(tune, ProgressWriter(tune.progress_path, stream=quiet, enabled=True))
     if outcome.cancelled:
         raise SelfTrainingStopped(f"round {round_}: stopped while tuning, at step {outcome.steps}")
-    _write_whole(marker, json.dumps({"model": str(tune.output_dir), "trained_tokens": outcome.train_tokens}) + "\n")
+    write_whole(marker, json.dumps({"model": str(tune.output_dir), "trained_tokens": outcome.train_tokens}) + "\n")
     return tune.output_dir, outcome.train_tokens
 
 
@@ -314,15 +315,7 @@ def _write_kept(
                 "fingerprint": sample.fingerprint,
             }
         lines.append(json.dumps(row, ensure_ascii=False) + "\n")
-    _write_whole(path, "".join(lines))
-
-
-def _write_whole(path: Path, text: str) -> None:
-    """Write ``text`` so that ``path`` is never seen half-written (a stop can come at any time, and
-    a resume trusts every stage file it finds)."""
-    partial = path.with_name(path.name + ".part")
-    partial.write_text(text)
-    partial.replace(path)
+    write_whole(path, "".join(lines))
 
 
 def _read_kept(path: Path) -> list[KeptSample]:
