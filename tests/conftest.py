@@ -31,6 +31,18 @@ def torch_cuda_left_as_found() -> Iterator[None]:
         pytest.fail("this test left torch.cuda.is_available replaced (tier 2's map_cuda_to_cpu ran in this process?)")
 
 
+@pytest.fixture
+def reference_side_in_this_process(monkeypatch) -> None:
+    """For a test that runs tier 2's reference side in its own process: what the side does to torch
+    for its sandboxed process (CUDA answers, one thread) must not outlive the test."""
+    import torch
+
+    from cuset_core.verify.cpu import harness
+
+    monkeypatch.setattr(harness, "map_cuda_to_cpu", lambda: None)
+    monkeypatch.setattr(torch, "set_num_threads", lambda threads: None)
+
+
 def pytest_collection_modifyitems(config, items):
     # Browser tests last: Playwright's sync API keeps an event loop running in the main thread
     # until the session ends, and tests that call asyncio.run() cannot run after it starts.

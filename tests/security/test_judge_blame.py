@@ -163,7 +163,9 @@ def test_numbers_out_of_bounds_in_the_report_are_the_candidates_runtime_error(mo
     assert result.reason.startswith("the candidate's output is rejected: report.json is not a valid report (field ")
 
 
-def test_a_400_digit_timing_is_the_candidates_runtime_error_through_the_whole_judge(monkeypatch):
+def test_a_400_digit_timing_is_the_candidates_runtime_error_through_the_whole_judge(
+    monkeypatch, reference_side_in_this_process
+):
     stub_sides(monkeypatch, lambda inputs: [torch.relu(inputs[0]) + 1], report(timings_s={"run": 10**400}))
     result = run_judge(SETTINGS)
     assert_candidates(result)
@@ -263,11 +265,9 @@ def test_a_wrong_kernel_commenting_the_original_size_keeps_its_failure():
 
 def stub_sides(monkeypatch, answer: Any, said: bytes = json.dumps(PASSING).encode()) -> list[int | None]:
     """Stand in for both sandboxed sides: the real tier-2 reference code in this process, and a
-    candidate whose outputs are ``answer(inputs)`` and whose report is ``said``. Returns the input
-    seeds the reference got."""
+    candidate whose outputs are ``answer(inputs)`` and whose report is ``said`` (tests that call it
+    use ``reference_side_in_this_process``). Returns the input seeds the reference got."""
     seeds: list[int | None] = []
-    monkeypatch.setattr(harness, "map_cuda_to_cpu", lambda: None)  # CPU tensors already
-    monkeypatch.setattr(torch, "set_num_threads", lambda threads: None)  # this process's, not a sandbox's
 
     def side(spec: TierSpec, name: str, folder: Path, job: Any, cancel: Any = None) -> SandboxOutcome:
         if name == "reference":
@@ -296,7 +296,7 @@ def table_of_answers() -> list[list[Any]]:
     return data["outputs"]
 
 
-def test_a_table_of_answers_for_a_known_seed_does_not_pass(monkeypatch):
+def test_a_table_of_answers_for_a_known_seed_does_not_pass(monkeypatch, reference_side_in_this_process):
     table = table_of_answers()
     answers = iter(table)
     seeds = stub_sides(monkeypatch, lambda inputs: next(answers))
@@ -307,7 +307,7 @@ def test_a_table_of_answers_for_a_known_seed_does_not_pass(monkeypatch):
     assert run_judge(SETTINGS.model_copy(update={"input_seed": 1000})).verdict is Verdict.PASS
 
 
-def test_every_run_draws_its_own_seed_and_an_explicit_one_reproduces(monkeypatch):
+def test_every_run_draws_its_own_seed_and_an_explicit_one_reproduces(monkeypatch, reference_side_in_this_process):
     seeds = stub_sides(monkeypatch, lambda inputs: [torch.relu(inputs[0])])
     for settings in (SETTINGS, SETTINGS, SETTINGS.model_copy(update={"input_seed": 7})):
         assert run_judge(settings).verdict is Verdict.PASS
@@ -316,7 +316,7 @@ def test_every_run_draws_its_own_seed_and_an_explicit_one_reproduces(monkeypatch
     assert VerifySettings().input_seed is None  # so the cache key holds no drawn seed
 
 
-def test_a_kernel_that_clamps_to_randns_range_fails_on_the_wide_trial(monkeypatch):
+def test_a_kernel_that_clamps_to_randns_range_fails_on_the_wide_trial(monkeypatch, reference_side_in_this_process):
     stub_sides(monkeypatch, lambda inputs: [torch.relu(inputs[0]).clamp(max=6.0)])
     result = run_judge(SETTINGS)
     assert result.verdict is Verdict.VALUE_MISMATCH, result.reason

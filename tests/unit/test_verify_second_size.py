@@ -161,16 +161,8 @@ def reference_job(settings: VerifySettings) -> CpuJob:
     return cpu_job("python", settings, (Path("bridge-none"),), Toolchain((), ())).model_copy(update={"input_seed": 7})
 
 
-@pytest.fixture
-def in_this_process(monkeypatch) -> None:
-    """What the reference side does to torch for its sandboxed process (CUDA answers, one thread)
-    must not outlive a test that runs it in the test's process."""
-    monkeypatch.setattr(harness, "map_cuda_to_cpu", lambda: None)
-    monkeypatch.setattr(torch, "set_num_threads", lambda threads: None)
-
-
 def reference_side(tmp_path: Path, problem: str, job: CpuJob) -> tuple[ReferenceDetails, dict, dict]:
-    """Run tier 2's reference side here on ``problem`` (tests that call it use ``in_this_process``);
+    """Run tier 2's reference side here on ``problem`` (tests that call it use ``reference_side_in_this_process``);
     its details, inputs and expected outputs."""
     (tmp_path / "problem.py").write_text(problem)
     outcome = harness.reference_side(job, tmp_path, {})
@@ -180,7 +172,9 @@ def reference_side(tmp_path: Path, problem: str, job: CpuJob) -> tuple[Reference
     return outcome.details, inputs, expected
 
 
-def test_the_reference_side_runs_a_second_smaller_reduction_under_the_following_seeds(tmp_path, in_this_process):
+def test_the_reference_side_runs_a_second_smaller_reduction_under_the_following_seeds(
+    tmp_path, reference_side_in_this_process
+):
     job = reference_job(SETTINGS)
     assert job.second_max_elements == SETTINGS.max_elements // 2
     details, inputs, expected = reference_side(tmp_path, LARGE, job)
@@ -197,7 +191,7 @@ def test_the_reference_side_runs_a_second_smaller_reduction_under_the_following_
     assert "checked again at " in details.note
 
 
-def test_one_size_only_when_the_settings_say_so_or_nothing_shrinks(tmp_path, in_this_process):
+def test_one_size_only_when_the_settings_say_so_or_nothing_shrinks(tmp_path, reference_side_in_this_process):
     one_size = SETTINGS.model_copy(update={"second_size": False})
     job = reference_job(one_size)
     assert job.second_max_elements is None
@@ -256,7 +250,9 @@ def get_init_inputs():
 """
 
 
-def test_a_second_size_is_another_size_even_where_half_the_budget_gives_the_first_back(tmp_path, in_this_process):
+def test_a_second_size_is_another_size_even_where_half_the_budget_gives_the_first_back(
+    tmp_path, reference_side_in_this_process
+):
     # N=256 holds 2 x 65,536 input elements: within 2^18 and within half of it too.
     assert harness.size_overrides(MATMUL, SETTINGS.max_elements) == {"N": 256}
     assert harness.size_overrides(MATMUL, SETTINGS.max_elements // 2) == {"N": 256}
