@@ -6,7 +6,8 @@
 # With no arguments, the full suite in lanes, each timed ("lane NAME: N s"), every lane run even
 # when an earlier one fails:
 #   parallel      everything that needs no service (unit, security, slow) on every core (pytest-xdist)
-#   services      integration and browser tests on up to 4 processes (pytest-xdist): each process has
+#   services      integration and browser tests (tests/integration, tests/browser, whose conftests
+#                 mark them; the parallel lane does not collect them) on up to 4 processes (pytest-xdist): each process has
 #                 a service of its own (a fresh Postgres database, Redis key prefix, Celery workers
 #                 and API server); the fault tests stop and restart private servers of their own
 #   unprivileged  (when run as root, beside the services lane) the sandbox and security tests as an
@@ -14,7 +15,8 @@
 #                 (scripts/test_unprivileged.sh); the forged-verdict suite, the attack variations and the second-size attacks
 #                 run there only, since the other lanes would repeat them as root
 #   newest-python (beside the services lane, after unprivileged) the demo's verification path on the
-#                 newest Python the machine has, in its own environment (scripts/test_newest_python.sh)
+#                 newest Python the machine has, in its own environment (scripts/test_newest_python.sh),
+#                 set up at nice 19 from the parallel lane on
 # `--fast` is the parallel lane without slow tests (a few minutes, no services needed). Other
 # arguments make one pytest run with them: `bash scripts/test.sh -x tests/unit/test_data_load.py`.
 set -euo pipefail
@@ -65,21 +67,34 @@ lane() {  # lane NAME COMMAND...: run and time one lane; remember it when it fai
     if [ "$code" != 0 ]; then status=$code; failed+=("$1"); fi
 }
 lane preludes prepare_preludes
+# The newest-Python lane's set-up (a virtual environment and its own preludes, about 150 CPU-s) at
+# nice 19 from now on: it takes what the parallel lane leaves idle (its last tests run on fewer
+# workers than cores) instead of competing with the services lane later.
+mkdir -p .cache
+rm -f .cache/newest-python-prepare.exit
+(started=$SECONDS code=0
+ nice -n 19 bash scripts/test_newest_python.sh --prepare >.cache/newest-python-prepare.log 2>&1 || code=$?
+ echo "newest-python set-up (nice 19, from the parallel lane on): $((SECONDS - started)) s, exit $code" >>.cache/newest-python-prepare.log
+ echo "$code" >.cache/newest-python-prepare.exit) &
 unprivileged=()
 if [ "$(id -u)" = 0 ]; then
     unprivileged=(--ignore tests/security/test_forged_verdicts.py --ignore tests/security/test_attack_variations.py
         --deselect tests/security/test_judge_blame.py::test_a_kernel_right_only_at_the_reduced_size_fails_at_a_second_size)
 fi
-lane parallel "${pytest[@]}" "${parallel[@]}" "${durations[@]}" -m "not integration and not browser" ${unprivileged[@]+"${unprivileged[@]}"}
+lane parallel "${pytest[@]}" "${parallel[@]}" "${durations[@]}" -m "not integration and not browser" \
+    --ignore tests/integration --ignore tests/browser ${unprivileged[@]+"${unprivileged[@]}"}
 # The unprivileged lane, then the newest-Python lane, run beside the services lane, whose tests
 # spend much of their time waiting on workers and servers; their output is shown once all are done.
-mkdir -p .cache
 (status=0  # this subshell's own lanes; the parent's failures are the parent's to report
  if [ "$(id -u)" = 0 ]; then lane unprivileged bash scripts/test_unprivileged.sh >.cache/unprivileged.log 2>&1; fi
- lane newest-python bash scripts/test_newest_python.sh >.cache/newest-python.log 2>&1
+ # Its set-up may still be running (at nice 19, in the parent shell): the lane waits for it.
+ until [ -f .cache/newest-python-prepare.exit ]; do sleep 1; done
+ code=$(cat .cache/newest-python-prepare.exit)
+ if [ "$code" != 0 ]; then cat .cache/newest-python-prepare.log; else tail -n 1 .cache/newest-python-prepare.log; fi >.cache/newest-python.log
+ lane newest-python bash scripts/test_newest_python.sh >>.cache/newest-python.log 2>&1
  exit "$status") &
 beside=$!
-lane services "${pytest[@]}" -n auto --maxprocesses 4 "${durations[@]}" -m "integration or browser"
+lane services "${pytest[@]}" -n auto --maxprocesses 4 "${durations[@]}" -m "integration or browser" tests/integration tests/browser
 code=0
 wait "$beside" || code=$?
 for log in unprivileged newest-python; do

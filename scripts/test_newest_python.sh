@@ -4,6 +4,8 @@
 # with VENV and PYTHON), then tier-2 verdicts of a demo problem there: its solution passes and a
 # wrong answer is value_mismatch (neither may be internal_error). Looks on PATH and in pyenv's
 # versions; exits 0 with a note when the newest is the one .venv already runs.
+# `--prepare` only sets up: the environment and this interpreter's tier-2 preludes (scripts/test.sh
+# starts it at nice 19 when the suite starts, so that it takes the cores the other lanes leave idle).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 newest="" best=0
@@ -22,16 +24,17 @@ venv=.cache/venv-$name
 echo "newest python: $name ($newest) in $venv"
 # The project without its dev tools (pytest, the gates, the browser driver): this lane runs none of them.
 PYTHON=$newest VENV=$venv EXTRAS= bash scripts/setup.sh
+# This interpreter's own preludes (its Python headers are part of them); a no-op once built.
+"$venv/bin/python" -c 'from cuset_core.verify.cpu.build import prepare_preludes; prepare_preludes()'
+if [ "${1:-}" = --prepare ]; then exit 0; fi
 "$venv/bin/python" - <<'PY'
 import sys
 
 from cuset_core.demo import demo_problems
-from cuset_core.verify.cpu.build import prepare_preludes
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import VerifySettings
 
-prepare_preludes()  # this interpreter's own (its Python headers are part of them)
 problem = {p.id: p for p in demo_problems()}["02_relu"]
 settings = VerifySettings(tier=Tier.CPU)
 right = verify(problem.problem_code, problem.solution_code, settings, use_cache=False)
