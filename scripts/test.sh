@@ -68,12 +68,16 @@ lane() {  # lane NAME COMMAND...: run and time one lane; remember it when it fai
 }
 lane preludes prepare_preludes
 # The newest-Python lane's set-up (a virtual environment and its own preludes, about 150 CPU-s) at
-# nice 19 from now on: it takes what the parallel lane leaves idle (its last tests run on fewer
-# workers than cores) instead of competing with the services lane later.
+# the lowest priority from now on: it takes what the parallel lane leaves idle (its last tests run
+# on fewer workers than cores) instead of competing with the services lane later. A session of its
+# own at autogroup niceness 19: plain nice works only within an autogroup, and the tests' own
+# session idles while they wait on sandboxes (sessions of their own), so a nice-19 job in it took
+# that share at full speed.
 mkdir -p .cache
 rm -f .cache/newest-python-prepare.exit
 (started=$SECONDS code=0
- nice -n 19 bash scripts/test_newest_python.sh --prepare >.cache/newest-python-prepare.log 2>&1 || code=$?
+ setsid -w bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 bash scripts/test_newest_python.sh --prepare' \
+     >.cache/newest-python-prepare.log 2>&1 || code=$?
  echo "newest-python set-up (nice 19, from the parallel lane on): $((SECONDS - started)) s, exit $code" >>.cache/newest-python-prepare.log
  echo "$code" >.cache/newest-python-prepare.exit) &
 unprivileged=()
