@@ -6,7 +6,9 @@ the CUDA sources (after the includes ``load_inline`` adds) go through
 front end checks host and device code and ptxas reports per-kernel resources; the C++ sources
 plus the ``PYBIND11_MODULE`` that ``load_inline`` generates from ``functions=`` go through
 ``g++ -fsyntax-only``. By default the torch headers are a light stand-in (``stubs/light``,
-about a second per unit); with ``settings.strict_headers`` they are the installed wheel's own,
+about a second per unit), and each unit is first compiled with only the standard headers the
+code names (``std_headers_named``; parsing the rest is most of a unit's time), then, if that
+fails with an error that a left-out header could cause, with all of them; with ``settings.strict_headers`` they are the installed wheel's own,
 with stand-ins only for what a CPU wheel lacks (``stubs/strict``). Both modes get
 ``stubs/common`` for the CUDA math libraries missing here. ``#line`` directives name each
 source, so every diagnostic maps back to its line in the candidate file through the source
@@ -23,7 +25,7 @@ import sysconfig
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuset_core.analysis.sources import InlineExtension, OffsetMap
@@ -94,9 +96,55 @@ class _Source:
 
 @dataclass(frozen=True)
 class _Unit:
+    """One compiler run. ``first_try``: the same command with only the standard headers the code
+    names (light stand-in only), tried before ``argv``; empty when there is nothing to try first."""
+
     path: Path
     argv: list[str]
     sources: tuple[_Source, ...]
+    first_try: list[str] = field(default_factory=list)
+
+
+# The standard headers real torch/extension.h brings in beyond what the light stand-in's own
+# declarations need, and names of the std:: members that call for each. A name missing here only
+# costs time: the unit then fails its first try and compiles again with every header.
+_STD_ON_DEMAND = {
+    "ALGORITHM": "min max minmax clamp min_element max_element sort stable_sort partial_sort nth_element fill "
+    "fill_n copy copy_n copy_if transform reverse find find_if count count_if all_of any_of none_of for_each "
+    "unique lower_bound upper_bound binary_search equal remove remove_if replace generate rotate merge",
+    "FUNCTIONAL": "function bind hash plus minus multiplies divides greater less equal_to reference_wrapper "
+    "ref cref invoke",
+    "IOSTREAM": "cout cerr clog cin endl flush ostream istream ios",
+    "MAP": "map multimap",
+    "MEMORY": "unique_ptr shared_ptr weak_ptr make_unique make_shared allocator addressof",
+    "NUMERIC": "accumulate iota inner_product partial_sum reduce gcd lcm",
+    "SSTREAM": "stringstream ostringstream istringstream",
+    "STRING": "string wstring basic_string string_view to_string stoi stol stoll stoul stoull stof stod stold "
+    "getline exception runtime_error logic_error invalid_argument out_of_range domain_error length_error "
+    "range_error overflow_error underflow_error",
+    "UNORDERED_MAP": "unordered_map unordered_multimap",
+}
+_STD_NAME = re.compile(r"\bstd\s*::\s*(\w+)")
+_LACKING_HEADER = re.compile(r"\bstd\b|incomplete type")
+_HALF_NAME = re.compile(r"half|bf16|bfloat16|fp16|float16", re.IGNORECASE)
+_USING_STD = re.compile(r"\busing\s+namespace\s+std\b")
+
+
+def std_headers_named(code: str) -> list[str] | None:
+    """The ``CUSET_STD_<HEADER>`` macros (see ``stubs/light/cuset_torch_light.h``) for the standard
+    headers ``code`` names members of, beyond those the stand-in always includes; None when it
+    says ``using namespace std`` (its names cannot be told apart). ``CUSET_STD_UNORDERED_MAP`` also
+    for the stand-in's ``saved_data`` map (autograd functions), ``CUSET_STD_HALF`` (CUDA's
+    half-precision headers) for code that names a half or bfloat16 type."""
+    if _USING_STD.search(code):
+        return None
+    named = set(_STD_NAME.findall(code))
+    wanted = [header for header, names in _STD_ON_DEMAND.items() if named & set(names.split())]
+    if "saved_data" in code and "UNORDERED_MAP" not in wanted:
+        wanted.append("UNORDERED_MAP")
+    if _HALF_NAME.search(code):  # CUDA's half-precision headers (and torch's types built on them)
+        wanted.append("HALF")
+    return [f"CUSET_STD_{header}" for header in wanted]
 
 
 def nvcc_path() -> str | None:
@@ -116,19 +164,19 @@ def compile_candidate(candidate: Candidate, settings: VerifySettings, workdir: P
         return CompileReport(False, refused, [], time.monotonic() - start, "", "")
     units = _units(candidate, settings, Path(workdir), nvcc)
     with ThreadPoolExecutor(max_workers=max(1, len(units))) as pool:
-        runs = list(pool.map(lambda unit: _run(unit, settings, Path(workdir)), units))
-    outcomes = [outcome for outcome, _ in runs]
+        runs = list(pool.map(lambda unit: _run_unit(unit, settings, Path(workdir)), units))
+    outcomes = [outcome for outcome, _, _ in runs]
     diagnostics: list[Diagnostic] = []
     resources: list[KernelResources] = []
     logs: list[str] = []
     ok = True
-    for unit, (outcome, output) in zip(units, runs):
-        logs.append(f"$ {shlex.join(unit.argv)}\n{output}")
+    for unit, (outcome, output, argv) in zip(units, runs):
+        logs.append(f"$ {shlex.join(argv)}\n{output}")
         unit_diagnostics = _diagnostics(output, unit, candidate)
         if not outcome.ok:
             ok = False
             if not any(d.severity == "error" for d in unit_diagnostics):
-                message = f"{Path(unit.argv[0]).name} {describe(outcome)}"
+                message = f"{Path(argv[0]).name} {describe(outcome)}"
                 unit_diagnostics.append(Diagnostic(severity="error", message=message))
         diagnostics.extend(unit_diagnostics)
         resources.extend(parse_resources(output))
@@ -137,7 +185,7 @@ def compile_candidate(candidate: Candidate, settings: VerifySettings, workdir: P
         diagnostics=_dedupe(diagnostics)[:MAX_DIAGNOSTICS],
         resources=resources,
         seconds=time.monotonic() - start,
-        command="\n".join(shlex.join(unit.argv) for unit in units),
+        command="\n".join(shlex.join(argv) for _, _, argv in runs),
         log="\n".join(logs),
         timed_out=any(outcome.timed_out for outcome in outcomes),
     )
@@ -186,6 +234,9 @@ def cuda_include_dir(nvcc: str) -> Path:
 
 def _units(candidate: Candidate, settings: VerifySettings, workdir: Path, nvcc: str) -> list[_Unit]:
     includes = [f"-I{folder}" for folder in include_dirs(settings.strict_headers, nvcc)]
+    code = "\n".join(part for ext in candidate.sources.extensions for part in (ext.cuda, ext.cpp))
+    on_demand = std_headers_named(code) if settings.std_on_demand and not settings.strict_headers else None
+    first_flags = [] if on_demand is None else ["-DCUSET_STD_ON_DEMAND", *(f"-D{macro}" for macro in on_demand)]
     units: list[_Unit] = []
     for index, ext in enumerate(candidate.sources.extensions):
         name = ext.name or f"cuset_ext{index}"
@@ -199,10 +250,16 @@ def _units(candidate: Candidate, settings: VerifySettings, workdir: Path, nvcc: 
                 nvcc, "-cubin", f"-arch={settings.arch}", "-Xptxas", "-v", CXX_STANDARD,
                 *TORCH_NVCC_FLAGS, *defines, *includes, "-o", f"ext{index}.cubin", path.name,
             ]  # fmt: skip
-            units.append(_Unit(path, argv, (source,)))
+            units.append(_Unit(path, argv, (source,), _first_try(argv, first_flags)))
         if candidate.kind == "python" and (ext.cpp.strip() or ext.functions):
-            units.append(_cpp_unit(ext, index, workdir, defines, includes))
+            unit = _cpp_unit(ext, index, workdir, defines, includes)
+            units.append(_Unit(unit.path, unit.argv, unit.sources, _first_try(unit.argv, first_flags)))
     return units
+
+
+def _first_try(argv: list[str], flags: list[str]) -> list[str]:
+    """``argv`` with ``flags`` after the compiler's name; nothing when there are no flags."""
+    return [argv[0], *flags, *argv[1:]] if flags else []
 
 
 def _cpp_unit(ext: InlineExtension, index: int, workdir: Path, defines: list[str], includes: list[str]) -> _Unit:
@@ -233,11 +290,29 @@ def _identifier(name: str) -> str:
     return re.sub(r"\W", "_", name) or "cuset_ext"
 
 
-def _run(unit: _Unit, settings: VerifySettings, workdir: Path) -> tuple[SandboxOutcome, str]:
-    """Compile one unit; its whole output goes to a file, because the sandbox keeps only the
-    tail of a pipe and the first errors are the ones that matter."""
+def _run_unit(unit: _Unit, settings: VerifySettings, workdir: Path) -> tuple[SandboxOutcome, str, list[str]]:
+    """Compile one unit: its first try when it has one, else (or when that fails other than by the
+    time limit) its full command, whose outcome and output then stand alone. Returns the outcome,
+    the compiler's output and the command that gave them."""
+    if unit.first_try:
+        outcome, output = _run(unit.first_try, unit, settings, workdir)
+        if outcome.ok or outcome.timed_out or not _may_lack_a_header(output):
+            return outcome, output, unit.first_try
+    return (*_run(unit.argv, unit, settings, workdir), unit.argv)
+
+
+def _may_lack_a_header(output: str) -> bool:
+    """Whether a failed first try's errors could come from a standard header it left out: one
+    names ``std`` or an incomplete type. Others (a typo in the kernel) are the candidate's under
+    any headers, and compiling again would only repeat them."""
+    return any("error" in line and _LACKING_HEADER.search(line) for line in output.splitlines())
+
+
+def _run(argv: list[str], unit: _Unit, settings: VerifySettings, workdir: Path) -> tuple[SandboxOutcome, str]:
+    """Run ``argv`` for ``unit``; its whole output goes to a file, because the sandbox keeps only
+    the tail of a pipe and the first errors are the ones that matter."""
     log = workdir / f"{unit.path.stem}.log"
-    argv = ["sh", "-c", 'exec "$@" > "$0" 2>&1', log.name, *unit.argv]
+    argv = ["sh", "-c", 'exec "$@" > "$0" 2>&1', log.name, *argv]
     outcome = run_sandboxed(argv, workdir=workdir, limits=settings.limits)
     try:
         with log.open("rb") as f:

@@ -86,6 +86,12 @@ class VerifySettings(BaseModel):
     tier: Tier = Tier.CPU
     arch: str = ARCH
     strict_headers: bool = Field(False, description="tier 1 against the real torch headers")
+    std_on_demand: bool = Field(
+        True,
+        description="tier 1 on the light stand-in: compile each unit first with only the standard headers its "
+        "code names (parsing the others is most of a unit's time), then, if that fails, with all of them; "
+        "False: all of them at once",
+    )
     seeds: int = TRIALS
     input_seed: int | None = Field(
         None,

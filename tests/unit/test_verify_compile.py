@@ -9,7 +9,7 @@ import pytest
 from verify_cases import GOOD, fenced, line_of
 
 from cuset_core.verify.candidate import parse_candidate
-from cuset_core.verify.compile import compile_candidate, parse_resources
+from cuset_core.verify.compile import compile_candidate, parse_resources, std_headers_named
 from cuset_core.verify.result import KernelResources
 from cuset_core.verify.settings import VerifySettings
 
@@ -65,6 +65,37 @@ def test_a_correct_candidate_compiles_and_reports_its_kernel(tmp_path):
     assert [r.kernel for r in report.resources] == ["relu_kernel(float const*, float*, int)"]
     assert report.resources[0].registers > 0
     assert "-arch=sm_90" in report.command and "-cubin" in report.command
+    # It names no header beyond what the stand-in needs, so its first try compiled it.
+    assert "-DCUSET_STD_ON_DEMAND" in report.command
+
+
+def test_the_standard_headers_a_first_try_includes_are_those_the_code_names():
+    code = "std::vector<int> v; std::sort(v.begin(), v.end()); std::cout << v.size(); std :: ostringstream s;"
+    assert std_headers_named(code) == ["CUSET_STD_ALGORITHM", "CUSET_STD_IOSTREAM", "CUSET_STD_SSTREAM"]
+    assert std_headers_named("torch::Tensor f(torch::Tensor x) { return x; }") == []
+    dispatch = 'TORCH_CHECK(n > 0, "n: " + std::to_string(n)); AT_DISPATCH_FLOATING_TYPES_AND_HALF(t, "f", ...);'
+    assert std_headers_named(dispatch) == ["CUSET_STD_STRING", "CUSET_STD_HALF"]
+    assert std_headers_named('ctx->saved_data["alpha"] = alpha;') == ["CUSET_STD_UNORDERED_MAP"]
+    # Unqualified names could come from any header: no first try.
+    assert std_headers_named("using namespace std;\nvector<int> v;") is None
+
+
+@pytest.mark.nvcc
+def test_a_standard_name_the_first_try_does_not_know_is_compiled_again_with_every_header(tmp_path):
+    # std::basic_ostringstream is <sstream>'s, which real torch/extension.h includes; the table
+    # lists only its common aliases.
+    cu = GOOD.replace(
+        "torch::Tensor relu_cuda(",
+        "size_t digits(int v) { std::basic_ostringstream<char> s; s << v; return s.str().size(); }\n"
+        "torch::Tensor relu_cuda(",
+        1,
+    )
+    assert cu != GOOD
+    report = compile_text(fenced(cu), tmp_path)
+    assert report.ok, report.log
+    nvcc, gxx = report.command.splitlines()
+    assert "-DCUSET_STD_ON_DEMAND" not in nvcc, "the CUDA unit's first try should have failed"
+    assert "-DCUSET_STD_ON_DEMAND" in gxx, "the C++ unit does not use it: its first try stands"
 
 
 @pytest.mark.nvcc
@@ -79,6 +110,8 @@ def test_a_compile_error_points_at_its_line_in_the_answer(tmp_path):
     text = fenced(GOOD.replace("if (i < n) y[i] = x[i]", "if (i < n) y[i] = undefined_name[i]"))
     report = compile_text(text, tmp_path)
     assert not report.ok
+    # A typo is the candidate's under any headers: its first try's errors stand.
+    assert "-DCUSET_STD_ON_DEMAND" in report.command
     errors = [d for d in report.diagnostics if d.severity == "error"]
     assert errors[0].message == 'identifier "undefined_name" is undefined'
     assert errors[0].line == line_of(text, "    if (i < n) y[i] = undefined_name")
