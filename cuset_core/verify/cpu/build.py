@@ -26,6 +26,7 @@ The light preludes shadow ``torch/extension.h`` and its siblings with themselves
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import os
@@ -258,6 +259,21 @@ def _prepare(chain: Toolchain, folder: Path, prelude: Prelude) -> Path:
         _world_readable(folder)  # one built before the sandbox ran as a uid of its own
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
+    # One build per prelude at a time, across threads and processes: a service's workers (or an
+    # eval's) that all start verifying at once each built every prelude side by side, and the full
+    # one takes 1.4 GB of g++ (18 at once ran a 24 GB machine out of memory). The others wait for
+    # it and then find it built.
+    lock = os.open(folder.parent / f"{folder.name}.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (folder / (PCH_NAME + ".gch")).is_file():
+            return folder
+        return _build_prelude(chain, folder, prelude)
+    finally:
+        os.close(lock)
+
+
+def _build_prelude(chain: Toolchain, folder: Path, prelude: Prelude) -> Path:
     staging = Path(tempfile.mkdtemp(prefix="building-", dir=folder.parent))
     _world_readable(staging)
     try:
