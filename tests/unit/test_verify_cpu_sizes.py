@@ -195,3 +195,65 @@ def test_planning_sizes_loads_no_torch_dynamo_and_plans_as_it_would_with_it():
     loaded, without, with_dynamo = json.loads(done.stdout.splitlines()[-1])
     assert not loaded
     assert without == with_dynamo and any(without)  # some demo problems do shrink to 4,096 elements
+
+
+# ---------------------------------------------------------------- a timeout at the reduced sizes
+
+BIG_RELU_PROBLEM = RELU_PROBLEM.replace("n_elements = 4096", "n_elements = 1 << 20")
+QUICK = VerifySettings(tier=Tier.CPU, max_elements=1 << 16, limits=SandboxLimits(wall_s=120, cpu_s=4))
+
+
+def relu_candidate(body: str) -> str:
+    """A relu answer whose kernel runs ``body`` (with ``x``, ``y``, ``i`` and ``n``) per thread."""
+    return f'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_src = r"""
+#include <torch/extension.h>
+
+__global__ void relu_each(const float* x, float* y, long n) {{
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+{body}
+}}
+
+torch::Tensor relu(torch::Tensor x) {{
+    auto y = torch::empty_like(x);
+    long n = x.numel();
+    relu_each<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}}
+"""
+
+ext = load_inline(name="relu_each_ext", cpp_sources="torch::Tensor relu(torch::Tensor x);",
+                  cuda_sources=cuda_src, functions=["relu"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.relu(x)
+'''
+
+
+@pytest.mark.slow
+def test_a_right_kernel_too_slow_at_the_reduced_sizes_passes_at_smaller_ones():
+    # Every thread reads the whole input (a count of NaNs, always 0): right, and quadratic in the
+    # data, as kernels that give each output element a block of threads are in fibers. Past the
+    # 4 CPU-s limit at 65,536 elements; at 1,024 it takes a fraction of a second.
+    slow = "    float nans = 0.0f;\n    for (long j = 0; j < n; ++j) nans += x[j] != x[j];\n    y[i] = fmaxf(x[i], 0.0f) + nans;"
+    result = run_cpu_tier(BIG_RELU_PROBLEM, parse_candidate(relu_candidate(slow)), QUICK)
+    assert result.verdict is Verdict.PASS, result.reason
+    assert result.reason.startswith("at the smaller sizes n_elements=1024: 5 trials within tolerance")
+    assert "it timed out at the reduced sizes" in result.reason
+    assert any(name.startswith("reduced_") for name in result.timings_s)
+
+
+@pytest.mark.slow
+def test_a_kernel_that_never_ends_times_out_at_the_smaller_sizes_too():
+    endless = "    for (;;) y[i] += 1.0f;"
+    result = run_cpu_tier(BIG_RELU_PROBLEM, parse_candidate(relu_candidate(endless)), QUICK)
+    assert result.verdict is Verdict.TIMEOUT
+    assert result.reason.startswith("at the smaller sizes n_elements=1024: ")
+    assert "it timed out at the reduced sizes" in result.reason

@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from cuset_core.verify.candidate import Candidate
-from cuset_core.verify.contracts import CpuJob, HarnessJob, PrebuildExtension, ReferenceDetails, clip, tail
+from cuset_core.verify.contracts import (
+    CpuJob,
+    HarnessJob,
+    PrebuildExtension,
+    ReferenceDetails,
+    clip,
+    named_sizes,
+    tail,
+)
 from cuset_core.verify.cpu.build import (
     ARCH,
     BuildError,
@@ -47,6 +55,13 @@ from cuset_core.verify.tier_run import PlannedLibrary, ReferenceRun, TierSpec
 HARNESS_MODULE = "cuset_core.verify.cpu.harness"
 # Failures that reduced sizes can cause in a correct kernel that hard-codes the original ones.
 _SIZE_SENSITIVE = {Verdict.RUNTIME_ERROR, Verdict.VALUE_MISMATCH, Verdict.SHAPE_MISMATCH}
+# A candidate that timed out at the reduced sizes runs once more at this many times fewer elements,
+# with this share of the time limits (at least SMALLER_MIN_S seconds): tier 2 runs every GPU thread
+# as a fiber, so a kernel that launches a block per output element (conv kernels often do) is
+# slow here in proportion to its data, while one that never ends times out again, soon.
+SMALLER_BY = 64
+SMALLER_TIME_SHARE = 0.25
+SMALLER_MIN_S = 10
 
 __all__ = ["run_cpu_tier", "start_reference"]
 
@@ -210,9 +225,48 @@ def run_cpu_tier(
     result, details = judge(spec, problem_code, candidate, settings, job, references)
     if result.verdict in _SIZE_SENSITIVE and details.candidate_job.overrides:
         result = _at_original_sizes(spec, problem_code, candidate, settings, job, result, details, references)
+    elif result.verdict is Verdict.TIMEOUT and details.candidate_job.overrides and job.max_elements >= SMALLER_BY:
+        result = _at_smaller_sizes(spec, problem_code, candidate, settings, job, result, references)
     if pch_s > 1.0:
         result.timings_s["pch"] = pch_s
     return result
+
+
+def _at_smaller_sizes(
+    spec: TierSpec,
+    problem_code: str,
+    candidate: Candidate,
+    settings: VerifySettings,
+    job: CpuJob,
+    timed_out: VerifyResult,
+    references: ReferencePool | None = None,
+) -> VerifyResult:
+    """The verdict for a candidate that timed out at the reduced sizes: its check again, second
+    size included, at ``SMALLER_BY`` times fewer elements under a share of the time limits.
+
+    Its verdict there stands, and its reason says both runs. This gives a candidate nothing it
+    could not have at the first sizes: the sizes still follow from the problem's text (as the
+    first ones do), the candidate is still checked at two of them, and one that never ends costs
+    a quarter of the time limit more."""
+    smaller = job.max_elements // SMALLER_BY
+    retry = job.model_copy(
+        update={
+            "max_elements": smaller,
+            "second_max_elements": max(1, smaller // 2) if job.second_max_elements is not None else None,
+        }
+    )
+    limits = spec.limits.model_copy(
+        update={
+            "wall_s": max(SMALLER_MIN_S, spec.limits.wall_s * SMALLER_TIME_SHARE),
+            "cpu_s": max(SMALLER_MIN_S, math.ceil(spec.limits.cpu_s * SMALLER_TIME_SHARE)),
+        }
+    )
+    result, details = judge(replace(spec, limits=limits), problem_code, candidate, settings, retry, references)
+    sizes = named_sizes(details.candidate_job.overrides) if details.candidate_job.overrides else f"{smaller} elements"
+    first = f"it timed out at the reduced sizes ({timed_out.reason})"
+    reason = f"at the smaller sizes {sizes}: {result.reason}; {first}"
+    timings = {**result.timings_s, **{f"reduced_{k}": v for k, v in timed_out.timings_s.items()}}
+    return result.model_copy(update={"reason": clip(reason), "timings_s": timings})
 
 
 def _at_original_sizes(
