@@ -8,9 +8,9 @@ plus the ``PYBIND11_MODULE`` that ``load_inline`` generates from ``functions=`` 
 ``g++ -fsyntax-only``. By default the torch headers are a light stand-in (``stubs/light``,
 about a second per unit), and each unit is first compiled with only the standard headers the
 code names (``std_headers_named``; parsing the rest is most of a unit's time), then, if that
-fails with an error that a left-out header could cause, with all of them; with ``settings.strict_headers`` they are the installed wheel's own,
-with stand-ins only for what a CPU wheel lacks (``stubs/strict``). Both modes get
-``stubs/common`` for the CUDA math libraries missing here. ``#line`` directives name each
+fails with an error that a left-out header could cause, with all of them; with
+``settings.strict_headers`` they are the installed wheel's own, with stand-ins only for what a
+CPU wheel lacks (``stubs/strict``). Both modes get ``stubs/common`` for the CUDA math libraries missing here. ``#line`` directives name each
 source, so every diagnostic maps back to its line in the candidate file through the source
 offset maps.
 """
@@ -25,7 +25,7 @@ import sysconfig
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cuset_core.analysis.sources import InlineExtension, OffsetMap
@@ -253,7 +253,7 @@ def _units(candidate: Candidate, settings: VerifySettings, workdir: Path, nvcc: 
             units.append(_Unit(path, argv, (source,), _first_try(argv, first_flags)))
         if candidate.kind == "python" and (ext.cpp.strip() or ext.functions):
             unit = _cpp_unit(ext, index, workdir, defines, includes)
-            units.append(_Unit(unit.path, unit.argv, unit.sources, _first_try(unit.argv, first_flags)))
+            units.append(replace(unit, first_try=_first_try(unit.argv, first_flags)))
     return units
 
 
