@@ -22,7 +22,7 @@ from cuset_core.verify.settings import VerifySettings
 # 3: judge apart from the candidate, internal_error; 4: the hardened tier 2 (issue 23: kernels-off run,
 # racing trials, poisoned allocations, drawn seeds, wide trials, the second size in the same process);
 # 5: a timeout at the reduced sizes is checked again at smaller ones (a cached timeout may now pass)
-CODE_VERSION = "verify-5"
+CODE_VERSION = "verify-6"
 
 
 def default_cache_dir() -> Path:

@@ -125,6 +125,10 @@ _STD_ON_DEMAND = {
     "UNORDERED_MAP": "unordered_map unordered_multimap",
 }
 _STD_NAME = re.compile(r"\bstd\s*::\s*(\w+)")
+# A call by a bare name (not a member's, not another namespace's): argument-dependent lookup finds
+# std's function of that name wherever the header that declares it is included, beside any of the
+# candidate's own, so what compiles depends on the header (``sort(v.begin(), v.end())``).
+_BARE_CALL = re.compile(r"(?<![\w.:])(?<!->)([A-Za-z_]\w*)\s*\(")
 _LACKING_HEADER = re.compile(r"\bstd\b|incomplete type")
 _HALF_NAME = re.compile(r"half|bf16|bfloat16|fp16|float16", re.IGNORECASE)
 _USING_STD = re.compile(r"\busing\s+namespace\s+std\b")
@@ -132,13 +136,15 @@ _USING_STD = re.compile(r"\busing\s+namespace\s+std\b")
 
 def std_headers_named(code: str) -> list[str] | None:
     """The ``CUSET_STD_<HEADER>`` macros (see ``stubs/light/cuset_torch_light.h``) for the standard
-    headers ``code`` names members of, beyond those the stand-in always includes; None when it
-    says ``using namespace std`` (its names cannot be told apart). ``CUSET_STD_UNORDERED_MAP`` also
+    headers ``code`` names members of, as ``std::name`` or as a bare call ``name(...)`` (which
+    argument-dependent lookup can resolve to std's, or find ambiguous with it), beyond those the
+    stand-in always includes; None when it says ``using namespace std`` (its names cannot be told
+    apart). ``CUSET_STD_UNORDERED_MAP`` also
     for the stand-in's ``saved_data`` map (autograd functions), ``CUSET_STD_HALF`` (CUDA's
     half-precision headers) for code that names a half or bfloat16 type."""
     if _USING_STD.search(code):
         return None
-    named = set(_STD_NAME.findall(code))
+    named = set(_STD_NAME.findall(code)) | set(_BARE_CALL.findall(code))
     wanted = [header for header, names in _STD_ON_DEMAND.items() if named & set(names.split())]
     if "saved_data" in code and "UNORDERED_MAP" not in wanted:
         wanted.append("UNORDERED_MAP")

@@ -21,6 +21,10 @@ that names the fault, and the reason says why.
    uninitialised dynamic shared accumulator, an opt-in smaller than the launch, a racing update in
    a ``__device__`` helper, host code reading device memory, a kernel special-cased for the
    reduced size (torch in its binding, or a claimed build failure, at any other size).
+7. The verifier's own shortcuts: tier 1's first try with only the standard headers the code
+   names (a ``sort`` of the candidate's own that torch's headers make ambiguous, a bare
+   ``accumulate`` found by argument-dependent lookup), and tier 2's check at smaller sizes after a
+   timeout (a candidate right at those sizes and endless above them, in C++ or in Python).
 
 Attacks that still work are strict ``xfail`` tests whose reason is the finding. The tier-2
 candidates compute the row sums of ``cpu_cases/rowsum_problem.py`` with one extension that holds
@@ -43,6 +47,7 @@ from safetensors.torch import save
 
 from cuset_core.verify import cpu, judge
 from cuset_core.verify.candidate import parse_candidate
+from cuset_core.verify.compile import CompileReport, compile_candidate
 from cuset_core.verify.contracts import (
     OUTPUTS_FILE,
     REASON_CHARS,
@@ -695,3 +700,139 @@ def test_a_kernel_right_only_at_the_reduced_size_cannot_keep_its_pass_by_claimin
     result = tier2(candidate(forward), libraries, LARGE_PROBLEM)
     assert result.verdict is not Verdict.PASS, (result.reason, result.log[-2000:])
     assert "it passed at the sizes COLS=" in result.reason, result.reason
+
+
+# ---------------------------------------------------------------- (7) the verifier's own shortcuts
+# Tier 1 compiles first with only the standard headers the code names; tier 2 checks a candidate
+# that timed out at the reduced sizes again at smaller ones. Each shortcut must give the verdict the
+# long way gives (tier 1), or never a pass the long way would not give (tier 2).
+
+OWN_SORT = r"""
+template <typename It> void sort(It first, It last) {
+    for (It i = first; i != last; ++i)
+        for (It j = i; j != last; ++j)
+            if (*j < *i) { auto t = *i; *i = *j; *j = t; }
+}
+"""
+
+
+def sizes_sorted(cuda_body: str, helper: str = "") -> str:
+    """An answer whose C++ binding runs ``cuda_body`` on ``std::vector<int64_t> sizes`` (the input's
+    sizes) before launching the honest row-sum kernel; ``helper`` is defined above the binding."""
+    cuda = f"""
+#include <torch/extension.h>
+#include <vector>
+
+__global__ void rowsum_kernel(const float* x, float* out, int rows, int cols) {{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    float sum = 0.f;
+    for (int c = 0; c < cols; ++c) sum += x[r * cols + c];
+    out[r] = sum;
+}}
+{helper}
+torch::Tensor rowsum(torch::Tensor x) {{
+    std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+{cuda_body}
+    auto out = torch::empty({{x.size(0)}}, x.options());
+    int rows = x.size(0), cols = x.size(1);
+    rowsum_kernel<<<(rows + 255) / 256, 256>>>(x.data_ptr<float>(), out.data_ptr<float>(), rows, cols);
+    return out;
+}}
+"""
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline(name="sorted_sizes_ext", cpp_sources="torch::Tensor rowsum(torch::Tensor x);",
+                  cuda_sources=r"""{cuda}""", functions=["rowsum"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.rowsum(x)
+'''
+
+
+def tier1_both_ways(answer: str, tmp_path: Path) -> tuple[CompileReport, CompileReport]:
+    """Tier 1's report on ``answer`` with the standard headers on demand (as it runs) and with every
+    header at once (as a GPU's nvcc sees torch's own headers)."""
+    reports = []
+    for on_demand in (True, False):
+        folder = tmp_path / f"on_demand_{on_demand}"
+        folder.mkdir()
+        reports.append(compile_candidate(parse_candidate(answer), VerifySettings(std_on_demand=on_demand), folder))
+    return reports[0], reports[1]
+
+
+@pytest.mark.nvcc
+def test_a_sort_of_the_candidates_own_that_torchs_headers_make_ambiguous_fails_tier_1(tmp_path):
+    # With <algorithm> in (torch/extension.h brings it), argument-dependent lookup finds std::sort
+    # beside the candidate's own: nvcc calls the call ambiguous. The code never says std::sort.
+    answer = sizes_sorted("    sort(sizes.begin(), sizes.end());", helper=OWN_SORT)
+    on_demand, every_header = tier1_both_ways(answer, tmp_path)
+    assert not every_header.ok, "the long way must refuse it for this test to mean anything"
+    assert not on_demand.ok, on_demand.command
+    assert "more than one instance" in on_demand.log, on_demand.log[-2000:]
+
+
+@pytest.mark.nvcc
+def test_a_bare_accumulate_that_argument_dependent_lookup_resolves_compiles_at_tier_1(tmp_path):
+    # No std:: anywhere, yet it compiles against torch's headers (<numeric> is among them): the
+    # vector's iterators lead argument-dependent lookup to std::accumulate.
+    answer = sizes_sorted('    TORCH_CHECK(accumulate(sizes.begin(), sizes.end(), int64_t{0}) > 0, "empty input");')
+    on_demand, every_header = tier1_both_ways(answer, tmp_path)
+    assert every_header.ok, every_header.log[-2000:]
+    assert on_demand.ok, on_demand.log[-2000:]
+
+
+# Time limits small enough that a candidate which never ends costs seconds; the relu problem's
+# 16 x 16384 inputs are reduced to 65,536 elements, and to 1,024 (16 x 64) at the smaller sizes.
+QUICK = VerifySettings(tier=Tier.CPU, max_elements=1 << 16, limits=SandboxLimits(wall_s=120, cpu_s=4))
+RELU_EXT = r"""
+#include <torch/extension.h>
+
+__global__ void relu_kernel(const float* x, float* y, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = fmaxf(x[i], 0.0f);
+}
+
+torch::Tensor relu(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    long n = x.numel();
+    HANG_ABOVE
+    relu_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+
+
+def relu_hanging_above(limit: int, where: str) -> str:
+    """A right relu at most ``limit`` elements that never ends above it, in its C++ binding or in
+    its Python forward (``where``): on a GPU, at the problem's real sizes, it hangs."""
+    cxx = f"if (n > {limit}) for (volatile long spin = 0;; ++spin) {{}}" if where == "c++" else ""
+    python = f"        while x.numel() > {limit}:\n            pass\n" if where == "python" else ""
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline(name="relu_hang_ext", cpp_sources="torch::Tensor relu(torch::Tensor x);",
+                  cuda_sources=r"""{RELU_EXT.replace("HANG_ABOVE", cxx)}""", functions=["relu"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+{python}        return ext.relu(x)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["c++", "python"])
+def test_a_kernel_that_never_ends_above_the_smaller_sizes_keeps_its_timeout(where):
+    # The smaller sizes follow from the problem's text, so a candidate can be right at them and
+    # endless above them: the timeout at the reduced sizes stands.
+    answer = relu_hanging_above(QUICK.max_elements // cpu.SMALLER_BY, where)
+    result = run_cpu_tier(RELU_PROBLEM, parse_candidate(answer), QUICK)
+    assert_verdict(result, Verdict.TIMEOUT)
+    assert "at the smaller sizes DIM=64 it passes" in result.reason, result.reason
+    assert result.reason.endswith("so the timeout stands"), result.reason

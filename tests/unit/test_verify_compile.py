@@ -76,6 +76,13 @@ def test_the_standard_headers_a_first_try_includes_are_those_the_code_names():
     dispatch = 'TORCH_CHECK(n > 0, "n: " + std::to_string(n)); AT_DISPATCH_FLOATING_TYPES_AND_HALF(t, "f", ...);'
     assert std_headers_named(dispatch) == ["CUSET_STD_STRING", "CUSET_STD_HALF"]
     assert std_headers_named('ctx->saved_data["alpha"] = alpha;') == ["CUSET_STD_UNORDERED_MAP"]
+    # A bare call may resolve to std's by argument-dependent lookup; a member's or another
+    # namespace's may not.
+    assert std_headers_named("sort(v.begin(), v.end()); int s = accumulate (v.begin(), v.end(), 0);") == [
+        "CUSET_STD_ALGORITHM",
+        "CUSET_STD_NUMERIC",
+    ]
+    assert std_headers_named("auto m = t.max(); auto c = p->count(); thrust::sort(a, b);") == []
     # Unqualified names could come from any header: no first try.
     assert std_headers_named("using namespace std;\nvector<int> v;") is None
 

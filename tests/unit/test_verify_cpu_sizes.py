@@ -238,16 +238,17 @@ class ModelNew(nn.Module):
 
 
 @pytest.mark.slow
-def test_a_right_kernel_too_slow_at_the_reduced_sizes_passes_at_smaller_ones():
+def test_a_right_kernel_too_slow_at_the_reduced_sizes_is_a_timeout_that_says_it_passes_at_smaller_ones():
     # Every thread reads the whole input (a count of NaNs, always 0): right, and quadratic in the
     # data, as kernels that give each output element a block of threads are in fibers. Past the
-    # 4 CPU-s limit at 65,536 elements; at 1,024 it takes a fraction of a second.
+    # 4 CPU-s limit at 65,536 elements; at 1,024 it takes a fraction of a second. The judge cannot
+    # tell it from a kernel that never ends above 1,024 elements, so the timeout stands.
     slow = "    float nans = 0.0f;\n    for (long j = 0; j < n; ++j) nans += x[j] != x[j];\n    y[i] = fmaxf(x[i], 0.0f) + nans;"
     result = run_cpu_tier(BIG_RELU_PROBLEM, parse_candidate(relu_candidate(slow)), QUICK)
-    assert result.verdict is Verdict.PASS, result.reason
-    assert result.reason.startswith("at the smaller sizes n_elements=1024: 5 trials within tolerance")
-    assert "it timed out at the reduced sizes" in result.reason
-    assert any(name.startswith("reduced_") for name in result.timings_s)
+    assert result.verdict is Verdict.TIMEOUT, result.reason
+    assert "; at the smaller sizes n_elements=1024 it passes (5 trials within tolerance" in result.reason
+    assert result.reason.endswith("so the timeout stands")
+    assert any(name.startswith("smaller_") for name in result.timings_s)
 
 
 @pytest.mark.slow

@@ -58,7 +58,8 @@ _SIZE_SENSITIVE = {Verdict.RUNTIME_ERROR, Verdict.VALUE_MISMATCH, Verdict.SHAPE_
 # A candidate that timed out at the reduced sizes runs once more at this many times fewer elements,
 # with this share of the time limits (at least SMALLER_MIN_S seconds): tier 2 runs every GPU thread
 # as a fiber, so a kernel that launches a block per output element (conv kernels often do) is
-# slow here in proportion to its data, while one that never ends times out again, soon.
+# slow here in proportion to its data. A failure there is the verdict; a pass there only names
+# the likely cause in the timeout's reason (see _at_smaller_sizes).
 SMALLER_BY = 64
 SMALLER_TIME_SHARE = 0.25
 SMALLER_MIN_S = 10
@@ -241,13 +242,14 @@ def _at_smaller_sizes(
     timed_out: VerifyResult,
     references: ReferencePool | None = None,
 ) -> VerifyResult:
-    """The verdict for a candidate that timed out at the reduced sizes: its check again, second
-    size included, at ``SMALLER_BY`` times fewer elements under a share of the time limits.
+    """The verdict for a candidate that timed out at the reduced sizes, after its check again,
+    second size included, at ``SMALLER_BY`` times fewer elements under a share of the time limits.
 
-    Its verdict there stands, and its reason says both runs. This gives a candidate nothing it
-    could not have at the first sizes: the sizes still follow from the problem's text (as the
-    first ones do), the candidate is still checked at two of them, and one that never ends costs
-    a quarter of the time limit more."""
+    A failure there (a wrong value, a crash, another timeout) is the verdict, with both runs in
+    its reason. A pass there leaves the timeout standing, its reason saying that the candidate
+    passes at the smaller sizes: nothing the judge can trust tells a kernel that is slow on
+    fibers at the reduced sizes from one that never ends above some size and is right below it
+    (``if (n > 100000) for (;;);``), which a GPU would hang on at the real sizes."""
     smaller = job.max_elements // SMALLER_BY
     retry = job.model_copy(
         update={
@@ -263,9 +265,14 @@ def _at_smaller_sizes(
     )
     result, details = judge(replace(spec, limits=limits), problem_code, candidate, settings, retry, references)
     sizes = named_sizes(details.candidate_job.overrides) if details.candidate_job.overrides else f"{smaller} elements"
-    first = f"it timed out at the reduced sizes ({timed_out.reason})"
-    reason = f"at the smaller sizes {sizes}: {result.reason}; {first}"
-    timings = {**result.timings_s, **{f"reduced_{k}": v for k, v in timed_out.timings_s.items()}}
+    timings = {**timed_out.timings_s, **{f"smaller_{k}": v for k, v in result.timings_s.items()}}
+    if result.verdict is Verdict.PASS:
+        reason = (
+            f"{timed_out.reason}; at the smaller sizes {sizes} it passes ({result.reason}), but tier 2 cannot tell a "
+            "kernel that is slow on CPU fibers from one that never ends at larger sizes, so the timeout stands"
+        )
+        return timed_out.model_copy(update={"reason": clip(reason), "timings_s": timings})
+    reason = f"at the smaller sizes {sizes}: {result.reason}; it timed out at the reduced sizes ({timed_out.reason})"
     return result.model_copy(update={"reason": clip(reason), "timings_s": timings})
 
 

@@ -319,8 +319,12 @@ def _world_readable(folder: Path) -> None:
 
 
 def translation_unit(name: str, cuda: str, cpp: str, functions: list[str] | None) -> str:
-    """The single source file g++ compiles for one extension."""
-    parts = []
+    """The single source file g++ compiles for one extension.
+
+    It defines ``TORCH_EXTENSION_NAME`` itself: on g++'s command line the macro would come before
+    the precompiled prelude, whose headers mention it, and g++ would then quietly parse the whole
+    prelude again (about a second per build)."""
+    parts = [f"#define TORCH_EXTENSION_NAME {name}"]
     if cuda:
         parts += [f"#define {macro} {value}" for macro, value in DEVICE_PASS_MACROS]
         parts += ['#line 1 "cuda_sources"', rewrite_source(cuda)]
@@ -349,23 +353,8 @@ def compile_extension(
     met_before: str | None = None
     for attempt, folder in enumerate(preludes, start=1):
         prelude = prelude_named(folder)
-        compile_cmd = [
-            "g++",
-            "-Winvalid-pch",
-            "-include",
-            str(folder / PCH_NAME),
-            *CXX_FLAGS,
-            f"-DTORCH_EXTENSION_NAME={name}",
-            *extra_flags,
-            f"-I{folder / 'include'}",
-            *chain.flags_for(prelude),
-            "-c",
-            str(source_path),
-            "-o",
-            str(workdir / f"{name}.o"),
-        ]
         try:
-            _run(compile_cmd, workdir)
+            _run(compile_command(source_path, workdir / f"{name}.o", folder, chain, extra_flags), workdir)
             _run(_link_command(workdir / f"{name}.o", library, chain, prelude), workdir)
             if prelude.bridge:
                 _check_defined(library)
@@ -376,6 +365,29 @@ def compile_extension(
             continue
         return library
     raise BuildError("no prelude to build with")
+
+
+def compile_command(
+    source: Path, obj: Path, folder: Path, chain: Toolchain, extra_flags: tuple[str, ...] = ()
+) -> list[str]:
+    """g++'s command line compiling ``source`` into ``obj`` on the precompiled prelude in ``folder``.
+
+    Nothing here may define a macro the prelude's headers mention (g++ would not use the prelude:
+    ``tests/unit/test_verify_cpu_preludes.py`` checks)."""
+    return [
+        "g++",
+        "-Winvalid-pch",
+        "-include",
+        str(folder / PCH_NAME),
+        *CXX_FLAGS,
+        *extra_flags,
+        f"-I{folder / 'include'}",
+        *chain.flags_for(prelude_named(folder)),
+        "-c",
+        str(source),
+        "-o",
+        str(obj),
+    ]
 
 
 def built_with(library: Path) -> str:
