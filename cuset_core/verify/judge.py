@@ -38,7 +38,6 @@ import re
 import shutil
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -177,9 +176,7 @@ def _result(spec: TierSpec, verdict: Verdict, reason: str, **fields: Any) -> Ver
     return VerifyResult(verdict=verdict, tier=spec.tier, tiers_run=[spec.tier], reason=clip(reason), **fields)
 
 
-def _run_side(
-    spec: TierSpec, side: str, folder: Path, job: HarnessJob, cancel: threading.Event | None = None
-) -> SandboxOutcome:
+def _run_side(spec: TierSpec, side: str, folder: Path, job: HarnessJob) -> SandboxOutcome:
     (folder / "job.json").write_text(job.model_dump_json())
     return run_sandboxed(
         [sys.executable, "-m", spec.module, side, str(folder / "job.json")],
@@ -187,7 +184,7 @@ def _run_side(
         limits=spec.limits,
         env=spec.env(folder),
         readable=spec.readable,
-        cancel=cancel,
+        cancel=spec.cancel,
     )
 
 
@@ -207,10 +204,10 @@ def _start_side(spec: TierSpec, side: str, folder: Path) -> StartedSandbox | con
     )
 
 
-def _finish_side(started: StartedSandbox, folder: Path, job: HarnessJob) -> SandboxOutcome:
+def _finish_side(spec: TierSpec, started: StartedSandbox, folder: Path, job: HarnessJob) -> SandboxOutcome:
     """Hand ``job`` and the files of ``folder`` to a side started early, and wait for it."""
     (folder / "job.json").write_text(job.model_dump_json())
-    return started.finish()
+    return started.finish(spec.cancel)
 
 
 def _without_report(spec: TierSpec, side: str, outcome: SandboxOutcome) -> VerifyResult:
@@ -276,16 +273,14 @@ def _claimed_failure(spec: TierSpec, report: CandidateReport) -> VerifyResult:
     return _result(spec, verdict, f"{reason} {said}", log=report.log, launches=dict(report.launches))
 
 
-def run_reference(
-    spec: TierSpec, root: Path, problem_code: str, job: HarnessJob, cancel: threading.Event | None = None
-) -> ReferenceRun | VerifyResult:
+def run_reference(spec: TierSpec, root: Path, problem_code: str, job: HarnessJob) -> ReferenceRun | VerifyResult:
     """Run the reference side; its data, or the result that ends verification (its folder is gone
-    either way). ``SandboxCancelled`` when ``cancel`` is set while it runs."""
+    either way). ``SandboxCancelled`` when ``spec.cancel`` is set while it runs."""
     folder = root / "reference"
     folder.mkdir()
     try:
         (folder / "problem.py").write_text(problem_code)
-        outcome = _run_side(spec, "reference", folder, job, cancel)
+        outcome = _run_side(spec, "reference", folder, job)
         try:
             report = read_report(folder, ReferenceReport)
             if report is None:
@@ -327,7 +322,7 @@ def run_candidate(
     (folder / INPUTS_FILE).write_bytes(reference.inputs)
     # The candidate gets the inputs, never the seed they were drawn with.
     job = job.model_copy(update={"candidate": candidate_file, "input_seed": None})
-    outcome = _run_side(spec, "candidate", folder, job) if started is None else _finish_side(started, folder, job)
+    outcome = _run_side(spec, "candidate", folder, job) if started is None else _finish_side(spec, started, folder, job)
     try:
         return judge_candidate_data(spec, folder, outcome, reference, settings)
     except UntrustedFileError as exc:

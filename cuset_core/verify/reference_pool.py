@@ -15,9 +15,9 @@ next batch draws new inputs. A pool is not a cache across batches: a fixed, publ
 a table of answers pass (``contracts.with_input_seed``).
 
 A run in flight is shared too: a candidate that needs a reference another thread is running waits
-for that run instead of starting a second (the verification pipeline starts tier 2's reference
-while tier 1 compiles, :func:`cuset_core.verify.cpu.start_reference`). A run that fails or is
-cancelled leaves its waiters to run their own.
+for that run instead of starting a second (the verification pipeline starts tier 2 while tier 1
+compiles, :class:`cuset_core.verify.run.EarlyTier`, and an eval verifies samples of one
+problem side by side). A run that fails or is cancelled leaves its waiters to run their own.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 
 from cuset_core.verify.cache import VerifyCache, cache_key, default_cache_dir
@@ -107,17 +108,15 @@ def _pipeline(
         # Fail closed: tiers 1-3 run the candidate's code (compilers included) in the sandbox.
         first = Tier.COMPILE if nvcc_path() is not None or settings.tier is Tier.COMPILE else Tier.CPU
         return _internal_error(first, result, refused, ""), True
-    early: threading.Event | None = None
-    if settings.tier.rank >= Tier.CPU.rank and settings.overlap_reference:
-        # Tier 2's reference does not depend on the candidate: it runs while tier 1 compiles,
-        # into the batch's pool or one of this verification's own.
-        references = references if references is not None else ReferencePool(capacity=1)
-        early = _start_reference(problem_code, candidate, settings, references)
+    early: EarlyTier | None = None
+    if settings.tier.rank >= Tier.CPU.rank and settings.overlap_tiers:
+        # Tier 2 depends on nothing of tier 1's: it runs while tier 1 compiles.
+        early = _start_cpu_tier(problem_code, candidate, settings, libraries, references)
     try:
-        return _from_tier_1(problem_code, candidate, settings, result, libraries, references, on_tier)
+        return _from_tier_1(problem_code, candidate, settings, result, libraries, references, on_tier, early)
     finally:
         if early is not None:
-            early.set()  # tier 2 has taken it, or never will
+            early.cancel()  # done already, or tier 1 rejected the candidate
 
 
 def _from_tier_1(
@@ -128,8 +127,10 @@ def _from_tier_1(
     libraries: LibraryCache | None,
     references: ReferencePool | None,
     on_tier: Callable[[Tier], None],
+    early: EarlyTier | None = None,
 ) -> tuple[VerifyResult, bool]:
-    """Tiers 1 to ``settings.tier`` after tier 0 passed with ``result``."""
+    """Tiers 1 to ``settings.tier`` after tier 0 passed with ``result`` (tier 2 from ``early``,
+    started beside tier 1, when given)."""
     machine_lacks_nvcc = False
     if settings.tier.rank >= Tier.COMPILE.rank:
         machine_lacks_nvcc = nvcc_path() is None
@@ -139,6 +140,8 @@ def _from_tier_1(
             return result, internal or machine_lacks_nvcc
 
     def cpu_runner() -> TierRunner:
+        if early is not None:
+            return lambda *_: early.result()
         return functools.partial(_cpu_runner(), library_cache=libraries, references=references)
 
     def gpu_runner() -> TierRunner:
@@ -209,12 +212,46 @@ def _cpu_runner() -> Callable[..., VerifyResult]:
     return run_cpu_tier
 
 
-def _start_reference(
-    problem_code: str, candidate: Candidate, settings: VerifySettings, references: ReferencePool
-) -> threading.Event:
-    from cuset_core.verify.cpu import start_reference
+class EarlyTier:
+    """Tier 2 of one candidate, started in a thread before tier 1 ends: nothing of tier 2 depends
+    on tier 1 (it builds the candidate with g++ itself, and its reference depends on the problem
+    alone). ``cancel()`` when tier 1 rejects the candidate kills its sides within 50 ms."""
 
-    return start_reference(problem_code, candidate.kind, settings, references)
+    def __init__(self, run: Callable[[threading.Event], VerifyResult]) -> None:
+        self._cancel = threading.Event()
+        self._done: Future[VerifyResult] = Future()
+        self._thread = threading.Thread(target=self._work, args=(run,), name="cuset-early-tier-2", daemon=True)
+        self._thread.start()
+
+    def _work(self, run: Callable[[threading.Event], VerifyResult]) -> None:
+        try:
+            self._done.set_result(run(self._cancel))
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever asks for the result
+            self._done.set_exception(exc)
+
+    def result(self) -> VerifyResult:
+        """Tier 2's verdict once it is there (what the tier raised, raised here)."""
+        return self._done.result()
+
+    def cancel(self) -> None:
+        """Kill whatever of the check still runs, and wait until its folders are gone."""
+        self._cancel.set()
+        self._thread.join()
+
+
+def _start_cpu_tier(
+    problem_code: str,
+    candidate: Candidate,
+    settings: VerifySettings,
+    libraries: LibraryCache | None,
+    references: ReferencePool | None,
+) -> EarlyTier:
+    def run(cancel: threading.Event) -> VerifyResult:
+        return _cpu_runner()(
+            problem_code, candidate, settings, library_cache=libraries, references=references, cancel=cancel
+        )
+
+    return EarlyTier(run)
 
 
 def _gpu_runner() -> Callable[..., VerifyResult]:

@@ -717,14 +717,15 @@ class StartedSandbox:
     def __exit__(self, *exc: object) -> None:
         self.abandon()
 
-    def finish(self) -> SandboxOutcome:
-        """Send the work folder's files now on stdin, then wait for the command and return how it ended."""
+    def finish(self, cancel: threading.Event | None = None) -> SandboxOutcome:
+        """Send the work folder's files now on stdin, then wait for the command and return how it
+        ended; ``SandboxCancelled`` (the command killed) when ``cancel`` is set meanwhile."""
         running, self._running = self._running, None
         if running is None:
             raise RuntimeError("this sandboxed command was already finished or abandoned")
         running.restart_clock()
         threading.Thread(target=_feed, args=(running.process.stdin, _pack(running.workdir)), daemon=True).start()
-        return running.wait()
+        return running.wait(cancel)
 
     def abandon(self) -> None:
         """Kill the command if it was never finished (its files and output are dropped)."""

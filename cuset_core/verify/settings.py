@@ -119,11 +119,12 @@ class VerifySettings(BaseModel):
         "problem's text and a kernel could special-case them; the sides get half as much time again "
         "for it; False: one size only",
     )
-    overlap_reference: bool = Field(
+    overlap_tiers: bool = Field(
         True,
-        exclude=True,  # when the reference runs changes no verdict, so no cache key
-        description="tier 2: start the problem's reference side while tier 1 compiles the candidate (it does "
-        "not depend on the candidate; cancelled when tier 2 will not run); False: one after the other",
+        exclude=True,  # when tier 2 runs changes no verdict, so no cache key
+        description="tier 2 runs while tier 1 compiles the candidate (it builds the candidate itself, and "
+        "its reference depends on the problem alone; cancelled when tier 1 rejects the candidate); "
+        "False: one after the other",
     )
     timing_trials: int = Field(100, ge=1, description="tier 3: timed calls after warmup")
     compile_baseline: bool = COMPILE_BASELINE

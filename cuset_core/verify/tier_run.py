@@ -10,6 +10,7 @@ candidate's inputs, the expected outputs and how each trial is compared. A
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,10 @@ class TierSpec:
     # Whether the candidate's harness starts with the reference side and imports torch while it
     # runs (the real harnesses can; a test's stand-in for the sides cannot).
     early_start: bool = False
+    # Set by whoever started the check when its verdict no longer needs this tier (tier 1, run at
+    # the same time, rejected the candidate): every side still running is killed and the check
+    # raises ``SandboxCancelled``.
+    cancel: threading.Event | None = None
 
 
 @dataclass

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import math
-import tempfile
 import threading
 import time
 from dataclasses import replace
@@ -22,7 +21,6 @@ from typing import Any
 from cuset_core.verify.candidate import Candidate
 from cuset_core.verify.contracts import (
     CpuJob,
-    HarnessJob,
     PrebuildExtension,
     ReferenceDetails,
     clip,
@@ -44,13 +42,13 @@ from cuset_core.verify.cpu.build import (
 from cuset_core.verify.cpu.claims import unsupported_confirmer
 from cuset_core.verify.cpu.rewrite import unsupported_feature
 from cuset_core.verify.cpu.sizes import hardcoded_sizes, scaled_limits, size_bearing_code
-from cuset_core.verify.judge import harness_env, judge, run_reference
+from cuset_core.verify.judge import harness_env, judge
 from cuset_core.verify.library_cache import LibraryCache, library_key
 from cuset_core.verify.preprocessor import joined_code
 from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
-from cuset_core.verify.tier_run import PlannedLibrary, ReferenceRun, TierSpec
+from cuset_core.verify.tier_run import PlannedLibrary, TierSpec
 
 HARNESS_MODULE = "cuset_core.verify.cpu.harness"
 # Failures that reduced sizes can cause in a correct kernel that hard-codes the original ones.
@@ -64,7 +62,7 @@ SMALLER_BY = 64
 SMALLER_TIME_SHARE = 0.25
 SMALLER_MIN_S = 10
 
-__all__ = ["run_cpu_tier", "start_reference"]
+__all__ = ["run_cpu_tier"]
 
 log = logging.getLogger(__name__)
 
@@ -141,42 +139,13 @@ def reference_spec(settings: VerifySettings, preludes: tuple[Path, ...]) -> Tier
     return TierSpec(Tier.CPU, HARNESS_MODULE, tier_limits(settings), harness_environment, readable=preludes)
 
 
-def start_reference(
-    problem_code: str, kind: str, settings: VerifySettings, references: ReferencePool
-) -> threading.Event:
-    """Start tier 2's reference side of ``problem_code`` now, in a thread, into ``references``.
-
-    The reference does not depend on the candidate, so it can run while tier 1 compiles; tier 2's
-    check of a ``kind`` candidate under ``settings`` then finds it in the pool, running or done,
-    under the same secret seed. Returns the event that cancels it: set it once tier 2 has run or
-    will not (a cancelled or failed early run leaves tier 2 to run its own)."""
-    cancel = threading.Event()
-
-    def run() -> None:
-        try:
-            preludes = prepare_preludes()
-            spec = reference_spec(settings, preludes)
-            job = cpu_job(kind, settings, preludes, toolchain())
-
-            def reference(seeded: HarnessJob) -> ReferenceRun | VerifyResult:
-                with tempfile.TemporaryDirectory(prefix="cuset-cpu-early-") as root:
-                    return run_reference(spec, Path(root), problem_code, seeded, cancel)
-
-            if not cancel.is_set():
-                references.reference(spec, problem_code, job, reference)
-        except Exception:  # noqa: BLE001 - cancelled, or it failed: tier 2 runs its own and meets the failure
-            log.debug("the early reference side ended without a run to share", exc_info=True)
-
-    threading.Thread(target=run, name="cuset-early-reference", daemon=True).start()
-    return cancel
-
-
 def run_cpu_tier(
     problem_code: str,
     candidate: Candidate,
     settings: VerifySettings,
     library_cache: LibraryCache | None = None,
     references: ReferencePool | None = None,
+    cancel: threading.Event | None = None,
 ) -> VerifyResult:
     """Tier 2 for one candidate: build with g++, run on the CPU runtime, compare with the reference.
 
@@ -185,7 +154,8 @@ def run_cpu_tier(
     reduced sizes is checked again at the original sizes when they fit; when they do not and the
     candidate hard-codes the original sizes, the verdict is ``unsupported``.
     With ``library_cache``, extensions compiled before from the same sources are not compiled again;
-    with ``references``, the reference runs of the batch it serves are shared.
+    with ``references``, the reference runs of the batch it serves are shared. Setting ``cancel``
+    kills its sides (``SandboxCancelled``).
     """
     sources = candidate.sources
     feature = unsupported_feature(sources.cuda) or next(
@@ -221,6 +191,7 @@ def run_cpu_tier(
         confirm_unsupported=unsupported_confirmer(candidate, chain),
         kernels_off=True,
         early_start=True,
+        cancel=cancel,
     )
     job = cpu_job(candidate.kind, settings, preludes, chain, prebuild)
     result, details = judge(spec, problem_code, candidate, settings, job, references)
