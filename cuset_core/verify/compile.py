@@ -139,9 +139,9 @@ def std_headers_named(code: str) -> list[str] | None:
     headers ``code`` names members of, as ``std::name`` or as a bare call ``name(...)`` (which
     argument-dependent lookup can resolve to std's, or find ambiguous with it), beyond those the
     stand-in always includes; None when it says ``using namespace std`` (its names cannot be told
-    apart). ``CUSET_STD_UNORDERED_MAP`` also
-    for the stand-in's ``saved_data`` map (autograd functions), ``CUSET_STD_HALF`` (CUDA's
-    half-precision headers) for code that names a half or bfloat16 type."""
+    apart). ``CUSET_STD_UNORDERED_MAP`` also for the stand-in's ``saved_data`` map (autograd
+    functions), ``CUSET_STD_HALF`` (CUDA's half-precision headers) for code that names a half or
+    bfloat16 type."""
     if _USING_STD.search(code):
         return None
     named = set(_STD_NAME.findall(code)) | set(_BARE_CALL.findall(code))

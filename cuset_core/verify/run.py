@@ -212,6 +212,10 @@ def _cpu_runner() -> Callable[..., VerifyResult]:
     return run_cpu_tier
 
 
+# How long a cancelled early tier 2 may take to end: its sandboxes die within 50 ms of the cancel.
+CANCEL_WAIT_S = 5.0
+
+
 class EarlyTier:
     """Tier 2 of one candidate, started in a thread before tier 1 ends: nothing of tier 2 depends
     on tier 1 (it builds the candidate with g++ itself, and its reference depends on the problem
@@ -234,9 +238,12 @@ class EarlyTier:
         return self._done.result()
 
     def cancel(self) -> None:
-        """Kill whatever of the check still runs, and wait until its folders are gone."""
+        """Kill whatever of the check still runs, and wait (a little) until its folders are gone.
+
+        The wait is bounded: a thread still building tier 2's preludes on a new machine (minutes,
+        once) finishes that in the background instead of holding tier 1's verdict."""
         self._cancel.set()
-        self._thread.join()
+        self._thread.join(timeout=CANCEL_WAIT_S)
 
 
 def _start_cpu_tier(

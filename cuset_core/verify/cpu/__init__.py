@@ -47,6 +47,7 @@ from cuset_core.verify.library_cache import LibraryCache, library_key
 from cuset_core.verify.preprocessor import joined_code
 from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
+from cuset_core.verify.sandbox import SandboxCancelled
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 from cuset_core.verify.tier_run import PlannedLibrary, TierSpec
 
@@ -177,6 +178,8 @@ def run_cpu_tier(
             Verdict.INTERNAL_ERROR, "the CPU runtime header does not build on this machine", log=tail(str(exc))
         )
     pch_s = time.perf_counter() - clock
+    if cancel is not None and cancel.is_set():  # tier 1 rejected the candidate meanwhile
+        raise SandboxCancelled("tier 2 was cancelled before it started")
     chain = toolchain()
     prebuild = _prebuild(candidate)
     spec = TierSpec(
