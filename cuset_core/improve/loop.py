@@ -182,7 +182,8 @@ def _round(
         progress,
         lambda stage, done, total: on_stage(round_, stage, done, total),
     )
-    sample_s = time.perf_counter() - clock
+    # A stage sampled before the run stopped and resumed here took its time then, not now.
+    sample_s = max(time.perf_counter() - clock, evaluation.elapsed_s)
     new = keep_passing(evaluation.samples, config.tier, round_, kept, config.max_kept_per_problem)
     _write_kept(folder / "kept_new.jsonl", new, problems, config.prompt_style, with_origin=True)
     every = kept + new

@@ -124,6 +124,13 @@ def test_two_rounds_run_resume_and_report_on_the_tiny_model(tmp_path, tiny_model
     assert moved.exit_code == 0, moved.output
     assert "round 1: its tuned model is missing here; tuning it again" in moved.output
     assert Path(first["tuned_model"], "adapter_config.json").is_file()
+    # A round stopped after its sampling stage reports the time that stage took then, not ~0 s.
+    (out / "round_1" / "round.json").unlink()
+    resumed = CliRunner().invoke(app, args)
+    assert resumed.exit_code == 0, resumed.output
+    sampled_s = json.loads((out / "round_1" / "eval" / "results.json").read_text())["elapsed_s"]
+    seconds = json.loads((out / "round_1" / "round.json").read_text())["seconds"]
+    assert seconds["sample_verify"] == round(sampled_s, 3)
 
 
 def test_kept_samples_are_a_training_file_and_resume_reads_them_back(tmp_path):
