@@ -40,6 +40,8 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
+from cuset_core.training.launch import follow_session_priority
+
 ROOT = Path(__file__).resolve().parents[1]
 PARQUET = ROOT.parent / "shared" / "data" / "kernelbench_sft_train.parquet"
 EXPERIMENTS = ROOT / "experiments" / "comparison"
@@ -312,12 +314,6 @@ def yield_to_other_sessions() -> None:
         Path("/proc/self/autogroup").write_text("19")
 
 
-def _follow_autogroup(pid: int) -> None:
-    """Give a child's new session the niceness of this session's scheduling group."""
-    with contextlib.suppress(OSError, IndexError):
-        Path(f"/proc/{pid}/autogroup").write_text(Path("/proc/self/autogroup").read_text().split()[-1])
-
-
 def call(command: list[str], **kwargs) -> int:
     """Run a child to completion (1 at once when stopping). Children get their own session, so a
     signal to the runner's process group reaches them only the way stop_children sends it; the
@@ -325,7 +321,7 @@ def call(command: list[str], **kwargs) -> int:
     if STOPPING.is_set():
         return 1
     process = subprocess.Popen(nice(command), cwd=ROOT, start_new_session=True, **kwargs)
-    _follow_autogroup(process.pid)
+    follow_session_priority(process.pid)
     CHILDREN.add(process)
     try:
         return process.wait()

@@ -19,6 +19,7 @@ from cuset_core.generation.prompts import PromptStyle as PromptStyleName
 from cuset_core.models import DtypeName
 from cuset_core.objectives.config import MethodName
 from cuset_core.training.config import ConfigError, parse_config
+from cuset_core.training.launch import follow_session_priority
 from cuset_core.training.progress_lines import (
     CheckpointLine,
     DoneLine,
@@ -219,6 +220,7 @@ def tune(
             text=True,
             start_new_session=True,
         )
+        follow_session_priority(process.pid)
 
         def forward(signum, frame) -> None:
             console.print("[yellow]stopping after the current step (checkpoint)...[/yellow]")

@@ -7,7 +7,9 @@ the launcher's environment.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -56,3 +58,26 @@ def _option(argv: Sequence[str], name: str) -> str | None:
         if arg.startswith(name + "="):
             return arg.split("=", 1)[1]
     return None
+
+
+def follow_session_priority(pid: int) -> None:
+    """Give the new session of child ``pid`` this session's scheduling-group niceness.
+
+    With autogroups (Linux's default), niceness ranks a process only inside its own session, and
+    the CPU is shared between sessions by each group's niceness. A child started in a session of
+    its own (``start_new_session``) was therefore scheduled at full weight, its ``nice 19``
+    notwithstanding: a background run that yields its own group (``echo 19 >
+    /proc/self/autogroup``) took half the cores from the CI beside it while it trained. Never
+    raises a priority; without CAP_SYS_ADMIN the kernel takes one change per 100 ms, hence the
+    tries."""
+    try:
+        nice = int(Path("/proc/self/autogroup").read_text().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return  # no autogroups here
+    if nice <= 0:
+        return
+    for _ in range(5):
+        with contextlib.suppress(OSError):
+            Path(f"/proc/{pid}/autogroup").write_text(str(nice))
+            return
+        time.sleep(0.05)
