@@ -13,6 +13,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from cuset_core.verify.sandbox import session_niceness
+
 MODULE = "cuset_core.training"
 
 
@@ -70,12 +72,9 @@ def follow_session_priority(pid: int) -> None:
     /proc/self/autogroup``) took half the cores from the CI beside it while it trained. Never
     raises a priority; without CAP_SYS_ADMIN the kernel takes one change per 100 ms, hence the
     tries."""
-    try:
-        nice = int(Path("/proc/self/autogroup").read_text().split()[-1])
-    except (OSError, ValueError, IndexError):
-        return  # no autogroups here
+    nice = session_niceness()
     if nice <= 0:
-        return
+        return  # no autogroups here, or nothing to follow
     for _ in range(5):
         with contextlib.suppress(OSError):
             Path(f"/proc/{pid}/autogroup").write_text(str(nice))

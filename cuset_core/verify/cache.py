@@ -21,7 +21,8 @@ from cuset_core.verify.settings import VerifySettings
 
 # 3: judge apart from the candidate, internal_error; 4: the hardened tier 2 (issue 23: kernels-off run,
 # racing trials, poisoned allocations, drawn seeds, wide trials, the second size in the same process);
-# 5: a timeout at the reduced sizes is checked again at smaller ones (a cached timeout may now pass)
+# 5: a timeout at the reduced sizes is checked again at smaller ones (a cached timeout may now pass);
+# 6: a pass there keeps the timeout, tier 1 asks for the headers of bare calls
 CODE_VERSION = "verify-6"
 
 

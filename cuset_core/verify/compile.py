@@ -10,9 +10,9 @@ about a second per unit), and each unit is first compiled with only the standard
 code names (``std_headers_named``; parsing the rest is most of a unit's time), then, if that
 fails with an error that a left-out header could cause, with all of them; with
 ``settings.strict_headers`` they are the installed wheel's own, with stand-ins only for what a
-CPU wheel lacks (``stubs/strict``). Both modes get ``stubs/common`` for the CUDA math libraries missing here. ``#line`` directives name each
-source, so every diagnostic maps back to its line in the candidate file through the source
-offset maps.
+CPU wheel lacks (``stubs/strict``). Both modes get ``stubs/common`` for the CUDA math libraries
+missing here. ``#line`` directives name each source, so every diagnostic maps back to its line in
+the candidate file through the source offset maps.
 """
 
 from __future__ import annotations

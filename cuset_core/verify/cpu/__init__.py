@@ -10,7 +10,6 @@ features the runtime cannot model are reported as ``unsupported`` with the featu
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 import time
@@ -64,8 +63,6 @@ SMALLER_TIME_SHARE = 0.25
 SMALLER_MIN_S = 10
 
 __all__ = ["run_cpu_tier"]
-
-log = logging.getLogger(__name__)
 
 
 def _result(verdict: Verdict, reason: str, **fields: Any) -> VerifyResult:
