@@ -22,9 +22,12 @@ that names the fault, and the reason says why.
    a ``__device__`` helper, host code reading device memory, a kernel special-cased for the
    reduced size (torch in its binding, or a claimed build failure, at any other size).
 7. The verifier's own shortcuts: tier 1's first try with only the standard headers the code
-   names (a ``sort`` of the candidate's own that torch's headers make ambiguous, a bare
-   ``accumulate`` found by argument-dependent lookup), and tier 2's check at smaller sizes after a
-   timeout (a candidate right at those sizes and endless above them, in C++ or in Python).
+   names (a ``sort`` or, inside a template, a ``max_element`` of the candidate's own that torch's
+   headers make ambiguous; a bare ``accumulate`` found by argument-dependent lookup, in the CUDA
+   or the C++ sources); tier 2 started beside tier 1 (a kernel a GPU's compiler refuses, which
+   tier 2 alone passes); and tier 2's check at smaller sizes after a timeout (a candidate right
+   at those sizes and endless above them: in its binding, its kernel, its Python forward or a
+   Python thread).
 
 Attacks that still work are strict ``xfail`` tests whose reason is the finding. The tier-2
 candidates compute the row sums of ``cpu_cases/rowsum_problem.py`` with one extension that holds
@@ -63,6 +66,7 @@ from cuset_core.verify.cpu.claims import unsupported_confirmer
 from cuset_core.verify.library_cache import LibraryCache
 from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
+from cuset_core.verify.run import verify
 from cuset_core.verify.sandbox import SandboxOutcome
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 from cuset_core.verify.static import check_static
@@ -716,9 +720,26 @@ template <typename It> void sort(It first, It last) {
 """
 
 
-def sizes_sorted(cuda_body: str, helper: str = "") -> str:
-    """An answer whose C++ binding runs ``cuda_body`` on ``std::vector<int64_t> sizes`` (the input's
-    sizes) before launching the honest row-sum kernel; ``helper`` is defined above the binding."""
+def rowsum_answer(cuda: str, cpp_helper: str = "") -> str:
+    """An answer whose extension (``cuda`` defining ``rowsum``; ``cpp_helper`` in its C++ sources,
+    the other unit tier 1 compiles) computes the row sums."""
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline(name="rowsum_ext", cpp_sources=r"""{cpp_helper}torch::Tensor rowsum(torch::Tensor x);""",
+                  cuda_sources=r"""{cuda}""", functions=["rowsum"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.rowsum(x)
+'''
+
+
+def sizes_sorted(binding_body: str, helper: str = "", cpp_helper: str = "") -> str:
+    """A row-sum answer whose C++ binding runs ``binding_body`` on ``std::vector<int64_t> sizes``
+    (the input's sizes) before launching an honest kernel; ``helper`` is defined above the binding."""
     cuda = f"""
 #include <torch/extension.h>
 #include <vector>
@@ -733,25 +754,14 @@ __global__ void rowsum_kernel(const float* x, float* out, int rows, int cols) {{
 {helper}
 torch::Tensor rowsum(torch::Tensor x) {{
     std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
-{cuda_body}
+{binding_body}
     auto out = torch::empty({{x.size(0)}}, x.options());
     int rows = x.size(0), cols = x.size(1);
     rowsum_kernel<<<(rows + 255) / 256, 256>>>(x.data_ptr<float>(), out.data_ptr<float>(), rows, cols);
     return out;
 }}
 """
-    return f'''import torch
-import torch.nn as nn
-from torch.utils.cpp_extension import load_inline
-
-ext = load_inline(name="sorted_sizes_ext", cpp_sources="torch::Tensor rowsum(torch::Tensor x);",
-                  cuda_sources=r"""{cuda}""", functions=["rowsum"])
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        return ext.rowsum(x)
-'''
+    return rowsum_answer(cuda, cpp_helper)
 
 
 def tier1_both_ways(answer: str, tmp_path: Path) -> tuple[CompileReport, CompileReport]:
@@ -765,25 +775,111 @@ def tier1_both_ways(answer: str, tmp_path: Path) -> tuple[CompileReport, Compile
     return reports[0], reports[1]
 
 
+BARE_ACCUMULATE = "accumulate(sizes.begin(), sizes.end(), int64_t{0})"
+ACCUMULATING = {
+    "cuda sources": sizes_sorted(f'    TORCH_CHECK({BARE_ACCUMULATE} > 0, "empty input");'),
+    # the other unit tier 1 compiles (g++ on cpp_sources)
+    "cpp sources": sizes_sorted(
+        "",
+        cpp_helper="#include <vector>\n"
+        f"int64_t total(const std::vector<int64_t>& sizes) {{ return {BARE_ACCUMULATE}; }}\n",
+    ),
+}
+
+
 @pytest.mark.nvcc
-def test_a_sort_of_the_candidates_own_that_torchs_headers_make_ambiguous_fails_tier_1(tmp_path):
-    # With <algorithm> in (torch/extension.h brings it), argument-dependent lookup finds std::sort
-    # beside the candidate's own: nvcc calls the call ambiguous. The code never says std::sort.
-    answer = sizes_sorted("    sort(sizes.begin(), sizes.end());", helper=OWN_SORT)
-    on_demand, every_header = tier1_both_ways(answer, tmp_path)
+@pytest.mark.parametrize("where", ACCUMULATING)
+def test_a_bare_accumulate_that_argument_dependent_lookup_resolves_compiles_at_tier_1(tmp_path, where):
+    # No std:: anywhere, yet it compiles against torch's headers (<numeric> is among them): the
+    # vector's iterators lead argument-dependent lookup to std::accumulate.
+    on_demand, every_header = tier1_both_ways(ACCUMULATING[where], tmp_path)
+    assert every_header.ok, every_header.log[-2000:]
+    assert on_demand.ok, on_demand.log[-2000:]
+
+
+OWN_MAX_ELEMENT = r"""
+template <typename It> It max_element(It first, It last) {
+    It best = first;
+    for (It i = first; i != last; ++i)
+        if (*best < *i) best = i;
+    return best;
+}
+template <typename V> int64_t largest(const V& v) { return *max_element(v.begin(), v.end()); }
+"""
+
+
+AMBIGUOUS = {
+    # std::sort meets the candidate's own sort where <algorithm> is in (torch/extension.h brings it)
+    "own sort": sizes_sorted("    sort(sizes.begin(), sizes.end());", helper=OWN_SORT),
+    # a dependent call: lookup waits for largest<std::vector<int64_t>>, then finds both
+    "own max_element in a template": sizes_sorted(
+        '    TORCH_CHECK(largest(sizes) > 0, "empty input");', helper=OWN_MAX_ELEMENT
+    ),
+}
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("what", AMBIGUOUS)
+def test_a_function_of_the_candidates_own_that_torchs_headers_make_ambiguous_fails_tier_1(tmp_path, what):
+    # Argument-dependent lookup finds std's function of the same name beside the candidate's own,
+    # and nvcc calls the call ambiguous; the code never names std's.
+    on_demand, every_header = tier1_both_ways(AMBIGUOUS[what], tmp_path)
     assert not every_header.ok, "the long way must refuse it for this test to mean anything"
     assert not on_demand.ok, on_demand.command
     assert "more than one instance" in on_demand.log, on_demand.log[-2000:]
 
 
+# Right row sums whose kernel a GPU's compiler refuses but the CPU runtime runs: tier 2, started
+# beside tier 1, would pass them, and tier 1's rejection must be the verdict all the same.
+HOST_CALL_FROM_KERNEL = r"""
+#include <torch/extension.h>
+
+float same(float v) { return v; }
+
+__global__ void rowsum_kernel(const float* x, float* out, int rows, int cols) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    float sum = 0.f;
+    for (int c = 0; c < cols; ++c) sum += x[r * cols + c];
+    out[r] = same(sum);
+}
+"""
+TOO_MUCH_STATIC_SHARED = r"""
+#include <torch/extension.h>
+
+__global__ void rowsum_kernel(const float* x, float* out, int rows, int cols) {
+    __shared__ float staged[16384];
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    float sum = 0.f;
+    if (r < rows)
+        for (int c = 0; c < cols; ++c) sum += x[r * cols + c];
+    staged[threadIdx.x] = sum;
+    __syncthreads();
+    if (r < rows) out[r] = staged[threadIdx.x];
+}
+"""
+ROWSUM_BINDING = r"""
+torch::Tensor rowsum(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    int rows = x.size(0), cols = x.size(1);
+    rowsum_kernel<<<(rows + 255) / 256, 256>>>(x.data_ptr<float>(), out.data_ptr<float>(), rows, cols);
+    return out;
+}
+"""
+
+
+@pytest.mark.slow
 @pytest.mark.nvcc
-def test_a_bare_accumulate_that_argument_dependent_lookup_resolves_compiles_at_tier_1(tmp_path):
-    # No std:: anywhere, yet it compiles against torch's headers (<numeric> is among them): the
-    # vector's iterators lead argument-dependent lookup to std::accumulate.
-    answer = sizes_sorted('    TORCH_CHECK(accumulate(sizes.begin(), sizes.end(), int64_t{0}) > 0, "empty input");')
-    on_demand, every_header = tier1_both_ways(answer, tmp_path)
-    assert every_header.ok, every_header.log[-2000:]
-    assert on_demand.ok, on_demand.log[-2000:]
+@pytest.mark.parametrize(
+    "kernel", [HOST_CALL_FROM_KERNEL, TOO_MUCH_STATIC_SHARED], ids=["host call in a kernel", "static shared > 48 KiB"]
+)
+def test_tier_1s_rejection_stands_though_tier_2_ran_beside_it_and_would_pass(kernel):
+    answer = rowsum_answer(kernel + ROWSUM_BINDING)
+    alone = run_cpu_tier(PROBLEM, parse_candidate(answer), SETTINGS)
+    assert alone.verdict is Verdict.PASS, "tier 2 alone must pass it for this test to mean anything"
+    result = verify(PROBLEM, answer, SETTINGS, use_cache=False)
+    assert result.verdict is Verdict.COMPILE_ERROR, (result.verdict, result.reason)
+    assert result.tiers_run == [Tier.STATIC, Tier.COMPILE], result.tiers_run
 
 
 # Time limits small enough that a candidate which never ends costs seconds; the relu problem's
@@ -794,13 +890,14 @@ RELU_EXT = r"""
 
 __global__ void relu_kernel(const float* x, float* y, long n) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    KERNEL_HANG
     if (i < n) y[i] = fmaxf(x[i], 0.0f);
 }
 
 torch::Tensor relu(torch::Tensor x) {
     auto y = torch::empty_like(x);
     long n = x.numel();
-    HANG_ABOVE
+    BINDING_HANG
     relu_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
     return y;
 }
@@ -808,16 +905,32 @@ torch::Tensor relu(torch::Tensor x) {
 
 
 def relu_hanging_above(limit: int, where: str) -> str:
-    """A right relu at most ``limit`` elements that never ends above it, in its C++ binding or in
-    its Python forward (``where``): on a GPU, at the problem's real sizes, it hangs."""
-    cxx = f"if (n > {limit}) for (volatile long spin = 0;; ++spin) {{}}" if where == "c++" else ""
-    python = f"        while x.numel() > {limit}:\n            pass\n" if where == "python" else ""
-    return f'''import torch
+    """A right relu at most ``limit`` elements that never ends above it (``where``: in its C++
+    binding, its kernel, its Python forward, or a Python thread that forward waits for): on a
+    GPU, at the problem's real sizes, it hangs."""
+    spin = f"if (n > {limit}) for (volatile long spin = 0;; ++spin) {{}}"
+    cuda = RELU_EXT.replace("BINDING_HANG", spin if where == "c++" else "")
+    cuda = cuda.replace("KERNEL_HANG", spin if where == "kernel" else "")
+    python = {
+        "python": f"        while x.numel() > {limit}:\n            pass\n",
+        "thread": f"        if x.numel() > {limit}:\n"
+        "            worker = threading.Thread(target=spin)\n"
+        "            worker.start()\n"
+        "            worker.join()\n",
+    }.get(where, "")
+    return f'''import threading
+
+import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 ext = load_inline(name="relu_hang_ext", cpp_sources="torch::Tensor relu(torch::Tensor x);",
-                  cuda_sources=r"""{RELU_EXT.replace("HANG_ABOVE", cxx)}""", functions=["relu"])
+                  cuda_sources=r"""{cuda}""", functions=["relu"])
+
+
+def spin():
+    while True:
+        pass
 
 
 class ModelNew(nn.Module):
@@ -827,7 +940,7 @@ class ModelNew(nn.Module):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where", ["c++", "python"])
+@pytest.mark.parametrize("where", ["c++", "kernel", "python", "thread"])
 def test_a_kernel_that_never_ends_above_the_smaller_sizes_keeps_its_timeout(where):
     # The smaller sizes follow from the problem's text, so a candidate can be right at them and
     # endless above them: the timeout at the reduced sizes stands.
