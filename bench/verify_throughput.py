@@ -3,7 +3,7 @@
 Usage (from the repository root):
 
     .venv/bin/python bench/verify_throughput.py [--problems 8] [--tiers compile cpu] [--shared-data 10]
-        [--parts cold bridge_vs_aten overlap_vs_serial std_on_demand shared_reference]
+        [--parts cold bridge_vs_aten warm_vs_cold overlap_vs_serial std_on_demand shared_reference] [--pause 3]
 
 The fixed set is the first ``--problems`` demo problems with their reference solutions. Per
 tier: one untimed verification of another demo problem first (one-time setup such as a
@@ -15,10 +15,15 @@ Targets: tier 1 <= 1 s and tier 2 <= 10 s per candidate cold, cached about 0.
 ``bridge_vs_aten`` times tier 2 side by side, candidate by candidate in one run: each one cold
 as tier 2 ran before its speed work (ATen's headers, ``torch_bridge=False``, and tier 2 after
 tier 1, ``overlap_tiers=False``) and then as it runs now (the torch bridge, tier 2 while tier 1
-compiles), on the demo solutions and on ``--shared-data`` correct level-1 kernels
-of ``../shared/data/sakana_labelled_kernels.jsonl`` (skipped when that file is absent). Target:
-the ratio of medians (now / before) at most 0.4. ``overlap_vs_serial`` isolates the last step:
-the same candidates on the bridge with tier 2 after tier 1 and during it.
+compiles, its sides started ahead by a ``WarmSides`` as a worker or an eval holds one), on the
+demo solutions and on ``--shared-data`` correct level-1 kernels
+of ``../shared/data/sakana_labelled_kernels.jsonl`` (skipped when that file is absent), with
+``--pause`` seconds before every check of either arm (a worker's next request). Targets: the
+ratio of medians (now / before) at most 0.4, and now at most 4 s. ``warm_vs_cold`` times checks
+as they run now back to back, without a pause: all starting their own sides, then all taking
+warm ones (whose replacements then import torch beside the next check: the least they gain).
+``overlap_vs_serial`` isolates the overlap: the same candidates on the bridge with tier 2 after
+tier 1 and during it.
 
 ``std_on_demand`` times tier 1 the same way: each candidate compiled with every standard header
 the light stand-in can include (``std_on_demand=False``, as tier 1 ran before) and then with only
@@ -49,10 +54,12 @@ from cuset_core.verify.reference_pool import ReferencePool  # noqa: E402
 from cuset_core.verify.result import Tier  # noqa: E402
 from cuset_core.verify.run import verify  # noqa: E402
 from cuset_core.verify.settings import VerifySettings  # noqa: E402
+from cuset_core.verify.warm_sides import WarmSides  # noqa: E402
 
 TARGET_TIER1_S = 1.0
 TARGET_COLD_S = {Tier.COMPILE: TARGET_TIER1_S, Tier.CPU: 10.0}
 TARGET_BRIDGE_RATIO = 0.4
+TARGET_TIER2_S = 4.0
 SHARED_DATA = REPO.parent / "shared" / "data" / "sakana_labelled_kernels.jsonl"
 
 
@@ -65,18 +72,32 @@ def shared_level1(count: int) -> list[tuple[str, str]]:
     return [(row["PyTorch_Code_Module"], row["CUDA_Code"]) for row in chosen]
 
 
-def side_by_side(pairs: list[tuple[str, str]], before: VerifySettings, after: VerifySettings) -> dict:
-    """Tier 2 cold under ``before`` and ``after``, alternating per candidate; medians and their ratio."""
+def side_by_side(
+    pairs: list[tuple[str, str]],
+    before: VerifySettings,
+    after: VerifySettings,
+    warm_after: bool = False,
+    pause_s: float = 0.0,
+) -> dict:
+    """Tier 2 cold under ``before`` and ``after``, alternating per candidate; medians and their ratio.
+
+    With ``warm_after``, the ``after`` checks take their sides from one :class:`WarmSides`, as a
+    caller verifying one candidate after another does; ``pause_s`` seconds pass before every check
+    of either arm (the warm sides start in the pause after the check that took theirs, so they
+    never slow a timed check down)."""
     seconds: dict[bool, list[float]] = {False: [], True: []}
     verdicts: dict[bool, list[str]] = {False: [], True: []}
-    for pair in pairs:
-        for now, settings in ((False, before), (True, after)):
-            start = time.perf_counter()
-            result = verify(*pair, settings, use_cache=False)
-            seconds[now].append(time.perf_counter() - start)
-            verdicts[now].append(result.verdict.value)
+    with WarmSides() as warm:
+        for pair in pairs:
+            for now, settings in ((False, before), (True, after)):
+                time.sleep(pause_s)
+                start = time.perf_counter()
+                result = verify(*pair, settings, use_cache=False, warm=warm if now and warm_after else None)
+                seconds[now].append(time.perf_counter() - start)
+                verdicts[now].append(result.verdict.value)
+        taken = warm.taken
     then, now = statistics.median(seconds[False]), statistics.median(seconds[True])
-    return {
+    figures = {
         "candidates": len(pairs),
         "before_median_s": round(then, 3),
         "after_median_s": round(now, 3),
@@ -84,13 +105,51 @@ def side_by_side(pairs: list[tuple[str, str]], before: VerifySettings, after: Ve
         "same_verdicts": verdicts[False] == verdicts[True],
         "verdicts": {v: verdicts[True].count(v) for v in sorted(set(verdicts[True]))},
     }
+    if warm_after:
+        figures.update(pause_s=pause_s, warm_sides_taken=taken)
+    return figures
 
 
-def bridge_vs_aten(pairs: list[tuple[str, str]]) -> dict:
+def bridge_vs_aten(pairs: list[tuple[str, str]], pause_s: float) -> dict:
     """Tier 2 cold as it ran before its speed work and as it runs now (see the module docstring)."""
     before = VerifySettings(tier=Tier.CPU, torch_bridge=False, overlap_tiers=False)
-    figures = side_by_side(pairs, before, VerifySettings(tier=Tier.CPU))
-    return {**figures, "target_ratio": TARGET_BRIDGE_RATIO, "meets_target": figures["ratio"] <= TARGET_BRIDGE_RATIO}
+    figures = side_by_side(pairs, before, VerifySettings(tier=Tier.CPU), warm_after=True, pause_s=pause_s)
+    return {
+        **figures,
+        "target_ratio": TARGET_BRIDGE_RATIO,
+        "meets_target": figures["ratio"] <= TARGET_BRIDGE_RATIO,
+        "target_after_s": TARGET_TIER2_S,
+        "meets_after_target": figures["after_median_s"] <= TARGET_TIER2_S,
+    }
+
+
+def warm_vs_cold(pairs: list[tuple[str, str]]) -> dict:
+    """Tier 2 as it runs now, checks back to back with no pause: every candidate starting its own
+    sides (before), then every candidate again taking them from one :class:`WarmSides` (after).
+    Not alternated: a warm check's replacements import torch during the check that follows it,
+    which would slow a cold check there. The least warm sides gain (an eval's verifying stage)."""
+    settings = VerifySettings(tier=Tier.CPU)
+    seconds: dict[bool, list[float]] = {False: [], True: []}
+    verdicts: dict[bool, list[str]] = {False: [], True: []}
+    with WarmSides() as warm:
+        for now in (False, True):
+            for pair in pairs:
+                start = time.perf_counter()
+                result = verify(*pair, settings, use_cache=False, warm=warm if now else None)
+                seconds[now].append(time.perf_counter() - start)
+                verdicts[now].append(result.verdict.value)
+        taken = warm.taken
+    then, now = statistics.median(seconds[False]), statistics.median(seconds[True])
+    return {
+        "candidates": len(pairs),
+        "before_median_s": round(then, 3),
+        "after_median_s": round(now, 3),
+        "ratio": round(now / then, 3),
+        "before_total_s": round(sum(seconds[False]), 1),
+        "after_total_s": round(sum(seconds[True]), 1),
+        "same_verdicts": verdicts[False] == verdicts[True],
+        "warm_sides_taken": taken,
+    }
 
 
 def overlap_vs_serial(pairs: list[tuple[str, str]]) -> dict:
@@ -192,7 +251,10 @@ def main() -> int:
     parser.add_argument("--tiers", nargs="+", choices=["compile", "cpu"], default=["compile", "cpu"])
     parser.add_argument("--shared-data", type=int, default=10, help="correct level-1 kernels of ../shared/data to add")
     parser.add_argument("--samples", type=int, default=4, help="answers per problem in shared_reference")
-    parts = ("cold", "bridge_vs_aten", "overlap_vs_serial", "std_on_demand", "shared_reference")
+    parser.add_argument(
+        "--pause", type=float, default=3.0, help="seconds before every check of bridge_vs_aten (both arms)"
+    )
+    parts = ("cold", "bridge_vs_aten", "warm_vs_cold", "overlap_vs_serial", "std_on_demand", "shared_reference")
     parser.add_argument("--parts", nargs="+", choices=parts, default=list(parts), help="which figures to measure")
     args = parser.parse_args()
     problems = demo_problems()
@@ -211,7 +273,9 @@ def main() -> int:
     if "cpu" in args.tiers:
         level1 = pairs + shared_level1(args.shared_data)
         if "bridge_vs_aten" in args.parts:
-            figures["bridge_vs_aten"] = bridge_vs_aten(level1)
+            figures["bridge_vs_aten"] = bridge_vs_aten(level1, args.pause)
+        if "warm_vs_cold" in args.parts:
+            figures["warm_vs_cold"] = warm_vs_cold(level1)
         if "overlap_vs_serial" in args.parts:
             figures["overlap_vs_serial"] = overlap_vs_serial(level1)
         if "shared_reference" in args.parts:

@@ -1,5 +1,5 @@
-"""What a worker process holds for its tasks: its settings, its model cache and its share of the
-device, built once when the process starts (``worker/app.py``'s start signals), never at import.
+"""What a worker process holds for its tasks: its settings, its model cache, its share of the
+device and its warm tier-2 sides, built once when the process starts (``worker/app.py``'s start signals), never at import.
 
 Tasks reach it as ``self.runtime`` through their base class::
 
@@ -18,6 +18,7 @@ from typing import ClassVar
 
 from celery import Task
 
+from cuset_core.verify.warm_sides import WarmSides
 from db.settings import Settings
 from worker.device_share import free_device, hold
 from worker.model_cache import ModelCache
@@ -30,6 +31,8 @@ class WorkerRuntime:
 
     settings: Settings
     models: ModelCache = field(default_factory=ModelCache)
+    # Tier-2 sides started after each check for the next one (a worker runs one check at a time).
+    warm_sides: WarmSides = field(default_factory=WarmSides)
 
     def loaded_models(self) -> ModelCache:
         """The model cache, with this process known as a holder of its device (once per process),
@@ -67,10 +70,11 @@ def start_runtime(settings: Settings) -> WorkerRuntime:
 
 
 def stop_runtime() -> None:
-    """Release the process's models and forget its runtime."""
+    """Release the process's models and warm sides, and forget its runtime."""
     runtime, RuntimeTask._process_runtime = RuntimeTask._process_runtime, None
     if runtime is not None:
         runtime.models.release()
+        runtime.warm_sides.close()
 
 
 def process_runtime() -> WorkerRuntime | None:

@@ -30,6 +30,7 @@ from cuset_core.evaluation.metrics import Aggregate, ProblemRow, aggregate
 from cuset_core.evaluation.problems import Problem, load_answers, load_problems, select_problems
 from cuset_core.evaluation.scoring import SampleRecord, repair, row_of, score_problem
 from cuset_core.verify.settings import VerifySettings
+from cuset_core.verify.warm_sides import WarmSides
 
 
 class EvalReport(BaseModel):
@@ -137,7 +138,8 @@ def _verify_all(
 ) -> dict[str, list[SampleRecord]]:
     """Every problem's samples verified, ``config.workers`` problems at a time (each verification
     runs its own sandboxed processes, so threads are enough to keep the cores busy); problems the
-    checkpoint holds verified are taken from it."""
+    checkpoint holds verified are taken from it. Tier 2 takes its sides from one
+    :class:`WarmSides` (one of each kind per worker), started while the previous checks finish."""
     verified = saved.verified if saved is not None else {}
     records = {p.id: verified[p.id] for p in problems if p.id in verified}
     bar = tqdm(
@@ -147,9 +149,11 @@ def _verify_all(
         unit="problem",
         disable=not progress,
     )
-    with bar, ThreadPoolExecutor(max_workers=config.workers) as pool:
+    with bar, WarmSides(per_side=config.workers) as warm, ThreadPoolExecutor(max_workers=config.workers) as pool:
         futures = {
-            pool.submit(score_problem, problem, samples[problem.id], settings, config.cache_dir, config.cache): problem
+            pool.submit(
+                score_problem, problem, samples[problem.id], settings, config.cache_dir, config.cache, warm
+            ): problem
             for problem in problems
             if problem.id not in records
         }

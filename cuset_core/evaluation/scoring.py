@@ -17,6 +17,7 @@ from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import VerifyResult
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import VerifySettings
+from cuset_core.verify.warm_sides import WarmSides
 
 
 class SampleRecord(BaseModel):
@@ -38,15 +39,20 @@ class SampleRecord(BaseModel):
 
 
 def score_problem(
-    problem: Problem, answers: list[Answer], settings: VerifySettings, cache_dir: Path | None, use_cache: bool
+    problem: Problem,
+    answers: list[Answer],
+    settings: VerifySettings,
+    cache_dir: Path | None,
+    use_cache: bool,
+    warm: WarmSides | None = None,
 ) -> tuple[ProblemRow, list[SampleRecord]]:
     """Verify every answer of one problem; its row (greedy and i.i.d. apart) and the samples.
 
     The answers share one reference run per tier (:class:`ReferencePool`): one secret input seed
-    for the problem in this eval."""
+    for the problem in this eval. With ``warm``, tier 2 takes its sides ready-made."""
     references = ReferencePool()
     records = [
-        score_attempt(problem, index, sample, settings, cache_dir, use_cache, references=references)
+        score_attempt(problem, index, sample, settings, cache_dir, use_cache, references=references, warm=warm)
         for index, sample in enumerate(answers)
     ]
     return row_of(problem.id, records), records
@@ -61,9 +67,11 @@ def score_attempt(
     use_cache: bool,
     repair_of: SampleRecord | None = None,
     references: ReferencePool | None = None,
+    warm: WarmSides | None = None,
 ) -> SampleRecord:
     """``sample`` verified as attempt ``index`` of ``problem`` (a repair of ``repair_of`` when given),
-    on the reference runs of ``references`` when given (the problem's other attempts')."""
+    on the reference runs of ``references`` when given (the problem's other attempts'), on tier-2
+    sides from ``warm`` when given."""
     return SampleRecord(
         problem_id=problem.id,
         index=index,
@@ -72,7 +80,7 @@ def score_attempt(
         prompt_tokens=sample.prompt_tokens,
         completion_tokens=sample.completion_tokens,
         finish_reason=sample.finish_reason,
-        result=verify(problem.code, sample.answer, settings, cache_dir, use_cache, references),
+        result=verify(problem.code, sample.answer, settings, cache_dir, use_cache, references, warm=warm),
         round=0 if repair_of is None else repair_of.round + 1,
         repair_of=None if repair_of is None else repair_of.index,
     )

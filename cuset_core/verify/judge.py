@@ -49,7 +49,6 @@ import cuset_core
 from cuset_core.verify.contracts import (
     INPUTS_FILE,
     KERNELS_OFF_FILE,
-    LATE_FILES,
     LIBRARY_CAP_BYTES,
     OUTPUTS_FILE,
     REFERENCE_CAP_BYTES,
@@ -70,16 +69,11 @@ from cuset_core.verify.contracts import (
     with_input_seed,
 )
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
-from cuset_core.verify.sandbox import (
-    SandboxOutcome,
-    StartedSandbox,
-    describe,
-    run_sandboxed,
-    start_sandboxed,
-)
+from cuset_core.verify.sandbox import SandboxOutcome, describe, run_sandboxed
 from cuset_core.verify.settings import VerifySettings
 from cuset_core.verify.tier_run import PlannedLibrary, ReferenceRun, TierSpec
 from cuset_core.verify.transfer import UntrustedFileError, load_values, read_report, read_untrusted
+from cuset_core.verify.warm_sides import StartedSide, start_side
 
 if TYPE_CHECKING:
     from cuset_core.verify.candidate import Candidate
@@ -188,25 +182,20 @@ def _run_side(spec: TierSpec, side: str, folder: Path, job: HarnessJob) -> Sandb
     )
 
 
-def _start_side(spec: TierSpec, side: str, folder: Path) -> StartedSandbox | contextlib.nullcontext[None]:
-    """Start one side's harness before its files exist, where ``spec.early_start``: it imports
-    torch meanwhile and waits for them (``run_side --late``; :func:`_finish_side` hands them
-    over). A fresh process per side and candidate, as always."""
-    folder.mkdir(exist_ok=True)
+def _start_side(spec: TierSpec, side: str, root: Path) -> StartedSide | contextlib.nullcontext[None]:
+    """One side's harness started before its files exist, where ``spec.early_start``: taken from
+    ``spec.warm`` when it holds one ready, else started now in ``root / side``. It imports torch
+    meanwhile and waits for them (``run_side --late``; :func:`_finish_side` hands them over). A
+    fresh process per side and candidate, as always."""
     if not spec.early_start:
         return contextlib.nullcontext()
-    return start_sandboxed(
-        [sys.executable, "-m", spec.module, LATE_FILES, side, str(folder / "job.json")],
-        workdir=folder,
-        limits=spec.limits,
-        env=spec.env(folder),
-        readable=spec.readable,
-    )
+    warm = spec.warm.take(spec, side) if spec.warm is not None else None
+    return warm if warm is not None else start_side(spec, side, root / side)
 
 
-def _finish_side(spec: TierSpec, started: StartedSandbox, folder: Path, job: HarnessJob) -> SandboxOutcome:
-    """Hand ``job`` and the files of ``folder`` to a side started early, and wait for it."""
-    (folder / "job.json").write_text(job.model_dump_json())
+def _finish_side(spec: TierSpec, started: StartedSide, job: HarnessJob) -> SandboxOutcome:
+    """Hand ``job`` and the files of its folder to a side started early, and wait for it."""
+    (started.folder / "job.json").write_text(job.model_dump_json())
     return started.finish(spec.cancel)
 
 
@@ -276,28 +265,44 @@ def _claimed_failure(spec: TierSpec, report: CandidateReport) -> VerifyResult:
 def run_reference(spec: TierSpec, root: Path, problem_code: str, job: HarnessJob) -> ReferenceRun | VerifyResult:
     """Run the reference side; its data, or the result that ends verification (its folder is gone
     either way). ``SandboxCancelled`` when ``spec.cancel`` is set while it runs."""
-    folder = root / "reference"
-    folder.mkdir()
-    try:
-        (folder / "problem.py").write_text(problem_code)
-        outcome = _run_side(spec, "reference", folder, job)
+    with _start_side(spec, "reference", root) as started:
+        folder = root / "reference" if started is None else started.folder
+        folder.mkdir(exist_ok=True)
         try:
-            report = read_report(folder, ReferenceReport)
-            if report is None:
-                return _without_report(spec, "reference", outcome)
-            if report.verdict is not Verdict.PASS:
-                allowed = {Verdict.INTERNAL_ERROR, Verdict.UNSUPPORTED}
-                return _from_report(spec, report, allowed, Verdict.INTERNAL_ERROR)
-            inputs = read_untrusted(folder, INPUTS_FILE, REFERENCE_CAP_BYTES)
-            expected = read_untrusted(folder, REFERENCE_FILE, REFERENCE_CAP_BYTES)
-            if inputs is None or expected is None:
-                return _result(spec, Verdict.INTERNAL_ERROR, "the reference side reported success without its files")
-            values = load_values(expected)
-            return ReferenceRun(inputs, values["trials"], report, job.input_seed, values.get("second_trials", []))
-        except UntrustedFileError as exc:
-            return _result(spec, Verdict.INTERNAL_ERROR, f"the reference side's output is unusable: {exc}")
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+            (folder / "problem.py").write_text(problem_code)
+            if started is None:
+                outcome = _run_side(spec, "reference", folder, job)
+            else:
+                outcome = _finish_side(spec, started, job)
+            return _reference_outcome(spec, folder, outcome, job)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _reference_outcome(
+    spec: TierSpec, folder: Path, outcome: SandboxOutcome, job: HarnessJob
+) -> ReferenceRun | VerifyResult:
+    """What the judge keeps of a reference side that ended with ``outcome`` in ``folder``."""
+    try:
+        report = read_report(folder, ReferenceReport)
+        if report is None:
+            return _without_report(spec, "reference", outcome)
+        if report.verdict is not Verdict.PASS:
+            allowed = {Verdict.INTERNAL_ERROR, Verdict.UNSUPPORTED}
+            return _from_report(spec, report, allowed, Verdict.INTERNAL_ERROR)
+        inputs = read_untrusted(folder, INPUTS_FILE, REFERENCE_CAP_BYTES)
+        expected = read_untrusted(folder, REFERENCE_FILE, REFERENCE_CAP_BYTES)
+        if inputs is None or expected is None:
+            return _result(spec, Verdict.INTERNAL_ERROR, "the reference side reported success without its files")
+        values = load_values(expected)
+        return ReferenceRun(inputs, values["trials"], report, job.input_seed, values.get("second_trials", []))
+    except UntrustedFileError as exc:
+        return _result(spec, Verdict.INTERNAL_ERROR, f"the reference side's output is unusable: {exc}")
+
+
+def candidate_folder(root: Path, started: StartedSide | None) -> Path:
+    """The candidate side's work folder: its harness's, when it was started early."""
+    return root / "candidate" if started is None else started.folder
 
 
 _NO_REPORT = CandidateReport(verdict="runtime_error")  # what the judge keeps when the candidate left no valid report
@@ -310,19 +315,19 @@ def run_candidate(
     reference: ReferenceRun,
     job: HarnessJob,
     settings: VerifySettings,
-    started: StartedSandbox | None = None,
+    started: StartedSide | None = None,
 ) -> tuple[VerifyResult, CandidateReport]:
     """Run the candidate side on the reference's inputs (in ``started``, the candidate's harness
     started early, when given); the judged result and its (untrusted, typed) report, an empty one
     where it left none the judge accepts."""
-    folder = root / "candidate"
+    folder = candidate_folder(root, started)
     folder.mkdir(exist_ok=True)  # the judge may have put prebuilt libraries there
     candidate_file = "candidate.cu" if candidate.kind == "cu" else "candidate.py"
     (folder / candidate_file).write_text(candidate.code)
     (folder / INPUTS_FILE).write_bytes(reference.inputs)
     # The candidate gets the inputs, never the seed they were drawn with.
     job = job.model_copy(update={"candidate": candidate_file, "input_seed": None})
-    outcome = _run_side(spec, "candidate", folder, job) if started is None else _finish_side(spec, started, folder, job)
+    outcome = _run_side(spec, "candidate", folder, job) if started is None else _finish_side(spec, started, job)
     try:
         return judge_candidate_data(spec, folder, outcome, reference, settings)
     except UntrustedFileError as exc:
@@ -554,7 +559,12 @@ def judge(
     ``references``, for the batch the pool serves (its reference run is shared).
     """
     started = time.monotonic()
-    result, details = _judge(spec, problem_code, candidate, settings, job, references)
+    try:
+        result, details = _judge(spec, problem_code, candidate, settings, job, references)
+    finally:
+        if spec.warm is not None:
+            # Once the check is over: sides importing torch beside its candidate would slow it down.
+            spec.warm.refill()
     result.timings_s.setdefault(f"{spec.tier.value}_total", round(time.monotonic() - started, 4))
     return result, details
 
@@ -572,9 +582,10 @@ def _judge(
         tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-build-") as build_folder,
         ThreadPoolExecutor(max_workers=1) as pool,
         # The candidate's harness imports torch while the reference and the build run.
-        _start_side(spec, "candidate", Path(folder) / "candidate") as early,
+        _start_side(spec, "candidate", Path(folder)) as early,
     ):
         root = Path(folder)
+        handed_to = candidate_folder(root, early)
         cached = _cached_libraries(spec)
         # Separate random folders: g++ on the candidate's sources cannot name the reference's.
         build = spec.build_side and cached is None
@@ -593,10 +604,10 @@ def _judge(
         details = reference.report.details
         candidate_fields: dict[str, Any] = {"handed": details.candidate_job}
         if cached is not None:
-            candidate_fields["prebuilt"] = _hand_over_cached(cached, root / "candidate")
+            candidate_fields["prebuilt"] = _hand_over_cached(cached, handed_to)
         elif building is not None:
             building.result()
-            candidate_fields["prebuilt"] = _hand_over_builds(spec, Path(build_folder), root / "candidate")
+            candidate_fields["prebuilt"] = _hand_over_builds(spec, Path(build_folder), handed_to)
         result, report = run_candidate(
             spec, root, candidate, reference, job.model_copy(update=candidate_fields), settings, early
         )

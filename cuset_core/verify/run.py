@@ -19,6 +19,7 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 
 from cuset_core.verify.cache import VerifyCache, cache_key, default_cache_dir
@@ -30,6 +31,7 @@ from cuset_core.verify.result import Diagnostic, Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import refusal
 from cuset_core.verify.settings import VerifySettings
 from cuset_core.verify.static import check_static, static_warnings
+from cuset_core.verify.warm_sides import WarmSides
 
 LOG_CHARS = 8000
 REASON_CHARS = 1000
@@ -46,6 +48,7 @@ def verify(
     use_cache: bool = True,
     references: ReferencePool | None = None,
     on_tier: Callable[[Tier], None] | None = None,
+    warm: WarmSides | None = None,
 ) -> VerifyResult:
     """Verify ``answer`` (a raw model answer, a ``ModelNew`` file or a ``.cu`` extension)
     against the KernelBench problem ``problem_code``, up to ``settings.tier``.
@@ -54,7 +57,9 @@ def verify(
     ``use_cache`` is False; a cached result comes back with ``cached=True``. Tier 2 also keeps
     the extensions it compiled (:mod:`cuset_core.verify.library_cache`) unless ``use_cache`` is False.
     Candidates verified with the same ``references`` (one batch: an eval's samples of a problem)
-    share the reference runs of tiers 2 and 3 (:mod:`cuset_core.verify.reference_pool`).
+    share the reference runs of tiers 2 and 3 (:mod:`cuset_core.verify.reference_pool`); with
+    ``warm`` (held by a caller that verifies one candidate after another), tier 2 takes its sides
+    ready-made (:mod:`cuset_core.verify.warm_sides`).
     ``on_tier`` is told each tier as it starts (a progress display); a cached result tells none.
     """
     cache = VerifyCache(cache_dir or default_cache_dir()) if use_cache else None
@@ -64,7 +69,8 @@ def verify(
         return hit
     start = time.monotonic()
     try:
-        result, internal = _pipeline(problem_code, answer, settings, libraries, references, on_tier or _quiet)
+        shared = Shared(libraries, references, warm)
+        result, internal = _pipeline(problem_code, answer, settings, shared, on_tier or _quiet)
     except Exception:  # noqa: BLE001 - a verifier bug must not crash the caller
         empty = VerifyResult(verdict=Verdict.INTERNAL_ERROR, tier=Tier.STATIC)
         result = _internal_error(Tier.STATIC, empty, "internal error in tier static", traceback.format_exc())
@@ -82,12 +88,21 @@ def _quiet(tier: Tier) -> None:
     """The default ``on_tier``: nobody is watching."""
 
 
+@dataclass(frozen=True)
+class Shared:
+    """What a check shares with the caller's other checks: extensions compiled before, the
+    batch's reference runs, sides started ahead (each None where the caller holds none)."""
+
+    libraries: LibraryCache | None = None
+    references: ReferencePool | None = None
+    warm: WarmSides | None = None
+
+
 def _pipeline(
     problem_code: str,
     answer: str,
     settings: VerifySettings,
-    libraries: LibraryCache | None,
-    references: ReferencePool | None,
+    shared: Shared,
     on_tier: Callable[[Tier], None],
 ) -> tuple[VerifyResult, bool]:
     """The verdict and whether it came from a failure of the verifier (not to be cached)."""
@@ -111,9 +126,9 @@ def _pipeline(
     early: EarlyTier | None = None
     if settings.tier.rank >= Tier.CPU.rank and settings.overlap_tiers:
         # Tier 2 depends on nothing of tier 1's: it runs while tier 1 compiles.
-        early = _start_cpu_tier(problem_code, candidate, settings, libraries, references)
+        early = _start_cpu_tier(problem_code, candidate, settings, shared)
     try:
-        return _from_tier_1(problem_code, candidate, settings, result, libraries, references, on_tier, early)
+        return _from_tier_1(problem_code, candidate, settings, result, shared, on_tier, early)
     finally:
         if early is not None:
             early.cancel()  # done already, or tier 1 rejected the candidate
@@ -124,8 +139,7 @@ def _from_tier_1(
     candidate: Candidate,
     settings: VerifySettings,
     result: VerifyResult,
-    libraries: LibraryCache | None,
-    references: ReferencePool | None,
+    shared: Shared,
     on_tier: Callable[[Tier], None],
     early: EarlyTier | None = None,
 ) -> tuple[VerifyResult, bool]:
@@ -142,10 +156,12 @@ def _from_tier_1(
     def cpu_runner() -> TierRunner:
         if early is not None:
             return lambda *_: early.result()
-        return functools.partial(_cpu_runner(), library_cache=libraries, references=references)
+        return functools.partial(
+            _cpu_runner(), library_cache=shared.libraries, references=shared.references, warm=shared.warm
+        )
 
     def gpu_runner() -> TierRunner:
-        return functools.partial(_gpu_runner(), references=references)
+        return functools.partial(_gpu_runner(), references=shared.references)
 
     for tier, runner in ((Tier.CPU, cpu_runner), (Tier.GPU, gpu_runner)):
         if settings.tier.rank < tier.rank:
@@ -250,12 +266,17 @@ def _start_cpu_tier(
     problem_code: str,
     candidate: Candidate,
     settings: VerifySettings,
-    libraries: LibraryCache | None,
-    references: ReferencePool | None,
+    shared: Shared,
 ) -> EarlyTier:
     def run(cancel: threading.Event) -> VerifyResult:
         return _cpu_runner()(
-            problem_code, candidate, settings, library_cache=libraries, references=references, cancel=cancel
+            problem_code,
+            candidate,
+            settings,
+            library_cache=shared.libraries,
+            references=shared.references,
+            cancel=cancel,
+            warm=shared.warm,
         )
 
     return EarlyTier(run)

@@ -727,6 +727,11 @@ class StartedSandbox:
         threading.Thread(target=_feed, args=(running.process.stdin, _pack(running.workdir)), daemon=True).start()
         return running.wait(cancel)
 
+    def alive(self) -> bool:
+        """Whether the command still runs (it was neither finished nor abandoned, and has not ended)."""
+        running = self._running
+        return running is not None and running.failed_start is None and running.process.poll() is None
+
     def abandon(self) -> None:
         """Kill the command if it was never finished (its files and output are dropped)."""
         running, self._running = self._running, None

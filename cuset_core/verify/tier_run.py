@@ -20,6 +20,7 @@ from cuset_core.verify.contracts import WIDE_SCALE, ReferenceReport
 from cuset_core.verify.library_cache import LibraryCache
 from cuset_core.verify.result import Tier
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
+from cuset_core.verify.warm_sides import WarmSides
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ class TierSpec:
     # the same time, rejected the candidate): every side still running is killed and the check
     # raises ``SandboxCancelled``.
     cancel: threading.Event | None = None
+    # Sides started ahead of this check by whoever runs checks one after another (early_start only).
+    warm: WarmSides | None = None
 
 
 @dataclass

@@ -7,6 +7,8 @@ run as root in the parallel lane and unprivileged in scripts/test_unprivileged.s
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from attacks import PROBLEM, at_import
 
@@ -15,6 +17,7 @@ from cuset_core.verify.cpu import run_cpu_tier
 from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
+from cuset_core.verify.warm_sides import WarmSides
 
 pytestmark = pytest.mark.slow
 
@@ -62,15 +65,25 @@ for _pid in filter(str.isdigit, os.listdir("/proc")):
 """
 
 
+@pytest.mark.parametrize("warm", [False, True], ids=["own sides", "warm sides"])
 @pytest.mark.parametrize(
     ("leave", "find"),
     [(LEAVE_FILES, FIND_FILES), (LEAVE_PROCESS, FIND_PROCESS)],
     ids=["files", "a process that outlives it"],
 )
-def test_a_candidate_leaves_nothing_for_the_next_candidate_of_its_batch(leave, find):
+def test_a_candidate_leaves_nothing_for_the_next_candidate_of_its_batch(leave, find, warm):
+    # With warm sides, the second candidate runs in a side started ahead of it by the pool (the
+    # same pool that started the first candidate's replacement while its traces were fresh).
     batch = ReferencePool()
-    first = run_cpu_tier(PROBLEM, parse_candidate(at_import(leave)), SETTINGS, references=batch)
-    second = run_cpu_tier(PROBLEM, parse_candidate(at_import(find)), SETTINGS, references=batch)
+    with WarmSides() as sides:
+        held = sides if warm else None
+        first = run_cpu_tier(PROBLEM, parse_candidate(at_import(leave)), SETTINGS, references=batch, warm=held)
+        if warm:
+            deadline = time.monotonic() + 30
+            while sides.waiting() < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        second = run_cpu_tier(PROBLEM, parse_candidate(at_import(find)), SETTINGS, references=batch, warm=held)
+        assert sides.taken == (1 if warm else 0)
     assert first.verdict is Verdict.PASS, (first.reason, first.log[-2000:])
     assert batch.runs == 1  # the two were judged on the same inputs
     assert second.verdict is Verdict.PASS, (second.reason, second.log[-2000:])

@@ -203,6 +203,7 @@ def verify_problem(self: RuntimeTask, eval_id: str, problem_id: str) -> None:
                 config.cache,
                 repaired,
                 references,
+                self.runtime.warm_sides,
             )
             _store_record(url, eval_id, problem_id, record)
         records[attempt.index] = record

@@ -26,7 +26,7 @@ from db.models import Generation
 from db.session import session_scope
 from db.settings import Settings
 from db.statuses import GenerationStatus
-from worker.runtime import RuntimeTask
+from worker.runtime import RuntimeTask, WorkerRuntime
 
 LIVE = (
     GenerationStatus.RUNNING,
@@ -36,12 +36,12 @@ LIVE = (
 
 @shared_task(name=TaskName.VERIFY_SAMPLE, base=RuntimeTask, bind=True)
 def verify_sample(self: RuntimeTask, generation_id: str, index: int) -> None:
-    _verify(self.runtime.settings, generation_id, index)
+    _verify(self.runtime, generation_id, index)
 
 
 @shared_task(name=TaskName.VERIFY_GPU, base=RuntimeTask, bind=True)
 def verify_gpu(self: RuntimeTask, generation_id: str, index: int) -> None:
-    _verify(self.runtime.settings, generation_id, index)
+    _verify(self.runtime, generation_id, index)
 
 
 def service_verify_settings(settings: Settings, verify_settings: VerifySettings) -> VerifySettings:
@@ -50,7 +50,8 @@ def service_verify_settings(settings: Settings, verify_settings: VerifySettings)
     return verify_settings.model_copy(update={"limits": verify_settings.limits.model_copy(update={"hidden": hidden})})
 
 
-def _verify(settings: Settings, generation_id: str, index: int) -> None:
+def _verify(runtime: WorkerRuntime, generation_id: str, index: int) -> None:
+    settings = runtime.settings
     url = settings.resolved_database_url
     with session_scope(url) as session:
         row = session.get(Generation, generation_id)
@@ -61,7 +62,7 @@ def _verify(settings: Settings, generation_id: str, index: int) -> None:
         if attempt.settled:
             return  # a redelivered message for an attempt already verified, or a cancelled one
     checks = service_verify_settings(settings, VerifySettings(tier=Tier(request.verify)))
-    result = verify(request.problem, attempt.text, checks, cache_dir=settings.verify_cache_dir)
+    result = verify(request.problem, attempt.text, checks, cache_dir=settings.verify_cache_dir, warm=runtime.warm_sides)
     with session_scope(url) as session:
         row = locked_generation(session, generation_id)
         if row is None or row.status not in LIVE:

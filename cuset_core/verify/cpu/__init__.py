@@ -49,6 +49,7 @@ from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import SandboxCancelled
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 from cuset_core.verify.tier_run import PlannedLibrary, TierSpec
+from cuset_core.verify.warm_sides import WarmSides
 
 HARNESS_MODULE = "cuset_core.verify.cpu.harness"
 # Failures that reduced sizes can cause in a correct kernel that hard-codes the original ones.
@@ -144,6 +145,7 @@ def run_cpu_tier(
     library_cache: LibraryCache | None = None,
     references: ReferencePool | None = None,
     cancel: threading.Event | None = None,
+    warm: WarmSides | None = None,
 ) -> VerifyResult:
     """Tier 2 for one candidate: build with g++, run on the CPU runtime, compare with the reference.
 
@@ -152,8 +154,9 @@ def run_cpu_tier(
     reduced sizes is checked again at the original sizes when they fit; when they do not and the
     candidate hard-codes the original sizes, the verdict is ``unsupported``.
     With ``library_cache``, extensions compiled before from the same sources are not compiled again;
-    with ``references``, the reference runs of the batch it serves are shared. Setting ``cancel``
-    kills its sides (``SandboxCancelled``).
+    with ``references``, the reference runs of the batch it serves are shared; with ``warm``, its
+    sides come ready-made from the owner's :class:`WarmSides`. Setting ``cancel`` kills its sides
+    (``SandboxCancelled``).
     """
     sources = candidate.sources
     feature = unsupported_feature(sources.cuda) or next(
@@ -192,6 +195,7 @@ def run_cpu_tier(
         kernels_off=True,
         early_start=True,
         cancel=cancel,
+        warm=warm,
     )
     job = cpu_job(candidate.kind, settings, preludes, chain, prebuild)
     result, details = judge(spec, problem_code, candidate, settings, job, references)
@@ -234,7 +238,10 @@ def _at_smaller_sizes(
             "cpu_s": max(SMALLER_MIN_S, math.ceil(spec.limits.cpu_s * SMALLER_TIME_SHARE)),
         }
     )
-    result, details = judge(replace(spec, limits=limits), problem_code, candidate, settings, retry, references)
+    # Not on warm sides: they are started under the check's usual limits, and sides started
+    # ahead for these rarer limits would wait for checks that seldom come.
+    retry_spec = replace(spec, limits=limits, warm=None)
+    result, details = judge(retry_spec, problem_code, candidate, settings, retry, references)
     sizes = named_sizes(details.candidate_job.overrides) if details.candidate_job.overrides else f"{smaller} elements"
     timings = {**timed_out.timings_s, **{f"smaller_{k}": v for k, v in result.timings_s.items()}}
     if result.verdict is Verdict.PASS:
@@ -264,7 +271,8 @@ def _at_original_sizes(
     if details.original_fits:
         at_original = job.model_copy(update={"reduce_sizes": False, "second_max_elements": None})
         limits = scaled_limits(spec.limits, details.original_elements, settings.max_elements)
-        result, _ = judge(replace(spec, limits=limits), problem_code, candidate, settings, at_original, references)
+        at_original_spec = replace(spec, limits=limits, warm=None)  # not on warm sides: see _at_smaller_sizes
+        result, _ = judge(at_original_spec, problem_code, candidate, settings, at_original, references)
         timings = {**result.timings_s, **{f"reduced_{k}": v for k, v in reduced.timings_s.items()}}
         return result.model_copy(
             update={"reason": clip(f"at the original sizes: {result.reason}; {at_reduced}"), "timings_s": timings}

@@ -1,0 +1,199 @@
+"""Harness processes started before the checks that will use them.
+
+Each side of a tier-2 check spends about a second importing torch before it can run anything,
+and in a check started cold those imports compete for the cores with tier 1's nvcc and the build
+side's g++. An owner that runs checks one after another (an eval, a self-training round, a
+worker) holds a :class:`WarmSides`: a check takes each side it needs ready-made (the reference's,
+the candidate's), and their replacements start once the check is over (started beside it, their
+imports would slow the check down as much as they save the next one). So a check that follows
+another at once gains little on a busy machine; one that comes after a pause (a worker's next
+request, the next problem of an eval once its answers are generated) starts with its sides ready.
+
+Why this is safe: a warm side is the process the check would start itself (same harness module,
+limits, readable folders and environment; its wall-clock limit counts from the moment it gets its
+files, as for any side started ahead of them), and all it has run is the harness's own start-up:
+it imports torch and waits for its files on stdin (``harness_side.run_side --late``). It serves one
+side of one check and is never reused. Nothing of one check reaches another: every side has its
+own tmpfs work folder, and its files arrive with the hand-over. A side that ended while it waited
+is dropped, never handed out.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import shutil
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cuset_core.verify.contracts import LATE_FILES
+from cuset_core.verify.sandbox import SandboxOutcome, StartedSandbox, start_sandboxed
+
+if TYPE_CHECKING:
+    from cuset_core.verify.tier_run import TierSpec
+
+log = logging.getLogger(__name__)
+
+
+class StartedSide:
+    """One side's harness, started ahead of its files in a work folder of its own; leaving a
+    ``with`` block kills it unless it was finished, and removes the folder."""
+
+    def __init__(self, folder: Path, sandbox: StartedSandbox) -> None:
+        self.folder = folder
+        self._sandbox = sandbox
+
+    def alive(self) -> bool:
+        """Whether the harness still waits for its files."""
+        return self._sandbox.alive()
+
+    def finish(self, cancel: threading.Event | None = None) -> SandboxOutcome:
+        """Hand over what the folder holds now and wait for the side (``StartedSandbox.finish``)."""
+        return self._sandbox.finish(cancel)
+
+    def __enter__(self) -> StartedSide:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._sandbox.abandon()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def start_side(spec: TierSpec, side: str, folder: Path) -> StartedSide:
+    """Start ``side`` (``reference`` or ``candidate``) of ``spec``'s harness in ``folder``, ahead of
+    its files: it imports its libraries and waits for them on stdin."""
+    folder.mkdir(exist_ok=True)
+    sandbox = start_sandboxed(
+        [sys.executable, "-m", spec.module, LATE_FILES, side, str(folder / "job.json")],
+        workdir=folder,
+        limits=spec.limits,
+        env=spec.env(folder),
+        readable=spec.readable,
+    )
+    return StartedSide(folder, sandbox)
+
+
+def _key(spec: TierSpec, side: str) -> tuple[str, ...]:
+    """What a side's process is started with, besides its folder: sides agreeing on it are
+    interchangeable."""
+    return (
+        spec.tier.value,
+        spec.module,
+        side,
+        spec.limits.model_dump_json(),
+        *map(str, spec.readable),
+        repr(sorted(spec.env(Path()).items())),
+    )
+
+
+class WarmSides:
+    """Sides started ahead of the checks that take them: at most ``per_side`` waiting for each
+    kind of side (tier, harness, limits, ...). Thread-safe; a context manager that kills whatever
+    still waits when it closes.
+
+    ``per_side`` is how many checks the owner runs at once (an eval's verifying workers): more
+    would only hold memory (a quarter of a GiB per side) that no check takes. The sides are
+    started by a thread of the pool's own: a sandbox dies with the thread that started it
+    (``bwrap --die-with-parent``), and a check's threads end with the check."""
+
+    def __init__(self, per_side: int = 1) -> None:
+        self.per_side = per_side
+        self.taken = 0  # sides handed out ready, for the owner's figures
+        self._ready: dict[tuple[str, ...], list[StartedSide]] = {}
+        self._owed: dict[tuple[str, ...], tuple[TierSpec, str, int]] = {}
+        self._order: list[tuple[tuple[str, ...], StartedSide]] = []  # waiting sides, oldest first
+        self._lock = threading.Lock()
+        self._closed = False
+        self._requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
+        self._starter = threading.Thread(target=self._start_owed, name="cuset-warm-sides", daemon=True)
+        self._starter.start()
+
+    def take(self, spec: TierSpec, side: str) -> StartedSide | None:
+        """A warm ``side`` for ``spec``, now the caller's (None when none is ready: the caller
+        starts its own); either way a replacement is owed, started after the next :meth:`refill`."""
+        key = _key(spec, side)
+        with self._lock:
+            owed = self._owed.get(key, (spec, side, 0))[2]
+            self._owed[key] = (spec, side, min(self.per_side, owed + 1))
+            waiting = self._ready.get(key, [])
+            while waiting:
+                found = waiting.pop(0)
+                if found.alive():
+                    self.taken += 1
+                    return found
+                found.close()
+        return None
+
+    def refill(self) -> None:
+        """Have the sides owed since the last refill started (a check calls it when it is over).
+        Returns at once."""
+        self._requests.put(True)
+
+    def _start_owed(self) -> None:
+        while self._requests.get():
+            with self._lock:
+                if self._closed:
+                    return
+                owed, self._owed = self._owed, {}
+                counts = {key: len(self._ready.get(key, [])) for key in owed}
+            for key, (spec, side, count) in owed.items():
+                for _ in range(max(0, min(count, self.per_side - counts[key]))):
+                    self._start_one(key, spec, side)
+
+    def _start_one(self, key: tuple[str, ...], spec: TierSpec, side: str) -> None:
+        folder = Path(tempfile.mkdtemp(prefix=f"cuset-{spec.tier.value}-warm-{side}-"))
+        try:
+            ready = start_side(spec, side, folder)
+        except Exception:  # noqa: BLE001 - a side not started ahead is started by its check
+            log.warning("could not start a %s side ahead of its check", side, exc_info=True)
+            shutil.rmtree(folder, ignore_errors=True)
+            return
+        with self._lock:
+            if self._closed:
+                dropped = [ready]
+            else:
+                self._ready.setdefault(key, []).append(ready)
+                self._order.append((key, ready))
+                dropped = self._over_capacity()
+        for unwanted in dropped:
+            unwanted.close()
+
+    def _over_capacity(self) -> list[StartedSide]:
+        """The oldest waiting sides beyond ``2 * per_side`` in all (the reference's and the
+        candidate's for each check at once), taken out of the pool: sides of a kind checks stopped
+        asking for (other settings) must not hold memory for good. Called with the lock held."""
+        self._order = [(key, side) for key, side in self._order if side in self._ready.get(key, [])]
+        dropped = []
+        while len(self._order) > 2 * self.per_side:
+            key, side = self._order.pop(0)
+            self._ready[key].remove(side)
+            dropped.append(side)
+        return dropped
+
+    def waiting(self) -> int:
+        """How many started sides wait for a check."""
+        with self._lock:
+            return sum(len(sides) for sides in self._ready.values())
+
+    def close(self) -> None:
+        """Kill every side still waiting; nothing more is started."""
+        with self._lock:
+            self._closed = True
+            sides = [side for waiting in self._ready.values() for side in waiting]
+            self._ready.clear()
+        self._requests.put(False)
+        self._starter.join()
+        for side in sides:
+            side.close()
+
+    def __enter__(self) -> WarmSides:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,103 @@
+"""Sides started ahead of the checks that take them (``WarmSides``): each is handed out once, a
+side that ended while it waited is never handed out, replacements start only when a check asks
+for them, and closing kills whatever still waits. The last tests run real candidates through
+tier 2 on warm sides."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from cuset_core.verify.candidate import parse_candidate
+from cuset_core.verify.cpu import HARNESS_MODULE, harness_environment, run_cpu_tier
+from cuset_core.verify.result import Tier, Verdict
+from cuset_core.verify.settings import SandboxLimits, VerifySettings
+from cuset_core.verify.tier_run import TierSpec
+from cuset_core.verify.warm_sides import WarmSides
+
+LIMITS = SandboxLimits(wall_s=60, cpu_s=60)
+# A side that waits for its files as tier 2's does (the real harness, importing torch meanwhile).
+WAITING = TierSpec(Tier.CPU, HARNESS_MODULE, LIMITS, harness_environment, early_start=True)
+# A "harness" that ends at once, as a side that died while it waited.
+ENDING = TierSpec(Tier.CPU, "json.tool", LIMITS, harness_environment, early_start=True)
+
+
+def ready_within(warm: WarmSides, count: int, seconds: float = 30.0) -> bool:
+    """Whether ``warm`` holds ``count`` started sides within ``seconds`` (refills start in a thread)."""
+    deadline = time.monotonic() + seconds
+    while warm.waiting() < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return warm.waiting() == count
+
+
+def test_a_side_is_started_only_once_a_check_asked_for_one_and_is_handed_out_once():
+    with WarmSides() as warm:
+        warm.refill()
+        assert not ready_within(warm, 1, seconds=1.0)  # nobody asked: nothing is started
+        assert warm.take(WAITING, "candidate") is None  # the first check starts its own
+        warm.refill()
+        assert ready_within(warm, 1)
+        side = warm.take(WAITING, "candidate")
+        assert side is not None and side.alive() and warm.taken == 1
+        with side:
+            assert warm.take(WAITING, "candidate") is None  # never the same process twice
+            assert warm.take(WAITING, "reference") is None  # another kind of side is not interchangeable
+        assert not side.alive() and not side.folder.exists()
+
+
+def test_a_side_that_ended_while_it_waited_is_never_handed_out():
+    with WarmSides() as warm:
+        assert warm.take(ENDING, "candidate") is None
+        warm.refill()
+        assert ready_within(warm, 1)
+        time.sleep(2.0)  # json.tool fails on its arguments at once
+        assert warm.take(ENDING, "candidate") is None
+        assert warm.taken == 0 and warm.waiting() == 0
+
+
+def test_closing_kills_the_sides_that_still_wait_and_removes_their_folders():
+    warm = WarmSides(per_side=2)
+    warm.take(WAITING, "candidate")
+    warm.take(WAITING, "candidate")
+    warm.refill()
+    assert ready_within(warm, 2)
+    folders = [side.folder for sides in warm._ready.values() for side in sides]
+    warm.close()
+    assert warm.waiting() == 0 and not any(folder.exists() for folder in folders)
+    warm.take(WAITING, "candidate")
+    warm.refill()
+    assert not ready_within(warm, 1, seconds=1.0)  # a closed pool starts nothing
+
+
+@pytest.mark.slow
+def test_checks_on_warm_sides_give_the_verdicts_of_cold_ones():
+    from cuset_core.demo import demo_problems
+
+    settings = VerifySettings(tier=Tier.CPU)
+    relu = next(problem for problem in demo_problems() if "relu_kernel" in problem.solution_code)
+    wrong = relu.solution_code.replace("fmaxf(x[i], 0.0f)", "fminf(x[i], 0.0f)")
+    with WarmSides() as warm:
+        first = run_cpu_tier(relu.problem_code, parse_candidate(relu.solution_code), settings, warm=warm)
+        assert ready_within(warm, 2)  # the reference's side and the candidate's, started after it
+        second = run_cpu_tier(relu.problem_code, parse_candidate(relu.solution_code), settings, warm=warm)
+        assert ready_within(warm, 2)
+        failed = run_cpu_tier(relu.problem_code, parse_candidate(wrong), settings, warm=warm)
+        assert warm.taken == 4
+    assert first.verdict is second.verdict is Verdict.PASS, (second.reason, second.log[-2000:])
+    assert failed.verdict is Verdict.VALUE_MISMATCH, failed.reason
+
+
+def test_sides_of_a_kind_no_check_asks_for_any_more_give_way_to_new_ones():
+    other = TierSpec(Tier.CPU, HARNESS_MODULE, LIMITS.model_copy(update={"wall_s": 61}), harness_environment)
+    with WarmSides() as warm:
+        warm.take(WAITING, "candidate")
+        warm.take(WAITING, "reference")
+        warm.refill()
+        assert ready_within(warm, 2)
+        warm.take(other, "candidate")  # checks under other settings from now on
+        warm.refill()
+        time.sleep(1.0)
+        assert warm.waiting() == 2  # two sides per check at once, however many kinds were asked for
+        assert warm.take(WAITING, "candidate") is None  # the oldest gave way
+        assert warm.take(other, "candidate") is not None
