@@ -31,8 +31,13 @@ class WorkerRuntime:
 
     settings: Settings
     models: ModelCache = field(default_factory=ModelCache)
-    # Tier-2 sides started after each check for the next one (a worker runs one check at a time).
-    warm_sides: WarmSides = field(default_factory=WarmSides)
+    # Tier-2 sides started after each check for the next one (a worker runs one check at a time);
+    # None where the settings turn them off.
+    warm_sides: WarmSides | None = None
+
+    def __post_init__(self) -> None:
+        if self.settings.warm_sides and self.warm_sides is None:
+            self.warm_sides = WarmSides()
 
     def loaded_models(self) -> ModelCache:
         """The model cache, with this process known as a holder of its device (once per process),
@@ -74,7 +79,8 @@ def stop_runtime() -> None:
     runtime, RuntimeTask._process_runtime = RuntimeTask._process_runtime, None
     if runtime is not None:
         runtime.models.release()
-        runtime.warm_sides.close()
+        if runtime.warm_sides is not None:
+            runtime.warm_sides.close()
 
 
 def process_runtime() -> WorkerRuntime | None:

@@ -136,6 +136,20 @@ def test_the_reaper_fails_an_eval_lost_while_generating_but_not_one_being_verifi
     assert stored_row(task_settings.resolved_database_url, Eval, verifying).status == EvalStatus.RUNNING
 
 
+# ------------------------------------------------------------------ the worker's runtime
+
+
+def test_a_worker_keeps_tier_2_sides_ahead_of_its_checks_unless_its_settings_turn_that_off(fast_settings):
+    from worker.runtime import start_runtime, stop_runtime
+
+    for setting, kept in ((True, True), (False, False)):
+        try:
+            runtime = start_runtime(fast_settings.model_copy(update={"warm_sides": setting}))
+            assert (runtime.warm_sides is not None) is kept
+        finally:
+            stop_runtime()
+
+
 # ------------------------------------------------------------------ the file check of a new job
 
 
