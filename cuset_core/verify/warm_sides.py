@@ -79,7 +79,7 @@ def start_side(spec: TierSpec, side: str, folder: Path) -> StartedSide:
     return StartedSide(folder, sandbox)
 
 
-def _key(spec: TierSpec, side: str) -> tuple[str, ...]:
+def side_kind(spec: TierSpec, side: str) -> tuple[str, ...]:
     """What a side's process is started with, besides its folder: sides agreeing on it are
     interchangeable."""
     return (
@@ -117,7 +117,7 @@ class WarmSides:
     def take(self, spec: TierSpec, side: str) -> StartedSide | None:
         """A warm ``side`` for ``spec``, now the caller's (None when none is ready: the caller
         starts its own); either way a replacement is owed, started after the next :meth:`refill`."""
-        key = _key(spec, side)
+        key = side_kind(spec, side)
         with self._lock:
             owed = self._owed.get(key, (spec, side, 0))[2]
             self._owed[key] = (spec, side, min(self.per_side, owed + 1))

@@ -14,7 +14,7 @@ from cuset_core.verify.cpu import HARNESS_MODULE, harness_environment, run_cpu_t
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 from cuset_core.verify.tier_run import TierSpec
-from cuset_core.verify.warm_sides import WarmSides
+from cuset_core.verify.warm_sides import WarmSides, side_kind
 
 LIMITS = SandboxLimits(wall_s=60, cpu_s=60)
 # A side that waits for its files as tier 2's does (the real harness, importing torch meanwhile).
@@ -51,7 +51,11 @@ def test_a_side_that_ended_while_it_waited_is_never_handed_out():
         assert warm.take(ENDING, "candidate") is None
         warm.refill()
         assert ready_within(warm, 1)
-        time.sleep(2.0)  # json.tool fails on its arguments at once
+        [waiting] = [side for sides in warm._ready.values() for side in sides]
+        deadline = time.monotonic() + 30
+        while waiting.alive() and time.monotonic() < deadline:  # json.tool fails on its arguments at once
+            time.sleep(0.05)
+        assert not waiting.alive()
         assert warm.take(ENDING, "candidate") is None
         assert warm.taken == 0 and warm.waiting() == 0
 
@@ -97,7 +101,9 @@ def test_sides_of_a_kind_no_check_asks_for_any_more_give_way_to_new_ones():
         assert ready_within(warm, 2)
         warm.take(other, "candidate")  # checks under other settings from now on
         warm.refill()
-        time.sleep(1.0)
+        deadline = time.monotonic() + 30
+        while not warm._ready.get(side_kind(other, "candidate")) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert warm.waiting() == 2  # two sides per check at once, however many kinds were asked for
         assert warm.take(WAITING, "candidate") is None  # the oldest gave way
         assert warm.take(other, "candidate") is not None
