@@ -94,8 +94,8 @@ def side_kind(spec: TierSpec, side: str) -> tuple[str, ...]:
 
 class WarmSides:
     """Sides started ahead of the checks that take them: at most ``per_side`` waiting for each
-    kind of side (tier, harness, limits, ...). Thread-safe; a context manager that kills whatever
-    still waits when it closes.
+    kind of side (tier, harness, limits, ...: :func:`side_kind`) and ``2 * per_side`` in all.
+    Thread-safe; a context manager that kills whatever still waits when it closes.
 
     ``per_side`` is how many checks the owner runs at once (an eval's verifying workers): more
     would only hold memory (a quarter of a GiB per side) that no check takes. The sides are
@@ -105,9 +105,8 @@ class WarmSides:
     def __init__(self, per_side: int = 1) -> None:
         self.per_side = per_side
         self.taken = 0  # sides handed out ready, for the owner's figures
-        self._ready: dict[tuple[str, ...], list[StartedSide]] = {}
-        self._owed: dict[tuple[str, ...], tuple[TierSpec, str, int]] = {}
-        self._order: list[tuple[tuple[str, ...], StartedSide]] = []  # waiting sides, oldest first
+        self._waiting: list[tuple[tuple[str, ...], StartedSide]] = []  # (kind, side), oldest first
+        self._owed: dict[tuple[str, ...], tuple[TierSpec, str, int]] = {}  # kind -> (spec, side, count)
         self._lock = threading.Lock()
         self._closed = False
         self._requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
@@ -117,18 +116,19 @@ class WarmSides:
     def take(self, spec: TierSpec, side: str) -> StartedSide | None:
         """A warm ``side`` for ``spec``, now the caller's (None when none is ready: the caller
         starts its own); either way a replacement is owed, started after the next :meth:`refill`."""
-        key = side_kind(spec, side)
+        kind = side_kind(spec, side)
         with self._lock:
-            owed = self._owed.get(key, (spec, side, 0))[2]
-            self._owed[key] = (spec, side, min(self.per_side, owed + 1))
-            waiting = self._ready.get(key, [])
-            while waiting:
-                found = waiting.pop(0)
-                if found.alive():
-                    self.taken += 1
-                    return found
-                found.close()
-        return None
+            owed = self._owed.get(kind, (spec, side, 0))[2]
+            self._owed[kind] = (spec, side, min(self.per_side, owed + 1))
+            ended = [entry for entry in self._waiting if entry[0] == kind and not entry[1].alive()]
+            found = next((entry for entry in self._waiting if entry[0] == kind and entry not in ended), None)
+            for entry in [*ended, *([found] if found else [])]:
+                self._waiting.remove(entry)
+            if found is not None:
+                self.taken += 1
+        for _, dead in ended:
+            dead.close()
+        return found[1] if found is not None else None
 
     def refill(self) -> None:
         """Have the sides owed since the last refill started (a check calls it when it is over).
@@ -141,12 +141,12 @@ class WarmSides:
                 if self._closed:
                     return
                 owed, self._owed = self._owed, {}
-                counts = {key: len(self._ready.get(key, [])) for key in owed}
-            for key, (spec, side, count) in owed.items():
-                for _ in range(max(0, min(count, self.per_side - counts[key]))):
-                    self._start_one(key, spec, side)
+                counts = {kind: sum(entry[0] == kind for entry in self._waiting) for kind in owed}
+            for kind, (spec, side, count) in owed.items():
+                for _ in range(max(0, min(count, self.per_side - counts[kind]))):
+                    self._start_one(kind, spec, side)
 
-    def _start_one(self, key: tuple[str, ...], spec: TierSpec, side: str) -> None:
+    def _start_one(self, kind: tuple[str, ...], spec: TierSpec, side: str) -> None:
         folder = Path(tempfile.mkdtemp(prefix=f"cuset-{spec.tier.value}-warm-{side}-"))
         try:
             ready = start_side(spec, side, folder)
@@ -158,35 +158,27 @@ class WarmSides:
             if self._closed:
                 dropped = [ready]
             else:
-                self._ready.setdefault(key, []).append(ready)
-                self._order.append((key, ready))
-                dropped = self._over_capacity()
+                self._waiting.append((kind, ready))
+                # At most the reference's and the candidate's side for each check at once, the
+                # oldest dropped first: sides of a kind that checks stopped asking for (other
+                # settings) must not hold memory for good.
+                excess = max(0, len(self._waiting) - 2 * self.per_side)
+                dropped = [side for _, side in self._waiting[:excess]]
+                del self._waiting[:excess]
         for unwanted in dropped:
             unwanted.close()
 
-    def _over_capacity(self) -> list[StartedSide]:
-        """The oldest waiting sides beyond ``2 * per_side`` in all (the reference's and the
-        candidate's for each check at once), taken out of the pool: sides of a kind checks stopped
-        asking for (other settings) must not hold memory for good. Called with the lock held."""
-        self._order = [(key, side) for key, side in self._order if side in self._ready.get(key, [])]
-        dropped = []
-        while len(self._order) > 2 * self.per_side:
-            key, side = self._order.pop(0)
-            self._ready[key].remove(side)
-            dropped.append(side)
-        return dropped
-
-    def waiting(self) -> int:
-        """How many started sides wait for a check."""
+    def waiting(self) -> list[StartedSide]:
+        """The started sides that wait for a check, oldest first."""
         with self._lock:
-            return sum(len(sides) for sides in self._ready.values())
+            return [side for _, side in self._waiting]
 
     def close(self) -> None:
         """Kill every side still waiting; nothing more is started."""
         with self._lock:
             self._closed = True
-            sides = [side for waiting in self._ready.values() for side in waiting]
-            self._ready.clear()
+            sides = [side for _, side in self._waiting]
+            self._waiting.clear()
         self._requests.put(False)
         self._starter.join()
         for side in sides:

@@ -80,7 +80,7 @@ def test_a_candidate_leaves_nothing_for_the_next_candidate_of_its_batch(leave, f
         first = run_cpu_tier(PROBLEM, parse_candidate(at_import(leave)), SETTINGS, references=batch, warm=held)
         if warm:
             deadline = time.monotonic() + 30
-            while sides.waiting() < 2 and time.monotonic() < deadline:
+            while len(sides.waiting()) < 2 and time.monotonic() < deadline:
                 time.sleep(0.05)
         second = run_cpu_tier(PROBLEM, parse_candidate(at_import(find)), SETTINGS, references=batch, warm=held)
         assert sides.taken == (1 if warm else 0)

@@ -14,7 +14,7 @@ from cuset_core.verify.cpu import HARNESS_MODULE, harness_environment, run_cpu_t
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 from cuset_core.verify.tier_run import TierSpec
-from cuset_core.verify.warm_sides import WarmSides, side_kind
+from cuset_core.verify.warm_sides import WarmSides
 
 LIMITS = SandboxLimits(wall_s=60, cpu_s=60)
 # A side that waits for its files as tier 2's does (the real harness, importing torch meanwhile).
@@ -26,9 +26,9 @@ ENDING = TierSpec(Tier.CPU, "json.tool", LIMITS, harness_environment, early_star
 def ready_within(warm: WarmSides, count: int, seconds: float = 30.0) -> bool:
     """Whether ``warm`` holds ``count`` started sides within ``seconds`` (refills start in a thread)."""
     deadline = time.monotonic() + seconds
-    while warm.waiting() < count and time.monotonic() < deadline:
+    while len(warm.waiting()) < count and time.monotonic() < deadline:
         time.sleep(0.05)
-    return warm.waiting() == count
+    return len(warm.waiting()) == count
 
 
 def test_a_side_is_started_only_once_a_check_asked_for_one_and_is_handed_out_once():
@@ -51,13 +51,13 @@ def test_a_side_that_ended_while_it_waited_is_never_handed_out():
         assert warm.take(ENDING, "candidate") is None
         warm.refill()
         assert ready_within(warm, 1)
-        [waiting] = [side for sides in warm._ready.values() for side in sides]
+        [waiting] = warm.waiting()
         deadline = time.monotonic() + 30
         while waiting.alive() and time.monotonic() < deadline:  # json.tool fails on its arguments at once
             time.sleep(0.05)
         assert not waiting.alive()
         assert warm.take(ENDING, "candidate") is None
-        assert warm.taken == 0 and warm.waiting() == 0
+        assert warm.taken == 0 and warm.waiting() == []
 
 
 def test_closing_kills_the_sides_that_still_wait_and_removes_their_folders():
@@ -66,9 +66,9 @@ def test_closing_kills_the_sides_that_still_wait_and_removes_their_folders():
     warm.take(WAITING, "candidate")
     warm.refill()
     assert ready_within(warm, 2)
-    folders = [side.folder for sides in warm._ready.values() for side in sides]
+    folders = [side.folder for side in warm.waiting()]
     warm.close()
-    assert warm.waiting() == 0 and not any(folder.exists() for folder in folders)
+    assert warm.waiting() == [] and not any(folder.exists() for folder in folders)
     warm.take(WAITING, "candidate")
     warm.refill()
     assert not ready_within(warm, 1, seconds=1.0)  # a closed pool starts nothing
@@ -97,11 +97,25 @@ def test_sides_of_a_kind_no_check_asks_for_any_more_give_way_to_new_ones():
         warm.take(WAITING, "reference")
         warm.refill()
         assert ready_within(warm, 2)
+        oldest, newer = warm.waiting()
         warm.take(other, "candidate")  # checks under other settings from now on
         warm.refill()
         deadline = time.monotonic() + 30
-        while not warm._ready.get(side_kind(other, "candidate")) and time.monotonic() < deadline:
+        while oldest in warm.waiting() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert warm.waiting() == 2  # two sides per check at once, however many kinds were asked for
-        assert warm.take(WAITING, "candidate") is None  # the oldest gave way
+        # Two sides per check at once, however many kinds were asked for: the oldest gave way.
+        assert warm.waiting()[0] is newer and len(warm.waiting()) == 2 and not oldest.alive()
         assert warm.take(other, "candidate") is not None
+
+
+def test_with_several_checks_at_once_each_takes_a_side_of_its_own():
+    with WarmSides(per_side=2) as warm:
+        warm.take(WAITING, "candidate")
+        warm.take(WAITING, "candidate")
+        warm.refill()
+        assert ready_within(warm, 2)
+        first, second = warm.take(WAITING, "candidate"), warm.take(WAITING, "candidate")
+        assert first is not None and second is not None and first is not second
+        assert first.alive() and second.alive() and warm.taken == 2
+        first.close()
+        second.close()
