@@ -243,6 +243,29 @@ def test_a_task_takes_its_settings_from_the_runtime_never_from_the_environment(t
     assert not elsewhere.exists()
 
 
+@pytest.mark.slow
+def test_a_workers_next_tier_2_check_takes_the_sides_its_last_one_left_started(task_settings):
+    from worker.runtime import process_runtime
+
+    generation_id = decoded_generation(
+        task_settings.resolved_database_url,
+        task_settings.base_models["tiny"],
+        [SOLVED, SOLVED.replace("```python\n", "```python\n# the same kernel, another answer\n", 1)],
+        stop_at_first_pass=False,
+        verify="cpu",
+    )  # two answers: the second is not the first's cached result
+    warm = process_runtime().warm_sides
+    verify_sample.run(generation_id, 0)
+    deadline = time.monotonic() + 60
+    while len(warm.waiting()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    verify_sample.run(generation_id, 1)
+
+    samples = stored_samples(task_settings.resolved_database_url, generation_id)
+    assert [(s.verification.verdict, s.verification.tier) for s in samples] == [("pass", "cpu")] * 2
+    assert warm.taken == 2  # the second check's reference side and candidate side
+
+
 def test_a_task_in_a_process_without_a_runtime_says_how_to_start_one():
     with pytest.raises(RuntimeError, match="start_runtime"):
         verify_sample.run("gen-anything", 0)

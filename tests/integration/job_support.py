@@ -274,16 +274,23 @@ def stored_samples(database_url: str, generation_id: str) -> list[GenerationSamp
 
 
 def decoded_generation(
-    database_url: str, spec: str, answers: list[str], *, stop_at_first_pass: bool, repair_rounds: int = 0, **columns
+    database_url: str,
+    spec: str,
+    answers: list[str],
+    *,
+    stop_at_first_pass: bool,
+    repair_rounds: int = 0,
+    verify: str = "static",
+    **columns,
 ) -> str:
     """A /v1/generate row over the first demo problem whose drawn attempts are ``answers``,
-    decoded and waiting for the static tier; its id."""
+    decoded and waiting for the ``verify`` tier; its id."""
     problem = demo_problems()[0].problem_code
     request = GenerationRequest(
         spec=spec,
         prompts=[build_messages(problem, "compact")],
         n=len(answers),
-        verify="static",
+        verify=verify,
         problem=problem,
         stop_at_first_pass=stop_at_first_pass,
         repair_rounds=repair_rounds,
