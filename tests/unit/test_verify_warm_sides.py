@@ -1,18 +1,16 @@
 """Sides started ahead of the checks that take them (``WarmSides``): each is handed out once, a
 side that ended while it waited is never handed out, replacements start only when a check asks
-for them, and closing kills whatever still waits. The last tests run real candidates through
-tier 2 on warm sides."""
+for them, and closing kills whatever still waits. Real checks on warm sides: a worker's second
+check (tests/fast/test_worker_tasks.py) and a batch's next candidate
+(tests/security/test_batch_isolation.py)."""
 
 from __future__ import annotations
 
 import time
 
-import pytest
-
-from cuset_core.verify.candidate import parse_candidate
-from cuset_core.verify.cpu import HARNESS_MODULE, harness_environment, run_cpu_tier
-from cuset_core.verify.result import Tier, Verdict
-from cuset_core.verify.settings import SandboxLimits, VerifySettings
+from cuset_core.verify.cpu import HARNESS_MODULE, harness_environment
+from cuset_core.verify.result import Tier
+from cuset_core.verify.settings import SandboxLimits
 from cuset_core.verify.tier_run import TierSpec
 from cuset_core.verify.warm_sides import WarmSides
 
@@ -72,22 +70,6 @@ def test_closing_kills_the_sides_that_still_wait_and_removes_their_folders():
     warm.take(WAITING, "candidate")
     warm.refill()
     assert not ready_within(warm, 1, seconds=1.0)  # a closed pool starts nothing
-
-
-@pytest.mark.slow
-def test_checks_on_warm_sides_give_the_verdicts_of_cold_ones():
-    from cuset_core.demo import demo_problems
-
-    settings = VerifySettings(tier=Tier.CPU)
-    relu = next(problem for problem in demo_problems() if "relu_kernel" in problem.solution_code)
-    wrong = relu.solution_code.replace("fmaxf(x[i], 0.0f)", "fminf(x[i], 0.0f)")
-    with WarmSides() as warm:
-        failed = run_cpu_tier(relu.problem_code, parse_candidate(wrong), settings, warm=warm)
-        assert ready_within(warm, 2)  # the reference's side and the candidate's, started after it
-        passed = run_cpu_tier(relu.problem_code, parse_candidate(relu.solution_code), settings, warm=warm)
-        assert warm.taken == 2
-    assert failed.verdict is Verdict.VALUE_MISMATCH, failed.reason
-    assert passed.verdict is Verdict.PASS, (passed.reason, passed.log[-2000:])
 
 
 def test_sides_of_a_kind_no_check_asks_for_any_more_give_way_to_new_ones():
