@@ -300,7 +300,7 @@ def _reference_outcome(
         return _result(spec, Verdict.INTERNAL_ERROR, f"the reference side's output is unusable: {exc}")
 
 
-def candidate_folder(root: Path, started: StartedSide | None) -> Path:
+def _candidate_folder(root: Path, started: StartedSide | None) -> Path:
     """The candidate side's work folder: its harness's, when it was started early."""
     return root / "candidate" if started is None else started.folder
 
@@ -320,7 +320,7 @@ def run_candidate(
     """Run the candidate side on the reference's inputs (in ``started``, the candidate's harness
     started early, when given); the judged result and its (untrusted, typed) report, an empty one
     where it left none the judge accepts."""
-    folder = candidate_folder(root, started)
+    folder = _candidate_folder(root, started)
     folder.mkdir(exist_ok=True)  # the judge may have put prebuilt libraries there
     candidate_file = "candidate.cu" if candidate.kind == "cu" else "candidate.py"
     (folder / candidate_file).write_text(candidate.code)
@@ -585,7 +585,7 @@ def _judge(
         _start_side(spec, "candidate", Path(folder)) as early,
     ):
         root = Path(folder)
-        handed_to = candidate_folder(root, early)
+        handed_to = _candidate_folder(root, early)
         cached = _cached_libraries(spec)
         # Separate random folders: g++ on the candidate's sources cannot name the reference's.
         build = spec.build_side and cached is None
