@@ -1,5 +1,6 @@
 """What a worker process holds for its tasks: its settings, its model cache, its share of the
-device and its warm tier-2 sides, built once when the process starts (``worker/app.py``'s start signals), never at import.
+device and its warm tier-2 sides, built once when the process starts (``worker/app.py``'s start
+signals), never at import.
 
 Tasks reach it as ``self.runtime`` through their base class::
 

@@ -208,6 +208,13 @@ def run_cpu_tier(
     return result
 
 
+def _rerun_spec(spec: TierSpec, limits: SandboxLimits) -> TierSpec:
+    """``spec`` for a second check of the candidate under other ``limits``. Not on warm sides: they
+    are started under the check's usual limits, and sides started ahead for these rarer ones
+    would wait for checks that seldom come."""
+    return replace(spec, limits=limits, warm=None)
+
+
 def _at_smaller_sizes(
     spec: TierSpec,
     problem_code: str,
@@ -238,10 +245,7 @@ def _at_smaller_sizes(
             "cpu_s": max(SMALLER_MIN_S, math.ceil(spec.limits.cpu_s * SMALLER_TIME_SHARE)),
         }
     )
-    # Not on warm sides: they are started under the check's usual limits, and sides started
-    # ahead for these rarer limits would wait for checks that seldom come.
-    retry_spec = replace(spec, limits=limits, warm=None)
-    result, details = judge(retry_spec, problem_code, candidate, settings, retry, references)
+    result, details = judge(_rerun_spec(spec, limits), problem_code, candidate, settings, retry, references)
     sizes = named_sizes(details.candidate_job.overrides) if details.candidate_job.overrides else f"{smaller} elements"
     timings = {**timed_out.timings_s, **{f"smaller_{k}": v for k, v in result.timings_s.items()}}
     if result.verdict is Verdict.PASS:
@@ -271,8 +275,7 @@ def _at_original_sizes(
     if details.original_fits:
         at_original = job.model_copy(update={"reduce_sizes": False, "second_max_elements": None})
         limits = scaled_limits(spec.limits, details.original_elements, settings.max_elements)
-        at_original_spec = replace(spec, limits=limits, warm=None)  # not on warm sides: see _at_smaller_sizes
-        result, _ = judge(at_original_spec, problem_code, candidate, settings, at_original, references)
+        result, _ = judge(_rerun_spec(spec, limits), problem_code, candidate, settings, at_original, references)
         timings = {**result.timings_s, **{f"reduced_{k}": v for k, v in reduced.timings_s.items()}}
         return result.model_copy(
             update={"reason": clip(f"at the original sizes: {result.reason}; {at_reduced}"), "timings_s": timings}
