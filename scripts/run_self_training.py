@@ -12,6 +12,8 @@ runs ROUNDS rounds of ``python -m cuset_core.improve`` over the committed pool o
 problems (``pool.jsonl``): K=SAMPLES answers per problem at T 0.8, verified at tier cpu, at most 2
 kept per problem, and every round tunes the base model afresh on the family's training data plus
 everything kept so far, with the arm's objective and the comparison's settings (50 steps, LoRA).
+A round after the first that keeps nothing new tunes nothing (the loop's rule): its model, and so
+its evaluation, is the round before's.
 
 After each round the round's adapter is evaluated with the comparison's protocol (docs/results.md):
 the unseen-operation and seen-operation sets, one greedy answer and 4 answers at T 0.7 per problem,
@@ -199,8 +201,16 @@ def run_round(arm: str, round_: int) -> bool:
             return False
     tuned = json.loads(done.read_text())["tuned_model"]
     for name in SETS:
+        target = results / f"eval_{name}"
+        if tuned is None:
+            # Nothing new was kept, so the round tuned nothing: its model is the round before's,
+            # and so is the evaluation (greedy and seeded sampling give the same answers).
+            if not (target / "results.json").is_file():
+                shutil.copytree(round_eval(arm, round_ - 1, name).parent, target, dirs_exist_ok=True)
+                common.log(f"{common.rel(target)}: the model of round {round_ - 1}, so its evaluation")
+            continue
         problems = elementwise.DATA_DIR / f"eval_{name}.jsonl"
-        if not common.evaluate(SIZE, tuned, results / f"eval_{name}", problems):
+        if not common.evaluate(SIZE, tuned, target, problems):
             return False
     return True
 

@@ -79,7 +79,7 @@ def improve(
     last = report.rounds[-1]
     typer.echo(
         f"{len(report.rounds)} rounds: {last.kept_total} answers kept for {last.problems_solved} problems; "
-        f"model {last.tuned_model or config.model}; training file {out / 'kept.jsonl'}"
+        f"model {report.final_model or config.model}; training file {out / 'kept.jsonl'}"
     )
     typer.echo(json.dumps([r.model_dump(exclude={"fed_by"}) for r in report.rounds]))
 

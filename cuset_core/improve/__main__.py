@@ -109,8 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc(file=sys.stderr)
         writer.error(f"{type(exc).__name__}: {exc}")
         return EXIT_FAILED
-    tuned = [r.tuned_model for r in report.rounds if r.tuned_model is not None]
-    final = tuned[-1] if tuned else None
+    final = report.final_model
     writer.write(
         DoneLine(
             output_dir=final or str(config.out_dir),

@@ -8,7 +8,9 @@ Round r (folder ``round_<r>`` under ``out_dir``):
 2. keep the passing answers that are new after normalisation, at most ``max_kept_per_problem`` per
    problem over all rounds (``keep``);
 3. tune the given model afresh on the original training data plus every answer kept so far
-   (``round_<r>/train.jsonl``, the configured objective) into ``round_<r>/model``.
+   (``round_<r>/train.jsonl``, the configured objective) into ``round_<r>/model``; a later round
+   that kept nothing new does not tune (its rows are those of the model it sampled from), and the
+   next round samples from that model again.
 
 Each finished stage leaves a file (``eval/results.json``, ``trained.json``, ``round.json``), so a run
 that stopped resumes at the first unfinished stage; within the sampling stage,
@@ -86,6 +88,12 @@ class SelfTrainingConfig(SelfTrainingRounds):
 class SelfTrainingReport(BaseModel):
     config: SelfTrainingConfig
     rounds: list[RoundReport]
+
+    @property
+    def final_model(self) -> str | None:
+        """The last model a round tuned (a round that kept nothing new tunes none), None if none did."""
+        tuned = [r.tuned_model for r in self.rounds if r.tuned_model is not None]
+        return tuned[-1] if tuned else None
 
 
 # Told ``(round, stage, problems done, problems in all)`` as a round's sampling and verifying advance.
@@ -188,7 +196,13 @@ def _round(
     _write_kept(folder / "kept_new.jsonl", new, problems, config.prompt_style, with_origin=True)
     every = kept + new
     clock = time.perf_counter()
-    tuned, tokens = _tune(config, round_, folder, every, problems, say)
+    if new or model == config.model:
+        tuned, tokens = _tune(config, round_, folder, every, problems, say)
+    else:
+        # The model sampled from was tuned by an earlier round on exactly these rows: tuning
+        # again would only draw another seed of the same model.
+        say(f"round {round_}: nothing new kept, so no tuning; the next round samples from {model} again")
+        tuned, tokens = None, 0
     train_s = time.perf_counter() - clock
     passed = sum(passed_tier(r.result, config.tier) for r in evaluation.samples)
     report = RoundReport(

@@ -18,7 +18,9 @@ class RoundReport(BaseModel):
     kept_total: int
     problems_solved: int = Field(description="distinct problems with a kept answer, over all rounds so far")
     fed_by: list[str] = Field(description="problems whose kept answers the round's tuning added")
-    trained: bool = Field(description="False when there was nothing to tune on")
+    trained: bool = Field(
+        description="False when there was nothing to tune on, or nothing kept since the model it sampled from was tuned"
+    )
     tuned_model: str | None
     trained_tokens: int = Field(0, description="input tokens the round's tuning saw")
     seconds: dict[str, float]

@@ -109,6 +109,10 @@ def test_two_rounds_run_resume_and_report_on_the_tiny_model(tmp_path, tiny_model
     first, second = report["rounds"]
     assert first["sampled"] == 4 and first["model"] == str(tiny_model_dir)
     assert first["trained"] and second["model"] == first["tuned_model"]  # round 2 samples round 1's adapter
+    # Eight tokens pass nothing, so round 2 kept nothing new: it does not tune the same rows again.
+    assert second["kept"] == 0 and not second["trained"] and second["tuned_model"] is None
+    assert "round 2: nothing new kept, so no tuning" in outcome.output
+    assert f"model {first['tuned_model']}" in outcome.output  # the run's model is round 1's adapter
     assert Path(first["tuned_model"], "adapter_config.json").is_file()
     assert set(first["seconds"]) == {"sample_verify", "train"}
     assert (out / "kept.jsonl").is_file()
