@@ -191,6 +191,13 @@ class FallbackMonitor:
         monitor = self
 
         class Mode(TorchDispatchMode):
+            @classmethod
+            def _should_skip_dynamo(cls) -> bool:
+                # Else torch wraps __torch_dispatch__ in a dynamo guard whose first call imports
+                # torch._dynamo: 1.3 CPU-s of every candidate side's first trial, for a
+                # compiler that never runs here.
+                return False
+
             def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
                 kwargs = kwargs or {}
                 out = func(*args, **kwargs)

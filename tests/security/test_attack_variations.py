@@ -897,7 +897,6 @@ __global__ void relu_kernel(const float* x, float* y, long n) {
 torch::Tensor relu(torch::Tensor x) {
     auto y = torch::empty_like(x);
     long n = x.numel();
-    BINDING_HANG
     relu_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
     return y;
 }
@@ -905,19 +904,18 @@ torch::Tensor relu(torch::Tensor x) {
 
 
 def relu_hanging_above(limit: int, where: str) -> str:
-    """A right relu at most ``limit`` elements that never ends above it (``where``: in its C++
-    binding, its kernel, its Python forward, or a Python thread that forward waits for): on a
-    GPU, at the problem's real sizes, it hangs."""
+    """A right relu at most ``limit`` elements that never ends above it (``where``: in its kernel,
+    or in a Python thread that forward waits for): on a GPU, at the problem's real sizes, it hangs."""
     spin = f"if (n > {limit}) for (volatile long spin = 0;; ++spin) {{}}"
-    cuda = RELU_EXT.replace("BINDING_HANG", spin if where == "c++" else "")
-    cuda = cuda.replace("KERNEL_HANG", spin if where == "kernel" else "")
-    python = {
-        "python": f"        while x.numel() > {limit}:\n            pass\n",
-        "thread": f"        if x.numel() > {limit}:\n"
+    cuda = RELU_EXT.replace("KERNEL_HANG", spin if where == "kernel" else "")
+    python = (
+        f"        if x.numel() > {limit}:\n"
         "            worker = threading.Thread(target=spin)\n"
         "            worker.start()\n"
-        "            worker.join()\n",
-    }.get(where, "")
+        "            worker.join()\n"
+        if where == "thread"
+        else ""
+    )
     return f'''import threading
 
 import torch
@@ -940,7 +938,9 @@ class ModelNew(nn.Module):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where", ["c++", "kernel", "python", "thread"])
+# The judge cannot tell where a candidate hangs, so two places stand for the rest: device code, and
+# a Python thread that forward waits for (the C++ binding and forward's own loop take the same path).
+@pytest.mark.parametrize("where", ["kernel", "thread"])
 def test_a_kernel_that_never_ends_above_the_smaller_sizes_keeps_its_timeout(where):
     # The smaller sizes follow from the problem's text, so a candidate can be right at them and
     # endless above them: the timeout at the reduced sizes stands.

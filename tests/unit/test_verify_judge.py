@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -30,6 +33,7 @@ from cuset_core.verify.harness_side import read_job, write_report
 from cuset_core.verify.result import Verdict
 from cuset_core.verify.transfer import UntrustedFileError, load_values, read_report, read_untrusted, save_values
 
+ROOT = Path(__file__).resolve().parents[2]
 CPU_JOB = CpuJob(
     kind="python",
     seeds=3,
@@ -186,6 +190,22 @@ def _run(forward) -> tuple[FallbackMonitor, str | None]:
     with monitor:
         out = forward(ext, x, w)
     return monitor, monitor.fallback_reason([out])
+
+
+def test_the_monitor_loads_no_torch_dynamo():
+    # torch wraps a dispatch mode's handler in a dynamo guard whose first call imports
+    # torch._dynamo (1.3 CPU-s of every candidate side's first trial); the monitor opts out.
+    probe = (
+        "import sys, torch\n"
+        "from cuset_core.verify.fallback import FallbackMonitor\n"
+        "monitor, x = FallbackMonitor(), torch.randn(4)\n"
+        "with monitor:\n"
+        "    x.clone().sum()\n"
+        "print('torch._dynamo' in sys.modules, sum(monitor.compute_ops.values()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["False", "1"]  # and it still saw the sum
 
 
 def test_outputs_made_by_the_kernels_pass_even_through_views_copies_and_follow_up_ops():
