@@ -118,6 +118,9 @@ class CpuJob(HarnessJob):
     library_dirs: list[str]
     prebuild: list[PrebuildExtension] = Field(default_factory=list)
     prebuilt: list[PrebuiltLibrary] = Field(default_factory=list, description="candidate side: from the build side")
+    device_boundary: bool = Field(
+        False, description="candidate side: device memory and kernels in a process of their own (cpu/device/)"
+    )
 
 
 class GpuJob(HarnessJob):

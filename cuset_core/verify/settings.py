@@ -111,6 +111,12 @@ class VerifySettings(BaseModel):
         "runs through Python; about a second per build), falling back to ATen's headers for what it lacks; "
         "False: ATen's headers only (several seconds per build)",
     )
+    device_boundary: bool = Field(
+        False,
+        description="tier 2: the candidate's host code in one process, its device memory and kernels in "
+        "another (cpu/device/): host code that reads device memory faults, the outputs and the kernels-off "
+        "runs are taken from the device process",
+    )
     max_elements: int = Field(1 << 18, gt=0, description="tier 2: target tensor size after shrink")
     second_size: bool = Field(
         True,

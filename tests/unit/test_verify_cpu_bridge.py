@@ -174,7 +174,7 @@ def test_cpp_arguments_fill_keyword_only_parameters_in_schema_order():
     # C++ passes a reduction's dtype positionally; Python takes it by keyword.
     assert call("sum", (x, [0], False, torch.float64), True).dtype == torch.float64
     # TensorOptions become keyword arguments; a trailing nullopt is dropped.
-    made = call("empty", ([2, 3], Options(dtype=7, device=0)), False)
+    made = call("empty", ([2, 3], Options(dtype=7, device_kind=0)), False)
     assert made.shape == (2, 3) and made.dtype == torch.float64
     assert call("mean", (x, [0], False, None), True).shape == ()
 

@@ -80,12 +80,14 @@ def _prebuild(candidate: Candidate) -> list[PrebuildExtension]:
     ]
 
 
-def _planned(prebuild: list[PrebuildExtension], preludes: tuple[Path, ...]) -> tuple[PlannedLibrary, ...]:
+def _planned(
+    prebuild: list[PrebuildExtension], preludes: tuple[Path, ...], device_boundary: bool
+) -> tuple[PlannedLibrary, ...]:
     """The libraries the build side will compile, keyed on the trusted side (see library_cache)."""
     planned = []
     for index, ext in enumerate(prebuild):
         module = extension_module_name(ext.name, index)
-        digest = unit_digest(translation_unit(module, ext.cuda, ext.cpp, ext.functions))
+        digest = unit_digest(translation_unit(module, ext.cuda, ext.cpp, ext.functions, device_boundary))
         planned.append(PlannedLibrary(module, digest, library_key(digest, map(str, preludes))))
     return tuple(planned)
 
@@ -121,6 +123,7 @@ def cpu_job(
         include_dirs=list(chain.include_dirs),
         library_dirs=list(chain.library_dirs),
         prebuild=prebuild or [],
+        device_boundary=settings.device_boundary,
     )
 
 
@@ -188,7 +191,7 @@ def run_cpu_tier(
         tier_limits(settings),
         harness_environment,
         build_side=candidate.kind == "python",
-        planned=_planned(prebuild, usable_preludes(preludes, settings)),
+        planned=_planned(prebuild, usable_preludes(preludes, settings), settings.device_boundary),
         library_cache=library_cache,
         readable=preludes,
         confirm_unsupported=unsupported_confirmer(candidate, chain),

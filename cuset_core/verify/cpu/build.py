@@ -50,7 +50,7 @@ PCH_NAME = "cuset_pch.h"
 # allocator and the switches the harness sets between runs. The candidate side loads it before the
 # candidate.
 RUNTIME_LIBRARY = "cuset_runtime.so"
-RUNTIME_LIBRARY_SOURCES = ("guarded_allocator.cpp", "trial_switches.cpp")
+RUNTIME_LIBRARY_SOURCES = ("guarded_allocator.cpp", "trial_switches.cpp", "device_port.cpp")
 BRIDGE_OPS = "cuset_bridge_ops.inc"
 # Namespaces of the stand-in: an undefined symbol of one of them is something the bridge lacks.
 _STAND_IN_SYMBOL = re.compile(r"\b(?:at|c10|torch|pybind11|caffe2|cuset)::")
@@ -318,8 +318,9 @@ def _world_readable(folder: Path) -> None:
         pass
 
 
-def translation_unit(name: str, cuda: str, cpp: str, functions: list[str] | None) -> str:
-    """The single source file g++ compiles for one extension.
+def translation_unit(name: str, cuda: str, cpp: str, functions: list[str] | None, device_boundary: bool = False) -> str:
+    """The single source file g++ compiles for one extension (its device checks left CUDA's behind
+    the device boundary, see ``rewrite.rewrite_source``).
 
     It defines ``TORCH_EXTENSION_NAME`` itself: on g++'s command line the macro would come before
     the precompiled prelude, whose headers mention it, and g++ would then quietly parse the whole
@@ -327,10 +328,10 @@ def translation_unit(name: str, cuda: str, cpp: str, functions: list[str] | None
     parts = [f"#define TORCH_EXTENSION_NAME {name}"]
     if cuda:
         parts += [f"#define {macro} {value}" for macro, value in DEVICE_PASS_MACROS]
-        parts += ['#line 1 "cuda_sources"', rewrite_source(cuda)]
+        parts += ['#line 1 "cuda_sources"', rewrite_source(cuda, device_boundary)]
         parts += [f"#undef {macro}" for macro, _ in DEVICE_PASS_MACROS]
     if cpp:
-        parts += ['#line 1 "cpp_sources"', rewrite_source(cpp)]
+        parts += ['#line 1 "cpp_sources"', rewrite_source(cpp, device_boundary)]
     if functions:
         defs = "\n".join(f'  m.def("{f}", &{f}, "{f}");' for f in functions)
         parts.append(f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{defs}\n}}")

@@ -158,15 +158,17 @@ DEVICE_PROPERTIES = types.SimpleNamespace(
 )
 
 
-def map_cuda_to_cpu() -> None:
+def map_cuda_to_cpu(move_tensors: bool = True) -> None:
     """Patch torch so CUDA-only calls of problem and candidate code work on the CPU, and so that
     Python asking whether CUDA is there gets a GPU's answer: a candidate that branches on
-    ``torch.cuda.is_available()`` is judged on the branch a GPU takes (never on a CPU fallback)."""
+    ``torch.cuda.is_available()`` is judged on the branch a GPU takes (never on a CPU fallback).
+    ``move_tensors`` False leaves ``.cuda()`` alone: behind the device boundary it moves data."""
     import torch
 
-    # Replacing these methods is the point (mypy's method-assign): on the CPU they return self.
-    torch.Tensor.cuda = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
-    torch.nn.Module.cuda = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
+    if move_tensors:
+        # Replacing these methods is the point (mypy's method-assign): on the CPU they return self.
+        torch.Tensor.cuda = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
+        torch.nn.Module.cuda = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
     torch.cuda.synchronize = lambda *args, **kwargs: None
     torch.cuda.current_device = lambda: 0
     torch.cuda.set_device = lambda *args, **kwargs: None
@@ -201,10 +203,14 @@ class Builder:
         timings: dict[str, float],
         chain,
         prebuilt: dict,
-        monitor: FallbackMonitor,
+        monitor: FallbackMonitor | None,
+        on_load: Callable[[Path], None] = lambda _library: None,
+        device_boundary: bool = False,
     ):
         self.workdir = workdir
         self.monitor = monitor  # every extension's functions count as kernel calls
+        self.on_load = on_load  # told of every library the candidate loads
+        self.device_boundary = device_boundary  # see rewrite.rewrite_source
         self.preludes = preludes
         self.chain = chain
         self.prebuilt = prebuilt  # (module name, translation unit) -> Future of the library path
@@ -229,7 +235,7 @@ class Builder:
             raise Decided(self.failure)
         module_name = extension_module_name(name, len(self.libraries))
         clock = time.perf_counter()
-        unit = translation_unit(module_name, cuda, cpp, functions)
+        unit = translation_unit(module_name, cuda, cpp, functions, self.device_boundary)
         try:
             started = self.prebuilt.get((module_name, unit))
             if started is not None:
@@ -261,7 +267,8 @@ class Builder:
             self.built_with[module_name] = built_with(library)
         except (OSError, AttributeError, UnicodeDecodeError):  # a library from elsewhere, or a candidate's lie
             pass
-        self.loaded[asked] = self.monitor.wrap_extension(module)
+        self.on_load(library)
+        self.loaded[asked] = self.monitor.wrap_extension(module) if self.monitor is not None else module
         return self.loaded[asked]
 
     def load_inline(self, name, cpp_sources, cuda_sources=None, functions=None, **_ignored):
@@ -565,10 +572,15 @@ def _too_large(problem_source: str, overrides: dict[str, int], max_elements: int
 
 
 def _import_candidate(
-    job: CpuJob, workdir: Path, builder: Builder, inputs: dict[str, Any], overrides: dict[str, int]
+    job: CpuJob,
+    workdir: Path,
+    builder: Builder,
+    inputs: dict[str, Any],
+    overrides: dict[str, int],
+    device: str | None = None,
 ) -> Callable[[], Any]:
     """Build the candidate with the problem's ``overrides`` (those it shares apply to it too);
-    return a factory for the module under test (seed it first)."""
+    return a factory for the module under test (seed it first), moved to ``device`` if given."""
     source = (workdir / job.candidate_file()).read_text()
     try:
         if job.kind == "cu":
@@ -596,7 +608,7 @@ def _import_candidate(
 
         binding = (ReferenceLayout(**inputs["layout"]), inputs["weights"])
     n_inputs = len(inputs["trials"][0]) if inputs["trials"] else 0
-    return candidate_factory(job.kind, built, inputs["init"], source, n_inputs, binding)
+    return candidate_factory(job.kind, built, inputs["init"], source, n_inputs, binding, device)
 
 
 def start_prebuilds(job: CpuJob, workdir: Path, preludes: list[Path], chain, pool: ThreadPoolExecutor) -> dict:
@@ -611,7 +623,7 @@ def start_prebuilds(job: CpuJob, workdir: Path, preludes: list[Path], chain, poo
     started = {}
     for index, ext in enumerate(job.prebuild):
         module_name = extension_module_name(ext.name, index)
-        unit = translation_unit(module_name, ext.cuda, ext.cpp, ext.functions)
+        unit = translation_unit(module_name, ext.cuda, ext.cpp, ext.functions, job.device_boundary)
         library = built.get((module_name, unit_digest(unit)))
         if library is not None and library.is_file():  # compiled by the build side, next to the reference
             done: Future[Path] = Future()
@@ -633,7 +645,7 @@ def build_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome
     built = []
     for index, ext in enumerate(job.prebuild):
         module_name = extension_module_name(ext.name, index)
-        unit = translation_unit(module_name, ext.cuda, ext.cpp, ext.functions)
+        unit = translation_unit(module_name, ext.cuda, ext.cpp, ext.functions, job.device_boundary)
         try:
             library = compile_extension(module_name, unit, workdir, preludes, chain)
         except BuildError:
@@ -788,6 +800,10 @@ def _kernels_off_trial(
 
 def side_main(side: str, job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome:
     """One side of the tier-2 check (``reference`` or ``candidate``)."""
+    if side == "candidate" and job.device_boundary:
+        from cuset_core.verify.cpu.device import side as boundary
+
+        return boundary.candidate_side(job, workdir, timings)
     sides = {"reference": reference_side, "candidate": candidate_side, "build": build_side}
     return sides[side](job, workdir, timings)
 

@@ -345,8 +345,9 @@ def rewrite_racing_updates(code: str) -> str:
     return code
 
 
-def rewrite_source(code: str) -> str:
-    """All rewrites, in the order they must apply, for one CUDA or C++ source."""
+def rewrite_source(code: str, device_boundary: bool = False) -> str:
+    """All rewrites, in the order they must apply, for one CUDA or C++ source. Behind the device
+    boundary, torch's device checks and constants stay CUDA's: its device tensors say "cuda"."""
     code = strip_comments(code)
     code = rewrite_extern_shared(code)
     code = poison_static_shared(code)
@@ -354,4 +355,4 @@ def rewrite_source(code: str) -> str:
     code = rewrite_racing_updates(code)
     code = rewrite_launches(code)
     code = rewrite_func_attributes(code)
-    return rewrite_torch_device(code)
+    return code if device_boundary else rewrite_torch_device(code)

@@ -68,18 +68,27 @@ def memory_formats() -> tuple[Any, ...]:
 class Options:
     """A ``TensorOptions``: the keyword arguments it stands for."""
 
-    def __init__(self, dtype: int, device: int) -> None:
+    def __init__(self, dtype: int, device_kind: int) -> None:
         self.kwargs: dict[str, Any] = {}
         if dtype >= 0:
             self.kwargs["dtype"] = dtypes()[dtype]
-        if device >= 0:
-            self.kwargs["device"] = cpu()
+        if device_kind >= 0:
+            self.kwargs["device"] = device(device_kind)
 
 
-def cpu() -> Any:
-    """The torch device every C++ ``Device`` names on tier 2, which has no GPU."""
+# Set by the candidate's host process behind the device boundary (cpu/device/), before any
+# extension loads: its device tensors are "cuda" ones there.
+BEHIND_DEVICE_BOUNDARY = False
+_CUDA, _META = 1, 9  # c10::DeviceType in the stand-in
+
+
+def device(kind: int) -> Any:
+    """The torch device a C++ ``DeviceType`` names: the CPU on tier 2, which has no GPU; behind the
+    device boundary, CUDA stays CUDA."""
     import torch
 
+    if BEHIND_DEVICE_BOUNDARY and kind in (_CUDA, _META):
+        return torch.device("cuda" if kind == _CUDA else "meta")
     return torch.device("cpu")
 
 

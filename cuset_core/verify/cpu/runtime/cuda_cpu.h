@@ -515,14 +515,34 @@ inline cudaError_t func_set_attribute(const char* name, F, cudaFuncAttribute att
   return cudaSuccess;
 }
 
+namespace detail {
+template <class Body, class... A>
+void remote_entry(const void* bound, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                  size_t smem, const char* name);
+}  // namespace detail
+
+extern "C" __attribute__((weak)) int cuset_port_launch(const void* entry, const void* args, size_t args_len,
+                                                       unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                                       unsigned by, unsigned bz, size_t smem, const char* name);
+
 // Launches a grid of `grid` x `block` threads with `smem` bytes of dynamic shared memory:
 // every thread calls `body(args...)`, which calls the kernel. The arguments are evaluated
 // and copied once, at launch, as CUDA does. Counts the launch under `name`; a configuration a
 // GPU would refuse runs nothing and is not counted (see detail::refused). With the kernels off
 // (detail::kernels_run) a launch is checked and counted the same way, then runs no block.
+// Behind the device boundary (cuset_remote(): the candidate's host process) the launch goes to the
+// device process instead, as the launch site's remote_entry and the bound arguments' bytes; the
+// device process runs that entry of its own copy of the library, which launches there.
 template <class Body, class... Args>
 void launch(const char* name, dim3 grid, dim3 block, size_t smem, Body body, Args&&... args) {
   using namespace detail;
+  if (cuset_remote()) {
+    std::tuple<Body, std::decay_t<Args>...> bound(body, std::forward<Args>(args)...);
+    auto entry = &remote_entry<Body, std::decay_t<Args>...>;
+    cuset_port_launch(reinterpret_cast<const void*>(entry), &bound, sizeof bound, grid.x, grid.y, grid.z, block.x,
+                      block.y, block.z, smem, name);
+    return;
+  }
   Runtime& r = rt();
   cudaError_t error;
   std::string why = refused(name, grid, block, smem, error);
@@ -557,6 +577,20 @@ void launch(const char* name, dim3 grid, dim3 block, size_t smem, Body body, Arg
   blockDim = saved_block;
 }
 
+namespace detail {
+// The device process's side of a launch from the host (see launch): the bound arguments' bytes
+// back into the launch site's types, then the launch itself, here.
+template <class Body, class... A>
+void remote_entry(const void* bound, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                  size_t smem, const char* name) {
+  using Bound = std::tuple<Body, A...>;
+  alignas(Bound) unsigned char storage[sizeof(Bound)];
+  std::memcpy(storage, bound, sizeof(Bound));
+  Bound& values = *reinterpret_cast<Bound*>(storage);
+  std::apply([&](Body& body, A&... a) { launch(name, dim3(gx, gy, gz), dim3(bx, by, bz), smem, body, a...); }, values);
+}
+}  // namespace detail
+
 inline void* dynamic_shared() { return detail::rt().dynamic_shared; }
 
 // Fills a static __shared__ variable with 0xFF once per block: the first thread of a block
@@ -574,10 +608,13 @@ inline void poison_shared(void* address, size_t bytes, unsigned long long& seen)
 namespace cuset {
 namespace detail {
 
-inline void on_fault(int) {
+inline void on_fault(int, siginfo_t* info, void*) {
   Runtime& r = rt();
-  const char* message = r.current ? "cuset runtime: invalid memory access (segmentation fault) in a kernel: an index runs outside its tensor or buffer\n"
-                                  : "cuset runtime: invalid memory access (segmentation fault) in host code\n";
+  const char* message =
+      r.current ? "cuset runtime: invalid memory access (segmentation fault) in a kernel: an index runs outside its tensor or buffer\n"
+      : cuset_remote_address(info ? info->si_addr : nullptr)
+          ? "cuset runtime: host code read or wrote device memory (a GPU faults there too): device memory is reached only by kernels and copies\n"
+          : "cuset runtime: invalid memory access (segmentation fault) in host code\n";
   ssize_t ignored = write(2, message, std::strlen(message));
   (void)ignored;
   _exit(87);
@@ -591,8 +628,8 @@ inline int install() {
   ss.ss_size = sizeof alternate_stack;
   sigaltstack(&ss, nullptr);
   struct sigaction action {};
-  action.sa_handler = &on_fault;
-  action.sa_flags = SA_ONSTACK;
+  action.sa_sigaction = &on_fault;
+  action.sa_flags = SA_ONSTACK | SA_SIGINFO;
   sigaction(SIGSEGV, &action, nullptr);
   sigaction(SIGBUS, &action, nullptr);
   return 0;
@@ -601,6 +638,23 @@ inline int installed = install();
 
 }  // namespace detail
 }  // namespace cuset
+
+// The device process's cudaGetLastError (take) or cudaPeekAtLastError for the host: the launch
+// errors of this library's launches.
+extern "C" __attribute__((visibility("default"), weak, used)) int cuset_launch_error(int take) {
+  cudaError_t e = cuset_last_error();
+  if (take) {
+    cuset_last_error() = cudaSuccess;
+    cuset_launch_failure().clear();
+  }
+  return static_cast<int>(e);
+}
+
+// What the extension's load would have installed: the device process loads the library without
+// running its initialisers (the candidate's host code), and installs this itself.
+extern "C" __attribute__((visibility("default"), weak, used)) void cuset_install_fault_handler() {
+  cuset::detail::install();
+}
 
 // The pending reason of a failed launch nobody checked with cudaGetLastError(), or "".
 extern "C" __attribute__((visibility("default"), weak, used)) const char* cuset_launch_failure_reason() {

@@ -93,6 +93,20 @@ struct cudaDeviceProp {
   size_t totalConstMem = 65536;
 };
 
+// Tier 2's device boundary (runtime/device_port.cpp): once the harness opened the port in the
+// candidate's host process, device memory and launches live in the device process, and the
+// runtime API goes through the port. Weak: without the runtime library everything is local.
+extern "C" __attribute__((weak)) int cuset_port_is_open();
+extern "C" __attribute__((weak)) int cuset_arena_owns(const void* p);
+extern "C" __attribute__((weak)) int cuset_port_malloc(void** p, size_t bytes);
+extern "C" __attribute__((weak)) int cuset_port_free(void* p);
+extern "C" __attribute__((weak)) int cuset_port_memcpy(void* dst, const void* src, size_t n);
+extern "C" __attribute__((weak)) int cuset_port_memset(void* dst, int value, size_t n);
+extern "C" __attribute__((weak)) int cuset_port_symbol(const void* symbol, void* host, size_t n, int to_device);
+extern "C" __attribute__((weak)) int cuset_port_last_error(int take);
+inline bool cuset_remote() { return cuset_port_is_open && cuset_port_is_open(); }
+inline bool cuset_remote_address(const void* p) { return cuset_remote() && cuset_arena_owns(p); }
+
 inline cudaError_t& cuset_last_error() {
   static cudaError_t error = cudaSuccess;
   return error;
@@ -107,12 +121,15 @@ inline std::string& cuset_launch_failure() {
 }
 
 inline cudaError_t cudaGetLastError() {
+  if (cuset_remote()) return static_cast<cudaError_t>(cuset_port_last_error(1));
   cudaError_t e = cuset_last_error();
   cuset_last_error() = cudaSuccess;
   cuset_launch_failure().clear();
   return e;
 }
-inline cudaError_t cudaPeekAtLastError() { return cuset_last_error(); }
+inline cudaError_t cudaPeekAtLastError() {
+  return cuset_remote() ? static_cast<cudaError_t>(cuset_port_last_error(0)) : cuset_last_error();
+}
 inline const char* cudaGetErrorString(cudaError_t e) {
   switch (e) {
     case cudaSuccess: return "no error";
@@ -139,6 +156,7 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
 // Fresh device memory holds garbage on a GPU; here it holds 0xFF bytes (NaN for floats, -1 for
 // ints), so a kernel that reads memory nobody wrote gives wrong values.
 template <class T> inline cudaError_t cudaMalloc(T** p, size_t bytes) {
+  if (cuset_remote()) return static_cast<cudaError_t>(cuset_port_malloc(reinterpret_cast<void**>(p), bytes));
   size_t padded = (bytes + 255) / 256 * 256 + 256;
   *p = static_cast<T*>(std::aligned_alloc(256, padded));
   if (!*p) return cudaErrorMemoryAllocation;
@@ -148,26 +166,47 @@ template <class T> inline cudaError_t cudaMalloc(T** p, size_t bytes) {
 template <class T> inline cudaError_t cudaMallocManaged(T** p, size_t bytes, unsigned = 1) { return cudaMalloc(p, bytes); }
 template <class T> inline cudaError_t cudaMallocHost(T** p, size_t bytes) { return cudaMalloc(p, bytes); }
 template <class T> inline cudaError_t cudaMallocAsync(T** p, size_t bytes, cudaStream_t) { return cudaMalloc(p, bytes); }
-inline cudaError_t cudaFree(void* p) { std::free(p); return cudaSuccess; }
-inline cudaError_t cudaFreeHost(void* p) { std::free(p); return cudaSuccess; }
-inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { std::free(p); return cudaSuccess; }
-inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind = cudaMemcpyDefault) { std::memmove(d, s, n); return cudaSuccess; }
-inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind = cudaMemcpyDefault, cudaStream_t = nullptr) { std::memmove(d, s, n); return cudaSuccess; }
-inline cudaError_t cudaMemset(void* d, int v, size_t n) { std::memset(d, v, n); return cudaSuccess; }
-inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t = nullptr) { std::memset(d, v, n); return cudaSuccess; }
+inline cudaError_t cudaFree(void* p) {
+  if (cuset_remote_address(p)) return static_cast<cudaError_t>(cuset_port_free(p));
+  std::free(p);
+  return cudaSuccess;
+}
+inline cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind = cudaMemcpyDefault) {
+  if (cuset_remote()) return static_cast<cudaError_t>(cuset_port_memcpy(d, s, n));
+  std::memmove(d, s, n);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k = cudaMemcpyDefault, cudaStream_t = nullptr) {
+  return cudaMemcpy(d, s, n, k);
+}
+inline cudaError_t cudaMemset(void* d, int v, size_t n) {
+  if (cuset_remote_address(d)) return static_cast<cudaError_t>(cuset_port_memset(d, v, n));
+  std::memset(d, v, n);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t = nullptr) { return cudaMemset(d, v, n); }
 inline cudaError_t cudaMemcpy2D(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t h, cudaMemcpyKind = cudaMemcpyDefault) {
-  for (size_t r = 0; r < h; ++r) std::memmove(static_cast<char*>(d) + r * dp, static_cast<const char*>(s) + r * sp, w);
+  for (size_t r = 0; r < h; ++r) {
+    cudaError_t e = cudaMemcpy(static_cast<char*>(d) + r * dp, static_cast<const char*>(s) + r * sp, w);
+    if (e != cudaSuccess) return e;
+  }
   return cudaSuccess;
 }
 template <class T> inline cudaError_t cudaMemcpyToSymbol(T& symbol, const void* s, size_t n, size_t offset = 0, cudaMemcpyKind = cudaMemcpyHostToDevice) {
-  std::memcpy(reinterpret_cast<char*>(&symbol) + offset, s, n);
+  char* at = reinterpret_cast<char*>(&symbol) + offset;
+  if (cuset_remote()) return static_cast<cudaError_t>(cuset_port_symbol(at, const_cast<void*>(s), n, 1));
+  std::memcpy(at, s, n);
   return cudaSuccess;
 }
 template <class T> inline cudaError_t cudaMemcpyToSymbolAsync(T& symbol, const void* s, size_t n, size_t offset = 0, cudaMemcpyKind = cudaMemcpyHostToDevice, cudaStream_t = nullptr) {
   return cudaMemcpyToSymbol(symbol, s, n, offset);
 }
 template <class T> inline cudaError_t cudaMemcpyFromSymbol(void* d, const T& symbol, size_t n, size_t offset = 0, cudaMemcpyKind = cudaMemcpyDeviceToHost) {
-  std::memcpy(d, reinterpret_cast<const char*>(&symbol) + offset, n);
+  const char* at = reinterpret_cast<const char*>(&symbol) + offset;
+  if (cuset_remote()) return static_cast<cudaError_t>(cuset_port_symbol(at, d, n, 0));
+  std::memcpy(d, at, n);
   return cudaSuccess;
 }
 template <class T> inline cudaError_t cudaGetSymbolAddress(void** p, T& symbol) { *p = &symbol; return cudaSuccess; }

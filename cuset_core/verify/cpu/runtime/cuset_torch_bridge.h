@@ -103,13 +103,18 @@ inline c10::ScalarType scalar_type_of(PyObject* dtype) {
   return c10::ScalarType::Undefined;
 }
 
-inline PyObject* cpu_device() {
-  static PyObject* device = [] {
-    Ref empty(checked(PyTuple_New(0)));
-    return call_helper("cpu", empty.get()).release();
-  }();
-  Py_INCREF(device);
-  return device;
+// The torch device a C++ DeviceType names (torch_bridge.device): the CPU on tier 2, except CUDA
+// behind the device boundary, where the candidate's device tensors say "cuda".
+inline PyObject* device_object(c10::DeviceType type) {
+  static PyObject* devices[3] = {nullptr, nullptr, nullptr};
+  int slot = type == c10::DeviceType::CUDA ? 1 : type == c10::DeviceType::Meta ? 2 : 0;
+  if (!devices[slot]) {
+    Gil gil;
+    Ref args(checked(Py_BuildValue("(i)", static_cast<int>(type))));
+    devices[slot] = call_helper("device", args.get()).release();
+  }
+  Py_INCREF(devices[slot]);
+  return devices[slot];
 }
 
 inline PyObject* object_of(const at::Tensor& tensor) { return static_cast<PyObject*>(tensor.cuset_object); }
@@ -177,8 +182,8 @@ inline PyObject* to_py(const at::Tensor& value) {
 }
 inline PyObject* to_py(c10::ScalarType value) { return dtype_object(value); }
 inline PyObject* to_py(const c10::TypeMeta& value) { return dtype_object(value.cuset_type); }
-inline PyObject* to_py(const c10::Device&) { return cpu_device(); }
-inline PyObject* to_py(c10::DeviceType) { return cpu_device(); }
+inline PyObject* to_py(const c10::Device& value) { return device_object(value.type()); }
+inline PyObject* to_py(c10::DeviceType value) { return device_object(value); }
 inline PyObject* to_py(c10::MemoryFormat value) {
   static PyObject* formats = table("memory_formats");
   PyObject* format = PyTuple_GET_ITEM(formats, static_cast<Py_ssize_t>(value));
@@ -187,7 +192,7 @@ inline PyObject* to_py(c10::MemoryFormat value) {
 }
 inline PyObject* to_py(const c10::TensorOptions& value) {
   Ref args(checked(Py_BuildValue("(ii)", value.cuset_dtype ? static_cast<int>(*value.cuset_dtype) : -1,
-                                 value.cuset_device ? 0 : -1)));
+                                 value.cuset_device ? static_cast<int>(value.cuset_device->type()) : -1)));
   return call_helper("Options", args.get()).release();
 }
 inline PyObject* to_py(const c10::Scalar& value) {
@@ -688,12 +693,18 @@ inline ScalarType Tensor::scalar_type() const {
   return ::cuset::bridge::scalar_type_of(dtype.get());
 }
 inline TypeMeta Tensor::dtype() const { return TypeMeta(scalar_type()); }
-inline Device Tensor::device() const { return Device(DeviceType::CPU); }
-inline int64_t Tensor::get_device() const { return -1; }
+inline Device Tensor::device() const {
+  ::cuset::bridge::Gil gil;  // first: the references below are released before it is
+  ::cuset::bridge::Ref device = ::cuset::bridge::attribute(*this, "device");
+  ::cuset::bridge::Ref type(::cuset::bridge::checked(PyObject_GetAttrString(device.get(), "type")));
+  const char* name = PyUnicode_AsUTF8(type.get());
+  return Device(name && std::strcmp(name, "cuda") == 0 ? DeviceType::CUDA : DeviceType::CPU);
+}
+inline int64_t Tensor::get_device() const { return is_cuda() ? 0 : -1; }
 inline Layout Tensor::layout() const { return Layout::Strided; }
 inline TensorOptions Tensor::options() const { return TensorOptions(scalar_type()).device(device()); }
-inline bool Tensor::is_cuda() const { return false; }
-inline bool Tensor::is_cpu() const { return true; }
+inline bool Tensor::is_cuda() const { return device().is_cuda(); }
+inline bool Tensor::is_cpu() const { return device().is_cpu(); }
 inline bool Tensor::is_meta() const { return false; }
 inline bool Tensor::is_sparse() const { return false; }
 inline bool Tensor::is_floating_point() const { return isFloatingType(scalar_type()); }

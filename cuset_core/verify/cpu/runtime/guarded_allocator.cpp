@@ -4,6 +4,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <sys/mman.h>
+#include <cstdint>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,8 +12,25 @@
 #include <mutex>
 #include <new>
 #include <unordered_map>
+#include <vector>
 
 namespace {
+
+// The device process's address range (tier 2's device boundary, cpu/device/): reserved before the
+// candidate's host process is forked from it, so the host keeps the range mapped PROT_NONE and
+// faults on any device address, as host code does on a GPU. With `on`, every allocation of the
+// device process is placed in it.
+struct Arena {
+  char* base = nullptr;
+  size_t size = 0;
+  size_t next = 0;
+  bool on = false;
+  std::unordered_map<size_t, std::vector<char*>> free_blocks;  // released blocks by their size
+};
+Arena& arena() {
+  static Arena a;
+  return a;
+}
 
 // Every CPU tensor allocated once this library is loaded (inputs and outputs included) ends
 // 16-byte aligned right before a PROT_NONE page, so a kernel that runs past the end of a
@@ -31,7 +49,7 @@ struct GuardedAllocator final : c10::Allocator {
     size_t data = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
     size_t body = (data + page - 1) / page * page;
     size_t total = body + page;
-    void* memory = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* memory = place(total);
     if (memory == MAP_FAILED) throw std::bad_alloc();
     char* base = static_cast<char*>(memory);
     mprotect(base + body, page, PROT_NONE);
@@ -45,6 +63,24 @@ struct GuardedAllocator final : c10::Allocator {
     }
     return {ptr, ptr, &release, c10::Device(c10::DeviceType::CPU)};
   }
+  static void* place(size_t total) {
+    Arena& a = arena();
+    if (!a.on) return mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char* at;
+    {
+      std::lock_guard<std::mutex> guard(lock());
+      auto& same = a.free_blocks[total];
+      if (!same.empty()) {  // reused, as a GPU's allocator reuses freed memory
+        at = same.back();
+        same.pop_back();
+      } else {
+        if (a.next + total > a.size) return MAP_FAILED;
+        at = a.base + a.next;
+        a.next += total;
+      }
+    }
+    return mmap(at, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  }
   static void release(void* ptr) {
     std::pair<void*, size_t> mapping;
     {
@@ -54,7 +90,14 @@ struct GuardedAllocator final : c10::Allocator {
       mapping = found->second;
       mappings().erase(found);
     }
-    munmap(mapping.first, mapping.second);
+    char* start = static_cast<char*>(mapping.first);
+    Arena& a = arena();
+    if (a.base && start >= a.base && start < a.base + a.size) {  // back to reserved, never unmapped
+      mmap(start, mapping.second, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+      std::lock_guard<std::mutex> guard(lock());
+      a.free_blocks[mapping.second].push_back(start);
+    } else
+      munmap(mapping.first, mapping.second);
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
   void copy_data(void* dest, const void* src, size_t count) const override { std::memcpy(dest, src, count); }
@@ -65,4 +108,26 @@ struct GuardedAllocator final : c10::Allocator {
 extern "C" __attribute__((visibility("default"))) void cuset_install_guarded_allocator() {
   static GuardedAllocator allocator;
   c10::SetCPUAllocator(&allocator, 100);
+}
+
+// Reserves the device range (`bytes` of address space, nothing committed); returns its start.
+extern "C" __attribute__((visibility("default"))) uintptr_t cuset_reserve_arena(size_t bytes) {
+  Arena& a = arena();
+  if (!a.base) {
+    void* range = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (range == MAP_FAILED) return 0;
+    a.base = static_cast<char*>(range);
+    a.size = bytes;
+  }
+  return reinterpret_cast<uintptr_t>(a.base);
+}
+
+// From now on every allocation of this process lands in the reserved range (the device process).
+extern "C" __attribute__((visibility("default"))) void cuset_arena_allocate() { arena().on = true; }
+
+// Whether `p` is a device address: in the reserved range.
+extern "C" __attribute__((visibility("default"))) int cuset_arena_owns(const void* p) {
+  const Arena& a = arena();
+  const char* c = static_cast<const char*>(p);
+  return a.base && c >= a.base && c < a.base + a.size;
 }

@@ -1,0 +1,215 @@
+"""The host side of tier 2's device boundary: device tensors that say "cuda" and hold no data.
+
+In the candidate's host process a device tensor (:class:`DeviceTensor`) is a torch wrapper
+subclass: its shape, strides, dtype and device are real, its data lives in the device process.
+Every torch operation on one (from the candidate's Python, or from its C++ binding through the
+torch bridge) is sent through the port and runs there (``__torch_dispatch__``), from any thread;
+factories and copies that ask for ``device="cuda"`` go there too (:class:`DeviceFactories`, the
+mode the harness enters). ``data_ptr()`` is the device address, which the host cannot dereference
+(the range is reserved here, PROT_NONE): host code that reads device memory faults, as on a GPU.
+
+The host is the candidate's: nothing here is trusted, it only lets honest code run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import json
+import threading
+import weakref
+from typing import Any
+
+from cuset_core.verify.cpu.device.protocol import encode, host_tensors
+
+_released: list[int] = []
+_lock = threading.Lock()
+_port: ctypes.CDLL | None = None
+
+
+class DeviceError(RuntimeError):
+    """What the device process refused or what failed there (CUDA's errors surface the same way)."""
+
+
+def open_port(runtime: ctypes.CDLL, fd: int) -> None:
+    """Send this process's device work through ``fd`` from now on (the C++ runtime API too)."""
+    global _port
+    runtime.cuset_register_fake_cuda_guard()
+    runtime.cuset_port_open(fd)
+    runtime.cuset_port_request.restype = ctypes.c_int
+    _port = runtime
+
+
+def request(header: dict[str, Any], payload: bytes = b"") -> tuple[Any, bytes]:
+    """Send one request; its reply's ``value`` and payload. ``DeviceError`` when it failed."""
+    assert _port is not None, "the port is not open"
+    with _lock:
+        if _released:
+            header = {**header, "release": list(_released)}
+            _released.clear()
+    data = json.dumps(header).encode()
+    reply_header, reply_len = ctypes.c_void_p(), ctypes.c_size_t()
+    reply_payload, payload_len = ctypes.c_void_p(), ctypes.c_size_t()
+    _port.cuset_port_request(
+        data,
+        ctypes.c_size_t(len(data)),
+        payload,
+        ctypes.c_size_t(len(payload)),
+        ctypes.byref(reply_header),
+        ctypes.byref(reply_len),
+        ctypes.byref(reply_payload),
+        ctypes.byref(payload_len),
+    )
+    try:
+        reply = json.loads(ctypes.string_at(reply_header, reply_len.value) or b"{}")
+        extra = ctypes.string_at(reply_payload, payload_len.value) if payload_len.value else b""
+    finally:
+        _port.cuset_port_release(reply_header)
+        _port.cuset_port_release(reply_payload)
+    if reply.get("error"):
+        raise DeviceError(reply["error"])
+    return reply.get("value"), extra
+
+
+@functools.cache
+def device_tensor_class() -> type:
+    """The device tensor type, a torch wrapper subclass (made on first use: it needs torch)."""
+    import torch
+
+    class DeviceTensor(torch.Tensor):
+        handle: int
+        address: int
+
+        @staticmethod
+        def __new__(cls, described: dict[str, Any]) -> Any:
+            tensor = torch.Tensor._make_wrapper_subclass(
+                cls,
+                described["shape"],
+                strides=described["stride"],
+                storage_offset=described["offset"],
+                dtype=getattr(torch, described["dtype"]),
+                device=torch.device("cuda", 0),
+            )
+            tensor.handle = described["t"]
+            tensor.address = described["ptr"]
+            weakref.finalize(tensor, _release, described["t"])
+            return tensor
+
+        def data_ptr(self) -> int:
+            return self.address
+
+        def __repr__(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
+            return f"tensor(<on the device>, shape={tuple(self.shape)}, dtype={self.dtype}, device='cuda:0')"
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # type: ignore[override]
+            return run_remotely(func, args, kwargs or {})
+
+    return DeviceTensor
+
+
+def _release(handle: int) -> None:
+    with _lock:
+        _released.append(handle)
+
+
+def _handle_of(value: Any) -> int | None:
+    handle: int | None = getattr(value, "handle", None) if isinstance(value, device_tensor_class()) else None
+    return handle
+
+
+_alive: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+def wrap(value: Any, payload: bytes = b"") -> Any:
+    """A reply's value as the host sees it: device tensors by handle (the same object for a handle
+    the host still holds), host tensors from the payload."""
+    return _wrapped(value, host_tensors(payload, value))
+
+
+def _wrapped(value: Any, read: Any) -> Any:
+    if isinstance(value, list):
+        return [_wrapped(item, read) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if "t" in value:
+        found = _alive.get(value["t"])
+        if found is None:
+            found = device_tensor_class()(value)
+            _alive[value["t"]] = found
+        return found
+    if set(value) == {"host", "dtype", "shape"}:
+        import torch
+
+        return read(value["host"], getattr(torch, value["dtype"]), value["shape"])
+    if "float" in value:
+        return float(value["float"])
+    if "map" in value:
+        return {key: _wrapped(item, read) for key, item in value["map"].items()}
+    return value
+
+
+def run_remotely(func: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """Run a torch operator in the device process; results as :func:`wrap` gives them."""
+    blobs: list[bytes] = []
+    header = {
+        "op": "operator",
+        "name": func.name(),
+        "args": encode(list(args), _handle_of, blobs),
+        "kwargs": {key: encode(value, _handle_of, blobs) for key, value in kwargs.items()},
+    }
+    value, payload = request(header, b"".join(blobs))
+    result = wrap(value, payload)
+    if func._schema.returns and len(func._schema.returns) > 1 and isinstance(result, list):
+        return tuple(result)
+    return result
+
+
+def _is_cuda(value: Any) -> bool:
+    import torch
+
+    if isinstance(value, str):
+        return value.startswith("cuda")
+    return isinstance(value, torch.device) and value.type == "cuda"
+
+
+def device_factories() -> Any:
+    """The dispatch mode that sends operations asking for ``device="cuda"`` (factories, copies to the
+    device) to the device process; everything else runs where it would."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class DeviceFactories(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return False  # see fallback.FallbackMonitor: no torch._dynamo import for a guard
+
+        def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            device_class = device_tensor_class()
+            if any(issubclass(t, device_class) for t in types_) or _is_cuda(kwargs.get("device")):
+                return run_remotely(func, args, kwargs)
+            return func(*args, **kwargs)
+
+    return DeviceFactories()
+
+
+def trial_inputs(size: int, trial: int) -> list[Any]:
+    """Start trial ``trial`` at ``size``: its inputs, as device tensors."""
+    value, _ = request({"op": "inputs", "size": size, "trial": trial})
+    return wrap(value)
+
+
+def trial_outputs(outputs: list[Any]) -> None:
+    """Name the trial's outputs (the device process keeps them; a host value goes as it is)."""
+    request({"op": "outputs", "values": encode(outputs, _handle_of, [])})
+
+
+def library_loaded(path: str) -> None:
+    """Tell the device process the host loaded this extension library (it must have its own copy)."""
+    request({"op": "load", "library": path.rsplit("/", 1)[-1]})
+
+
+def setup(size: int) -> dict[str, Any]:
+    """What the candidate needs at ``size`` besides the trials' inputs (see ``protocol.Setup``)."""
+    value, payload = request({"op": "setup", "size": size})
+    return wrap(value, payload)

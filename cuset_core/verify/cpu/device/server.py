@@ -1,0 +1,494 @@
+"""The device process of tier 2's device boundary: it owns device memory and runs the kernels.
+
+The candidate's host process (its Python, its C++ binding) is forked from this one and reaches
+the device only through the port (``protocol``): torch operations on device tensors, copies,
+allocations and launches arrive as requests and run here, on tensors the host never maps. The
+host names a trial's outputs; they are taken from here (``Device.outputs``), never from anything
+the host wrote.
+
+Every request of a trial is recorded. Once the host is gone, each trial is replayed here from the
+device memory it started with, launches skipped (:meth:`Device.replay`): the kernels-off run,
+which the host cannot observe, so it cannot behave differently in it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from cuset_core.verify.cpu.device import elf
+from cuset_core.verify.cpu.device.protocol import (
+    REQUEST,
+    Copy,
+    FrameError,
+    Free,
+    Inputs,
+    LastError,
+    Launch,
+    Load,
+    Malloc,
+    Memset,
+    Operator,
+    Outputs,
+    Refused,
+    Release,
+    Reply,
+    Setup,
+    Symbol,
+    decode,
+    encode,
+    host_tensors,
+    receive_frame,
+    reply_bytes,
+    send_frame,
+)
+
+_ENTRY = ctypes.CFUNCTYPE(
+    None,
+    ctypes.c_void_p,
+    *(ctypes.c_uint,) * 6,
+    ctypes.c_size_t,
+    ctypes.c_char_p,
+)
+_INVALID_VALUE, _INVALID_DEVICE_FUNCTION, _INVALID_SYMBOL = 1, 98, 13
+# Operators whose result is a host tensor: a copy to the CPU.
+_TO_HOST = frozenset({"aten::_to_copy", "aten::to", "aten::_copy_from_and_resize"})
+
+
+class HostError(Exception):
+    """What the host asked is not something a GPU would do: the candidate's error."""
+
+
+@dataclass
+class Library:
+    """A candidate extension as the device process loaded it: no initialiser ran."""
+
+    handle: ctypes.CDLL
+    base: int
+    entries: set[int]
+    size: int
+
+
+@dataclass
+class Trial:
+    """What one trial recorded: the device memory it started from, each request that changed device
+    memory, and the outputs the host named."""
+
+    start: list[tuple[Any, Any]]  # (storage view, its bytes at the trial's start)
+    rng: Any
+    log: list[tuple[str, Any]] = field(default_factory=list)
+    outputs: list[Any] | None = None  # the device tensors (or values) the host named
+    launch_failure: str = ""
+    launches_before: dict[str, int] = field(default_factory=dict)
+    launches_after: dict[str, int] = field(default_factory=dict)
+
+
+class Device:
+    """The device side: handles, memory, libraries, trials. ``sizes[size]`` is what the reference
+    side handed over for a size (``trials``: each trial's inputs, CPU tensors here, which is device
+    memory; ``init`` and a ``.cu`` candidate's binding), ``libraries`` the candidate's extensions
+    by file name (copies made before the host existed)."""
+
+    def __init__(self, sizes: list[dict[str, Any]], libraries: dict[str, bytes], runtime: ctypes.CDLL) -> None:
+        self.sizes = sizes
+        self.runtime = runtime  # the trusted runtime library: schedule and kernels-on switches
+        self.libraries: dict[str, Library] = {name: _load(name, data) for name, data in libraries.items()}
+        self.tensors: dict[int, Any] = {}
+        self.allocations: dict[int, Any] = {}  # cudaMalloc: address -> the uint8 tensor holding it
+        self._next = 1
+        self.trials: dict[tuple[int, int], Trial] = {}
+        self.current: Trial | None = None
+        self.unknown_libraries: list[str] = []
+        self.host_error = ""
+
+    # ------------------------------------------------------------ serving
+
+    def serve(self, sock: socket.socket) -> None:
+        """Answer the host's requests until it closes the socket (or dies)."""
+        while True:
+            try:
+                header, payload = receive_frame(sock)
+            except (FrameError, OSError):
+                return
+            out_payload = b""
+            try:
+                request = REQUEST.validate_json(header)
+                self._release(request.release)
+                reply, out_payload = self.handle(request, payload)
+            except (ValidationError, Refused, HostError) as exc:
+                reply = Reply(error_code=_INVALID_VALUE, error=str(exc)[:2000])
+            except Exception as exc:  # noqa: BLE001 - torch's errors on the host's operations are the host's
+                reply = Reply(error_code=_INVALID_VALUE, error=f"{type(exc).__name__}: {exc}"[:2000])
+                self.host_error = traceback.format_exc()[-4000:]
+            send_frame(sock, reply_bytes(reply), out_payload)
+
+    def handle(self, request: Any, payload: bytes) -> tuple[Reply, bytes]:
+        handlers: dict[type, Callable[[Any, bytes], tuple[Reply, bytes]]] = {
+            Malloc: self._malloc,
+            Free: self._free,
+            Copy: self._copy,
+            Memset: self._memset,
+            Launch: self._launch,
+            Symbol: self._symbol,
+            LastError: self._last_error,
+            Load: self._load,
+            Operator: self._operator,
+            Setup: self._setup,
+            Inputs: self._inputs,
+            Outputs: self._outputs,
+            Release: lambda _request, _payload: (Reply(), b""),
+        }
+        return handlers[type(request)](request, payload)
+
+    # ------------------------------------------------------------ memory
+
+    def _new_handle(self, tensor: Any) -> int:
+        handle, self._next = self._next, self._next + 1
+        self.tensors[handle] = tensor
+        return handle
+
+    def _release(self, handles: list[int]) -> None:
+        for handle in handles:
+            self.tensors.pop(handle, None)  # a trial's log keeps what its replay needs
+
+    def tensor(self, handle: int) -> Any:
+        try:
+            return self.tensors[handle]
+        except KeyError:
+            raise HostError(f"no device tensor {handle}") from None
+
+    def _regions(self) -> list[tuple[int, int]]:
+        """(start, end) of every piece of device memory the host may name."""
+        regions = {}
+        for tensor in [*self.tensors.values(), *self.allocations.values()]:
+            storage = tensor.untyped_storage()
+            regions[storage.data_ptr()] = storage.data_ptr() + storage.nbytes()
+        return list(regions.items())
+
+    def _check_device(self, address: int, n: int) -> None:
+        if n == 0:
+            return
+        if not any(start <= address and address + n <= end for start, end in self._regions()):
+            raise HostError(f"{n} bytes at {address:#x} are not device memory the host allocated (an illegal address)")
+
+    def _malloc(self, request: Malloc, _payload: bytes) -> tuple[Reply, bytes]:
+        import torch
+
+        block = torch.empty(max(request.bytes, 1), dtype=torch.uint8)  # poisoned by the allocator
+        self.allocations[block.data_ptr()] = block
+        self._record("malloc", block)
+        return Reply(ptr=block.data_ptr()), b""
+
+    def _free(self, request: Free, _payload: bytes) -> tuple[Reply, bytes]:
+        if self.allocations.pop(request.ptr, None) is None and request.ptr:
+            return Reply(error_code=_INVALID_VALUE), b""
+        return Reply(), b""
+
+    def _copy(self, request: Copy, payload: bytes) -> tuple[Reply, bytes]:
+        if request.op == "h2d":
+            if len(payload) != request.n:
+                raise HostError("a host-to-device copy whose bytes did not come with it")
+            self._check_device(request.dst, request.n)
+            ctypes.memmove(request.dst, payload, request.n)
+            self._record("h2d", (request.dst, payload))
+            return Reply(), b""
+        if request.op == "d2h":
+            self._check_device(request.src, request.n)
+            return Reply(), ctypes.string_at(request.src, request.n)
+        self._check_device(request.src, request.n)
+        self._check_device(request.dst, request.n)
+        ctypes.memmove(request.dst, request.src, request.n)
+        self._record("d2d", (request.dst, request.src, request.n))
+        return Reply(), b""
+
+    def _memset(self, request: Memset, _payload: bytes) -> tuple[Reply, bytes]:
+        self._check_device(request.dst, request.n)
+        ctypes.memset(request.dst, request.value, request.n)
+        self._record("memset", (request.dst, request.value, request.n))
+        return Reply(), b""
+
+    # ------------------------------------------------------------ kernels
+
+    def _library(self, name: str) -> Library | None:
+        library = self.libraries.get(name)
+        if library is None and name not in self.unknown_libraries:
+            self.unknown_libraries.append(name)
+        return library
+
+    def _load(self, request: Load, _payload: bytes) -> tuple[Reply, bytes]:
+        if self._library(request.library) is None:
+            return Reply(error=f"the extension {request.library} was not built ahead by the verifier"), b""
+        return Reply(), b""
+
+    def _launch(self, request: Launch, payload: bytes) -> tuple[Reply, bytes]:
+        library = self._library(request.library)
+        if library is None or request.entry not in library.entries:
+            return Reply(error_code=_INVALID_DEVICE_FUNCTION), b""
+        self._record("launch", request.name)
+        if self.runtime.cuset_kernels_on():
+            arguments = ctypes.create_string_buffer(payload, len(payload))
+            entry = _ENTRY(library.base + request.entry)
+            entry(arguments, *request.grid, *request.block, request.smem, request.name.encode())
+        return Reply(), b""
+
+    def _symbol(self, request: Symbol, payload: bytes) -> tuple[Reply, bytes]:
+        library = self._library(request.library)
+        if library is None or not (0 <= request.offset and request.offset + request.n <= library.size):
+            return Reply(error_code=_INVALID_SYMBOL), b""
+        address = library.base + request.offset
+        if request.to_device:
+            if len(payload) != request.n:
+                raise HostError("a copy to a symbol whose bytes did not come with it")
+            ctypes.memmove(address, payload, request.n)
+            self._record("h2d", (address, payload))
+            return Reply(), b""
+        return Reply(), ctypes.string_at(address, request.n)
+
+    def _last_error(self, request: LastError, _payload: bytes) -> tuple[Reply, bytes]:
+        codes = [library.handle.cuset_launch_error(int(request.take)) for library in self.libraries.values()]
+        return Reply(error_code=next((code for code in codes if code), 0)), b""
+
+    def launch_failure(self) -> str:
+        """A failed launch nobody consumed with cudaGetLastError, in any library ("" when none)."""
+        for library in self.libraries.values():
+            function = library.handle.cuset_launch_failure_reason
+            function.restype = ctypes.c_char_p
+            reason: str = function().decode(errors="replace")
+            if reason:
+                return reason
+        return ""
+
+    def launches(self) -> dict[str, int]:
+        """Launches so far by kernel name, over every library (a refused launch is not counted)."""
+        import json
+
+        counts: dict[str, int] = {}
+        for library in self.libraries.values():
+            function = library.handle.cuset_launch_report
+            function.restype = ctypes.c_char_p
+            for name, count in json.loads(function().decode()).items():
+                counts[name] = counts.get(name, 0) + count
+        return counts
+
+    # ------------------------------------------------------------ torch operations
+
+    def _operator(self, request: Operator, payload: bytes) -> tuple[Reply, bytes]:
+        func = _operator(request.name)
+        blobs = host_tensors(payload, request.args, request.kwargs)
+        args = decode(request.args, self.tensor, blobs)
+        kwargs = {key: decode(value, self.tensor, blobs) for key, value in request.kwargs.items()}
+        to_host = func.name() in _TO_HOST and request.kwargs.get("device") == {"device": "cpu"}
+        result = func(*args, **kwargs)
+        if to_host:
+            return self._to_host(result)
+        self._record("operator", (func, args, kwargs, result))
+        return Reply(value=self._describe(result, args)), b""
+
+    def _to_host(self, result: Any) -> tuple[Reply, bytes]:
+        import torch
+
+        tensor = result.contiguous()
+        data = tensor.view(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        return Reply(value={"host": 0, "dtype": dtype, "shape": list(tensor.shape)}), data
+
+    def _describe(self, value: Any, args: list[Any]) -> Any:
+        """A result for the host: each tensor by handle (an input's own handle when it is the same
+        object, as in-place operations return), with its metadata and address."""
+        import torch
+
+        if isinstance(value, (tuple, list)):
+            return [self._describe(item, args) for item in value]
+        if not isinstance(value, torch.Tensor):
+            if isinstance(value, float) and value != value:
+                return {"float": "nan"}
+            if isinstance(value, (torch.dtype, torch.device)):
+                raise HostError(f"an operation returned a {type(value).__name__}")
+            return value
+        handle = next((h for h, t in self.tensors.items() if t is value), None)
+        if handle is None:
+            handle = self._new_handle(value)
+        return describe_tensor(handle, value)
+
+    # ------------------------------------------------------------ trials
+
+    def _setup(self, request: Setup, _payload: bytes) -> tuple[Reply, bytes]:
+        if request.size >= len(self.sizes):
+            raise HostError(f"there is no size {request.size}")
+        handed = self.sizes[request.size]
+        trials = handed["trials"]
+        values = {key: value for key, value in handed.items() if key not in ("trials", "second")}
+        values.update(n_trials=len(trials), n_inputs=len(trials[0]) if trials else 0, sizes=len(self.sizes))
+        blobs: list[bytes] = []
+        return Reply(value=encode(values, lambda _tensor: None, blobs)), b"".join(blobs)
+
+    def _inputs(self, request: Inputs, _payload: bytes) -> tuple[Reply, bytes]:
+        try:
+            values = self.sizes[request.size]["trials"][request.trial]
+        except (IndexError, KeyError):
+            raise HostError(f"there is no trial {request.trial + 1} at size {request.size}") from None
+        self.runtime.cuset_set_schedule(request.trial)
+        self.runtime.cuset_set_kernels_on(1)
+        import torch
+
+        handed = [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+        described = [self._describe(v, []) for v in handed]
+        self.current = Trial(start=self._snapshot(), rng=torch.get_rng_state(), launches_before=self.launches())
+        self.trials[(request.size, request.trial)] = self.current
+        return Reply(value=described), b""
+
+    def _outputs(self, request: Outputs, _payload: bytes) -> tuple[Reply, bytes]:
+        if self.current is None:
+            raise HostError("outputs of a trial that did not start")
+        self.current.outputs = [
+            decode(value, self.tensor, lambda *_: (_ for _ in ()).throw(HostError("a host tensor as an output")))
+            for value in request.values
+        ]
+        self.current.launch_failure = self.launch_failure()
+        self.current.launches_after = self.launches()
+        self.current = None
+        return Reply(), b""
+
+    def _record(self, kind: str, what: Any) -> None:
+        if self.current is not None:
+            self.current.log.append((kind, what))
+
+    def _snapshot(self) -> list[tuple[Any, Any]]:
+        """Every live piece of device memory with a copy of its bytes."""
+        import torch
+
+        seen, saved = set(), []
+        for tensor in [*self.tensors.values(), *self.allocations.values()]:
+            storage = tensor.untyped_storage()
+            if storage.data_ptr() in seen or not storage.nbytes():
+                continue
+            seen.add(storage.data_ptr())
+            whole = torch.empty(0, dtype=torch.uint8).set_(storage)
+            saved.append((whole, whole.clone()))
+        return saved
+
+    def launches_at(self, size: int) -> dict[str, int]:
+        """Launches by kernel name during the trials at ``size``."""
+        trials = [self.trials[key] for key in sorted(self.trials) if key[0] == size]
+        if not trials:
+            return {}
+        before, after = trials[0].launches_before, trials[-1].launches_after or self.launches()
+        return {name: count - before.get(name, 0) for name, count in after.items() if count > before.get(name, 0)}
+
+    def output_values(self, size: int) -> list[list[Any]] | None:
+        """Each trial's outputs at ``size`` as they are now (copies), None when a trial named none."""
+        trials = sorted(key for key in self.trials if key[0] == size)
+        values = []
+        for key in trials:
+            named = self.trials[key].outputs
+            if named is None:
+                return None
+            values.append([_copy_value(v) for v in named])
+        return values
+
+    def replay(self, size: int, trial: int) -> list[Any] | None:
+        """Trial ``trial`` at ``size`` again from the device memory it started with, every recorded
+        request but the launches: the outputs it leaves, or None when the replay diverged (an
+        operation whose result no longer fits what the trial made)."""
+        import torch
+
+        record = self.trials.get((size, trial))
+        if record is None or record.outputs is None:
+            return None
+        for whole, saved in record.start:
+            whole.copy_(saved)
+        torch.set_rng_state(record.rng)
+        self.runtime.cuset_set_kernels_on(0)
+        try:
+            for kind, what in record.log:
+                _replay_one(kind, what)
+        except (RuntimeError, ValueError, TypeError):
+            return None
+        finally:
+            self.runtime.cuset_set_kernels_on(1)
+        return [_copy_value(v) for v in record.outputs]
+
+
+def describe_tensor(handle: int, tensor: Any) -> dict[str, Any]:
+    return {
+        "t": handle,
+        "shape": list(tensor.shape),
+        "stride": list(tensor.stride()),
+        "offset": tensor.storage_offset(),
+        "dtype": str(tensor.dtype).removeprefix("torch."),
+        "ptr": tensor.data_ptr(),
+    }
+
+
+def _replay_one(kind: str, what: Any) -> None:
+    import torch
+
+    if kind == "launch":
+        return
+    if kind == "malloc":
+        what.fill_(0xFF)
+    elif kind == "h2d":
+        address, data = what
+        ctypes.memmove(address, data, len(data))
+    elif kind == "d2d":
+        dst, src, n = what
+        ctypes.memmove(dst, src, n)
+    elif kind == "memset":
+        dst, value, n = what
+        ctypes.memset(dst, value, n)
+    elif kind == "operator":
+        func, args, kwargs, result = what
+        again = func(*args, **kwargs)
+        for made, now in zip(_flat(result), _flat(again)):
+            if isinstance(made, torch.Tensor) and made is not now:
+                if made.shape != now.shape:
+                    raise ValueError("the replay made another shape")
+                made.copy_(now)
+
+
+def _flat(value: Any) -> list[Any]:
+    if isinstance(value, (tuple, list)):
+        return [item for element in value for item in _flat(element)]
+    return [value]
+
+
+def _copy_value(value: Any) -> Any:
+    import torch
+
+    return value.detach().clone() if isinstance(value, torch.Tensor) else value
+
+
+def _operator(name: str) -> Any:
+    """``aten::add.Tensor`` as torch's operator; only aten's (a GPU runs no other library's)."""
+    import torch
+
+    namespace, _, rest = name.partition("::")
+    packet_name, _, overload = rest.partition(".")
+    if namespace != "aten" or not packet_name.isidentifier():
+        raise HostError(f"{name[:80]} is not an operator of torch that runs on the device here")
+    packet = getattr(torch.ops.aten, packet_name, None)
+    op = getattr(packet, overload or "default", None) if packet is not None else None
+    if op is None:
+        raise HostError(f"torch has no operator {name[:80]}")
+    return op
+
+
+def _load(name: str, data: bytes) -> Library:
+    """The library ``data`` loaded with none of its code run, its entries and fault handler known."""
+    entries = elf.launch_entries(data)
+    copy_fd = os.memfd_create(name)
+    os.write(copy_fd, elf.without_initialisers(data))
+    handle = ctypes.CDLL(f"/proc/self/fd/{copy_fd}")
+    anchor = ctypes.cast(handle.cuset_launch_report, ctypes.c_void_p).value
+    runtime_base = ctypes.CDLL(None).cuset_base_of
+    runtime_base.restype = ctypes.c_size_t
+    runtime_base.argtypes = [ctypes.c_void_p]
+    handle.cuset_install_fault_handler()
+    return Library(handle=handle, base=runtime_base(anchor), entries=entries, size=len(data))

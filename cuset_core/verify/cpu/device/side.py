@@ -1,0 +1,262 @@
+"""The candidate side of tier 2 behind the device boundary: the device process forks the host.
+
+Order matters for what the host can ever see. Before the fork, the device process reserves the
+device address range (the host keeps it as PROT_NONE, so it faults on any device address), opens
+the inputs file and removes it from the folder, and reads the build side's libraries. After the
+fork it alone reads the inputs and holds device memory; it is not dumpable, so the host cannot
+read its memory through /proc or ptrace. The host runs the candidate (:func:`host_main`); when it
+has ended, the device process stops whatever it left running, replays each trial with the kernels
+off and writes the files the judge reads (:func:`device_main`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from cuset_core.verify.contracts import (
+    INIT_SEED,
+    INPUTS_FILE,
+    KERNELS_OFF_FILE,
+    OUTPUTS_FILE,
+    SECOND_KERNELS_OFF_FILE,
+    SECOND_OUTPUTS_FILE,
+    SECOND_REPORT_FILE,
+    CandidateReport,
+    CpuJob,
+    Decided,
+    Outcome,
+    tail,
+)
+from cuset_core.verify.result import Verdict
+
+ARENA_BYTES = 1 << 30  # address space (RLIMIT_AS counts it), committed as it is allocated
+HOST_REPORT_FILE = "host_report.json"
+HOST_SECOND_REPORT_FILE = "host_second_report.json"
+_PR_SET_DUMPABLE = 4
+
+
+def candidate_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome:
+    """Run the candidate behind the device boundary; returns the first size's outcome (the
+    harness writes it as the report; the other files are written here)."""
+    import torch
+
+    from cuset_core.verify.cpu.harness import map_cuda_to_cpu
+    from cuset_core.verify.transfer import load_values
+
+    torch.set_num_threads(1)
+    runtime = ctypes.CDLL(job.runtime_library, mode=ctypes.RTLD_GLOBAL)
+    runtime.cuset_install_guarded_allocator()
+    runtime.cuset_reserve_arena(ctypes.c_size_t(ARENA_BYTES))
+    map_cuda_to_cpu(move_tensors=False)
+    inputs_fd = os.open(workdir / INPUTS_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+    os.unlink(workdir / INPUTS_FILE)
+    libraries = {entry.file: (workdir / entry.file).read_bytes() for entry in job.prebuilt}
+    device_end, host_end = socket.socketpair()
+    output_read, output_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        device_end.close()
+        os.close(inputs_fd)
+        os.close(output_read)
+        os.dup2(output_write, 1)
+        os.dup2(output_write, 2)
+        os._exit(host_main(job, workdir, host_end.fileno(), runtime))
+    host_end.close()
+    os.close(output_write)
+    ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    runtime.cuset_arena_allocate()
+    with os.fdopen(inputs_fd, "rb") as handed:
+        inputs = load_values(handed.read())
+    sizes = [{k: v for k, v in inputs.items() if k != "second"}]
+    if "second" in inputs:
+        sizes.append(inputs["second"])
+    host_output: list[bytes] = []
+    reader = threading.Thread(target=_collect, args=(output_read, host_output), daemon=True)
+    reader.start()
+    return device_main(job, workdir, timings, sizes, libraries, runtime, device_end, pid, reader, host_output)
+
+
+def device_main(
+    job: CpuJob,
+    workdir: Path,
+    timings: dict[str, float],
+    sizes: list[dict[str, Any]],
+    libraries: dict[str, bytes],
+    runtime: ctypes.CDLL,
+    sock: socket.socket,
+    host: int,
+    reader: threading.Thread,
+    host_output: list[bytes],
+) -> Outcome:
+    from cuset_core.verify.cpu.device.server import Device
+    from cuset_core.verify.harness_side import write_report
+    from cuset_core.verify.transfer import save_values
+
+    clock = time.perf_counter()
+    device = Device(sizes, libraries, runtime)
+    device.serve(sock)
+    _, status = os.waitpid(host, 0)
+    _stop_the_rest()
+    reader.join(timeout=5)
+    timings["run"] = time.perf_counter() - clock
+    said = b"".join(host_output).decode(errors="replace")
+    outcomes = []
+    for size, (outputs_file, off_file, host_report) in enumerate(
+        [
+            (OUTPUTS_FILE, KERNELS_OFF_FILE, HOST_REPORT_FILE),
+            (SECOND_OUTPUTS_FILE, SECOND_KERNELS_OFF_FILE, HOST_SECOND_REPORT_FILE),
+        ][: len(sizes)]
+    ):
+        outcome = _outcome(device, size, workdir / host_report, status, said)
+        outputs = device.output_values(size)
+        if outcome.verdict is Verdict.PASS and outputs is not None:
+            save_values(workdir / outputs_file, {"trials": outputs})
+            clock = time.perf_counter()
+            kernels_off = [device.replay(size, trial) for trial in range(len(outputs))]
+            if kernels_off and kernels_off[0] is not None:
+                save_values(workdir / off_file, {"trials": [kernels_off[0]]})
+            timings[Path(off_file).stem] = time.perf_counter() - clock
+        outcomes.append(outcome)
+    if len(outcomes) > 1:
+        write_report(workdir, outcomes[1], SECOND_REPORT_FILE)
+    return outcomes[0]
+
+
+def _outcome(device: Any, size: int, host_report: Path, status: int, said: str) -> Outcome:
+    """The verdict the candidate side reports at ``size``: a launch that failed unchecked, the
+    host's own claim of failure, a trial it never finished, or a pass (the judge decides)."""
+    from cuset_core.verify.transfer import UntrustedFileError, read_report
+
+    trials = sorted(trial for (s, trial) in device.trials if s == size)
+    launches = device.launches_at(size)
+    for trial in trials:
+        failure = device.trials[(size, trial)].launch_failure
+        if failure:
+            return Outcome(Verdict.RUNTIME_ERROR, f"trial {trial + 1}: {failure}", launches=launches)
+    try:
+        claim = read_report(host_report.parent, CandidateReport, host_report.name)
+    except UntrustedFileError as exc:
+        return Outcome(Verdict.RUNTIME_ERROR, f"the candidate's host process left a report that is rejected: {exc}")
+    if claim is not None and claim.verdict != "pass":
+        return Outcome(
+            Verdict(claim.verdict),
+            claim.reason,
+            log=claim.log,
+            unsupported_feature=claim.unsupported_feature,
+            launches=launches,
+            built_with=dict(claim.built_with),
+        )
+    expected = len(device.sizes[size]["trials"])
+    finished = [trial for trial in trials if device.trials[(size, trial)].outputs is not None]
+    if device.unknown_libraries:
+        names = ", ".join(device.unknown_libraries)
+        return Outcome(
+            Verdict.RUNTIME_ERROR, f"the extension {names} was not built ahead by the verifier", launches=launches
+        )
+    if claim is None or len(finished) < expected:
+        how = f"exit status {os.waitstatus_to_exitcode(status)}" if status else "before it named every trial's outputs"
+        reason = f"the candidate's host process ended ({how}) after {len(finished)} of {expected} trials"
+        runtime_line = next((line for line in said.splitlines() if line.startswith("cuset runtime:")), None)
+        if runtime_line:
+            reason += f": {runtime_line}"
+        return Outcome(Verdict.RUNTIME_ERROR, reason, log=tail(said + device.host_error), launches=launches)
+    return Outcome(Verdict.PASS, launches=launches, built_with=dict(claim.built_with), timings_s=dict(claim.timings_s))
+
+
+def _collect(fd: int, into: list[bytes]) -> None:
+    """The host's stdout and stderr, passed on to this process's stderr and kept for the report."""
+    with os.fdopen(fd, "rb") as stream:
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            into.append(chunk)
+            os.write(2, chunk)
+
+
+def _stop_the_rest() -> None:
+    """Stop every process the host left (a daemon could rewrite files after the outputs are
+    written): all of this sandbox's PID namespace but this process, when it has one of its own."""
+    if os.getpid() <= 2:  # bwrap's PID namespace: its init is 1, the harness 2
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def host_main(job: CpuJob, workdir: Path, fd: int, runtime: ctypes.CDLL) -> int:
+    """The candidate's host process: build and import it, run every trial on device tensors from
+    the device process and name their outputs. Its report says only what it failed at."""
+    from cuset_core.verify.harness_side import write_report
+
+    try:
+        outcome = _host_trials(job, workdir, fd, runtime, size=0)
+    except Decided as decided:
+        outcome = decided.outcome
+    except Exception as exc:  # noqa: BLE001 - the candidate's failure, reported as such
+        outcome = Outcome(Verdict.RUNTIME_ERROR, f"the candidate failed: {exc}", log=tail(traceback.format_exc()))
+    write_report(workdir, outcome, HOST_REPORT_FILE)
+    if outcome.verdict is not Verdict.PASS or _state.get("sizes", 1) < 2:
+        return 0
+    try:
+        second = _host_trials(job, workdir, fd, runtime, size=1)
+    except Decided as decided:
+        second = decided.outcome
+    except Exception as exc:  # noqa: BLE001
+        second = Outcome(Verdict.RUNTIME_ERROR, f"the candidate failed: {exc}", log=tail(traceback.format_exc()))
+    write_report(workdir, second, HOST_SECOND_REPORT_FILE)
+    return 0
+
+
+_state: dict[str, Any] = {}
+
+
+def _host_trials(job: CpuJob, workdir: Path, fd: int, runtime: ctypes.CDLL, size: int) -> Outcome:
+    import torch
+    import torch.utils.cpp_extension
+
+    from cuset_core.verify.cpu.device import client
+    from cuset_core.verify.cpu.harness import Builder, _import_candidate, start_prebuilds
+    from cuset_core.verify.harness_side import call_forward
+
+    if not _state:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from cuset_core.verify.cpu import torch_bridge
+        from cuset_core.verify.cpu.build import Toolchain
+
+        client.open_port(runtime, fd)
+        torch_bridge.BEHIND_DEVICE_BOUNDARY = True
+        torch.cuda._lazy_init = lambda: None  # the device is the port; nothing to initialise
+        torch.__future__.set_overwrite_module_params_on_conversion(True)
+        chain = Toolchain(tuple(job.include_dirs), tuple(job.library_dirs))
+        preludes = [Path(folder) for folder in job.preludes]
+        pool = ThreadPoolExecutor(max_workers=1)
+        prebuilt = start_prebuilds(job, workdir, preludes, chain, pool)
+        timings: dict[str, float] = {}
+        builder = Builder(
+            workdir, preludes, timings, chain, prebuilt, None, lambda path: client.library_loaded(str(path)), True
+        )
+        torch.utils.cpp_extension.load_inline = builder.load_inline  # type: ignore[assignment]
+        torch.utils.cpp_extension.load = builder.load  # type: ignore[assignment]
+        _state.update(builder=builder, mode=client.device_factories())
+    builder = _state["builder"]
+    handed = client.setup(size)
+    _state["sizes"] = handed["sizes"]
+    overrides = job.handed.overrides if size == 0 else job.handed.second_overrides
+    with _state["mode"], torch.no_grad():
+        make = _import_candidate(
+            job, workdir, builder, {**handed, "trials": [[None] * handed["n_inputs"]]}, overrides, device="cuda"
+        )
+        torch.manual_seed(INIT_SEED)
+        candidate = make()
+        for trial in range(handed["n_trials"]):
+            inputs = client.trial_inputs(size, trial)
+            outputs = call_forward(candidate, inputs, "candidate")
+            client.trial_outputs(outputs)
+    return Outcome(Verdict.PASS, built_with=builder.built_with, timings_s=builder.timings)

@@ -1,0 +1,69 @@
+"""Tier 2 behind the device boundary (``VerifySettings.device_boundary``, cpu/device/): the candidate's
+host code in one process, its device memory and kernels in another.
+
+The attacks are the ones that pass without it (the strict ``xfail`` tests of
+``test_attack_variations.py``, ``test_forged_verdicts.py`` and ``test_kernels_did_the_work.py``);
+here each is judged as on a GPU. The honest kernels beside them must still pass.
+"""
+
+from __future__ import annotations
+
+import pytest
+from attacks import HONEST, OUTPUTS_OF_ITS_OWN
+from attacks import PROBLEM as RELU_PROBLEM
+from test_attack_variations import PROBLEM, candidate
+
+from cuset_core.verify.candidate import parse_candidate
+from cuset_core.verify.cpu import run_cpu_tier
+from cuset_core.verify.result import Tier, Verdict, VerifyResult
+from cuset_core.verify.settings import SandboxLimits, VerifySettings
+
+pytestmark = pytest.mark.slow
+
+BOUNDARY = VerifySettings(tier=Tier.CPU, device_boundary=True, limits=SandboxLimits(wall_s=300, cpu_s=300))
+
+
+def tier2(answer: str, problem: str = PROBLEM) -> VerifyResult:
+    return run_cpu_tier(problem, parse_candidate(answer), BOUNDARY)
+
+
+def assert_verdict(result: VerifyResult, verdict: Verdict) -> None:
+    assert result.verdict is verdict, (result.verdict, result.reason, result.log[-2000:])
+
+
+def test_honest_kernels_pass_and_their_launches_are_counted_by_the_device_process():
+    rowsum = tier2(candidate("        return ext.rowsum(x)"))
+    assert_verdict(rowsum, Verdict.PASS)
+    assert rowsum.launches == {"rowsum_kernel": BOUNDARY.seeds}
+    # The demo's relu checks x.is_cuda() in its binding: behind the boundary the answer is a GPU's.
+    assert_verdict(tier2(HONEST, RELU_PROBLEM), Verdict.PASS)
+
+
+def test_host_code_that_reads_device_memory_faults_as_on_a_gpu():
+    result = tier2(candidate("        return ext.host_peek(x)"))
+    assert_verdict(result, Verdict.RUNTIME_ERROR)
+    assert "host code read or wrote device memory" in result.reason, result.reason
+
+
+def test_outputs_the_candidate_computes_and_writes_itself_are_not_judged():
+    # It reads the inputs file at import to compute and write the outputs: the file is the
+    # device process's, gone from the folder before the candidate's code runs.
+    result = tier2(OUTPUTS_OF_ITS_OWN, RELU_PROBLEM)
+    assert result.verdict is not Verdict.PASS, result.reason
+
+
+def test_the_kernels_off_run_is_a_replay_the_candidate_cannot_tell_apart():
+    # It computes with torch whenever it sees the files written before the kernels-off run; the
+    # replay runs in the device process after the candidate's process is gone, so it never looks.
+    forward = """        import glob, os
+        names = ("report.json", "outputs.safetensors")
+        written = [p for p in glob.glob("**/*", recursive=True) if os.path.basename(p) in names]
+        return torch.full((x.shape[0],), 7.0, device=x.device) if written else ext.binding_sum(x)"""
+    result = tier2(candidate(forward))
+    assert_verdict(result, Verdict.STATIC_REJECT)
+    assert "with the candidate's kernels disabled" in result.reason, result.reason
+
+
+def test_host_sums_copied_in_with_cuda_memcpy_beside_a_no_op_launch_are_a_fallback():
+    result = tier2(candidate("        return ext.copied_from_host(x)"))
+    assert_verdict(result, Verdict.STATIC_REJECT)
