@@ -132,13 +132,18 @@ def main() -> int:
         help="kernelbench: fp32 1e-4, fp16/bf16 1e-2 (default); v0: 1e-2 for every dtype",
     )
     parser.add_argument("--rows-out", type=Path, default=None, help="write per-kernel results (JSONL)")
+    parser.add_argument(
+        "--device-boundary",
+        action="store_true",
+        help="tier 2 behind the device boundary (VerifySettings.device_boundary)",
+    )
     args = parser.parse_args()
     if not args.data.is_file():
         print(f"error: data file not found: {args.data}", file=sys.stderr)
         return 2
     top = Tier(args.tier)
     rows = balanced(load_rows(args.data), args.limit)
-    settings = VerifySettings(tier=top, tolerance_profile=args.tolerance_profile)
+    settings = VerifySettings(tier=top, tolerance_profile=args.tolerance_profile, device_boundary=args.device_boundary)
     start = time.perf_counter()
     done = 0
 

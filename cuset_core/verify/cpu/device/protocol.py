@@ -102,6 +102,15 @@ class Launch(_Request):
     smem: int = Field(ge=0)
 
 
+class Attribute(_Request):
+    """cudaFuncSetAttribute's dynamic shared memory opt-in (bytes) for the kernel ``name``."""
+
+    op: Literal["attribute"]
+    library: str
+    name: str
+    value: int = Field(ge=0)
+
+
 class Symbol(_Request):
     """cudaMemcpyToSymbol (payload: the bytes) or cudaMemcpyFromSymbol (reply payload)."""
 
@@ -168,7 +177,20 @@ class Release(_Request):
 
 
 Request = Annotated[
-    Malloc | Free | Copy | Memset | Launch | Symbol | LastError | Load | Operator | Setup | Inputs | Outputs | Release,
+    Malloc
+    | Free
+    | Copy
+    | Memset
+    | Launch
+    | Attribute
+    | Symbol
+    | LastError
+    | Load
+    | Operator
+    | Setup
+    | Inputs
+    | Outputs
+    | Release,
     Field(discriminator="op"),
 ]
 REQUEST: TypeAdapter[Request] = TypeAdapter(Request)

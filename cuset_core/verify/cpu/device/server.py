@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from cuset_core.verify.cpu.device import elf
 from cuset_core.verify.cpu.device.protocol import (
     REQUEST,
+    Attribute,
     Copy,
     FrameError,
     Free,
@@ -136,6 +137,7 @@ class Device:
             Copy: self._copy,
             Memset: self._memset,
             Launch: self._launch,
+            Attribute: self._attribute,
             Symbol: self._symbol,
             LastError: self._last_error,
             Load: self._load,
@@ -236,6 +238,13 @@ class Device:
             arguments = ctypes.create_string_buffer(payload, len(payload))
             entry = _ENTRY(library.base + request.entry)
             entry(arguments, *request.grid, *request.block, request.smem, request.name.encode())
+        return Reply(), b""
+
+    def _attribute(self, request: Attribute, _payload: bytes) -> tuple[Reply, bytes]:
+        library = self._library(request.library)
+        if library is None:
+            return Reply(error_code=_INVALID_DEVICE_FUNCTION), b""
+        library.handle.cuset_set_shared_optin(request.name.encode(), ctypes.c_long(request.value))
         return Reply(), b""
 
     def _symbol(self, request: Symbol, payload: bytes) -> tuple[Reply, bytes]:

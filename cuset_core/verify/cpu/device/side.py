@@ -105,6 +105,11 @@ def device_main(
     device.serve(sock)
     _, status = os.waitpid(host, 0)
     _stop_the_rest()
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
+        # The host ran out of the sandbox's CPU time: the side's limit, which the judge reads as
+        # the side's own (a timeout, with its retry at smaller sizes), not a crash.
+        signal.signal(signal.SIGXCPU, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGXCPU)
     reader.join(timeout=5)
     timings["run"] = time.perf_counter() - clock
     said = b"".join(host_output).decode(errors="replace")
@@ -168,6 +173,13 @@ def _outcome(device: Any, size: int, host_report: Path, status: int, said: str) 
         if runtime_line:
             reason += f": {runtime_line}"
         return Outcome(Verdict.RUNTIME_ERROR, reason, log=tail(said + device.host_error), launches=launches)
+    for trial in trials:
+        record = device.trials[(size, trial)]
+        if record.launches_after == record.launches_before:
+            reason = (
+                f"trial {trial + 1}: run-time fallback: forward never called a custom extension (no kernel launched)"
+            )
+            return Outcome(Verdict.STATIC_REJECT, reason, built_with=dict(claim.built_with))
     return Outcome(Verdict.PASS, launches=launches, built_with=dict(claim.built_with), timings_s=dict(claim.timings_s))
 
 

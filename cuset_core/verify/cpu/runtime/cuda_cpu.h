@@ -505,11 +505,15 @@ inline int trial_schedule() { return cuset_schedule ? cuset_schedule() : 0; }
 // cudaFuncSetAttribute for the kernel called `name` (the rewrite adds the name): records the
 // dynamic shared memory opt-in that later launches of that kernel are checked against.
 template <class F, class V>
-inline cudaError_t func_set_attribute(const char* name, F, cudaFuncAttribute attribute, V value) {
+inline cudaError_t func_set_attribute(const char* name, F function, cudaFuncAttribute attribute, V value) {
   if (attribute != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
   if (value < 0 || static_cast<size_t>(value) > detail::kOptinDynamicShared) {
     cuset_last_error() = cudaErrorInvalidValue;
     return cudaErrorInvalidValue;
+  }
+  if (cuset_remote()) {  // the launches it applies to run in the device process
+    return static_cast<cudaError_t>(
+        cuset_port_attribute(reinterpret_cast<const void*>(function), name, static_cast<long>(value)));
   }
   detail::rt().shared_optin[name] = static_cast<size_t>(value);
   return cudaSuccess;
@@ -648,6 +652,12 @@ extern "C" __attribute__((visibility("default"), weak, used)) int cuset_launch_e
     cuset_launch_failure().clear();
   }
   return static_cast<int>(e);
+}
+
+// The device process's side of cudaFuncSetAttribute from the host: the dynamic shared memory
+// opt-in of the kernel called `name`, which this library's launches are checked against.
+extern "C" __attribute__((visibility("default"), weak, used)) void cuset_set_shared_optin(const char* name, long value) {
+  cuset::detail::rt().shared_optin[name] = static_cast<size_t>(value);
 }
 
 // What the extension's load would have installed: the device process loads the library without

@@ -104,6 +104,7 @@ extern "C" __attribute__((weak)) int cuset_port_memcpy(void* dst, const void* sr
 extern "C" __attribute__((weak)) int cuset_port_memset(void* dst, int value, size_t n);
 extern "C" __attribute__((weak)) int cuset_port_symbol(const void* symbol, void* host, size_t n, int to_device);
 extern "C" __attribute__((weak)) int cuset_port_last_error(int take);
+extern "C" __attribute__((weak)) int cuset_port_attribute(const void* function, const char* name, long value);
 inline bool cuset_remote() { return cuset_port_is_open && cuset_port_is_open(); }
 inline bool cuset_remote_address(const void* p) { return cuset_remote() && cuset_arena_owns(p); }
 

@@ -184,6 +184,18 @@ extern "C" __attribute__((visibility("default"))) int cuset_port_launch(const vo
   return static_cast<int>(field(reply.header, "error_code"));
 }
 
+// cudaFuncSetAttribute's dynamic shared memory opt-in for the kernel `name` (the kernel `function`
+// tells which library's launches it applies to).
+extern "C" __attribute__((visibility("default"))) int cuset_port_attribute(const void* function, const char* name,
+                                                                           long value) {
+  std::string library;
+  uintptr_t offset = 0;
+  if (!locate(function, library, offset)) return 98;  // cudaErrorInvalidDeviceFunction
+  Reply reply = request("{\"op\": \"attribute\", \"library\": " + quoted(library) + ", \"name\": " + quoted(name) +
+                        ", \"value\": " + std::to_string(value) + "}");
+  return static_cast<int>(field(reply.header, "error_code"));
+}
+
 // cudaMemcpyToSymbol / cudaMemcpyFromSymbol: `symbol` is the host's copy of a __device__ or
 // __constant__ variable; the device process writes or reads its own copy.
 extern "C" __attribute__((visibility("default"))) int cuset_port_symbol(const void* symbol, void* host, size_t n,
