@@ -34,6 +34,16 @@ REPORT_FILE = "report.json"
 SECOND_OUTPUTS_FILE = "second_outputs.safetensors"
 SECOND_REPORT_FILE = "second_report.json"
 SECOND_KERNELS_OFF_FILE = "second_kernels_off.safetensors"
+# Behind the device boundary: the kernels-off run again with the host's copies of that trial poisoned.
+HOST_OFF_SUFFIX = ".host_off"
+
+
+def host_off_file(kernels_off_file: str) -> str:
+    """The host-off twin of a kernels-off file (``kernels_off.host_off.safetensors``)."""
+    stem, dot, extension = kernels_off_file.rpartition(".")
+    return f"{stem}{HOST_OFF_SUFFIX}{dot}{extension}"
+
+
 REPORT_CAP_BYTES = 64 * 1024
 REFERENCE_CAP_BYTES = 8 << 30  # the reference is the problem's own code: bounded, not trusted
 HEADER_CAP_BYTES = 1 << 20  # safetensors JSON header

@@ -64,6 +64,7 @@ from cuset_core.verify.contracts import (
     ReferenceDetails,
     ReferenceReport,
     clip,
+    host_off_file,
     named_sizes,
     tail,
     with_input_seed,
@@ -478,14 +479,23 @@ def kernels_did_the_work(
     unreadable keeps the pass: the kernels mattered."""
     checked = outputs_to_check(reference, settings)
     matched = _matching_without_kernels(folder, reference, checked, settings, name) if checked else []
-    if not matched:
-        return passed
-    outputs = ", ".join(map(str, matched))
-    reason = (
-        f"run-time fallback: {reference.trial_label(0)}: output {outputs} matches the reference with the "
-        "candidate's kernels disabled, so its device code did not compute it"
-    )
-    return _result(spec, Verdict.STATIC_REJECT, reason, launches=dict(passed.launches))
+    if matched:
+        outputs = ", ".join(map(str, matched))
+        reason = (
+            f"run-time fallback: {reference.trial_label(0)}: output {outputs} matches the reference with the "
+            "candidate's kernels disabled, so its device code did not compute it"
+        )
+        return _result(spec, Verdict.STATIC_REJECT, reason, launches=dict(passed.launches))
+    host_made = _host_made(folder, reference, checked, settings, name) if checked else []
+    if host_made:
+        index, count = host_made[0]
+        reason = (
+            f"run-time fallback: {reference.trial_label(0)}: {count} elements of output {index} match the "
+            "reference with the candidate's kernels disabled and no longer once its host's copies to the device "
+            "are poisoned too, so host code computed them"
+        )
+        return _result(spec, Verdict.STATIC_REJECT, reason, launches=dict(passed.launches))
+    return passed
 
 
 def outputs_to_check(reference: ReferenceRun, settings: VerifySettings) -> list[int]:
@@ -517,27 +527,70 @@ def _needs_computing(reference: ReferenceRun, index: int, settings: VerifySettin
         return False
 
 
+def _trial_one(folder: Path, reference: ReferenceRun, name: str) -> list[Any] | None:
+    """Trial 1's outputs in the file ``name`` of ``folder`` (a kernels-off run), None when there is
+    none the judge can read. The file is the candidate side's, read as its outputs are."""
+    expected_bytes = sum(t.numel() * t.element_size() for t in _tensor_values(reference.expected[0]))
+    data = read_untrusted(folder, name, 2 * expected_bytes + (1 << 20))
+    produced = load_values(data).get("trials") if data is not None else None
+    if not isinstance(produced, list) or len(produced) != 1:
+        return None
+    return produced[0] if isinstance(produced[0], list) else [produced[0]]
+
+
 def _matching_without_kernels(
     folder: Path, reference: ReferenceRun, checked: list[int], settings: VerifySettings, name: str
 ) -> list[int]:
     """Which of the ``checked`` outputs the kernels-off trial in ``folder`` left within tolerance of
-    trial 1's reference; none when it left nothing the judge can read. The file is the
-    candidate's, read as its outputs are; whatever it makes the judge raise keeps the pass (a
-    candidate that breaks without its kernels needed them)."""
+    trial 1's reference; none when it left nothing the judge can read. Whatever the file makes the
+    judge raise keeps the pass (a candidate that breaks without its kernels needed them)."""
     expected = reference.expected[0]
     try:
-        expected_bytes = sum(t.numel() * t.element_size() for t in _tensor_values(expected))
-        data = read_untrusted(folder, name, 2 * expected_bytes + (1 << 20))
-        produced = load_values(data).get("trials") if data is not None else None
-        if not isinstance(produced, list) or len(produced) != 1:
+        new = _trial_one(folder, reference, name)
+        if new is None:
             return []
-        new = produced[0] if isinstance(produced[0], list) else [produced[0]]
         return [
             index
             for index in checked
             if index < len(new)
             and compare_outputs([expected[index]], [new[index]], settings.tolerance).verdict is Verdict.PASS
         ]
+    except Exception:  # noqa: BLE001 - the candidate's data: unreadable means its kernels mattered
+        return []
+
+
+def _host_made(
+    folder: Path, reference: ReferenceRun, checked: list[int], settings: VerifySettings, name: str
+) -> list[tuple[int, int]]:
+    """``(output, elements)`` that host code computed, behind the device boundary: elements the
+    kernels-off run left within tolerance of trial 1's reference that its twin with the host's
+    copies to the device poisoned too (``host_off_file``) does not, where the reference holds more
+    than one value there (a fill copied from the host is no computation). A kernel that computes
+    part of an output while the host copies in the rest is caught here; the whole-output check
+    sees only a mismatch. Nothing when either file is missing or unreadable."""
+    import torch
+
+    expected = reference.expected[0]
+    try:
+        kernels_off = _trial_one(folder, reference, name)
+        host_off = _trial_one(folder, reference, host_off_file(name))
+        if kernels_off is None or host_off is None:
+            return []
+        found = []
+        for index in checked:
+            ref, without, poisoned = expected[index], kernels_off[index], host_off[index]
+            if not all(isinstance(t, torch.Tensor) and t.shape == ref.shape for t in (without, poisoned)):
+                continue
+            atol, rtol = settings.tolerance(str(ref.dtype).removeprefix("torch."))
+            target = ref.detach().double()
+
+            def close(values: Any, target: Any = target, atol: float = atol, rtol: float = rtol) -> Any:
+                return torch.isclose(values.detach().double(), target, atol=atol, rtol=rtol)
+
+            made = close(without) & ~close(poisoned)
+            if bool(made.any()) and target[made].unique().numel() > 1:
+                found.append((index, int(made.sum())))
+        return found
     except Exception:  # noqa: BLE001 - the candidate's data: unreadable means its kernels mattered
         return []
 

@@ -67,3 +67,12 @@ def test_the_kernels_off_run_is_a_replay_the_candidate_cannot_tell_apart():
 def test_host_sums_copied_in_with_cuda_memcpy_beside_a_no_op_launch_are_a_fallback():
     result = tier2(candidate("        return ext.copied_from_host(x)"))
     assert_verdict(result, Verdict.STATIC_REJECT)
+
+
+def test_a_grid_that_covers_one_row_while_the_host_copies_in_the_rest_is_a_fallback():
+    # The kernel computes row 0; host code sums the other 15 rows and cudaMemcpy's them in. Without
+    # the kernels the output mismatches as a whole (row 0 is poison), so the whole-output check
+    # keeps the pass; the replay that also poisons the host's copies tells those 15 rows apart.
+    result = tier2(candidate("        return ext.partial_grid(x)"))
+    assert_verdict(result, Verdict.STATIC_REJECT)
+    assert "15 elements of output 0" in result.reason and "host code computed them" in result.reason, result.reason

@@ -28,6 +28,7 @@ from cuset_core.verify.contracts import (
 )
 from cuset_core.verify.cpu.build import (
     ARCH,
+    CU_EXTENSION,
     BuildError,
     Toolchain,
     extension_module_name,
@@ -71,9 +72,10 @@ def _result(verdict: Verdict, reason: str, **fields: Any) -> VerifyResult:
 
 
 def _prebuild(candidate: Candidate) -> list[PrebuildExtension]:
-    """The extensions the harness can start compiling before the candidate runs (Python only)."""
-    if candidate.kind != "python":
-        return []
+    """The extensions the build side compiles before the candidate runs: a ``.cu`` candidate's
+    source, or a Python candidate's statically known ``load_inline`` calls."""
+    if candidate.kind == "cu":
+        return [PrebuildExtension(name=CU_EXTENSION, cuda=candidate.code, cpp="", functions=None)]
     return [
         PrebuildExtension(name=ext.name, cuda=ext.cuda, cpp=ext.cpp, functions=list(ext.functions or []) or None)
         for ext in candidate.sources.extensions
@@ -190,7 +192,7 @@ def run_cpu_tier(
         HARNESS_MODULE,
         tier_limits(settings),
         harness_environment,
-        build_side=candidate.kind == "python",
+        build_side=bool(prebuild),
         planned=_planned(prebuild, usable_preludes(preludes, settings), settings.device_boundary),
         library_cache=library_cache,
         readable=preludes,

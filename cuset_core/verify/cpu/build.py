@@ -437,6 +437,9 @@ def _run(command: list[str], workdir: Path) -> None:
         raise BuildError(done.stderr[-6000:] or done.stdout[-6000:], first.group(0) if first else None)
 
 
+CU_EXTENSION = "cuset_cu_candidate"  # the extension name of a ``.cu`` candidate's build
+
+
 def extension_module_name(name: str | None, index: int) -> str:
     """Python module name of the ``index``-th extension a candidate builds."""
     return re.sub(r"\W", "_", name or "ext") + f"_cuset{index}"

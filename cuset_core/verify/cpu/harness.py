@@ -62,7 +62,7 @@ from cuset_core.verify.contracts import (
     trial_seeds,
     wide_trial,
 )
-from cuset_core.verify.cpu.build import extension_module_name, unit_digest
+from cuset_core.verify.cpu.build import CU_EXTENSION, extension_module_name, unit_digest
 from cuset_core.verify.fallback import FallbackMonitor
 from cuset_core.verify.harness_side import (
     call_forward,
@@ -584,7 +584,7 @@ def _import_candidate(
     source = (workdir / job.candidate_file()).read_text()
     try:
         if job.kind == "cu":
-            built = builder.build("cuset_cu_candidate", source, "", None)
+            built = builder.build(CU_EXTENSION, source, "", None)
         else:
             own = candidate_overrides(source, job.handed.constants, overrides)
             built = load_source(source, "cuset_candidate", own, "candidate.py")

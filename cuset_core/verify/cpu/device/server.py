@@ -290,14 +290,20 @@ class Device:
 
     def _operator(self, request: Operator, payload: bytes) -> tuple[Reply, bytes]:
         func = _operator(request.name)
-        blobs = host_tensors(payload, request.args, request.kwargs)
-        args = decode(request.args, self.tensor, blobs)
-        kwargs = {key: decode(value, self.tensor, blobs) for key, value in request.kwargs.items()}
+        read = host_tensors(payload, request.args, request.kwargs)
+        from_host: list[Any] = []  # the host's tensors among the arguments: what a host-off replay poisons
+
+        def host_tensor(index: int, dtype: Any, shape: list[int]) -> Any:
+            from_host.append(read(index, dtype, shape))
+            return from_host[-1]
+
+        args = decode(request.args, self.tensor, host_tensor)
+        kwargs = {key: decode(value, self.tensor, host_tensor) for key, value in request.kwargs.items()}
         to_host = func.name() in _TO_HOST and request.kwargs.get("device") == {"device": "cpu"}
         result = func(*args, **kwargs)
         if to_host:
             return self._to_host(result)
-        self._record("operator", (func, args, kwargs, result))
+        self._record("operator", (func, args, kwargs, result, from_host))
         return Reply(value=self._describe(result, args)), b""
 
     def _to_host(self, result: Any) -> tuple[Reply, bytes]:
@@ -402,10 +408,12 @@ class Device:
             values.append([_copy_value(v) for v in named])
         return values
 
-    def replay(self, size: int, trial: int) -> list[Any] | None:
+    def replay(self, size: int, trial: int, host_off: bool = False) -> list[Any] | None:
         """Trial ``trial`` at ``size`` again from the device memory it started with, every recorded
         request but the launches: the outputs it leaves, or None when the replay diverged (an
-        operation whose result no longer fits what the trial made)."""
+        operation whose result no longer fits what the trial made). ``host_off`` poisons what the
+        host copied to the device during the trial as well (copies, and host tensors operations
+        took): what still matches the reference then came from neither kernels nor the host."""
         import torch
 
         record = self.trials.get((size, trial))
@@ -417,7 +425,7 @@ class Device:
         self.runtime.cuset_set_kernels_on(0)
         try:
             for kind, what in record.log:
-                _replay_one(kind, what)
+                _replay_one(kind, what, host_off)
         except (RuntimeError, ValueError, TypeError):
             return None
         finally:
@@ -436,7 +444,7 @@ def describe_tensor(handle: int, tensor: Any) -> dict[str, Any]:
     }
 
 
-def _replay_one(kind: str, what: Any) -> None:
+def _replay_one(kind: str, what: Any, host_off: bool) -> None:
     import torch
 
     if kind == "launch":
@@ -445,7 +453,10 @@ def _replay_one(kind: str, what: Any) -> None:
         what.fill_(0xFF)
     elif kind == "h2d":
         address, data = what
-        ctypes.memmove(address, data, len(data))
+        if host_off:
+            ctypes.memset(address, 0xFF, len(data))
+        else:
+            ctypes.memmove(address, data, len(data))
     elif kind == "d2d":
         dst, src, n = what
         ctypes.memmove(dst, src, n)
@@ -453,7 +464,11 @@ def _replay_one(kind: str, what: Any) -> None:
         dst, value, n = what
         ctypes.memset(dst, value, n)
     elif kind == "operator":
-        func, args, kwargs, result = what
+        func, args, kwargs, result, from_host = what
+        if host_off:
+            for tensor in from_host:  # poisoned for good: the host-off replay is a trial's last
+                if tensor.numel():
+                    tensor.view(-1).view(torch.uint8).fill_(0xFF)
         again = func(*args, **kwargs)
         for made, now in zip(_flat(result), _flat(again)):
             if isinstance(made, torch.Tensor) and made is not now:

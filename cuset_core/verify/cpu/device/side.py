@@ -33,6 +33,7 @@ from cuset_core.verify.contracts import (
     CpuJob,
     Decided,
     Outcome,
+    host_off_file,
     tail,
 )
 from cuset_core.verify.result import Verdict
@@ -125,9 +126,12 @@ def device_main(
         if outcome.verdict is Verdict.PASS and outputs is not None:
             save_values(workdir / outputs_file, {"trials": outputs})
             clock = time.perf_counter()
-            kernels_off = [device.replay(size, trial) for trial in range(len(outputs))]
-            if kernels_off and kernels_off[0] is not None:
-                save_values(workdir / off_file, {"trials": [kernels_off[0]]})
+            kernels_off = device.replay(size, 0)
+            if kernels_off is not None:
+                save_values(workdir / off_file, {"trials": [kernels_off]})
+                host_off = device.replay(size, 0, host_off=True)
+                if host_off is not None:
+                    save_values(workdir / host_off_file(off_file), {"trials": [host_off]})
             timings[Path(off_file).stem] = time.perf_counter() - clock
         outcomes.append(outcome)
     if len(outcomes) > 1:
