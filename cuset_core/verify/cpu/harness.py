@@ -798,12 +798,68 @@ def _kernels_off_trial(
     timings[path.stem] = timings.get(path.stem, 0.0) + time.perf_counter() - clock
 
 
+class BoundaryHost:
+    """Behind the device boundary (``device.side``), the candidate's host process, one size per call:
+    build and import the candidate, construct it on the device, run its trials on device tensors
+    from the device process and name their outputs there. Its builder and device mode are made at
+    the first size and kept for the second."""
+
+    def __init__(self) -> None:
+        self.builder: Builder | None = None
+        self.mode: Any = None
+
+    def __call__(self, job: CpuJob, workdir: Path, fd: int, runtime: ctypes.CDLL, size: int) -> Outcome:
+        import torch
+
+        from cuset_core.verify.cpu.device import client
+
+        if self.builder is None:
+            self.builder = self._open(job, workdir, fd, runtime)
+            self.mode = client.device_factories()
+        handed = client.setup(size)
+        overrides = job.handed.overrides if size == 0 else job.handed.second_overrides
+        with self.mode, torch.no_grad():
+            inputs = {**handed, "trials": [[None] * handed["n_inputs"]]}
+            make = _import_candidate(job, workdir, self.builder, inputs, overrides, device="cuda")
+            torch.manual_seed(INIT_SEED)
+            candidate = make()
+            for trial in range(handed["n_trials"]):
+                outputs = call_forward(candidate, client.trial_inputs(size, trial), "candidate")
+                client.trial_outputs(outputs)
+        return Outcome(Verdict.PASS, built_with=self.builder.built_with, timings_s=self.builder.timings)
+
+    @staticmethod
+    def _open(job: CpuJob, workdir: Path, fd: int, runtime: ctypes.CDLL) -> Builder:
+        """Open the port and set torch up for device tensors; the builder of the candidate's extensions."""
+        import torch
+        import torch.utils.cpp_extension
+
+        from cuset_core.verify.cpu import torch_bridge
+        from cuset_core.verify.cpu.build import Toolchain
+        from cuset_core.verify.cpu.device import client
+
+        client.open_port(runtime, fd)
+        torch_bridge.BEHIND_DEVICE_BOUNDARY = True
+        torch.cuda._lazy_init = lambda: None  # the device is the port; nothing to initialise
+        torch.__future__.set_overwrite_module_params_on_conversion(True)
+        chain = Toolchain(tuple(job.include_dirs), tuple(job.library_dirs))
+        preludes = [Path(folder) for folder in job.preludes]
+        prebuilt = start_prebuilds(job, workdir, preludes, chain, ThreadPoolExecutor(max_workers=1))
+        builder = Builder(
+            workdir, preludes, {}, chain, prebuilt, None, lambda path: client.library_loaded(str(path)), True
+        )
+        torch.utils.cpp_extension.load_inline = builder.load_inline  # type: ignore[assignment]
+        torch.utils.cpp_extension.load = builder.load  # type: ignore[assignment]
+        return builder
+
+
 def side_main(side: str, job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome:
     """One side of the tier-2 check (``reference`` or ``candidate``)."""
     if side == "candidate" and job.device_boundary:
         from cuset_core.verify.cpu.device import side as boundary
 
-        return boundary.candidate_side(job, workdir, timings)
+        map_cuda_to_cpu(move_tensors=False)
+        return boundary.candidate_side(job, workdir, timings, BoundaryHost())
     sides = {"reference": reference_side, "candidate": candidate_side, "build": build_side}
     return sides[side](job, workdir, timings)
 

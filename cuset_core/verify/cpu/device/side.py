@@ -18,11 +18,11 @@ import socket
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from cuset_core.verify.contracts import (
-    INIT_SEED,
     INPUTS_FILE,
     KERNELS_OFF_FILE,
     OUTPUTS_FILE,
@@ -44,19 +44,22 @@ HOST_SECOND_REPORT_FILE = "host_second_report.json"
 _PR_SET_DUMPABLE = 4
 
 
-def candidate_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome:
+# The host's side of a size: build and import the candidate, run its trials through the port
+# (``fd``), and say what it failed at (``harness.BoundaryHost``).
+HostTrials = Callable[[CpuJob, Path, int, ctypes.CDLL, int], Outcome]
+
+
+def candidate_side(job: CpuJob, workdir: Path, timings: dict[str, float], host_trials: HostTrials) -> Outcome:
     """Run the candidate behind the device boundary; returns the first size's outcome (the
     harness writes it as the report; the other files are written here)."""
     import torch
 
-    from cuset_core.verify.cpu.harness import map_cuda_to_cpu
     from cuset_core.verify.transfer import load_values
 
     torch.set_num_threads(1)
     runtime = ctypes.CDLL(job.runtime_library, mode=ctypes.RTLD_GLOBAL)
     runtime.cuset_install_guarded_allocator()
     runtime.cuset_reserve_arena(ctypes.c_size_t(ARENA_BYTES))
-    map_cuda_to_cpu(move_tensors=False)
     inputs_fd = os.open(workdir / INPUTS_FILE, os.O_RDONLY | os.O_NOFOLLOW)
     os.unlink(workdir / INPUTS_FILE)
     libraries = {entry.file: (workdir / entry.file).read_bytes() for entry in job.prebuilt}
@@ -69,7 +72,7 @@ def candidate_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Out
         os.close(output_read)
         os.dup2(output_write, 1)
         os.dup2(output_write, 2)
-        os._exit(host_main(job, workdir, host_end.fileno(), runtime))
+        os._exit(host_main(job, workdir, host_end.fileno(), runtime, host_trials))
     host_end.close()
     os.close(output_write)
     ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
@@ -205,74 +208,26 @@ def _stop_the_rest() -> None:
             pass
 
 
-def host_main(job: CpuJob, workdir: Path, fd: int, runtime: ctypes.CDLL) -> int:
+def host_main(job: CpuJob, workdir: Path, fd: int, runtime: ctypes.CDLL, host_trials: HostTrials) -> int:
     """The candidate's host process: build and import it, run every trial on device tensors from
     the device process and name their outputs. Its report says only what it failed at."""
+    from cuset_core.verify.cpu.device import client
     from cuset_core.verify.harness_side import write_report
 
     try:
-        outcome = _host_trials(job, workdir, fd, runtime, size=0)
+        outcome = host_trials(job, workdir, fd, runtime, 0)
     except Decided as decided:
         outcome = decided.outcome
     except Exception as exc:  # noqa: BLE001 - the candidate's failure, reported as such
         outcome = Outcome(Verdict.RUNTIME_ERROR, f"the candidate failed: {exc}", log=tail(traceback.format_exc()))
     write_report(workdir, outcome, HOST_REPORT_FILE)
-    if outcome.verdict is not Verdict.PASS or _state.get("sizes", 1) < 2:
+    if outcome.verdict is not Verdict.PASS or client.setup(0)["sizes"] < 2:
         return 0
     try:
-        second = _host_trials(job, workdir, fd, runtime, size=1)
+        second = host_trials(job, workdir, fd, runtime, 1)
     except Decided as decided:
         second = decided.outcome
     except Exception as exc:  # noqa: BLE001
         second = Outcome(Verdict.RUNTIME_ERROR, f"the candidate failed: {exc}", log=tail(traceback.format_exc()))
     write_report(workdir, second, HOST_SECOND_REPORT_FILE)
     return 0
-
-
-_state: dict[str, Any] = {}
-
-
-def _host_trials(job: CpuJob, workdir: Path, fd: int, runtime: ctypes.CDLL, size: int) -> Outcome:
-    import torch
-    import torch.utils.cpp_extension
-
-    from cuset_core.verify.cpu.device import client
-    from cuset_core.verify.cpu.harness import Builder, _import_candidate, start_prebuilds
-    from cuset_core.verify.harness_side import call_forward
-
-    if not _state:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from cuset_core.verify.cpu import torch_bridge
-        from cuset_core.verify.cpu.build import Toolchain
-
-        client.open_port(runtime, fd)
-        torch_bridge.BEHIND_DEVICE_BOUNDARY = True
-        torch.cuda._lazy_init = lambda: None  # the device is the port; nothing to initialise
-        torch.__future__.set_overwrite_module_params_on_conversion(True)
-        chain = Toolchain(tuple(job.include_dirs), tuple(job.library_dirs))
-        preludes = [Path(folder) for folder in job.preludes]
-        pool = ThreadPoolExecutor(max_workers=1)
-        prebuilt = start_prebuilds(job, workdir, preludes, chain, pool)
-        timings: dict[str, float] = {}
-        builder = Builder(
-            workdir, preludes, timings, chain, prebuilt, None, lambda path: client.library_loaded(str(path)), True
-        )
-        torch.utils.cpp_extension.load_inline = builder.load_inline  # type: ignore[assignment]
-        torch.utils.cpp_extension.load = builder.load  # type: ignore[assignment]
-        _state.update(builder=builder, mode=client.device_factories())
-    builder = _state["builder"]
-    handed = client.setup(size)
-    _state["sizes"] = handed["sizes"]
-    overrides = job.handed.overrides if size == 0 else job.handed.second_overrides
-    with _state["mode"], torch.no_grad():
-        make = _import_candidate(
-            job, workdir, builder, {**handed, "trials": [[None] * handed["n_inputs"]]}, overrides, device="cuda"
-        )
-        torch.manual_seed(INIT_SEED)
-        candidate = make()
-        for trial in range(handed["n_trials"]):
-            inputs = client.trial_inputs(size, trial)
-            outputs = call_forward(candidate, inputs, "candidate")
-            client.trial_outputs(outputs)
-    return Outcome(Verdict.PASS, built_with=builder.built_with, timings_s=builder.timings)
