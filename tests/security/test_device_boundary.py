@@ -76,3 +76,43 @@ def test_a_grid_that_covers_one_row_while_the_host_copies_in_the_rest_is_a_fallb
     result = tier2(candidate("        return ext.partial_grid(x)"))
     assert_verdict(result, Verdict.STATIC_REJECT)
     assert "15 elements of output 0" in result.reason and "host code computed them" in result.reason, result.reason
+
+
+CONSTANT_FROM_A_TENSOR = '''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda = r"""
+#include <torch/extension.h>
+
+__constant__ float start_c[1];
+
+__global__ void rowsum_from_constant_kernel(const float* x, float* out, int cols) {
+    double total = start_c[0];
+    for (int j = 0; j < cols; ++j) total += x[blockIdx.x * cols + j];
+    out[blockIdx.x] = total;
+}
+
+torch::Tensor rowsum(torch::Tensor x) {
+    auto start = torch::zeros({1}, x.options());
+    // The source is device memory, as a tensor's data_ptr is on a GPU (unified addressing).
+    cudaMemcpyToSymbol(start_c, start.data_ptr<float>(), sizeof(float));
+    auto out = torch::empty({x.size(0)}, x.options());
+    rowsum_from_constant_kernel<<<x.size(0), 1>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.size(1));
+    return out;
+}
+"""
+ext = load_inline(name="constant_ext", cpp_sources="torch::Tensor rowsum(torch::Tensor x);", cuda_sources=cuda,
+                  functions=["rowsum"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.rowsum(x)
+'''
+
+
+def test_constant_memory_filled_from_a_device_tensor_reaches_the_kernel():
+    # cudaMemcpyToSymbol from a tensor's data_ptr: the device process copies from its own memory
+    # into its copy of the library's __constant__ array (Sakana row 54 does this).
+    assert_verdict(tier2(CONSTANT_FROM_A_TENSOR), Verdict.PASS)

@@ -18,7 +18,7 @@ _SHT_SYMTAB = 2
 _STT_FUNC = 2
 # Dynamic-section tags of the code a loader runs: DT_INIT, DT_FINI, their arrays' sizes.
 _DT_INIT, _DT_FINI, _DT_INIT_ARRAYSZ, _DT_FINI_ARRAYSZ, _DT_DEBUG = 12, 13, 27, 28, 21
-_PT_DYNAMIC = 2
+_PT_LOAD, _PT_DYNAMIC = 1, 2
 
 
 class ElfError(ValueError):
@@ -73,3 +73,20 @@ def without_initialisers(data: bytes) -> bytes:
                 struct.pack_into("<qQ", copy, at, tag, 0)
         return bytes(copy)
     raise ElfError("no dynamic section: not a shared library")
+
+
+def mapped_size(data: bytes) -> int:
+    """Bytes from the library's load address to the end of its last loaded segment, zero-filled
+    .bss included: the span a symbol of the library (a ``__device__`` variable) lies in."""
+    _check(data)
+    (phoff,) = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    end = 0
+    for i in range(phnum):
+        header = phoff + i * phentsize
+        (kind,) = struct.unpack_from("<I", data, header)
+        if kind == _PT_LOAD:
+            (vaddr,) = struct.unpack_from("<Q", data, header + 16)
+            (memsz,) = struct.unpack_from("<Q", data, header + 40)
+            end = max(end, vaddr + memsz)
+    return end

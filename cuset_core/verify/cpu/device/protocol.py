@@ -112,13 +112,15 @@ class Attribute(_Request):
 
 
 class Symbol(_Request):
-    """cudaMemcpyToSymbol (payload: the bytes) or cudaMemcpyFromSymbol (reply payload)."""
+    """cudaMemcpyToSymbol (payload: the bytes, or ``src``: a device address to copy them from) or
+    cudaMemcpyFromSymbol (reply payload)."""
 
     op: Literal["symbol"]
     library: str
     offset: int
     n: int = Field(ge=0)
     to_device: bool
+    src: int = 0
 
 
 class LastError(_Request):

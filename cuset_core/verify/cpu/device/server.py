@@ -252,6 +252,11 @@ class Device:
         if library is None or not (0 <= request.offset and request.offset + request.n <= library.size):
             return Reply(error_code=_INVALID_SYMBOL), b""
         address = library.base + request.offset
+        if request.to_device and request.src:
+            self._check_device(request.src, request.n)
+            ctypes.memmove(address, request.src, request.n)
+            self._record("d2d", (address, request.src, request.n))
+            return Reply(), b""
         if request.to_device:
             if len(payload) != request.n:
                 raise HostError("a copy to a symbol whose bytes did not come with it")
@@ -515,4 +520,4 @@ def _load(name: str, data: bytes) -> Library:
     runtime_base.restype = ctypes.c_size_t
     runtime_base.argtypes = [ctypes.c_void_p]
     handle.cuset_install_fault_handler()
-    return Library(handle=handle, base=runtime_base(anchor), entries=entries, size=len(data))
+    return Library(handle=handle, base=runtime_base(anchor), entries=entries, size=elf.mapped_size(data))

@@ -203,10 +203,14 @@ extern "C" __attribute__((visibility("default"))) int cuset_port_symbol(const vo
   std::string library;
   uintptr_t offset = 0;
   if (!locate(symbol, library, offset)) return 13;  // cudaErrorInvalidSymbol
+  // A device pointer as the source (cudaMemcpyToSymbol from a tensor's data_ptr, which a GPU's
+  // unified addressing allows): the device process copies it from its own memory.
+  bool from_device = to_device && cuset_arena_owns(host);
   std::string header = "{\"op\": \"symbol\", \"library\": " + quoted(library) + ", \"offset\": " +
                        std::to_string(offset) + ", \"n\": " + std::to_string(n) +
-                       ", \"to_device\": " + (to_device ? "true" : "false") + "}";
-  Reply reply = to_device ? request(header, host, n) : request(header);
+                       ", \"to_device\": " + (to_device ? "true" : "false") +
+                       (from_device ? ", \"src\": " + std::to_string(reinterpret_cast<uintptr_t>(host)) : "") + "}";
+  Reply reply = to_device && !from_device ? request(header, host, n) : request(header);
   if (!to_device && reply.payload.size() == n) std::memcpy(host, reply.payload.data(), n);
   return static_cast<int>(field(reply.header, "error_code"));
 }
