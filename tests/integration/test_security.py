@@ -270,8 +270,14 @@ def test_jobs_per_owner_are_capped(service_settings, database_url):
         try:
             third = client.post("/v1/fine_tuning/jobs", json=request)
             assert_error(third, 429, "concurrent_jobs_limit")
-            # A finished (here: cancelled) job frees its place.
-            client.post(f"/v1/fine_tuning/jobs/{created[0].json()['id']}/cancel")
+            # A finished (here: cancelled) job frees its place. A running job is "cancelling", and
+            # still holds it, until its worker has stopped it.
+            first = created[0].json()["id"]
+            client.post(f"/v1/fine_tuning/jobs/{first}/cancel")
+            wait_for(
+                lambda: client.get(f"/v1/fine_tuning/jobs/{first}").json()["status"] not in ("running", "cancelling"),
+                what="the cancelled job to stop",
+            )
             again = client.post("/v1/fine_tuning/jobs", json=request)
             assert again.status_code == 200, again.text
             created.append(again)
