@@ -23,9 +23,9 @@ problem with either eval set (checked before anything runs).
 Rounds alternate between the arms (round 1 of both, then round 2 of both, ...), so each session's
 hours give comparable figures. Small results go to ``experiments/self_training/<arm>/round_<r>/``
 (eval/results.json once the round's samples are verified, then kept_new.jsonl, round.json,
-eval_unseen/, eval_seen/); so does each arm's finished start run (``<arm>/start/``: its adapter
-in float16, base spec, configuration and progress log), which a later checkout restores instead
-of training it again. The rounds' adapters stay in ``runs/self-training/``.
+eval_unseen/, eval_seen/); so does each finished tuning, the arm's start run (``<arm>/start/``)
+and each round's adapter (``<arm>/round_<r>/model/``): the adapter in float16 with its base spec
+and progress log, which a later checkout restores instead of tuning it again.
 
 The rule for the adapter to ship was written before the first round ran: see ``SHIP_RULE``.
 """
@@ -127,36 +127,37 @@ def restore(results: Path, folder: Path) -> None:
             common.log(f"{common.rel(target)}: restored from {common.rel(source)}")
 
 
-# A finished start run, kept for other checkouts: its adapter in float16 (about 9.4 MiB, as the
-# shipped adapter is kept) with its base spec, configuration and progress log. Restored, it spares
-# a later session the start run's training (about 11 minutes of two idle cores per arm).
-START_FILES = ("job_base.json", "progress.jsonl")
+# A finished tuning (the start run, and each round's adapter), kept for other checkouts: its adapter
+# in float16 (about 9.4 MiB, as the shipped adapter is kept) with its base spec and progress log
+# (and the start run's configuration). Restored, it spares a later session the tuning (about 11-14
+# minutes of two idle cores each).
+ADAPTER_FILES = ("job_base.json", "progress.jsonl")
 
 
-def save_start(arm: str) -> None:
-    """Keep ``arm``'s finished start run in experiments/ (nothing when it has not finished)."""
+def save_adapter(run_dir: Path, kept: Path) -> None:
+    """Keep the finished tuning in ``run_dir`` at ``kept`` (nothing when it has not finished, or is
+    kept already)."""
     import torch
 
     from cuset_core.models import read_base_spec, recorded_prompt_style, write_base_spec
     from cuset_core.training.export import export_adapter
 
-    run_dir, kept = RUNS / f"{arm}-s0", RESULTS / arm / "start"
     if not common.trained(run_dir) or (kept / "progress.jsonl").is_file():
         return
-    partial = kept.with_name(".start.partial")
+    partial = kept.with_name(f".{kept.name}.partial")
     shutil.rmtree(partial, ignore_errors=True)
     base = read_base_spec(run_dir)
     export_adapter(run_dir, partial, base_model=base, dtype=torch.float16)
     write_base_spec(partial, base, recorded_prompt_style(run_dir))
-    for name in START_FILES:
-        shutil.copyfile(run_dir / name, partial / name)
+    for name in ADAPTER_FILES:
+        if (run_dir / name).is_file():
+            shutil.copyfile(run_dir / name, partial / name)
     partial.replace(kept)
-    common.log(f"saved {common.rel(kept)} (the start run of {arm}, float16)")
+    common.log(f"saved {common.rel(kept)} (float16)")
 
 
-def restore_start(arm: str) -> None:
-    """Put ``arm``'s start run that another checkout finished back where the loop looks."""
-    run_dir, kept = RUNS / f"{arm}-s0", RESULTS / arm / "start"
+def restore_adapter(kept: Path, run_dir: Path) -> None:
+    """Put a tuning that another checkout finished back where the loop looks."""
     if common.trained(run_dir) or not (kept / "progress.jsonl").is_file():
         return
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -168,9 +169,10 @@ def restore_start(arm: str) -> None:
 def save() -> None:
     """Copy every finished stage from runs/ into experiments/ (to commit before a session ends)."""
     for arm in ARMS:
-        save_start(arm)
+        save_adapter(RUNS / f"{arm}-s0", RESULTS / arm / "start")
         for round_ in range(1, ROUNDS + 1):
             folder, results = RUNS / arm / f"round_{round_}", RESULTS / arm / f"round_{round_}"
+            save_adapter(folder / "model", results / "model")
             for name in (*STAGE_FILES, CHECKPOINT):
                 if (folder / name).is_file():
                     (results / name).parent.mkdir(parents=True, exist_ok=True)
@@ -183,10 +185,12 @@ def save() -> None:
 def run_round(arm: str, round_: int) -> bool:
     """Round ``round_`` of ``arm`` (and what it needs first) and its evaluation; whether all finished."""
     start = RUNS / f"{arm}-s0"
-    restore_start(arm)
+    restore_adapter(RESULTS / arm / "start", start)
     if not common.train(SIZE, common.Run(arm, 0), start, SIZE.model, elementwise.DATA_DIR / "train.jsonl"):
         return False
-    save_start(arm)
+    save_adapter(start, RESULTS / arm / "start")
+    for earlier in range(1, round_):
+        restore_adapter(RESULTS / arm / f"round_{earlier}" / "model", RUNS / arm / f"round_{earlier}" / "model")
     results = RESULTS / arm / f"round_{round_}"
     done = RUNS / arm / f"round_{round_}" / "round.json"
     restore(results, done.parent)
