@@ -26,16 +26,18 @@ The light preludes shadow ``torch/extension.h`` and its siblings with themselves
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import functools
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sysconfig
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -448,3 +450,27 @@ def extension_module_name(name: str | None, index: int) -> str:
 def unit_digest(unit: str) -> str:
     """sha256 (hex) of a translation unit: which prebuilt library belongs to which unit."""
     return hashlib.sha256(unit.encode()).hexdigest()
+
+
+def launch_counts(libraries: Iterable[ctypes.CDLL]) -> dict[str, int]:
+    """Kernel launches by kernel name, summed over the runtimes of ``libraries`` (loaded
+    extensions; a launch the runtime refused is not counted)."""
+    counts: dict[str, int] = {}
+    for library in libraries:
+        report = library.cuset_launch_report
+        report.restype = ctypes.c_char_p
+        for kernel, count in json.loads(report().decode()).items():
+            counts[kernel] = counts.get(kernel, 0) + count
+    return counts
+
+
+def launch_failure(libraries: Iterable[ctypes.CDLL]) -> str:
+    """Why a launch failed in one of ``libraries``, when no ``cudaGetLastError()`` of the candidate
+    consumed it (on a GPU the kernel would not have run); "" when none did."""
+    for library in libraries:
+        reason = library.cuset_launch_failure_reason
+        reason.restype = ctypes.c_char_p
+        text: str = reason().decode(errors="replace")
+        if text:
+            return text
+    return ""

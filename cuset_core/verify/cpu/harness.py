@@ -29,7 +29,6 @@ import ast
 import ctypes
 import importlib.machinery
 import importlib.util
-import json
 import re
 import sys
 import time
@@ -62,7 +61,13 @@ from cuset_core.verify.contracts import (
     trial_seeds,
     wide_trial,
 )
-from cuset_core.verify.cpu.build import CU_EXTENSION, extension_module_name, unit_digest
+from cuset_core.verify.cpu.build import (
+    CU_EXTENSION,
+    extension_module_name,
+    launch_counts,
+    launch_failure,
+    unit_digest,
+)
 from cuset_core.verify.fallback import FallbackMonitor
 from cuset_core.verify.harness_side import (
     call_forward,
@@ -286,22 +291,11 @@ class Builder:
 
     def launches(self) -> dict[str, int]:
         """Kernel launches counted by the runtime of every built extension."""
-        counts: dict[str, int] = {}
-        for library in self.libraries:
-            report = ctypes.CDLL(str(library)).cuset_launch_report
-            report.restype = ctypes.c_char_p
-            for kernel, count in json.loads(report().decode()).items():
-                counts[kernel] = counts.get(kernel, 0) + count
-        return counts
+        return launch_counts(ctypes.CDLL(str(library)) for library in self.libraries)
 
     def launch_failure(self) -> str:
         """Why a launch failed, when no ``cudaGetLastError()`` of the candidate consumed it; or ""."""
-        for library in self.libraries:
-            reason = ctypes.CDLL(str(library)).cuset_launch_failure_reason
-            reason.restype = ctypes.c_char_p
-            if text := reason().decode(errors="replace"):
-                return text
-        return ""
+        return launch_failure(ctypes.CDLL(str(library)) for library in self.libraries)
 
 
 def _joined(sources: Any) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from cuset_core.verify.cpu.build import launch_counts, launch_failure
 from cuset_core.verify.cpu.device import elf
 from cuset_core.verify.cpu.device.protocol import (
     REQUEST,
@@ -102,6 +103,9 @@ class Device:
         self.runtime = runtime  # the trusted runtime library: schedule and kernels-on switches
         self.libraries: dict[str, Library] = {name: _load(name, data) for name, data in libraries.items()}
         self.tensors: dict[int, Any] = {}
+        # id(tensor) -> its handle, so an operation returning one of its inputs (in place) hands
+        # back that input's handle; checked against ``tensors``, since ids are reused after a free.
+        self._handles: dict[int, int] = {}
         self.allocations: dict[int, Any] = {}  # cudaMalloc: address -> the uint8 tensor holding it
         self._next = 1
         self.trials: dict[tuple[int, int], Trial] = {}
@@ -154,11 +158,14 @@ class Device:
     def _new_handle(self, tensor: Any) -> int:
         handle, self._next = self._next, self._next + 1
         self.tensors[handle] = tensor
+        self._handles[id(tensor)] = handle
         return handle
 
     def _release(self, handles: list[int]) -> None:
         for handle in handles:
-            self.tensors.pop(handle, None)  # a trial's log keeps what its replay needs
+            tensor = self.tensors.pop(handle, None)  # a trial's log keeps what its replay needs
+            if tensor is not None and self._handles.get(id(tensor)) == handle:
+                del self._handles[id(tensor)]
 
     def tensor(self, handle: int) -> Any:
         try:
@@ -271,25 +278,11 @@ class Device:
 
     def launch_failure(self) -> str:
         """A failed launch nobody consumed with cudaGetLastError, in any library ("" when none)."""
-        for library in self.libraries.values():
-            function = library.handle.cuset_launch_failure_reason
-            function.restype = ctypes.c_char_p
-            reason: str = function().decode(errors="replace")
-            if reason:
-                return reason
-        return ""
+        return launch_failure(library.handle for library in self.libraries.values())
 
     def launches(self) -> dict[str, int]:
         """Launches so far by kernel name, over every library (a refused launch is not counted)."""
-        import json
-
-        counts: dict[str, int] = {}
-        for library in self.libraries.values():
-            function = library.handle.cuset_launch_report
-            function.restype = ctypes.c_char_p
-            for name, count in json.loads(function().decode()).items():
-                counts[name] = counts.get(name, 0) + count
-        return counts
+        return launch_counts(library.handle for library in self.libraries.values())
 
     # ------------------------------------------------------------ torch operations
 
@@ -309,7 +302,7 @@ class Device:
         if to_host:
             return self._to_host(result)
         self._record("operator", (func, args, kwargs, result, from_host))
-        return Reply(value=self._describe(result, args)), b""
+        return Reply(value=self._describe(result)), b""
 
     def _to_host(self, result: Any) -> tuple[Reply, bytes]:
         import torch
@@ -319,21 +312,21 @@ class Device:
         dtype = str(tensor.dtype).removeprefix("torch.")
         return Reply(value={"host": 0, "dtype": dtype, "shape": list(tensor.shape)}), data
 
-    def _describe(self, value: Any, args: list[Any]) -> Any:
+    def _describe(self, value: Any) -> Any:
         """A result for the host: each tensor by handle (an input's own handle when it is the same
         object, as in-place operations return), with its metadata and address."""
         import torch
 
         if isinstance(value, (tuple, list)):
-            return [self._describe(item, args) for item in value]
+            return [self._describe(item) for item in value]
         if not isinstance(value, torch.Tensor):
             if isinstance(value, float) and value != value:
                 return {"float": "nan"}
             if isinstance(value, (torch.dtype, torch.device)):
                 raise HostError(f"an operation returned a {type(value).__name__}")
             return value
-        handle = next((h for h, t in self.tensors.items() if t is value), None)
-        if handle is None:
+        handle = self._handles.get(id(value))
+        if handle is None or self.tensors.get(handle) is not value:
             handle = self._new_handle(value)
         return describe_tensor(handle, value)
 
@@ -344,7 +337,7 @@ class Device:
             raise HostError(f"there is no size {request.size}")
         handed = self.sizes[request.size]
         trials = handed["trials"]
-        values = {key: value for key, value in handed.items() if key not in ("trials", "second")}
+        values = {key: value for key, value in handed.items() if key != "trials"}
         values.update(n_trials=len(trials), n_inputs=len(trials[0]) if trials else 0, sizes=len(self.sizes))
         blobs: list[bytes] = []
         return Reply(value=encode(values, lambda _tensor: None, blobs)), b"".join(blobs)
@@ -359,7 +352,7 @@ class Device:
         import torch
 
         handed = [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
-        described = [self._describe(v, []) for v in handed]
+        described = [self._describe(v) for v in handed]
         self.current = Trial(start=self._snapshot(), rng=torch.get_rng_state(), launches_before=self.launches())
         self.trials[(request.size, request.trial)] = self.current
         return Reply(value=described), b""
