@@ -478,7 +478,10 @@ def kernels_did_the_work(
     (:func:`outputs_to_check`). No file (the run crashed, hung or failed), a mismatch or anything
     unreadable keeps the pass: the kernels mattered."""
     checked = outputs_to_check(reference, settings)
-    matched = _matching_without_kernels(folder, reference, checked, settings, name) if checked else []
+    kernels_off = _trial_one(folder, reference, name) if checked else None
+    if kernels_off is None:
+        return passed
+    matched = _matching_without_kernels(kernels_off, reference, checked, settings)
     if matched:
         outputs = ", ".join(map(str, matched))
         reason = (
@@ -486,7 +489,9 @@ def kernels_did_the_work(
             "candidate's kernels disabled, so its device code did not compute it"
         )
         return _result(spec, Verdict.STATIC_REJECT, reason, launches=dict(passed.launches))
-    host_made = _host_made(folder, reference, checked, settings, name) if checked else []
+    host_made = _host_made(
+        kernels_off, _trial_one(folder, reference, host_off_file(name)), reference, checked, settings
+    )
     if host_made:
         index, count = host_made[0]
         reason = (
@@ -529,55 +534,61 @@ def _needs_computing(reference: ReferenceRun, index: int, settings: VerifySettin
 
 def _trial_one(folder: Path, reference: ReferenceRun, name: str) -> list[Any] | None:
     """Trial 1's outputs in the file ``name`` of ``folder`` (a kernels-off run), None when there is
-    none the judge can read. The file is the candidate side's, read as its outputs are."""
-    expected_bytes = sum(t.numel() * t.element_size() for t in _tensor_values(reference.expected[0]))
-    data = read_untrusted(folder, name, 2 * expected_bytes + (1 << 20))
-    produced = load_values(data).get("trials") if data is not None else None
+    none the judge can read. The file is the candidate side's, read as its outputs are; whatever it
+    holds that makes reading raise is None too (a candidate that breaks without its kernels needed
+    them)."""
+    try:
+        expected_bytes = sum(t.numel() * t.element_size() for t in _tensor_values(reference.expected[0]))
+        data = read_untrusted(folder, name, 2 * expected_bytes + (1 << 20))
+        produced = load_values(data).get("trials") if data is not None else None
+    except Exception:  # noqa: BLE001 - the candidate's data: unreadable means its kernels mattered
+        return None
     if not isinstance(produced, list) or len(produced) != 1:
         return None
     return produced[0] if isinstance(produced[0], list) else [produced[0]]
 
 
 def _matching_without_kernels(
-    folder: Path, reference: ReferenceRun, checked: list[int], settings: VerifySettings, name: str
+    kernels_off: list[Any], reference: ReferenceRun, checked: list[int], settings: VerifySettings
 ) -> list[int]:
-    """Which of the ``checked`` outputs the kernels-off trial in ``folder`` left within tolerance of
-    trial 1's reference; none when it left nothing the judge can read. Whatever the file makes the
-    judge raise keeps the pass (a candidate that breaks without its kernels needed them)."""
+    """Which of the ``checked`` outputs the kernels-off trial left within tolerance of trial 1's
+    reference. Whatever the candidate's values make the comparison raise keeps the pass."""
     expected = reference.expected[0]
     try:
-        new = _trial_one(folder, reference, name)
-        if new is None:
-            return []
         return [
             index
             for index in checked
-            if index < len(new)
-            and compare_outputs([expected[index]], [new[index]], settings.tolerance).verdict is Verdict.PASS
+            if index < len(kernels_off)
+            and compare_outputs([expected[index]], [kernels_off[index]], settings.tolerance).verdict is Verdict.PASS
         ]
     except Exception:  # noqa: BLE001 - the candidate's data: unreadable means its kernels mattered
         return []
 
 
 def _host_made(
-    folder: Path, reference: ReferenceRun, checked: list[int], settings: VerifySettings, name: str
+    kernels_off: list[Any],
+    host_off: list[Any] | None,
+    reference: ReferenceRun,
+    checked: list[int],
+    settings: VerifySettings,
 ) -> list[tuple[int, int]]:
     """``(output, elements)`` that host code computed, behind the device boundary: elements the
     kernels-off run left within tolerance of trial 1's reference that its twin with the host's
-    copies to the device poisoned too (``host_off_file``) does not, where the reference holds more
-    than one value there (a fill copied from the host is no computation). A kernel that computes
-    part of an output while the host copies in the rest is caught here; the whole-output check
-    sees only a mismatch. Nothing when either file is missing or unreadable."""
+    copies to the device poisoned too (``host_off``, from ``host_off_file``) does not, where the
+    reference holds more than one value there (a fill copied from the host is no computation). A
+    kernel that computes part of an output while the host copies in the rest is caught here; the
+    whole-output check sees only a mismatch. Nothing without the twin (no boundary) or when the
+    values cannot be compared."""
     import torch
 
+    if host_off is None:
+        return []
     expected = reference.expected[0]
     try:
-        kernels_off = _trial_one(folder, reference, name)
-        host_off = _trial_one(folder, reference, host_off_file(name))
-        if kernels_off is None or host_off is None:
-            return []
         found = []
         for index in checked:
+            if index >= min(len(kernels_off), len(host_off)):
+                continue
             ref, without, poisoned = expected[index], kernels_off[index], host_off[index]
             if not all(isinstance(t, torch.Tensor) and t.shape == ref.shape for t in (without, poisoned)):
                 continue
