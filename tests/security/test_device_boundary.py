@@ -116,3 +116,23 @@ def test_constant_memory_filled_from_a_device_tensor_reaches_the_kernel():
     # cudaMemcpyToSymbol from a tensor's data_ptr: the device process copies from its own memory
     # into its copy of the library's __constant__ array (Sakana row 54 does this).
     assert_verdict(tier2(CONSTANT_FROM_A_TENSOR), Verdict.PASS)
+
+
+def test_a_file_scope_extern_shared_buffer_is_there_without_any_initialiser():
+    # The device process runs none of the library's initialisers: the pointer the rewrite declares
+    # for a file-scope `extern __shared__` must hold its address from the moment it is loaded.
+    staged = (
+        HONEST.replace(
+            "// Grid-stride loop",
+            "extern __shared__ float stage[];\n\n// Grid-stride loop",
+        )
+        .replace(
+            "        y[i] = fmaxf(x[i], 0.0f);",
+            "        stage[threadIdx.x] = x[i];\n        y[i] = fmaxf(stage[threadIdx.x], 0.0f);",
+        )
+        .replace("<<<blocks, threads>>>", "<<<blocks, threads, threads * sizeof(float)>>>")
+    )
+    assert "extern __shared__ float stage[];" in staged and "sizeof(float)>>>" in staged
+    result = tier2(staged, RELU_PROBLEM)
+    assert_verdict(result, Verdict.PASS)
+    assert result.launches == {"relu_kernel": BOUNDARY.seeds}

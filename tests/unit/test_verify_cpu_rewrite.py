@@ -53,7 +53,7 @@ def test_kernel_name_sees_through_casts_namespaces_and_template_arguments():
 
 def test_extern_shared_points_into_the_dynamic_buffer():
     out = rewrite_extern_shared("extern __shared__ __align__(16) float smem[];")
-    assert out == "float* smem = reinterpret_cast<float*>(cuset::dynamic_shared());"
+    assert out == "float* smem = reinterpret_cast<float*>(cuset::detail::dynamic_shared_storage);"
 
 
 def test_static_shared_inside_a_kernel_is_filled_once_per_block():

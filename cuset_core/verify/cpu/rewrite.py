@@ -167,11 +167,13 @@ def rewrite_launches(code: str) -> str:
 
 
 def rewrite_extern_shared(code: str) -> str:
-    """``extern __shared__ T name[];`` -> a pointer into the block's dynamic shared buffer."""
+    """``extern __shared__ T name[];`` -> a pointer to the block's dynamic shared buffer. Its
+    initialiser is an address the loader fixes, so at file scope it needs no constructor (the device
+    process runs none)."""
 
     def replace(match: re.Match[str]) -> str:
         ctype, name = match.group(2).strip(), match.group(3)
-        return f"{ctype}* {name} = reinterpret_cast<{ctype}*>(cuset::dynamic_shared());"
+        return f"{ctype}* {name} = reinterpret_cast<{ctype}*>(cuset::detail::dynamic_shared_storage);"
 
     return _EXTERN_SHARED.sub(replace, code)
 

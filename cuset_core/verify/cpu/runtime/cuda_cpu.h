@@ -77,6 +77,10 @@ constexpr size_t kMaxDynamicShared = 228 * 1024;
 // opted in with cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes).
 constexpr size_t kDefaultDynamicShared = 48 * 1024;
 constexpr size_t kOptinDynamicShared = 227 * 1024;
+// The blocks' dynamic shared memory (they run one at a time), at an address fixed when the
+// library is loaded: a file-scope ``extern __shared__`` becomes a pointer initialised with it,
+// which the compiler initialises statically, since the device process runs no initialisers.
+alignas(64) inline unsigned char dynamic_shared_storage[kMaxDynamicShared];
 
 enum class State : unsigned char { runnable, barrier, soft, collective, done };
 enum class Op : unsigned char { sync, shfl, up, down, bxor, ballot, any, all };
@@ -115,7 +119,6 @@ struct Runtime {
   unsigned long long block_serial = 0;
   int barrier_count = 0, barrier_or = 0, barrier_and = 1;
   int barrier_result_count = 0, barrier_result_or = 0, barrier_result_and = 1;
-  alignas(64) unsigned char dynamic_shared[kMaxDynamicShared];
   size_t dynamic_bytes = 0;
   int schedule = 0;
   std::map<std::string, long> launches;
@@ -427,7 +430,7 @@ inline void make_order(unsigned count, int schedule) {
 inline void run_block(unsigned count) {
   Runtime& r = rt();
   r.block_serial += 1;
-  std::memset(r.dynamic_shared, 0xFF, std::min(r.dynamic_bytes + 64, kMaxDynamicShared));
+  std::memset(dynamic_shared_storage, 0xFF, std::min(r.dynamic_bytes + 64, kMaxDynamicShared));
   for (unsigned i = 0; i < count; ++i) {
     Fiber& fiber = r.fibers[i];
     fiber.state = State::runnable;
@@ -595,7 +598,6 @@ void remote_entry(const void* bound, unsigned gx, unsigned gy, unsigned gz, unsi
 }
 }  // namespace detail
 
-inline void* dynamic_shared() { return detail::rt().dynamic_shared; }
 
 // Fills a static __shared__ variable with 0xFF once per block: the first thread of a block
 // to reach its declaration does it, before any thread of that block can write it.
