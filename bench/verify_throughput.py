@@ -112,7 +112,7 @@ def side_by_side(
 
 def bridge_vs_aten(pairs: list[tuple[str, str]], pause_s: float) -> dict:
     """Tier 2 cold as it ran before its speed work and as it runs now (see the module docstring)."""
-    before = VerifySettings(tier=Tier.CPU, torch_bridge=False, overlap_tiers=False)
+    before = VerifySettings(tier=Tier.CPU, torch_bridge=False, device_boundary=False, overlap_tiers=False)
     figures = side_by_side(pairs, before, VerifySettings(tier=Tier.CPU), warm_after=True, pause_s=pause_s)
     return {
         **figures,

@@ -134,8 +134,10 @@ def main() -> int:
     parser.add_argument("--rows-out", type=Path, default=None, help="write per-kernel results (JSONL)")
     parser.add_argument(
         "--device-boundary",
-        action="store_true",
-        help="tier 2 behind the device boundary (VerifySettings.device_boundary)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="tier 2 behind the device boundary (VerifySettings.device_boundary, the default); "
+        "--no-device-boundary: in one process, as before",
     )
     args = parser.parse_args()
     if not args.data.is_file():

@@ -131,6 +131,11 @@ class CpuJob(HarnessJob):
     device_boundary: bool = Field(
         False, description="candidate side: device memory and kernels in a process of their own (cpu/device/)"
     )
+    beyond_bridge_preludes: list[str] = Field(
+        default_factory=list,
+        description="build side, behind the device boundary: ATen's preludes, tried only when the bridge's "
+        "fails, to tell the judge that the bridge lacks what an extension uses (such a build never runs)",
+    )
 
 
 class GpuJob(HarnessJob):
@@ -178,6 +183,12 @@ class BuildDetails(_Contract):
     """What the build side compiled beside the reference (its report's ``details``)."""
 
     built: list[PrebuiltLibrary] = Field(default_factory=list)
+    beyond_bridge: str | None = Field(
+        None,
+        max_length=400,
+        description="behind the device boundary: why an extension builds on ATen's preludes only (none runs "
+        "there, since their tensors hold their data in the candidate's process)",
+    )
 
 
 class _SideReport(BaseModel):

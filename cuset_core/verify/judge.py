@@ -82,6 +82,7 @@ if TYPE_CHECKING:
 
 _RUNTIME_MESSAGE = "cuset runtime:"  # how the CPU runtime starts the line explaining an abort
 QUOTE_CHARS = 400  # candidate text quoted in a verdict's reason
+BEYOND_BRIDGE = "torch C++ API beyond the bridge"  # the unsupported feature of an ATen-only extension
 
 
 def quoted(text: str, what: str = "message") -> str:
@@ -671,7 +672,10 @@ def _judge(
             candidate_fields["prebuilt"] = _hand_over_cached(cached, handed_to)
         elif building is not None:
             building.result()
-            candidate_fields["prebuilt"] = _hand_over_builds(spec, Path(build_folder), handed_to)
+            candidate_fields["prebuilt"], beyond_bridge = _hand_over_builds(spec, Path(build_folder), handed_to)
+            if beyond_bridge is not None:
+                reason = f"{beyond_bridge}; behind the device boundary the CPU tier runs bridge builds only"
+                return _result(spec, Verdict.UNSUPPORTED, reason, unsupported_feature=BEYOND_BRIDGE), details
         result, report = run_candidate(
             spec, root, candidate, reference, job.model_copy(update=candidate_fields), settings, early
         )
@@ -710,16 +714,19 @@ def _hand_over_cached(cached: list[tuple[PlannedLibrary, bytes]], candidate_fold
     return handed
 
 
-def _hand_over_builds(spec: TierSpec, build_folder: Path, candidate_folder: Path) -> list[PrebuiltLibrary]:
+def _hand_over_builds(
+    spec: TierSpec, build_folder: Path, candidate_folder: Path
+) -> tuple[list[PrebuiltLibrary], str | None]:
     """Copy the libraries the build side reported into the candidate's folder (created here);
-    their entries for the candidate's job. Anything odd is left out: the candidate side rebuilds.
-    A library the judge planned goes into the library cache under the judge's own key."""
+    their entries for the candidate's job, and the build side's finding that an extension builds on
+    ATen's preludes only (``BuildDetails.beyond_bridge``). Anything odd is left out: the candidate
+    side rebuilds. A library the judge planned goes into the library cache under the judge's own key."""
     planned = {(library.module, library.digest): library for library in spec.planned}
     candidate_folder.mkdir(exist_ok=True)
     try:
         report = read_report(build_folder, BuildReport)
     except UntrustedFileError:
-        return []
+        return [], None
     handed: list[PrebuiltLibrary] = []
     for library in report.details.built if report is not None else []:
         if not re.fullmatch(r"[\w.-]+\.so", library.file):
@@ -734,7 +741,7 @@ def _hand_over_builds(spec: TierSpec, build_folder: Path, candidate_folder: Path
             expected = planned.get((library.module, library.digest))
             if expected is not None and spec.library_cache is not None:
                 spec.library_cache.put(expected.key, data)
-    return handed
+    return handed, report.details.beyond_bridge if report is not None else None
 
 
 def _speed(reference: ReferenceReport, runtime_ms: float | None) -> dict[str, Any]:

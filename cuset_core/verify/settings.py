@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cuset_core.verify.result import Tier
@@ -112,10 +112,12 @@ class VerifySettings(BaseModel):
         "False: ATen's headers only (several seconds per build)",
     )
     device_boundary: bool = Field(
-        False,
+        True,
         description="tier 2: the candidate's host code in one process, its device memory and kernels in "
         "another (cpu/device/): host code that reads device memory faults, the outputs and the kernels-off "
-        "runs are taken from the device process",
+        "runs are taken from the device process, and extensions build on the torch bridge only (an "
+        "extension that needs ATen's headers is unsupported); False: one process, as before (the "
+        "attacks that docs/verification.md lists under it pass there)",
     )
     max_elements: int = Field(1 << 18, gt=0, description="tier 2: target tensor size after shrink")
     second_size: bool = Field(
@@ -135,6 +137,15 @@ class VerifySettings(BaseModel):
     timing_trials: int = Field(100, ge=1, description="tier 3: timed calls after warmup")
     compile_baseline: bool = COMPILE_BASELINE
     limits: SandboxLimits = SandboxLimits()
+
+    @model_validator(mode="after")
+    def _boundary_needs_the_bridge(self) -> VerifySettings:
+        if self.device_boundary and not self.torch_bridge:
+            raise ValueError(
+                "device_boundary needs torch_bridge: behind the device boundary extensions build on the "
+                "torch bridge only (set device_boundary false to build on ATen's headers alone)"
+            )
+        return self
 
     def tolerance(self, dtype: str) -> tuple[float, float]:
         """(atol, rtol) for an output of ``dtype`` (torch's name without the prefix, e.g. "float16"):

@@ -29,7 +29,8 @@ that names the fault, and the reason says why.
    at those sizes and endless above them: in its binding, its kernel, its Python forward or a
    Python thread).
 
-Attacks that still work are strict ``xfail`` tests whose reason is the finding. The tier-2
+The tier-2 candidates run behind the device boundary (``VerifySettings.device_boundary``, the
+default), where host code that touches device memory faults as on a GPU. The tier-2
 candidates compute the row sums of ``cpu_cases/rowsum_problem.py`` with one extension that holds
 every variant (g++ builds it once, into a library cache the module shares) and share the
 reference runs (one per problem and seed); they are marked slow. The judge's data handling is tested against a stub in place
@@ -306,6 +307,12 @@ def assert_kernels_off_fallback(result: VerifyResult) -> None:
     assert "with the candidate's kernels disabled" in result.reason, result.reason
 
 
+def assert_host_fault(result: VerifyResult) -> None:
+    """Host code touched device memory: behind the device boundary it faults, as on a GPU."""
+    assert_verdict(result, Verdict.RUNTIME_ERROR)
+    assert "host code read or wrote device memory (a GPU faults there too)" in result.reason, result.reason
+
+
 # ---------------------------------------------------------------- (1) nothing checks that a kernel did the work
 
 
@@ -317,13 +324,13 @@ def test_the_shared_extensions_honest_kernel_passes(libraries):
 
 
 @pytest.mark.slow
-def test_torch_sums_memmoved_by_ctypes_into_a_no_op_launchs_output_are_a_fallback(libraries):
-    # libc writes the output: no aten op touches it, so the monitor still sees the kernel's tensor.
+def test_torch_sums_memmoved_by_ctypes_into_a_no_op_launchs_output_fault(libraries):
+    # libc writes the output from the host: no aten op touches it. The address is device memory.
     forward = """        out = ext.launch_only(x)
         sums = x.sum(1)
         ctypes.memmove(out.data_ptr(), sums.data_ptr(), sums.numel() * sums.element_size())
         return out"""
-    assert_kernels_off_fallback(tier2(candidate(forward), libraries))
+    assert_host_fault(tier2(candidate(forward), libraries))
 
 
 @pytest.mark.slow
@@ -332,24 +339,22 @@ def test_host_sums_copied_in_with_cuda_memcpy_beside_a_no_op_launch_are_a_fallba
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the kernels-off check compares each output as a whole (allclose), so an output whose "
-    "kernel computes one element (row 0, poison without the kernels) while host code copied in with "
-    "cudaMemcpy computes the other 15 rows mismatches without the kernels and keeps the pass; the check "
-    "does not say which elements the device code computed",
-)
 def test_a_grid_that_covers_one_row_while_the_host_computes_the_rest_is_a_fallback(libraries):
-    assert_kernels_off_fallback(tier2(candidate("        return ext.partial_grid(x)"), libraries))
+    # Without the kernels the output mismatches as a whole (row 0 is poison); the replay that also
+    # poisons the host's copies to the device tells the 15 rows host code computed apart.
+    result = tier2(candidate("        return ext.partial_grid(x)"), libraries)
+    assert_kernels_off_fallback(result)
+    assert "15 elements of output 0" in result.reason and "host code computed them" in result.reason
 
 
 @pytest.mark.slow
 def test_torch_compute_registered_as_a_torch_library_op_beside_a_no_op_launch_is_a_fallback(libraries):
-    # The monitor counts an op of another namespace as the candidate's kernel and trusts its result.
+    # An op of another namespace, with a CUDA kernel as a GPU would run it: the kernel runs in the
+    # host, and the torch it calls on device tensors is recorded and replayed like any other.
     prelude = """
 _library = torch.library.Library("rowsum_ops", "DEF")
 _library.define("rowsum(Tensor x) -> Tensor")
-_library.impl("rowsum", lambda x: torch.ops.aten.sum.dim_IntList(x, [1]), "CPU")
+_library.impl("rowsum", lambda x: torch.ops.aten.sum.dim_IntList(x, [1]), "CUDA")
 """
     forward = "        ext.launch_only(x)\n        return torch.ops.rowsum_ops.rowsum(x)"
     assert_kernels_off_fallback(tier2(candidate(forward, prelude), libraries))
@@ -377,8 +382,10 @@ import sys as _sys
 _sys.modules["__main__"].Builder.launches = lambda self: {"rowsum_kernel": 5}
 """
     result = tier2(candidate("        return ext.sum_without_launch(x)", prelude), libraries)
-    assert_kernels_off_fallback(result)
-    assert result.launches == {"rowsum_kernel": 5}, "the forged count reached the judge, and did not matter"
+    # The device process counts the launches: the host's patched count never reaches the judge.
+    assert_verdict(result, Verdict.STATIC_REJECT)
+    assert "no kernel launched" in result.reason, result.reason
+    assert result.launches == {}
 
 
 @pytest.mark.slow
@@ -391,8 +398,9 @@ _trials = _load(_Path("inputs.safetensors").read_bytes())["trials"]
 _save(_Path("prepared.safetensors"), {"trials": [[inputs[0].sum(1)] for inputs in _trials]})
 """
     result = tier2(candidate("        return ext.rowsum_wrong(x)", prelude), libraries)
-    assert_verdict(result, Verdict.VALUE_MISMATCH)
-    assert result.max_abs_diff == pytest.approx(1.0, abs=1e-3)
+    # The inputs file is the device process's, gone from the folder before the candidate's code runs.
+    assert_verdict(result, Verdict.RUNTIME_ERROR)
+    assert "inputs.safetensors" in result.log, result.log[-2000:]
 
 
 @pytest.mark.slow
@@ -534,7 +542,7 @@ def test_the_harnesss_own_decided_raised_with_internal_error_is_the_candidates_r
         raise Decided(Outcome(Verdict.INTERNAL_ERROR, "the reference forward failed: the machine ran out of memory"))"""
     result = tier2(candidate(forward), libraries)
     assert_verdict(result, Verdict.RUNTIME_ERROR)
-    assert result.reason == "the candidate's output is rejected: report.json is not a valid report (field verdict)"
+    assert "host_report.json is not a valid report (field verdict)" in result.reason, result.reason
 
 
 def test_a_forged_runtime_abort_line_blaming_the_reference_is_quoted_as_the_candidates(monkeypatch, tmp_path):
@@ -626,7 +634,7 @@ for _trial in range(5):
 """
     forward = """        out = ext.launch_only(x)
         answer = _table[round(float(x[0, 0]), 4)]
-        ctypes.memmove(out.data_ptr(), answer.data_ptr(), answer.numel() * answer.element_size())
+        out.copy_(answer)
         return out"""
     fixed = SETTINGS.model_copy(update={"input_seed": 1000})
     assert_kernels_off_fallback(tier2(candidate(forward, prelude), libraries, settings=fixed))
@@ -665,14 +673,9 @@ def test_threads_adding_into_one_element_through_a_device_helper_without_an_atom
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: device memory is host memory on tier 2, so host code of the binding that dereferences a "
-    "device pointer (x.data_ptr<float>()[0] in a TORCH_CHECK) runs, and the candidate passes; on a GPU "
-    "that read faults",
-)
 def test_host_code_that_reads_device_memory_is_a_runtime_error(libraries):
-    assert_verdict(tier2(candidate("        return ext.host_peek(x)"), libraries), Verdict.RUNTIME_ERROR)
+    # x.data_ptr<float>()[0] in a TORCH_CHECK of the binding.
+    assert_host_fault(tier2(candidate("        return ext.host_peek(x)"), libraries))
 
 
 def reduced_columns() -> int:

@@ -1,9 +1,12 @@
-"""Tier 2 behind the device boundary (``VerifySettings.device_boundary``, cpu/device/): the candidate's
-host code in one process, its device memory and kernels in another.
+"""Tier 2 behind the device boundary (``VerifySettings.device_boundary``, the default; cpu/device/):
+the candidate's host code in one process, its device memory and kernels in another.
 
-The attacks are the ones that pass without it (the strict ``xfail`` tests of
-``test_attack_variations.py``, ``test_forged_verdicts.py`` and ``test_kernels_did_the_work.py``);
-here each is judged as on a GPU. The honest kernels beside them must still pass.
+The four attack classes that pass without it, each as first found and in variations written apart
+from those (another thread, language layer, file or order): host code that reads device memory,
+outputs the candidate computes and writes itself, a kernels-off run told apart, and a grid that
+covers part of an output while host code computes the rest. Each is judged as on a GPU. The
+honest kernels beside them must still pass. (The other suites run behind the boundary too, since
+it is the default; their one-process expectations name ``device_boundary=False``.)
 """
 
 from __future__ import annotations
@@ -136,3 +139,59 @@ def test_a_file_scope_extern_shared_buffer_is_there_without_any_initialiser():
     result = tier2(staged, RELU_PROBLEM)
     assert_verdict(result, Verdict.PASS)
     assert result.launches == {"relu_kernel": BOUNDARY.seeds}
+
+
+# ---------------------------------------------------------------- variations
+
+
+def test_python_that_reads_device_memory_through_ctypes_faults_as_on_a_gpu():
+    # The same read as the binding's TORCH_CHECK, one language layer up.
+    forward = """        first = ctypes.c_float.from_address(x.data_ptr()).value
+        return ext.rowsum(x) + 0 * first"""
+    result = tier2(candidate(forward))
+    assert_verdict(result, Verdict.RUNTIME_ERROR)
+    assert "host code read or wrote device memory" in result.reason, result.reason
+
+
+def test_a_child_that_outlives_the_host_to_write_the_outputs_is_stopped_first():
+    # A wrong kernel; at import a detached grandchild waits for the host to end, then writes a
+    # passing report over every file the judge reads. The device process stops every other
+    # process of the sandbox before it writes them.
+    prelude = """
+import os as _os, time as _time
+if _os.fork() == 0:
+    _os.setsid()
+    if _os.fork() == 0:
+        _time.sleep(3)
+        for _name in ("report.json", "outputs.safetensors", "host_report.json"):
+            open(_name, "w").write('{"verdict": "pass", "reason": "forged", "trials": 5}')
+    _os._exit(0)
+"""
+    result = tier2(candidate("        return ext.rowsum_wrong(x)", prelude))
+    assert_verdict(result, Verdict.VALUE_MISMATCH)
+    assert result.max_abs_diff is not None and abs(result.max_abs_diff - 1.0) < 1e-3, result.reason
+
+
+def test_a_candidate_that_counts_its_calls_cannot_find_the_kernels_off_run():
+    # Without the boundary the kernels-off run is one more call of forward: torch for the judged
+    # trials, garbage on the extra call. Behind it the host is called for the trials alone, and the
+    # replay re-runs trial 1's torch with the kernels off.
+    prelude = "_calls = [0]"
+    forward = f"""        _calls[0] += 1
+        ext.launch_only(x)
+        return x.sum(1) if _calls[0] <= {BOUNDARY.seeds * 2} else torch.zeros(x.shape[0], device=x.device)"""
+    result = tier2(candidate(forward, prelude))
+    assert_verdict(result, Verdict.STATIC_REJECT)
+    assert "with the candidate's kernels disabled" in result.reason, result.reason
+
+
+def test_a_kernel_for_row_0_while_python_copies_in_host_sums_for_the_rest_is_a_fallback():
+    # The partial grid one layer up: the kernel sums row 0; Python sums the other rows on the host
+    # and copies them into the device tensor.
+    forward = """        out = torch.empty(x.shape[0], device=x.device)
+        out[:1] = ext.rowsum(x[:1].contiguous())
+        out[1:] = x[1:].cpu().sum(1)
+        return out"""
+    result = tier2(candidate(forward))
+    assert_verdict(result, Verdict.STATIC_REJECT)
+    assert "15 elements of output 0" in result.reason and "host code computed them" in result.reason, result.reason

@@ -39,6 +39,9 @@ from cuset_core.verify.run import verify
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
 SETTINGS = VerifySettings(tier=Tier.CPU, limits=SandboxLimits(wall_s=300, cpu_s=300))
+# Without the device boundary the judged files are the candidate process's to write: the judge's
+# reading of them is tested there (behind the boundary the device process writes them).
+ONE_PROCESS = SETTINGS.model_copy(update={"device_boundary": False})
 BOUND_CHARS = 16_000  # a whole VerifyResult as JSON, whatever the candidate emitted
 
 pytestmark = pytest.mark.slow
@@ -48,10 +51,10 @@ pytestmark = pytest.mark.slow
 REFERENCES = ReferencePool()
 
 
-def tier2(candidate: str) -> VerifyResult:
+def tier2(candidate: str, settings: VerifySettings = SETTINGS) -> VerifyResult:
     # Most attacks wrap the same kernel: the library cache compiles it once for all of them.
     libraries = LibraryCache(default_library_dir())
-    return run_cpu_tier(PROBLEM, parse_candidate(candidate), SETTINGS, libraries, REFERENCES)
+    return run_cpu_tier(PROBLEM, parse_candidate(candidate), settings, libraries, REFERENCES)
 
 
 def assert_caught(result: VerifyResult, verdict: Verdict) -> None:
@@ -76,9 +79,11 @@ def test_the_honest_solution_still_passes():
 
 
 def test_a_candidate_that_writes_the_result_file_itself_and_exits_is_not_a_pass():
+    # The device process writes the judged files once the host is gone: the forged ones are not read.
     result = tier2(FORGE_AND_EXIT)
     assert_caught(result, Verdict.RUNTIME_ERROR)
-    assert result.reason == "the candidate side left no outputs"
+    assert "host process ended (before it named every trial's outputs) after 0 of" in result.reason, result.reason
+    assert tier2(FORGE_AND_EXIT, ONE_PROCESS).reason == "the candidate side left no outputs"
 
 
 def test_a_forged_pass_is_never_cached(tmp_path):
@@ -103,8 +108,7 @@ def test_replacing_torch_allclose_does_not_reach_the_judge():
 def test_launching_the_kernel_then_returning_a_torch_expression_is_a_run_time_fallback():
     result = tier2(TORCH_EXPRESSION)
     assert_caught(result, Verdict.STATIC_REJECT)
-    assert 'message: "trial 1: run-time fallback: output 0 was computed by torch ops' in result.reason
-    assert "abs x1" in result.reason and "1 custom-extension calls" in result.reason
+    assert "output 0 matches the reference with the candidate's kernels disabled" in result.reason, result.reason
 
 
 def test_outputs_rewritten_by_an_exit_hook_after_the_harness_wrote_them_are_not_judged():
@@ -112,13 +116,8 @@ def test_outputs_rewritten_by_an_exit_hook_after_the_harness_wrote_them_are_not_
     assert_caught(tier2(REWRITE_AT_EXIT), Verdict.VALUE_MISMATCH)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (issue 23 part 1): the judged outputs are files the candidate's own process can write; a "
-    "candidate that computes them with torch from the inputs file at import and leaves passes. The device "
-    "boundary (outputs taken from device memory through the trusted side) is the fix",
-)
 def test_outputs_the_candidate_computes_and_writes_itself_are_not_a_pass():
+    # The inputs file is gone from its folder, and the files it writes are never judged.
     assert tier2(OUTPUTS_OF_ITS_OWN).verdict is not Verdict.PASS
 
 
@@ -131,32 +130,32 @@ def test_the_reference_model_is_not_reachable_from_the_candidate():
     )
 
 
-# Two layers refuse a link or a FIFO: the sandbox copies back regular files only (so the judge
+# Without the device boundary, two layers refuse a link or a FIFO: the sandbox copies back regular files only (so the judge
 # finds no file), and the judge opens what it finds with O_NOFOLLOW as a regular file
 # (tests/unit/test_verify_judge.py). Either way nothing behind the link is read.
 NOT_ACCEPTED = ("is a symbolic link", "is not a regular file", "without a result", "left no outputs")
 
 
 def test_a_report_replaced_by_a_symlink_to_a_hidden_file_is_not_followed(hidden_file):
-    result = tier2(symlink_to(hidden_file, "report.json", "result.json"))
+    result = tier2(symlink_to(hidden_file, "report.json", "result.json"), ONE_PROCESS)
     assert_caught(result, Verdict.RUNTIME_ERROR)
     assert any(words in result.reason for words in NOT_ACCEPTED), result.reason
 
 
 def test_outputs_replaced_by_a_symlink_to_a_hidden_file_are_not_followed(hidden_file):
-    result = tier2(forged_report_then(f"_os.symlink({str(hidden_file)!r}, 'outputs.safetensors')"))
+    result = tier2(forged_report_then(f"_os.symlink({str(hidden_file)!r}, 'outputs.safetensors')"), ONE_PROCESS)
     assert_caught(result, Verdict.RUNTIME_ERROR)
     assert any(words in result.reason for words in NOT_ACCEPTED), result.reason
 
 
 def test_outputs_replaced_by_a_fifo_nobody_writes_do_not_hang_the_judge():
-    result = tier2(forged_report_then("_os.mkfifo('outputs.safetensors')"))
+    result = tier2(forged_report_then("_os.mkfifo('outputs.safetensors')"), ONE_PROCESS)
     assert_caught(result, Verdict.RUNTIME_ERROR)
     assert any(words in result.reason for words in NOT_ACCEPTED), result.reason
 
 
 def test_oversized_outputs_are_refused_unread():
-    result = tier2(forged_report_then("open('outputs.safetensors', 'wb').truncate(64 << 20)"))
+    result = tier2(forged_report_then("open('outputs.safetensors', 'wb').truncate(64 << 20)"), ONE_PROCESS)
     assert_caught(result, Verdict.RUNTIME_ERROR)
     assert "over the cap" in result.reason
 
@@ -171,7 +170,7 @@ def test_a_20_mib_reason_comes_back_as_a_few_kb():
 
 
 def test_a_20_mib_report_written_by_the_candidate_is_refused_unread():
-    result = tier2(HUGE_REPORT)
+    result = tier2(HUGE_REPORT, ONE_PROCESS)
     assert_caught(result, Verdict.RUNTIME_ERROR)
     assert "report.json holds" in result.reason and "over the cap" in result.reason
 

@@ -22,6 +22,7 @@ from cuset_core.verify.cpu.build import (
     toolchain,
     translation_unit,
 )
+from cuset_core.verify.judge import BEYOND_BRIDGE
 from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
@@ -105,11 +106,22 @@ def test_a_typical_extension_builds_on_the_torch_bridge(tmp_path):
     assert built_with(library) == "bridge"
 
 
-def test_a_candidate_using_the_cpp_frontend_is_built_on_the_full_prelude_and_passes():
-    result = verify("add_problem.py", add_candidate(with_cpp_frontend(case("add_kernel.cu"))))
+def test_a_candidate_using_the_cpp_frontend_is_built_on_the_full_prelude_and_passes_in_one_process():
+    one_process = SETTINGS.model_copy(update={"device_boundary": False})
+    result = verify("add_problem.py", add_candidate(with_cpp_frontend(case("add_kernel.cu"))), one_process)
     assert result.verdict is Verdict.PASS, result.reason + result.log
     # Neither the bridge nor ATen's light headers hold torch::nn: only the full ones build it.
     assert set(result.built_with.values()) == {"full"}
+
+
+def test_a_candidate_using_the_cpp_frontend_is_unsupported_behind_the_device_boundary():
+    # ATen's tensors hold their data in the process that made them: behind the boundary only the
+    # bridge's builds run, and the build side, not the candidate, says that ATen builds this one.
+    assert SETTINGS.device_boundary
+    result = verify("add_problem.py", add_candidate(with_cpp_frontend(case("add_kernel.cu"))))
+    assert result.verdict is Verdict.UNSUPPORTED, result.reason + result.log
+    assert result.unsupported_feature == BEYOND_BRIDGE
+    assert "torch::nn" in result.reason and "bridge builds only" in result.reason, result.reason
 
 
 def test_wrong_index_is_a_value_mismatch():

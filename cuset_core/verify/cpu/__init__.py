@@ -95,7 +95,11 @@ def _planned(
 
 
 def usable_preludes(preludes: tuple[Path, ...], settings: VerifySettings) -> tuple[Path, ...]:
-    """The preludes a build under ``settings`` tries, in order (no torch bridge unless enabled)."""
+    """The preludes a build under ``settings`` tries, in order: no torch bridge unless enabled, and
+    only the bridge behind the device boundary (an ATen tensor holds its data in the process that
+    made it, so an extension built on ATen cannot hand device memory to the device process)."""
+    if settings.device_boundary:
+        return tuple(prelude for prelude in preludes if prelude_named(prelude).bridge)
     return tuple(prelude for prelude in preludes if settings.torch_bridge or not prelude_named(prelude).bridge)
 
 
@@ -126,6 +130,9 @@ def cpu_job(
         library_dirs=list(chain.library_dirs),
         prebuild=prebuild or [],
         device_boundary=settings.device_boundary,
+        beyond_bridge_preludes=[
+            str(prelude) for prelude in preludes if settings.device_boundary and not prelude_named(prelude).bridge
+        ],
     )
 
 

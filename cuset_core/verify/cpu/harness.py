@@ -56,6 +56,7 @@ from cuset_core.verify.contracts import (
     Outcome,
     PrebuiltLibrary,
     ReferenceDetails,
+    clip,
     named_sizes,
     tail,
     trial_seeds,
@@ -63,6 +64,7 @@ from cuset_core.verify.contracts import (
 )
 from cuset_core.verify.cpu.build import (
     CU_EXTENSION,
+    Toolchain,
     extension_module_name,
     launch_counts,
     launch_failure,
@@ -631,28 +633,47 @@ def start_prebuilds(job: CpuJob, workdir: Path, preludes: list[Path], chain, poo
 def build_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome:
     """Compile the statically known extensions only (g++ on the candidate's sources; none of its
     Python runs), while the reference side runs; a failed build is left to the candidate side."""
-    from cuset_core.verify.cpu.build import BuildError, Toolchain, compile_extension, translation_unit
+    from cuset_core.verify.cpu.build import BuildError, compile_extension, translation_unit
 
     chain = Toolchain(tuple(job.include_dirs), tuple(job.library_dirs))
     preludes = [Path(folder) for folder in job.preludes]
     clock = time.perf_counter()
-    built = []
+    built: list[PrebuiltLibrary] = []
+    beyond_bridge = None
     for index, ext in enumerate(job.prebuild):
         module_name = extension_module_name(ext.name, index)
         unit = translation_unit(module_name, ext.cuda, ext.cpp, ext.functions, job.device_boundary)
         try:
             library = compile_extension(module_name, unit, workdir, preludes, chain)
-        except BuildError:
+        except BuildError as exc:
+            beyond_bridge = _beyond_bridge(job, module_name, unit, workdir, chain, exc)
             break
         built.append(PrebuiltLibrary(module=module_name, digest=unit_digest(unit), file=library.name))
     timings["prebuild"] = time.perf_counter() - clock
-    return Outcome(Verdict.PASS, details=BuildDetails(built=built))
+    return Outcome(Verdict.PASS, details=BuildDetails(built=built, beyond_bridge=beyond_bridge))
+
+
+def _beyond_bridge(
+    job: CpuJob, module_name: str, unit: str, workdir: Path, chain: Toolchain, failure: Exception
+) -> str | None:
+    """Behind the device boundary, when the bridge did not build an extension: why, if one of
+    ATen's preludes builds it (the bridge lacks what it uses), else None (a failure of its own)."""
+    from cuset_core.verify.cpu.build import BuildError, compile_extension
+
+    if not job.beyond_bridge_preludes:
+        return None
+    heavier = [Path(folder) for folder in job.beyond_bridge_preludes]
+    try:
+        library = compile_extension(f"{module_name}_aten", unit, workdir, heavier, chain)
+    except BuildError:
+        return None
+    library.unlink(missing_ok=True)  # never run: its tensors would hold device memory in the host
+    first = getattr(failure, "first_error", None) or (str(failure).strip().splitlines() or ["no output"])[0]
+    return clip(f"extension {module_name} uses torch's C++ API beyond the bridge ({first})", 400)
 
 
 def candidate_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome:
     """Build and run the candidate on the inputs the judge handed over; write its outputs."""
-    from cuset_core.verify.cpu.build import Toolchain
-
     chain = Toolchain(tuple(job.include_dirs), tuple(job.library_dirs))
     preludes = [Path(folder) for folder in job.preludes]
     monitor = FallbackMonitor()
@@ -829,7 +850,6 @@ class BoundaryHost:
         import torch.utils.cpp_extension
 
         from cuset_core.verify.cpu import torch_bridge
-        from cuset_core.verify.cpu.build import Toolchain
         from cuset_core.verify.cpu.device import client
 
         client.open_port(runtime, fd)

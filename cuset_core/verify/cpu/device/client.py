@@ -150,7 +150,12 @@ def _wrapped(value: Any, read: Any) -> Any:
 
 
 def run_remotely(func: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
-    """Run a torch operator in the device process; results as :func:`wrap` gives them."""
+    """Run a torch operator in the device process; results as :func:`wrap` gives them. An operator
+    of another library than aten (``torch.library``, ``TORCH_LIBRARY``) runs its CUDA kernel here,
+    in the host, as a GPU's host runs it: the operations that kernel calls on device tensors come
+    back through here."""
+    if func.namespace != "aten":
+        return _custom_operator(func, args, kwargs)
     blobs: list[bytes] = []
     header = {
         "op": "operator",
@@ -163,6 +168,22 @@ def run_remotely(func: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
     if func._schema.returns and len(func._schema.returns) > 1 and isinstance(result, list):
         return tuple(result)
     return result
+
+
+# The kernels of a custom operator that take CUDA tensors, in the order the dispatcher prefers them.
+_CUDA_KEYS = ("CUDA", "CompositeExplicitAutograd")
+
+
+def _custom_operator(func: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+    import torch
+
+    for key in _CUDA_KEYS:
+        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key):
+            # Called from a dispatch mode, the kernel runs with that mode off: factories asking for
+            # the device must still reach it.
+            with device_factories():
+                return func._op_dk(getattr(torch._C.DispatchKey, key), *args, **kwargs)
+    raise DeviceError(f"{func.name()[:80]} has no kernel for CUDA tensors (a GPU could not run it either)")
 
 
 def _is_cuda(value: Any) -> bool:
