@@ -42,7 +42,7 @@ def _finished_start_run(run_dir: Path) -> dict[str, torch.Tensor]:
 def test_a_finished_start_run_is_kept_in_float16_and_restored_in_a_fresh_checkout(driver, monkeypatch, tmp_path):
     weights = _finished_start_run(driver.RUNS / "cuset-s0")
 
-    driver.save_start("cuset")
+    driver.save_adapter(driver.RUNS / "cuset-s0", driver.RESULTS / "cuset" / "start")
     kept = driver.RESULTS / "cuset" / "start"
     assert sorted(path.name for path in kept.iterdir()) == [
         "adapter_config.json",
@@ -56,16 +56,24 @@ def test_a_finished_start_run_is_kept_in_float16_and_restored_in_a_fresh_checkou
 
     fresh = tmp_path / "fresh"
     monkeypatch.setattr(driver, "RUNS", fresh / "runs")
-    driver.restore_start("cuset")
+    driver.restore_adapter(driver.RESULTS / "cuset" / "start", driver.RUNS / "cuset-s0")
     assert driver.common.trained(fresh / "runs" / "cuset-s0"), "a later session does not train it again"
-    driver.restore_start("sft")  # nothing kept for this arm: nothing restored
+    # Nothing kept for this arm: nothing restored.
+    driver.restore_adapter(driver.RESULTS / "sft" / "start", driver.RUNS / "sft-s0")
     assert not (fresh / "runs" / "sft-s0").exists()
+
+
+def test_a_rounds_finished_adapter_is_kept_too(driver):
+    _finished_start_run(driver.RUNS / "cuset" / "round_1" / "model")
+    driver.save()
+    kept = driver.RESULTS / "cuset" / "round_1" / "model"
+    assert (kept / "adapter_model.safetensors").is_file() and driver.common.trained(kept)
 
 
 def test_an_unfinished_start_run_is_not_kept(driver):
     _finished_start_run(driver.RUNS / "sft-s0")
     (driver.RUNS / "sft-s0" / "progress.jsonl").write_text(json.dumps({"type": "step", "step": 3}) + "\n")
-    driver.save_start("sft")
+    driver.save_adapter(driver.RUNS / "sft-s0", driver.RESULTS / "sft" / "start")
     assert not (driver.RESULTS / "sft" / "start").exists()
 
 

@@ -40,7 +40,10 @@ def test_a_planned_library_the_build_side_made_is_kept_and_handed_over_next_time
     cache = LibraryCache(tmp_path / "cache")
     spec = spec_with(cache)
     assert _cached_libraries(spec) is None
-    handed = _hand_over_builds(spec, build_folder_with(tmp_path, PLANNED.module, PLANNED.digest), tmp_path / "c1")
+    handed, beyond_bridge = _hand_over_builds(
+        spec, build_folder_with(tmp_path, PLANNED.module, PLANNED.digest), tmp_path / "c1"
+    )
+    assert beyond_bridge is None
     assert [entry.module for entry in handed] == [PLANNED.module]
     assert cache.get(PLANNED.key) == b"\x7fELF library"
 
@@ -58,7 +61,7 @@ def test_a_planned_library_the_build_side_made_is_kept_and_handed_over_next_time
 )
 def test_a_library_the_judge_did_not_plan_is_handed_over_but_never_kept(tmp_path, module, digest):
     cache = LibraryCache(tmp_path / "cache")
-    handed = _hand_over_builds(spec_with(cache), build_folder_with(tmp_path, module, digest), tmp_path / "c")
+    handed, _ = _hand_over_builds(spec_with(cache), build_folder_with(tmp_path, module, digest), tmp_path / "c")
     assert len(handed) == 1  # the candidate side matches it against its own unit, or rebuilds
     assert not (tmp_path / "cache").exists()
 
