@@ -11,6 +11,9 @@ it is the default; their one-process expectations name ``device_boundary=False``
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from attacks import HONEST, OUTPUTS_OF_ITS_OWN
 from attacks import PROBLEM as RELU_PROBLEM
@@ -195,3 +198,19 @@ def test_a_kernel_for_row_0_while_python_copies_in_host_sums_for_the_rest_is_a_f
     result = tier2(candidate(forward))
     assert_verdict(result, Verdict.STATIC_REJECT)
     assert "15 elements of output 0" in result.reason and "host code computed them" in result.reason, result.reason
+
+
+def test_the_device_range_fits_under_the_sandboxs_address_space_limit():
+    # A CUDA build of torch maps about 3 GiB on import, most of the sandbox's 4 GiB RLIMIT_AS: the
+    # device process reserves half of what is left rather than a fixed 1 GiB it cannot get.
+    probe = """
+import resource
+from pathlib import Path
+from cuset_core.verify.cpu.device.side import MIN_ARENA_BYTES, arena_bytes
+used = next(int(l.split()[1]) * 1024 for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (used + (300 << 20), resource.RLIM_INFINITY))
+print(arena_bytes() >> 20, MIN_ARENA_BYTES >> 20)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    reserved, least = map(int, done.stdout.split())
+    assert least <= reserved <= 150, done.stdout

@@ -39,9 +39,26 @@ from cuset_core.verify.contracts import (
 from cuset_core.verify.result import Verdict
 
 ARENA_BYTES = 1 << 30  # address space (RLIMIT_AS counts it), committed as it is allocated
+# At least this much, else the sandbox's address-space limit leaves no room for a device.
+MIN_ARENA_BYTES = 64 << 20
 HOST_REPORT_FILE = "host_report.json"
 HOST_SECOND_REPORT_FILE = "host_second_report.json"
 _PR_SET_DUMPABLE = 4
+
+
+def arena_bytes() -> int:
+    """The device range to reserve, bytes: ARENA_BYTES, or half the address space this process has
+    left under its RLIMIT_AS when that is less (a CUDA build of torch maps about 3 GiB of libraries
+    on import, most of a 4 GiB limit), but never under MIN_ARENA_BYTES."""
+    import resource
+
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if limit == resource.RLIM_INFINITY:
+        return ARENA_BYTES
+    status = Path("/proc/self/status").read_text()
+    used = next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmSize:"))
+    spare = (limit - used) // 2 // (1 << 20) * (1 << 20)
+    return max(MIN_ARENA_BYTES, min(ARENA_BYTES, spare))
 
 
 # The host's side of a size: build and import the candidate, run its trials through the port
@@ -59,7 +76,8 @@ def candidate_side(job: CpuJob, workdir: Path, timings: dict[str, float], host_t
     torch.set_num_threads(1)
     runtime = ctypes.CDLL(job.runtime_library, mode=ctypes.RTLD_GLOBAL)
     runtime.cuset_install_guarded_allocator()
-    runtime.cuset_reserve_arena(ctypes.c_size_t(ARENA_BYTES))
+    if not runtime.cuset_reserve_arena(ctypes.c_size_t(arena_bytes())):
+        raise RuntimeError("cuset runtime: the device process could not reserve its address range")
     inputs_fd = os.open(workdir / INPUTS_FILE, os.O_RDONLY | os.O_NOFOLLOW)
     os.unlink(workdir / INPUTS_FILE)
     libraries = {entry.file: (workdir / entry.file).read_bytes() for entry in job.prebuilt}

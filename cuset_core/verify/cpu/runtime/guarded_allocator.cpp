@@ -3,6 +3,7 @@
 // the candidate, so every extension, whatever prelude built it, works on guarded, poisoned tensors.
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
 #include <sys/mman.h>
 #include <cstdint>
 #include <unistd.h>
@@ -50,6 +51,10 @@ struct GuardedAllocator final : c10::Allocator {
     size_t body = (data + page - 1) / page * page;
     size_t total = body + page;
     void* memory = place(total);
+    // A full device range is a GPU's out-of-memory error (the candidate's), not the machine's.
+    TORCH_CHECK(memory != MAP_FAILED || !arena().on,
+                "cuset runtime: out of device memory: the CPU tier's device range of ", arena().size >> 20,
+                " MiB is full");
     if (memory == MAP_FAILED) throw std::bad_alloc();
     char* base = static_cast<char*>(memory);
     mprotect(base + body, page, PROT_NONE);
@@ -95,7 +100,10 @@ struct GuardedAllocator final : c10::Allocator {
     if (a.base && start >= a.base && start < a.base + a.size) {  // back to reserved, never unmapped
       mmap(start, mapping.second, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
       std::lock_guard<std::mutex> guard(lock());
-      a.free_blocks[mapping.second].push_back(start);
+      if (start + mapping.second == a.base + a.next)
+        a.next -= mapping.second;  // the last block placed: the range ends before it again
+      else
+        a.free_blocks[mapping.second].push_back(start);
     } else
       munmap(mapping.first, mapping.second);
   }
