@@ -332,13 +332,14 @@ def call(command: list[str], **kwargs) -> int:
 def stop_children(signum, frame) -> None:
     """On SIGTERM (e.g. from `timeout`) or Ctrl-C: start nothing new, SIGINT to every child.
     `cuset tune` answers it by letting the training process checkpoint and stop, so the next
-    run resumes from there."""
+    run resumes from there. With a child running, the runner's own wait for it (in :func:`call`)
+    returns once it has stopped, and nothing new starts; the handler must not wait itself: it
+    runs inside that wait, whose lock it would wait for forever."""
     STOPPING.set()
     for process in list(CHILDREN):
         process.send_signal(signal.SIGINT)
-    for process in list(CHILDREN):
-        process.wait()
-    sys.exit(128 + signum)
+    if not CHILDREN:
+        sys.exit(128 + signum)
 
 
 def trained(run_dir: Path) -> bool:
