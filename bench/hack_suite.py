@@ -11,7 +11,9 @@ judge; made with ``git worktree add --detach`` in a temporary folder and removed
 an existing checkout given as ``--legacy-tree``. Every candidate runs through ``run_cpu_tier`` of
 each design in a fresh interpreter (``PYTHONPATH`` set to that tree), the two designs alternating,
 after one untimed warm-up per design (precompiled preludes). ``--repeat`` runs the honest demo
-solution that many times per design for the time ratio (target: new / old <= 1.2). An attack is
+solution that many times per design for the time ratio (target: now / before <= 1.3; issue 13's
+judge was held to 1.2 against b61eeeb). ``--legacy-rev 13b4ed2`` compares with tier 2 before the
+device boundary became the default. An attack is
 caught when the verdict is not ``pass``, the hidden file's secret is not in the result and the
 result's JSON stays under 16 000 characters.
 """
@@ -33,6 +35,7 @@ sys.path.insert(0, str(REPO / "tests" / "security"))
 from attacks import HONEST, PROBLEM, SECRET, suite  # noqa: E402
 
 BOUND_CHARS = 16_000
+TARGET_RATIO = 1.3  # issue 23: an honest check behind the device boundary at most 1.3x one before it
 DEFAULT_LEGACY_REV = "b61eeeb"  # tier 2 as it was before issue 13 (one sandboxed harness, result.json)
 RUNNER = """
 import json, sys, time
@@ -104,7 +107,7 @@ def main() -> None:
         scratch = Path(folder)
         legacy = args.legacy_tree.resolve() if args.legacy_tree else legacy_checkout(args.legacy_rev, scratch)
         try:
-            report(REPO, legacy, scratch, args.repeat, args.only)
+            report(REPO, legacy, scratch, args.repeat, args.only, str(args.legacy_tree or args.legacy_rev))
         finally:
             if not args.legacy_tree:
                 subprocess.run(
@@ -112,8 +115,8 @@ def main() -> None:
                 )
 
 
-def report(new: Path, legacy: Path, scratch: Path, repeat: int, only: list[str] | None) -> None:
-    designs = {"previous": legacy, "judge": new}
+def report(new: Path, legacy: Path, scratch: Path, repeat: int, only: list[str] | None, before: str) -> None:
+    designs = {"before": legacy, "now": new}
     problem = scratch / "problem.py"
     problem.write_text(PROBLEM)
     hidden = scratch / "hidden.json"
@@ -129,7 +132,7 @@ def report(new: Path, legacy: Path, scratch: Path, repeat: int, only: list[str] 
             print(f"honest demo relu  {name:8s} {outcome['verdict']:14s} {outcome['seconds']:6.1f} s", flush=True)
     attacks = [a for a in suite(hidden) if not only or any(part in a.name for part in only)]
     totals = {name: 0 for name in designs}
-    print("\n| attack | previous design | judge | seconds (previous / judge) |\n|---|---|---|---|")
+    print(f"\n| attack | before ({before}) | now (this tree) | seconds (before / now) |\n|---|---|---|---|")
     for index, attack in enumerate(attacks):
         order = list(designs) if index % 2 == 0 else list(reversed(designs))
         outcomes = {name: run_once(designs[name], problem, attack.candidate, scratch) for name in order}
@@ -140,8 +143,8 @@ def report(new: Path, legacy: Path, scratch: Path, repeat: int, only: list[str] 
             return f"{'caught' if caught(outcome) else 'NOT CAUGHT'}: {outcome['verdict']}"
 
         print(
-            f"| {attack.name} | {cell(outcomes['previous'])} | {cell(outcomes['judge'])} | "
-            f"{outcomes['previous']['seconds']:.1f} / {outcomes['judge']['seconds']:.1f} |",
+            f"| {attack.name} | {cell(outcomes['before'])} | {cell(outcomes['now'])} | "
+            f"{outcomes['before']['seconds']:.1f} / {outcomes['now']['seconds']:.1f} |",
             flush=True,
         )
     medians = {name: statistics.median(times) for name, times in honest.items()}
@@ -150,8 +153,8 @@ def report(new: Path, legacy: Path, scratch: Path, repeat: int, only: list[str] 
             {
                 "caught": {name: f"{totals[name]}/{len(attacks)}" for name in designs},
                 "honest_median_s": {name: round(value, 2) for name, value in medians.items()},
-                "time_ratio_judge_over_previous": round(medians["judge"] / medians["previous"], 3),
-                "target_ratio": 1.2,
+                "time_ratio_now_over_before": round(medians["now"] / medians["before"], 3),
+                "target_ratio": TARGET_RATIO,
             }
         )
     )
