@@ -4,6 +4,7 @@
     .venv/bin/python scripts/run_self_training.py save                 # finished stages (and the
                                                                        # unfinished one's checkpoint) into experiments/
     .venv/bin/python scripts/run_self_training.py report               # experiments/self_training/report.md
+    .venv/bin/python scripts/run_self_training.py reverify             # do the evaluations' passes still pass?
 
 Two arms, one per inner objective: ``sft`` and ``cuset``. Each starts from its comparison run of seed
 0 (``experiments/elementwise/comparison/<arm>-s0``: the job trained again here into
@@ -286,10 +287,44 @@ def report() -> None:
     common.log(f"wrote {common.rel(RESULTS / 'report.md')}")
 
 
+def reverify() -> None:
+    """Verify again, with today's default tier-2 settings, every answer that passed in the committed
+    evaluations (round 0 and each finished round, both arms): whether each pass still stands (the
+    verifier changed between rounds: the device boundary became the default)."""
+    from cuset_core.verify.result import Tier, Verdict
+    from cuset_core.verify.run import verify
+    from cuset_core.verify.settings import VerifySettings
+
+    elementwise.ensure_data()
+    problems = {}
+    for name in SETS:
+        for line in (elementwise.DATA_DIR / f"eval_{name}.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            problems[row["id"]] = row["problem"]
+    settings = VerifySettings(tier=Tier.CPU)
+    stood = checked = 0
+    for arm in ARMS:
+        for round_ in range(0, ROUNDS + 1):
+            for name in SETS:
+                path = round_eval(arm, round_, name)
+                if not path.is_file():
+                    continue
+                for sample in json.loads(path.read_text())["samples"]:
+                    if sample["result"]["verdict"] != Verdict.PASS.value:
+                        continue
+                    result = verify(problems[sample["problem_id"]], sample["answer"], settings, use_cache=False)
+                    checked += 1
+                    stood += result.verdict is Verdict.PASS
+                    common.log(
+                        f"{arm} round {round_} {sample['problem_id']} #{sample['index']}: {result.verdict.value}"
+                    )
+    common.log(f"passes that stand with today's verifier: {stood} of {checked}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("stage", choices=("run", "save", "report"))
-    {"run": run, "save": save, "report": report}[parser.parse_args().stage]()
+    parser.add_argument("stage", choices=("run", "save", "report", "reverify"))
+    {"run": run, "save": save, "report": report, "reverify": reverify}[parser.parse_args().stage]()
 
 
 if __name__ == "__main__":
