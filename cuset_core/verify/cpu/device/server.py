@@ -78,13 +78,19 @@ class Library:
     size: int
 
 
+REPLAYED_TRIAL = 0  # the trial of each size that the kernels-off runs replay (trial 1)
+
+
 @dataclass
 class Trial:
-    """What one trial recorded: the device memory it started from, each request that changed device
-    memory, and the outputs the host named."""
+    """What one trial recorded: the outputs the host named and, for the trial the kernels-off runs
+    replay (``REPLAYED_TRIAL``), the device memory it started from and each request that changed
+    device memory (the others record neither: copies of device memory the range would hold for
+    nothing)."""
 
     start: list[tuple[Any, Any]]  # (storage view, its bytes at the trial's start)
     rng: Any
+    recorded: bool = False  # whether ``start`` and ``log`` hold the trial, for a replay
     log: list[tuple[str, Any]] = field(default_factory=list)
     outputs: list[Any] | None = None  # the device tensors (or values) the host named
     launch_failure: str = ""
@@ -353,7 +359,13 @@ class Device:
 
         handed = [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
         described = [self._describe(v) for v in handed]
-        self.current = Trial(start=self._snapshot(), rng=torch.get_rng_state(), launches_before=self.launches())
+        replayed = request.trial == REPLAYED_TRIAL
+        self.current = Trial(
+            start=self._snapshot() if replayed else [],
+            rng=torch.get_rng_state(),
+            recorded=replayed,
+            launches_before=self.launches(),
+        )
         self.trials[(request.size, request.trial)] = self.current
         return Reply(value=described), b""
 
@@ -370,7 +382,7 @@ class Device:
         return Reply(), b""
 
     def _record(self, kind: str, what: Any) -> None:
-        if self.current is not None:
+        if self.current is not None and self.current.recorded:
             self.current.log.append((kind, what))
 
     def _snapshot(self) -> list[tuple[Any, Any]]:
@@ -415,7 +427,7 @@ class Device:
         import torch
 
         record = self.trials.get((size, trial))
-        if record is None or record.outputs is None:
+        if record is None or record.outputs is None or not record.recorded:
             return None
         for whole, saved in record.start:
             whole.copy_(saved)

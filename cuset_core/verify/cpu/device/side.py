@@ -118,7 +118,7 @@ def device_main(
     reader: threading.Thread,
     host_output: list[bytes],
 ) -> Outcome:
-    from cuset_core.verify.cpu.device.server import Device
+    from cuset_core.verify.cpu.device.server import REPLAYED_TRIAL, Device
     from cuset_core.verify.harness_side import write_report
     from cuset_core.verify.transfer import save_values
 
@@ -147,10 +147,10 @@ def device_main(
         if outcome.verdict is Verdict.PASS and outputs is not None:
             save_values(workdir / outputs_file, {"trials": outputs})
             clock = time.perf_counter()
-            kernels_off = device.replay(size, 0)
+            kernels_off = device.replay(size, REPLAYED_TRIAL)
             if kernels_off is not None:
                 save_values(workdir / off_file, {"trials": [kernels_off]})
-                host_off = device.replay(size, 0, host_off=True)
+                host_off = device.replay(size, REPLAYED_TRIAL, host_off=True)
                 if host_off is not None:
                     save_values(workdir / host_off_file(off_file), {"trials": [host_off]})
             timings[Path(off_file).stem] = time.perf_counter() - clock
