@@ -1,12 +1,14 @@
 """Tier 2 behind the device boundary (``VerifySettings.device_boundary``, the default; cpu/device/):
 the candidate's host code in one process, its device memory and kernels in another.
 
-The four attack classes that pass without it, each as first found and in variations written apart
-from those (another thread, language layer, file or order): host code that reads device memory,
-outputs the candidate computes and writes itself, a kernels-off run told apart, and a grid that
-covers part of an output while host code computes the rest. Each is judged as on a GPU. The
-honest kernels beside them must still pass. (The other suites run behind the boundary too, since
-it is the default; their one-process expectations name ``device_boundary=False``.)
+The four attack classes that pass without it are tested as first found in the suites that found
+them, which run behind the boundary since it is the default (host code that reads device memory
+and a grid that covers one row while the host copies in the rest: ``test_attack_variations.py``;
+outputs the candidate computes and writes itself: ``test_forged_verdicts.py``; a kernels-off run
+told apart by the files written before it: ``test_kernels_did_the_work.py``). Here: variations
+written apart from those (another language layer, process, order), what the boundary itself must
+get right (honest kernels, constant memory, file-scope shared memory, the size of its device range),
+each judged as on a GPU.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import subprocess
 import sys
 
 import pytest
-from attacks import HONEST, OUTPUTS_OF_ITS_OWN
+from attacks import HONEST
 from attacks import PROBLEM as RELU_PROBLEM
 from test_attack_variations import PROBLEM, candidate
 
@@ -43,45 +45,6 @@ def test_honest_kernels_pass_and_their_launches_are_counted_by_the_device_proces
     assert rowsum.launches == {"rowsum_kernel": BOUNDARY.seeds}
     # The demo's relu checks x.is_cuda() in its binding: behind the boundary the answer is a GPU's.
     assert_verdict(tier2(HONEST, RELU_PROBLEM), Verdict.PASS)
-
-
-def test_host_code_that_reads_device_memory_faults_as_on_a_gpu():
-    result = tier2(candidate("        return ext.host_peek(x)"))
-    assert_verdict(result, Verdict.RUNTIME_ERROR)
-    assert "host code read or wrote device memory" in result.reason, result.reason
-
-
-def test_outputs_the_candidate_computes_and_writes_itself_are_not_judged():
-    # It reads the inputs file at import to compute and write the outputs: the file is the
-    # device process's, gone from the folder before the candidate's code runs.
-    result = tier2(OUTPUTS_OF_ITS_OWN, RELU_PROBLEM)
-    assert result.verdict is not Verdict.PASS, result.reason
-
-
-def test_the_kernels_off_run_is_a_replay_the_candidate_cannot_tell_apart():
-    # It computes with torch whenever it sees the files written before the kernels-off run; the
-    # replay runs in the device process after the candidate's process is gone, so it never looks.
-    forward = """        import glob, os
-        names = ("report.json", "outputs.safetensors")
-        written = [p for p in glob.glob("**/*", recursive=True) if os.path.basename(p) in names]
-        return torch.full((x.shape[0],), 7.0, device=x.device) if written else ext.binding_sum(x)"""
-    result = tier2(candidate(forward))
-    assert_verdict(result, Verdict.STATIC_REJECT)
-    assert "with the candidate's kernels disabled" in result.reason, result.reason
-
-
-def test_host_sums_copied_in_with_cuda_memcpy_beside_a_no_op_launch_are_a_fallback():
-    result = tier2(candidate("        return ext.copied_from_host(x)"))
-    assert_verdict(result, Verdict.STATIC_REJECT)
-
-
-def test_a_grid_that_covers_one_row_while_the_host_copies_in_the_rest_is_a_fallback():
-    # The kernel computes row 0; host code sums the other 15 rows and cudaMemcpy's them in. Without
-    # the kernels the output mismatches as a whole (row 0 is poison), so the whole-output check
-    # keeps the pass; the replay that also poisons the host's copies tells those 15 rows apart.
-    result = tier2(candidate("        return ext.partial_grid(x)"))
-    assert_verdict(result, Verdict.STATIC_REJECT)
-    assert "15 elements of output 0" in result.reason and "host code computed them" in result.reason, result.reason
 
 
 CONSTANT_FROM_A_TENSOR = '''import torch
