@@ -291,16 +291,13 @@ def reverify() -> None:
     """Verify again, with today's default tier-2 settings, every answer that passed in the committed
     evaluations (round 0 and each finished round, both arms): whether each pass still stands (the
     verifier changed between rounds: the device boundary became the default)."""
+    from cuset_core.evaluation.problems import load_problems
     from cuset_core.verify.result import Tier, Verdict
     from cuset_core.verify.run import verify
     from cuset_core.verify.settings import VerifySettings
 
     elementwise.ensure_data()
-    problems = {}
-    for name in SETS:
-        for line in (elementwise.DATA_DIR / f"eval_{name}.jsonl").read_text().splitlines():
-            row = json.loads(line)
-            problems[row["id"]] = row["problem"]
+    problems = {p.id: p.code for name in SETS for p in load_problems(str(elementwise.DATA_DIR / f"eval_{name}.jsonl"))}
     settings = VerifySettings(tier=Tier.CPU)
     stood = checked = 0
     for arm in ARMS:

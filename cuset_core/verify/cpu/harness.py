@@ -64,6 +64,7 @@ from cuset_core.verify.contracts import (
 )
 from cuset_core.verify.cpu.build import (
     CU_EXTENSION,
+    BuildError,
     Toolchain,
     extension_module_name,
     launch_counts,
@@ -230,7 +231,7 @@ class Builder:
         self.timings = timings  # "build": seconds waiting for g++, summed over extensions
 
     def build(self, name: str, cuda: str, cpp: str, functions: list[str] | None) -> types.ModuleType:
-        from cuset_core.verify.cpu.build import BuildError, built_with, compile_extension, translation_unit
+        from cuset_core.verify.cpu.build import built_with, compile_extension, translation_unit
         from cuset_core.verify.cpu.rewrite import unsupported_feature
 
         asked = (name, cuda, cpp, None if functions is None else tuple(functions))
@@ -633,7 +634,7 @@ def start_prebuilds(job: CpuJob, workdir: Path, preludes: list[Path], chain, poo
 def build_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome:
     """Compile the statically known extensions only (g++ on the candidate's sources; none of its
     Python runs), while the reference side runs; a failed build is left to the candidate side."""
-    from cuset_core.verify.cpu.build import BuildError, compile_extension, translation_unit
+    from cuset_core.verify.cpu.build import compile_extension, translation_unit
 
     chain = Toolchain(tuple(job.include_dirs), tuple(job.library_dirs))
     preludes = [Path(folder) for folder in job.preludes]
@@ -654,11 +655,11 @@ def build_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome
 
 
 def _beyond_bridge(
-    job: CpuJob, module_name: str, unit: str, workdir: Path, chain: Toolchain, failure: Exception
+    job: CpuJob, module_name: str, unit: str, workdir: Path, chain: Toolchain, failure: BuildError
 ) -> str | None:
     """Behind the device boundary, when the bridge did not build an extension: why, if one of
     ATen's preludes builds it (the bridge lacks what it uses), else None (a failure of its own)."""
-    from cuset_core.verify.cpu.build import BuildError, compile_extension
+    from cuset_core.verify.cpu.build import compile_extension
 
     if not job.beyond_bridge_preludes:
         return None
@@ -668,7 +669,7 @@ def _beyond_bridge(
     except BuildError:
         return None
     library.unlink(missing_ok=True)  # never run: its tensors would hold device memory in the host
-    first = getattr(failure, "first_error", None) or (str(failure).strip().splitlines() or ["no output"])[0]
+    first = failure.first_error or _first_error(str(failure))
     return clip(f"extension {module_name} uses torch's C++ API beyond the bridge ({first})", 400)
 
 

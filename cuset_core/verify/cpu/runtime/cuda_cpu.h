@@ -598,7 +598,6 @@ void remote_entry(const void* bound, unsigned gx, unsigned gy, unsigned gz, unsi
 }
 }  // namespace detail
 
-
 // Fills a static __shared__ variable with 0xFF once per block: the first thread of a block
 // to reach its declaration does it, before any thread of that block can write it.
 inline void poison_shared(void* address, size_t bytes, unsigned long long& seen) {
