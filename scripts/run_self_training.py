@@ -135,6 +135,14 @@ def restore(results: Path, folder: Path) -> None:
 ADAPTER_FILES = ("job_base.json", "progress.jsonl")
 
 
+def _complete(kept: Path) -> bool:
+    """Whether ``kept`` holds a whole saved tuning: its weights as well as its progress log (a
+    checkout without the weights tunes the round again)."""
+    return all(
+        (kept / name).is_file() for name in ("adapter_model.safetensors", "adapter_config.json", "progress.jsonl")
+    )
+
+
 def save_adapter(run_dir: Path, kept: Path) -> None:
     """Keep the finished tuning in ``run_dir`` at ``kept`` (nothing when it has not finished, or is
     kept already)."""
@@ -143,7 +151,7 @@ def save_adapter(run_dir: Path, kept: Path) -> None:
     from cuset_core.models import read_base_spec, recorded_prompt_style, write_base_spec
     from cuset_core.training.export import export_adapter
 
-    if not common.trained(run_dir) or (kept / "progress.jsonl").is_file():
+    if not common.trained(run_dir) or _complete(kept):
         return
     partial = kept.with_name(f".{kept.name}.partial")
     shutil.rmtree(partial, ignore_errors=True)
@@ -159,7 +167,7 @@ def save_adapter(run_dir: Path, kept: Path) -> None:
 
 def restore_adapter(kept: Path, run_dir: Path) -> None:
     """Put a tuning that another checkout finished back where the loop looks."""
-    if common.trained(run_dir) or not (kept / "progress.jsonl").is_file():
+    if common.trained(run_dir) or not _complete(kept):
         return
     run_dir.mkdir(parents=True, exist_ok=True)
     for path in kept.iterdir():
