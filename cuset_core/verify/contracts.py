@@ -34,14 +34,27 @@ REPORT_FILE = "report.json"
 SECOND_OUTPUTS_FILE = "second_outputs.safetensors"
 SECOND_REPORT_FILE = "second_report.json"
 SECOND_KERNELS_OFF_FILE = "second_kernels_off.safetensors"
-# Behind the device boundary: the kernels-off run again with the host's copies of that trial poisoned.
+# Behind the device boundary: the kernels-off run again with the host's copies of that trial poisoned,
+# and what torch computed on the device during that trial (kernels on), as the device process saw it.
 HOST_OFF_SUFFIX = ".host_off"
+TORCH_MADE_SUFFIX = ".torch_made"
+TORCH_MADE_CAP_BYTES = 128 << 20  # the values the device process keeps of one trial's torch compute
 
 
 def host_off_file(kernels_off_file: str) -> str:
     """The host-off twin of a kernels-off file (``kernels_off.host_off.safetensors``)."""
+    return _twin(kernels_off_file, HOST_OFF_SUFFIX)
+
+
+def torch_made_file(kernels_off_file: str) -> str:
+    """The torch-made twin of a kernels-off file (``kernels_off.torch_made.safetensors``): each
+    result of a torch compute operation on the device during the replayed trial, with its name."""
+    return _twin(kernels_off_file, TORCH_MADE_SUFFIX)
+
+
+def _twin(kernels_off_file: str, suffix: str) -> str:
     stem, dot, extension = kernels_off_file.rpartition(".")
-    return f"{stem}{HOST_OFF_SUFFIX}{dot}{extension}"
+    return f"{stem}{suffix}{dot}{extension}"
 
 
 REPORT_CAP_BYTES = 64 * 1024

@@ -102,6 +102,27 @@ VIEW_OPS = frozenset(
 )
 
 
+# Ops that only place the values they are given, with no index or mask that could select them by
+# value: with the sets above, what the device process does not count as torch compute when it keeps
+# what torch computed on the device (cpu/device/server.py). ``where``, ``gather`` and ``index`` are
+# compute there: ``torch.where(x > 0, x, 0)`` is a relu.
+PLACEMENT_OPS = frozenset(
+    {
+        "cat",
+        "stack",
+        "flip",
+        "roll",
+        "repeat",
+        "tile",
+        "narrow_copy",
+        "constant_pad_nd",
+        "slice_scatter",
+        "select_scatter",
+    }
+)
+DATA_MOVEMENT_OPS = ALLOCATION_OPS | COPY_OPS | VIEW_OPS | PLACEMENT_OPS
+
+
 class FallbackMonitor:
     """Counts, during ``ModelNew.forward``, aten compute ops against custom-extension calls, and
     tracks which storages hold data a custom extension produced (its results, and tensors it

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import cuset_core
 from cuset_core.verify.contracts import (
+    HEADER_CAP_BYTES,
     INPUTS_FILE,
     KERNELS_OFF_FILE,
     LIBRARY_CAP_BYTES,
@@ -56,6 +57,7 @@ from cuset_core.verify.contracts import (
     SECOND_KERNELS_OFF_FILE,
     SECOND_OUTPUTS_FILE,
     SECOND_REPORT_FILE,
+    TORCH_MADE_CAP_BYTES,
     BuildReport,
     CandidateReport,
     HarnessJob,
@@ -67,6 +69,7 @@ from cuset_core.verify.contracts import (
     host_off_file,
     named_sizes,
     tail,
+    torch_made_file,
     with_input_seed,
 )
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
@@ -501,6 +504,14 @@ def kernels_did_the_work(
             "are poisoned too, so host code computed them"
         )
         return _result(spec, Verdict.STATIC_REJECT, reason, launches=dict(passed.launches))
+    torch_made = _torch_made(folder, reference, torch_made_file(name), checked, settings)
+    if torch_made:
+        index, operator = torch_made
+        reason = (
+            f"run-time fallback: {reference.trial_label(0)}: output {index} holds, in place, values that torch "
+            f"computed on the device ({clip(operator, 80)}), not the candidate's kernels"
+        )
+        return _result(spec, Verdict.STATIC_REJECT, reason, launches=dict(passed.launches))
     return passed
 
 
@@ -605,6 +616,32 @@ def _host_made(
         return found
     except Exception:  # noqa: BLE001 - the candidate's data: unreadable means its kernels mattered
         return []
+
+
+def _torch_made(
+    folder: Path, reference: ReferenceRun, name: str, checked: list[int], settings: VerifySettings
+) -> tuple[int, str] | None:
+    """``(output, operator)`` when a result of torch compute on the device during trial 1 (the
+    device process's ``name`` file, from ``torch_made_file``) is a checked output or part of one, or
+    holds one, in place (:func:`in_place.part_of`): torch computed it and the kernels at most moved
+    it. None without the file (no boundary), or when its values cannot be compared."""
+    from cuset_core.verify.in_place import part_of
+
+    try:
+        data = read_untrusted(folder, name, TORCH_MADE_CAP_BYTES + HEADER_CAP_BYTES + (1 << 20))
+        made = load_values(data) if data is not None else {}
+        names, values = made.get("names"), made.get("values")
+        if not isinstance(names, list) or not isinstance(values, list) or len(names) != len(values):
+            return None
+        for index in checked:
+            expected = reference.expected[0][index]
+            atol, rtol = settings.tolerance(str(expected.dtype).removeprefix("torch."))
+            for operator, value in zip(names, values):
+                if part_of(expected, value, atol, rtol) or part_of(value, expected, atol, rtol):
+                    return index, str(operator)
+    except Exception:  # noqa: BLE001 - the device side's data: unreadable keeps the pass, as a kernels-off file does
+        return None
+    return None
 
 
 def judge(

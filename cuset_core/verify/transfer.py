@@ -34,18 +34,19 @@ class UntrustedFileError(ValueError):
     """A file from a sandboxed side is not what the judge accepts (link, FIFO, oversize, malformed)."""
 
 
-def _encode(value: Any, key: str, tensors: dict[str, Any]) -> Any:
-    """JSON description of ``value``; its tensors go into ``tensors`` under keys from ``key``."""
+def _encode(value: Any, key: str, tensors: dict[str, Any], copy: bool = True) -> Any:
+    """JSON description of ``value``; its tensors go into ``tensors`` under keys from ``key`` (copies,
+    as safetensors refuses tensors that share memory, unless ``copy`` is false)."""
     import torch
 
     if isinstance(value, torch.Tensor):
-        tensors[key] = value.detach().to("cpu").contiguous().clone()
+        tensors[key] = value.detach().to("cpu").contiguous().clone() if copy else value
         return {"t": key}
     if isinstance(value, (tuple, list)):
-        items = [_encode(item, f"{key}.{i}", tensors) for i, item in enumerate(value)]
+        items = [_encode(item, f"{key}.{i}", tensors, copy) for i, item in enumerate(value)]
         return {"tuple" if isinstance(value, tuple) else "list": items}
     if isinstance(value, dict):
-        return {"dict": {str(k): _encode(item, f"{key}.{k}", tensors) for k, item in value.items()}}
+        return {"dict": {str(k): _encode(item, f"{key}.{k}", tensors, copy) for k, item in value.items()}}
     if isinstance(value, torch.dtype):
         return {"dtype": str(value).removeprefix("torch.")}
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -84,12 +85,13 @@ class _Opaque:
     text: str
 
 
-def save_values(path: Path, groups: dict[str, Any]) -> None:
-    """Write named groups of values (tensors, numbers, nested lists/tuples) as one safetensors file."""
+def save_values(path: Path, groups: dict[str, Any], copy: bool = True) -> None:
+    """Write named groups of values (tensors, numbers, nested lists/tuples) as one safetensors file;
+    ``copy=False`` for contiguous CPU tensors that share no memory (no copy allocated to write them)."""
     from safetensors.torch import save_file
 
     tensors: dict[str, Any] = {}
-    layout = {name: _encode(value, name, tensors) for name, value in groups.items()}
+    layout = {name: _encode(value, name, tensors, copy) for name, value in groups.items()}
     partial = path.with_name(path.name + ".tmp")
     save_file(tensors, str(partial), metadata={"cuset": json.dumps(layout)})
     partial.replace(path)

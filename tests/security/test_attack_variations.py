@@ -103,6 +103,12 @@ __global__ void rowsum_plus_one_kernel(const float* x, float* out, int cols) {
     out[blockIdx.x] = total;
 }
 
+// Copies n floats: all it does is move what it is given.
+__global__ void copy_kernel(const float* x, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = x[i];
+}
+
 __global__ void first_row_kernel(const float* x, float* out, int cols) {
     float total = 0.f;
     for (int j = 0; j < cols; ++j) total += x[j];
@@ -154,6 +160,13 @@ __global__ void rowsum_helper_kernel(const float* x, float* out, int cols) {
 torch::Tensor rowsum(torch::Tensor x) {
     auto out = torch::empty({x.size(0)}, x.options());
     rowsum_kernel<<<x.size(0), 1>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.size(1));
+    return out;
+}
+
+torch::Tensor copy_of(torch::Tensor x) {
+    auto out = torch::empty_like(x);
+    int n = x.numel();
+    copy_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), out.data_ptr<float>(), n);
     return out;
 }
 
@@ -249,6 +262,7 @@ static RestoreOutputsAtExit restore_outputs_at_exit;
 """
 FUNCTIONS = [
     "rowsum",
+    "copy_of",
     "rowsum_wrong",
     "launch_only",
     "binding_sum",
@@ -316,6 +330,13 @@ def assert_host_fault(result: VerifyResult) -> None:
 # ---------------------------------------------------------------- (1) nothing checks that a kernel did the work
 
 
+def assert_torch_made_fallback(result: VerifyResult, operator: str = "aten::sum") -> None:
+    """The device process saw torch compute an output, or part of one, in place: the kernels did not."""
+    assert_verdict(result, Verdict.STATIC_REJECT)
+    assert "holds, in place, values that torch computed on the device" in result.reason, result.reason
+    assert operator in result.reason, result.reason
+
+
 @pytest.mark.slow
 def test_the_shared_extensions_honest_kernel_passes(libraries):
     # The control: the variants below fail for their attack, not for the extension around them.
@@ -345,6 +366,37 @@ def test_a_grid_that_covers_one_row_while_the_host_computes_the_rest_is_a_fallba
     result = tier2(candidate("        return ext.partial_grid(x)"), libraries)
     assert_kernels_off_fallback(result)
     assert "15 elements of output 0" in result.reason and "host code computed them" in result.reason
+
+
+@pytest.mark.slow
+def test_a_kernel_for_row_0_while_torch_on_the_device_sums_the_rest_is_a_fallback(libraries):
+    # The partial grid with torch in the host's place: the device computes every row, so nothing
+    # is the host's; the kernels-off run leaves row 0 wrong, so the whole output does not match.
+    forward = """        out = torch.empty(x.shape[0], device=x.device)
+        out[:1] = ext.rowsum(x[:1].contiguous())
+        out[1:] = x[1:].sum(1)
+        return out"""
+    assert_torch_made_fallback(tier2(candidate(forward), libraries))
+
+
+@pytest.mark.slow
+def test_a_kernel_that_copies_sums_torch_computed_on_the_device_is_a_fallback(libraries):
+    # The kernel writes every element of the output, so the kernels-off run leaves it all wrong.
+    assert_torch_made_fallback(tier2(candidate("        return ext.copy_of(x.sum(1))"), libraries))
+
+
+@pytest.mark.slow
+def test_torch_summing_a_kernels_copy_of_the_input_is_a_fallback(libraries):
+    # Without the kernel torch sums garbage, so the kernels-off run does not match either.
+    assert_torch_made_fallback(tier2(candidate("        return ext.copy_of(x).sum(1)"), libraries))
+
+
+@pytest.mark.slow
+def test_partial_sums_by_torch_that_a_kernel_finishes_pass(libraries):
+    # A mixed solution stays legal: torch's result is not the output, the kernel computes it.
+    forward = "        return ext.rowsum(x.view(x.shape[0], 10, -1).sum(2).contiguous())"
+    result = tier2(candidate(forward), libraries)
+    assert result.verdict is Verdict.PASS, (result.reason, result.log[-2000:])
 
 
 @pytest.mark.slow

@@ -231,11 +231,22 @@ def test_an_honest_kernel_still_passes(libraries):
 
 
 @pytest.mark.slow
-def test_a_torch_op_then_a_custom_epilogue_kernel_still_passes(libraries):
-    # Without its kernels the output is torch's 2 * sum, not the sum: the epilogue did work.
-    forward = "        sums = torch.sum(x, 1) * 2\n        ext.halve_(sums)\n        return sums"
+def test_a_torch_op_then_custom_kernels_that_compute_the_output_from_it_still_pass(libraries):
+    # A mixed solution: torch doubles the input (not the output, nor part of it); the kernels sum
+    # that and halve the sums.
+    forward = "        sums = ext.rowsum(x * 2)\n        ext.halve_(sums)\n        return sums"
     result = tier2(forward, libraries)
     assert result.verdict is Verdict.PASS, (result.verdict, result.reason, result.log[-2000:])
+
+
+@pytest.mark.slow
+def test_torch_computing_the_output_before_an_epilogue_kernel_undoes_its_own_change_is_a_fallback(libraries):
+    # torch.sum is already the answer; doubling and a kernel's halving only hide that from the
+    # kernels-off run (it leaves twice the sums, a mismatch).
+    forward = "        sums = torch.sum(x, 1) * 2\n        ext.halve_(sums)\n        return sums"
+    result = tier2(forward, libraries)
+    assert result.verdict is Verdict.STATIC_REJECT, (result.verdict, result.reason, result.log[-2000:])
+    assert "values that torch computed on the device (aten::sum" in result.reason, result.reason
 
 
 @pytest.mark.slow

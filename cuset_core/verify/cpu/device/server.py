@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from cuset_core.verify.contracts import TORCH_MADE_CAP_BYTES
 from cuset_core.verify.cpu.build import launch_counts, launch_failure
 from cuset_core.verify.cpu.device import elf
 from cuset_core.verify.cpu.device.protocol import (
@@ -51,6 +52,7 @@ from cuset_core.verify.cpu.device.protocol import (
     reply_bytes,
     send_frame,
 )
+from cuset_core.verify.fallback import DATA_MOVEMENT_OPS
 
 _ENTRY = ctypes.CFUNCTYPE(
     None,
@@ -96,6 +98,31 @@ class Trial:
     launch_failure: str = ""
     launches_before: dict[str, int] = field(default_factory=dict)
     launches_after: dict[str, int] = field(default_factory=dict)
+    # The replayed trial's torch compute on the device: (operator, a copy of each result as it was
+    # made, outside device memory), up to TORCH_MADE_CAP_BYTES, for the judge to compare with the
+    # expected outputs.
+    torch_made: list[tuple[str, Any]] = field(default_factory=list)
+    torch_made_bytes: int = 0
+
+    def keep_torch_made(self, name: str, result: Any) -> None:
+        import torch
+
+        for value in _flat(result):
+            if not isinstance(value, torch.Tensor) or value.numel() < 2:
+                continue
+            size = value.numel() * value.element_size()
+            if self.torch_made_bytes + size > TORCH_MADE_CAP_BYTES:
+                return
+            self.torch_made_bytes += size
+            data = value.detach().contiguous().view(-1).view(torch.uint8).numpy().copy()  # on the heap
+            self.torch_made.append((name, (data, value.dtype, tuple(value.shape))))
+
+    def torch_made_values(self) -> dict[str, Any]:
+        """What :meth:`keep_torch_made` kept, as ``save_values`` groups: ``names`` and ``values``."""
+        import torch
+
+        values = [torch.from_numpy(data).view(dtype).reshape(shape) for _, (data, dtype, shape) in self.torch_made]
+        return {"names": [name for name, _ in self.torch_made], "values": values}
 
 
 class Device:
@@ -308,6 +335,8 @@ class Device:
         if to_host:
             return self._to_host(result)
         self._record("operator", (func, args, kwargs, result, from_host))
+        if self.current is not None and self.current.recorded and func.overloadpacket.__name__ not in DATA_MOVEMENT_OPS:
+            self.current.keep_torch_made(func.name(), result)
         return Reply(value=self._describe(result)), b""
 
     def _to_host(self, result: Any) -> tuple[Reply, bytes]:

@@ -35,6 +35,7 @@ from cuset_core.verify.contracts import (
     Outcome,
     host_off_file,
     tail,
+    torch_made_file,
 )
 from cuset_core.verify.result import Verdict
 
@@ -147,6 +148,7 @@ def device_main(
         if outcome.verdict is Verdict.PASS and outputs is not None:
             save_values(workdir / outputs_file, {"trials": outputs})
             clock = time.perf_counter()
+            _save_torch_made(device, size, workdir / torch_made_file(off_file))
             kernels_off = device.replay(size, REPLAYED_TRIAL)
             if kernels_off is not None:
                 save_values(workdir / off_file, {"trials": [kernels_off]})
@@ -158,6 +160,17 @@ def device_main(
     if len(outcomes) > 1:
         write_report(workdir, outcomes[1], SECOND_REPORT_FILE)
     return outcomes[0]
+
+
+def _save_torch_made(device: Any, size: int, path: Path) -> None:
+    """What torch computed on the device in the replayed trial at ``size`` (``Trial.torch_made``,
+    copies outside device memory, written without another), for the judge."""
+    from cuset_core.verify.cpu.device.server import REPLAYED_TRIAL
+    from cuset_core.verify.transfer import save_values
+
+    record = device.trials.get((size, REPLAYED_TRIAL))
+    if record is not None:
+        save_values(path, record.torch_made_values(), copy=False)
 
 
 def _outcome(device: Any, size: int, host_report: Path, status: int, said: str) -> Outcome:
