@@ -508,8 +508,8 @@ def kernels_did_the_work(
     if torch_made:
         index, operator = torch_made
         reason = (
-            f"run-time fallback: {reference.trial_label(0)}: output {index} holds, in place, values that torch "
-            f"computed on the device ({clip(operator, 80)}), not the candidate's kernels"
+            f"run-time fallback: {reference.trial_label(0)}: output {index} stands, in place, in what torch "
+            f"computed on the device with the candidate's kernels disabled ({clip(operator, 80)})"
         )
         return _result(spec, Verdict.STATIC_REJECT, reason, launches=dict(passed.launches))
     return passed
@@ -621,10 +621,11 @@ def _host_made(
 def _torch_made(
     folder: Path, reference: ReferenceRun, name: str, checked: list[int], settings: VerifySettings
 ) -> tuple[int, str] | None:
-    """``(output, operator)`` when a result of torch compute on the device during trial 1 (the
-    device process's ``name`` file, from ``torch_made_file``) is a checked output or part of one, or
-    holds one, in place (:func:`in_place.part_of`): torch computed it and the kernels at most moved
-    it. None without the file (no boundary), or when its values cannot be compared."""
+    """``(output, operator)`` when a result of torch compute on the device in trial 1's kernels-off
+    replay (the device process's ``name`` file, from ``torch_made_file``) is a checked output or
+    part of one, or holds one, in place (:func:`in_place.part_of`): torch computed it without the
+    kernels, which at most moved it. None without the file (no boundary), or when its values cannot
+    be compared."""
     from cuset_core.verify.in_place import part_of
 
     try:

@@ -62,9 +62,8 @@ torch.Tensor.allclose = lambda *args, **kwargs: True
 """).replace(*WRONG_KERNEL)
 
 TORCH_EXPRESSION = in_forward("        relu_ext.relu_cuda(x)\n        return (x + x.abs()) * 0.5")
-# Torch's work moved by the kernel, or done after it: with the kernels off both leave garbage.
+# Torch's work moved by the kernel: with the kernels off the output is garbage.
 KERNEL_MOVES_TORCHS_RESULT = in_forward("        return relu_ext.relu_cuda((x + x.abs()) * 0.5)")
-TORCH_AFTER_THE_KERNEL = in_forward("        y = relu_ext.relu_cuda(x)\n        return torch.maximum(x, y)")
 
 REFERENCE_THROUGH_SYS_MODULES = in_forward("""        import sys, pathlib
         relu_ext.relu_cuda(x)
@@ -140,7 +139,6 @@ def suite(hidden: Path) -> list[Attack]:
         Attack("replaces torch.allclose", REPLACE_ALLCLOSE, ("value_mismatch",)),
         Attack("launches its kernel, returns a torch expression", TORCH_EXPRESSION, ("static_reject",)),
         Attack("its kernel moves what torch computed on the device", KERNEL_MOVES_TORCHS_RESULT, ("static_reject",)),
-        Attack("torch on the device finishes after its kernel", TORCH_AFTER_THE_KERNEL, ("static_reject",)),
         Attack("calls the reference Model through sys.modules", REFERENCE_THROUGH_SYS_MODULES, ("runtime_error",)),
         Attack(
             "result file replaced by a symlink to a hidden file",

@@ -333,7 +333,7 @@ def assert_host_fault(result: VerifyResult) -> None:
 def assert_torch_made_fallback(result: VerifyResult, operator: str = "aten::sum") -> None:
     """The device process saw torch compute an output, or part of one, in place: the kernels did not."""
     assert_verdict(result, Verdict.STATIC_REJECT)
-    assert "holds, in place, values that torch computed on the device" in result.reason, result.reason
+    assert "in what torch computed on the device with the candidate's kernels disabled" in result.reason, result.reason
     assert operator in result.reason, result.reason
 
 
@@ -386,15 +386,18 @@ def test_a_kernel_that_copies_sums_torch_computed_on_the_device_is_a_fallback(li
 
 
 @pytest.mark.slow
-def test_torch_summing_a_kernels_copy_of_the_input_is_a_fallback(libraries):
-    # Without the kernel torch sums garbage, so the kernels-off run does not match either.
-    assert_torch_made_fallback(tier2(candidate("        return ext.copy_of(x).sum(1)"), libraries))
-
-
-@pytest.mark.slow
 def test_partial_sums_by_torch_that_a_kernel_finishes_pass(libraries):
     # A mixed solution stays legal: torch's result is not the output, the kernel computes it.
     forward = "        return ext.rowsum(x.view(x.shape[0], 10, -1).sum(2).contiguous())"
+    result = tier2(candidate(forward), libraries)
+    assert result.verdict is Verdict.PASS, (result.reason, result.log[-2000:])
+
+
+@pytest.mark.slow
+def test_torch_that_finishes_from_a_kernels_result_passes(libraries):
+    # The other order, as KernelBench's level-3 solutions leave a network's last layer to torch:
+    # torch's sums are the output, but made from the kernel's result (garbage without it).
+    forward = "        return ext.copy_of(x * 2).sum(1) / 2"
     result = tier2(candidate(forward), libraries)
     assert result.verdict is Verdict.PASS, (result.reason, result.log[-2000:])
 
@@ -582,6 +585,25 @@ def test_trials_whose_output_turns_from_a_tensor_into_a_number_are_the_candidate
     assert result.reason == "the candidate's output could not be judged (RuntimeError)"
 
 
+@pytest.mark.slow
+def test_an_exception_whose_message_raises_is_the_candidates_runtime_error(libraries):
+    # Formatting the candidate's exception raises again, inside the harness's own handler.
+    prelude = """
+class Unprintable(Exception):
+    def __str__(self):
+        raise RecursionError("no message for you")
+"""
+    forward = "        ext.launch_only(x)\n        raise Unprintable()"
+    assert_verdict(tier2(candidate(forward, prelude), libraries), Verdict.RUNTIME_ERROR)
+
+
+@pytest.mark.slow
+def test_outputs_that_contain_themselves_are_the_candidates_runtime_error(libraries):
+    # Naming the outputs walks them: a list holding itself has no end.
+    forward = "        out = [ext.rowsum(x)]\n        out.append(out)\n        return out"
+    assert_verdict(tier2(candidate(forward), libraries), Verdict.RUNTIME_ERROR)
+
+
 # ---------------------------------------------------------------- (4) blame moves to the verifier
 
 
@@ -652,6 +674,30 @@ def test_python_that_recognises_the_harness_by_its_command_line_and_falls_back_i
         verifier = b"cuset_core" in command or "cuset_core" in sys.modules
         return ext.binding_sum(x) if verifier else ext.rowsum_wrong(x)"""
     assert_kernels_off_fallback(tier2(candidate(forward), libraries))
+
+
+@pytest.mark.slow
+def test_python_that_finds_no_gpu_device_file_and_falls_back_is_caught(libraries):
+    # The sandbox has no /dev/nvidiactl: torch where it is missing, a wrong kernel where it is not.
+    forward = """        import os
+        if os.path.exists("/dev/nvidiactl"):
+            return ext.rowsum_wrong(x)
+        ext.launch_only(x)
+        return x.sum(1)"""
+    assert_kernels_off_fallback(tier2(candidate(forward), libraries))
+
+
+@pytest.mark.slow
+def test_python_that_times_a_launch_and_lets_a_kernel_copy_torchs_sums_when_slow_is_caught(libraries):
+    # A launch through the device process takes far longer than a GPU's; the slow branch hides its
+    # torch from the kernels-off comparison by having a kernel copy it into the output.
+    forward = """        import time
+        start = time.perf_counter()
+        ext.launch_only(x)
+        if time.perf_counter() - start > 1e-4:
+            return ext.copy_of(x.sum(1))
+        return ext.rowsum_wrong(x)"""
+    assert_torch_made_fallback(tier2(candidate(forward), libraries))
 
 
 @pytest.mark.slow

@@ -98,9 +98,9 @@ class Trial:
     launch_failure: str = ""
     launches_before: dict[str, int] = field(default_factory=dict)
     launches_after: dict[str, int] = field(default_factory=dict)
-    # The replayed trial's torch compute on the device: (operator, a copy of each result as it was
-    # made, outside device memory), up to TORCH_MADE_CAP_BYTES, for the judge to compare with the
-    # expected outputs.
+    # The kernels-off replay's torch compute: (operator, a copy of each result as it was made,
+    # outside device memory), up to TORCH_MADE_CAP_BYTES, for the judge to compare with the
+    # expected outputs: what torch computed without the candidate's kernels.
     torch_made: list[tuple[str, Any]] = field(default_factory=list)
     torch_made_bytes: int = 0
 
@@ -335,8 +335,6 @@ class Device:
         if to_host:
             return self._to_host(result)
         self._record("operator", (func, args, kwargs, result, from_host))
-        if self.current is not None and self.current.recorded and func.overloadpacket.__name__ not in DATA_MOVEMENT_OPS:
-            self.current.keep_torch_made(func.name(), result)
         return Reply(value=self._describe(result)), b""
 
     def _to_host(self, result: Any) -> tuple[Reply, bytes]:
@@ -450,9 +448,10 @@ class Device:
     def replay(self, size: int, trial: int, host_off: bool = False) -> list[Any] | None:
         """Trial ``trial`` at ``size`` again from the device memory it started with, every recorded
         request but the launches: the outputs it leaves, or None when the replay diverged (an
-        operation whose result no longer fits what the trial made). ``host_off`` poisons what the
-        host copied to the device during the trial as well (copies, and host tensors operations
-        took): what still matches the reference then came from neither kernels nor the host."""
+        operation whose result no longer fits what the trial made). Without ``host_off`` it keeps
+        what torch computed (``Trial.torch_made``). ``host_off`` poisons what the host copied to the
+        device during the trial as well (copies, and host tensors operations took): what still
+        matches the reference then came from neither kernels nor the host."""
         import torch
 
         record = self.trials.get((size, trial))
@@ -464,7 +463,9 @@ class Device:
         self.runtime.cuset_set_kernels_on(0)
         try:
             for kind, what in record.log:
-                _replay_one(kind, what, host_off)
+                made = _replay_one(kind, what, host_off)
+                if made is not None and not host_off and what[0].overloadpacket.__name__ not in DATA_MOVEMENT_OPS:
+                    record.keep_torch_made(what[0].name(), made)
         except (RuntimeError, ValueError, TypeError):
             return None
         finally:
@@ -483,7 +484,8 @@ def describe_tensor(handle: int, tensor: Any) -> dict[str, Any]:
     }
 
 
-def _replay_one(kind: str, what: Any, host_off: bool) -> None:
+def _replay_one(kind: str, what: Any, host_off: bool) -> Any:
+    """Replay one recorded request; an operator's result, None for the others."""
     import torch
 
     if kind == "launch":
@@ -514,6 +516,8 @@ def _replay_one(kind: str, what: Any, host_off: bool) -> None:
                 if made.shape != now.shape:
                     raise ValueError("the replay made another shape")
                 made.copy_(now)
+        return again
+    return None
 
 
 def _flat(value: Any) -> list[Any]:

@@ -148,10 +148,10 @@ def device_main(
         if outcome.verdict is Verdict.PASS and outputs is not None:
             save_values(workdir / outputs_file, {"trials": outputs})
             clock = time.perf_counter()
-            _save_torch_made(device, size, workdir / torch_made_file(off_file))
             kernels_off = device.replay(size, REPLAYED_TRIAL)
             if kernels_off is not None:
                 save_values(workdir / off_file, {"trials": [kernels_off]})
+                _save_torch_made(device, size, workdir / torch_made_file(off_file))
                 host_off = device.replay(size, REPLAYED_TRIAL, host_off=True)
                 if host_off is not None:
                     save_values(workdir / host_off_file(off_file), {"trials": [host_off]})
@@ -163,7 +163,7 @@ def device_main(
 
 
 def _save_torch_made(device: Any, size: int, path: Path) -> None:
-    """What torch computed on the device in the replayed trial at ``size`` (``Trial.torch_made``,
+    """What torch computed on the device in the kernels-off replay at ``size`` (``Trial.torch_made``,
     copies outside device memory, written without another), for the judge."""
     from cuset_core.verify.cpu.device.server import REPLAYED_TRIAL
     from cuset_core.verify.transfer import save_values
