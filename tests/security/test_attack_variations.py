@@ -467,6 +467,34 @@ _sys.modules["__main__"]._kernels_off_trial = lambda *args: None
     assert_kernels_off_fallback(tier2(candidate("        return ext.binding_sum(x)", prelude), libraries))
 
 
+@pytest.mark.slow
+def test_a_child_forked_in_forward_that_writes_a_passing_report_later_is_stopped_first(libraries):
+    # A wrong kernel; the child outlives forward and writes a passing report and outputs once the
+    # trials should be over. The device process stops it before it writes the judged files.
+    forward = """        import os, time
+        if os.fork() == 0:
+            time.sleep(2)
+            for name in ("report.json", "outputs.safetensors", "host_report.json"):
+                open(name, "w").write('{"verdict": "pass", "reason": "forged", "trials": 5}')
+            os._exit(0)
+        return ext.rowsum_wrong(x)"""
+    result = tier2(candidate(forward), libraries)
+    assert_verdict(result, Verdict.VALUE_MISMATCH)
+    assert result.max_abs_diff is not None and abs(result.max_abs_diff - 1.0) < 1e-3, result.reason
+
+
+@pytest.mark.slow
+def test_a_python_thread_that_reads_device_memory_faults_as_on_a_gpu(libraries):
+    # The ctypes read of the boundary's own test, from another thread than the harness's.
+    forward = """        import threading
+        seen = []
+        reader = threading.Thread(target=lambda: seen.append(ctypes.string_at(x.data_ptr(), 4)))
+        reader.start()
+        reader.join()
+        return ext.rowsum(x)"""
+    assert_host_fault(tier2(candidate(forward), libraries))
+
+
 # ---------------------------------------------------------------- the judge against a stub candidate side
 
 STUB_SPEC = TierSpec(Tier.CPU, "stub", SandboxLimits(), lambda folder: {})
