@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-CHANCE = 1e-4  # a match expected by chance at least this often among a tensor's offsets is no evidence
+CHANCE = 1e-4  # a match chance would give this many times or more over the offsets tried is no evidence
 _NARROWING_STEPS = 64  # values of ``part`` used to narrow the candidate offsets before checking them whole
-_CHECKED_OFFSETS = 64
+_CHECKED_OFFSETS = 64  # offsets left after narrowing that are checked whole
 _CHANCE_VALUES = 64  # values of ``part`` whose density in ``whole`` prices a match
 _DENSITY_WIDTH = 100  # tolerances either side over which that density is measured
 _DENSITY_SAMPLE = 1 << 16  # elements of ``whole`` (evenly strided) it is measured on
@@ -23,8 +23,8 @@ def part_of(whole: Any, part: Any, atol: float, rtol: float) -> bool:
     """Whether every value of ``part`` (any shape, ``m`` elements) stands within ``atol + rtol·max(|a|,|b|)``
     of ``whole``'s (``n >= m`` elements) in place: ``m == n`` in flattened order, a window of
     ``whole``'s flattened elements, or a slice (or one index) of ``whole`` along one dimension. Only
-    when ``part`` holds more than one distinct value and chance would find such a match at fewer
-    than ``CHANCE`` of the offsets tried. NaN matches nothing."""
+    when ``part`` holds more than one distinct value and the matches chance would give over the
+    offsets tried number fewer than ``CHANCE``. NaN matches nothing."""
     import torch
 
     if part.numel() < 2 or part.numel() > whole.numel() or part.is_complex() or whole.is_complex():
