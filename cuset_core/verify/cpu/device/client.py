@@ -197,6 +197,12 @@ def _is_cuda(value: Any) -> bool:
 def device_factories() -> Any:
     """The dispatch mode that sends operations asking for ``device="cuda"`` (factories, copies to the
     device) to the device process; everything else runs where it would."""
+    return _device_factories_class()()
+
+
+@functools.cache
+def _device_factories_class() -> type:
+    """:func:`device_factories`' mode type (made once, on first use: it needs torch)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class DeviceFactories(TorchDispatchMode):
@@ -211,7 +217,7 @@ def device_factories() -> Any:
                 return run_remotely(func, args, kwargs)
             return func(*args, **kwargs)
 
-    return DeviceFactories()
+    return DeviceFactories
 
 
 def trial_inputs(size: int, trial: int) -> list[Any]:
