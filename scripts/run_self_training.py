@@ -161,6 +161,7 @@ def save_adapter(run_dir: Path, kept: Path) -> None:
     for name in ADAPTER_FILES:
         if (run_dir / name).is_file():
             shutil.copyfile(run_dir / name, partial / name)
+    shutil.rmtree(kept, ignore_errors=True)  # an incomplete copy (no weights) of an earlier save
     partial.replace(kept)
     common.log(f"saved {common.rel(kept)} (float16)")
 

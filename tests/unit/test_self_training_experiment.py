@@ -70,6 +70,23 @@ def test_a_rounds_finished_adapter_is_kept_too(driver):
     assert (kept / "adapter_model.safetensors").is_file() and driver.common.trained(kept)
 
 
+def test_a_kept_tuning_without_its_weights_is_tuned_again_and_kept_whole(driver, tmp_path):
+    # A checkout whose ignore rules dropped the weights holds only the progress log: restoring that
+    # would give the loop a "finished" tuning with no model.
+    kept = driver.RESULTS / "cuset" / "round_1" / "model"
+    kept.mkdir(parents=True)
+    (kept / "progress.jsonl").write_text(json.dumps({"type": "done"}) + "\n")
+    fresh = tmp_path / "fresh" / "model"
+    driver.restore_adapter(kept, fresh)
+    assert not fresh.exists()
+
+    _finished_start_run(driver.RUNS / "cuset" / "round_1" / "model")
+    driver.save()
+    assert (kept / "adapter_model.safetensors").is_file() and (kept / "adapter_config.json").is_file()
+    driver.restore_adapter(kept, fresh)
+    assert (fresh / "adapter_model.safetensors").is_file()
+
+
 def test_an_unfinished_start_run_is_not_kept(driver):
     _finished_start_run(driver.RUNS / "sft-s0")
     (driver.RUNS / "sft-s0" / "progress.jsonl").write_text(json.dumps({"type": "step", "step": 3}) + "\n")
