@@ -298,8 +298,9 @@ def report() -> None:
 
 def reverify() -> None:
     """Verify again, with today's default tier-2 settings, every answer that passed in the committed
-    evaluations (round 0 and each finished round, both arms): whether each pass still stands (the
-    verifier changed between rounds: the device boundary became the default)."""
+    evaluations (round 0 and each finished round, both arms) and every answer a finished round kept
+    for tuning: whether each pass still stands (the verifier changed between rounds: the device
+    boundary became the default, then the torch-made check joined it)."""
     from cuset_core.evaluation.problems import load_problems
     from cuset_core.verify.result import Tier, Verdict
     from cuset_core.verify.run import verify
@@ -307,24 +308,36 @@ def reverify() -> None:
 
     elementwise.ensure_data()
     problems = {p.id: p.code for name in SETS for p in load_problems(str(elementwise.DATA_DIR / f"eval_{name}.jsonl"))}
+    problems.update((p.id, p.code) for p in load_problems(str(POOL)))
     settings = VerifySettings(tier=Tier.CPU)
     stood = checked = 0
     for arm in ARMS:
         for round_ in range(0, ROUNDS + 1):
-            for name in SETS:
-                path = round_eval(arm, round_, name)
-                if not path.is_file():
-                    continue
-                for sample in json.loads(path.read_text())["samples"]:
-                    if sample["result"]["verdict"] != Verdict.PASS.value:
-                        continue
-                    result = verify(problems[sample["problem_id"]], sample["answer"], settings, use_cache=False)
-                    checked += 1
-                    stood += result.verdict is Verdict.PASS
-                    common.log(
-                        f"{arm} round {round_} {sample['problem_id']} #{sample['index']}: {result.verdict.value}"
-                    )
+            for what, problem_id, answer in _passed_answers(arm, round_):
+                result = verify(problems[problem_id], answer, settings, use_cache=False)
+                checked += 1
+                stood += result.verdict is Verdict.PASS
+                common.log(f"{arm} round {round_} {what} {problem_id}: {result.verdict.value}")
     common.log(f"passes that stand with today's verifier: {stood} of {checked}")
+
+
+def _passed_answers(arm: str, round_: int) -> list[tuple[str, str, str]]:
+    """(where, problem id, answer) of each answer of ``round_`` that passed: in its committed
+    evaluations, and among the answers it kept for tuning (``kept_new.jsonl``)."""
+    found = []
+    for name in SETS:
+        path = round_eval(arm, round_, name)
+        if path.is_file():
+            for sample in json.loads(path.read_text())["samples"]:
+                if sample["result"]["verdict"] == "pass":
+                    found.append((f"eval_{name} #{sample['index']}", sample["problem_id"], sample["answer"]))
+    kept = RESULTS / arm / f"round_{round_}" / "kept_new.jsonl"
+    if kept.is_file():
+        for line in kept.read_text().splitlines():
+            row = json.loads(line)
+            origin = row["cuset_origin"]
+            found.append((f"kept #{origin['index']}", origin["problem_id"], row["messages"][-1]["content"]))
+    return found
 
 
 def main() -> None:

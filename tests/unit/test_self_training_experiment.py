@@ -111,3 +111,24 @@ def test_an_unfinished_sampling_stage_is_kept_and_restored_until_its_results_rep
     (round_1 / "eval" / "results.json").write_text("{}\n")
     driver.save()
     assert not kept.exists() and (kept.parent / "results.json").is_file()
+
+
+def test_reverify_takes_each_rounds_passing_evaluation_answers_and_the_answers_it_kept(driver):
+    round_1 = driver.RESULTS / "cuset" / "round_1"
+    (round_1 / "eval_unseen").mkdir(parents=True)
+    samples = [
+        {"problem_id": "ew_unseen_a", "index": 0, "answer": "passing", "result": {"verdict": "pass"}},
+        {"problem_id": "ew_unseen_a", "index": 1, "answer": "failing", "result": {"verdict": "compile_error"}},
+    ]
+    (round_1 / "eval_unseen" / "results.json").write_text(json.dumps({"samples": samples}))
+    kept = {
+        "messages": [{"role": "user", "content": "the problem"}, {"role": "assistant", "content": "kept answer"}],
+        "cuset_origin": {"problem_id": "ew_000_pool", "round": 1, "index": 3, "fingerprint": "f"},
+    }
+    (round_1 / "kept_new.jsonl").write_text(json.dumps(kept) + "\n")
+
+    assert driver._passed_answers("cuset", 1) == [
+        ("eval_unseen #0", "ew_unseen_a", "passing"),
+        ("kept #3", "ew_000_pool", "kept answer"),
+    ]
+    assert driver._passed_answers("sft", 1) == []
