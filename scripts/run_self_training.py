@@ -324,6 +324,8 @@ def reverify() -> None:
 def _passed_answers(arm: str, round_: int) -> list[tuple[str, str, str]]:
     """(where, problem id, answer) of each answer of ``round_`` that passed: in its committed
     evaluations, and among the answers it kept for tuning (``kept_new.jsonl``)."""
+    from cuset_core.improve.loop import read_kept
+
     found = []
     for name in SETS:
         path = round_eval(arm, round_, name)
@@ -333,10 +335,7 @@ def _passed_answers(arm: str, round_: int) -> list[tuple[str, str, str]]:
                     found.append((f"eval_{name} #{sample['index']}", sample["problem_id"], sample["answer"]))
     kept = RESULTS / arm / f"round_{round_}" / "kept_new.jsonl"
     if kept.is_file():
-        for line in kept.read_text().splitlines():
-            row = json.loads(line)
-            origin = row["cuset_origin"]
-            found.append((f"kept #{origin['index']}", origin["problem_id"], row["messages"][-1]["content"]))
+        found += [(f"kept #{sample.index}", sample.problem_id, sample.answer) for sample in read_kept(kept)]
     return found
 
 

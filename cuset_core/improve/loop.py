@@ -145,7 +145,7 @@ def run_self_training(
         done = folder / "round.json"
         if done.is_file():
             report = RoundReport.model_validate_json(done.read_text())
-            kept += _read_kept(folder / "kept_new.jsonl")
+            kept += read_kept(folder / "kept_new.jsonl")
             say(f"round {round_}: done before ({report.kept} kept, {report.problems_solved} problems solved)")
             if report.tuned_model is not None and not Path(report.tuned_model).is_dir():
                 # Another checkout ran it (adapters are not kept with results): the same data and
@@ -333,7 +333,8 @@ def _write_kept(
     write_whole(path, "".join(lines))
 
 
-def _read_kept(path: Path) -> list[KeptSample]:
+def read_kept(path: Path) -> list[KeptSample]:
+    """The samples a round kept, from its ``kept_new.jsonl`` (written with their origin)."""
     kept = []
     for line in path.read_text().splitlines():
         row = json.loads(line)

@@ -138,12 +138,12 @@ def test_two_rounds_run_resume_and_report_on_the_tiny_model(tmp_path, tiny_model
 
 
 def test_kept_samples_are_a_training_file_and_resume_reads_them_back(tmp_path):
-    from cuset_core.improve.loop import _read_kept, _write_kept
+    from cuset_core.improve.loop import _write_kept, read_kept
 
     problems = {"02_relu": DEMO["02_relu"].problem_code}
     kept = [KeptSample("02_relu", 1, 3, RELU, fingerprint(RELU))]
     _write_kept(tmp_path / "kept_new.jsonl", kept, problems, "compact", with_origin=True)
-    assert _read_kept(tmp_path / "kept_new.jsonl") == kept
+    assert read_kept(tmp_path / "kept_new.jsonl") == kept
     row = json.loads((tmp_path / "kept_new.jsonl").read_text())
     assert [m["role"] for m in row["messages"]] == ["user", "assistant"] and row["messages"][1]["content"] == RELU
 
