@@ -9,11 +9,13 @@ batch by batch, so a resumed run gives what an unstopped one would have.
 
 A stop can cut the last line short: a last line that does not parse is dropped (its work is done
 again). A checkpoint written by another run (other model, decoding or verification knobs) is
-refused, naming the fields that differ.
+refused, naming the fields that differ. Each piece's line records the wall seconds its run spent
+since its previous line, so a resumed run's elapsed time counts the earlier runs' too.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -35,12 +37,17 @@ class RunLine(BaseModel):
     config: EvalConfig
 
 
+# Checkpoints written before lines carried their seconds read as 0 s.
+_SECONDS = Field(0.0, ge=0, description="wall seconds the run spent since its previous line (or since it started)")
+
+
 class DrawnLine(BaseModel):
     """One problem's drawn answers, greedy first, in the order they are scored."""
 
     kind: Literal["drawn"] = "drawn"
     problem_id: str
     answers: list[Answer]
+    seconds: float = _SECONDS
 
 
 class VerifiedLine(BaseModel):
@@ -49,6 +56,7 @@ class VerifiedLine(BaseModel):
     kind: Literal["verified"] = "verified"
     problem_id: str
     records: list[SampleRecord]
+    seconds: float = _SECONDS
 
 
 CheckpointLine = Annotated[RunLine | DrawnLine | VerifiedLine, Field(discriminator="kind")]
@@ -70,8 +78,8 @@ def _differences(recorded: EvalConfig, config: EvalConfig) -> list[str]:
 
 
 class EvalCheckpoint:
-    """The checkpoint file of one run: what it held when opened (``drawn``, ``verified``), and
-    each new piece appended as it finishes."""
+    """The checkpoint file of one run: what it held when opened (``drawn``, ``verified``, and the
+    wall seconds earlier runs spent on it, ``earlier_s``), and each new piece appended as it finishes."""
 
     def __init__(self, path: Path, config: EvalConfig) -> None:
         """Open (or start) ``path`` for ``config``. Raises EvalInputError when it was written by
@@ -79,6 +87,7 @@ class EvalCheckpoint:
         self.path, self.config = path, config
         self.drawn: dict[str, list[Answer]] = {}
         self.verified: dict[str, list[SampleRecord]] = {}
+        self.earlier_s = 0.0
         lines = path.read_text().splitlines() if path.is_file() else []
         for number, text in enumerate(lines, start=1):
             try:
@@ -101,8 +110,17 @@ class EvalCheckpoint:
                     )
             elif isinstance(line, DrawnLine):
                 self.drawn[line.problem_id] = line.answers
+                self.earlier_s += line.seconds
             else:
                 self.verified[line.problem_id] = line.records
+                self.earlier_s += line.seconds
+        self._since = time.perf_counter()
+
+    def _seconds(self) -> float:
+        """Wall seconds since this run's previous line (or since it opened the checkpoint)."""
+        now = time.perf_counter()
+        seconds, self._since = now - self._since, now
+        return round(seconds, 3)
 
     def _append(self, line: BaseModel) -> None:
         """Append ``line``; the file (and its folder) is made with the first piece of work, so a
@@ -117,9 +135,9 @@ class EvalCheckpoint:
         """Record a generation batch's answers, problem by problem."""
         for problem_id, drawn in answers.items():
             self.drawn[problem_id] = drawn
-            self._append(DrawnLine(problem_id=problem_id, answers=drawn))
+            self._append(DrawnLine(problem_id=problem_id, answers=drawn, seconds=self._seconds()))
 
     def add_verified(self, problem_id: str, records: list[SampleRecord]) -> None:
         """Record one problem's verified answers."""
         self.verified[problem_id] = records
-        self._append(VerifiedLine(problem_id=problem_id, records=records))
+        self._append(VerifiedLine(problem_id=problem_id, records=records, seconds=self._seconds()))

@@ -40,7 +40,7 @@ class EvalReport(BaseModel):
     aggregate: Aggregate
     problems: list[ProblemRow]
     samples: list[SampleRecord]
-    elapsed_s: float
+    elapsed_s: float  # wall seconds, the earlier runs' included when it resumed a checkpoint
 
 
 # Told ``(stage, problems done, problems in all)`` as an eval advances: stage "sampling" after each
@@ -97,7 +97,7 @@ def run_eval(
         aggregate=aggregate(rows, config.tier, k_values),
         problems=rows,
         samples=[record for p in problems for record in records[p.id]],
-        elapsed_s=time.perf_counter() - start,
+        elapsed_s=time.perf_counter() - start + (saved.earlier_s if saved is not None else 0.0),
     )
 
 

@@ -181,7 +181,6 @@ def _round(
     folder.mkdir(parents=True, exist_ok=True)
     source = "the start model" if model == config.model else "the last round's tuned model"
     say(f"round {round_}: sampling {config.samples_per_problem} answers for {len(problems)} problems from {source}")
-    clock = time.perf_counter()
     evaluation = _sample_and_verify(
         config,
         round_,
@@ -190,8 +189,7 @@ def _round(
         progress,
         lambda stage, done, total: on_stage(round_, stage, done, total),
     )
-    # A stage sampled before the run stopped and resumed here took its time then, not now.
-    sample_s = max(time.perf_counter() - clock, evaluation.elapsed_s)
+    sample_s = evaluation.elapsed_s  # with the time of earlier runs a stop cut short
     new = keep_passing(evaluation.samples, config.tier, round_, kept, config.max_kept_per_problem)
     _write_kept(folder / "kept_new.jsonl", new, problems, config.prompt_style, with_origin=True)
     every = kept + new

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,26 @@ def test_a_damaged_line_before_the_last_is_an_error_with_its_line_number(tmp_pat
     checkpoint.write_text("\n".join(text) + "\n")
     with pytest.raises(EvalInputError, match=rf"checkpoint: {checkpoint}, line 3: not a checkpoint line"):
         run_eval(tiny_eval(tiny_model_dir, problem_dir), progress=False, checkpoint=checkpoint)
+
+
+def test_a_resumed_eval_counts_the_time_the_stopped_run_spent(tmp_path, problem_dir, tiny_model_dir):
+    config = tiny_eval(tiny_model_dir, problem_dir)
+    checkpoint = tmp_path / CHECKPOINT_FILE
+    run_eval(config, progress=False, checkpoint=checkpoint)
+    assert all(line["seconds"] >= 0 for line in lines(checkpoint)[1:])
+
+    stopped_after_the_first_problem(checkpoint)
+    kept = checkpoint.read_text().splitlines()
+    # The stopped run drew for an hour and verified for ten minutes; a line written before lines
+    # carried their seconds counts none.
+    pieces = [json.loads(line) for line in kept[1:-1]]
+    for line, seconds in zip(pieces, (3600.0, None, 600.0), strict=True):
+        line.pop("seconds")
+        if seconds is not None:
+            line["seconds"] = seconds
+    checkpoint.write_text("\n".join([kept[0], *map(json.dumps, pieces)]) + "\n")
+
+    started = time.perf_counter()
+    resumed = run_eval(config, progress=False, checkpoint=checkpoint)
+    own = time.perf_counter() - started
+    assert 4200.0 <= resumed.elapsed_s <= 4200.0 + own
