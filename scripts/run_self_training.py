@@ -39,6 +39,10 @@ import shutil
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from cuset_core.evaluation.compare import EvalRun
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run_comparison as common  # noqa: E402
@@ -61,6 +65,11 @@ METRICS = {
     "pass@4": "sampled:cpu_correct@4",
     "greedy cpu_correct@1": "greedy:cpu_correct@1",
 }
+
+# The adapter the project ships as `cuset-ew-135m` (docs/results.md): the comparison's cuset_v1 run of seed 1.
+SHIPPED = COMPARISON / "cuset_v1-s1"
+PASS_AT_4 = METRICS["pass@4"]
+SEEN_MARGIN = 0.1
 
 SHIP_RULE = """\
 The adapter to ship, fixed before the first round ran: among the two arms' last rounds, the one with
@@ -243,6 +252,65 @@ def run() -> None:
     report()
 
 
+class Evaluated(NamedTuple):
+    """One adapter's evaluations on the two held-out sets."""
+
+    unseen: EvalRun
+    seen: EvalRun
+
+
+def ship_decision(last_rounds: dict[str, Evaluated], shipped: Evaluated) -> tuple[str | None, list[str]]:
+    """:data:`SHIP_RULE` applied to each arm's last round: the arm whose adapter to ship (None: the
+    shipped adapter stays) and report lines that give the figures the decision rests on. Of arms
+    tied on pooled pass@4, the first given is taken."""
+    from cuset_core.evaluation.compare import compare_runs
+
+    def pass_at_4(a: EvalRun, b: EvalRun):
+        (found,) = [i for i in compare_runs([a], [b]).intervals if i.metric == PASS_AT_4]
+        return found
+
+    pooled = {}
+    for arm, runs in last_rounds.items():
+        unseen, seen = pass_at_4(runs.unseen, shipped.unseen), pass_at_4(runs.seen, shipped.seen)
+        pooled[arm] = (unseen.a * unseen.problems + seen.a * seen.problems) / (unseen.problems + seen.problems)
+    best = max(pooled, key=pooled.__getitem__)
+    unseen = pass_at_4(last_rounds[best].unseen, shipped.unseen)
+    seen = pass_at_4(last_rounds[best].seen, shipped.seen)
+    beats = unseen.low > 0
+    keeps_seen = seen.a >= seen.b - SEEN_MARGIN
+    lines = [
+        "Pass@4 pooled over both held-out sets, each arm's last round: "
+        + ", ".join(f"{arm} {value:.3f}" for arm, value in pooled.items())
+        + f"; the highest is {best}'s.",
+        f"Its unseen-operation pass@4 against the shipped adapter's: {unseen.a:.3f} vs {unseen.b:.3f}, "
+        f"difference {unseen.difference:+.3f} [{unseen.low:+.3f}, {unseen.high:+.3f}] "
+        f"({'wholly above 0' if beats else 'not wholly above 0'}).",
+        f"Its seen-operation pass@4: {seen.a:.3f} vs {seen.b:.3f} "
+        f"({'within' if keeps_seen else 'more than'} {SEEN_MARGIN} below).",
+    ]
+    ship = best if beats and keeps_seen else None
+    lines.append(
+        f"**Decision: ship {best}'s round {ROUNDS} adapter.**" if ship else "**Decision: the shipped adapter stays.**"
+    )
+    return ship, lines
+
+
+def _ship_section() -> list[str]:
+    """The report's section on the rule applied, once every arm's last round is evaluated."""
+    from cuset_core.evaluation.compare import read_run
+
+    def evaluated(unseen: Path, seen: Path) -> Evaluated | None:
+        return Evaluated(read_run(unseen), read_run(seen)) if unseen.is_file() and seen.is_file() else None
+
+    last = {arm: evaluated(*(round_eval(arm, ROUNDS, name) for name in SETS)) for arm in ARMS}
+    shipped = evaluated(*(SHIPPED / f"eval_{name}" / "results.json" for name in SETS))
+    lines = ["## The rule applied", ""]
+    if shipped is None or any(runs is None for runs in last.values()):
+        return [*lines, f"Once every arm's round {ROUNDS} is evaluated.", ""]
+    _, said = ship_decision({arm: runs for arm, runs in last.items() if runs is not None}, shipped)
+    return [*lines, *said, ""]
+
+
 def round_eval(arm: str, round_: int, name: str) -> Path:
     if round_ == 0:
         return COMPARISON / f"{arm}-s0" / f"eval_{name}" / "results.json"
@@ -251,7 +319,7 @@ def round_eval(arm: str, round_: int, name: str) -> Path:
 
 def report() -> None:
     """report.md: per arm and round, the round's figures and each held-out set's metrics with the
-    paired bootstrap interval against round 0 of the same arm."""
+    paired bootstrap interval against round 0 of the same arm; then the ship rule applied."""
     from cuset_core.evaluation.compare import compare_runs, read_run
 
     lines = ["# Verified self-training: per-round figures", "", SHIP_RULE, ""]
@@ -292,6 +360,7 @@ def report() -> None:
     lines.append(
         "Cells after round 0: the metric, then its difference from round 0 with the paired bootstrap 95% interval."
     )
+    lines += ["", *_ship_section()]
     (RESULTS / "report.md").write_text("\n".join(lines) + "\n")
     common.log(f"wrote {common.rel(RESULTS / 'report.md')}")
 

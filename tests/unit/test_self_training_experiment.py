@@ -1,4 +1,5 @@
-"""Issue 27's experiment driver keeps a finished start run for later checkouts and restores it."""
+"""Issue 27's experiment driver: it keeps finished stages for later checkouts and restores them, verifies
+kept passes again, and applies the ship rule written before the runs."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+
+from cuset_core.evaluation.compare import EvalRun
+from cuset_core.evaluation.metrics import ProblemRow, SampleCounts
+from cuset_core.verify.result import Tier
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
@@ -132,3 +137,33 @@ def test_reverify_takes_each_rounds_passing_evaluation_answers_and_the_answers_i
         ("kept #3", "ew_000_pool", "kept answer"),
     ]
     assert driver._passed_answers("sft", 1) == []
+
+
+def _run(pass_counts: list[int]) -> EvalRun:
+    """An evaluation at tier cpu: per problem, how many of its 4 samples passed."""
+    rows = [
+        ProblemRow(id=f"p{i}", n=4, compiled=4, cpu_correct=passed, greedy=SampleCounts(n=1, compiled=1))
+        for i, passed in enumerate(pass_counts)
+    ]
+    return EvalRun(name="run", tier=Tier.CPU, k_values=[1, 4], rows=rows)
+
+
+def test_the_ship_rule_ships_an_arm_only_when_it_beats_the_shipped_adapter_on_unseen_operations(driver):
+    shipped = driver.Evaluated(unseen=_run([0] * 20), seen=_run([4, 0, 0, 0, 0]))
+    better = driver.Evaluated(unseen=_run([4] * 15 + [0] * 5), seen=_run([4, 0, 0, 0, 0]))
+    same = driver.Evaluated(unseen=_run([0] * 20), seen=_run([4, 0, 0, 0, 0]))
+
+    arm, lines = driver.ship_decision({"cuset": same, "sft": better}, shipped)
+    assert arm == "sft"
+    assert "the highest is sft's" in lines[0] and "wholly above 0" in lines[1]
+    assert lines[-1] == "**Decision: ship sft's round 3 adapter.**"
+
+    # The best arm by pooled pass@4 ties the shipped adapter on the unseen operations: it stays.
+    arm, lines = driver.ship_decision({"cuset": same, "sft": same}, shipped)
+    assert arm is None and "the highest is cuset's" in lines[0] and "not wholly above 0" in lines[1]
+    assert lines[-1] == "**Decision: the shipped adapter stays.**"
+
+    # Better on the unseen operations, but more than 0.1 worse on the seen ones: it stays.
+    forgets = driver.Evaluated(unseen=better.unseen, seen=_run([0] * 5))
+    arm, lines = driver.ship_decision({"cuset": forgets}, shipped)
+    assert arm is None and "more than 0.1 below" in lines[2]
