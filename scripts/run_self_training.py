@@ -26,18 +26,23 @@ hours give comparable figures. Small results go to ``experiments/self_training/<
 (eval/results.json once the round's samples are verified, then kept_new.jsonl, round.json,
 eval_unseen/, eval_seen/); so does each finished tuning, the arm's start run (``<arm>/start/``)
 and each round's adapter (``<arm>/round_<r>/model/``): the adapter in float16 with its base spec
-and progress log, which a later checkout restores instead of tuning it again.
+and progress log, which a later checkout restores instead of tuning it again. Each stage's CPU
+seconds, summed over the sessions that worked on it, go to ``cpu_seconds.json`` beside them.
 
-The rule for the adapter to ship was written before the first round ran: see ``SHIP_RULE``.
+The rule for the adapter to ship was written before the first round ran: see ``SHIP_RULE``;
+``report`` applies it once every arm's last round is evaluated.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import resource
 import shutil
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -201,12 +206,46 @@ def save() -> None:
                 (results / CHECKPOINT).unlink(missing_ok=True)  # the stage's results hold it all
 
 
+CPU_FILE = "cpu_seconds.json"
+
+
+def _children_cpu_s() -> float:
+    """User and system CPU seconds of every child this process has waited for (their own
+    children that they waited for included)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+@contextlib.contextmanager
+def counted(folder: Path, stage: str) -> Iterator[None]:
+    """Add the CPU seconds of the processes a stage starts to ``folder/cpu_seconds.json``'s
+    ``stage`` entry, which sums them over the sessions that worked on it (a stopped stage's too)."""
+    before = _children_cpu_s()
+    try:
+        yield
+    finally:
+        spent = _children_cpu_s() - before
+        if spent > 0:
+            file = folder / CPU_FILE
+            seconds = json.loads(file.read_text()) if file.is_file() else {}
+            seconds[stage] = round(seconds.get(stage, 0.0) + spent, 1)
+            folder.mkdir(parents=True, exist_ok=True)
+            file.write_text(json.dumps(seconds, indent=1) + "\n")
+
+
+def cpu_hours(folder: Path) -> float | None:
+    """The CPU hours counted in ``folder`` (:func:`counted`), None when none were."""
+    file = folder / CPU_FILE
+    return sum(json.loads(file.read_text()).values()) / 3600 if file.is_file() else None
+
+
 def run_round(arm: str, round_: int) -> bool:
     """Round ``round_`` of ``arm`` (and what it needs first) and its evaluation; whether all finished."""
     start = RUNS / f"{arm}-s0"
     restore_adapter(RESULTS / arm / "start", start)
-    if not common.train(SIZE, common.Run(arm, 0), start, SIZE.model, elementwise.DATA_DIR / "train.jsonl"):
-        return False
+    with counted(RESULTS / arm / "start", "tune"):
+        if not common.train(SIZE, common.Run(arm, 0), start, SIZE.model, elementwise.DATA_DIR / "train.jsonl"):
+            return False
     save_adapter(start, RESULTS / arm / "start")
     for earlier in range(1, round_):
         restore_adapter(RESULTS / arm / f"round_{earlier}" / "model", RUNS / arm / f"round_{earlier}" / "model")
@@ -218,7 +257,8 @@ def run_round(arm: str, round_: int) -> bool:
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(json.dumps(improve_config(arm, start, round_), indent=1) + "\n")
         common.log(f"{arm} round {round_}: sample, verify, keep, tune")
-        finished = common.call([sys.executable, "-m", "cuset_core.improve", common.rel(config)]) == 0
+        with counted(results, "improve"):
+            finished = common.call([sys.executable, "-m", "cuset_core.improve", common.rel(config)]) == 0
         save()  # a stopped round keeps its finished stages too
         if not finished or not done.is_file():
             return False
@@ -233,8 +273,9 @@ def run_round(arm: str, round_: int) -> bool:
                 common.log(f"{common.rel(target)}: the model of round {round_ - 1}, so its evaluation")
             continue
         problems = elementwise.DATA_DIR / f"eval_{name}.jsonl"
-        if not common.evaluate(SIZE, tuned, target, problems):
-            return False
+        with counted(results, f"eval_{name}"):
+            if not common.evaluate(SIZE, tuned, target, problems):
+                return False
     return True
 
 
@@ -324,18 +365,29 @@ def report() -> None:
 
     lines = ["# Verified self-training: per-round figures", "", SHIP_RULE, ""]
     for arm in ARMS:
-        lines += [f"## {arm}", "", "| round | sampled | compiled | passed | kept (all) | problems solved | hours |"]
-        lines.append("|---|---|---|---|---|---|---|")
+        lines += [
+            f"## {arm}",
+            "",
+            "| round | sampled | compiled | passed | kept (all) | problems solved | wall hours | CPU hours |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for round_ in range(1, ROUNDS + 1):
             path = RESULTS / arm / f"round_{round_}" / "round.json"
             if path.is_file():
                 r = json.loads(path.read_text())
                 hours = sum(r["seconds"].values()) / 3600
+                cpu = cpu_hours(path.parent)
                 lines.append(
                     f"| {round_} | {r['sampled']} | {r['compiled']} | {r['passed']} | {r['kept']} ({r['kept_total']}) "
-                    f"| {r['problems_solved']} | {hours:.2f} |"
+                    f"| {r['problems_solved']} | {hours:.2f} | {'—' if cpu is None else f'{cpu:.2f}'} |"
                 )
-        lines.append("")
+        lines += [
+            "",
+            "Wall hours: the round's sampling, verifying and tuning (`round.json`). CPU hours: every process the "
+            "driver started for the round and its evaluations, over all sessions (counted since 2026-12-06; "
+            "— where not).",
+            "",
+        ]
         for name in SETS:
             lines += [f"### {arm}, {name} operations", "", "| round | " + " | ".join(METRICS) + " |"]
             lines.append("|---|" + "---|" * len(METRICS))

@@ -167,3 +167,18 @@ def test_the_ship_rule_ships_an_arm_only_when_it_beats_the_shipped_adapter_on_un
     forgets = driver.Evaluated(unseen=better.unseen, seen=_run([0] * 5))
     arm, lines = driver.ship_decision({"cuset": forgets}, shipped)
     assert arm is None and "more than 0.1 below" in lines[2]
+
+
+def test_the_cpu_seconds_of_a_stages_processes_add_up_over_sessions(driver, tmp_path):
+    spin = [sys.executable, "-c", "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"]
+    folder = tmp_path / "experiments" / "cuset" / "round_1"
+    for _ in range(2):  # two sessions, each working on the stage
+        with driver.counted(folder, "improve"):
+            assert driver.common.call(spin) == 0
+    with driver.counted(folder, "eval_unseen"):
+        pass  # found done: nothing started, nothing counted
+
+    seconds = json.loads((folder / driver.CPU_FILE).read_text())
+    assert list(seconds) == ["improve"] and 0.6 <= seconds["improve"] < 3
+    assert driver.cpu_hours(folder) == seconds["improve"] / 3600
+    assert driver.cpu_hours(tmp_path) is None
