@@ -163,6 +163,25 @@ def test_a_kernel_for_row_0_while_python_copies_in_host_sums_for_the_rest_is_a_f
     assert "15 elements of output 0" in result.reason and "host code computed them" in result.reason, result.reason
 
 
+def test_the_device_range_is_reserved_at_the_whole_address_the_runtime_returns():
+    # ctypes reads a C int unless told otherwise: the address came back cut to its low 32 bits, and
+    # a range placed at a multiple of 4 GiB (one in 2,048 on 2 MiB boundaries) read as "not reserved".
+    from cuset_core.verify.cpu.build import prepare_preludes, runtime_library
+
+    probe = """
+import ctypes, sys
+import torch
+from cuset_core.verify.cpu.device.side import reserve_device_range
+runtime = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL, use_errno=True)
+start = reserve_device_range(runtime, 1 << 30)
+maps = [line.split()[0].split("-") for line in open("/proc/self/maps")]
+print(start > (1 << 32), any(int(low, 16) == start and int(high, 16) - start >= 1 << 30 for low, high in maps))
+"""
+    library = runtime_library(prepare_preludes())
+    done = subprocess.run([sys.executable, "-c", probe, str(library)], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "True"], done.stdout + done.stderr
+
+
 def test_the_device_range_fits_under_the_sandboxs_address_space_limit():
     # A CUDA build of torch maps about 3 GiB on import, most of the sandbox's 4 GiB RLIMIT_AS: the
     # device process reserves half of what is left rather than a fixed 1 GiB it cannot get.

@@ -56,10 +56,35 @@ def arena_bytes() -> int:
     limit, _ = resource.getrlimit(resource.RLIMIT_AS)
     if limit == resource.RLIM_INFINITY:
         return ARENA_BYTES
-    status = Path("/proc/self/status").read_text()
-    used = next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmSize:"))
-    spare = (limit - used) // 2 // (1 << 20) * (1 << 20)
+    spare = (limit - _address_space_used()) // 2 // (1 << 20) * (1 << 20)
     return max(MIN_ARENA_BYTES, min(ARENA_BYTES, spare))
+
+
+def reserve_device_range(runtime: ctypes.CDLL, size: int) -> int:
+    """Reserve the device process's address range of ``size`` bytes in the runtime library
+    (loaded with ``use_errno``); returns its start, or raises RuntimeError saying why not."""
+    import resource
+
+    reserve = runtime.cuset_reserve_arena
+    # An address: ctypes' default result type, a C int, keeps only its low 32 bits, which are all
+    # zero for one large mapping in 2,048 (the kernel places them on 2 MiB boundaries).
+    reserve.restype, reserve.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    start: int | None = reserve(size)
+    if start:
+        return start
+    error = os.strerror(ctypes.get_errno())
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    room = "no limit" if limit == resource.RLIM_INFINITY else f"a limit of {limit >> 20} MiB"
+    raise RuntimeError(
+        f"cuset runtime: the device process could not reserve its address range of {size >> 20} MiB "
+        f"({error}; {_address_space_used() >> 20} MiB of address space in use, {room})"
+    )
+
+
+def _address_space_used() -> int:
+    """This process's mapped address space (``VmSize``), bytes."""
+    status = Path("/proc/self/status").read_text()
+    return next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmSize:"))
 
 
 # The host's side of a size: build and import the candidate, run its trials through the port
@@ -75,10 +100,9 @@ def candidate_side(job: CpuJob, workdir: Path, timings: dict[str, float], host_t
     from cuset_core.verify.transfer import load_values
 
     torch.set_num_threads(1)
-    runtime = ctypes.CDLL(job.runtime_library, mode=ctypes.RTLD_GLOBAL)
+    runtime = ctypes.CDLL(job.runtime_library, mode=ctypes.RTLD_GLOBAL, use_errno=True)
     runtime.cuset_install_guarded_allocator()
-    if not runtime.cuset_reserve_arena(ctypes.c_size_t(arena_bytes())):
-        raise RuntimeError("cuset runtime: the device process could not reserve its address range")
+    reserve_device_range(runtime, arena_bytes())
     inputs_fd = os.open(workdir / INPUTS_FILE, os.O_RDONLY | os.O_NOFOLLOW)
     os.unlink(workdir / INPUTS_FILE)
     libraries = {entry.file: (workdir / entry.file).read_bytes() for entry in job.prebuilt}
