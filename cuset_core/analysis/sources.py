@@ -372,7 +372,7 @@ def _python_sources(code: str, code_start: int) -> KernelSources:
                 cpp=cpp_text,
                 cuda_map=cuda_map,
                 cpp_map=cpp_map,
-                name=_const_str(args.get("name")),
+                name=_const_str(_assigned(args.get("name"), resolver)),
                 functions=_const_str_list(args.get("functions"), resolver),
                 call_span=(code_start + start, code_start + end),
                 keyword_spans=tuple(keyword_spans),
@@ -396,9 +396,15 @@ def _const_str(node: ast.expr | None) -> str | None:
     return None
 
 
-def _const_str_list(node: ast.expr | None, resolver: _Resolver) -> tuple[str, ...] | None:
+def _assigned(node: ast.expr | None, resolver: _Resolver) -> ast.expr | None:
+    """``node``, or the value a module-level assignment gave it when it is a name."""
     if isinstance(node, ast.Name) and node.id in resolver.assignments:
-        node = resolver.assignments[node.id]
+        return resolver.assignments[node.id]
+    return node
+
+
+def _const_str_list(node: ast.expr | None, resolver: _Resolver) -> tuple[str, ...] | None:
+    node = _assigned(node, resolver)
     if isinstance(node, (ast.List, ast.Tuple)):
         names = [_const_str(element) for element in node.elts]
         if all(name is not None for name in names):

@@ -109,7 +109,6 @@ class HarnessJob(_Contract):
 class PrebuildExtension(_Contract):
     """An extension of a Python candidate that the build side compiles before the candidate runs."""
 
-    name: str
     cuda: str
     cpp: str
     functions: list[str] | None = None

@@ -114,3 +114,14 @@ def test_keyword_values_span_the_argument_expression():
     spans = {name: PY_ANSWER[start:end] for name, start, end in ext.keyword_values}
     assert spans["functions"] == '["scale"]'
     assert spans["cuda_sources"] == "cuda_src"
+
+
+def test_an_extension_name_given_by_position_through_a_name_resolves_and_one_built_at_run_time_is_none():
+    named = PY_ANSWER.replace('load_inline(name="scale_ext", ', "load_inline(EXT_NAME, ").replace(
+        "cuda_src = ", 'EXT_NAME = "scale_ext"\ncuda_src = '
+    )
+    (ext,) = find_kernel_sources(named).extensions
+    assert ext.name == "scale_ext"
+    built = PY_ANSWER.replace('load_inline(name="scale_ext", ', 'load_inline(f"scale_{id(body)}", ')
+    (ext,) = find_kernel_sources(built).extensions
+    assert ext.name is None and ext.functions == ("scale",)

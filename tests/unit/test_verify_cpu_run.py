@@ -176,6 +176,17 @@ def test_atomics_histogram_passes():
     assert result.verdict is Verdict.PASS, result.reason + result.log
 
 
+def test_an_extension_named_at_run_time_is_verified_not_an_internal_error():
+    # The build side's prebuild once required a name it could read, and a candidate's
+    # load_inline(some_variable, ...) turned its verdict into the verifier's internal_error.
+    named_late = add_candidate(case("add_kernel.cu")).replace(
+        'load_inline(name="case_ext", ', 'load_inline("case_" + str(len(cuda_src) % 2), '
+    )
+    assert 'load_inline("case_"' in named_late
+    result = verify("add_problem.py", named_late)
+    assert result.verdict is Verdict.PASS, result.reason + result.log
+
+
 def test_kernel_that_never_runs_is_not_a_pass():
     torch_fallback = add_candidate(case("add_kernel.cu"), forward="return a + b")
     result = verify("add_problem.py", torch_fallback)

@@ -59,7 +59,7 @@ def test_fields_only_the_candidate_and_build_sides_read_do_not_split_the_batch()
         update={
             "candidate": "candidate.py",
             "handed": CandidateJob(overrides={"N": 4}),
-            "prebuild": [PrebuildExtension(name="ext", cuda="__global__ void k() {}", cpp="")],
+            "prebuild": [PrebuildExtension(cuda="__global__ void k() {}", cpp="")],
         }
     )
     assert reference_key(SPEC, PROBLEM, other) == reference_key(SPEC, PROBLEM, JOB)

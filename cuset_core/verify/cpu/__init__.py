@@ -28,7 +28,6 @@ from cuset_core.verify.contracts import (
 )
 from cuset_core.verify.cpu.build import (
     ARCH,
-    CU_EXTENSION,
     BuildError,
     Toolchain,
     extension_module_name,
@@ -75,9 +74,9 @@ def _prebuild(candidate: Candidate) -> list[PrebuildExtension]:
     """The extensions the build side compiles before the candidate runs: a ``.cu`` candidate's
     source, or a Python candidate's statically known ``load_inline`` calls."""
     if candidate.kind == "cu":
-        return [PrebuildExtension(name=CU_EXTENSION, cuda=candidate.code, cpp="", functions=None)]
+        return [PrebuildExtension(cuda=candidate.code, cpp="", functions=None)]
     return [
-        PrebuildExtension(name=ext.name, cuda=ext.cuda, cpp=ext.cpp, functions=list(ext.functions or []) or None)
+        PrebuildExtension(cuda=ext.cuda, cpp=ext.cpp, functions=list(ext.functions or []) or None)
         for ext in candidate.sources.extensions
     ]
 
@@ -88,7 +87,7 @@ def _planned(
     """The libraries the build side will compile, keyed on the trusted side (see library_cache)."""
     planned = []
     for index, ext in enumerate(prebuild):
-        module = extension_module_name(ext.name, index)
+        module = extension_module_name(index)
         digest = unit_digest(translation_unit(module, ext.cuda, ext.cpp, ext.functions, device_boundary))
         planned.append(PlannedLibrary(module, digest, library_key(digest, map(str, preludes))))
     return tuple(planned)

@@ -442,9 +442,11 @@ def _run(command: list[str], workdir: Path) -> None:
 CU_EXTENSION = "cuset_cu_candidate"  # the extension name of a ``.cu`` candidate's build
 
 
-def extension_module_name(name: str | None, index: int) -> str:
-    """Python module name of the ``index``-th extension a candidate builds."""
-    return re.sub(r"\W", "_", name or "ext") + f"_cuset{index}"
+def extension_module_name(index: int) -> str:
+    """Python module name of the ``index``-th extension a candidate builds: by its place, never by
+    the name the candidate gives it, which the static analysis cannot always read (a name built at
+    run time) while the library built ahead must match what the candidate asks for."""
+    return f"cuset_ext{index}"
 
 
 def unit_digest(unit: str) -> str:

@@ -241,7 +241,7 @@ class Builder:
         if feature:
             self.failure = Outcome(Verdict.UNSUPPORTED, f"uses {feature}", log=feature, unsupported_feature=feature)
             raise Decided(self.failure)
-        module_name = extension_module_name(name, len(self.libraries))
+        module_name = extension_module_name(len(self.libraries))
         clock = time.perf_counter()
         unit = translation_unit(module_name, cuda, cpp, functions, self.device_boundary)
         try:
@@ -619,7 +619,7 @@ def start_prebuilds(job: CpuJob, workdir: Path, preludes: list[Path], chain, poo
     built = {(entry.module, entry.digest): workdir / entry.file for entry in job.prebuilt}
     started = {}
     for index, ext in enumerate(job.prebuild):
-        module_name = extension_module_name(ext.name, index)
+        module_name = extension_module_name(index)
         unit = translation_unit(module_name, ext.cuda, ext.cpp, ext.functions, job.device_boundary)
         library = built.get((module_name, unit_digest(unit)))
         if library is not None and library.is_file():  # compiled by the build side, next to the reference
@@ -642,7 +642,7 @@ def build_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome
     built: list[PrebuiltLibrary] = []
     beyond_bridge = None
     for index, ext in enumerate(job.prebuild):
-        module_name = extension_module_name(ext.name, index)
+        module_name = extension_module_name(index)
         unit = translation_unit(module_name, ext.cuda, ext.cpp, ext.functions, job.device_boundary)
         try:
             library = compile_extension(module_name, unit, workdir, preludes, chain)
