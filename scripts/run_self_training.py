@@ -381,13 +381,7 @@ def report() -> None:
                     f"| {round_} | {r['sampled']} | {r['compiled']} | {r['passed']} | {r['kept']} ({r['kept_total']}) "
                     f"| {r['problems_solved']} | {hours:.2f} | {'—' if cpu is None else f'{cpu:.2f}'} |"
                 )
-        lines += [
-            "",
-            "Wall hours: the round's sampling, verifying and tuning (`round.json`). CPU hours: every process the "
-            "driver started for the round and its evaluations, over all sessions (counted since 2026-12-06; "
-            "— where not).",
-            "",
-        ]
+        lines.append("")
         for name in SETS:
             lines += [f"### {arm}, {name} operations", "", "| round | " + " | ".join(METRICS) + " |"]
             lines.append("|---|" + "---|" * len(METRICS))
@@ -409,9 +403,13 @@ def report() -> None:
                         cells.append(f"{i.a:.3f} ({i.difference:+.3f} [{i.low:+.3f}, {i.high:+.3f}])")
                 lines.append(f"| {round_} | " + " | ".join(cells) + " |")
             lines.append("")
-    lines.append(
-        "Cells after round 0: the metric, then its difference from round 0 with the paired bootstrap 95% interval."
-    )
+    lines += [
+        "Wall hours: the round's sampling, verifying and tuning (`round.json`). CPU hours: every process the "
+        "driver started for the round and its evaluations, over all sessions (counted since 2026-12-06; "
+        "— where not).",
+        "",
+        "Cells after round 0: the metric, then its difference from round 0 with the paired bootstrap 95% interval.",
+    ]
     lines += ["", *_ship_section()]
     (RESULTS / "report.md").write_text("\n".join(lines) + "\n")
     common.log(f"wrote {common.rel(RESULTS / 'report.md')}")
