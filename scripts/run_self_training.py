@@ -310,13 +310,16 @@ def ship_decision(last_rounds: dict[str, Evaluated], shipped: Evaluated) -> tupl
         (found,) = [i for i in compare_runs([a], [b]).intervals if i.metric == PASS_AT_4]
         return found
 
-    pooled = {}
-    for arm, runs in last_rounds.items():
-        unseen, seen = pass_at_4(runs.unseen, shipped.unseen), pass_at_4(runs.seen, shipped.seen)
-        pooled[arm] = (unseen.a * unseen.problems + seen.a * seen.problems) / (unseen.problems + seen.problems)
+    against = {
+        arm: (pass_at_4(runs.unseen, shipped.unseen), pass_at_4(runs.seen, shipped.seen))
+        for arm, runs in last_rounds.items()
+    }
+    pooled = {
+        arm: (unseen.a * unseen.problems + seen.a * seen.problems) / (unseen.problems + seen.problems)
+        for arm, (unseen, seen) in against.items()
+    }
     best = max(pooled, key=pooled.__getitem__)
-    unseen = pass_at_4(last_rounds[best].unseen, shipped.unseen)
-    seen = pass_at_4(last_rounds[best].seen, shipped.seen)
+    unseen, seen = against[best]
     beats = unseen.low > 0
     keeps_seen = seen.a >= seen.b - SEEN_MARGIN
     lines = [
