@@ -28,6 +28,10 @@ that names the fault, and the reason says why.
    tier 2 alone passes); and tier 2's check at smaller sizes after a timeout (a candidate right
    at those sizes and endless above them: in its binding, its kernel, its Python forward or a
    Python thread).
+8. Which library runs for which extension: extensions built in another order than the source
+   states them (a wrong one built first must not run the library built ahead for a right one),
+   names the candidate gives its extensions (the verifier's own among them), and a library
+   imported by its module name past ``load_inline``.
 
 The tier-2 candidates run behind the device boundary (``VerifySettings.device_boundary``, the
 default), where host code that touches device memory faults as on a GPU. The tier-2
@@ -1078,3 +1082,134 @@ def test_a_kernel_that_never_ends_above_the_smaller_sizes_keeps_its_timeout(wher
     assert_verdict(result, Verdict.TIMEOUT)
     assert "at the smaller sizes DIM=64 it passes" in result.reason, result.reason
     assert result.reason.endswith("so the timeout stands"), result.reason
+
+
+# ---------------------------------------------------------------- (8) which library runs for which extension
+
+# One row-sum extension, right or off by one. The two differ only in a constant of the kernel's
+# own code, so their libraries have the same layout: a library built from one set of sources that
+# took the other's place would run without a launch error, and only its values would tell.
+ROWSUM_EXT = r"""
+#include <torch/extension.h>
+
+__global__ void rowsum_kernel(const float* x, float* out, int cols) {
+    double total = 3.0;
+    for (int j = 0; j < cols; ++j) total += x[blockIdx.x * cols + j];
+    out[blockIdx.x] = total - TAKE;
+}
+
+torch::Tensor rowsum(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    rowsum_kernel<<<x.size(0), 1>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.size(1));
+    return out;
+}
+"""
+
+
+def rowsum_ext(variable: str, name: str, right: bool) -> str:
+    """``variable = load_inline(...)`` of the row-sum extension named ``name``, right or off by one."""
+    cuda = ROWSUM_EXT.replace("TAKE", "3.0" if right else "2.0")
+    return f'''{variable} = load_inline(name={name!r}, cpp_sources="torch::Tensor rowsum(torch::Tensor x);",
+                  cuda_sources=r"""{cuda}""", functions=["rowsum"])'''
+
+
+def two_extensions_built_in_reverse(used: str) -> str:
+    """The source states the right extension first and the wrong one second; the candidate builds
+    them the other way round and its forward uses ``used``."""
+    return f"""import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+
+def build_right():
+    {rowsum_ext("built", "right_ext", right=True)}
+    return built
+
+
+def build_wrong():
+    {rowsum_ext("built", "wrong_ext", right=False)}
+    return built
+
+
+wrong = build_wrong()
+right = build_right()
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return {used}.rowsum(x)
+"""
+
+
+def one_module(*extensions: str, forward: str) -> str:
+    body = "\n".join(extensions)
+    return f"""import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+{body}
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        {forward}
+"""
+
+
+@pytest.mark.slow
+def test_extensions_built_in_another_order_than_the_source_states_them_pass_with_or_without_cached_libraries(
+    tmp_path,
+):
+    # Libraries were once named by their place in the source: built the other way round, each took
+    # the file of the other's library built ahead, and the device process, which runs only its
+    # copies of those, ran the other extension's kernels (or, from the library cache, refused them).
+    libraries = LibraryCache(tmp_path)
+    answer = two_extensions_built_in_reverse("right")
+    for run in ("built ahead", "from the library cache"):
+        result = tier2(answer, libraries)
+        assert result.verdict is Verdict.PASS, (run, result.reason, result.log[-2000:])
+
+
+@pytest.mark.slow
+def test_a_wrong_extension_built_first_never_runs_the_library_built_ahead_for_the_right_one(tmp_path):
+    libraries = LibraryCache(tmp_path)
+    answer = two_extensions_built_in_reverse("wrong")
+    for _run in ("built ahead", "from the library cache"):
+        result = tier2(answer, libraries)
+        assert_verdict(result, Verdict.VALUE_MISMATCH)
+        assert "max abs diff 1 exceeds" in result.reason, result.reason
+
+
+@pytest.mark.slow
+def test_names_a_candidate_gives_its_extensions_choose_no_library(libraries):
+    # The verifier's own module names, taken by the candidate: a right extension named like the
+    # first one built, then a wrong one named like it too. Each runs its own sources.
+    from cuset_core.verify.cpu.build import extension_module_name
+
+    right_name = extension_module_name(
+        ROWSUM_EXT.replace("TAKE", "3.0"), "torch::Tensor rowsum(torch::Tensor x);", ["rowsum"]
+    )
+    for name in ("cuset_ext0", "cuset_ext1", right_name):
+        right = rowsum_ext("first", name, right=True)
+        wrong = rowsum_ext("second", name, right=False)
+        assert tier2(one_module(right, forward="return first.rowsum(x)"), libraries).verdict is Verdict.PASS, name
+        assert_verdict(
+            tier2(one_module(right, wrong, forward="return second.rowsum(x)"), libraries), Verdict.VALUE_MISMATCH
+        )
+
+
+@pytest.mark.slow
+def test_a_library_imported_past_load_inline_counts_only_for_what_its_kernels_compute(libraries):
+    # The candidate's folder holds its libraries, so it can import one by its module name, past
+    # load_inline and the fallback monitor in its own process. What the device process sees decides:
+    # the kernel's row sums pass; torch's row sums beside the kernel's launch are torch's work.
+    from cuset_core.verify.cpu.build import extension_module_name
+
+    cuda = ROWSUM_EXT.replace("TAKE", "3.0")
+    module = extension_module_name(cuda, "torch::Tensor rowsum(torch::Tensor x);", ["rowsum"])
+    imported = f"importlib.import_module({module!r})"
+    extension = rowsum_ext("ext", "rowsum_ext", right=True)
+    kernels = one_module(extension, forward=f"import importlib\n        return {imported}.rowsum(x)")
+    assert tier2(kernels, libraries).verdict is Verdict.PASS
+    torchs = one_module(extension, forward=f"import importlib\n        {imported}.rowsum(x)\n        return x.sum(1)")
+    assert_kernels_off_fallback(tier2(torchs, libraries))

@@ -263,7 +263,7 @@ def test_a_host_loop_over_data_ptr_beside_a_no_op_launch_faults(libraries):
 def test_torch_in_the_binding_writing_the_kernels_output_after_its_launch_is_a_fallback(libraries):
     # On tier 2's torch bridge, ``out.copy_(x.sum(1))`` in C++ runs through Python's torch.
     result = tier2("        return ext.binding_copy(x)", libraries)
-    assert result.built_with == {"cuset_ext0": "bridge"}
+    assert list(result.built_with.values()) == ["bridge"]
     assert_kernels_off_fallback(result)
 
 

@@ -72,13 +72,17 @@ def _result(verdict: Verdict, reason: str, **fields: Any) -> VerifyResult:
 
 def _prebuild(candidate: Candidate) -> list[PrebuildExtension]:
     """The extensions the build side compiles before the candidate runs: a ``.cu`` candidate's
-    source, or a Python candidate's statically known ``load_inline`` calls."""
+    source, or a Python candidate's statically known ``load_inline`` calls, each sources once (an
+    extension's library is named by its sources)."""
     if candidate.kind == "cu":
         return [PrebuildExtension(cuda=candidate.code, cpp="", functions=None)]
-    return [
-        PrebuildExtension(cuda=ext.cuda, cpp=ext.cpp, functions=list(ext.functions or []) or None)
+    distinct = {
+        (ext.cuda, ext.cpp, tuple(ext.functions or ())): PrebuildExtension(
+            cuda=ext.cuda, cpp=ext.cpp, functions=list(ext.functions or []) or None
+        )
         for ext in candidate.sources.extensions
-    ]
+    }
+    return list(distinct.values())
 
 
 def _planned(
@@ -86,8 +90,8 @@ def _planned(
 ) -> tuple[PlannedLibrary, ...]:
     """The libraries the build side will compile, keyed on the trusted side (see library_cache)."""
     planned = []
-    for index, ext in enumerate(prebuild):
-        module = extension_module_name(index)
+    for ext in prebuild:
+        module = extension_module_name(ext.cuda, ext.cpp, ext.functions)
         digest = unit_digest(translation_unit(module, ext.cuda, ext.cpp, ext.functions, device_boundary))
         planned.append(PlannedLibrary(module, digest, library_key(digest, map(str, preludes))))
     return tuple(planned)

@@ -442,11 +442,15 @@ def _run(command: list[str], workdir: Path) -> None:
 CU_EXTENSION = "cuset_cu_candidate"  # the extension name of a ``.cu`` candidate's build
 
 
-def extension_module_name(index: int) -> str:
-    """Python module name of the ``index``-th extension a candidate builds: by its place, never by
-    the name the candidate gives it, which the static analysis cannot always read (a name built at
-    run time) while the library built ahead must match what the candidate asks for."""
-    return f"cuset_ext{index}"
+def extension_module_name(cuda: str, cpp: str, functions: Sequence[str] | None) -> str:
+    """Python module name (and library file stem) of an extension built from these sources: by what
+    it is built from, never by the name the candidate gives it (the static analysis cannot always
+    read it: a name built at run time) nor by its place (a candidate may build its extensions in
+    another order than its source lists them). Equal sources share a name; different sources never
+    share a library file, so a library built at run time cannot take the file, and behind the device
+    boundary the device process's copy, of one built ahead from other sources."""
+    sources = json.dumps([cuda, cpp, list(functions or ())])
+    return f"cuset_ext_{hashlib.sha256(sources.encode()).hexdigest()[:16]}"
 
 
 def unit_digest(unit: str) -> str:

@@ -241,7 +241,7 @@ class Builder:
         if feature:
             self.failure = Outcome(Verdict.UNSUPPORTED, f"uses {feature}", log=feature, unsupported_feature=feature)
             raise Decided(self.failure)
-        module_name = extension_module_name(len(self.libraries))
+        module_name = extension_module_name(cuda, cpp, functions)
         clock = time.perf_counter()
         unit = translation_unit(module_name, cuda, cpp, functions, self.device_boundary)
         try:
@@ -618,8 +618,8 @@ def start_prebuilds(job: CpuJob, workdir: Path, preludes: list[Path], chain, poo
 
     built = {(entry.module, entry.digest): workdir / entry.file for entry in job.prebuilt}
     started = {}
-    for index, ext in enumerate(job.prebuild):
-        module_name = extension_module_name(index)
+    for ext in job.prebuild:
+        module_name = extension_module_name(ext.cuda, ext.cpp, ext.functions)
         unit = translation_unit(module_name, ext.cuda, ext.cpp, ext.functions, job.device_boundary)
         library = built.get((module_name, unit_digest(unit)))
         if library is not None and library.is_file():  # compiled by the build side, next to the reference
@@ -642,12 +642,12 @@ def build_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome
     built: list[PrebuiltLibrary] = []
     beyond_bridge = None
     for index, ext in enumerate(job.prebuild):
-        module_name = extension_module_name(index)
+        module_name = extension_module_name(ext.cuda, ext.cpp, ext.functions)
         unit = translation_unit(module_name, ext.cuda, ext.cpp, ext.functions, job.device_boundary)
         try:
             library = compile_extension(module_name, unit, workdir, preludes, chain)
         except BuildError as exc:
-            beyond_bridge = _beyond_bridge(job, module_name, unit, workdir, chain, exc)
+            beyond_bridge = _beyond_bridge(job, index, module_name, unit, workdir, chain, exc)
             break
         built.append(PrebuiltLibrary(module=module_name, digest=unit_digest(unit), file=library.name))
     timings["prebuild"] = time.perf_counter() - clock
@@ -655,10 +655,11 @@ def build_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome
 
 
 def _beyond_bridge(
-    job: CpuJob, module_name: str, unit: str, workdir: Path, chain: Toolchain, failure: BuildError
+    job: CpuJob, index: int, module_name: str, unit: str, workdir: Path, chain: Toolchain, failure: BuildError
 ) -> str | None:
-    """Behind the device boundary, when the bridge did not build an extension: why, if one of
-    ATen's preludes builds it (the bridge lacks what it uses), else None (a failure of its own)."""
+    """Behind the device boundary, when the bridge did not build the ``index``-th extension: why,
+    if one of ATen's preludes builds it (the bridge lacks what it uses), else None (a failure of its
+    own)."""
     from cuset_core.verify.cpu.build import compile_extension
 
     if not job.beyond_bridge_preludes:
@@ -670,7 +671,8 @@ def _beyond_bridge(
         return None
     library.unlink(missing_ok=True)  # never run: its tensors would hold device memory in the host
     first = failure.first_error or _first_error(str(failure))
-    return clip(f"extension {module_name} uses torch's C++ API beyond the bridge ({first})", 400)
+    which = f"extension {index + 1} of {len(job.prebuild)}" if len(job.prebuild) > 1 else "the extension"
+    return clip(f"{which} uses torch's C++ API beyond the bridge ({first})", 400)
 
 
 def candidate_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome:

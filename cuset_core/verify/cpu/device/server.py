@@ -125,6 +125,14 @@ class Trial:
         return {"names": [name for name, _ in self.torch_made], "values": values}
 
 
+def not_built_ahead(library: str) -> str:
+    """Why the device process refuses to load ``library``: the host built it while the candidate ran."""
+    return (
+        f"the extension {library} was built from sources the answer does not state literally (made at run"
+        " time); behind the device boundary only the extensions built ahead from the answer's source run"
+    )
+
+
 class Device:
     """The device side: handles, memory, libraries, trials. ``sizes[size]`` is what the reference
     side handed over for a size (``trials``: each trial's inputs, CPU tensors here, which is device
@@ -266,7 +274,7 @@ class Device:
 
     def _load(self, request: Load, _payload: bytes) -> tuple[Reply, bytes]:
         if self._library(request.library) is None:
-            return Reply(error=f"the extension {request.library} was not built ahead by the verifier"), b""
+            return Reply(error=not_built_ahead(request.library)), b""
         return Reply(), b""
 
     def _launch(self, request: Launch, payload: bytes) -> tuple[Reply, bytes]:

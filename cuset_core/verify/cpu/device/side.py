@@ -225,9 +225,9 @@ def _outcome(device: Any, size: int, host_report: Path, status: int, said: str) 
     finished = [trial for trial in trials if device.trials[(size, trial)].outputs is not None]
     if device.unknown_libraries:
         names = ", ".join(device.unknown_libraries)
-        return Outcome(
-            Verdict.RUNTIME_ERROR, f"the extension {names} was not built ahead by the verifier", launches=launches
-        )
+        from cuset_core.verify.cpu.device.server import not_built_ahead
+
+        return Outcome(Verdict.RUNTIME_ERROR, not_built_ahead(names), launches=launches)
     if claim is None or len(finished) < expected:
         how = f"exit status {os.waitstatus_to_exitcode(status)}" if status else "before it named every trial's outputs"
         reason = f"the candidate's host process ended ({how}) after {len(finished)} of {expected} trials"
