@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The sandbox tests, the forged-verdict suite, the attack variations, the batch-isolation and
-# second-size attacks as an unprivileged user, the way the shipped image runs the verifier (the
-# sandbox is then a user namespace, not root dropping to its own uid). The other security suites
-# test the judge and the CPU runtime, which do not depend on the uid: they run in scripts/test.sh's
-# parallel lane. Run as root after scripts/setup.sh (scripts/test.sh runs it as its last lane);
+# The sandbox tests, the forged-verdict suite, the attack variations, the batch-isolation,
+# device-boundary and second-size attacks as an unprivileged user, the way the shipped image runs
+# the verifier (the sandbox is then a user namespace, not root dropping to its own uid). Only the
+# sandbox's own suites also run as root, in scripts/test.sh's parallel lane; the other security
+# suites test the judge and the CPU runtime, which do not depend on the uid: they run there only. Run as root after scripts/setup.sh (scripts/test.sh runs it as its last lane);
 # extra arguments go to pytest.
 # CUSET_CPU_PCH_DIR, when set, names tier 2's precompiled preludes, built beforehand and read here.
 # One test at a time: every sandbox here runs as the same uid, so parallel tests would share its

@@ -2,7 +2,7 @@
 candidate that could leave something for a later one (its outputs, computed by torch, keyed on
 the inputs) would hand it a lookup table. Each test runs a leaving candidate, then a candidate of
 the same batch that fails on purpose when it finds what was left; the second must pass. They
-run as root in the parallel lane and unprivileged in scripts/test_unprivileged.sh.
+run unprivileged, in scripts/test_unprivileged.sh (the way the shipped image runs the verifier).
 """
 
 from __future__ import annotations
