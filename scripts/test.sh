@@ -58,14 +58,26 @@ cpu_ticks() {  # the machine's busy and total CPU time so far, in clock ticks (/
     read -r _ user nice system idle iowait rest </proc/stat
     echo "$((user + nice + system)) $((user + nice + system + idle + iowait))"
 }
+children_ticks() {  # sets $ticks: the CPU time of the processes this shell has reaped so far
+    local stat  # /proc/<pid>/stat after the command name: cutime and cstime are fields 14 and 15 there
+    read -r stat </proc/$BASHPID/stat
+    stat=${stat##*) }
+    set -- $stat
+    ticks=$((${14} + ${15}))
+}
 lane() {  # lane NAME COMMAND...: run and time one lane; remember it when it fails
-    local started=$SECONDS code=0 before after
+    local started=$SECONDS code=0 before after ticks own
     before=$(cpu_ticks)
+    children_ticks
+    own=$ticks
     echo "lane $1: started"
     "${@:2}" || code=$?
     after=$(cpu_ticks)
-    # How busy the whole machine's cores were meanwhile: a lane far below 100 % leaves room beside it.
-    echo "lane $1: $((SECONDS - started)) s, exit $code, cores busy $(( (${after% *} - ${before% *}) * 100 / (${after#* } - ${before#* } + 1) )) %"
+    children_ticks
+    # How busy the whole machine's cores were meanwhile (a lane far below 100 % leaves room beside
+    # it), and the CPU its own processes spent (of lanes run side by side, which one to cut).
+    echo "lane $1: $((SECONDS - started)) s, exit $code, CPU $(((ticks - own) / $(getconf CLK_TCK))) s," \
+        "cores busy $(( (${after% *} - ${before% *}) * 100 / (${after#* } - ${before#* } + 1) )) %"
     if [ "$code" != 0 ]; then status=$code; failed+=("$1"); fi
 }
 lane preludes prepare_preludes
