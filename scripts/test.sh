@@ -58,26 +58,26 @@ cpu_ticks() {  # the machine's busy and total CPU time so far, in clock ticks (/
     read -r _ user nice system idle iowait rest </proc/stat
     echo "$((user + nice + system)) $((user + nice + system + idle + iowait))"
 }
-children_ticks() {  # sets $ticks: the CPU time of the processes this shell has reaped so far
-    local stat  # /proc/<pid>/stat after the command name: cutime and cstime are fields 14 and 15 there
-    read -r stat </proc/$BASHPID/stat
-    stat=${stat##*) }
-    set -- $stat
-    ticks=$((${14} + ${15}))
+lane_group() {  # lane_group NAME: a cpuacct cgroup of the lane's own, where the machine lets one be made
+    local group=/sys/fs/cgroup/cpuacct/cuset-lane-$1-$$
+    mkdir -p "$group" 2>/dev/null && [ -w "$group/tasks" ] && echo "$group"
 }
 lane() {  # lane NAME COMMAND...: run and time one lane; remember it when it fails
-    local started=$SECONDS code=0 before after ticks own
+    local started=$SECONDS code=0 before after group spent=""
     before=$(cpu_ticks)
-    children_ticks
-    own=$ticks
+    group=$(lane_group "$1") || group=""
     echo "lane $1: started"
-    "${@:2}" || code=$?
+    # In its cgroup every process of the lane counts, however it was started (sandboxes that leave
+    # their parents, servers, pytest-xdist's workers), and nothing beside it does.
+    if [ -n "$group" ]; then (echo "$BASHPID" >"$group/tasks" && "${@:2}") || code=$?; else "${@:2}" || code=$?; fi
     after=$(cpu_ticks)
-    children_ticks
+    if [ -n "$group" ]; then
+        spent="CPU $(($(cat "$group/cpuacct.usage") / 1000000000)) s, "
+        rmdir "$group" 2>/dev/null || true
+    fi
     # How busy the whole machine's cores were meanwhile (a lane far below 100 % leaves room beside
-    # it), and the CPU its own processes spent (of lanes run side by side, which one to cut).
-    echo "lane $1: $((SECONDS - started)) s, exit $code, CPU $(((ticks - own) / $(getconf CLK_TCK))) s," \
-        "cores busy $(( (${after% *} - ${before% *}) * 100 / (${after#* } - ${before#* } + 1) )) %"
+    # it), and the CPU the lane's own processes spent (of lanes run side by side, which to cut).
+    echo "lane $1: $((SECONDS - started)) s, exit $code, ${spent}cores busy $(( (${after% *} - ${before% *}) * 100 / (${after#* } - ${before#* } + 1) )) %"
     if [ "$code" != 0 ]; then status=$code; failed+=("$1"); fi
 }
 lane preludes prepare_preludes
