@@ -1106,11 +1106,24 @@ torch::Tensor rowsum(torch::Tensor x) {
 """
 
 
+ROWSUM_CPP = "torch::Tensor rowsum(torch::Tensor x);"
+
+
+def rowsum_cuda(right: bool) -> str:
+    return ROWSUM_EXT.replace("TAKE", "3.0" if right else "2.0")
+
+
 def rowsum_ext(variable: str, name: str, right: bool) -> str:
     """``variable = load_inline(...)`` of the row-sum extension named ``name``, right or off by one."""
-    cuda = ROWSUM_EXT.replace("TAKE", "3.0" if right else "2.0")
-    return f'''{variable} = load_inline(name={name!r}, cpp_sources="torch::Tensor rowsum(torch::Tensor x);",
-                  cuda_sources=r"""{cuda}""", functions=["rowsum"])'''
+    return f'''{variable} = load_inline(name={name!r}, cpp_sources="{ROWSUM_CPP}",
+                  cuda_sources=r"""{rowsum_cuda(right)}""", functions=["rowsum"])'''
+
+
+def right_rowsum_module() -> str:
+    """The module name the verifier gives the right row-sum extension's library."""
+    from cuset_core.verify.cpu.build import extension_module_name
+
+    return extension_module_name(rowsum_cuda(right=True), ROWSUM_CPP, ["rowsum"])
 
 
 def two_extensions_built_in_reverse(used: str) -> str:
@@ -1185,11 +1198,7 @@ def test_names_a_candidate_gives_its_extensions_choose_no_library(libraries):
     # The verifier's own module names, taken by the candidate: a right extension named like the
     # verifier's first one once was, and a wrong one named like the right one's library. Each runs
     # its own sources.
-    from cuset_core.verify.cpu.build import extension_module_name
-
-    right_name = extension_module_name(
-        ROWSUM_EXT.replace("TAKE", "3.0"), "torch::Tensor rowsum(torch::Tensor x);", ["rowsum"]
-    )
+    right_name = right_rowsum_module()
     alone = one_module(rowsum_ext("first", "cuset_ext0", right=True), forward="return first.rowsum(x)")
     assert tier2(alone, libraries).verdict is Verdict.PASS
     right = rowsum_ext("first", right_name, right=True)
@@ -1204,11 +1213,7 @@ def test_a_library_imported_past_load_inline_counts_only_for_what_its_kernels_co
     # The candidate's folder holds its libraries, so it can import one by its module name, past
     # load_inline and the fallback monitor in its own process. What the device process sees decides:
     # the kernel's row sums pass; torch's row sums beside the kernel's launch are torch's work.
-    from cuset_core.verify.cpu.build import extension_module_name
-
-    cuda = ROWSUM_EXT.replace("TAKE", "3.0")
-    module = extension_module_name(cuda, "torch::Tensor rowsum(torch::Tensor x);", ["rowsum"])
-    imported = f"importlib.import_module({module!r})"
+    imported = f"importlib.import_module({right_rowsum_module()!r})"
     extension = rowsum_ext("ext", "rowsum_ext", right=True)
     kernels = one_module(extension, forward=f"import importlib\n        return {imported}.rowsum(x)")
     assert tier2(kernels, libraries).verdict is Verdict.PASS

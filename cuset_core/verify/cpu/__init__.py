@@ -77,7 +77,7 @@ def _prebuild(candidate: Candidate) -> list[PrebuildExtension]:
     if candidate.kind == "cu":
         return [PrebuildExtension(cuda=candidate.code, cpp="", functions=None)]
     distinct = {
-        (ext.cuda, ext.cpp, tuple(ext.functions or ())): PrebuildExtension(
+        extension_module_name(ext.cuda, ext.cpp, ext.functions): PrebuildExtension(
             cuda=ext.cuda, cpp=ext.cpp, functions=list(ext.functions or []) or None
         )
         for ext in candidate.sources.extensions
