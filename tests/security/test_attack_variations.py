@@ -30,8 +30,9 @@ that names the fault, and the reason says why.
    Python thread).
 8. Which library runs for which extension: extensions built in another order than the source
    states them (a wrong one built first must not run the library built ahead for a right one),
-   names the candidate gives its extensions (the verifier's own among them), and a library
-   imported by its module name past ``load_inline``.
+   names the candidate gives its extensions (the verifier's own among them), extensions built from
+   a Python thread, the same sources under two names, and a library imported by its module name
+   past ``load_inline``.
 
 The tier-2 candidates run behind the device boundary (``VerifySettings.device_boundary``, the
 default), where host code that touches device memory faults as on a GPU. The tier-2
@@ -1219,3 +1220,32 @@ def test_a_library_imported_past_load_inline_counts_only_for_what_its_kernels_co
     assert tier2(kernels, libraries).verdict is Verdict.PASS
     torchs = one_module(extension, forward=f"import importlib\n        {imported}.rowsum(x)\n        return x.sum(1)")
     assert_kernels_off_fallback(tier2(torchs, libraries))
+
+
+@pytest.mark.slow
+def test_extensions_built_from_a_thread_in_reverse_order_run_their_own_kernels(libraries):
+    # Another thread, another order: the right one built from a thread after the wrong one.
+    answer = two_extensions_built_in_reverse("wrong").replace(
+        "wrong = build_wrong()\nright = build_right()\n",
+        "import threading\nwrong = build_wrong()\nholder = {}\n"
+        "worker = threading.Thread(target=lambda: holder.update(right=build_right()))\n"
+        "worker.start()\nworker.join()\nright = holder['right']\n",
+    )
+    assert "threading.Thread" in answer
+    assert_verdict(tier2(answer, libraries), Verdict.VALUE_MISMATCH)
+    assert tier2(answer.replace("return wrong.rowsum(x)", "return right.rowsum(x)"), libraries).verdict is Verdict.PASS
+
+
+@pytest.mark.slow
+def test_the_same_sources_under_two_names_are_one_library_and_a_wrong_twin_is_not(libraries):
+    twins = one_module(
+        rowsum_ext("first", "first_ext", right=True),
+        rowsum_ext("second", "second_ext", right=True),
+        forward="return second.rowsum(x)",
+    )
+    assert tier2(twins, libraries).verdict is Verdict.PASS
+    wrong_twin = twins.replace(
+        rowsum_ext("second", "second_ext", right=True), rowsum_ext("second", "second_ext", right=False)
+    )
+    assert wrong_twin != twins
+    assert_verdict(tier2(wrong_twin, libraries), Verdict.VALUE_MISMATCH)
