@@ -31,8 +31,9 @@ that names the fault, and the reason says why.
 8. Which library runs for which extension: extensions built in another order than the source
    states them (a wrong one built first must not run the library built ahead for a right one),
    names the candidate gives its extensions (the verifier's own among them), extensions built from
-   a Python thread, the same sources under two names, and a library imported by its module name
-   past ``load_inline``.
+   a Python thread or the model's constructor, the same sources under two names, two extensions
+   that differ only in their C++ binding layer, and a library imported by its module name past
+   ``load_inline``.
 
 The tier-2 candidates run behind the device boundary (``VerifySettings.device_boundary``, the
 default), where host code that touches device memory faults as on a GPU. The tier-2
@@ -1243,9 +1244,75 @@ def test_the_same_sources_under_two_names_are_one_library_and_a_wrong_twin_is_no
         rowsum_ext("second", "second_ext", right=True),
         forward="return second.rowsum(x)",
     )
+    assert len(cpu._prebuild(parse_candidate(twins))) == 1  # one library for both names
     assert tier2(twins, libraries).verdict is Verdict.PASS
     wrong_twin = twins.replace(
         rowsum_ext("second", "second_ext", right=True), rowsum_ext("second", "second_ext", right=False)
     )
     assert wrong_twin != twins
     assert_verdict(tier2(wrong_twin, libraries), Verdict.VALUE_MISMATCH)
+
+
+# The same row sums with the kernel's constant passed in by the C++ binding layer: two extensions
+# whose CUDA sources are identical and whose cpp_sources alone differ.
+ROWSUM_LAUNCH = r"""
+#include <torch/extension.h>
+
+__global__ void rowsum_kernel(const float* x, float* out, int cols, float take) {
+    double total = 3.0;
+    for (int j = 0; j < cols; ++j) total += x[blockIdx.x * cols + j];
+    out[blockIdx.x] = total - take;
+}
+
+torch::Tensor rowsum_launch(torch::Tensor x, double take) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    rowsum_kernel<<<x.size(0), 1>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.size(1), (float)take);
+    return out;
+}
+"""
+
+
+def rowsum_binding_ext(variable: str, name: str, right: bool) -> str:
+    """``variable = load_inline(...)`` whose C++ layer, not its CUDA, is right or off by one."""
+    cpp = (
+        "torch::Tensor rowsum_launch(torch::Tensor x, double take);\n"
+        f"torch::Tensor rowsum(torch::Tensor x) {{ return rowsum_launch(x, {'3.0' if right else '2.0'}); }}"
+    )
+    return f'''{variable} = load_inline(name={name!r}, cpp_sources="""{cpp}""",
+                  cuda_sources=r"""{ROWSUM_LAUNCH}""", functions=["rowsum"])'''
+
+
+@pytest.mark.slow
+def test_extensions_that_differ_only_in_their_cpp_layer_built_in_reverse_run_their_own_bindings(libraries):
+    # Another language layer: the same CUDA sources, the constant in the binding. Built wrong first.
+    def answer(used: str) -> str:
+        return one_module(
+            rowsum_binding_ext("wrong", "wrong_ext", right=False),
+            rowsum_binding_ext("right", "right_ext", right=True),
+            forward=f"return {used}.rowsum(x)",
+        )
+
+    assert_verdict(tier2(answer("wrong"), libraries), Verdict.VALUE_MISMATCH)
+    assert tier2(answer("right"), libraries).verdict is Verdict.PASS
+
+
+@pytest.mark.slow
+def test_extensions_built_in_reverse_inside_the_models_constructor_run_their_own_kernels(libraries):
+    # Another place: built when ModelNew is made, the wrong one first, not when the module loads.
+    def answer(used: str) -> str:
+        return (
+            two_extensions_built_in_reverse(used)
+            .replace(
+                "wrong = build_wrong()\nright = build_right()\n",
+                "",
+            )
+            .replace(
+                "class ModelNew(nn.Module):\n",
+                "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                "        global wrong, right\n        wrong = build_wrong()\n        right = build_right()\n\n",
+            )
+        )
+
+    assert "global wrong, right" in answer("wrong") and "\nwrong = build_wrong()" not in answer("wrong")
+    assert_verdict(tier2(answer("wrong"), libraries), Verdict.VALUE_MISMATCH)
+    assert tier2(answer("right"), libraries).verdict is Verdict.PASS
