@@ -32,7 +32,12 @@ def serve(
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port")] = 8000,
     worker: Annotated[bool, typer.Option("--worker/--no-worker", help="start a Celery worker child")] = True,
-    concurrency: Annotated[int, typer.Option(min=1, help="worker processes (a tune holds one)")] = 2,
+    concurrency: Annotated[
+        int, typer.Option(min=1, help="train/infer worker processes (a tune or a generation holds one)")
+    ] = 2,
+    cpu_concurrency: Annotated[
+        int, typer.Option(min=1, help="processes of the cpu worker: validation, tiers 0-2, bookkeeping")
+    ] = 1,
     data_dir: DataDirOption = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
 ) -> None:
@@ -47,6 +52,7 @@ def serve(
             port=port,
             with_worker=worker,
             concurrency=concurrency,
+            cpu_concurrency=cpu_concurrency,
             log_level=log_level,
             echo=typer.echo,
         )

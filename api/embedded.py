@@ -1,12 +1,15 @@
-"""The whole service as one foreground process: migrations, one Celery worker child (with the
-reaper's beat schedule embedded) and the API under uvicorn.
+"""The whole service as one foreground process: migrations, two Celery worker children and the
+API under uvicorn. One worker serves ``train`` and ``infer`` (``--concurrency`` processes); the
+other serves ``cpu`` alone (``--cpu-concurrency``, one process by default) and schedules the
+reaper (beat), so file validation, tiers 0-2 and bookkeeping never wait behind a generation or a
+training run, and no one request can hold every worker process (:func:`embedded_workers`).
 
 With no configuration everything lives in ``settings.data_dir``: the SQLite database, the
 SQLite-backed Celery broker (kombu's SQLAlchemy transport) and the artifacts. Setting
 ``CUSET_DATABASE_URL`` / ``CUSET_BROKER_URL`` points the same command at Postgres / Redis.
 
 Stopping: SIGINT (Ctrl-C) or SIGTERM ends uvicorn gracefully, then the worker's process group
-(its pool children and any training subprocess) gets SIGTERM, ``stop_timeout_s`` to finish
+(their pool children and any training subprocess) gets SIGTERM, ``stop_timeout_s`` to finish
 (training saves a checkpoint on SIGTERM), and SIGKILL after that.
 """
 
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from db.dispatch import QUEUES
+from db.dispatch import CPU_QUEUE, INFER_QUEUE, QUEUES, TRAIN_QUEUE
 from db.keys import create_key, has_keys
 from db.migrate import upgrade
 from db.models import DEFAULT_OWNER
@@ -34,6 +37,32 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 class StopRequested(Exception):
     """Raised by our SIGINT/SIGTERM handler so that every exit path stops the worker."""
+
+
+@dataclass(frozen=True)
+class EmbeddedWorker:
+    """One worker child of ``cuset serve``: its node name, queues, pool size, whether it runs
+    beat, and its log file (under the data dir's ``logs``)."""
+
+    hostname: str
+    queues: tuple[str, ...]
+    concurrency: int
+    beat: bool
+    log_name: str
+
+
+def embedded_workers(concurrency: int = 2, cpu_concurrency: int = 1) -> list[EmbeddedWorker]:
+    """The worker children of ``cuset serve``: ``concurrency`` processes for ``train`` and
+    ``infer`` (a tuning run or a generation holds one), and ``cpu_concurrency`` processes of their
+    own for ``cpu``, which run beat too. Celery cannot reserve a process of a worker for one of
+    its queues, so the slot kept for ``cpu`` is a worker of its own: a validation never waits
+    behind a generation, and every queue has a process no single request can take."""
+    if concurrency < 1 or cpu_concurrency < 1:
+        raise ValueError(f"each worker needs a process; got {concurrency} and {cpu_concurrency}")
+    return [
+        EmbeddedWorker("cuset@%h", (TRAIN_QUEUE, INFER_QUEUE), concurrency, beat=False, log_name="worker.log"),
+        EmbeddedWorker("cuset-cpu@%h", (CPU_QUEUE,), cpu_concurrency, beat=True, log_name="worker-cpu.log"),
+    ]
 
 
 def worker_command(
@@ -93,11 +122,17 @@ class WorkerChild:
     log_path: Path
 
     @classmethod
-    def start(cls, settings: Settings, concurrency: int, log_path: Path) -> WorkerChild:
+    def start(cls, settings: Settings, spec: EmbeddedWorker) -> WorkerChild:
+        data_dir = Path(settings.data_dir).resolve()
+        log_path = data_dir / "logs" / spec.log_name
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log: IO[bytes] = open(log_path, "ab")
         command = worker_command(
-            concurrency=concurrency, schedule_file=Path(settings.data_dir).resolve() / "celerybeat-schedule"
+            spec.queues,
+            spec.concurrency,
+            beat=spec.beat,
+            schedule_file=data_dir / "celerybeat-schedule",
+            hostname=spec.hostname,
         )
         process = subprocess.Popen(
             command,
@@ -191,9 +226,10 @@ def serve(
     log_level: str = "info",
     stop_timeout_s: float = 30.0,
     echo=print,
+    cpu_concurrency: int = 1,
 ) -> int:
-    """Migrate, start the worker, serve the API until a signal; returns the exit status
-    (0 after a requested stop, 1 when the worker died on its own)."""
+    """Migrate, start the workers (:func:`embedded_workers`), serve the API until a signal;
+    returns the exit status (0 after a requested stop, 1 when a worker died on its own)."""
     import uvicorn
 
     from api.main import create_app
@@ -201,8 +237,9 @@ def serve(
     if not settings.auth and host not in LOOPBACK:
         raise ValueError(f"CUSET_AUTH=false serves every caller as one owner: bind a loopback address, not {host}")
     previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    worker: WorkerChild | None = None
-    worker_died, stopping = threading.Event(), threading.Event()
+    workers: list[WorkerChild] = []
+    died: list[WorkerChild] = []  # workers that exited on their own
+    stopping = threading.Event()
     try:
         data_dir = Path(settings.data_dir).resolve()
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -211,9 +248,16 @@ def serve(
         upgrade(settings.resolved_database_url)
         server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level=log_level))
         if with_worker:
-            worker = WorkerChild.start(settings, concurrency, data_dir / "logs" / "worker.log")
-            echo(f"worker:    pid {worker.process.pid}, queues {','.join(DEFAULT_QUEUES)}, log {worker.log_path}")
-            threading.Thread(target=_watch, args=(worker, server, worker_died, stopping), daemon=True).start()
+            for spec in embedded_workers(concurrency, cpu_concurrency):
+                worker = WorkerChild.start(settings, spec)
+                workers.append(worker)
+                what = f"{spec.concurrency} process{'es' if spec.concurrency > 1 else ''}" + (
+                    ", reaper schedule" if spec.beat else ""
+                )
+                echo(
+                    f"worker:    pid {worker.process.pid}, queues {','.join(spec.queues)} ({what}), log {worker.log_path}"
+                )
+                threading.Thread(target=_watch, args=(worker, server, died, stopping), daemon=True).start()
         echo(f"sandbox:   {_sandbox_line()}")
         for name, url in urls(host, port).items():
             echo(f"{name + ':':11}{url}")
@@ -228,18 +272,18 @@ def serve(
         pass
     finally:
         stopping.set()
-        if worker is not None:
-            # A second Ctrl-C / SIGTERM while the worker winds down kills it at once.
+        if workers:
+            # A second Ctrl-C / SIGTERM while the workers wind down kills them at once.
             for sig in previous:
-                signal.signal(sig, lambda *_: worker.kill())
-            echo(f"stopping the worker (up to {stop_timeout_s:.0f} s; Ctrl-C again kills it)")
-            worker.stop(stop_timeout_s)
+                signal.signal(sig, lambda *_: [worker.kill() for worker in workers])
+            echo(f"stopping the workers (up to {stop_timeout_s:.0f} s; Ctrl-C again kills them)")
+            for worker in workers:
+                worker.stop(stop_timeout_s)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if worker_died.is_set():
-        echo(f"the worker exited with status {worker.process.returncode}; see {worker.log_path}")
-        return 1
-    return 0
+    for worker in died:
+        echo(f"a worker exited with status {worker.process.returncode}; see {worker.log_path}")
+    return 1 if died else 0
 
 
 def _first_key(database_url: str) -> str | None:
@@ -250,11 +294,12 @@ def _first_key(database_url: str) -> str | None:
         return create_key(session, "first", owner=DEFAULT_OWNER).secret
 
 
-def _watch(worker: WorkerChild, server, died: threading.Event, stopping: threading.Event) -> None:
-    """Stop the API when the worker exits on its own: a service without a worker only queues."""
+def _watch(worker: WorkerChild, server, died: list[WorkerChild], stopping: threading.Event) -> None:
+    """Stop the API when a worker exits on its own: a service without one of its workers leaves
+    the queues of that worker unserved."""
     worker.process.wait()
     if not stopping.is_set() and not server.should_exit:
-        died.set()
+        died.append(worker)
         server.should_exit = True
 
 
