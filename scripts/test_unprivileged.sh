@@ -30,5 +30,6 @@ exec runuser -u "$USER_NAME" -- env -i PATH="$PATH" HOME="$home" PYTHONPATH="${P
     .venv/bin/python -m pytest -p no:cacheprovider -q --durations=10 \
     tests/security/test_forged_verdicts.py tests/security/test_sandbox_isolation.py \
     tests/security/test_sandbox_fail_closed.py tests/security/test_batch_isolation.py tests/unit/test_verify_sandbox.py \
+    tests/security/test_sandbox_interpreter_links.py \
     tests/security/test_attack_variations.py tests/security/test_device_boundary.py \
     tests/security/test_judge_blame.py::test_a_kernel_right_only_at_the_reduced_size_fails_at_a_second_size "$@"

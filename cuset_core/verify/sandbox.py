@@ -469,12 +469,91 @@ def _readable_roots(extra: Sequence[Path] = ()) -> list[Path]:
     return [root for root in sorted(set(roots)) if not any(o != root and o in root.parents for o in roots)]
 
 
+# How many links one path may pass through, as the kernel's own limit (MAXSYMLINKS, 40).
+_MAX_LINKS = 40
+
+
+def link_chain(path: str | Path) -> tuple[list[tuple[str, str]], str]:
+    """The links met on the way to ``path`` (absolute, or relative to the cwd), in the order the
+    kernel follows them, each as (where the link is, what it says), and the real path it ends at.
+
+    Each component is looked at in turn, as the kernel resolves a name: a link anywhere (a folder
+    on the way, the file itself, a link to a link, a relative target) is one step; so every link
+    a sandboxed exec of ``path`` passes is listed, each at a path whose folders are real. A loop
+    ends the walk after ``_MAX_LINKS`` links (the exec would fail the same way outside)."""
+    name = os.fspath(path)
+    absolute = name if os.path.isabs(name) else os.path.join(os.getcwd(), name)
+    pending = absolute.split("/")[::-1]  # a stack: the next component last
+    links: list[tuple[str, str]] = []
+    current = "/"
+    while pending:
+        part = pending.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, part)
+        if not os.path.islink(candidate):
+            current = candidate
+            continue
+        if len(links) >= _MAX_LINKS:
+            break
+        target = os.readlink(candidate)
+        links.append((candidate, target))
+        if os.path.isabs(target):
+            current = "/"
+        pending.extend(reversed(target.split("/")))
+    return links, current
+
+
+def _interpreters(argv0: str | None) -> list[str]:
+    """The programs whose links the sandbox reproduces: the command's own (as the sandbox's PATH
+    finds it), the verifier's interpreter (tier 1-3's sides run it) and the toolchain's."""
+    programs = [sys.executable]
+    if argv0:
+        programs.append(argv0 if "/" in argv0 else shutil.which(argv0) or "")
+    programs += [found for tool in ("nvcc", "g++", "c++") if (found := shutil.which(tool))]
+    return [program for program in programs if program]
+
+
+def _link_mounts(programs: Sequence[str], covered: Sequence[Path], workdir: Path) -> tuple[dict[str, str], list[str]]:
+    """What makes each of ``programs`` runnable by its name in the sandbox when a link on its way
+    lies outside the folders mounted anyway (``covered``): each such link, made again as the same
+    link (dest -> what it says), and the real file at the end, mounted read-only by itself.
+
+    A venv made with a Python reached through a link in another folder (a folder of links, a
+    user's ``~/bin``, ``/etc/alternatives``) has its ``bin/python`` point into that folder; the
+    venv and the base installation are mounted, the folder in between is not. Only the links
+    themselves are made, not their folders: nothing else a user keeps there is shown. A link
+    where a mount point's folder must be (a folder on the way to a mounted root) is left to that
+    mount (the root's own real path is mounted too)."""
+    symlinks: dict[str, str] = {}
+    files: list[str] = []
+    keep_out = [*covered, workdir]
+    for program in programs:
+        try:
+            links, real = link_chain(program)
+        except OSError:
+            continue
+        for where, target in links:
+            if _under(where, keep_out) or any(Path(where) in root.parents for root in keep_out):
+                continue
+            symlinks.setdefault(where, target)
+        if links and os.path.isfile(real) and not _under(real, keep_out) and real not in files:
+            files.append(real)
+    return symlinks, files
+
+
 def _under(path: str, folders: Iterable[Path]) -> bool:
     return any(path == str(f) or path.startswith(str(f) + os.sep) for f in folders)
 
 
-def _bwrap_args(workdir: Path, limits: SandboxLimits, readable: Sequence[Path] = ()) -> list[str]:
-    """bwrap's options for one run: namespaces, the minimal root, the tmpfs work folder."""
+def _bwrap_args(
+    workdir: Path, limits: SandboxLimits, readable: Sequence[Path] = (), argv0: str | None = None
+) -> list[str]:
+    """bwrap's options for one run: namespaces, the minimal root, the tmpfs work folder; the
+    links on the way to ``argv0`` and the verifier's interpreter (:func:`_link_mounts`)."""
     args = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session"]  # fmt: skip
     if os.geteuid() == 0:
@@ -484,21 +563,30 @@ def _bwrap_args(workdir: Path, limits: SandboxLimits, readable: Sequence[Path] =
     else:
         args += ["--unshare-user", "--disable-userns"]
     roots = _readable_roots(readable)
+    top = [Path("/") / link for link in ("bin", "lib", "lib64", "sbin")]
+    etc = [Path("/etc") / name for name in _ETC_FILES]
+    symlinks, files = _link_mounts(_interpreters(argv0), [*roots, *top, *etc], workdir)
     # bwrap would make the mount points' parents 0700, which the sandbox's uid could not pass.
-    parents = {p for dest in (*roots, workdir, Path("/etc/x")) for p in dest.parents if p != Path("/")}
+    dests = (*roots, workdir, Path("/etc/x"), *map(Path, symlinks), *map(Path, files))
+    parents = {p for dest in dests for p in dest.parents if p != Path("/")}
     for parent in sorted(parents, key=lambda p: len(p.parts)):
         if not _under(str(parent), roots):
             args += ["--perms", "0755", "--dir", str(parent)]
     for root in roots:
         args += ["--ro-bind", str(root.resolve()), str(root)]
-    for link in ("bin", "lib", "lib64", "sbin"):
-        target = Path("/") / link
+    for target in top:
         if target.is_symlink():
             args += ["--symlink", os.readlink(target), str(target)]
         elif target.is_dir():
             args += ["--ro-bind", str(target), str(target)]
     for name in _ETC_FILES:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    # The links on the way to the interpreter that no mount above brings (a venv made through a
+    # folder of links: every side of tiers 1-3 would exit 127), and the file they end at.
+    for where, target in sorted(symlinks.items()):
+        args += ["--symlink", target, where]
+    for real in files:
+        args += ["--ro-bind", real, real]
     args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(64 << 20), "--tmpfs", "/dev/shm"]
     gpu_nodes = sorted(Path("/dev").glob("nvidia*"))
     for node in gpu_nodes:
@@ -526,7 +614,8 @@ def _command(argv: list[str], workdir: Path, limits: SandboxLimits, readable: Se
         uid = str(SandboxSettings().uid)
         drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                 "--bounding-set=-all", "--no-new-privs", "--"]  # fmt: skip
-    return [*_bwrap_args(workdir, limits, readable), "--", *drop, "sh", "-c", _wrapper(), str(workdir), *argv]
+    bwrap = _bwrap_args(workdir, limits, readable, argv[0] if argv else None)
+    return [*bwrap, "--", *drop, "sh", "-c", _wrapper(), str(workdir), *argv]
 
 
 def _wrapper() -> str:
