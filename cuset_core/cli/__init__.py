@@ -4,7 +4,7 @@ from importlib.metadata import entry_points
 
 import typer
 
-from cuset_core.cli import analyze, data, demo, evaluate, improve, kernelbench, train, verify
+from cuset_core.cli import analyze, data, demo, evaluate, improve, install, kernelbench, train, verify
 
 app = typer.Typer(
     name="cuset",
@@ -15,7 +15,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-for module in (data, analyze, train, verify, evaluate, kernelbench, demo, improve):
+for module in (data, analyze, train, verify, evaluate, kernelbench, demo, improve, install):
     module.register(app)
 # Packages built on the core (the service's `cuset serve`, `cuset keys`) add their commands
 # through this entry point group, so cuset_core never imports them.

@@ -167,8 +167,8 @@ def prepare_model(config: TuneConfig):
 
 def base_spec(config: TuneConfig) -> str:
     """The spec of the model a run tunes, as its adapters record it: names (the bundled model, a
-    repo id) stay names; paths become absolute."""
-    named = resolve_model(config.model).kind in ("bundled", "hub")
+    repo id, an opt-in model's name) stay names; paths become absolute."""
+    named = resolve_model(config.model).kind in ("bundled", "hub", "named")
     return config.model if named else str(Path(config.model).resolve())
 
 
