@@ -1,6 +1,7 @@
-"""What each worker found at start-up about the verification sandbox, kept as a small JSON file
-per worker under the artifact root (shared by the API and the workers, hidden from candidates),
-so ``/readyz`` can report it without a migration or a broadcast to the workers."""
+"""What each worker found at start-up, and found again since, about the verification sandbox,
+kept as a small JSON file per worker under the artifact root (shared by the API and the workers,
+hidden from candidates), so ``/readyz`` can report it without a migration or a broadcast to the
+workers."""
 
 from __future__ import annotations
 
@@ -22,11 +23,19 @@ def _file_name(hostname: str) -> str:
     return "".join(c if c.isalnum() or c in "@.-_" else "_" for c in hostname) + ".json"
 
 
-def record_sandbox(settings: Settings, hostname: str, isolated: bool, reason: str, allow_unisolated: bool) -> None:
-    """Write (atomically) what the worker ``hostname`` found when it started."""
+def record_sandbox(
+    settings: Settings, hostname: str, isolated: bool, reason: str, allow_unisolated: bool, tier2: str | None = None
+) -> None:
+    """Write (atomically) what the worker ``hostname`` found when it started or probed again.
+
+    ``tier2``: why tier 2's side does not run in the sandbox the worker could set up (its
+    interpreter importing torch failed), None when it runs or was not tried; the state is then
+    ``not ready`` with that reason."""
     folder = _folder(settings)
     folder.mkdir(parents=True, exist_ok=True)
     state = "isolated" if isolated else "unisolated (operator opt-out)" if allow_unisolated else "refusing"
+    if tier2 is not None and state != "refusing":
+        state, reason = "not ready", tier2
     entry = {"state": state, "reason": reason, "pid": os.getpid(), "checked_at": int(time.time())}
     name = _file_name(hostname)
     partial = folder / f".{name}.tmp"
@@ -47,7 +56,7 @@ def forget_sandbox(settings: Settings, hostname: str) -> None:
 
 def sandbox_states(settings: Settings) -> dict[str, dict]:
     """Worker hostname -> its entry (``state``: isolated | unisolated (operator opt-out) |
-    refusing; ``reason``; ``pid``; ``checked_at``, Unix seconds)."""
+    refusing | not ready; ``reason``; ``pid``; ``checked_at``, Unix seconds)."""
     states = {}
     for path in sorted(_folder(settings).glob("*.json")):
         try:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 
 from celery import bootsteps
 from celery.signals import worker_init, worker_process_init, worker_ready, worker_shutdown
 
+from cuset_core.verify.readiness import tier2_readiness
 from cuset_core.verify.sandbox import isolation, log_isolation
 from cuset_core.verify.settings import SandboxSettings
 from db.dispatch import make_celery
@@ -67,19 +69,58 @@ def _start_pool_process(**_kwargs) -> None:
     torch.set_num_threads(torch_threads(len(os.sched_getaffinity(0)), _pool["size"]))
 
 
+_probing = threading.Lock()  # one tier-2 probe at a time in this process
+_stopping = threading.Event()  # set at shutdown: a probe that ends later records nothing
+_logger = logging.getLogger("cuset.worker")
+_last_tier2: dict[str, str | None] = {}  # hostname -> the last reason tier 2 could not run (None: it ran)
+
+
+def _hostname(worker) -> str:
+    return getattr(worker, "hostname", None) or f"worker-{os.getpid()}"
+
+
+def probe_and_record(hostname: str) -> None:
+    """Probe the sandbox and, where candidates would run in it, tier 2's real side (the verifier's
+    interpreter importing torch there: ``readiness.tier2_readiness``, kept a few minutes), and
+    record both for ``/readyz``; logged at start and whenever tier 2's state changes. A probe
+    still running in this process makes this one return at once."""
+    if not _probing.acquire(blocking=False):
+        return
+    try:
+        state, allow = isolation(), SandboxSettings().allow_unisolated
+        tier2 = None
+        if state.available or allow:
+            ready = tier2_readiness()
+            tier2 = None if ready.ready else ready.reason
+            if hostname not in _last_tier2 or _last_tier2[hostname] != tier2:
+                if tier2 is None:
+                    _logger.info("verification: tier 2's side runs in the sandbox")
+                else:
+                    _logger.error("verification NOT READY: %s; every tier-2 check would end in internal_error", tier2)
+            _last_tier2[hostname] = tier2
+        if not _stopping.is_set():
+            record_sandbox(settings, hostname, state.available, state.reason, allow, tier2=tier2)
+    finally:
+        _probing.release()
+
+
 @worker_ready.connect
 def _check_sandbox(sender=None, **_kwargs) -> None:
     """Probe the verification sandbox once at start: log it (loudly when tiers 1-3 will refuse,
-    or when the operator opted out of isolation) and record it for ``/readyz``."""
-    state = log_isolation(logging.getLogger("cuset.worker"))
-    hostname = getattr(sender, "hostname", None) or f"worker-{os.getpid()}"
+    or when the operator opted out of isolation) and record it for ``/readyz``; then, in a thread
+    of its own (a torch import takes seconds), run tier 2's real side and record that."""
+    state = log_isolation(_logger)
+    hostname = _hostname(sender)
     record_sandbox(settings, hostname, state.available, state.reason, SandboxSettings().allow_unisolated)
+    threading.Thread(target=probe_and_record, args=(hostname,), name="cuset-tier2-probe", daemon=True).start()
 
 
 class SandboxProbe(bootsteps.StartStopStep):
-    """Probe the sandbox again every ``sandbox_probe_interval_s`` on the worker's own timer and
-    record it, so ``/readyz`` follows a fix (bubblewrap installed) or a breakage without a restart.
-    A failed probe is really run again only after ``REPROBE_FAILURE_S`` (see ``isolation``)."""
+    """Probe the sandbox and tier 2's side again every ``sandbox_probe_interval_s`` on the worker's
+    own timer and record it, so ``/readyz`` follows a fix (bubblewrap installed, the venv repaired)
+    or a breakage without a restart. A failed isolation probe is really run again only after
+    ``REPROBE_FAILURE_S`` (see ``isolation``); tier 2's side after ``readiness.READY_TTL_S`` when
+    it ran, ``NOT_READY_TTL_S`` when it did not. The probe runs in a thread, never in the timer's."""
 
     requires = {"celery.worker.components:Timer"}
 
@@ -94,10 +135,11 @@ class SandboxProbe(bootsteps.StartStopStep):
         if self.timer_ref is not None:
             self.timer_ref.cancel()
 
-    def probe(self, worker) -> None:
-        state = isolation()
-        hostname = getattr(worker, "hostname", None) or f"worker-{os.getpid()}"
-        record_sandbox(settings, hostname, state.available, state.reason, SandboxSettings().allow_unisolated)
+    def probe(self, worker) -> threading.Thread:
+        thread = threading.Thread(target=probe_and_record, args=(_hostname(worker),), name="cuset-tier2-probe")
+        thread.daemon = True
+        thread.start()
+        return thread
 
 
 app.steps["worker"].add(SandboxProbe)
@@ -105,4 +147,5 @@ app.steps["worker"].add(SandboxProbe)
 
 @worker_shutdown.connect
 def _forget_sandbox(sender=None, **_kwargs) -> None:
+    _stopping.set()
     forget_sandbox(settings, getattr(sender, "hostname", None) or f"worker-{os.getpid()}")

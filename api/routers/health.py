@@ -1,6 +1,6 @@
-"""Liveness (the process answers) and readiness (database and broker reachable), with what each
-worker found about the verification sandbox when it started and whether each inference engine
-answers."""
+"""Liveness (the process answers) and readiness (database and broker reachable, and no worker's
+verifier broken), with what each worker found about the verification sandbox (at start and again
+while it runs) and whether each inference engine answers."""
 
 from __future__ import annotations
 
@@ -62,8 +62,8 @@ async def _engine_states(settings: Settings) -> dict[str, dict]:
 
 @router.get(
     "/readyz",
-    summary="Database and broker are reachable; the workers' sandbox isolation",
-    responses={503: {"description": "a dependency is down; the error names it"}},
+    summary="Database and broker are reachable; the workers' sandbox isolation and tier-2 side",
+    responses={503: {"description": "a dependency is down, or a worker's tier 2 cannot run; the error names it"}},
 )
 async def readyz(settings: SettingsDep) -> JSONResponse:
     for name, check, url in (
@@ -88,13 +88,25 @@ async def readyz(settings: SettingsDep) -> JSONResponse:
         for name, entry in sandbox.items()
         if entry.get("state") == "refusing"
     ]
+    # But a worker whose sandbox isolates and yet cannot run tier 2's side (its interpreter does
+    # not start there, torch does not import) would answer every candidate, the reference's own
+    # too, with internal_error, which reads as the model's failure: the service is not ready.
+    broken = [
+        f"worker {name}: the verifier is broken, tier 2 cannot run ({entry.get('reason') or 'no reason given'}); "
+        "every tier-2 check would end in internal_error (docs/deploy.md)"
+        for name, entry in sandbox.items()
+        if entry.get("state") == "not ready"
+    ]
     body = {
-        "status": "degraded" if reasons else "ready",
+        "status": "not ready" if broken else "degraded" if reasons else "ready",
         "database": "ok",
         "broker": "ok",
         "sandbox": sandbox,
         "engines": engines,
     }
-    if reasons:
-        body["reasons"] = reasons
-    return JSONResponse(body)
+    if broken or reasons:
+        body["reasons"] = broken + reasons
+    if not broken:
+        return JSONResponse(body)
+    error = {"message": "; ".join(broken), "type": "service_unavailable_error", "param": "sandbox"}
+    return JSONResponse(body | {"error": error | {"code": "verifier_unavailable"}}, status_code=503)

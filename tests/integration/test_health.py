@@ -53,3 +53,24 @@ def test_readyz_is_degraded_with_the_reason_while_a_worker_refuses_verification(
     finally:
         forget_sandbox(service_settings, "cpu@no-bwrap")
     assert client.get("/readyz").json()["status"] == "ready"
+
+
+def test_readyz_is_not_ready_with_the_reason_while_a_workers_tier_2_side_cannot_run(client, service_settings):
+    from db.worker_status import forget_sandbox, record_sandbox
+
+    # What a worker records when its venv's Python, reached through a link folder, exits 127 in the sandbox.
+    why = "tier 2's side (/venv/bin/python importing torch in the sandbox) exited with status 127: python: not found"
+    record_sandbox(service_settings, "cpu@broken-venv", True, "", False, tier2=why)
+    try:
+        response = client.get("/readyz")
+        body = response.json()
+        assert response.status_code == 503
+        assert body["status"] == "not ready"
+        assert body["sandbox"]["cpu@broken-venv"]["state"] == "not ready"
+        [reason] = [r for r in body["reasons"] if "cpu@broken-venv" in r]
+        assert why in reason and "internal_error" in reason
+        assert body["error"]["code"] == "verifier_unavailable" and why in body["error"]["message"]
+        assert body["error"]["type"] == "service_unavailable_error"
+    finally:
+        forget_sandbox(service_settings, "cpu@broken-venv")
+    assert client.get("/readyz").json()["status"] == "ready"

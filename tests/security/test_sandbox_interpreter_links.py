@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from cuset_core.verify.readiness import Readiness, probe_tier2
 from cuset_core.verify.sandbox import isolation, link_chain, run_sandboxed
 from cuset_core.verify.settings import SandboxLimits
 
@@ -129,3 +130,43 @@ def test_only_the_link_is_made_again_and_the_verifiers_link_is_never_touched(tmp
     assert outcome.ok, outcome.stderr
     assert outcome.stdout.splitlines() == [f"{REAL_PYTHON} ['python3']"]
     assert link.is_symlink() and os.readlink(link) == REAL_PYTHON
+
+
+# The readiness probe: what the workers run at start and again while they run, for /readyz.
+
+
+def test_the_tier_2_probe_is_ready_where_a_linked_venvs_python_imports_torch_in_the_sandbox(tmp_path, isolated):
+    venv = make_venv(tmp_path, _alternatives(tmp_path), with_project=True)
+    assert probe_tier2(str(venv / "bin" / "python"), readable=[venv]) == Readiness(True)
+
+
+def test_the_tier_2_probe_is_not_ready_with_the_exit_status_and_message_when_python_cannot_start(tmp_path, isolated):
+    venv = make_venv(tmp_path, _link_folder(tmp_path))
+    (tmp_path / "links" / "python3").unlink()  # the venv's interpreter now leads nowhere
+    state = probe_tier2(str(venv / "bin" / "python"), readable=[venv])
+    assert not state.ready
+    assert state.reason.startswith(f"tier 2's side ({venv / 'bin' / 'python'} importing torch in the sandbox)")
+    assert "exited with status 127" in state.reason and "not found" in state.reason
+
+
+def test_the_tier_2_probe_is_not_ready_when_torch_does_not_import(tmp_path, isolated):
+    venv = make_venv(tmp_path, _link_folder(tmp_path))  # no project packages: no torch
+    state = probe_tier2(str(venv / "bin" / "python"), readable=[venv])
+    assert not state.ready
+    assert "exited with status 1" in state.reason and "No module named 'torch'" in state.reason
+
+
+def test_the_tier_2_probe_is_kept_a_while_and_run_again_after(monkeypatch):
+    from cuset_core.verify import readiness
+
+    answers = iter([Readiness(False, "broken"), Readiness(True), Readiness(False, "broken again")])
+    probes = []
+    monkeypatch.setattr(readiness, "probe_tier2", lambda: probes.append(1) or next(answers))
+    monkeypatch.setattr(readiness, "_last", {})
+    assert readiness.tier2_readiness() == Readiness(False, "broken")
+    assert readiness.tier2_readiness() == Readiness(False, "broken") and len(probes) == 1  # kept
+    monkeypatch.setattr(readiness, "NOT_READY_TTL_S", 0.0)
+    assert readiness.tier2_readiness() == Readiness(True) and len(probes) == 2  # fixed meanwhile
+    assert readiness.tier2_readiness() == Readiness(True) and len(probes) == 2  # kept READY_TTL_S
+    monkeypatch.setattr(readiness, "READY_TTL_S", 0.0)
+    assert readiness.tier2_readiness() == Readiness(False, "broken again") and len(probes) == 3  # repeated

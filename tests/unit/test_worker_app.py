@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from cuset_core.verify.cache import cache_key
 from cuset_core.verify.result import Tier
 from cuset_core.verify.settings import VerifySettings
@@ -89,6 +91,7 @@ def test_a_forked_pool_process_runs_torch_on_its_share_with_a_runtime_of_its_own
 def test_each_worker_probes_the_sandbox_again_on_its_timer_and_records_it(tmp_path, monkeypatch):
     import types
 
+    from cuset_core.verify.readiness import Readiness
     from cuset_core.verify.sandbox import Isolation
     from db.settings import Settings
     from db.worker_status import sandbox_states
@@ -98,9 +101,45 @@ def test_each_worker_probes_the_sandbox_again_on_its_timer_and_records_it(tmp_pa
     settings = Settings(data_dir=tmp_path)
     monkeypatch.setattr(worker_app, "settings", settings)
     monkeypatch.setattr(worker_app, "isolation", lambda: Isolation(False, "bubblewrap (bwrap) is not installed"))
+    monkeypatch.setattr(worker_app, "tier2_readiness", lambda: Readiness(True))
     worker = types.SimpleNamespace(hostname="cpu@probe-test")
-    worker_app.SandboxProbe.probe(None, worker)
+    worker_app.SandboxProbe.probe(None, worker).join(30)  # in a thread: never the timer's own
     assert sandbox_states(settings)["cpu@probe-test"]["state"] == "refusing"
     monkeypatch.setattr(worker_app, "isolation", lambda: Isolation(True))  # bubblewrap installed since
-    worker_app.SandboxProbe.probe(None, worker)
+    worker_app.SandboxProbe.probe(None, worker).join(30)
     assert sandbox_states(settings)["cpu@probe-test"]["state"] == "isolated"
+
+
+def test_the_workers_probe_records_tier_2_not_ready_with_the_reason_and_ready_once_fixed(tmp_path, monkeypatch):
+    import worker.app as worker_app
+    from cuset_core.verify.readiness import Readiness
+    from cuset_core.verify.sandbox import Isolation
+    from db.worker_status import sandbox_states
+
+    settings = Settings(data_dir=tmp_path / "data", artifact_root=tmp_path / "artifacts")
+    monkeypatch.setattr(worker_app, "settings", settings)
+    monkeypatch.setattr(worker_app, "isolation", lambda: Isolation(True))
+    why = "tier 2's side (/venv/bin/python importing torch in the sandbox) exited with status 127: python: not found"
+    monkeypatch.setattr(worker_app, "tier2_readiness", lambda: Readiness(False, why))
+    worker_app.probe_and_record("cpu@probe")
+    assert sandbox_states(settings)["cpu@probe"]["state"] == "not ready"
+    assert sandbox_states(settings)["cpu@probe"]["reason"] == why
+    monkeypatch.setattr(worker_app, "tier2_readiness", lambda: Readiness(True))
+    worker_app.probe_and_record("cpu@probe")
+    assert sandbox_states(settings)["cpu@probe"] | {"pid": 0, "checked_at": 0} == {
+        "state": "isolated", "reason": "", "pid": 0, "checked_at": 0
+    }  # fmt: skip
+
+
+def test_a_worker_whose_sandbox_refuses_does_not_run_tier_2s_probe(tmp_path, monkeypatch):
+    import worker.app as worker_app
+    from cuset_core.verify.sandbox import Isolation
+    from db.worker_status import sandbox_states
+
+    settings = Settings(data_dir=tmp_path / "data", artifact_root=tmp_path / "artifacts")
+    monkeypatch.setattr(worker_app, "settings", settings)
+    monkeypatch.setattr(worker_app, "isolation", lambda: Isolation(False, "bubblewrap (bwrap) is not installed"))
+    monkeypatch.delenv("CUSET_SANDBOX_ALLOW_UNISOLATED", raising=False)
+    monkeypatch.setattr(worker_app, "tier2_readiness", lambda: pytest.fail("probed tier 2 in a refusing sandbox"))
+    worker_app.probe_and_record("cpu@refusing")
+    assert sandbox_states(settings)["cpu@refusing"]["state"] == "refusing"
