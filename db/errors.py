@@ -53,6 +53,7 @@ class ErrorCode(StrEnum):
     MODEL_NOT_AVAILABLE = "model_not_available"
     FILE_TOO_LARGE = "file_too_large"
     REQUEST_TOO_LARGE = "request_too_large"
+    CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
     FILE_IN_USE = "file_in_use"
     FILE_CONTENT_MISSING = "file_content_missing"
     INVALID_FILE_FORMAT = "invalid_file_format"

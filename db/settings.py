@@ -77,6 +77,18 @@ class Settings(BaseSettings):
     max_upload_mb: int = Field(512, ge=1)
     max_records_per_file: int = Field(200_000, ge=1)
     max_generation_tokens: int = Field(4096, ge=1, description="max_tokens ceiling per request")
+    max_context_tokens: int = Field(
+        0,
+        ge=0,
+        description="ceiling on a request's prompt tokens plus max_tokens, below the model's own context length "
+        "(which always applies); 0: the model's context length alone",
+    )
+    max_generation_s: float = Field(
+        600.0,
+        gt=0,
+        description="wall-clock cap of one request's decoding (a repair attempt's, of its own): past it the "
+        "attempts still decoding end with finish_reason length",
+    )
     max_samples_per_request: int = Field(16, ge=1)
     max_repair_rounds: int = Field(4, ge=0, description="repair_rounds ceiling of /v1/generate and /v1/evals")
 

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
+from api.context import check_context
 from api.deps import OwnerDep, SessionDep, SettingsDep
 from api.errors import APIError, bad_request
 from api.routers.models import model_spec
@@ -176,7 +177,11 @@ async def create_completion(
     if not prompts:
         raise bad_request("prompt must hold at least one text.", param="prompt")
     request = GenerationRequest(**_decoding(body, body.max_tokens), form="raw", prompts=prompts)
-    created = await run_in_threadpool(_submit, session, settings, owner, body.model, GenerationKind.COMPLETION, request)
+    spec = await run_in_threadpool(model_spec, session, settings, owner, body.model)
+    await run_in_threadpool(check_context, settings, spec, prompts, body.max_tokens, "prompt")
+    created = await run_in_threadpool(
+        _submit, session, settings, owner, body.model, GenerationKind.COMPLETION, request, spec
+    )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return _event_stream(_openai_events(settings, created, chat=False, include_usage=include_usage))
@@ -201,7 +206,9 @@ async def create_chat_completion(
     max_tokens = body.token_limit(min(CHAT_DEFAULT_MAX_TOKENS, settings.max_generation_tokens))
     _check_limits(settings, max_tokens, body.n)
     request = GenerationRequest(**_decoding(body, max_tokens), form="chat", prompts=[body.chat()])
-    created = await run_in_threadpool(_submit, session, settings, owner, body.model, GenerationKind.CHAT, request)
+    spec = await run_in_threadpool(model_spec, session, settings, owner, body.model)
+    await run_in_threadpool(check_context, settings, spec, request.prompts, max_tokens, "messages")
+    created = await run_in_threadpool(_submit, session, settings, owner, body.model, GenerationKind.CHAT, request, spec)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return _event_stream(_openai_events(settings, created, chat=True, include_usage=include_usage))
@@ -351,6 +358,8 @@ async def create_generation(
     model with its error; ``samples`` then lists every attempt and ``chosen`` the passing one."""
     spec = await run_in_threadpool(model_spec, session, settings, owner, body.model)
     request = _generate_request(settings, body, recorded_prompt_style(spec))
+    prompt_param = "problem" if body.problem is not None else "prompt"
+    await run_in_threadpool(check_context, settings, spec, request.prompts, request.max_tokens, prompt_param)
     created = await run_in_threadpool(
         _submit, session, settings, owner, body.model, GenerationKind.GENERATE, request, spec
     )

@@ -3,6 +3,10 @@ growing text shown as it is decoded (``stream_decode``).
 
 Temperature 0 means greedy decoding. Prompts are rendered with the tokenizer's chat template
 (with the generation prompt) and left-padded so a batch decodes together.
+
+Decoding can be stopped from outside (:class:`OutsideStop`): at a ``deadline`` (a wall-time cap:
+the completions in progress end there with finish_reason ``length``), or for the conversations a
+caller's ``ended`` check says nobody waits for any more (a request whose client left).
 """
 
 from __future__ import annotations
@@ -99,11 +103,17 @@ def generate(
     max_new_tokens: int = 512,
     seed: int | None = None,
     stop_at_fence: bool | Sequence[bool] = False,
+    deadline: float | None = None,
+    ended: Callable[[], Sequence[bool]] | None = None,
+    check_every_s: float = 0.5,
 ) -> list[list[GeneratedText]]:
     """``n`` completions for each conversation, in input order: result[i][j] is sample j of
     conversation i. Greedy decoding (temperature 0) runs once and repeats its answer n times.
     ``stop_at_fence`` (for every conversation, or one flag each) ends a completion after the line
-    closing its first fenced code block (:mod:`.fence_stop`)."""
+    closing its first fenced code block (:mod:`.fence_stop`). Past ``deadline`` (a
+    ``time.monotonic()`` value) every completion still decoding ends with finish_reason
+    ``length``; ``ended`` (asked every ``check_every_s``) gives one flag per conversation, True
+    for those whose completions are not wanted any more: they stop there, the others go on."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     if not messages_batch:
@@ -121,6 +131,9 @@ def generate(
     criteria = StoppingCriteriaList()
     if any(fenced):
         criteria.append(FenceStop(tokenizer, width, [flag for flag in fenced for _ in range(per_prompt)]))
+    outside = OutsideStop(width, per_prompt, deadline=deadline, ended=ended, every_s=check_every_s)
+    if deadline is not None or ended is not None:
+        criteria.append(outside)
     was_training = model.training
     model.eval()
     with seeded(seed, device):
@@ -134,7 +147,8 @@ def generate(
     model.train(was_training)
     prompt_lengths = encoded["attention_mask"].sum(dim=1).tolist()
     stop_ids = stop_token_ids(model, tokenizer)
-    rows = output[:, width:].tolist()
+    # A row stopped from outside is padded after its last token: cut it there.
+    rows = [row[: outside.stopped_at.get(k, len(row))] for k, row in enumerate(output[:, width:].tolist())]
     results = []
     for i, prompt_tokens in enumerate(prompt_lengths):
         samples = [
@@ -159,12 +173,14 @@ def stream_decode(
     seed: int | None = None,
     stop_at_fence: bool = False,
     every_s: float = 0.0,
+    deadline: float | None = None,
 ) -> GeneratedText | None:
     """Decode one completion of ``prompt`` (a rendered prompt: see :func:`render_prompt`), handing
     ``on_text`` the text decoded so far (stopped at a stop token, without a half-decoded character
     at its end) at most every ``every_s`` seconds, in this thread. ``on_text`` answering False stops
     decoding at the next step, and the result is None; else the finished completion, cut as
-    :func:`completion_from_tokens` cuts it."""
+    :func:`completion_from_tokens` cuts it (past ``deadline``, a ``time.monotonic()`` value, it
+    ends there with finish_reason ``length``)."""
     kwargs = decoding_kwargs(temperature, top_p, max_new_tokens)
     stop_ids = stop_token_ids(model, tokenizer)
     device = next(model.parameters()).device
@@ -174,6 +190,8 @@ def stream_decode(
     criteria = StoppingCriteriaList([watcher])
     if stop_at_fence:
         criteria.append(FenceStop(tokenizer, width, [True]))
+    if deadline is not None:
+        criteria.append(OutsideStop(width, 1, deadline=deadline))
     model.eval()
     with torch.no_grad(), seeded(seed, device):
         output = model.generate(**encoded, **kwargs, stopping_criteria=criteria, pad_token_id=tokenizer.pad_token_id)
@@ -202,3 +220,43 @@ class _TextWatcher(StoppingCriteria):
             text = completion_from_tokens(tokens, 0, self._stop_ids, self._tokenizer).text.rstrip("\ufffd")
             self.stopped = not self._on_text(text)
         return torch.full((input_ids.shape[0],), self.stopped, dtype=torch.bool, device=input_ids.device)
+
+
+class OutsideStop(StoppingCriteria):
+    """Stops rows of a batch for reasons outside the text: every row once ``time.monotonic()``
+    passes ``deadline``, and the rows of each conversation that ``ended()`` (asked at most every
+    ``every_s`` seconds, one flag per conversation; rows ``per_prompt`` to a conversation) marks.
+    ``stopped_at`` maps each stopped row to the count of tokens it had decoded then (transformers
+    pads a stopped row from there on)."""
+
+    def __init__(
+        self,
+        width: int,
+        per_prompt: int,
+        *,
+        deadline: float | None = None,
+        ended: Callable[[], Sequence[bool]] | None = None,
+        every_s: float = 0.5,
+    ) -> None:
+        self._width, self._per_prompt = width, per_prompt
+        self._deadline, self._ended, self._every_s = deadline, ended, every_s
+        self._last = time.monotonic()
+        self.stopped_at: dict[int, int] = {}
+        self.timed_out = False
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+        now = time.monotonic()
+        rows = input_ids.shape[0]
+        decoded = input_ids.shape[1] - self._width
+        if self._deadline is not None and now >= self._deadline and not self.timed_out:
+            self.timed_out = True
+            for row in range(rows):
+                self.stopped_at.setdefault(row, decoded)
+        if self._ended is not None and now - self._last >= self._every_s:
+            self._last = now
+            for conversation, gone in enumerate(self._ended()):
+                if gone:
+                    for row in range(conversation * self._per_prompt, (conversation + 1) * self._per_prompt):
+                        self.stopped_at.setdefault(row, decoded)
+        done = [row in self.stopped_at for row in range(rows)]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)

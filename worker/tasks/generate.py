@@ -15,6 +15,12 @@ attempt's row (its ``text``) only every ``ROW_FLUSH_S`` seconds, so a follower t
 catch up from the database; without Redis (the embedded SQLite mode, where the API polls) into
 the attempt's row every ``FLUSH_S`` seconds.
 
+Every row's decoding is capped at ``max_generation_s`` seconds from its claim (a repair's from its
+start): the attempts still decoding then end with finish_reason ``length``. A batch asks the
+database every ``ENDED_CHECK_S`` whether its rows are still wanted: the samples of a row that ended
+meanwhile (a non-streamed request whose client left, a timeout) stop decoding there, while the
+rest of the batch goes on; a streamed or sequential row learns it at its next flush.
+
 A repair attempt (appended by the verify task, see db/generations.py) is decoded from a follow-up
 turn: the problem, the failed answer and the verifier's error. The row stays ``verifying`` while
 its repairs are decoded and verified.
@@ -86,6 +92,7 @@ BATCH_KEYS = ("spec", "form", "n", "temperature", "top_p", "max_tokens", "stop")
 DECODED = {"text", "finish_reason", "prompt_tokens", "completion_tokens", "code"}  # what decoding writes
 ENGINE_CONNECT_S = 10.0
 MAX_ENGINE_REQUESTS = 16  # a row's samples in flight at once to an engine
+ENDED_CHECK_S = 0.5  # how often a batch being decoded asks whether its rows are still wanted
 
 # Decodes one sample of a row from its prompt; the finished sample, or None when the row ended.
 DecodeOne = Callable[[GenerationSample, list[dict] | str], GenerationSample | None]
@@ -100,6 +107,7 @@ class Claimed:
     kind: GenerationKind
     request: GenerationRequest
     created_at: float
+    deadline: float = float("inf")  # time.monotonic() past which its decoding stops (max_generation_s)
 
     @property
     def verifying(self) -> bool:
@@ -119,7 +127,7 @@ def generate(self: RuntimeTask, generation_id: str) -> None:
     settings = self.runtime.settings
     url = settings.resolved_database_url
     with session_scope(url) as session:
-        lead = _claim(session, generation_id)
+        lead = _claim(session, generation_id, settings)
     if lead is None:
         return  # decoded in another task's batch, redelivered, or given up by the API
     started = time.time()
@@ -141,7 +149,7 @@ def generate(self: RuntimeTask, generation_id: str) -> None:
                 )
                 results: list[list[GenerationSample] | None] = [None]  # already in the row
             else:
-                results = _decode_batch(model, tokenizer, rows)
+                results = _decode_batch(model, tokenizer, rows, url)
         except Exception as exc:  # noqa: BLE001 - a decoding failure fails the rows, never the worker
             log.exception("decoding %s failed", [row.id for row in rows])
             _fail(settings, [row.id for row in rows], ErrorCode.DECODE_FAILED, f"{type(exc).__name__}: {exc}")
@@ -248,6 +256,9 @@ def _engine_answer(
             if fence_end is not None:
                 text, finish = text[:fence_end], "stop"
                 break
+            if time.monotonic() >= row.deadline:  # max_generation_s: closing the stream stops the engine
+                finish = "length"
+                break
             if on_partial is not None and time.monotonic() - last_flush >= FLUSH_S:
                 if not on_partial(_shown(text, request.stop)):
                     return None
@@ -257,8 +268,9 @@ def _engine_answer(
     return _finished(row, sample, GeneratedText(text, prompt_tokens, completion_tokens, finish))
 
 
-def _claim(session, generation_id: str) -> Claimed | None:
-    """Mark the row running if it is still queued; None when someone else has it."""
+def _claim(session, generation_id: str, settings: Settings) -> Claimed | None:
+    """Mark the row running if it is still queued; None when someone else has it. Its decoding
+    may take ``max_generation_s`` from now."""
     claimed = session.execute(
         update(Generation)
         .where(Generation.id == generation_id, Generation.status == GenerationStatus.QUEUED)
@@ -270,7 +282,12 @@ def _claim(session, generation_id: str) -> Claimed | None:
         return None
     row = session.get(Generation, generation_id)
     return Claimed(
-        row.id, row.model, GenerationKind(row.kind), GenerationRequest.model_validate(row.request), row.created_at
+        row.id,
+        row.model,
+        GenerationKind(row.kind),
+        GenerationRequest.model_validate(row.request),
+        row.created_at,
+        time.monotonic() + settings.max_generation_s,
     )
 
 
@@ -288,18 +305,18 @@ def _gather_batch(url: str, lead: Claimed, limit: int, settings: Settings) -> li
     (every ``BATCH_POLL_S``) until ``generation_batch_wait_s`` pass without a new one."""
     if limit < 1 or not _batchable(lead.request):
         return []
-    mates = _claim_batch(url, lead, limit)
+    mates = _claim_batch(url, lead, limit, settings)
     deadline = time.monotonic() + settings.generation_batch_wait_s
     while len(mates) < limit and time.monotonic() < deadline:
         time.sleep(BATCH_POLL_S)
-        more = _claim_batch(url, lead, limit - len(mates))
+        more = _claim_batch(url, lead, limit - len(mates), settings)
         if more:
             mates += more
             deadline = time.monotonic() + settings.generation_batch_wait_s
     return mates
 
 
-def _claim_batch(url: str, lead: Claimed, limit: int) -> list[Claimed]:
+def _claim_batch(url: str, lead: Claimed, limit: int, settings: Settings) -> list[Claimed]:
     """Claim up to ``limit`` queued rows that can be decoded in one batch with ``lead``."""
     key = _batch_key(lead.request)
     with session_scope(url) as session:
@@ -315,7 +332,7 @@ def _claim_batch(url: str, lead: Claimed, limit: int) -> list[Claimed]:
         ).all()
         requests = [(row, GenerationRequest.model_validate(row.request)) for row in candidates]
         mates = [row for row, request in requests if _batchable(request) and _batch_key(request) == key]
-        claimed = [c for row in mates[:limit] if (c := _claim(session, row.id)) is not None]
+        claimed = [c for row in mates[:limit] if (c := _claim(session, row.id, settings)) is not None]
     return claimed
 
 
@@ -335,11 +352,20 @@ class _RawTemplate:
         return messages[0]["content"]
 
 
-def _decode_batch(model, tokenizer, rows: list[Claimed]) -> list[list[GenerationSample]]:
-    """Samples of every row, decoded in one batch (the rows share form and decoding settings)."""
+def _decode_batch(model, tokenizer, rows: list[Claimed], url: str) -> list[list[GenerationSample]]:
+    """Samples of every row, decoded in one batch (the rows share form and decoding settings);
+    the samples of a row that ends meanwhile stop decoding (their results are not recorded)."""
     request = rows[0].request
     raw = request.form == "raw"
     conversations = [[{"role": "user", "content": p}] if raw else p for row in rows for p in row.request.prompts]
+    owners = [row.id for row in rows for _ in row.request.prompts]  # the row of each conversation
+
+    def ended() -> list[bool]:
+        gone = _ended_rows(url, [row.id for row in rows])
+        if gone:
+            log.info("stopping the decoding of %s: the rows ended", sorted(gone))
+        return [owner in gone for owner in owners]
+
     outputs = generate_batch(
         model,
         _RawTemplate(tokenizer) if raw else tokenizer,
@@ -350,6 +376,9 @@ def _decode_batch(model, tokenizer, rows: list[Claimed]) -> list[list[Generation
         max_new_tokens=request.max_tokens,
         seed=request.seed,
         stop_at_fence=[row.stops_at_fence for row in rows for _ in row.request.prompts],
+        deadline=min(row.deadline for row in rows),
+        ended=ended,
+        check_every_s=ENDED_CHECK_S,
     )
     results, position = [], 0
     for row in rows:
@@ -363,6 +392,16 @@ def _decode_batch(model, tokenizer, rows: list[Claimed]) -> list[list[Generation
             ]
         )
     return results
+
+
+def _ended_rows(url: str, ids: list[str]) -> set[str]:
+    """Those of ``ids`` whose rows are final (nobody waits for their decoding any more)."""
+    with session_scope(url) as session:
+        return set(
+            session.scalars(
+                select(Generation.id).where(Generation.id.in_(ids), Generation.status.in_(GENERATION_FINAL))
+            )
+        )
 
 
 def _finished(row: Claimed, sample: GenerationSample, generated: GeneratedText) -> GenerationSample:
@@ -446,6 +485,7 @@ def _decode_one(
         seed=None if request.seed is None else request.seed + sample.index % request.n,
         stop_at_fence=row.stops_at_fence,
         every_s=partial.tick_s,
+        deadline=row.deadline,
     )
     if generated is None:
         return None
@@ -509,7 +549,12 @@ def _record(
     batched = samples is not None
     with session_scope(settings.resolved_database_url) as session:
         stored = locked_generation(session, row.id)
-        if stored is None or stored.status == GenerationStatus.FAILED:
+        if stored is None:
+            return
+        if stored.status == GenerationStatus.FAILED:
+            if batched:  # ended while its batch decoded (its client left): what was decoded before it stopped
+                stored.timings = timings | (stored.timings or {})
+                stored.usage = usage_of(samples)
             return
         stored.timings = timings | (stored.timings or {})
         if samples is None:
@@ -551,6 +596,7 @@ def generate_repair(self: RuntimeTask, generation_id: str, index: int) -> None:
             GenerationKind(stored.kind),
             GenerationRequest.model_validate(stored.request),
             stored.created_at,
+            time.monotonic() + settings.max_generation_s,
         )
         samples = load_samples(session, generation_id)
     attempt = samples[index] if index < len(samples) else None
