@@ -583,8 +583,8 @@ def _bwrap_args(
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     # The links on the way to the interpreter that no mount above brings (a venv made through a
     # folder of links: every side of tiers 1-3 would exit 127), and the file they end at.
-    for where, target in sorted(symlinks.items()):
-        args += ["--symlink", target, where]
+    for where, says in sorted(symlinks.items()):
+        args += ["--symlink", says, where]
     for real in files:
         args += ["--ro-bind", real, real]
     args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(64 << 20), "--tmpfs", "/dev/shm"]
