@@ -174,13 +174,16 @@ def stream_decode(
     stop_at_fence: bool = False,
     every_s: float = 0.0,
     deadline: float | None = None,
+    on_stopped: Callable[[int, int], None] | None = None,
 ) -> GeneratedText | None:
     """Decode one completion of ``prompt`` (a rendered prompt: see :func:`render_prompt`), handing
     ``on_text`` the text decoded so far (stopped at a stop token, without a half-decoded character
     at its end) at most every ``every_s`` seconds, in this thread. ``on_text`` answering False stops
     decoding at the next step, and the result is None; else the finished completion, cut as
     :func:`completion_from_tokens` cuts it (past ``deadline``, a ``time.monotonic()`` value, it
-    ends there with finish_reason ``length``)."""
+    ends there with finish_reason ``length``). When ``on_text`` stopped it, ``on_stopped`` (if
+    given) gets the prompt's tokens and the tokens decoded until then, so usage can say what was
+    decoded."""
     kwargs = decoding_kwargs(temperature, top_p, max_new_tokens)
     stop_ids = stop_token_ids(model, tokenizer)
     device = next(model.parameters()).device
@@ -196,6 +199,8 @@ def stream_decode(
     with torch.no_grad(), seeded(seed, device):
         output = model.generate(**encoded, **kwargs, stopping_criteria=criteria, pad_token_id=tokenizer.pad_token_id)
     if watcher.stopped:
+        if on_stopped is not None:
+            on_stopped(width, output.shape[1] - width)
         return None
     return completion_from_tokens(output[0, width:].tolist(), width, stop_ids, tokenizer, stop_at_fence=stop_at_fence)
 

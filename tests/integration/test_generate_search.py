@@ -225,8 +225,10 @@ def test_a_pass_while_later_samples_are_decoded_stops_the_decoding(service_setti
     assert finished and finished == list(range(len(finished))) and len(finished) < 3, finished
     stopped, never_started = samples[len(finished)], samples[len(finished) + 1 :]
     assert stopped.cancelled and stopped.finish_reason is None  # stopped mid-answer, or before it
+    assert stopped.completion_tokens < request.max_tokens  # counted as far as it was decoded
     assert all(s.cancelled and s.text == "" and s.completion_tokens == 0 for s in never_started)
-    decoded = sum(samples[index].completion_tokens for index in finished)
+    # Usage says what was decoded: the finished attempts and the part of the stopped one.
+    decoded = sum(samples[index].completion_tokens for index in finished) + stopped.completion_tokens
     assert row.usage["completion_tokens"] == decoded
 
 

@@ -63,3 +63,21 @@ def test_an_ended_conversation_stops_while_its_batch_mate_decodes_on(model_and_t
     assert asked
     assert stopped[0].completion_tokens == 1 and stopped[0].finish_reason == "length"
     assert going_on == alone  # the batch mate's answer is what it would have been
+
+
+def test_a_streamed_answer_stopped_by_its_watcher_reports_what_it_decoded(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    calls = []
+    stopped = []
+
+    def on_text(_text: str) -> bool:
+        calls.append(1)
+        return len(calls) < 5  # the fifth look says the answer is not wanted any more
+
+    prompt = render_prompt(tokenizer, SHORT)
+    done = stream_decode(
+        model, tokenizer, prompt, on_text=on_text, max_new_tokens=200, on_stopped=lambda *c: stopped.append(c)
+    )
+
+    width = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    assert done is None and stopped == [(width, 5)]  # watched after each step: stopped at the fifth token

@@ -437,7 +437,7 @@ class _Partial:
     ``offer`` answers False once the row has ended, ``finish`` writes the finished attempt."""
 
     def __init__(self, settings: Settings, row_id: str, sample: GenerationSample) -> None:
-        self._settings, self._url, self._row_id, self._sample = settings, settings.resolved_database_url, row_id, sample
+        self._settings, self.url, self._row_id, self._sample = settings, settings.resolved_database_url, row_id, sample
         # How often new text is offered (the decoder detokenizes only then), and reaches the row.
         self.tick_s, self._row_s = (DELTA_S, ROW_FLUSH_S) if publishing(settings) else (FLUSH_S, FLUSH_S)
         self._sent = ""  # the text followers have: published deltas and the row's copy both end here
@@ -453,13 +453,13 @@ class _Partial:
         if now - self._last_row < self._row_s:
             return True
         self._last_row = now
-        alive = _write_sample(self._url, self._row_id, self._sample.model_copy(update={"text": self._sent}))
+        alive = _write_sample(self.url, self._row_id, self._sample.model_copy(update={"text": self._sent}))
         publish(self._settings, self._row_id, GenerationEvent(row=True))
         return alive is not None
 
     def finish(self, done: GenerationSample) -> GenerationSample | None:
         """Write the finished attempt and tell followers; None when the row ended meanwhile."""
-        stored = _write_sample(self._url, self._row_id, done)
+        stored = _write_sample(self.url, self._row_id, done)
         if stored is None:
             return None
         publish(self._settings, self._row_id, GenerationEvent(samples=[stored]))
@@ -486,10 +486,16 @@ def _decode_one(
         stop_at_fence=row.stops_at_fence,
         every_s=partial.tick_s,
         deadline=row.deadline,
+        on_stopped=lambda prompt_tokens, decoded: _record_stopped(
+            partial.url, row.id, sample.index, prompt_tokens, decoded
+        ),
     )
     if generated is None:
         return None
-    return partial.finish(_finished(row, sample, generated))
+    done = partial.finish(_finished(row, sample, generated))
+    if done is None:  # decoded in full, but the row ended (or the attempt was cancelled) meanwhile
+        _record_stopped(partial.url, row.id, sample.index, generated.prompt_tokens, generated.completion_tokens)
+    return done
 
 
 def _decode_sequentially(settings: Settings, row: Claimed, decode_one: DecodeOne) -> None:
@@ -523,6 +529,25 @@ def _write_sample(url: str, generation_id: str, sample: GenerationSample) -> Gen
         save_samples(session, generation_id, [samples[sample.index]])
         row.usage = usage_of(samples)
         return samples[sample.index]
+
+
+def _record_stopped(url: str, generation_id: str, index: int, prompt_tokens: int, decoded: int) -> None:
+    """Count the tokens attempt ``index`` decoded before it was stopped (its row ended, or another
+    attempt passed first) in its usage and the row's, so usage says what was decoded; its text
+    stays what its last flush wrote, and it stays unfinished."""
+    with session_scope(url) as session:
+        row = locked_generation(session, generation_id)
+        if row is None:
+            return
+        samples = load_samples(session, generation_id)
+        if index >= len(samples) or samples[index].finish_reason is not None:
+            return
+        samples[index] = samples[index].model_copy(
+            update={"prompt_tokens": prompt_tokens, "completion_tokens": decoded}
+        )
+        save_samples(session, generation_id, [samples[index]])
+        row.usage = usage_of(samples)
+    log.info("attempt %d of %s stopped after %d tokens", index, generation_id, decoded)
 
 
 def _verify_later(settings: Settings, row: Claimed, indexes: list[int]) -> None:
