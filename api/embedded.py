@@ -277,8 +277,12 @@ def serve(
             for sig in previous:
                 signal.signal(sig, lambda *_: [worker.kill() for worker in workers])
             echo(f"stopping the workers (up to {stop_timeout_s:.0f} s; Ctrl-C again kills them)")
-            for worker in workers:
-                worker.stop(stop_timeout_s)
+            # Side by side, so the whole stop takes stop_timeout_s at most, not that per worker.
+            stoppers = [threading.Thread(target=worker.stop, args=(stop_timeout_s,)) for worker in workers]
+            for stopper in stoppers:
+                stopper.start()
+            for stopper in stoppers:
+                stopper.join()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     for worker in died:
