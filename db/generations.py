@@ -23,6 +23,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from cuset_core.generation.prompts import repairable
+from cuset_core.verify.policy import Policy
 from cuset_core.verify.result import VerifyResult
 from db.dispatch import send_generate_repair
 from db.model_specs import EngineRoute
@@ -53,6 +54,7 @@ class GenerationRequest(BaseModel):
     stop: list[str] = Field(default_factory=list)
     stream: bool = False
     verify: VerifyTier = "none"
+    policy: Policy = Field("kernels", description="tier 2's data-flow policy (cuset_core.verify.policy)")
     problem: str | None = None
     prompt_style: str = "compact"
     stop_at_first_pass: bool = Field(False, description="the first passing attempt ends the request")

@@ -340,6 +340,7 @@ def _generate_request(settings: Settings, body: GenerateRequest, model_style: Pr
         form="chat",
         prompts=[messages],
         verify=body.verify,
+        policy=body.policy,
         problem=body.problem,
         prompt_style=style,
         stop_at_first_pass=body.stop_at_first_pass,

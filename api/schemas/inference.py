@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from cuset_core.verify.policy import Policy
 from db.generations import VerifyTier
 
 
@@ -88,6 +89,11 @@ class GenerateRequest(Decoding):
     temperature: float = Field(0.0, ge=0, le=2)
     max_tokens: int = Field(1024, ge=1)
     verify: VerifyTier = "none"
+    policy: Policy = Field(
+        "kernels",
+        description="tier 2's data-flow policy: kernels (only the candidate's kernels compute during forward, no "
+        "device data reaches the host) or mixed (torch may compute on the device too, KernelBench's rule)",
+    )
     best_of: int | None = Field(
         None, ge=1, description="candidates to draw and verify for one answer (instead of n); needs verify"
     )

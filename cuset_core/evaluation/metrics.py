@@ -11,7 +11,10 @@ and what a paired comparison of two models resamples (:mod:`.compare`).
 
 A sample "passes tier T" when T ran on it and concluded ``pass`` (``VerifyResult.tier_verdicts``).
 So ``compile@k`` counts samples that nvcc compiled, ``cpu_correct@k`` those that matched the
-reference on the CPU runtime and ``correct@k`` those that matched on a GPU; a sample the CPU
+reference on the CPU runtime under the verifier's data-flow policy (``kernels`` by default: only
+the candidate's kernels computed) and ``correct@k`` those that matched on a GPU; the rows and the
+aggregate also count ``mixed_correct``, the samples that pass the CPU tier under ``mixed`` (torch
+compute allowed, KernelBench's rule), which a ``kernels`` run learns from the same check; a sample the CPU
 tier could not judge (``unsupported``) is not CPU-correct even when the GPU tier passed it, and
 a tier that was skipped (no nvcc) passes nothing. Results from before ``tier_verdicts`` existed
 fall back to the deciding tier: T passed when a later tier decided (tiers run cheapest first
@@ -112,6 +115,12 @@ def passed_tier(result: VerifyResult, tier: Tier) -> bool:
     return result.tier is tier and result.verdict is Verdict.PASS
 
 
+def passed_mixed(result: VerifyResult) -> bool:
+    """Whether the CPU tier passed this sample under the ``mixed`` policy: it passed (under whichever
+    policy decided), or ``kernels`` refused it for torch compute or a transfer alone (``mixed_pass``)."""
+    return passed_tier(result, Tier.CPU) or result.mixed_pass is True
+
+
 class SampleCounts(BaseModel):
     """Counts over a set of samples of one problem, by tier passed, verdict and speed."""
 
@@ -119,6 +128,10 @@ class SampleCounts(BaseModel):
     internal_errors: int = Field(0, description="samples the verifier failed on, left out of n")
     compiled: int = 0
     cpu_correct: int = 0
+    mixed_correct: int = Field(
+        0,
+        description="samples the CPU tier passes under the mixed policy (torch compute allowed): cpu_correct and more",
+    )
     correct: int = 0
     fast: dict[str, int] = Field(default_factory=dict, description="p -> correct samples with speedup > p")
     best_speedup: float | None = Field(None, description="best speedup among GPU-correct samples")
@@ -213,6 +226,10 @@ class Aggregate(BaseModel):
     sampled: SampledBlock | None = None
     kernelbench: KernelBenchBlock | None = Field(None, description="GPU tier only")
     verdicts: dict[str, int] = Field(default_factory=dict, description="verdict -> samples, greedy and i.i.d.")
+    cpu_correct: int = Field(0, description="samples, greedy and i.i.d., the CPU tier passed under its policy")
+    mixed_correct: int = Field(
+        0, description="samples, greedy and i.i.d., the CPU tier passes under the mixed policy (torch compute allowed)"
+    )
     repaired: RepairedBlock | None = None
 
 
@@ -236,6 +253,7 @@ def chain_counts(chains: list[list[VerifyResult]]) -> SampleCounts:
         internal_errors=len(internal),
         compiled=sum(any(passed_tier(r, Tier.COMPILE) for r in chain) for chain in chains),
         cpu_correct=sum(any(passed_tier(r, Tier.CPU) for r in chain) for chain in chains),
+        mixed_correct=sum(any(passed_mixed(r) for r in chain) for chain in chains),
         correct=sum(bool(rs) for rs in correct),
         fast={str(p): sum(s > p for s in speedups) for p in FAST_P_THRESHOLDS},
         best_speedup=max(speedups) if speedups else None,
@@ -366,6 +384,8 @@ def aggregate(rows: list[ProblemRow], tier: Tier, k_values: list[int]) -> Aggreg
         sampled=sampled_block(rows, tier, k_values),
         kernelbench=kernelbench_block(rows) if tier is Tier.GPU else None,
         verdicts=_verdicts(everything),
+        cpu_correct=sum(counts.cpu_correct for counts in everything),
+        mixed_correct=sum(counts.mixed_correct for counts in everything),
         repaired=repaired_block(rows, tier, k_values),
     )
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cuset_core.verify.policy import Policy
 from cuset_core.verify.result import Tier
 from cuset_core.verify.settings import (
     ARCH,
     ATOL,
     COMPILE_BASELINE,
     INPUT_SEED,
+    POLICY,
     RTOL,
     TOLERANCE_PROFILE,
     TRIALS,
@@ -34,6 +36,7 @@ class VerificationSettings(BaseModel):
     rtol: float | None = RTOL
     arch: str = ARCH
     compile_baseline: bool = COMPILE_BASELINE
+    policy: Policy = POLICY
 
     def verify_settings(self) -> VerifySettings:
         """The verifier's settings for these knobs."""
@@ -46,4 +49,5 @@ class VerificationSettings(BaseModel):
             atol=self.atol,
             rtol=self.rtol,
             compile_baseline=self.compile_baseline,
+            policy=self.policy,
         )

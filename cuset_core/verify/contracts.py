@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from cuset_core.verify.policy import MAX_VIOLATIONS
 from cuset_core.verify.result import Verdict
 
 INIT_SEED = 42  # KernelBench seeds weight initialisation with 42
@@ -271,6 +272,12 @@ class Outcome:
     timings_s: dict[str, float] = field(default_factory=dict)
     details: ReferenceDetails | BuildDetails | None = None  # the trusted sides' own facts
     built_with: dict[str, str] = field(default_factory=dict)  # extension module -> prelude (tier 2)
+    # Tier 2 behind the device boundary (cuset_core.verify.policy): device data the run moved to the
+    # host once trials began (both policies forbid it), torch compute during its forwards (``kernels``
+    # forbids it), and torch's compute operators during forwards by name.
+    transfers: list[str] = field(default_factory=list)
+    computes: list[str] = field(default_factory=list)
+    torch_ops: dict[str, int] = field(default_factory=dict)
 
 
 class Decided(Exception):
@@ -322,3 +329,10 @@ class CandidateReport(BaseModel):
     )
     runtime_ms: Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)] | None = None
     built_with: dict[_ShortName, Literal["bridge", "light", "full"]] = Field(default_factory=dict, max_length=64)
+    transfers: list[Annotated[str, AfterValidator(lambda text: clip(text, 300))]] = Field(
+        default_factory=list, max_length=MAX_VIOLATIONS
+    )
+    computes: list[Annotated[str, AfterValidator(lambda text: clip(text, 300))]] = Field(
+        default_factory=list, max_length=MAX_VIOLATIONS
+    )
+    torch_ops: dict[_ShortName, Annotated[int, Field(ge=0, le=2**53)]] = Field(default_factory=dict, max_length=256)

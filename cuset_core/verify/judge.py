@@ -72,6 +72,7 @@ from cuset_core.verify.contracts import (
     torch_made_file,
     with_input_seed,
 )
+from cuset_core.verify.policy import Policy, policy_reason
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import SandboxOutcome, describe, run_sandboxed
 from cuset_core.verify.settings import VerifySettings
@@ -353,19 +354,62 @@ def judge_candidate_data(
     report = read_report(folder, CandidateReport)
     if report is None:
         return _without_report(spec, "candidate", outcome), _NO_REPORT
+    result = _judged_values(spec, folder, outcome, reference, settings, report)
+    if spec.kernels_off:
+        result = by_policy(spec, result, report, settings.policy if settings.device_boundary else "mixed")
+    return result, report
+
+
+def _judged_values(
+    spec: TierSpec,
+    folder: Path,
+    outcome: SandboxOutcome,
+    reference: ReferenceRun,
+    settings: VerifySettings,
+    report: CandidateReport,
+) -> VerifyResult:
+    """The verdict on the values the candidate side left, before any policy: its own failure, or
+    the comparison, the kernels-did-the-work checks and the second size."""
     if report.verdict != "pass":  # it can only reject itself; "pass" is the judge's word
-        return _claimed_failure(spec, report), report
+        return _claimed_failure(spec, report)
     data = read_untrusted(folder, OUTPUTS_FILE, 2 * _expected_bytes(reference) + (1 << 20))
     if data is None:
         launches = dict(report.launches)
-        return _result(spec, Verdict.RUNTIME_ERROR, "the candidate side left no outputs", launches=launches), report
+        return _result(spec, Verdict.RUNTIME_ERROR, "the candidate side left no outputs", launches=launches)
     produced = load_values(data).get("trials")
     result = compare_trials(spec, reference, produced, report, settings)
     if result.verdict is Verdict.PASS and spec.kernels_off:
         result = kernels_did_the_work(spec, folder, reference, settings, result)
     if result.verdict is Verdict.PASS and (second := reference.at_second_size()) is not None:
         result = at_the_second_size(spec, folder, outcome, reference, second, settings, result)
-    return result, report
+    return result
+
+
+def by_policy(spec: TierSpec, result: VerifyResult, report: CandidateReport, policy: Policy) -> VerifyResult:
+    """``result`` (every check of the values done) decided by ``policy``. Device data that reached
+    the host once the trials began (``report.transfers``) fails under both policies, torch compute
+    during a forward (``report.computes``) under ``kernels``: ``static_reject`` naming the first such
+    operation, whatever the values, saying whether ``mixed`` would pass. A pass says its policy and
+    torch's operators."""
+    torch_ops = dict(report.torch_ops)
+    forbidden = [*report.transfers, *(report.computes if policy == "kernels" else [])]
+    if forbidden:
+        return _result(
+            spec,
+            Verdict.STATIC_REJECT,
+            policy_reason(policy, forbidden),
+            launches=dict(result.launches),
+            trials=result.trials,
+            policy=policy,
+            torch_ops=torch_ops,
+            mixed_pass=result.passed and not report.transfers,
+            timings_s=result.timings_s,
+        )
+    if result.passed and policy == "mixed" and torch_ops:
+        listed = ", ".join(f"{name} x{count}" for name, count in sorted(torch_ops.items()))
+        reason = clip(f"{result.reason}; policy mixed: torch computed {listed}")
+        return result.model_copy(update={"policy": policy, "torch_ops": torch_ops, "reason": reason})
+    return result.model_copy(update={"policy": policy, "torch_ops": torch_ops})
 
 
 def at_the_second_size(
@@ -475,67 +519,77 @@ def kernels_did_the_work(
     name: str = KERNELS_OFF_FILE,
 ) -> VerifyResult:
     """``passed`` (the candidate's ``pass``), or ``static_reject`` when an output the candidate side
-    left in ``name`` (``KERNELS_OFF_FILE``: trial 1 run again with its kernels disabled, launches
-    checked and counted, no block runs; ``SECOND_KERNELS_OFF_FILE`` the same at the second size) is
-    still within tolerance of the reference: the device code did not compute it (host code, torch
-    or numpy did, in any thread). Only outputs that need computing are checked
-    (:func:`outputs_to_check`). No file (the run crashed, hung or failed), a mismatch or anything
-    unreadable keeps the pass: the kernels mattered."""
-    checked = outputs_to_check(reference, settings)
-    kernels_off = _trial_one(folder, reference, name) if checked else None
-    if kernels_off is None:
-        return passed
-    matched = _matching_without_kernels(kernels_off, reference, checked, settings)
+    left in ``name`` (``KERNELS_OFF_FILE``: a trial drawn after the run, run again with its kernels
+    disabled, launches checked and counted, no block runs; ``SECOND_KERNELS_OFF_FILE`` the same at
+    the second size) is still within tolerance of the reference: the device code did not compute it
+    (host code, torch or numpy did, in any thread). Only outputs that need computing are checked
+    (:func:`outputs_to_check`). A replay that left no file the judge can read (it raised, diverged,
+    crashed or hung) fails closed: a pass cannot stand on a check that did not run."""
+    replayed = _replayed_trial(folder, reference, name)
+    if replayed is None:
+        if not outputs_to_check(reference, settings, 0):
+            return passed
+        reason = "the kernels-off replay left no outputs the judge can read; a pass needs it"
+        return _result(spec, Verdict.STATIC_REJECT, reason, launches=dict(passed.launches))
+    trial, kernels_off = replayed
+    checked = outputs_to_check(reference, settings, trial)
+    label = reference.trial_label(trial)
+    matched = _matching_without_kernels(kernels_off, reference, trial, checked, settings)
     if matched:
         outputs = ", ".join(map(str, matched))
         reason = (
-            f"run-time fallback: {reference.trial_label(0)}: output {outputs} matches the reference with the "
+            f"run-time fallback: {label}: output {outputs} matches the reference with the "
             "candidate's kernels disabled, so its device code did not compute it"
         )
         return _result(spec, Verdict.STATIC_REJECT, reason, launches=dict(passed.launches))
+    host_off = _replayed_trial(folder, reference, host_off_file(name))
     host_made = _host_made(
-        kernels_off, _trial_one(folder, reference, host_off_file(name)), reference, checked, settings
+        kernels_off, host_off[1] if host_off and host_off[0] == trial else None, reference, trial, checked, settings
     )
     if host_made:
         index, count = host_made[0]
         reason = (
-            f"run-time fallback: {reference.trial_label(0)}: {count} elements of output {index} match the "
+            f"run-time fallback: {label}: {count} elements of output {index} match the "
             "reference with the candidate's kernels disabled and no longer once its host's copies to the device "
             "are poisoned too, so host code computed them"
         )
         return _result(spec, Verdict.STATIC_REJECT, reason, launches=dict(passed.launches))
-    torch_made = _torch_made(folder, reference, torch_made_file(name), checked, settings)
+    torch_made = _torch_made(folder, reference, torch_made_file(name), trial, checked, settings)
     if torch_made:
         index, operator = torch_made
         reason = (
-            f"run-time fallback: {reference.trial_label(0)}: output {index} stands, in place, in what torch "
+            f"run-time fallback: {label}: output {index} stands, in place, in what torch "
             f"computed on the device with the candidate's kernels disabled ({clip(operator, 80)})"
         )
         return _result(spec, Verdict.STATIC_REJECT, reason, launches=dict(passed.launches))
     return passed
 
 
-def outputs_to_check(reference: ReferenceRun, settings: VerifySettings) -> list[int]:
-    """Indices of trial 1's expected outputs that only computation reaches, so that matching them
+def outputs_to_check(reference: ReferenceRun, settings: VerifySettings, trial: int) -> list[int]:
+    """Indices of ``trial``'s expected outputs that only computation reaches, so that matching them
     without the kernels is a fallback: tensors that are not empty, not one value repeated within
     tolerance (zeros or a fill reach that without any kernel) and not within tolerance of the same
     output of another trial (an output that ignores the inputs). An output the judge cannot
     compare is left out: it is the problem's, so it is not checked rather than anyone blamed."""
-    return [index for index, _ in enumerate(reference.expected[0]) if _needs_computing(reference, index, settings)]
+    return [
+        index
+        for index, _ in enumerate(reference.expected[trial])
+        if _needs_computing(reference, trial, index, settings)
+    ]
 
 
-def _needs_computing(reference: ReferenceRun, index: int, settings: VerifySettings) -> bool:
-    """Whether trial 1's expected output ``index`` is one that only computation reaches (see
+def _needs_computing(reference: ReferenceRun, trial: int, index: int, settings: VerifySettings) -> bool:
+    """Whether ``trial``'s expected output ``index`` is one that only computation reaches (see
     :func:`outputs_to_check`)."""
     import torch
 
     def same(expected: Any, other: Any) -> bool:
         return compare_outputs([expected], [other], settings.tolerance).verdict is Verdict.PASS
 
-    expected = reference.expected[0][index]
+    expected = reference.expected[trial][index]
     if not isinstance(expected, torch.Tensor) or expected.numel() == 0:
         return False
-    others = [trial[index] for trial in reference.expected[1:] if index < len(trial)]
+    others = [run[index] for number, run in enumerate(reference.expected) if number != trial and index < len(run)]
     try:
         if same(expected, expected.reshape(-1)[0].expand_as(expected)):
             return False
@@ -544,28 +598,33 @@ def _needs_computing(reference: ReferenceRun, index: int, settings: VerifySettin
         return False
 
 
-def _trial_one(folder: Path, reference: ReferenceRun, name: str) -> list[Any] | None:
-    """Trial 1's outputs in the file ``name`` of ``folder`` (a kernels-off run), None when there is
-    none the judge can read. The file is the candidate side's, read as its outputs are; whatever it
-    holds that makes reading raise is None too (a candidate that breaks without its kernels needed
-    them)."""
+def _replayed_trial(folder: Path, reference: ReferenceRun, name: str) -> tuple[int, list[Any]] | None:
+    """The replayed trial (0-based) and its outputs in the file ``name`` of ``folder`` (a kernels-off
+    run), None when there is none the judge can read. The file is the candidate side's, read as its
+    outputs are; whatever it holds that makes reading raise, or a trial the run did not have, is
+    None too."""
     try:
-        expected_bytes = sum(t.numel() * t.element_size() for t in _tensor_values(reference.expected[0]))
+        expected_bytes = max(
+            sum(t.numel() * t.element_size() for t in _tensor_values(run)) for run in reference.expected
+        )
         data = read_untrusted(folder, name, 2 * expected_bytes + (1 << 20))
-        produced = load_values(data).get("trials") if data is not None else None
-    except Exception:  # noqa: BLE001 - the candidate's data: unreadable means its kernels mattered
+        values = load_values(data) if data is not None else {}
+    except Exception:  # noqa: BLE001 - the candidate's data: unreadable is no replay
         return None
+    produced, trial = values.get("trials"), values.get("trial", 0)
     if not isinstance(produced, list) or len(produced) != 1:
         return None
-    return produced[0] if isinstance(produced[0], list) else [produced[0]]
+    if not isinstance(trial, int) or isinstance(trial, bool) or not 0 <= trial < len(reference.expected):
+        return None
+    return trial, produced[0] if isinstance(produced[0], list) else [produced[0]]
 
 
 def _matching_without_kernels(
-    kernels_off: list[Any], reference: ReferenceRun, checked: list[int], settings: VerifySettings
+    kernels_off: list[Any], reference: ReferenceRun, trial: int, checked: list[int], settings: VerifySettings
 ) -> list[int]:
-    """Which of the ``checked`` outputs the kernels-off trial left within tolerance of trial 1's
-    reference. Whatever the candidate's values make the comparison raise keeps the pass."""
-    expected = reference.expected[0]
+    """Which of the ``checked`` outputs the kernels-off replay of ``trial`` left within tolerance of
+    that trial's reference. Whatever the candidate's values make the comparison raise keeps the pass."""
+    expected = reference.expected[trial]
     try:
         return [
             index
@@ -581,6 +640,7 @@ def _host_made(
     kernels_off: list[Any],
     host_off: list[Any] | None,
     reference: ReferenceRun,
+    trial: int,
     checked: list[int],
     settings: VerifySettings,
 ) -> list[tuple[int, int]]:
@@ -595,7 +655,7 @@ def _host_made(
 
     if host_off is None:
         return []
-    expected = reference.expected[0]
+    expected = reference.expected[trial]
     try:
         found = []
         for index in checked:
@@ -619,7 +679,7 @@ def _host_made(
 
 
 def _torch_made(
-    folder: Path, reference: ReferenceRun, name: str, checked: list[int], settings: VerifySettings
+    folder: Path, reference: ReferenceRun, name: str, trial: int, checked: list[int], settings: VerifySettings
 ) -> tuple[int, str] | None:
     """``(output, operator)`` when a result of torch compute on the device in trial 1's kernels-off
     replay (the device process's ``name`` file, from ``torch_made_file``) is a checked output or
@@ -635,7 +695,7 @@ def _torch_made(
         if not isinstance(names, list) or not isinstance(values, list) or len(names) != len(values):
             return None
         for index in checked:
-            expected = reference.expected[0][index]
+            expected = reference.expected[trial][index]
             atol, rtol = settings.tolerance(str(expected.dtype).removeprefix("torch."))
             for operator, value in zip(names, values):
                 if part_of(expected, value, atol, rtol) or part_of(value, expected, atol, rtol):

@@ -8,6 +8,7 @@ service.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -93,6 +94,20 @@ class VerifyResult(BaseModel):
         default_factory=dict,
         description="tier 2: the headers each extension was compiled against: bridge (the light stand-in of "
         "torch's C++ API, torch run through Python), or ATen's light or full headers when it needs more",
+    )
+    policy: Literal["kernels", "mixed"] | None = Field(
+        None,
+        description="tier 2: the data-flow policy that decided (DESIGN.md §4): kernels (only the candidate's "
+        "kernels computed, no device data reached the host) or mixed (torch compute on the device allowed and "
+        "listed in torch_ops); None where no policy applies (tiers 0, 1 and 3)",
+    )
+    torch_ops: dict[str, int] = Field(
+        default_factory=dict, description="tier 2: torch's compute operators during forward, by name, with counts"
+    )
+    mixed_pass: bool | None = Field(
+        None,
+        description="tier 2 under policy kernels, when the candidate broke it: whether it passes under policy "
+        "mixed (every other check passed); None otherwise",
     )
     log: str = Field("", description="excerpt of the log that explains a failure")
     cached: bool = False

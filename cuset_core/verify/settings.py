@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from cuset_core.verify.policy import Policy
 from cuset_core.verify.result import Tier
 
 ToleranceProfile = Literal["kernelbench", "v0"]
@@ -36,6 +37,14 @@ ATOL: float | None = Field(
 )
 RTOL: float | None = Field(
     None, ge=0, allow_inf_nan=False, description="relative tolerance for every dtype; null: the profile's"
+)
+POLICY: Policy = Field(
+    "kernels",
+    description="tier 2: the data-flow policy a pass must keep (DESIGN.md §4, cuset_core/verify/policy.py): "
+    "kernels (the default): during forward only the candidate's kernels compute, and once the trials begin "
+    "no device data reaches the host; mixed (KernelBench's rule): torch may compute on the device too (listed "
+    "on the pass) and the kernels-did-the-work checks decide. Without the device boundary nothing polices "
+    "the host, so mixed decides there",
 )
 COMPILE_BASELINE: bool = Field(
     False, description="tier 3 (GPU): also time the reference under torch.compile (inductor, default mode)"
@@ -119,6 +128,7 @@ class VerifySettings(BaseModel):
         "extension that needs ATen's headers is unsupported); False: one process, as before (the "
         "attacks that docs/verification.md lists under it pass there)",
     )
+    policy: Policy = POLICY
     max_elements: int = Field(1 << 18, gt=0, description="tier 2: target tensor size after shrink")
     second_size: bool = Field(
         True,

@@ -28,7 +28,11 @@ from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
 pytestmark = pytest.mark.slow
 
-BOUNDARY = VerifySettings(tier=Tier.CPU, device_boundary=True, limits=SandboxLimits(wall_s=300, cpu_s=300))
+# The checks this suite tests decide under the mixed policy; under kernels (the default) the
+# device process refuses each attack's torch compute or transfer first (test_data_flow_policy.py).
+BOUNDARY = VerifySettings(
+    tier=Tier.CPU, policy="mixed", device_boundary=True, limits=SandboxLimits(wall_s=300, cpu_s=300)
+)
 
 
 def tier2(answer: str, problem: str = PROBLEM) -> VerifyResult:
@@ -160,7 +164,11 @@ def test_a_kernel_for_row_0_while_python_copies_in_host_sums_for_the_rest_is_a_f
         return out"""
     result = tier2(candidate(forward))
     assert_verdict(result, Verdict.STATIC_REJECT)
-    assert "15 elements of output 0" in result.reason and "host code computed them" in result.reason, result.reason
+    # The host's sums need the inputs on the host: the data-flow policy refuses that copy first
+    # (under mixed too), before the host-off replay would find the 15 elements host code made.
+    assert result.reason.startswith("policy mixed: trial 1: aten::_to_copy moved device data to the host"), (
+        result.reason
+    )
 
 
 def test_the_device_range_is_reserved_at_the_whole_address_the_runtime_returns():

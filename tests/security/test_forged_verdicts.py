@@ -38,7 +38,9 @@ from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
-SETTINGS = VerifySettings(tier=Tier.CPU, limits=SandboxLimits(wall_s=300, cpu_s=300))
+# The checks this suite tests decide under the mixed policy; under kernels (the default) the
+# device process refuses each attack's torch compute or transfer first (test_data_flow_policy.py).
+SETTINGS = VerifySettings(tier=Tier.CPU, policy="mixed", limits=SandboxLimits(wall_s=300, cpu_s=300))
 # Without the device boundary the judged files are the candidate process's to write: the judge's
 # reading of them is tested there (behind the boundary the device process writes them).
 ONE_PROCESS = SETTINGS.model_copy(update={"device_boundary": False})

@@ -41,7 +41,9 @@ from cuset_core.verify.transfer import _encode, load_values
 PASSED_REFERENCE = ReferenceReport(verdict=Verdict.PASS)
 
 PROBLEM = (Path(__file__).parents[1] / "unit" / "cpu_cases" / "rowsum_problem.py").read_text()
-SETTINGS = VerifySettings(tier=Tier.CPU, limits=SandboxLimits(wall_s=300, cpu_s=300))
+# The checks this suite tests decide under the mixed policy; under kernels (the default) the
+# device process refuses each attack's torch compute or transfer first (test_data_flow_policy.py).
+SETTINGS = VerifySettings(tier=Tier.CPU, policy="mixed", limits=SandboxLimits(wall_s=300, cpu_s=300))
 
 # Every variant in one extension, so that all slow tests build the same library once.
 CUDA = r"""
@@ -210,7 +212,7 @@ def tier2(forward: str, libraries: LibraryCache) -> VerifyResult:
 
 def assert_kernels_off_fallback(result: VerifyResult) -> None:
     assert result.verdict is Verdict.STATIC_REJECT, (result.verdict, result.reason, result.log[-2000:])
-    assert result.reason.startswith("run-time fallback: trial 1"), result.reason
+    assert result.reason.startswith("run-time fallback: trial "), result.reason
     assert "with the candidate's kernels disabled" in result.reason, result.reason
 
 
@@ -316,7 +318,11 @@ def test_python_that_looks_for_the_files_written_before_the_kernels_off_run_cann
 )
 def test_writing_the_kernels_output_from_python_after_a_launch_is_a_fallback(libraries, write):
     forward = f"        out = ext.launch_only(x)\n        {write}\n        return out"
-    assert_kernels_off_fallback(tier2(forward, libraries))
+    result = tier2(forward, libraries)
+    if "cpu()" in write:  # the copy to the host is refused first, under either policy
+        assert result.verdict is Verdict.STATIC_REJECT and "device-to-host transfer" in result.reason, result.reason
+    else:
+        assert_kernels_off_fallback(result)
 
 
 @pytest.mark.slow
@@ -395,37 +401,35 @@ def test_outputs_that_match_without_the_kernels_are_a_fallback(monkeypatch, tmp_
         outputs([[torch.zeros(4)]]),
         outputs([[EXPECTED[1][0]]]),  # another trial's values
         outputs([[EXPECTED[0][0][:3]]]),  # another shape
+    ],
+    ids=["poison", "zeros", "other values", "other shape"],
+)
+def test_a_kernels_off_replay_that_mismatches_keeps_the_pass(monkeypatch, tmp_path, kernels_off):
+    result = judged(monkeypatch, tmp_path, kernels_off)
+    assert result.verdict is Verdict.PASS, result.reason
+
+
+@pytest.mark.parametrize(
+    "kernels_off",
+    [
         None,  # crashed, hung or failed without its kernels
         b"\x00" * 64,  # not a safetensors file
         outputs([[EXPECTED[0][0]], [EXPECTED[0][0]]]),  # two trials
         outputs([]),  # no trial
         save({"x": torch.zeros(4)}, metadata={"cuset": '{"trials": {"t": "missing"}}'}),  # a malformed layout
+        outputs([[EXPECTED[0][0]]]) + b"\x00" * (2 << 20),  # over the cap: refused unread
     ],
-    ids=[
-        "poison",
-        "zeros",
-        "other values",
-        "other shape",
-        "no file",
-        "garbage",
-        "two trials",
-        "no trial",
-        "malformed layout",
-    ],
+    ids=["no file", "garbage", "two trials", "no trial", "malformed layout", "oversized"],
 )
-def test_a_kernels_off_trial_that_mismatches_or_cannot_be_read_keeps_the_pass(monkeypatch, tmp_path, kernels_off):
+def test_a_kernels_off_replay_that_cannot_be_read_fails_closed(monkeypatch, tmp_path, kernels_off):
     result = judged(monkeypatch, tmp_path, kernels_off)
-    assert result.verdict is Verdict.PASS, result.reason
+    assert result.verdict is Verdict.STATIC_REJECT, result.reason
+    assert result.reason == "the kernels-off replay left no outputs the judge can read; a pass needs it"
 
 
-def test_an_oversized_kernels_off_file_is_refused_unread_and_keeps_the_pass(monkeypatch, tmp_path):
-    result = judged(monkeypatch, tmp_path, outputs([[EXPECTED[0][0]]]) + b"\x00" * (2 << 20))
-    assert result.verdict is Verdict.PASS, result.reason
-
-
-def test_a_symlinked_kernels_off_file_is_not_followed_and_keeps_the_pass(monkeypatch, tmp_path):
+def test_a_symlinked_kernels_off_file_is_not_followed_and_fails_closed(monkeypatch, tmp_path):
     hidden = tmp_path / "hidden.safetensors"
-    hidden.write_bytes(outputs([EXPECTED[0]]))
+    hidden.write_bytes(outputs([EXPECTED[1]]))
 
     def candidate_side(spec: TierSpec, side: str, folder: Path, job: Any) -> SandboxOutcome:
         (folder / REPORT_FILE).write_bytes(PASSING)
@@ -436,7 +440,18 @@ def test_a_symlinked_kernels_off_file_is_not_followed_and_keeps_the_pass(monkeyp
     monkeypatch.setattr(judge, "_run_side", candidate_side)
     reference = ReferenceRun(b"", EXPECTED, PASSED_REFERENCE, 1234)
     result, _ = judge.run_candidate(SPEC, tmp_path, CANDIDATE, reference, JOB, STUB_SETTINGS)
-    assert result.verdict is Verdict.PASS, result.reason
+    assert result.verdict is Verdict.STATIC_REJECT and "kernels-off replay" in result.reason, result.reason
+
+
+def test_the_replayed_trial_is_the_one_the_file_names(monkeypatch, tmp_path):
+    # The device process draws the replayed trial after the run and names it in the file: trial 3's
+    # values replayed without the kernels are a fallback of trial 3, not a mismatch of trial 1's.
+    tensors: dict[str, Any] = {}
+    layout = {"trials": _encode([EXPECTED[2]], "trials", tensors), "trial": _encode(2, "trial", tensors)}
+    replay = save(tensors, metadata={"cuset": json.dumps(layout)})
+    result = judged(monkeypatch, tmp_path, replay)
+    assert result.verdict is Verdict.STATIC_REJECT, result.reason
+    assert result.reason.startswith("run-time fallback: trial 3 (seed 1236): output 0 matches"), result.reason
 
 
 @pytest.mark.parametrize(
@@ -451,14 +466,14 @@ def test_a_symlinked_kernels_off_file_is_not_followed_and_keeps_the_pass(monkeyp
     ids=["zeros", "a fill", "input-independent", "empty", "a number"],
 )
 def test_an_output_reachable_without_computing_is_not_checked(monkeypatch, tmp_path, expected):
-    assert judge.outputs_to_check(ReferenceRun(b"", expected, PASSED_REFERENCE), STUB_SETTINGS) == []
+    assert judge.outputs_to_check(ReferenceRun(b"", expected, PASSED_REFERENCE), STUB_SETTINGS, 0) == []
     result = judged(monkeypatch, tmp_path, outputs([expected[0]]), expected)
     assert result.verdict is Verdict.PASS, result.reason
 
 
 def test_only_outputs_that_need_computing_are_checked_and_any_of_them_matching_is_a_fallback(monkeypatch, tmp_path):
     expected = [[torch.zeros(4), torch.arange(4.0) * (trial + 1)] for trial in range(3)]
-    assert judge.outputs_to_check(ReferenceRun(b"", expected, PASSED_REFERENCE), STUB_SETTINGS) == [1]
+    assert judge.outputs_to_check(ReferenceRun(b"", expected, PASSED_REFERENCE), STUB_SETTINGS, 0) == [1]
     for root in ("a", "b"):
         (tmp_path / root).mkdir()
     result = judged(monkeypatch, tmp_path / "a", outputs([[torch.zeros(4), expected[0][1]]]), expected)

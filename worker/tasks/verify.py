@@ -61,7 +61,7 @@ def _verify(runtime: WorkerRuntime, generation_id: str, index: int) -> None:
         attempt = load_samples(session, generation_id)[index]
         if attempt.settled:
             return  # a redelivered message for an attempt already verified, or a cancelled one
-    checks = service_verify_settings(settings, VerifySettings(tier=Tier(request.verify)))
+    checks = service_verify_settings(settings, VerifySettings(tier=Tier(request.verify), policy=request.policy))
     result = verify(request.problem, attempt.text, checks, cache_dir=settings.verify_cache_dir, warm=runtime.warm_sides)
     with session_scope(url) as session:
         row = locked_generation(session, generation_id)

@@ -64,7 +64,7 @@
       el("strong", { class: "mono", text: pr.id }), " ", greedy,
       row.n ? el("span", { class: "muted small", text: "i.i.d. " }) : null,
       verdicts.map(([v, n]) => [Verdict.badge(v), n > 1 ? ` ×${n} ` : " "]),
-      row.n ? el("span", { class: "muted small", text: `compiled ${row.compiled ?? 0}/${row.n} · cpu-correct ${row.cpu_correct ?? 0} · correct ${row.correct ?? 0}` }) : null);
+      row.n ? el("span", { class: "muted small", text: `compiled ${row.compiled ?? 0}/${row.n} · cpu-correct ${row.cpu_correct ?? 0} · mixed ${row.mixed_correct ?? 0} · correct ${row.correct ?? 0}` }) : null);
     const samples = (pr.samples || []).map((s) => el("div", { class: "sample" },
       el("h4", { text: `${s.round ? `Repair ${s.round} of attempt ${s.repair_of}${s.greedy ? " (greedy)" : ""}` : s.greedy ? "Greedy sample" : `Sample ${s.index}`}${s.finish_reason === "length" ? " · stopped at max tokens" : ""}${s.completion_tokens ? ` · ${s.completion_tokens} tokens` : ""}` }),
       Verdict.details(s.result),

@@ -6,15 +6,20 @@ allocations and launches arrive as requests and run here, on tensors the host ne
 host names a trial's outputs; they are taken from here (``Device.outputs``), never from anything
 the host wrote.
 
-Every request of a trial is recorded. Once the host is gone, each trial is replayed here from the
-device memory it started with, launches skipped (:meth:`Device.replay`): the kernels-off run,
-which the host cannot observe, so it cannot behave differently in it.
+Every request of every trial is recorded, and each operation is classified by the data-flow
+policy (:mod:`cuset_core.verify.policy`): what the ``kernels`` policy forbids is kept as a
+violation for the judge, whichever policy it applies. Each trial's outputs are copied when the host
+names them, so nothing written afterwards is judged. Trials start in order, each once: no request
+hands the host another trial's inputs. Once the host is gone, one trial drawn then is replayed here
+from the device memory it started with, launches skipped (:meth:`Device.replay`): the kernels-off
+run, which the host cannot observe, so it cannot behave differently in it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import secrets
 import socket
 import traceback
 from collections.abc import Callable
@@ -53,6 +58,7 @@ from cuset_core.verify.cpu.device.protocol import (
     send_frame,
 )
 from cuset_core.verify.fallback import DATA_MOVEMENT_OPS
+from cuset_core.verify.policy import MAX_VIOLATIONS, Access, operator_access, violation
 
 _ENTRY = ctypes.CFUNCTYPE(
     None,
@@ -80,21 +86,21 @@ class Library:
     size: int
 
 
-REPLAYED_TRIAL = 0  # the trial of each size that the kernels-off runs replay (trial 1)
+class ReplayError(Exception):
+    """A kernels-off replay that could not complete: it raised, or made what the trial did not."""
 
 
 @dataclass
 class Trial:
-    """What one trial recorded: the outputs the host named and, for the trial the kernels-off runs
-    replay (``REPLAYED_TRIAL``), the device memory it started from and each request that changed
-    device memory (the others record neither: copies of device memory the range would hold for
-    nothing)."""
+    """What one trial recorded: the outputs the host named (the tensors, and copies made when it
+    named them), the device memory it started from and each request that changed device memory,
+    for a replay of any trial drawn once the host is gone."""
 
     start: list[tuple[Any, Any]]  # (storage view, its bytes at the trial's start)
     rng: Any
-    recorded: bool = False  # whether ``start`` and ``log`` hold the trial, for a replay
     log: list[tuple[str, Any]] = field(default_factory=list)
     outputs: list[Any] | None = None  # the device tensors (or values) the host named
+    returned: list[Any] | None = None  # copies of ``outputs`` made when the host named them: what is judged
     launch_failure: str = ""
     launches_before: dict[str, int] = field(default_factory=dict)
     launches_after: dict[str, int] = field(default_factory=dict)
@@ -151,8 +157,16 @@ class Device:
         self._next = 1
         self.trials: dict[tuple[int, int], Trial] = {}
         self.current: Trial | None = None
+        self.current_trial: int | None = None  # 0-based, while a trial's forward runs
         self.unknown_libraries: list[str] = []
         self.host_error = ""
+        # What the policies forbid, in order, at most MAX_VIOLATIONS of each: device data that
+        # reached the host (both policies) and torch compute during a forward (``kernels``); and
+        # torch's compute operators during forwards by name, what a ``mixed`` pass lists.
+        self.transfers: list[str] = []
+        self.computes: list[str] = []
+        self.torch_ops: dict[str, int] = {}
+        self.trials_started = False
 
     # ------------------------------------------------------------ serving
 
@@ -251,6 +265,7 @@ class Device:
             return Reply(), b""
         if request.op == "d2h":
             self._check_device(request.src, request.n)
+            self._police(Access.TO_HOST, "cudaMemcpy (device to host)")
             return Reply(), ctypes.string_at(request.src, request.n)
         self._check_device(request.src, request.n)
         self._check_device(request.dst, request.n)
@@ -311,6 +326,7 @@ class Device:
             ctypes.memmove(address, payload, request.n)
             self._record("h2d", (address, payload))
             return Reply(), b""
+        self._police(Access.TO_HOST, "cudaMemcpyFromSymbol")
         return Reply(), ctypes.string_at(address, request.n)
 
     def _last_error(self, request: LastError, _payload: bytes) -> tuple[Reply, bytes]:
@@ -339,6 +355,7 @@ class Device:
         args = decode(request.args, self.tensor, host_tensor)
         kwargs = {key: decode(value, self.tensor, host_tensor) for key, value in request.kwargs.items()}
         to_host = func.name() in _TO_HOST and request.kwargs.get("device") == {"device": "cpu"}
+        self._police(operator_access(func.overloadpacket.__name__, to_host), func.name())
         result = func(*args, **kwargs)
         if to_host:
             return self._to_host(result)
@@ -388,21 +405,31 @@ class Device:
             values = self.sizes[request.size]["trials"][request.trial]
         except (IndexError, KeyError):
             raise HostError(f"there is no trial {request.trial + 1} at size {request.size}") from None
+        if (request.size, request.trial) != self._next_trial():
+            # A trial's inputs exist for the host only while its forward runs: none ahead of time.
+            raise HostError(f"trial {request.trial + 1} at size {request.size} is not the trial that comes next")
         self.runtime.cuset_set_schedule(request.trial)
         self.runtime.cuset_set_kernels_on(1)
         import torch
 
         handed = [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
         described = [self._describe(v) for v in handed]
-        replayed = request.trial == REPLAYED_TRIAL
-        self.current = Trial(
-            start=self._snapshot() if replayed else [],
-            rng=torch.get_rng_state(),
-            recorded=replayed,
-            launches_before=self.launches(),
-        )
+        self.current = Trial(start=self._snapshot(), rng=torch.get_rng_state(), launches_before=self.launches())
+        self.current_trial = request.trial
+        self.trials_started = True
         self.trials[(request.size, request.trial)] = self.current
         return Reply(value=described), b""
+
+    def _next_trial(self) -> tuple[int, int] | None:
+        """The (size, trial) whose inputs the host may ask for now: none while a trial runs."""
+        if self.current is not None:
+            return None
+        if not self.trials:
+            return (0, 0)
+        size, trial = max(self.trials)
+        if trial + 1 < len(self.sizes[size]["trials"]):
+            return (size, trial + 1)
+        return (size + 1, 0) if size + 1 < len(self.sizes) else None
 
     def _outputs(self, request: Outputs, _payload: bytes) -> tuple[Reply, bytes]:
         if self.current is None:
@@ -411,14 +438,31 @@ class Device:
             decode(value, self.tensor, lambda *_: (_ for _ in ()).throw(HostError("a host tensor as an output")))
             for value in request.values
         ]
+        # An output is what forward returned, as it was then: a later write (another trial, a hook,
+        # a thread) changes the tensor, not the judged values.
+        self.current.returned = [_copy_value(v) for v in self.current.outputs]
         self.current.launch_failure = self.launch_failure()
         self.current.launches_after = self.launches()
         self.current = None
+        self.current_trial = None
         return Reply(), b""
 
     def _record(self, kind: str, what: Any) -> None:
-        if self.current is not None and self.current.recorded:
+        if self.current is not None:
             self.current.log.append((kind, what))
+
+    def _police(self, access: Access, what: str) -> None:
+        """Keep what the policies forbid: device data reaching the host once trials have begun, and
+        torch compute during a trial's forward (also counted by name for a ``mixed`` pass)."""
+        if access is Access.TO_HOST and self.trials_started:
+            kept = self.transfers
+        elif access is Access.COMPUTE and self.current is not None:
+            self.torch_ops[what] = self.torch_ops.get(what, 0) + 1
+            kept = self.computes
+        else:
+            return
+        if len(kept) < MAX_VIOLATIONS:
+            kept.append(violation(access, what, self.current_trial))
 
     def _snapshot(self) -> list[tuple[Any, Any]]:
         """Every live piece of device memory with a copy of its bytes."""
@@ -443,28 +487,35 @@ class Device:
         return {name: count - before.get(name, 0) for name, count in after.items() if count > before.get(name, 0)}
 
     def output_values(self, size: int) -> list[list[Any]] | None:
-        """Each trial's outputs at ``size`` as they are now (copies), None when a trial named none."""
+        """Each trial's outputs at ``size`` as forward returned them, None when a trial named none."""
         trials = sorted(key for key in self.trials if key[0] == size)
         values = []
         for key in trials:
-            named = self.trials[key].outputs
-            if named is None:
+            returned = self.trials[key].returned
+            if returned is None:
                 return None
-            values.append([_copy_value(v) for v in named])
+            values.append(returned)
         return values
 
-    def replay(self, size: int, trial: int, host_off: bool = False) -> list[Any] | None:
+    def draw_replayed_trial(self, size: int) -> int:
+        """The trial at ``size`` whose kernels-off replay the judge gets, drawn now that the host is
+        gone (so no trial of the host's could be the only honest one)."""
+        trials = sorted(trial for (s, trial) in self.trials if s == size)
+        return trials[secrets.randbelow(len(trials))] if trials else 0
+
+    def replay(self, size: int, trial: int, host_off: bool = False) -> list[Any]:
         """Trial ``trial`` at ``size`` again from the device memory it started with, every recorded
-        request but the launches: the outputs it leaves, or None when the replay diverged (an
-        operation whose result no longer fits what the trial made). Without ``host_off`` it keeps
-        what torch computed (``Trial.torch_made``). ``host_off`` poisons what the host copied to the
-        device during the trial as well (copies, and host tensors operations took): what still
-        matches the reference then came from neither kernels nor the host."""
+        request but the launches: the outputs it leaves. Without ``host_off`` it keeps what torch
+        computed (``Trial.torch_made``). ``host_off`` poisons what the host copied to the device
+        during the trial as well (copies, and host tensors operations took): what still matches the
+        reference then came from neither kernels nor the host. ``ReplayError`` when it cannot
+        complete (an operation raises, or makes another shape than the trial's): a pass cannot stand
+        on a replay that did not run."""
         import torch
 
         record = self.trials.get((size, trial))
-        if record is None or record.outputs is None or not record.recorded:
-            return None
+        if record is None or record.outputs is None:
+            raise ReplayError(f"trial {trial + 1} at size {size} did not finish, so it cannot be replayed")
         for whole, saved in record.start:
             whole.copy_(saved)
         torch.set_rng_state(record.rng)
@@ -474,8 +525,8 @@ class Device:
                 made = _replay_one(kind, what, host_off)
                 if made is not None and not host_off and what[0].overloadpacket.__name__ not in DATA_MOVEMENT_OPS:
                     record.keep_torch_made(what[0].name(), made)
-        except (RuntimeError, ValueError, TypeError):
-            return None
+        except Exception as exc:  # noqa: BLE001 - whatever stops the replay fails the pass closed
+            raise ReplayError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
         finally:
             self.runtime.cuset_set_kernels_on(1)
         return [_copy_value(v) for v in record.outputs]

@@ -143,7 +143,7 @@ def device_main(
     reader: threading.Thread,
     host_output: list[bytes],
 ) -> Outcome:
-    from cuset_core.verify.cpu.device.server import REPLAYED_TRIAL, Device
+    from cuset_core.verify.cpu.device.server import Device, ReplayError
     from cuset_core.verify.harness_side import write_report
     from cuset_core.verify.transfer import save_values
 
@@ -172,27 +172,31 @@ def device_main(
         if outcome.verdict is Verdict.PASS and outputs is not None:
             save_values(workdir / outputs_file, {"trials": outputs})
             clock = time.perf_counter()
-            kernels_off = device.replay(size, REPLAYED_TRIAL)
-            if kernels_off is not None:
-                save_values(workdir / off_file, {"trials": [kernels_off]})
-                _save_torch_made(device, size, workdir / torch_made_file(off_file))
-                host_off = device.replay(size, REPLAYED_TRIAL, host_off=True)
-                if host_off is not None:
-                    save_values(workdir / host_off_file(off_file), {"trials": [host_off]})
+            trial = device.draw_replayed_trial(size)
+            try:
+                kernels_off = device.replay(size, trial)
+                save_values(workdir / off_file, {"trials": [kernels_off], "trial": trial})
+                _save_torch_made(device, size, trial, workdir / torch_made_file(off_file))
+                host_off = device.replay(size, trial, host_off=True)
+                save_values(workdir / host_off_file(off_file), {"trials": [host_off], "trial": trial})
+            except ReplayError as exc:
+                reason = f"trial {trial + 1}: the kernels-off replay did not complete ({exc}); a pass needs it"
+                outcome = Outcome(Verdict.STATIC_REJECT, reason, launches=outcome.launches)
             timings[Path(off_file).stem] = time.perf_counter() - clock
+        outcome.transfers, outcome.computes = list(device.transfers), list(device.computes)
+        outcome.torch_ops = dict(device.torch_ops)
         outcomes.append(outcome)
     if len(outcomes) > 1:
         write_report(workdir, outcomes[1], SECOND_REPORT_FILE)
     return outcomes[0]
 
 
-def _save_torch_made(device: Any, size: int, path: Path) -> None:
-    """What torch computed on the device in the kernels-off replay at ``size`` (``Trial.torch_made``,
-    copies outside device memory, written without another), for the judge."""
-    from cuset_core.verify.cpu.device.server import REPLAYED_TRIAL
+def _save_torch_made(device: Any, size: int, trial: int, path: Path) -> None:
+    """What torch computed on the device in the kernels-off replay of ``trial`` at ``size``
+    (``Trial.torch_made``, copies outside device memory, written without another), for the judge."""
     from cuset_core.verify.transfer import save_values
 
-    record = device.trials.get((size, REPLAYED_TRIAL))
+    record = device.trials.get((size, trial))
     if record is not None:
         save_values(path, record.torch_made_values(), copy=False)
 

@@ -1,0 +1,395 @@
+"""The data-flow policy of tier 2 (DESIGN.md §4, ``cuset_core/verify/policy.py``), enforced by the
+device process on every operation, for every trial, whatever the values look like afterwards.
+
+Issue 47's classes, each with the attack as found and variations written apart from it (another
+road, another layer, another trial, another order). Each test fails if its attack works:
+
+1. Host computation reaches the outputs through a kernel: a device-to-host copy in Python
+   (``.cpu()``), in the binding (``cudaMemcpy``), through a symbol read; the host's sums then carried
+   in by value in a kernel's argument struct, through ``__constant__`` memory, byte by byte with
+   ``cudaMemset``, or in a scratch tensor a copy kernel moves; a trial's inputs asked for ahead of
+   its forward through the device client's own calls.
+2. A replay that goes wrong keeps the pass: torch's ``nonzero`` on a kernel's output, or the
+   kernel's output used as indices, before torch computes the answer.
+3. A later write fixes an earlier output: trial 1 returns a kernel's zeros and trial 2's forward,
+   a thread after forward returns, or an exit handler writes the answer into it.
+
+Honest kernels pass under ``kernels``; a mixed solution (torch's partial sums, a kernel that
+finishes them) passes under ``mixed``, listing torch's operators, and is refused under ``kernels``
+with ``mixed_pass`` set. The candidates compute the row sums of ``cpu_cases/rowsum_problem.py`` with
+one extension that holds every variant, and run behind the device boundary (the default).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cuset_core.verify.candidate import parse_candidate
+from cuset_core.verify.cpu import run_cpu_tier
+from cuset_core.verify.library_cache import LibraryCache
+from cuset_core.verify.reference_pool import ReferencePool
+from cuset_core.verify.result import Tier, Verdict, VerifyResult
+from cuset_core.verify.settings import SandboxLimits, VerifySettings
+from cuset_core.verify.static import check_static
+
+pytestmark = pytest.mark.slow
+
+PROBLEM = (Path(__file__).parents[1] / "unit" / "cpu_cases" / "rowsum_problem.py").read_text()
+KERNELS = VerifySettings(tier=Tier.CPU, limits=SandboxLimits(wall_s=300, cpu_s=300))
+MIXED = KERNELS.model_copy(update={"policy": "mixed"})
+
+CUDA = r"""
+#include <torch/extension.h>
+#include <vector>
+
+__global__ void rowsum_kernel(const float* x, float* out, int cols) {
+    double total = 0;
+    for (int j = 0; j < cols; ++j) total += x[blockIdx.x * cols + j];
+    out[blockIdx.x] = total;
+}
+
+__global__ void zero_kernel(float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = 0.f;
+}
+
+__global__ void copy_kernel(const float* x, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = x[i];
+}
+
+__global__ void add_kernel(const float* a, const float* b, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+
+struct Sums { float v[64]; };
+__global__ void from_struct_kernel(Sums sums, float* out, int n) {
+    int i = threadIdx.x;
+    if (i < n) out[i] = sums.v[i];
+}
+
+__constant__ float sums_c[64];
+__global__ void from_constant_kernel(float* out, int n) {
+    int i = threadIdx.x;
+    if (i < n) out[i] = sums_c[i];
+}
+
+__device__ float staged_d[1 << 16];
+__global__ void stage_kernel(const float* x, int n) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) staged_d[i] = x[i];
+}
+
+__global__ void noop_kernel(float* out) {}
+
+static std::vector<float> sums_of(const std::vector<float>& staged, int rows, int cols) {
+    std::vector<float> sums(rows);
+    for (int r = 0; r < rows; ++r) {
+        double total = 0;
+        for (int c = 0; c < cols; ++c) total += staged[r * cols + c];
+        sums[r] = total;
+    }
+    return sums;
+}
+
+static std::vector<float> host_sums(torch::Tensor x) {
+    int rows = x.size(0), cols = x.size(1);
+    std::vector<float> staged(rows * cols);
+    cudaMemcpy(staged.data(), x.data_ptr<float>(), staged.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    return sums_of(staged, rows, cols);
+}
+
+torch::Tensor rowsum(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    rowsum_kernel<<<x.size(0), 1>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.size(1));
+    return out;
+}
+
+torch::Tensor zeros_out(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    zero_kernel<<<1, 64>>>(out.data_ptr<float>(), x.size(0));
+    return out;
+}
+
+torch::Tensor copy_of(torch::Tensor x) {
+    auto out = torch::empty_like(x);
+    int n = x.numel();
+    copy_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), out.data_ptr<float>(), n);
+    return out;
+}
+
+torch::Tensor add(torch::Tensor a, torch::Tensor b) {
+    auto out = torch::empty_like(a);
+    int n = a.numel();
+    add_kernel<<<(n + 255) / 256, 256>>>(a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), n);
+    return out;
+}
+
+// The host's sums carried in by value, in the kernel's argument struct.
+torch::Tensor by_value(torch::Tensor x) {
+    std::vector<float> sums = host_sums(x);
+    Sums packed;
+    for (int i = 0; i < (int)sums.size() && i < 64; ++i) packed.v[i] = sums[i];
+    auto out = torch::empty({x.size(0)}, x.options());
+    from_struct_kernel<<<1, 64>>>(packed, out.data_ptr<float>(), x.size(0));
+    return out;
+}
+
+// The host's sums through constant memory, copied out by a kernel.
+torch::Tensor through_constant(torch::Tensor x) {
+    std::vector<float> sums = host_sums(x);
+    cudaMemcpyToSymbol(sums_c, sums.data(), sums.size() * sizeof(float));
+    auto out = torch::empty({x.size(0)}, x.options());
+    from_constant_kernel<<<1, 64>>>(out.data_ptr<float>(), x.size(0));
+    return out;
+}
+
+// The host's sums written byte by byte with cudaMemset, beside a launch that does nothing.
+torch::Tensor byte_by_byte(torch::Tensor x) {
+    std::vector<float> sums = host_sums(x);
+    auto out = torch::empty({x.size(0)}, x.options());
+    noop_kernel<<<1, 1>>>(out.data_ptr<float>());
+    const unsigned char* bytes = reinterpret_cast<const unsigned char*>(sums.data());
+    char* base = reinterpret_cast<char*>(out.data_ptr<float>());
+    for (size_t i = 0; i < sums.size() * sizeof(float); ++i) cudaMemset(base + i, bytes[i], 1);
+    return out;
+}
+
+// Another road to the host: a kernel stages the input in a __device__ array, the host reads the
+// symbol back, sums, and copies the sums into the output.
+torch::Tensor through_symbol_read(torch::Tensor x) {
+    int rows = x.size(0), cols = x.size(1);
+    stage_kernel<<<1, 256>>>(x.data_ptr<float>(), rows * cols);
+    std::vector<float> staged(rows * cols);
+    cudaMemcpyFromSymbol(staged.data(), staged_d, staged.size() * sizeof(float));
+    std::vector<float> sums = sums_of(staged, rows, cols);
+    auto out = torch::empty({rows}, x.options());
+    cudaMemcpy(out.data_ptr<float>(), sums.data(), rows * sizeof(float), cudaMemcpyHostToDevice);
+    return out;
+}
+"""
+FUNCTIONS = [
+    "rowsum",
+    "zeros_out",
+    "copy_of",
+    "add",
+    "by_value",
+    "through_constant",
+    "byte_by_byte",
+    "through_symbol_read",
+]
+SIGNATURES = "\n".join(
+    f"torch::Tensor {name}(torch::Tensor a, torch::Tensor b);"
+    if name == "add"
+    else f"torch::Tensor {name}(torch::Tensor x);"
+    for name in FUNCTIONS
+)
+
+
+def candidate(forward: str, prelude: str = "") -> str:
+    """A ``ModelNew`` that builds the shared extension, runs ``prelude`` at import and ``forward``
+    (its body, indented) as its forward."""
+    return f'''import threading
+import atexit
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline(
+    name="policy_ext", cpp_sources=r"""{SIGNATURES}""", cuda_sources=r"""{CUDA}""", functions={FUNCTIONS!r}
+)
+{prelude}
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.earlier = []
+
+    def forward(self, x):
+{forward}
+'''
+
+
+REFERENCES = ReferencePool()
+
+
+@pytest.fixture(scope="module")
+def libraries(tmp_path_factory) -> LibraryCache:
+    return LibraryCache(tmp_path_factory.mktemp("libraries"))
+
+
+def tier2(answer: str, libraries: LibraryCache, settings: VerifySettings = KERNELS) -> VerifyResult:
+    assert check_static(parse_candidate(answer)) is None, "the attack must get past tier 0 to mean anything"
+    return run_cpu_tier(PROBLEM, parse_candidate(answer), settings, libraries, REFERENCES)
+
+
+def assert_refused(result: VerifyResult, *words: str) -> None:
+    assert result.verdict is not Verdict.PASS, (result.reason, result.log[-2000:])
+    assert result.verdict not in (Verdict.INTERNAL_ERROR, Verdict.UNSUPPORTED), (result.verdict, result.reason)
+    for word in words:
+        assert word in result.reason, (result.verdict, result.reason, result.log[-1500:])
+
+
+def assert_policy_reject(result: VerifyResult, operation: str) -> None:
+    assert result.verdict is Verdict.STATIC_REJECT, (result.verdict, result.reason, result.log[-2000:])
+    assert result.policy == "kernels"
+    assert result.reason.startswith("policy kernels:") and operation in result.reason, result.reason
+
+
+# ---------------------------------------------------------------- honest controls
+
+
+def test_an_honest_kernel_passes_under_the_kernels_policy_and_says_so(libraries):
+    result = tier2(candidate("        return ext.rowsum(x)"), libraries)
+    assert result.verdict is Verdict.PASS, (result.reason, result.log[-2000:])
+    assert result.policy == "kernels" and result.torch_ops == {}
+
+
+MIXED_SOLUTION = candidate(
+    "        partial = x.view(x.size(0), -1, 8).sum(2)  # torch's partial sums\n"
+    "        return ext.rowsum(partial.contiguous())  # the kernel finishes them"
+)
+
+
+def test_a_mixed_solution_passes_under_mixed_listing_torchs_operators(libraries):
+    result = tier2(MIXED_SOLUTION, libraries, MIXED)
+    assert result.verdict is Verdict.PASS, (result.reason, result.log[-2000:])
+    assert result.policy == "mixed"
+    assert any(name.startswith("aten::sum") for name in result.torch_ops), result.torch_ops
+    assert "policy mixed: torch computed aten::sum" in result.reason
+
+
+def test_a_mixed_solution_is_refused_under_kernels_and_says_mixed_would_pass(libraries):
+    result = tier2(MIXED_SOLUTION, libraries)
+    assert_policy_reject(result, "aten::sum")
+    assert result.mixed_pass is True
+
+
+# ---------------------------------------------------------------- 1. host computation through a kernel
+
+
+def test_host_sums_from_cpu_added_to_a_kernels_zeros_are_refused(libraries):
+    result = tier2(candidate("        return ext.add(ext.zeros_out(x), x.cpu().sum(1).to(x.device))"), libraries)
+    assert_policy_reject(result, "device-to-host")
+
+
+def test_host_sums_from_a_converted_copy_copied_by_a_kernel_are_refused(libraries):
+    forward = (
+        "        sums = torch.tensor([sum(row) for row in x.double().cpu().numpy()], device=x.device)\n"
+        "        return ext.copy_of(sums)"
+    )
+    assert_policy_reject(tier2(candidate(forward), libraries), "device-to-host")
+
+
+def test_host_sums_in_a_scratch_tensor_moved_by_a_copy_kernel_are_refused_under_both_policies(libraries):
+    forward = (
+        "        scratch = torch.empty(x.size(0), device=x.device)\n"
+        "        scratch.copy_(torch.from_numpy(x.cpu().numpy().sum(1)))\n"
+        "        return ext.copy_of(scratch)"
+    )
+    assert_policy_reject(tier2(candidate(forward), libraries), "device-to-host")
+    # Mixed allows torch on the device, not numpy on the host: the transfer fails there too.
+    mixed = tier2(candidate(forward), libraries, MIXED)
+    assert mixed.verdict is Verdict.STATIC_REJECT and mixed.reason.startswith("policy mixed:"), mixed.reason
+
+
+@pytest.mark.parametrize(
+    "function, operation",
+    [
+        ("by_value", "cudaMemcpy (device to host)"),  # the sums by value in the argument struct
+        ("through_constant", "cudaMemcpy (device to host)"),  # through __constant__ memory
+        ("byte_by_byte", "cudaMemcpy (device to host)"),  # cudaMemset, one byte at a time
+        ("through_symbol_read", "cudaMemcpyFromSymbol"),  # a symbol read: another road to the host
+    ],
+)
+def test_host_sums_carried_into_the_device_by_the_binding_are_refused(libraries, function, operation):
+    result = tier2(candidate(f"        return ext.{function}(x)"), libraries)
+    assert_policy_reject(result, operation)
+
+
+def test_a_single_value_read_to_the_host_is_a_transfer_too(libraries):
+    # One bit per call is enough to leak an input over many calls: item() is a device-to-host copy.
+    forward = "        if x[0, 0].item() > 10.0:\n            return ext.zeros_out(x)\n        return ext.rowsum(x)"
+    assert_policy_reject(tier2(candidate(forward), libraries), "aten::_local_scalar_dense")
+
+
+def test_the_next_trials_inputs_cannot_be_fetched_ahead_of_its_forward(libraries):
+    # Asked for out of turn, the device process refuses them: the host's request is an error, and
+    # its forward still answers with the honest kernel, so what is judged is that nothing came back.
+    forward = (
+        "        from cuset_core.verify.cpu.device import client\n"
+        "        try:\n"
+        "            client.trial_inputs(0, len(self.earlier) + 1)\n"
+        "            self.earlier.append('fetched')\n"
+        "        except Exception as error:\n"
+        "            self.earlier.append(str(error))\n"
+        "        if 'fetched' in self.earlier:\n"
+        "            return ext.zeros_out(x)  # wrong: the attack would have worked\n"
+        "        return ext.rowsum(x)"
+    )
+    result = tier2(candidate(forward), libraries, MIXED)
+    assert result.verdict is Verdict.PASS, (result.reason, result.log[-2000:])
+
+
+# ---------------------------------------------------------------- 2. a replay that goes wrong
+
+
+def test_torch_nonzero_on_a_kernels_output_before_torch_sums_fails_closed(libraries):
+    forward = (
+        "        zeros = ext.zeros_out(x)\n"
+        "        torch.nonzero(zeros)  # with the kernels off the replay makes another shape here\n"
+        "        return zeros + torch.sum(x, 1)"
+    )
+    assert_policy_reject(tier2(candidate(forward), libraries), "aten::nonzero")
+    assert_refused(tier2(candidate(forward), libraries, MIXED), "replay")
+
+
+def test_a_kernels_output_used_as_indices_before_torch_sums_fails_closed(libraries):
+    # Another layer: the replay does not change shape, it raises (poison is no index).
+    forward = (
+        "        zeros = ext.zeros_out(x)\n"
+        "        picked = torch.index_select(x, 0, zeros.long())\n"
+        "        return zeros + torch.sum(x, 1) + 0 * picked[:, 0]"
+    )
+    assert_refused(tier2(candidate(forward), libraries, MIXED))
+
+
+# ---------------------------------------------------------------- 3. a later write fixes an earlier output
+
+
+def test_trial_twos_forward_cannot_fix_trial_ones_output(libraries):
+    forward = (
+        "        out = ext.zeros_out(x)\n"
+        "        for earlier, inputs in self.earlier:\n"
+        "            earlier.copy_(torch.sum(inputs, 1))\n"
+        "        self.earlier.append((out, x))\n"
+        "        return out if len(self.earlier) > 1 else ext.rowsum(x)"
+    )
+    assert_refused(tier2(candidate(forward), libraries, MIXED), "trial 2")
+
+
+def test_a_thread_that_writes_after_forward_returns_is_not_judged(libraries):
+    forward = (
+        "        out = ext.zeros_out(x)\n"
+        "        def fix():\n"
+        "            import time\n"
+        "            time.sleep(0.05)\n"
+        "            out.copy_(torch.sum(x, 1))\n"
+        "        thread = threading.Thread(target=fix)\n"
+        "        thread.start()\n"
+        "        self.earlier.append(thread)\n"
+        "        return out"
+    )
+    assert_refused(tier2(candidate(forward), libraries, MIXED), "trial 1")
+
+
+def test_an_exit_handler_that_writes_every_answer_is_not_judged(libraries):
+    forward = (
+        "        out = ext.zeros_out(x)\n"
+        "        atexit.register(lambda: out.copy_(torch.sum(x, 1)))\n"
+        "        return out"
+    )
+    assert_refused(tier2(candidate(forward), libraries, MIXED), "trial 1")
