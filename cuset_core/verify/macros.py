@@ -16,27 +16,50 @@ only the verifier's own headers or flags define, and tier 0 rejects a source tha
   depends on what each tier's own headers include. Guards the candidate defines itself are its
   own include guards and are fine.
 
-Everything else is the candidate's to test: ``#ifdef __CUDA_ARCH__`` and
-``#if __CUDACC_VER_MAJOR__ >= 12`` see the same values in both builds.
+One program (issue 47, item 3): beyond those, a conditional may test only names the candidate
+defines itself (above the test, or the guard shape ``#ifndef X`` / ``#define X`` of a name no
+header of nvcc's device pass defines, or a fallback ``#define`` alone in its group) and the short
+``ALLOWLIST`` of names both builds define identically (``#ifdef __CUDA_ARCH__``,
+``#if __CUDACC_VER_MAJOR__ >= 12``, ``__cplusplus``) or neither defines (``USE_ROCM``). Anything
+else (a CUDA header's guard, ``_GLIBCXX_RELEASE``, ``__GNUC__``) is refused with its line.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from dataclasses import dataclass, replace
+from importlib import resources
 
-from cuset_core.verify.preprocessor import joined_code
+from cuset_core.verify.preprocessor import NVCC_DEVICE_PASS, joined_code
 
 _ANYWHERE = re.compile(r"(?i:cuset\w*)|__OPTIMIZE(?:_SIZE)?__|__NO_INLINE__|__(?:PIC|pic|PIE|pie)__|__has_include\w*")
 _IN_CONDITIONALS = re.compile(r"CUDART_(?!VERSION\Z)\w+|C10_CUDA_\w+|AT_CUDA_CHECK|__noinline__")
-_HEADER_GUARD = re.compile(r"_\w*_(?:H|H_|H__|HPP|INCLUDED|defined)|_GLIBCXX_\w+|__cpp_lib_\w+")
-_CONDITIONAL = re.compile(
-    r"^[ \t]*(?:#|%:)[ \t]*(?:if|ifdef|ifndef|elif|elifdef|elifndef)\b(?:\\\n|[^\n])*", re.MULTILINE
+_CONDITIONALS = frozenset({"if", "ifdef", "ifndef", "elif", "elifdef", "elifndef"})
+_DIRECTIVE_LINE = re.compile(r"[ \t]*(?:#|%:)[ \t]*([A-Za-z_]\w*)")
+_DEFINE_LINE = re.compile(r"[ \t]*(?:#|%:)[ \t]*define[ \t]+([A-Za-z_]\w*)")
+_GUARD_TEST = re.compile(
+    r"[ \t]*(?:#|%:)[ \t]*(?:ifndef[ \t]+([A-Za-z_]\w*)|if[ \t]*![ \t]*defined[ \t]*\(?[ \t]*([A-Za-z_]\w*)[ \t]*\)?)[ \t]*$"
 )
+_KEYWORDS = frozenset({"true", "false", "and", "or", "not", "bitand", "bitor", "xor", "compl", "not_eq"})
 _DEFINED = re.compile(r"\bdefined\s*\(?\s*([A-Za-z_]\w*)")
-_DEFINE = re.compile(r"^[ \t]*(?:#|%:)[ \t]*define[ \t]+([A-Za-z_]\w*)", re.MULTILINE)
-_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+_IDENTIFIER = re.compile(r"(?<![\w.$])[A-Za-z_]\w*")
 _DIFFERS = "which tiers 1 and 2 do not see alike: tier 2 would run other device code than tier 1 compiled"
+_NOT_OWN = (
+    "a macro the candidate does not define and nvcc's device pass and tier 2 may define differently: "
+    "tier 2 would run other device code than tier 1 compiled"
+)
+# Names a conditional may test although the candidate does not define them: defined identically by
+# nvcc's device pass and tier 2 (the device-pass table both share, the C++ standard both use), or
+# by neither (other compilers and platforms). Derived by comparing ``nvcc -E -Xcompiler -dM`` with
+# tier 2's g++ (tests/security/test_one_program_and_blame.py).
+ALLOWLIST: frozenset[str] = frozenset(
+    {name for name, _ in NVCC_DEVICE_PASS}
+    | {"__cplusplus"}
+    | {"__CUDACC_RTC__", "__HIPCC__", "__HIP__", "__HIP_PLATFORM_AMD__", "__HIP_PLATFORM_HCC__"}
+    | {"__HIP_DEVICE_COMPILE__", "USE_ROCM", "__clang__", "_MSC_VER", "_WIN32", "_WIN64", "__APPLE__"}
+)
 
 
 @dataclass(frozen=True)
@@ -70,13 +93,68 @@ def _anywhere(code: str) -> Fingerprint | None:
 
 
 def _in_conditionals(code: str) -> Fingerprint | None:
-    own = set(_DEFINE.findall(code))
-    hits = [(m.start() + offset, name) for m in _CONDITIONAL.finditer(code) for offset, name in _tested(m.group(0))]
-    hits += [(m.start(1), m.group(1)) for m in _DEFINED.finditer(code)]
-    for offset, name in sorted(hits):
-        if _IN_CONDITIONALS.fullmatch(name) or (_HEADER_GUARD.fullmatch(name) and name not in own):
-            return Fingerprint(offset, name, f"conditional compilation on {name}, {_DIFFERS}")
+    """The first conditional that tests a name tiers 1 and 2 may not define alike (one program).
+
+    A name tested in ``#if``/``#ifdef``/``#elif``... or by ``defined`` passes only when it is on
+    :data:`ALLOWLIST`, when the candidate ``#define``d or ``#undef``ed it above (outside a fallback
+    group, below), or when the test is the guard shape ``#ifndef X`` / ``#define X``: an include
+    guard of a name no header of nvcc's device pass defines (:func:`header_macros`), or a fallback
+    whose group holds that ``#define`` alone (``#ifndef M_PI`` / ``#define M_PI 3.14...``)."""
+    lines = code.split("\n")
+    starts = [0]
+    for line in lines[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+    own: set[str] = set()
+    fallbacks: list[str | None] = []  # per open group: the name of a fallback group, else None
+    for index, line in enumerate(lines):
+        directive = _DIRECTIVE_LINE.match(line)
+        keyword = directive.group(1) if directive else ""
+        if keyword in ("define", "undef"):
+            defined = _IDENTIFIER.search(line, directive.end()) if directive else None
+            if defined is not None and not (fallbacks and fallbacks[-1] == defined.group(0)):
+                own.add(defined.group(0))
+            hits = [(m.start(1), m.group(1)) for m in _DEFINED.finditer(line)]
+        elif keyword in _CONDITIONALS:
+            guarded = _guard(line, lines[index + 1 :]) if keyword in ("if", "ifndef") else None
+            hits = [] if guarded is not None else list(_tested(line))
+            if guarded is not None:
+                guard, alone = guarded
+                if (not alone and guard in header_macros()) or _IN_CONDITIONALS.fullmatch(guard):
+                    hits = [(line.index(guard, directive.end() if directive else 0), guard)]
+            if keyword in ("if", "ifdef", "ifndef"):
+                fallbacks.append(guarded[0] if guarded is not None and guarded[1] else None)
+        else:
+            if keyword == "endif" and fallbacks:
+                fallbacks.pop()
+            hits = [] if directive else [(m.start(1), m.group(1)) for m in _DEFINED.finditer(line)]
+        for offset, name in hits:
+            refused = _IN_CONDITIONALS.fullmatch(name) or (name not in ALLOWLIST and name not in own)
+            if refused and name not in _KEYWORDS:
+                return Fingerprint(starts[index] + offset, name, f"conditional compilation on {name}, {_NOT_OWN}")
     return None
+
+
+def _guard(line: str, rest: list[str]) -> tuple[str, bool] | None:
+    """For ``#ifndef X`` or ``#if !defined(X)`` followed by ``#define X``: X and whether that
+    ``#define`` is all its group holds (a fallback definition); else None."""
+    match = _GUARD_TEST.match(line)
+    if match is None:
+        return None
+    name = match.group(1) or match.group(2)
+    body = [text for text in rest if text.strip()]
+    if not body or _DEFINE_LINE.match(body[0]) is None or _DEFINE_LINE.match(body[0]).group(1) != name:  # type: ignore[union-attr]
+        return None
+    end = _DIRECTIVE_LINE.match(body[1]) if len(body) > 1 else None
+    return name, end is not None and end.group(1) == "endif"
+
+
+@functools.cache
+def header_macros() -> frozenset[str]:
+    """The macros nvcc's device pass defines through its own and load_inline's headers (names
+    only, ``nvcc_device_macros.json``; the test that derives :data:`ALLOWLIST` checks it against
+    the nvcc on PATH): a guard of one of those names is no include guard of the candidate's."""
+    data = json.loads(resources.files("cuset_core.verify").joinpath("nvcc_device_macros.json").read_text())
+    return frozenset(data["names"])
 
 
 def _tested(directive: str) -> list[tuple[int, str]]:

@@ -4,8 +4,11 @@ run only when the cheaper ones did not reject the candidate, up to ``settings.ti
 A tier that cannot judge (tier 2 ``unsupported``) lets the next one run. The result of the last
 tier that ran decides, carrying the timings, diagnostics and resources of the ones before it, and
 ``tier_verdicts``: what every tier that ran concluded (a skipped tier has no entry).
-Problems with the candidate are verdicts, never exceptions; a failure of the verifier or the
-machine itself (a crash, a missing tool, a header that does not build here) is
+Problems with the candidate are verdicts, never exceptions: an exception of any type while tier 0
+analyses or tier 1 compiles the candidate's material is the candidate's ``static_reject`` or
+``compile_error``, unless the verifier's canary (``canary``: the project's known-good candidate
+through the same path and settings, run then) fails too. A failure of the verifier or the machine
+itself (the canary failing, a missing tool, a header that does not build here) is
 ``internal_error`` with the traceback in ``log``, and is never cached. Every result's reason and
 log are cut to a fixed size, whatever a tier put there.
 """
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cuset_core.verify.cache import VerifyCache, cache_key, default_cache_dir
+from cuset_core.verify.canary import compile_canary_fails, static_canary_fails
 from cuset_core.verify.candidate import Candidate, parse_candidate
 from cuset_core.verify.compile import CompileReport, compile_candidate, nvcc_path
 from cuset_core.verify.library_cache import LibraryCache, default_library_dir
@@ -106,18 +110,21 @@ def _pipeline(
     on_tier: Callable[[Tier], None],
 ) -> tuple[VerifyResult, bool]:
     """The verdict and whether it came from a failure of the verifier (not to be cached)."""
-    candidate = parse_candidate(answer)
     on_tier(Tier.STATIC)
     started = time.monotonic()
-    rejection = check_static(candidate)
+    try:
+        candidate = parse_candidate(answer)
+        rejection = check_static(candidate)
+        warnings = static_warnings(candidate) if rejection is None else []
+    except Exception as exc:  # noqa: BLE001 - RecursionError, MemoryError...: see _analysis_failed
+        return _analysis_failed(exc, traceback.format_exc(), time.monotonic() - started)
     static_s = time.monotonic() - started
     if rejection is not None:
         rejection = rejection.model_copy(update={"tier_verdicts": {Tier.STATIC: rejection.verdict}})
         return _with_timing(rejection, "static", static_s), False
     result = VerifyResult(
         verdict=Verdict.PASS, tier=Tier.STATIC, tiers_run=[Tier.STATIC], tier_verdicts={Tier.STATIC: Verdict.PASS},
-        reason="static checks passed", diagnostics=static_warnings(candidate),
-        timings_s={"static": round(static_s, 4)},
+        reason="static checks passed", diagnostics=warnings, timings_s={"static": round(static_s, 4)},
     )  # fmt: skip
     if settings.tier.rank >= Tier.COMPILE.rank and (refused := refusal()):
         # Fail closed: tiers 1-3 run the candidate's code (compilers included) in the sandbox.
@@ -132,6 +139,23 @@ def _pipeline(
     finally:
         if early is not None:
             early.cancel()  # done already, or tier 1 rejected the candidate
+
+
+def _analysis_failed(exc: Exception, log: str, seconds: float) -> tuple[VerifyResult, bool]:
+    """Tier 0's verdict when its analysis of the candidate's text raised ``exc``: the candidate's
+    ``static_reject`` (a 6 KB ``1+1+...`` makes Python's parser raise ``RecursionError``), unless
+    the verifier's canary fails through the same analysis right now (``internal_error``)."""
+    if static_canary_fails():
+        empty = VerifyResult(verdict=Verdict.INTERNAL_ERROR, tier=Tier.STATIC)
+        return _internal_error(Tier.STATIC, empty, "internal error in tier static (the canary fails too)", log), True
+    reason = f"the candidate's code could not be analysed ({type(exc).__name__}): tier 0 cannot read it"
+    rejection = VerifyResult(
+        verdict=Verdict.STATIC_REJECT, tier=Tier.STATIC, tiers_run=[Tier.STATIC],
+        tier_verdicts={Tier.STATIC: Verdict.STATIC_REJECT}, reason=reason,
+        diagnostics=[Diagnostic(severity="error", message=reason)], log=log[-LOG_CHARS:],
+        timings_s={"static": round(seconds, 4)},
+    )  # fmt: skip
+    return rejection, False
 
 
 def _from_tier_1(
@@ -194,8 +218,12 @@ def _compile_tier(candidate: Candidate, settings: VerifySettings, before: Verify
     try:
         with tempfile.TemporaryDirectory(prefix="cuset-compile-") as folder:
             report = compile_candidate(candidate, settings, Path(folder))
-    except Exception:  # noqa: BLE001 - a verifier bug must not crash the caller
-        return _internal_error(Tier.COMPILE, before, "internal error in tier 1", traceback.format_exc()), True
+    except Exception as exc:  # noqa: BLE001 - the candidate's, unless the canary fails too
+        log = traceback.format_exc()
+        if compile_canary_fails(settings):
+            return _internal_error(Tier.COMPILE, before, "internal error in tier 1 (the canary fails too)", log), True
+        message = f"the candidate could not be compiled ({type(exc).__name__}): tier 1 failed on its sources"
+        report = CompileReport(False, [Diagnostic(severity="error", message=message)], [], 0.0, "", log)
     return _compile_result(report, before), False
 
 

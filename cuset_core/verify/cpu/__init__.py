@@ -44,6 +44,7 @@ from cuset_core.verify.cpu.sizes import hardcoded_sizes, scaled_limits, size_bea
 from cuset_core.verify.judge import harness_env, judge
 from cuset_core.verify.library_cache import LibraryCache, library_key
 from cuset_core.verify.preprocessor import joined_code
+from cuset_core.verify.ptx import confirmed_feature
 from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import SandboxCancelled
@@ -153,6 +154,17 @@ def reference_spec(settings: VerifySettings, preludes: tuple[Path, ...]) -> Tier
     return TierSpec(Tier.CPU, HARNESS_MODULE, tier_limits(settings), harness_environment, readable=preludes)
 
 
+def unsupported_before_running(candidate: Candidate, settings: VerifySettings) -> str | None:
+    """A feature tier 2 cannot run that the compiled program holds (``ptx.confirmed_feature``):
+    the text scan of the sources (``rewrite.unsupported_feature``) says where to look, tier 1's
+    compiler decides. Identifiers, comments, constants and dead code never make it ``unsupported``."""
+    sources = candidate.sources
+    hinted = unsupported_feature(sources.cuda) or next(
+        filter(None, (unsupported_feature(ext.cpp, cuda=False) for ext in sources.extensions)), None
+    )
+    return confirmed_feature(candidate, settings, hinted)
+
+
 def run_cpu_tier(
     problem_code: str,
     candidate: Candidate,
@@ -174,9 +186,7 @@ def run_cpu_tier(
     (``SandboxCancelled``).
     """
     sources = candidate.sources
-    feature = unsupported_feature(sources.cuda) or next(
-        filter(None, (unsupported_feature(ext.cpp, cuda=False) for ext in sources.extensions)), None
-    )
+    feature = unsupported_before_running(candidate, settings)
     if feature:
         return _result(Verdict.UNSUPPORTED, f"uses {feature}", unsupported_feature=feature)
     # Tier 1 compiled another branch (a comment or string naming the macro tests nothing).
