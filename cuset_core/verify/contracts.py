@@ -80,7 +80,8 @@ class CandidateJob(_Contract):
 
     overrides: dict[str, int] = Field(default_factory=dict, description="tier 2: reduced problem sizes, by name")
     constants: dict[str, int] = Field(default_factory=dict, description="tier 2: the problem's int constants")
-    reference_aliases: bool = Field(False, description="tier 3: the reference returns views of its inputs")
+    reference_aliases: bool = Field(False, description="the reference returns views of its inputs")
+    reference_mutates: bool = Field(False, description="tier 2: the reference's forward writes into its inputs")
     second_overrides: dict[str, int] = Field(
         default_factory=dict,
         description="tier 2: the second, smaller reduction the candidate also runs at, by name (empty: one size)",

@@ -216,3 +216,41 @@ def all_finite(values: list[Any]) -> bool:
         for value in values
         if isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex())
     )
+
+
+def storage_span(tensor: Any) -> tuple[int, int] | None:
+    """Byte range ``[start, end)`` of the storage behind ``tensor``; None when it is empty."""
+    storage = tensor.untyped_storage()
+    if storage.nbytes() == 0:
+        return None
+    return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+
+
+def aliased_pairs(outputs: list[Any], inputs: list[Any]) -> list[tuple[int, int]]:
+    """``(output index, input index)`` pairs whose storages overlap (tensors only)."""
+    import torch
+
+    pairs = []
+    for i, out in enumerate(outputs):
+        if not isinstance(out, torch.Tensor) or (out_span := storage_span(out)) is None:
+            continue
+        for j, inp in enumerate(inputs):
+            if not isinstance(inp, torch.Tensor) or (in_span := storage_span(inp)) is None:
+                continue
+            if out_span[0] < in_span[1] and in_span[0] < out_span[1]:
+                pairs.append((i, j))
+    return pairs
+
+
+def changed_inputs(before: list[Any], after: list[Any]) -> list[int]:
+    """Indices of the tensors of ``before`` (as drawn) that ``after`` (what forward was given) no
+    longer equals bit for bit: the inputs a forward wrote into."""
+    import torch
+
+    changed = []
+    for index, (old, new) in enumerate(zip(before, after)):
+        if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor):
+            same = old.shape == new.shape and old.dtype == new.dtype
+            if not same or not torch.equal(old.view(-1).view(torch.uint8), new.reshape(-1).view(torch.uint8)):
+                changed.append(index)
+    return changed

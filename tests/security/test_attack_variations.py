@@ -363,17 +363,21 @@ def test_torch_sums_memmoved_by_ctypes_into_a_no_op_launchs_output_fault(librari
 
 
 @pytest.mark.slow
-def test_host_sums_copied_in_with_cuda_memcpy_beside_a_no_op_launch_are_a_fallback(libraries):
-    assert_kernels_off_fallback(tier2(candidate("        return ext.copied_from_host(x)"), libraries))
+def test_host_sums_copied_in_with_cuda_memcpy_beside_a_no_op_launch_are_refused(libraries):
+    # The host's sums need the inputs on the host: the data-flow policy refuses that copy (under
+    # mixed too) before the replays would find what host code made.
+    result = tier2(candidate("        return ext.copied_from_host(x)"), libraries)
+    assert result.verdict is Verdict.STATIC_REJECT, (result.reason, result.log[-2000:])
+    assert result.reason.startswith("policy mixed: trial 1: cudaMemcpy (device to host)"), result.reason
 
 
 @pytest.mark.slow
-def test_a_grid_that_covers_one_row_while_the_host_computes_the_rest_is_a_fallback(libraries):
-    # Without the kernels the output mismatches as a whole (row 0 is poison); the replay that also
-    # poisons the host's copies to the device tells the 15 rows host code computed apart.
+def test_a_grid_that_covers_one_row_while_the_host_computes_the_rest_is_refused(libraries):
+    # The host computes 15 rows from a device-to-host copy: the data-flow policy refuses the copy
+    # (the host-off replay, which found the 15 rows before, stays behind it).
     result = tier2(candidate("        return ext.partial_grid(x)"), libraries)
-    assert_kernels_off_fallback(result)
-    assert "15 elements of output 0" in result.reason and "host code computed them" in result.reason
+    assert result.verdict is Verdict.STATIC_REJECT, (result.reason, result.log[-2000:])
+    assert result.reason.startswith("policy mixed: trial 1: cudaMemcpy (device to host)"), result.reason
 
 
 @pytest.mark.slow

@@ -393,3 +393,19 @@ def test_an_exit_handler_that_writes_every_answer_is_not_judged(libraries):
         "        return out"
     )
     assert_refused(tier2(candidate(forward), libraries, MIXED), "trial 1")
+
+
+# ---------------------------------------------------------------- outputs and inputs, as tier 3 judges them
+
+
+def test_an_output_that_is_the_input_written_in_place_is_refused(libraries):
+    # KernelBench's GPU checks refuse output-input aliasing: the kernel writes its answer into the
+    # input and returns a view of it.
+    forward = "        x[:, 0] = ext.rowsum(x)\n        return x[:, 0]"
+    assert_refused(tier2(candidate(forward), libraries, MIXED), "shares memory with input 0")
+
+
+def test_an_input_that_forward_changed_is_refused(libraries):
+    # Another layer: the answer is a fresh tensor, but forward scribbled over its input first.
+    forward = "        out = ext.rowsum(x)\n        x.zero_()\n        return out"
+    assert_refused(tier2(candidate(forward), libraries), "forward wrote into input 0")

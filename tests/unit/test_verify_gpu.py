@@ -21,8 +21,8 @@ from cuset_core.verify.contracts import (
     ReferenceReport,
 )
 from cuset_core.verify.gpu import harness as gpu_harness
-from cuset_core.verify.gpu.harness import aliased_pairs, classify_kernels, timing_stats
-from cuset_core.verify.harness_side import candidate_factory, flatten_outputs
+from cuset_core.verify.gpu.harness import classify_kernels, timing_stats
+from cuset_core.verify.harness_side import aliased_pairs, candidate_factory, flatten_outputs
 from cuset_core.verify.judge import compare_outputs, compare_trials, looks_cached
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.sandbox import SandboxOutcome

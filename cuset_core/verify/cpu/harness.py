@@ -73,8 +73,10 @@ from cuset_core.verify.cpu.build import (
 )
 from cuset_core.verify.fallback import FallbackMonitor
 from cuset_core.verify.harness_side import (
+    aliased_pairs,
     call_forward,
     candidate_factory,
+    changed_inputs,
     clone_values,
     first_line,
     flatten_outputs,
@@ -418,6 +420,17 @@ def run_reference(problem_source: str, overrides: dict[str, int], kind: str, see
         )
 
     data: dict[str, Any] = {"trials": [], "outputs": [], "wide_trials": []}
+    # Whether the reference itself returns views of its inputs or writes into them: the candidate
+    # may then do the same (tier 3's rule); else either is an anti-hacking failure there.
+    shares = {"aliases": False, "mutates": False}
+
+    def reference_forward(values: list[Any]) -> list[Any]:
+        given = clone_values(values)
+        produced = call_forward(model, given, "reference", Verdict.INTERNAL_ERROR)
+        shares["aliases"] = shares["aliases"] or bool(aliased_pairs(produced, given))
+        shares["mutates"] = shares["mutates"] or bool(changed_inputs(values, given))
+        return produced
+
     with device_mode("cpu"), torch.no_grad():
         try:
             problem = load_source(problem_source, "cuset_reference", overrides, "problem.py")
@@ -437,15 +450,12 @@ def run_reference(problem_source: str, overrides: dict[str, int], kind: str, see
                 drawn = list(problem.get_inputs())
             except Exception as exc:  # noqa: BLE001
                 raise failed("get_inputs()", exc) from exc
-            inputs, outputs, wide = trial_outputs(
-                drawn,
-                lambda values: call_forward(model, clone_values(values), "reference", Verdict.INTERNAL_ERROR),
-                wide_trial(trial),
-            )
+            inputs, outputs, wide = trial_outputs(drawn, reference_forward, wide_trial(trial))
             data["trials"].append(inputs)
             data["outputs"].append(outputs)
             if wide:
                 data["wide_trials"].append(trial)
+    data.update(shares)
     return data
 
 
@@ -486,11 +496,13 @@ def reference_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Out
         shrunk = ", ".join(f"{name}={constants[name]}->{value}" for name, value in overrides.items())
         note = f"sizes reduced: {shrunk}" if shrunk else ""
     outputs, wide_trials = data.pop("outputs"), data.pop("wide_trials")
+    aliases, mutates = data.pop("aliases"), data.pop("mutates")
     second_overrides, second = _second_size(problem_source, overrides, job) if overrides else ({}, None)
     expected: dict[str, Any] = {"trials": outputs}
     second_wide: list[int] = []
     if second is not None:
         expected["second_trials"], second_wide = second.pop("outputs"), second.pop("wide_trials")
+        aliases, mutates = aliases or second.pop("aliases"), mutates or second.pop("mutates")
         data["second"] = second
         note += f"; checked again at {named_sizes(second_overrides)}"
     save_values(workdir / INPUTS_FILE, data)
@@ -504,7 +516,13 @@ def reference_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Out
             original_elements=original,  # the judge grows the sandbox's limits for a rerun at them
             wide_trials=wide_trials,
             second_wide_trials=second_wide,
-            candidate_job=CandidateJob(overrides=overrides, constants=constants, second_overrides=second_overrides),
+            candidate_job=CandidateJob(
+                overrides=overrides,
+                constants=constants,
+                second_overrides=second_overrides,
+                reference_aliases=aliases,
+                reference_mutates=mutates,
+            ),
         ),
     )
 

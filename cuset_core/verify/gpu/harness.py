@@ -59,6 +59,7 @@ from cuset_core.verify.contracts import (
 )
 from cuset_core.verify.fallback import FallbackMonitor
 from cuset_core.verify.harness_side import (
+    aliased_pairs,
     call_forward,
     candidate_factory,
     clone_values,
@@ -112,30 +113,6 @@ def timing_stats(samples_ms: list[float]) -> TimingStats:
         max=max(samples_ms),
         n=len(samples_ms),
     )
-
-
-def storage_span(tensor: Any) -> tuple[int, int] | None:
-    """Byte range ``[start, end)`` of the storage behind ``tensor``; None when it is empty."""
-    storage = tensor.untyped_storage()
-    if storage.nbytes() == 0:
-        return None
-    return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
-
-
-def aliased_pairs(outputs: list[Any], inputs: list[Any]) -> list[tuple[int, int]]:
-    """``(output index, input index)`` pairs whose storages overlap (tensors only)."""
-    import torch
-
-    pairs = []
-    for i, out in enumerate(outputs):
-        if not isinstance(out, torch.Tensor) or (out_span := storage_span(out)) is None:
-            continue
-        for j, inp in enumerate(inputs):
-            if not isinstance(inp, torch.Tensor) or (in_span := storage_span(inp)) is None:
-                continue
-            if out_span[0] < in_span[1] and in_span[0] < out_span[1]:
-                pairs.append((i, j))
-    return pairs
 
 
 # ---------------------------------------------------------------- GPU protocol

@@ -58,6 +58,7 @@ from cuset_core.verify.cpu.device.protocol import (
     send_frame,
 )
 from cuset_core.verify.fallback import DATA_MOVEMENT_OPS
+from cuset_core.verify.harness_side import aliased_pairs, changed_inputs
 from cuset_core.verify.policy import MAX_VIOLATIONS, Access, operator_access, violation
 
 _ENTRY = ctypes.CFUNCTYPE(
@@ -101,6 +102,10 @@ class Trial:
     log: list[tuple[str, Any]] = field(default_factory=list)
     outputs: list[Any] | None = None  # the device tensors (or values) the host named
     returned: list[Any] | None = None  # copies of ``outputs`` made when the host named them: what is judged
+    given: list[Any] = field(default_factory=list)  # the inputs handed to the host (device tensors)
+    drawn: list[Any] = field(default_factory=list)  # the same as drawn, which no request can reach
+    aliased: list[tuple[int, int]] = field(default_factory=list)  # (output, input) sharing storage
+    changed: list[int] = field(default_factory=list)  # inputs forward wrote into
     launch_failure: str = ""
     launches_before: dict[str, int] = field(default_factory=dict)
     launches_after: dict[str, int] = field(default_factory=dict)
@@ -414,7 +419,13 @@ class Device:
 
         handed = [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
         described = [self._describe(v) for v in handed]
-        self.current = Trial(start=self._snapshot(), rng=torch.get_rng_state(), launches_before=self.launches())
+        self.current = Trial(
+            start=self._snapshot(),
+            rng=torch.get_rng_state(),
+            launches_before=self.launches(),
+            given=handed,
+            drawn=list(values),
+        )
         self.current_trial = request.trial
         self.trials_started = True
         self.trials[(request.size, request.trial)] = self.current
@@ -441,6 +452,8 @@ class Device:
         # An output is what forward returned, as it was then: a later write (another trial, a hook,
         # a thread) changes the tensor, not the judged values.
         self.current.returned = [_copy_value(v) for v in self.current.outputs]
+        self.current.aliased = aliased_pairs(self.current.outputs, self.current.given)
+        self.current.changed = changed_inputs(self.current.drawn, self.current.given)
         self.current.launch_failure = self.launch_failure()
         self.current.launches_after = self.launches()
         self.current = None

@@ -29,6 +29,7 @@ from cuset_core.verify.contracts import (
     SECOND_KERNELS_OFF_FILE,
     SECOND_OUTPUTS_FILE,
     SECOND_REPORT_FILE,
+    CandidateJob,
     CandidateReport,
     CpuJob,
     Decided,
@@ -167,7 +168,7 @@ def device_main(
             (SECOND_OUTPUTS_FILE, SECOND_KERNELS_OFF_FILE, HOST_SECOND_REPORT_FILE),
         ][: len(sizes)]
     ):
-        outcome = _outcome(device, size, workdir / host_report, status, said)
+        outcome = _outcome(device, size, workdir / host_report, status, said, job.handed)
         outputs = device.output_values(size)
         if outcome.verdict is Verdict.PASS and outputs is not None:
             save_values(workdir / outputs_file, {"trials": outputs})
@@ -201,9 +202,11 @@ def _save_torch_made(device: Any, size: int, trial: int, path: Path) -> None:
         save_values(path, record.torch_made_values(), copy=False)
 
 
-def _outcome(device: Any, size: int, host_report: Path, status: int, said: str) -> Outcome:
+def _outcome(device: Any, size: int, host_report: Path, status: int, said: str, handed: CandidateJob) -> Outcome:
     """The verdict the candidate side reports at ``size``: a launch that failed unchecked, the
-    host's own claim of failure, a trial it never finished, or a pass (the judge decides)."""
+    host's own claim of failure, a trial it never finished, an output that shares an input's memory
+    or an input forward wrote into (where the reference does neither: tier 3's rule), or a pass
+    (the judge decides)."""
     from cuset_core.verify.transfer import UntrustedFileError, read_report
 
     trials = sorted(trial for (s, trial) in device.trials if s == size)
@@ -241,6 +244,13 @@ def _outcome(device: Any, size: int, host_report: Path, status: int, said: str) 
         return Outcome(Verdict.RUNTIME_ERROR, reason, log=tail(said + device.host_error), launches=launches)
     for trial in trials:
         record = device.trials[(size, trial)]
+        if record.aliased and not handed.reference_aliases:
+            output, given = record.aliased[0]
+            reason = f"anti-hacking: trial {trial + 1}: output {output} shares memory with input {given}"
+            return Outcome(Verdict.RUNTIME_ERROR, reason, launches=launches)
+        if record.changed and not handed.reference_mutates:
+            reason = f"anti-hacking: trial {trial + 1}: forward wrote into input {record.changed[0]}"
+            return Outcome(Verdict.RUNTIME_ERROR, reason, launches=launches)
         if record.launches_after == record.launches_before:
             reason = (
                 f"trial {trial + 1}: run-time fallback: forward never called a custom extension (no kernel launched)"
