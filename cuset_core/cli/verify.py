@@ -32,6 +32,12 @@ def verify(
     tier: Tier = typer.Option(Tier.CPU.value, "--tier", help=TIER_HELP),
     arch: str = typer.Option("sm_90", "--arch", help="nvcc target of the compile tier, e.g. sm_80."),
     strict: bool = typer.Option(False, "--strict", help="Compile against the real torch headers (slow)."),
+    policy: str = typer.Option(
+        "kernels",
+        "--policy",
+        help="Tier 2's data-flow policy: kernels (only the candidate's kernels compute during forward) or mixed "
+        "(torch may compute on the device too, KernelBench's rule).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the result cache."),
 ) -> None:
@@ -39,7 +45,7 @@ def verify(
     problem_code = _read(problem, "PROBLEM")
     answer = _read(candidate, "CANDIDATE")
     try:
-        settings = VerifySettings(tier=tier, arch=arch, strict_headers=strict)
+        settings = VerifySettings(tier=tier, arch=arch, strict_headers=strict, policy=policy)
     except ValidationError as exc:
         error = exc.errors()[0]
         _usage_error(f"--{error['loc'][0]}: {error['msg']} (got {error['input']!r})")
@@ -96,6 +102,9 @@ def _print_human(result: VerifyResult, candidate: Path) -> None:
         )
     if result.launches:
         console.print("launches: " + ", ".join(f"{k} x{v}" for k, v in result.launches.items()), markup=False)
+    if result.policy:
+        would = {True: " (passes under mixed)", False: " (fails under mixed too)", None: ""}[result.mixed_pass]
+        console.print(f"policy: {result.policy}{would}", markup=False)
     if result.speedup is not None:
         console.print(
             f"{result.runtime_ms:.3f} ms vs eager {result.reference_ms:.3f} ms: speedup {result.speedup:.2f}x"

@@ -109,6 +109,30 @@ _Path("report.json").write_text(_json.dumps({"verdict": "pass", "launches": {"re
 _os._exit(0)
 """).replace(*WRONG_KERNEL)
 
+# Issue 47's classes, one each (the data-flow policy's own tests hold the variations): the host's
+# relu of a device-to-host copy added to a kernel's zeros; the same, copied into a scratch tensor a
+# kernel moves; torch's nonzero on the kernel's output so that a kernels-off replay changes shape;
+# trial 2's forward fixing the output trial 1 returned; an output that is the input, written in place.
+HOST_RELU_THROUGH_A_KERNEL = in_forward(
+    "        return relu_ext.relu_cuda(x * 0 - 1) + x.cpu().clamp(min=0).to(x.device)"
+)
+HOST_RELU_IN_A_SCRATCH_TENSOR = in_forward(
+    "        scratch = torch.empty_like(x)\n"
+    "        scratch.copy_(torch.from_numpy(x.cpu().numpy().clip(0)))\n"
+    "        return relu_ext.relu_cuda(scratch)"
+)
+REPLAY_THAT_CHANGES_SHAPE = in_forward(
+    "        zeros = relu_ext.relu_cuda(x * 0 - 1)\n        torch.nonzero(zeros)\n        return zeros + torch.relu(x)"
+)
+LATER_TRIAL_FIXES_EARLIER = in_forward(
+    "        out = relu_ext.relu_cuda(x * 0 - 1)\n"
+    "        for earlier, given in getattr(self, 'earlier', []):\n"
+    "            earlier.copy_(torch.relu(given))\n"
+    "        self.earlier = [*getattr(self, 'earlier', []), (out, x)]\n"
+    "        return out"
+)
+OUTPUT_IS_THE_INPUT = in_forward("        x.copy_(relu_ext.relu_cuda(x))\n        return x")
+
 HUGE_REASON = at_import("""
 import sys as _sys
 _sys.stderr.write("L" * (20 << 20))
@@ -164,4 +188,19 @@ def suite(hidden: Path) -> list[Attack]:
         Attack("computes and writes its outputs itself at import (open)", OUTPUTS_OF_ITS_OWN, ("runtime_error",)),
         Attack("emits a 20 MiB reason and log", HUGE_REASON, ("runtime_error",)),
         Attack("writes a 20 MiB report", HUGE_REPORT, ("runtime_error",)),
+        Attack(
+            "the host's relu of a copy to the CPU added to a kernel's zeros",
+            HOST_RELU_THROUGH_A_KERNEL,
+            ("static_reject",),
+        ),
+        Attack("the host's relu in a scratch tensor a kernel moves", HOST_RELU_IN_A_SCRATCH_TENSOR, ("static_reject",)),
+        Attack(
+            "torch's nonzero on the kernel's output, then torch's relu", REPLAY_THAT_CHANGES_SHAPE, ("static_reject",)
+        ),
+        Attack(
+            "a later trial's forward fixes the output an earlier one returned",
+            LATER_TRIAL_FIXES_EARLIER,
+            ("static_reject", "value_mismatch"),
+        ),
+        Attack("returns its input, written in place", OUTPUT_IS_THE_INPUT, ("runtime_error", "static_reject")),
     ]
