@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cuset_core.evaluation.metrics import passed_tier  # noqa: E402
+from cuset_core.evaluation.metrics import passed_mixed, passed_tier  # noqa: E402
 from cuset_core.verify.result import Tier, Verdict, VerifyResult  # noqa: E402
 from cuset_core.verify.run import verify  # noqa: E402
 from cuset_core.verify.settings import VerifySettings  # noqa: E402
@@ -117,6 +117,31 @@ def details(rows: list[dict], results: list[VerifyResult], top: Tier) -> str:
     return "\n".join(lines)
 
 
+def policy_summary(rows: list[dict], results: list[VerifyResult], policy: str) -> str:
+    """Correct and incorrect kernels the CPU tier passed under the run's policy and, from the same
+    checks, under ``mixed`` (a ``kernels`` run says of each refusal whether mixed would pass it)."""
+    correct = [res for row, res in zip(rows, results) if row["Correct"]]
+    incorrect = [res for row, res in zip(rows, results) if not row["Correct"]]
+
+    def share(passed: int, of: int) -> str:
+        return f"{passed}/{of} ({passed / of:.1%})" if of else "0/0"
+
+    lines = []
+    for name, passed in ((policy, lambda r: passed_tier(r, Tier.CPU)), ("mixed", passed_mixed)):
+        if name == "mixed" and policy == "mixed":
+            continue
+        lines.append(
+            f"- policy {name}: correct kernels passed {share(sum(map(passed, correct)), len(correct))}, "
+            f"incorrect kernels passed {sum(map(passed, incorrect))}/{len(incorrect)}"
+        )
+    refused = [res for res in correct if res.policy and res.reason.startswith("policy ")]
+    operators = Counter(name for res in refused for name in res.torch_ops)
+    if refused:
+        named = ", ".join(f"{name} in {n}" for name, n in operators.most_common(12)) or "transfers only"
+        lines.append(f"- correct kernels the policy refused: {len(refused)}; torch operators among them: {named}")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tier", choices=[t.value for t in Tier], default="compile")
@@ -139,13 +164,21 @@ def main() -> int:
         help="tier 2 behind the device boundary (VerifySettings.device_boundary, the default); "
         "--no-device-boundary: in one process, as before",
     )
+    parser.add_argument(
+        "--policy",
+        choices=["kernels", "mixed"],
+        default="kernels",
+        help="tier 2's data-flow policy (a kernels run also reports what mixed passes, from the same checks)",
+    )
     args = parser.parse_args()
     if not args.data.is_file():
         print(f"error: data file not found: {args.data}", file=sys.stderr)
         return 2
     top = Tier(args.tier)
     rows = balanced(load_rows(args.data), args.limit)
-    settings = VerifySettings(tier=top, tolerance_profile=args.tolerance_profile, device_boundary=args.device_boundary)
+    settings = VerifySettings(
+        tier=top, tolerance_profile=args.tolerance_profile, device_boundary=args.device_boundary, policy=args.policy
+    )
     start = time.perf_counter()
     done = 0
 
@@ -192,6 +225,8 @@ def main() -> int:
     print(table(rows, results, top))
     print()
     print(details(rows, results, top))
+    if top.rank >= Tier.CPU.rank:
+        print("\nBy data-flow policy (tier cpu):\n" + policy_summary(rows, results, args.policy))
     built = Counter(prelude for result in results for prelude in result.built_with.values())
     if built:
         print("\nTier 2 built the extensions with: " + ", ".join(f"{n} {name}" for name, n in built.most_common()))
