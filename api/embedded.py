@@ -8,9 +8,13 @@ With no configuration everything lives in ``settings.data_dir``: the SQLite data
 SQLite-backed Celery broker (kombu's SQLAlchemy transport) and the artifacts. Setting
 ``CUSET_DATABASE_URL`` / ``CUSET_BROKER_URL`` points the same command at Postgres / Redis.
 
-Stopping: SIGINT (Ctrl-C) or SIGTERM ends uvicorn gracefully, then the worker's process group
-(their pool children and any training subprocess) gets SIGTERM, ``stop_timeout_s`` to finish
-(training saves a checkpoint on SIGTERM), and SIGKILL after that.
+Stopping: the first SIGINT (Ctrl-C) or SIGTERM sets the shutdown flag (api/shutdown.py), so
+every request waiting on a worker ends at once with a 503 and its generation is stopped, and
+starts stopping the workers right away, beside uvicorn's own shutdown: each worker gets SIGTERM
+(a warm shutdown; a training run saves a checkpoint and its job goes back to ``queued``),
+``stop_timeout_s`` to finish, and SIGKILL after that. Uvicorn waits ``API_GRACE_S`` at most for
+open connections. So the whole stop takes ``stop_timeout_s`` (30 s by default) and a few seconds
+more at most; a second signal kills the workers at once and ends uvicorn's wait (no traceback).
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ from db.settings import Settings
 
 DEFAULT_QUEUES = QUEUES
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+API_GRACE_S = 5.0  # uvicorn's wait for open connections (timeout_graceful_shutdown) on a stop
+STOP_TIMEOUT_S = 22.0  # the workers' warm shutdown, from the first signal, before SIGKILL
+TRAINING_KILL_MARGIN_S = 10.0  # a training run still going this long before the deadline is killed
 
 
 class StopRequested(Exception):
@@ -157,13 +164,23 @@ class WorkerChild:
         if self.running():
             self.process.send_signal(signal.SIGTERM)
             pool = set(_children(self.process.pid))
-            for pid in _group_members(self.process.pid) - pool - {self.process.pid}:
+            runs = _group_members(self.process.pid) - pool - {self.process.pid}
+            for pid in runs:
                 _signal(pid, signal.SIGTERM)
+            # A run whose step outlasts the stop is killed a little before the deadline, so the
+            # task supervising it still records the job (requeued from its last checkpoint)
+            # instead of dying with it and leaving the job ``running``.
+            first = max(0.0, timeout_s - TRAINING_KILL_MARGIN_S) if runs else timeout_s
             try:
-                self.process.wait(timeout_s)
+                self.process.wait(first)
             except subprocess.TimeoutExpired:
-                self.kill()
-                self.process.wait(10)
+                for pid in runs:
+                    _signal(pid, signal.SIGKILL)
+                try:
+                    self.process.wait(timeout_s - first)
+                except subprocess.TimeoutExpired:
+                    self.kill()
+                    self.process.wait(10)
         # Pool children or a training run may outlive the main worker process.
         self.kill()
         return self.process.returncode
@@ -210,6 +227,34 @@ def _raise_stop(signum: int, _frame) -> None:
     raise StopRequested(signal.Signals(signum).name)
 
 
+def _server_class():
+    """``uvicorn.Server`` that, on the first SIGINT/SIGTERM, sets the shutdown flag and calls
+    ``on_stop`` (which starts stopping the workers) before its graceful shutdown, and on a second
+    signal of either kind stops waiting for connections (uvicorn forces only on a second SIGINT)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def __init__(self, config, on_stop=None):
+            super().__init__(config)
+            self.on_stop = on_stop
+
+        def handle_exit(self, sig, frame) -> None:
+            from api import shutdown
+
+            first = not self.should_exit
+            shutdown.begin()
+            super().handle_exit(sig, frame)
+            if first:
+                if self.on_stop is not None:
+                    self.on_stop()
+            else:
+                self.force_exit = True
+                if self.on_stop is not None:
+                    self.on_stop(force=True)
+
+    return Server
+
+
 def urls(host: str, port: int) -> dict[str, str]:
     """Where the service answers (a wildcard bind is shown as loopback)."""
     shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
@@ -224,7 +269,7 @@ def serve(
     with_worker: bool = True,
     concurrency: int = 2,
     log_level: str = "info",
-    stop_timeout_s: float = 30.0,
+    stop_timeout_s: float = STOP_TIMEOUT_S,
     echo=print,
     cpu_concurrency: int = 1,
 ) -> int:
@@ -232,6 +277,7 @@ def serve(
     returns the exit status (0 after a requested stop, 1 when a worker died on its own)."""
     import uvicorn
 
+    from api import shutdown
     from api.main import create_app
 
     if not settings.auth and host not in LOOPBACK:
@@ -240,13 +286,40 @@ def serve(
     workers: list[WorkerChild] = []
     died: list[WorkerChild] = []  # workers that exited on their own
     stopping = threading.Event()
+    stoppers: list[threading.Thread] = []
+    shutdown.reset()
+
+    def stop_workers(force: bool = False) -> None:
+        """Start stopping every worker side by side (once), so the whole stop takes
+        stop_timeout_s at most, not that per worker; ``force`` kills them now."""
+        if force:
+            for worker in workers:
+                worker.kill()
+            return
+        if stopping.is_set():
+            return
+        stopping.set()
+        if workers:
+            echo(f"stopping the workers (up to {stop_timeout_s:.0f} s; a second Ctrl-C kills them)")
+        for worker in workers:
+            stopper = threading.Thread(target=worker.stop, args=(stop_timeout_s,), daemon=True)
+            stopper.start()
+            stoppers.append(stopper)
+
     try:
         data_dir = Path(settings.data_dir).resolve()
         data_dir.mkdir(parents=True, exist_ok=True)
         echo(f"database:  {_redact(settings.resolved_database_url)}")
         echo(f"broker:    {_redact(settings.resolved_broker_url)}")
         upgrade(settings.resolved_database_url)
-        server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level=log_level))
+        config = uvicorn.Config(
+            shutdown.ShutdownGuard(create_app(settings)),
+            host=host,
+            port=port,
+            log_level=log_level,
+            timeout_graceful_shutdown=API_GRACE_S,
+        )
+        server = _server_class()(config, on_stop=stop_workers)
         if with_worker:
             for spec in embedded_workers(concurrency, cpu_concurrency):
                 worker = WorkerChild.start(settings, spec)
@@ -271,18 +344,13 @@ def serve(
     except StopRequested:
         pass
     finally:
-        stopping.set()
-        if workers:
-            # A second Ctrl-C / SIGTERM while the workers wind down kills them at once.
-            for sig in previous:
-                signal.signal(sig, lambda *_: [worker.kill() for worker in workers])
-            echo(f"stopping the workers (up to {stop_timeout_s:.0f} s; Ctrl-C again kills them)")
-            # Side by side, so the whole stop takes stop_timeout_s at most, not that per worker.
-            stoppers = [threading.Thread(target=worker.stop, args=(stop_timeout_s,)) for worker in workers]
-            for stopper in stoppers:
-                stopper.start()
-            for stopper in stoppers:
-                stopper.join()
+        shutdown.begin()
+        # A further Ctrl-C / SIGTERM while the workers wind down kills them at once.
+        for sig in previous:
+            signal.signal(sig, lambda *_: stop_workers(force=True))
+        stop_workers()  # already under way after a signal; not when a worker died or startup failed
+        for stopper in stoppers:
+            stopper.join()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     for worker in died:

@@ -29,6 +29,7 @@ from sqlalchemy import update
 from sse_starlette import ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
+from api import shutdown
 from api.errors import APIError
 from db.confidence_scores import AnswerScores
 from db.errors import ErrorCode, ErrorInfo
@@ -43,6 +44,7 @@ FIRST_POLL_S = 0.01
 MAX_POLL_S = 0.1
 BACKOFF = 1.5
 RESYNC_S = 5.0  # silence on the channel after which the row is read again (a lost event)
+SHUTDOWN_CHECK_S = 0.5  # how often a follower on the channel looks at the shutdown flag
 # Statuses in the order a row moves through them; a follower never steps back.
 STATUS_ORDER = {
     GenerationStatus.QUEUED: 0,
@@ -95,26 +97,42 @@ def _give_up(url: str, generation_id: str, seconds: float) -> None:
         )
 
 
-def _abandon(url: str, generation_id: str) -> None:
+CLIENT_LEFT = ErrorInfo(
+    code=ErrorCode.CLIENT_GONE,
+    message="stopped: the client disconnected (or stopped waiting) before the answer was complete",
+)
+SHUT_DOWN = ErrorInfo(
+    code=ErrorCode.SHUTTING_DOWN, message="stopped: the service shut down before the answer was complete"
+)
+
+
+def _abandon(url: str, generation_id: str, error: ErrorInfo = CLIENT_LEFT) -> None:
     """End a row its follower left before it was final, so its decoding stops at its next flush
     and its verifications are skipped: nobody is waiting for them any more."""
     with session_factory(url)() as session, session.begin():
         session.execute(
             update(Generation)
             .where(Generation.id == generation_id, Generation.status.not_in(GENERATION_FINAL))
-            .values(
-                status=GenerationStatus.FAILED,
-                finished_at=time.time(),
-                error=ErrorInfo(
-                    code=ErrorCode.CLIENT_GONE,
-                    message="stopped: the client disconnected (or stopped waiting) before the answer was complete",
-                ),
-            )
+            .values(status=GenerationStatus.FAILED, finished_at=time.time(), error=error)
         )
 
 
 def timeout_error(seconds: float) -> APIError:
     return APIError(504, f"The generation did not finish within {seconds:g} s.", code=ErrorCode.GENERATION_TIMEOUT)
+
+
+def shutdown_error() -> APIError:
+    return APIError(
+        503,
+        "The service is shutting down; the generation was stopped. Send it again later.",
+        code=ErrorCode.SHUTTING_DOWN,
+    )
+
+
+def _check_shutdown() -> None:
+    """Raise ``shutdown_error`` once the service is shutting down (api/shutdown.py)."""
+    if shutdown.requested():
+        raise shutdown_error()
 
 
 def failure_error(snapshot: Snapshot) -> APIError:
@@ -127,7 +145,8 @@ async def follow(settings: Settings, generation_id: str) -> AsyncIterator[Snapsh
     """Snapshots of the row each time it changes, the last one final; raises the timeout
     APIError after ``settings.generation_timeout_s``. A follower that leaves before the final
     snapshot (a streaming client that disconnected, a timeout) ends the row: its decoding and
-    verification stop."""
+    verification stop. Once the service is shutting down it raises the 503 ``shutting_down``
+    APIError within a second, and the row ends the same way."""
     changes = _listen if publishing(settings) else _poll
     final = False
     try:
@@ -138,8 +157,9 @@ async def follow(settings: Settings, generation_id: str) -> AsyncIterator[Snapsh
         if not final:
             # A client that disconnected cancels this generator; the shield lets the row be
             # ended anyway (under anyio every later await of a cancelled scope is cancelled too).
+            error = SHUT_DOWN if shutdown.requested() else CLIENT_LEFT
             with anyio.CancelScope(shield=True):
-                await run_in_threadpool(_abandon, settings.resolved_database_url, generation_id)
+                await run_in_threadpool(_abandon, settings.resolved_database_url, generation_id, error)
 
 
 async def _poll(settings: Settings, generation_id: str) -> AsyncIterator[Snapshot]:
@@ -157,6 +177,7 @@ async def _poll(settings: Settings, generation_id: str) -> AsyncIterator[Snapsho
             return
         if time.monotonic() > deadline:
             await _time_out(settings, generation_id)
+        _check_shutdown()
         await asyncio.sleep(delay)
         delay = min(delay * BACKOFF, MAX_POLL_S)
 
@@ -181,7 +202,8 @@ async def _listen(settings: Settings, generation_id: str) -> AsyncIterator[Snaps
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 await _time_out(settings, generation_id)
-            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=min(RESYNC_S, remaining))
+            _check_shutdown()
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=min(SHUTDOWN_CHECK_S, remaining))
             if message is None and time.monotonic() - heard < RESYNC_S:
                 continue  # a subscribe confirmation (also answered with None), not silence
             heard = time.monotonic()

@@ -164,6 +164,12 @@ def send_eval_repair(settings: Settings, eval_id: str, problem_id: str) -> None:
     _send(settings, TaskName.EVAL_REPAIR, eval_id, problem_id)
 
 
-def send_reap(settings: Settings) -> None:
-    """Run one pass of the reaper now (it also runs on beat's schedule)."""
-    _send(settings, TaskName.REAP)
+def send_reap(settings: Settings, silent_since: float | None = None, countdown: float | None = None) -> None:
+    """Run one pass of the reaper now (it also runs on beat's schedule), or ``countdown`` seconds
+    from now; ``silent_since`` (a wall-clock time) also settles running jobs that have not beaten
+    since then, however recent their last beat (a restarted service's orphans)."""
+    if silent_since is None and countdown is None:
+        _send(settings, TaskName.REAP)
+        return
+    args = [] if silent_since is None else [silent_since]
+    producer_for(settings).send_task(TaskName.REAP.value, args=args, countdown=countdown)

@@ -19,6 +19,7 @@ class ErrorCode(StrEnum):
     TIMEOUT = "timeout"
     GENERATION_TIMEOUT = "generation_timeout"
     CLIENT_GONE = "client_gone"
+    SHUTTING_DOWN = "shutting_down"  # the service stopped while the row was in flight
     INVALID_FILE = "invalid_file"
     VALIDATION_ERROR = "validation_error"
     INVALID_CONFIG = "invalid_config"

@@ -79,12 +79,12 @@ def _running_eval(settings: Settings, eval_id: str, progress: dict, silent_s: fl
     )
 
 
-def reap(settings: Settings) -> None:
+def reap(settings: Settings, *args) -> None:
     """One reaper pass, as beat runs it: the shared task bound to an app on the test's broker
     (the pass also moves messages off the old ``gpu`` queue of that broker)."""
     app = make_celery(settings)
     try:
-        app.tasks[reap_task.name].run()
+        app.tasks[reap_task.name].run(*args)
     finally:
         app.close()
 
@@ -108,6 +108,20 @@ def test_the_reaper_requeues_a_silent_job_with_a_checkpoint_and_fails_one_withou
     assert (failed.status, failed.error.code) == (JobStatus.FAILED, "worker_lost")
     assert stored_row(task_settings.resolved_database_url, Job, live).status == JobStatus.RUNNING
     assert stored_row(task_settings.resolved_database_url, Job, stopping).status == JobStatus.CANCELLED
+
+
+def test_a_restarted_workers_pass_settles_jobs_not_beaten_since_it_started(task_settings):
+    """After a restart a job left ``running`` by the killed service is settled once no worker has
+    beaten for it since the restart, long before ``heartbeat_timeout_s``; a live one is kept."""
+    started = time.time() - 3
+    orphan = _running_job(task_settings, "ftjob-orphan", 5, checkpoint=True)  # last beat before the restart
+    live = _running_job(task_settings, "ftjob-beating", 1)  # beaten since
+
+    reap(task_settings, started)
+
+    assert stored_row(task_settings.resolved_database_url, Job, orphan).status == JobStatus.QUEUED
+    assert stored_row(task_settings.resolved_database_url, Job, live).status == JobStatus.RUNNING
+    assert enqueued(task_settings) == [("cuset.tune", [orphan])]
 
 
 def test_the_reaper_fails_generations_past_their_timeout_only(task_settings):

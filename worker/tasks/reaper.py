@@ -23,12 +23,18 @@ from worker.legacy_queue import move_legacy_messages
 from worker.runtime import RuntimeTask, process_runtime
 
 log = logging.getLogger(__name__)
+STARTUP_BEATS = 2  # heartbeat periods a restarted worker waits before settling unbeaten jobs
 
 
-def _reap_jobs(settings) -> list[str]:
-    """Settle silent running jobs; returns the ids requeued (to enqueue after commit)."""
+def _reap_jobs(settings, silent_since: float | None = None) -> list[str]:
+    """Settle silent running jobs; returns the ids requeued (to enqueue after commit). A job is
+    silent after ``heartbeat_timeout_s`` without a beat, or, given ``silent_since``, when it has
+    not beaten since then (a restarted worker waits a few heartbeat periods before asking, so a
+    live worker elsewhere has beaten meanwhile)."""
     requeued = []
     cutoff = time.time() - settings.heartbeat_timeout_s
+    if silent_since is not None:
+        cutoff = max(cutoff, silent_since)
     with session_scope(settings.resolved_database_url) as session:
         stale = session.scalars(
             select(Job)
@@ -89,10 +95,10 @@ def _reap_evals(settings) -> int:
 
 
 @shared_task(name=TaskName.REAP, base=RuntimeTask, bind=True)
-def reap(self: RuntimeTask) -> None:
+def reap(self: RuntimeTask, silent_since: float | None = None) -> None:
     """One pass over running jobs, generations and evals, and over the old ``gpu`` queue."""
     settings = self.runtime.settings
-    for job_id in _reap_jobs(settings):
+    for job_id in _reap_jobs(settings, silent_since):
         send_tune(settings, job_id)
     failed = _reap_generations(settings)
     if failed:
@@ -105,7 +111,13 @@ def reap(self: RuntimeTask) -> None:
 
 @worker_ready.connect
 def _reap_on_start(sender=None, **_kwargs) -> None:
-    """A restarted worker settles what its predecessor left behind without waiting for beat."""
+    """A restarted worker settles what its predecessor left behind without waiting for beat: a
+    pass now, and one after ``STARTUP_BEATS`` heartbeat periods for the jobs left ``running``
+    that no worker has beaten for since this one started (its predecessor was killed in the
+    middle of a run), rather than the whole ``heartbeat_timeout_s``."""
     runtime = process_runtime()
     if runtime is not None:
-        send_reap(runtime.settings)
+        settings = runtime.settings
+        send_reap(settings)
+        wait_s = STARTUP_BEATS * settings.heartbeat_interval_s + 1.0
+        send_reap(settings, silent_since=time.time(), countdown=wait_s)

@@ -203,19 +203,31 @@ def _record_end(settings: Settings, job_id: str, attempt: int, report: RunReport
             if finish_attempt(session, job_id, attempt, JobStatus.CANCELLED):
                 add_event(session, job_id, f"Job cancelled at step {job.step}{saved}", level="warning")
             return False
-        if report.returncode == 0:
-            # Stopped by a signal nobody here sent (the worker is shutting down): run it again later.
+        if report.returncode == 0 or report.returncode in (-signal.SIGTERM, -signal.SIGKILL):
+            # Stopped by a signal nobody here sent (the worker is shutting down: the run saved a
+            # checkpoint, or was killed when its step outlasted the stop): run it again later.
+            how = "interrupted" if report.returncode == 0 else f"interrupted ({_signal_name(report.returncode)})"
             if job.spec.self_training is not None and attempt < MAX_ATTEMPTS:
-                return requeue(
-                    session, job_id, attempt, "interrupted; requeued to resume at the first unfinished stage"
-                )
+                return requeue(session, job_id, attempt, f"{how}; requeued to resume at the first unfinished stage")
             checkpoint = resume_point(session, settings, job_id, attempt)
             if checkpoint is not None:
-                return requeue(session, job_id, attempt, f"interrupted; requeued to resume from step {checkpoint.step}")
+                return requeue(session, job_id, attempt, f"{how}; requeued to resume from step {checkpoint.step}")
+            if attempt < MAX_ATTEMPTS:
+                return requeue(session, job_id, attempt, f"{how} before its first checkpoint; requeued to start over")
+            message = f"The run was {how} (the worker stopped) on its last allowed attempt ({MAX_ATTEMPTS})."
+            fail_attempt(session, job_id, attempt, ErrorCode.WORKER_LOST, message, f"{how} on its last attempt")
+            return False
         code = ErrorCode.INVALID_CONFIG if report.returncode == 2 else ErrorCode.TRAINING_FAILED
         message = report.error or _stderr_tail(log_path)
         fail_attempt(session, job_id, attempt, code, message, message.splitlines()[-1] if message else code)
         return False
+
+
+def _signal_name(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
 
 
 def output_root(settings: Settings, job: Job) -> Path:
