@@ -1,7 +1,10 @@
 """What an uploaded file holds: validation for each purpose and its records for the dashboard.
 
 - ``fine-tune``: JSONL or parquet rows read by ``cuset_core.data.load_records`` with
-  ``require_kernel=True``; one row with an error rejects the whole file.
+  ``require_kernel=True``; one row with an error rejects the whole file. Given a
+  ``TokenLimit`` (the upload passes the default base model's tokenizer and the default
+  ``max_seq_len``), each record longer than it is kept with an ``over_token_limit`` warning:
+  a job with the default limit would leave it out (docs/data.md).
 - ``eval`` and ``problems``: JSONL rows ``{"id": str | int, "problem": str}`` with unique ids, the
   shape ``cuset_core.evaluation.problems`` reads as a problem set (it reads ``.jsonl`` only), each
   problem a KernelBench-format one (``cuset_core.evaluation.problem_check``). ``eval`` files are
@@ -13,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tarfile
 from collections.abc import Iterator
@@ -48,6 +52,21 @@ class Issue:
     def __str__(self) -> str:
         where = f"line {self.line}" if self.line else "file"
         return f"{where}{', ' + self.field if self.field else ''}: {self.code} — {self.message}"
+
+
+@dataclass(frozen=True)
+class TokenLimit:
+    """The limit an upload's records are counted against: a job's default ``max_seq_len`` with
+    the default base model's tokenizer and the jobs' default prompt style."""
+
+    tokenizer: Any
+    max_tokens: int
+    model: str
+    prompt_style: str = "compact"
+    lock: Any = None  # held while counting: a fast tokenizer encodes one text at a time
+
+
+OVER_TOKEN_LIMIT = "over_token_limit"
 
 
 @dataclass(frozen=True)
@@ -132,8 +151,9 @@ def rejection(issues: list[Issue]) -> APIError:
     return APIError(400, f"The file was rejected: {shown}{more}", code=ErrorCode.INVALID_FILE, param="file")
 
 
-def check_file(path: Path, purpose: str, max_records: int) -> Checked:
-    """Validate an upload for ``purpose``; raises ``rejection`` on any problem."""
+def check_file(path: Path, purpose: str, max_records: int, limit: TokenLimit | None = None) -> Checked:
+    """Validate an upload for ``purpose``; raises ``rejection`` on any problem. A fine-tune
+    record longer than ``limit`` is kept with an ``over_token_limit`` warning."""
     fmt = detect_format(path)
     if fmt == "tar":
         if purpose not in PROBLEM_ONLY:
@@ -161,14 +181,41 @@ def check_file(path: Path, purpose: str, max_records: int) -> Checked:
         if issues:
             raise rejection(issues)
         return Checked(fmt, len(problems), len(problems), [])
-    result = load_records(path, LoadOptions(require_kernel=True))
-    if result.errors:
-        raise rejection([Issue(i.line, i.field, i.code.value, i.message) for i in result.errors])
-    return Checked(
-        fmt,
-        len(result.records),
-        result.total,
-        [w.model_dump(mode="json", exclude={"severity"}) for w in result.warnings],
+    if limit is None:
+        result = load_records(path, LoadOptions(require_kernel=True))
+    else:
+        options = LoadOptions(require_kernel=True, max_tokens=limit.max_tokens, prompt_style=limit.prompt_style)
+        with limit.lock or contextlib.nullcontext():
+            result = load_records(path, options, limit.tokenizer)
+    over = [i for i in result.errors if i.code.value == OVER_TOKEN_LIMIT]
+    errors = [i for i in result.errors if i.code.value != OVER_TOKEN_LIMIT]
+    if errors:
+        raise rejection([Issue(i.line, i.field, i.code.value, i.message) for i in errors])
+    warnings = [w.model_dump(mode="json", exclude={"severity"}) for w in result.warnings]
+    if limit is not None:
+        warnings += [
+            {
+                "line": i.line,
+                "field": i.field,
+                "code": OVER_TOKEN_LIMIT,
+                "message": f"{i.message} (the default max_seq_len; {limit.model}'s tokenizer, "
+                f"{limit.prompt_style} prompt): a job with the default limit leaves this record out; "
+                "raise hyperparameters.max_seq_len or set truncation 'cut' (docs/data.md)",
+            }
+            for i in over
+        ]
+        warnings.sort(key=lambda w: w["line"])
+    return Checked(fmt, len(result.records) + len(over), result.total, warnings)
+
+
+def over_limit_note(warnings: list[dict[str, Any]] | None, records: int) -> str | None:
+    """The file object's ``status_details`` when some records exceed the default token limit."""
+    over = sum(1 for w in warnings or [] if w.get("code") == OVER_TOKEN_LIMIT)
+    if not over:
+        return None
+    return (
+        f"{over} of {records} records are longer than the default max_seq_len and would be left out "
+        "by a job with that limit (warnings with code over_token_limit; see docs/data.md)"
     )
 
 

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from api.deps import OwnerDep, SessionDep, SettingsDep
 from api.errors import APIError, ErrorResponse
-from api.file_contents import PURPOSES, check_file, excerpt, read_records
+from api.file_contents import FINE_TUNE, PURPOSES, TokenLimit, check_file, excerpt, over_limit_note, read_records
 from api.queries import keyset_rows, list_page, owned_or_404
 from api.routers.models import model_spec
 from api.schemas.files import (
@@ -78,6 +78,7 @@ def to_object(row: File) -> FileObject:
         records=row.records,
         total_rows=row.total_rows,
         warnings=len(row.warnings or []),
+        status_details=over_limit_note(row.warnings, row.records),
     )
 
 
@@ -134,9 +135,25 @@ async def create_file(request: Request, settings: SettingsDep, session: SessionD
         remove_quietly(upload.path)  # already moved when accepted; removed on every other path
 
 
+def _default_limit(settings: Settings, purpose: str) -> TokenLimit | None:
+    """What a fine-tune upload's records are counted against: the default ``max_seq_len`` with
+    the tokenizer of the first base model (loaded once and kept, as the context check keeps it);
+    None (no count) for other purposes or when that tokenizer cannot be read here."""
+    from api.context import model_context
+
+    if purpose != FINE_TUNE or not settings.base_models:
+        return None
+    model, spec = next(iter(settings.base_models.items()))
+    context = model_context(spec)
+    if context is None:
+        return None
+    default = Hyperparameters.model_fields["max_seq_len"].default
+    return TokenLimit(context.tokenizer, default, model, lock=context.lock)
+
+
 def _store(upload: Upload, purpose: str, settings: Settings, session: Session, owner: str) -> FileObject:
     """Validate the temp file, move it into place and insert its row (or leave nothing)."""
-    checked = check_file(upload.path, purpose, settings.max_records_per_file)
+    checked = check_file(upload.path, purpose, settings.max_records_per_file, _default_limit(settings, purpose))
     file_id = new_id("file")
     relative = accept(upload.path, settings.artifacts, file_id, checked.format)
     try:

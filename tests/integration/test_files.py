@@ -83,7 +83,8 @@ def test_jsonl_upload_returns_the_openai_file_object(client, service_settings, t
     assert body["id"].startswith("file-") and body["object"] == "file"
     assert body["bytes"] == path.stat().st_size and isinstance(body["created_at"], int)
     assert body["filename"] == "demo.jsonl" and body["purpose"] == "fine-tune"
-    assert body["status"] == "processed" and body["status_details"] is None
+    # The demo's long records are kept and counted (test_upload_warns_how_many_...).
+    assert body["status"] == "processed" and "longer than the default max_seq_len" in body["status_details"]
     assert (body["format"], body["records"], body["total_rows"]) == ("jsonl", count, count)
     stored = service_settings.artifacts / "files" / f"{body['id']}.jsonl"
     assert stored.read_bytes() == path.read_bytes()
@@ -553,3 +554,27 @@ def test_a_multipart_body_cut_short_is_400_and_leaves_no_temp_file(client, servi
     )
     assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_request"
     assert stored_files(service_settings) == before_files
+
+
+def test_upload_warns_how_many_records_exceed_the_default_token_limit(client, tmp_path, tokenizer):
+    """Records longer than the default max_seq_len are kept, each with an ``over_token_limit``
+    warning counted with the default base model's tokenizer, and the file says how many."""
+    from cuset_core.data import LoadOptions, load_records
+    from cuset_core.training.config import Hyperparameters
+
+    path = tmp_path / "demo.jsonl"
+    write_demo_dataset(path)
+    limit = Hyperparameters.model_fields["max_seq_len"].default
+    counted = load_records(path, LoadOptions(prompt_style="compact", max_tokens=limit), tokenizer)
+    expected = sorted(i.line for i in counted.errors if i.code.value == "over_token_limit")
+    assert expected, "the demo dataset has records over the default limit"
+
+    body = upload(client, path.read_bytes(), "demo.jsonl").json()
+
+    assert body["records"] == counted.total  # long records are kept: a job may raise its limit
+    assert body["status_details"].startswith(f"{len(expected)} of {counted.total} records are longer")
+    records = client.get(f"/v1/files/{body['id']}/records", params={"limit": 100}).json()["data"]
+    over = [r["line"] for r in records if any(w["code"] == "over_token_limit" for w in r["warnings"])]
+    assert over == expected
+    first = next(w for r in records for w in r["warnings"] if w["code"] == "over_token_limit")
+    assert f"more than the limit of {limit}" in first["message"] and "docs/data.md" in first["message"]
