@@ -107,6 +107,18 @@ torch::Tensor rowsum(torch::Tensor x) {
     return out;
 }
 
+// Allocated as KernelBench answers do: torch::empty_strided, and a buffer handed in from Python.
+torch::Tensor strided_rowsum(torch::Tensor x) {
+    auto out = torch::empty_strided({x.size(0)}, {1}, x.options());
+    rowsum_kernel<<<x.size(0), 1>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.size(1));
+    return out;
+}
+
+torch::Tensor rowsum_into(torch::Tensor x, torch::Tensor out) {
+    rowsum_kernel<<<x.size(0), 1>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.size(1));
+    return out;
+}
+
 torch::Tensor zeros_out(torch::Tensor x) {
     auto out = torch::empty({x.size(0)}, x.options());
     zero_kernel<<<1, 64>>>(out.data_ptr<float>(), x.size(0));
@@ -172,6 +184,8 @@ torch::Tensor through_symbol_read(torch::Tensor x) {
 """
 FUNCTIONS = [
     "rowsum",
+    "strided_rowsum",
+    "rowsum_into",
     "zeros_out",
     "copy_of",
     "add",
@@ -182,7 +196,7 @@ FUNCTIONS = [
 ]
 SIGNATURES = "\n".join(
     f"torch::Tensor {name}(torch::Tensor a, torch::Tensor b);"
-    if name == "add"
+    if name in ("add", "rowsum_into")
     else f"torch::Tensor {name}(torch::Tensor x);"
     for name in FUNCTIONS
 )
@@ -246,6 +260,20 @@ def test_an_honest_kernel_passes_under_the_kernels_policy_and_says_so(libraries)
     result = tier2(candidate("        return ext.rowsum(x)"), libraries)
     assert result.verdict is Verdict.PASS, (result.reason, result.log[-2000:])
     assert result.policy == "kernels" and result.torch_ops == {}
+
+
+@pytest.mark.parametrize(
+    "forward",
+    [
+        "        return ext.strided_rowsum(x)",
+        "        out = torch._C._dynamo.guards._empty_strided_cuda((x.shape[0],), (1,), torch.float32)\n"
+        "        return ext.rowsum_into(x, out)",
+    ],
+    ids=["torch::empty_strided in the binding", "inductor's _empty_strided_cuda in Python"],
+)
+def test_allocations_a_gpu_build_has_pass_under_the_kernels_policy(libraries, forward):
+    result = tier2(candidate(forward), libraries)
+    assert result.verdict is Verdict.PASS, (result.reason, result.log[-2000:])
 
 
 MIXED_SOLUTION = candidate(

@@ -38,6 +38,19 @@ def open_port(runtime: ctypes.CDLL, fd: int) -> None:
     runtime.cuset_port_open(fd)
     runtime.cuset_port_request.restype = ctypes.c_int
     _port = runtime
+    _cuda_allocation_helpers()
+
+
+def _cuda_allocation_helpers() -> None:
+    """torch's CUDA allocation helpers that call the CUDA backend directly (inductor's
+    ``_empty_strided_cuda``, which KernelBench answers use) allocate on the device here, as on a GPU,
+    instead of failing for want of a CUDA build."""
+    import torch
+
+    def empty_strided_cuda(size: Any, stride: Any, dtype: Any) -> Any:
+        return torch.empty_strided(size, stride, dtype=dtype, device="cuda")
+
+    torch._C._dynamo.guards._empty_strided_cuda = empty_strided_cuda
 
 
 def request(header: dict[str, Any], payload: bytes = b"") -> tuple[Any, bytes]:
