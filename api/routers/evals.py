@@ -26,6 +26,7 @@ from api.queries import cursor_anchor, keyset_rows, list_page, named_file, owned
 from api.routers.models import model_spec
 from api.schemas.common import ListPage
 from api.schemas.evals import EvalCreate, EvalObject, EvalProblemObject
+from cuset_core.evaluation.card import recorded_eval_settings
 from cuset_core.evaluation.compare import CompareInputError, Comparison, EvalRun, compare_runs
 from cuset_core.evaluation.config import EvalConfig
 from cuset_core.evaluation.inputs import EvalInputError
@@ -147,8 +148,17 @@ def create_eval(body: EvalCreate, session: SessionDep, settings: SettingsDep, ow
         )
     config = _config(body, settings)
     spec = model_spec(session, settings, owner, body.model)  # 404 naming ``model`` when unknown
-    # An adapter is measured on the prompt it was tuned on unless the request names a style.
-    config["prompt_style"] = body.prompt_style or recorded_prompt_style(spec) or "kernelbench"
+    # A shipped adapter is measured as its card was (tier, temperature, top-p, prompt style, token
+    # budget within this server's ceiling), each unless the request sets it; an adapter is
+    # measured on the prompt it was tuned on unless the request names a style.
+    card = recorded_eval_settings(spec)
+    asked = body.model_fields_set | ({"max_new_tokens"} if body.max_tokens is not None else set())
+    for key, value in card.items():
+        if key not in asked:
+            config[key] = min(value, settings.max_generation_tokens) if key == "max_new_tokens" else value
+    config["prompt_style"] = (
+        body.prompt_style or card.get("prompt_style") or recorded_prompt_style(spec) or "kernelbench"
+    )
     source = str(_eval_file_path(session, settings, owner, body.eval_file)) if body.eval_file else body.problems
     try:
         problems = load_problems(source)

@@ -39,10 +39,18 @@ class EvalCreate(VerificationSettings):
     greedy: bool = Field(True, description="draw one greedy sample per problem, apart: greedy compile@1, cpu_correct@1")
     samples: int = Field(0, ge=0, description="n: i.i.d. samples per problem at temperature, for pass@k")
     k: list[int] | None = Field(None, description="the k of pass@k (each 1..samples); default 1 and samples")
-    temperature: float = Field(0.8, ge=0.0, le=2.0, description="of the i.i.d. samples")
-    top_p: float = Field(0.95, gt=0.0, le=1.0)
+    temperature: float = Field(
+        0.8,
+        ge=0.0,
+        le=2.0,
+        description="of the i.i.d. samples; unset, a shipped adapter's card setting (cuset-ew-135m: 0.7), else 0.8",
+    )
+    top_p: float = Field(0.95, gt=0.0, le=1.0, description="unset: the adapter card's setting, else 0.95")
     max_tokens: int | None = Field(
-        None, ge=1, description="new tokens per answer; default min(1024, the service's ceiling)"
+        None,
+        ge=1,
+        description="new tokens per answer; default the adapter card's setting (cuset-ew-135m: 768), else "
+        "min(1024, the service's ceiling)",
     )
     prompt_style: Literal["kernelbench", "compact"] | None = Field(
         None,

@@ -38,6 +38,9 @@ def register(app: typer.Typer) -> None:
     app.command("confidence-report")(confidence_report)
 
 
+CARD_DEFAULT = "Default: the adapter card's evaluation setting (cuset-ew-135m's, say), else"
+
+
 def evaluate(
     problems: str = typer.Option(..., "--problems", help=PROBLEMS_HELP),
     out: Path = typer.Option(
@@ -57,10 +60,14 @@ def evaluate(
     ),
     samples: int = typer.Option(0, "--samples", help="n: i.i.d. samples per problem at --temperature, for pass@k."),
     k: str | None = typer.Option(None, "--k", help="k of pass@k, comma-separated (e.g. 1,4); default 1 and n."),
-    temperature: float = typer.Option(0.8, "--temperature", help="Temperature of the i.i.d. samples."),
-    top_p: float = typer.Option(0.95, "--top-p"),
-    max_new_tokens: int = typer.Option(1024, "--max-new-tokens"),
-    tier: Tier = typer.Option(KNOBS.tier, "--tier", help="Verify up to this tier."),
+    temperature: float | None = typer.Option(
+        None, "--temperature", help=f"Temperature of the i.i.d. samples. {CARD_DEFAULT} 0.8."
+    ),
+    top_p: float | None = typer.Option(None, "--top-p", help=f"{CARD_DEFAULT} 0.95."),
+    max_new_tokens: int | None = typer.Option(None, "--max-new-tokens", help=f"{CARD_DEFAULT} 1024."),
+    tier: Tier | None = typer.Option(
+        None, "--tier", help=f"Verify up to this tier. {CARD_DEFAULT} {KNOBS.tier.value}."
+    ),
     trials: int = typer.Option(
         KNOBS.trials, "--trials", help="Correctness trials per sample (tiers 2-3), one input seed each."
     ),
@@ -87,7 +94,8 @@ def evaluate(
     prompt_style: PromptStyle | None = typer.Option(
         None,
         "--prompt-style",
-        help="Default: the style the adapter was tuned with (recorded beside it), else kernelbench.",
+        help="Default: the adapter card's evaluation setting or the style it was tuned with (recorded beside it), "
+        "else kernelbench.",
     ),
     seed: int = typer.Option(0, "--seed"),
     batch_size: int = typer.Option(4, "--batch-size", help="Problems per generation batch."),
@@ -120,6 +128,9 @@ def evaluate(
     from cuset_core.generation.endpoint import is_endpoint_spec
     from cuset_core.models import ModelNotFoundError, resolve_model
 
+    # Left unset, these come from the adapter card's recorded evaluation settings (a shipped
+    # adapter's), else EvalConfig's defaults.
+    chosen = {"temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "tier": tier}
     try:
         config = EvalConfig(
             model=model,
@@ -128,10 +139,7 @@ def evaluate(
             greedy=greedy,
             samples=samples,
             k=_k_values(k),
-            temperature=temperature,
-            top_p=top_p,
-            max_new_tokens=max_new_tokens,
-            tier=tier,
+            **{key: value for key, value in chosen.items() if value is not None},
             trials=trials,
             input_seed=input_seed,
             tolerance_profile=tolerance_profile,

@@ -63,6 +63,11 @@ class Comparison(BaseModel):
     seed: int
     intervals: list[Interval]
     skipped: list[str] = Field(default_factory=list, description="metrics left out, with the reason")
+    not_compared: list[str] = Field(
+        default_factory=list,
+        description="metrics one side reports that the comparison could not use: verified past the lowest tier "
+        "of the runs (cpu_correct@1 of a cpu-tier run against a compile-tier one), or absent from the other side",
+    )
 
 
 def paired_bootstrap(
@@ -123,7 +128,9 @@ def compare_runs(
 
     ``a`` and ``b`` each hold one run or several (seeds of one method, averaged per problem).
     Every run must cover the same problems. Metrics stop at the lowest tier of all runs; pass@k
-    is kept for the k that every problem's i.i.d. samples allow in every run.
+    is kept for the k that every problem's i.i.d. samples allow in every run. A metric one run
+    reports that cannot be compared (past the lowest tier, or missing on the other side) is
+    named in ``not_compared`` and its reason in ``skipped``.
     """
     runs = [*a, *b]
     if not a or not b:
@@ -148,6 +155,8 @@ def compare_runs(
             values = per_metric.setdefault(name, ([], []))
             values[0].append(scores_a[problem][name])
             values[1].append(scores_b[problem][name])
+    not_compared, reasons = _not_compared(a, b, tier, k_values, set(per_metric))
+    skipped += reasons
     intervals = []
     for metric in sorted(per_metric, key=lambda m: (not m.startswith(GREEDY), m)):
         scores_a, scores_b = per_metric[metric]
@@ -174,7 +183,40 @@ def compare_runs(
         seed=seed,
         intervals=intervals,
         skipped=skipped,
+        not_compared=not_compared,
     )
+
+
+def _metric_names(run: EvalRun, tier: Tier, k_values: list[int]) -> set[str]:
+    return {name for scores in _side_scores([run], tier, k_values).values() for name in scores}
+
+
+def _metric_order(metric: str) -> tuple[bool, str]:
+    return (not metric.startswith(GREEDY), metric)
+
+
+def _not_compared(
+    a: list[EvalRun], b: list[EvalRun], tier: Tier, k_values: list[int], compared: set[str]
+) -> tuple[list[str], list[str]]:
+    """The metrics a run reports (at its own tier) that no interval covers, and one reason each:
+    never dropped without a word."""
+    reasons: dict[str, str] = {}
+    for label, side, other_label in (("A", a, "B"), ("B", b, "A")):
+        for run in side:
+            at_common = _metric_names(run, tier, k_values)
+            for metric in sorted(_metric_names(run, run.tier, k_values) - compared, key=_metric_order):
+                if metric in reasons:
+                    continue
+                if metric not in at_common:
+                    lower = [r.name for r in (*a, *b) if r.tier.rank < run.tier.rank]
+                    reasons[metric] = (
+                        f"{metric}: not compared: {label} ({run.name}) was verified to tier {run.tier.value}, "
+                        f"but {', '.join(lower)} only to tier {tier.value}; the comparison stops at the lowest tier"
+                    )
+                else:
+                    reasons[metric] = f"{metric}: not compared: only {label} has it ({other_label} has no such score)"
+    order = sorted(reasons, key=_metric_order)
+    return order, [reasons[metric] for metric in order]
 
 
 def _side_scores(runs: list[EvalRun], tier: Tier, k_values: list[int]) -> dict[str, dict[str, float]]:
@@ -207,6 +249,8 @@ def render_comparison(comparison: Comparison) -> str:
             f"| {item.metric} | {item.problems} | {item.a:.3f} | {item.b:.3f} | {item.difference:+.3f} | "
             f"[{item.low:+.3f}, {item.high:+.3f}] |"
         )
+    if comparison.not_compared:
+        lines += ["", f"Not compared (in one run only): {', '.join(comparison.not_compared)}."]
     if comparison.skipped:
         lines += ["", *(f"- skipped {reason}" for reason in comparison.skipped)]
     return "\n".join(lines) + "\n"

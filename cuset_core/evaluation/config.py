@@ -8,9 +8,11 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
+from cuset_core.evaluation.card import recorded_eval_settings
 from cuset_core.evaluation.settings import VerificationSettings
 from cuset_core.generation.endpoint import is_endpoint_spec, parse_endpoint
 from cuset_core.models import recorded_prompt_style
+from cuset_core.verify.result import Tier
 
 MAX_REPAIR_ROUNDS = 10  # each round may decode again every sample that is still failing
 
@@ -65,6 +67,16 @@ class EvalConfig(VerificationSettings):
             data.setdefault("greedy", first)
             data["samples"] = int(data.get("samples", 1)) - int(first)
         return data
+
+    @model_validator(mode="after")
+    def _card_defaults(self) -> EvalConfig:
+        """An adapter whose card recorded its evaluation settings (cuset_core/evaluation/card.py)
+        is measured under them: tier, temperature, top-p, prompt style and token budget, each
+        unless set here."""
+        for key, value in recorded_eval_settings(self.model).items():
+            if key not in self.model_fields_set or (key == "prompt_style" and self.prompt_style is None):
+                setattr(self, key, Tier(value) if key == "tier" else value)
+        return self
 
     @model_validator(mode="after")
     def _default_prompt_style(self) -> EvalConfig:

@@ -312,3 +312,27 @@ def test_an_adapter_is_evaluated_on_the_prompt_style_it_was_tuned_with(client):
         ("tiny", None): "kernelbench",
         ("cuset-ew-135m", "kernelbench"): "kernelbench",
     }
+
+
+def test_an_eval_of_the_shipped_adapter_takes_its_cards_settings_unless_set(client):
+    """POST /v1/evals of cuset-ew-135m verifies to tier cpu at temperature 0.7, top-p 0.95, as its
+    card's figures were measured; what the request sets wins; a base model keeps the defaults."""
+    configs = {}
+    for model, extra in (
+        ("cuset-ew-135m", {}),
+        ("cuset-ew-135m", {"tier": "static", "temperature": 0.3}),
+        ("tiny", {}),
+    ):
+        request = (
+            {k: v for k, v in FAST.items() if k not in ("tier", "temperature", "top_p")} | {"model": model} | extra
+        )
+        created = client.post("/v1/evals", json=request)
+        assert created.status_code == 200, created.text
+        client.post(f"/v1/evals/{created.json()['id']}/cancel")
+        config = created.json()["config"]
+        configs[(model, bool(extra))] = (config["tier"], config["temperature"], config["top_p"])
+    assert configs == {
+        ("cuset-ew-135m", False): ("cpu", 0.7, 0.95),
+        ("cuset-ew-135m", True): ("static", 0.3, 0.95),
+        ("tiny", False): ("compile", 0.8, 0.95),
+    }

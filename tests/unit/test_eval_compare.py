@@ -143,3 +143,36 @@ def test_eval_compare_refuses_runs_over_different_problems(tmp_path):
     assert outcome.output.strip() == f"error: the runs cover different problems: only in {a} ['p1'], only in {b} ['p2']"
     missing = CliRunner().invoke(app, ["eval-compare", str(tmp_path / "none"), str(b)])
     assert (missing.exit_code, missing.output.strip()) == (2, f"error: {tmp_path / 'none'}: no results.json found")
+
+
+def test_a_comparison_across_tiers_names_the_metrics_it_could_not_compare(tmp_path):
+    """A cpu-tier run against a compile-tier one is compared at compile; cpu_correct is not
+    dropped without a word: it is named, with the reason, in the result and its markdown."""
+    from cuset_core.evaluation.compare import render_comparison
+    from cuset_core.verify.result import Tier
+
+    scored = {f"p{i}": (PASS, [PASS, WRONG]) for i in range(4)}
+    cpu = read_run(write_results(tmp_path / "cpu" / "results.json", scored))
+    compile_only = read_run(write_results(tmp_path / "compile" / "results.json", scored)).model_copy(
+        update={"tier": Tier.COMPILE}
+    )
+
+    comparison = compare_runs([cpu], [compile_only], resamples=200)
+
+    assert comparison.tier is Tier.COMPILE
+    assert [i.metric for i in comparison.intervals] == ["greedy:compile@1", "sampled:compile@1", "sampled:compile@2"]
+    assert comparison.not_compared == ["greedy:cpu_correct@1", "sampled:cpu_correct@1", "sampled:cpu_correct@2"]
+    reason = next(r for r in comparison.skipped if r.startswith("greedy:cpu_correct@1"))
+    assert "verified to tier cpu" in reason and "only to tier compile" in reason
+    assert "Not compared (in one run only): greedy:cpu_correct@1" in render_comparison(comparison)
+
+
+def test_a_metric_only_one_side_has_is_named_not_dropped(tmp_path):
+    with_greedy = read_run(write_results(tmp_path / "a" / "results.json", {"p0": (PASS, [PASS, WRONG])}))
+    without = read_run(write_results(tmp_path / "b" / "results.json", {"p0": (None, [PASS, WRONG])}))
+
+    comparison = compare_runs([with_greedy], [without], resamples=100)
+
+    assert "greedy:compile@1" in comparison.not_compared
+    assert any(r.startswith("greedy:compile@1: not compared: only A has it") for r in comparison.skipped)
+    assert all(i.metric.startswith("sampled:") for i in comparison.intervals)
