@@ -190,13 +190,13 @@ def _run_side(spec: TierSpec, side: str, folder: Path, job: HarnessJob) -> Sandb
 
 def _start_side(spec: TierSpec, side: str, root: Path) -> StartedSide | contextlib.nullcontext[None]:
     """One side's harness started before its files exist, where ``spec.early_start``: taken from
-    ``spec.warm`` when it holds one ready, else started now in ``root / side``. It imports torch
+    ``spec.warm`` when it holds one ready, else started now in its folder under ``root``. It imports torch
     meanwhile and waits for them (``run_side --late``; :func:`_finish_side` hands them over). A
     fresh process per side and candidate, as always."""
     if not spec.early_start:
         return contextlib.nullcontext()
     warm = spec.warm.take(spec, side) if spec.warm is not None else None
-    return warm if warm is not None else start_side(spec, side, root / side)
+    return warm if warm is not None else start_side(spec, side, root / SIDE_FOLDERS[side])
 
 
 def _finish_side(spec: TierSpec, started: StartedSide, job: HarnessJob) -> SandboxOutcome:
@@ -306,9 +306,13 @@ def _reference_outcome(
         return _result(spec, Verdict.INTERNAL_ERROR, f"the reference side's output is unusable: {exc}")
 
 
+# Each side's folder under a check's root; the candidate's is named as any program's work folder.
+SIDE_FOLDERS = {"reference": "reference", "build": "build", "candidate": "work"}
+
+
 def _candidate_folder(root: Path, started: StartedSide | None) -> Path:
     """The candidate side's work folder: its harness's, when it was started early."""
-    return root / "candidate" if started is None else started.folder
+    return root / SIDE_FOLDERS["candidate"] if started is None else started.folder
 
 
 _NO_REPORT = CandidateReport(verdict="runtime_error")  # what the judge keeps when the candidate left no valid report
@@ -741,8 +745,9 @@ def _judge(
     references: ReferencePool | None,
 ) -> tuple[VerifyResult, ReferenceDetails]:
     with (
-        tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-") as folder,
-        tempfile.TemporaryDirectory(prefix=f"cuset-{spec.tier.value}-build-") as build_folder,
+        # Folders named as any program's: the candidate's working folder says nothing of the verifier.
+        tempfile.TemporaryDirectory() as folder,
+        tempfile.TemporaryDirectory() as build_folder,
         ThreadPoolExecutor(max_workers=1) as pool,
         # The candidate's harness imports torch while the reference and the build run.
         _start_side(spec, "candidate", Path(folder)) as early,

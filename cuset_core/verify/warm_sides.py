@@ -147,7 +147,7 @@ class WarmSides:
                     self._start_one(kind, spec, side)
 
     def _start_one(self, kind: tuple[str, ...], spec: TierSpec, side: str) -> None:
-        folder = Path(tempfile.mkdtemp(prefix=f"cuset-{spec.tier.value}-warm-{side}-"))
+        folder = Path(tempfile.mkdtemp())  # named as any program's: the candidate sees its folder
         try:
             ready = start_side(spec, side, folder)
         except Exception:  # noqa: BLE001 - a side not started ahead is started by its check

@@ -437,3 +437,42 @@ def test_an_input_that_forward_changed_is_refused(libraries):
     # Another layer: the answer is a fresh tensor, but forward scribbled over its input first.
     forward = "        out = ext.rowsum(x)\n        x.zero_()\n        return out"
     assert_refused(tier2(candidate(forward), libraries), "forward wrote into input 0")
+
+
+# ---------------------------------------------------------------- one program: nothing tells tier 2 apart
+
+
+@pytest.mark.parametrize(
+    "recognises",
+    [
+        "__name__.startswith('cuset')",
+        "'cuset' in os.getcwd()",
+        "any(name.startswith('CUSET_') for name in os.environ)",
+        "any('harness' in part or 'candidate' == part for part in sys.argv)",
+        "torch.cuda.synchronize.__module__ != 'torch.cuda' or torch.cuda.synchronize.__name__ != 'synchronize'",
+        "'NVIDIA' not in torch.cuda.get_device_name(0)",
+        "type(x).__name__ != 'Tensor' or type(x).__module__ != 'torch'",
+        "torch.utils.cpp_extension.load_inline.__module__ != 'torch.utils.cpp_extension'",
+    ],
+    ids=[
+        "module name",
+        "working folder",
+        "environment",
+        "command line",
+        "patched torch",
+        "device name",
+        "tensor type",
+        "patched load_inline",
+    ],
+)
+def test_a_candidate_right_only_where_it_recognises_the_verifier_fails(libraries, recognises):
+    # Right (the kernel) where it thinks it is being verified, wrong (zeros) anywhere else: tier 2
+    # must look like anywhere else, so the wrong branch runs and is judged.
+    forward = (
+        "        import os, sys\n"
+        f"        if {recognises}:\n"
+        "            return ext.rowsum(x)\n"
+        "        return ext.zeros_out(x)"
+    )
+    result = tier2(candidate(forward), libraries)
+    assert result.verdict is Verdict.VALUE_MISMATCH, (result.verdict, result.reason, result.log[-1500:])

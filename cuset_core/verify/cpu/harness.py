@@ -72,6 +72,7 @@ from cuset_core.verify.cpu.build import (
     unit_digest,
 )
 from cuset_core.verify.fallback import FallbackMonitor
+from cuset_core.verify.disguise import CANDIDATE_MODULE, GPU_NAME, as_if, plain_command_line
 from cuset_core.verify.harness_side import (
     aliased_pairs,
     call_forward,
@@ -152,7 +153,7 @@ def device_mode(target: str):
 # What torch.cuda.get_device_properties says on tier 2: the device the CPU runtime models, as its
 # cudaGetDeviceProperties does (runtime/cuset_cuda_types.h), so Python sizing a grid by it sees the same.
 DEVICE_PROPERTIES = types.SimpleNamespace(
-    name="CuSeT CPU runtime",
+    name=GPU_NAME,
     major=9,
     minor=0,
     total_memory=80 << 30,
@@ -179,15 +180,19 @@ def map_cuda_to_cpu(move_tensors: bool = True) -> None:
         # Replacing these methods is the point (mypy's method-assign): on the CPU they return self.
         torch.Tensor.cuda = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
         torch.nn.Module.cuda = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
-    torch.cuda.synchronize = lambda *args, **kwargs: None
-    torch.cuda.current_device = lambda: 0
-    torch.cuda.set_device = lambda *args, **kwargs: None
-    torch.cuda.empty_cache = lambda: None
-    torch.cuda.is_available = lambda: True
-    torch.cuda.device_count = lambda: 1
-    torch.cuda.get_device_properties = lambda *args, **kwargs: DEVICE_PROPERTIES  # type: ignore[assignment]
-    torch.cuda.get_device_capability = lambda *args, **kwargs: (DEVICE_PROPERTIES.major, DEVICE_PROPERTIES.minor)
-    torch.cuda.get_device_name = lambda *args, **kwargs: DEVICE_PROPERTIES.name
+    answers: dict[str, Callable[..., Any]] = {
+        "synchronize": lambda *args, **kwargs: None,
+        "current_device": lambda: 0,
+        "set_device": lambda *args, **kwargs: None,
+        "empty_cache": lambda: None,
+        "is_available": lambda: True,
+        "device_count": lambda: 1,
+        "get_device_properties": lambda *args, **kwargs: DEVICE_PROPERTIES,
+        "get_device_capability": lambda *args, **kwargs: (DEVICE_PROPERTIES.major, DEVICE_PROPERTIES.minor),
+        "get_device_name": lambda *args, **kwargs: DEVICE_PROPERTIES.name,
+    }
+    for name, answer in answers.items():  # named as torch's own, so that nothing tells them apart
+        setattr(torch.cuda, name, as_if(answer, "torch.cuda", name))
 
 
 def tensors_say_cuda() -> None:
@@ -602,7 +607,7 @@ def _import_candidate(
             built = builder.build(CU_EXTENSION, source, "", None)
         else:
             own = candidate_overrides(source, job.handed.constants, overrides)
-            built = load_source(source, "cuset_candidate", own, "candidate.py")
+            built = load_source(source, CANDIDATE_MODULE, own, "candidate.py")
     except Decided:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure to build or import decides the verdict
@@ -883,8 +888,13 @@ class BoundaryHost:
         builder = Builder(
             workdir, preludes, {}, chain, prebuilt, None, lambda path: client.library_loaded(str(path)), True
         )
-        torch.utils.cpp_extension.load_inline = builder.load_inline  # type: ignore[assignment]
-        torch.utils.cpp_extension.load = builder.load  # type: ignore[assignment]
+        cpp_extension = "torch.utils.cpp_extension"
+        torch.utils.cpp_extension.load_inline = as_if(  # type: ignore[assignment]
+            lambda *args, **kwargs: builder.load_inline(*args, **kwargs), cpp_extension, "load_inline"
+        )
+        torch.utils.cpp_extension.load = as_if(  # type: ignore[assignment]
+            lambda *args, **kwargs: builder.load(*args, **kwargs), cpp_extension, "load"
+        )
         return builder
 
 
@@ -892,6 +902,8 @@ def side_main(side: str, job: CpuJob, workdir: Path, timings: dict[str, float]) 
     """One side of the tier-2 check (``reference`` or ``candidate``)."""
     if side == "candidate" and job.device_boundary:
         from cuset_core.verify.cpu.device import side as boundary
+    if side == "candidate":
+        plain_command_line()
 
         map_cuda_to_cpu(move_tensors=False)
         return boundary.candidate_side(job, workdir, timings, BoundaryHost())

@@ -58,6 +58,7 @@ from cuset_core.verify.contracts import (
     wide_trial,
 )
 from cuset_core.verify.fallback import FallbackMonitor
+from cuset_core.verify.disguise import CANDIDATE_MODULE
 from cuset_core.verify.harness_side import (
     aliased_pairs,
     call_forward,
@@ -311,7 +312,7 @@ def _build_candidate(
                 name="cuset_cu_candidate", sources=[str(candidate_path)], extra_cuda_cflags=["-O3"], verbose=False
             )
         else:
-            built = _load_module(candidate_path, "cuset_candidate")
+            built = _load_module(candidate_path, CANDIDATE_MODULE)
     except Exception as exc:  # noqa: BLE001 - any failure to build or import decides the verdict
         verdict = Verdict.COMPILE_ERROR if _is_build_failure(exc) else Verdict.RUNTIME_ERROR
         raise Decided(

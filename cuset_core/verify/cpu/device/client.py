@@ -118,6 +118,9 @@ def device_tensor_class() -> type:
         def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # type: ignore[override]
             return run_remotely(func, args, kwargs or {})
 
+    # Named as a GPU's tensors are: ``type(x).__name__`` tells a candidate nothing.
+    DeviceTensor.__name__ = DeviceTensor.__qualname__ = "Tensor"
+    DeviceTensor.__module__ = "torch"
     return DeviceTensor
 
 
