@@ -150,6 +150,16 @@ class CpuJob(HarnessJob):
         description="build side, behind the device boundary: ATen's preludes, tried only when the bridge's "
         "fails, to tell the judge that the bridge lacks what an extension uses (such a build never runs)",
     )
+    kernel_registers: dict[str, int] = Field(
+        default_factory=dict,
+        description="candidate side: registers per thread of each kernel (by name) from tier 1's ptxas report, "
+        "which launches are checked against (registers x threads within 65,536)",
+    )
+    kernel_shared_bytes: dict[str, int] = Field(
+        default_factory=dict,
+        description="candidate side: static shared memory of each kernel (by name) from tier 1's ptxas report, "
+        "checked beside a launch's dynamic shared memory (48 KiB, or 227 KiB with the opt-in)",
+    )
 
 
 class GpuJob(HarnessJob):

@@ -779,6 +779,8 @@ def _judge(
             if beyond_bridge is not None:
                 reason = f"{beyond_bridge}; behind the device boundary the CPU tier runs bridge builds only"
                 return _result(spec, Verdict.UNSUPPORTED, reason, unsupported_feature=BEYOND_BRIDGE), details
+        if spec.late_candidate_fields is not None:
+            candidate_fields.update(spec.late_candidate_fields())
         result, report = run_candidate(
             spec, root, candidate, reference, job.model_copy(update=candidate_fields), settings, early
         )

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cuset_core.verify.cache import VerifyCache, cache_key, default_cache_dir
 from cuset_core.verify.canary import compile_canary_fails, static_canary_fails
@@ -131,12 +132,15 @@ def _pipeline(
         first = Tier.COMPILE if nvcc_path() is not None or settings.tier is Tier.COMPILE else Tier.CPU
         return _internal_error(first, result, refused, ""), True
     early: EarlyTier | None = None
+    tier_1 = _tier_1_resources() if settings.tier.rank >= Tier.CPU.rank else None
     if settings.tier.rank >= Tier.CPU.rank and settings.overlap_tiers:
-        # Tier 2 depends on nothing of tier 1's: it runs while tier 1 compiles.
-        early = _start_cpu_tier(problem_code, candidate, settings, shared)
+        # Tier 2 runs while tier 1 compiles; its candidate waits for tier 1's ptxas report (launch limits).
+        early = _start_cpu_tier(problem_code, candidate, settings, shared, tier_1)
     try:
-        return _from_tier_1(problem_code, candidate, settings, result, shared, on_tier, early)
+        return _from_tier_1(problem_code, candidate, settings, result, shared, on_tier, early, tier_1)
     finally:
+        if tier_1 is not None:
+            tier_1.set([])  # no-op once tier 1 reported
         if early is not None:
             early.cancel()  # done already, or tier 1 rejected the candidate
 
@@ -166,6 +170,7 @@ def _from_tier_1(
     shared: Shared,
     on_tier: Callable[[Tier], None],
     early: EarlyTier | None = None,
+    tier_1: Any = None,
 ) -> tuple[VerifyResult, bool]:
     """Tiers 1 to ``settings.tier`` after tier 0 passed with ``result`` (tier 2 from ``early``,
     started beside tier 1, when given)."""
@@ -174,15 +179,19 @@ def _from_tier_1(
         machine_lacks_nvcc = nvcc_path() is None
         on_tier(Tier.COMPILE)
         result, internal = _compile_tier(candidate, settings, result)
+        if tier_1 is not None:
+            tier_1.set(result.resources)
         if internal or result.verdict not in _CONTINUE:
             return result, internal or machine_lacks_nvcc
 
     def cpu_runner() -> TierRunner:
         if early is not None:
             return lambda *_: early.result()
+        resources = list(result.resources)
         return functools.partial(
-            _cpu_runner(), library_cache=shared.libraries, references=shared.references, warm=shared.warm
-        )
+            _cpu_runner(), library_cache=shared.libraries, references=shared.references, warm=shared.warm,
+            tier_1=lambda: resources,
+        )  # fmt: skip
 
     def gpu_runner() -> TierRunner:
         return functools.partial(_gpu_runner(), references=shared.references)
@@ -250,6 +259,13 @@ def _compile_result(report: CompileReport, before: VerifyResult) -> VerifyResult
     )
 
 
+def _tier_1_resources() -> Any:
+    """Tier 1's per-kernel resources as tier 2 waits for them (``cpu.Tier1Resources``)."""
+    from cuset_core.verify.cpu import Tier1Resources
+
+    return Tier1Resources()
+
+
 def _cpu_runner() -> Callable[..., VerifyResult]:
     from cuset_core.verify.cpu import run_cpu_tier
 
@@ -295,6 +311,7 @@ def _start_cpu_tier(
     candidate: Candidate,
     settings: VerifySettings,
     shared: Shared,
+    tier_1: Any = None,
 ) -> EarlyTier:
     def run(cancel: threading.Event) -> VerifyResult:
         return _cpu_runner()(
@@ -305,6 +322,7 @@ def _start_cpu_tier(
             references=shared.references,
             cancel=cancel,
             warm=shared.warm,
+            tier_1=tier_1.get if tier_1 is not None else None,
         )
 
     return EarlyTier(run)

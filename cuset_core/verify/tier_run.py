@@ -61,6 +61,9 @@ class TierSpec:
     cancel: threading.Event | None = None
     # Sides started ahead of this check by whoever runs checks one after another (early_start only).
     warm: WarmSides | None = None
+    # Fields of the candidate side's job known only late (tier 1's ptxas figures, when tier 1 runs
+    # beside this tier): called once the reference and the build are done, before the candidate runs.
+    late_candidate_fields: Callable[[], dict[str, Any]] | None = None
 
 
 @dataclass

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from cuset_core.verify.cpu.build import (
     BuildError,
     Toolchain,
     extension_module_name,
+    kernel_short_name,
     prelude_named,
     prepare_preludes,
     runtime_library,
@@ -46,7 +48,7 @@ from cuset_core.verify.library_cache import LibraryCache, library_key
 from cuset_core.verify.preprocessor import joined_code
 from cuset_core.verify.ptx import confirmed_feature
 from cuset_core.verify.reference_pool import ReferencePool
-from cuset_core.verify.result import Tier, Verdict, VerifyResult
+from cuset_core.verify.result import KernelResources, Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import SandboxCancelled
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 from cuset_core.verify.tier_run import PlannedLibrary, TierSpec
@@ -140,6 +142,48 @@ def cpu_job(
     )
 
 
+# How long the candidate side waits for tier 1's ptxas report when tier 1 runs beside tier 2.
+TIER_1_WAIT_S = 600.0
+
+
+class Tier1Resources:
+    """Tier 1's per-kernel resources as they become known: tier 2 runs beside tier 1 and needs them
+    only when its candidate starts (after the reference and the build)."""
+
+    def __init__(self, cancel: threading.Event | None = None) -> None:
+        self._ready = threading.Event()
+        self._cancel = cancel
+        self._resources: list[KernelResources] = []
+
+    def set(self, resources: list[KernelResources]) -> None:
+        """Tier 1's report; only the first call counts."""
+        if not self._ready.is_set():
+            self._resources = list(resources)
+            self._ready.set()
+
+    def get(self) -> list[KernelResources]:
+        """Tier 1's report, once it is there (none when tier 1 reported none, or the check was cancelled)."""
+        deadline = time.monotonic() + TIER_1_WAIT_S
+        while not self._ready.wait(0.05):
+            if (self._cancel is not None and self._cancel.is_set()) or time.monotonic() > deadline:
+                return []
+        return self._resources
+
+
+def kernel_limit_fields(resources: list[KernelResources]) -> dict[str, dict[str, int]]:
+    """The candidate job's fields for tier 1's report: registers and static shared memory by the
+    name launches use (instantiations of one template: the largest figures)."""
+    registers: dict[str, int] = {}
+    shared: dict[str, int] = {}
+    for kernel in resources:
+        name = kernel_short_name(kernel.kernel)
+        if not name:
+            continue
+        registers[name] = max(registers.get(name, 0), kernel.registers)
+        shared[name] = max(shared.get(name, 0), kernel.shared_bytes)
+    return {"kernel_registers": registers, "kernel_shared_bytes": shared}
+
+
 def tier_limits(settings: VerifySettings) -> SandboxLimits:
     """The sandbox limits of tier 2's sides: the settings', with half as much time again when each
     side also runs the second size (its trials hold half the elements of the first size's)."""
@@ -173,6 +217,7 @@ def run_cpu_tier(
     references: ReferencePool | None = None,
     cancel: threading.Event | None = None,
     warm: WarmSides | None = None,
+    tier_1: Callable[[], list[KernelResources]] | None = None,
 ) -> VerifyResult:
     """Tier 2 for one candidate: build with g++, run on the CPU runtime, compare with the reference.
 
@@ -183,7 +228,9 @@ def run_cpu_tier(
     With ``library_cache``, extensions compiled before from the same sources are not compiled again;
     with ``references``, the reference runs of the batch it serves are shared; with ``warm``, its
     sides come ready-made from the owner's :class:`WarmSides`. Setting ``cancel`` kills its sides
-    (``SandboxCancelled``).
+    (``SandboxCancelled``). ``tier_1`` gives tier 1's ptxas report of the candidate's kernels (waiting
+    for it when tier 1 runs beside this tier): launches are checked against its registers and static
+    shared memory as a GPU checks them.
     """
     sources = candidate.sources
     feature = unsupported_before_running(candidate, settings)
@@ -221,6 +268,7 @@ def run_cpu_tier(
         early_start=True,
         cancel=cancel,
         warm=warm,
+        late_candidate_fields=(lambda: kernel_limit_fields(tier_1())) if tier_1 is not None else None,
     )
     job = cpu_job(candidate.kind, settings, preludes, chain, prebuild)
     result, details = judge(spec, problem_code, candidate, settings, job, references)

@@ -458,6 +458,24 @@ def unit_digest(unit: str) -> str:
     return hashlib.sha256(unit.encode()).hexdigest()
 
 
+def kernel_short_name(demangled: str) -> str:
+    """The name launches count a kernel under: ``void ns::k<float, (int)4>(float*, int)`` -> ``k``."""
+    previous = None
+    while previous != demangled:
+        previous, demangled = demangled, re.sub(r"<[^<>]*>", "", demangled)
+    names = re.findall(r"[A-Za-z_]\w*", demangled.split("(")[0])
+    return names[-1] if names else ""
+
+
+def set_kernel_resources(runtime: ctypes.CDLL, registers: dict[str, int], shared_bytes: dict[str, int]) -> None:
+    """Hand tier 1's figures of each kernel to the trusted runtime library (``runtime/trial_switches.cpp``),
+    before any launch: the runtime refuses launches a GPU would refuse for them (``cuda_cpu.h``)."""
+    setter = runtime.cuset_set_kernel_resources
+    setter.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_long]
+    for name in {*registers, *shared_bytes}:
+        setter(name.encode(), int(registers.get(name, 0)), int(shared_bytes.get(name, 0)))
+
+
 def launch_counts(libraries: Iterable[ctypes.CDLL]) -> dict[str, int]:
     """Kernel launches by kernel name, summed over the runtimes of ``libraries`` (loaded
     extensions; a launch the runtime refused is not counted)."""

@@ -69,6 +69,7 @@ from cuset_core.verify.cpu.build import (
     extension_module_name,
     launch_counts,
     launch_failure,
+    set_kernel_resources,
     unit_digest,
 )
 from cuset_core.verify.fallback import FallbackMonitor
@@ -719,6 +720,7 @@ def _run_candidate(
     # Global, so that the candidate's extensions bind the runtime's weak references to its switches.
     runtime = ctypes.CDLL(job.runtime_library, mode=ctypes.RTLD_GLOBAL)
     runtime.cuset_install_guarded_allocator()  # runtime/guarded_allocator.cpp
+    set_kernel_resources(runtime, job.kernel_registers, job.kernel_shared_bytes)  # tier 1's launch limits
     map_cuda_to_cpu()
     tensors_say_cuda()
     # Bound before the candidate's code runs: it can rebind the harness module's names (the harness

@@ -14,6 +14,9 @@ diagnostics point at the candidate's own lines.
   ``a[i].x *= v``, ``a[i]++``) becomes a ``cuset::rmw`` call, where the runtime can let the other
   threads of the block run between the load and the store (the racing trials): updates of one
   element by several threads without an atomic are then lost, as on a GPU.
+- A ``__global__`` function declared with ``__launch_bounds__(N, ...)`` starts with
+  ``if (cuset::launch_bounded(N)) return;``: a block of more than N threads is a launch the runtime
+  refuses, as a GPU does (N is evaluated where the kernel's template arguments and macros are known).
 - ``cudaFuncSetAttribute(kernel, ...)`` becomes ``cuset::func_set_attribute("kernel", kernel, ...)``:
   the runtime checks a launch's dynamic shared memory against the opt-in of the kernel of that name.
 - Device checks and device constants of the torch API map to the CPU (``is_cuda()`` ->
@@ -65,6 +68,8 @@ _EXTERN_SHARED = re.compile(
 )
 _SHARED_DECL = re.compile(r"(?<![\w])__shared__\s+[^;(){}]*;")
 _DEVICE_FUNCTION = re.compile(r"\b__(?:global|device)__\b")
+_GLOBAL_FUNCTION = re.compile(r"\b__global__\b")
+_LAUNCH_BOUNDS = re.compile(r"\b__launch_bounds__\s*\(")
 # An element of memory another thread may update too: a[i], a[i][j], a[i].x, *p. Not a member
 # reached through another object (s.a[i], s->a[i], ns::a[i]): those are left as written.
 _ELEMENT = r"(?:\*\s*[A-Za-z_]\w*|[A-Za-z_]\w*(?:\s*\[[^\[\];]*(?:\[[^\[\];]*\][^\[\];]*)*\])+(?:\.[A-Za-z_]\w*)?)"
@@ -347,10 +352,42 @@ def rewrite_racing_updates(code: str) -> str:
     return code
 
 
+def rewrite_launch_bounds(code: str) -> str:
+    """``__global__ ... __launch_bounds__(N, ...) k(...) {`` -> the same with
+    ``if (cuset::launch_bounded((N))) return;`` first in the body (same lines)."""
+    edits: list[tuple[int, str]] = []
+    for match in _GLOBAL_FUNCTION.finditer(code):
+        depth, i = 0, match.end()
+        bound: str | None = None
+        while i < len(code):
+            ch = code[i]
+            if depth == 0 and (found := _LAUNCH_BOUNDS.match(code, i)):
+                close = _matching(code, found.end() - 1, "(", ")")
+                arguments = split_top_level(code[found.end() : close]) if close > 0 else []
+                if arguments and arguments[0].strip():
+                    bound = " ".join(arguments[0].split())
+                i = max(close, found.end())
+            elif ch in "([":
+                depth += 1
+            elif ch in ")]":
+                depth -= 1
+            elif depth == 0 and ch == ";":
+                break
+            elif depth == 0 and ch == "{":
+                if bound is not None:
+                    edits.append((i + 1, f" if (cuset::launch_bounded(({bound}))) return;"))
+                break
+            i += 1
+    for at, text in reversed(edits):
+        code = code[:at] + text + code[at:]
+    return code
+
+
 def rewrite_source(code: str, device_boundary: bool = False) -> str:
     """All rewrites, in the order they must apply, for one CUDA or C++ source. Behind the device
     boundary, torch's device checks and constants stay CUDA's: its device tensors say "cuda"."""
     code = strip_comments(code)
+    code = rewrite_launch_bounds(code)
     code = rewrite_extern_shared(code)
     code = poison_static_shared(code)
     code = rewrite_volatile_pointers(code)

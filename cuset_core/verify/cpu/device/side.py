@@ -38,6 +38,7 @@ from cuset_core.verify.contracts import (
     tail,
     torch_made_file,
 )
+from cuset_core.verify.cpu.build import set_kernel_resources
 from cuset_core.verify.result import Verdict
 
 ARENA_BYTES = 1 << 30  # address space (RLIMIT_AS counts it), committed as it is allocated
@@ -103,6 +104,7 @@ def candidate_side(job: CpuJob, workdir: Path, timings: dict[str, float], host_t
     torch.set_num_threads(1)
     runtime = ctypes.CDLL(job.runtime_library, mode=ctypes.RTLD_GLOBAL, use_errno=True)
     runtime.cuset_install_guarded_allocator()
+    set_kernel_resources(runtime, job.kernel_registers, job.kernel_shared_bytes)  # tier 1's launch limits
     reserve_device_range(runtime, arena_bytes())
     inputs_fd = os.open(workdir / INPUTS_FILE, os.O_RDONLY | os.O_NOFOLLOW)
     os.unlink(workdir / INPUTS_FILE)

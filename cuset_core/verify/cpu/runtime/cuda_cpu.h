@@ -123,6 +123,7 @@ struct Runtime {
   int schedule = 0;
   std::map<std::string, long> launches;
   std::map<std::string, size_t> shared_optin;  // kernel name -> its opted-in dynamic shared bytes
+  std::string bounds_refusal;  // why the running launch exceeds its kernel's __launch_bounds__
   std::string report;
 #if !defined(CUSET_ASM_SWITCH)
   std::vector<ucontext_t> contexts;
@@ -464,23 +465,51 @@ inline void launch_failed(const char* name, cudaError_t error, const std::string
   if (cuset_launch_failure().empty()) cuset_launch_failure() = reason;
 }
 
-// Why a GPU would refuse this launch configuration, or "" when it would run it.
+// Tier 1's ptxas figures of a kernel (runtime/trial_switches.cpp; absent without tier 1's report).
+extern "C" __attribute__((weak)) int cuset_kernel_resources(const char* name, int* registers, long* shared_bytes);
+
+// Registers of a block (sm_90): each warp gets its threads' registers in units of 256, and a block
+// may hold 65,536; a thread may use 255 at most.
+constexpr unsigned long long kRegistersPerBlock = 65536;
+inline unsigned long long block_registers(int registers, unsigned long long threads) {
+  unsigned long long per_warp = (static_cast<unsigned long long>(registers) * kWarp + 255) / 256 * 256;
+  return per_warp * ((threads + kWarp - 1) / kWarp);
+}
+
+// Why a GPU would refuse this launch configuration, or "" when it would run it. With tier 1's
+// report of the kernel: its registers times the block's threads, and its static shared memory
+// beside the dynamic.
 inline std::string refused(const char* name, dim3 grid, dim3 block, size_t smem, cudaError_t& error) {
-  char text[320];
+  char text[400];
   error = cudaErrorInvalidConfiguration;
-  if (1ull * block.x * block.y * block.z == 0 || 1ull * grid.x * grid.y * grid.z == 0) {
+  unsigned long long threads = 1ull * block.x * block.y * block.z;
+  if (threads == 0 || 1ull * grid.x * grid.y * grid.z == 0) {
     std::snprintf(text, sizeof text, "empty grid or block (grid %ux%ux%u, block %ux%ux%u)", grid.x, grid.y, grid.z,
                   block.x, block.y, block.z);
     return text;
   }
-  if (1ull * block.x * block.y * block.z > 1024 || block.z > 64 || grid.y > 65535 || grid.z > 65535) {
-    std::snprintf(text, sizeof text, "block %ux%ux%u or grid %ux%ux%u exceeds the device's limits", block.x, block.y,
-                  block.z, grid.x, grid.y, grid.z);
+  if (threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 || grid.y > 65535 || grid.z > 65535 ||
+      grid.x > 2147483647u) {
+    std::snprintf(text, sizeof text,
+                  "block %ux%ux%u or grid %ux%ux%u exceeds the device's limits (1024 threads per block)", block.x,
+                  block.y, block.z, grid.x, grid.y, grid.z);
+    return text;
+  }
+  int registers = 0;
+  long static_bytes = 0;
+  bool reported = cuset_kernel_resources && cuset_kernel_resources(name, &registers, &static_bytes);
+  if (reported && block_registers(registers, threads) > kRegistersPerBlock) {
+    error = cudaErrorLaunchOutOfResources;
+    std::snprintf(text, sizeof text,
+                  "%d registers per thread (tier 1's ptxas report) x %llu threads per block need %llu registers, "
+                  "more than the 65536 a block may hold",
+                  registers, threads, block_registers(registers, threads));
     return text;
   }
   Runtime& r = rt();
   auto optin = r.shared_optin.find(name);
   size_t allowed = optin == r.shared_optin.end() ? kDefaultDynamicShared : optin->second;
+  size_t static_shared = reported && static_bytes > 0 ? static_cast<size_t>(static_bytes) : 0;
   if (smem > allowed) {
     error = cudaErrorInvalidValue;
     std::snprintf(text, sizeof text,
@@ -488,6 +517,16 @@ inline std::string refused(const char* name, dim3 grid, dim3 block, size_t smem,
                   "opts in with cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), "
                   "up to 227 KiB)",
                   smem, allowed);
+    return text;
+  }
+  size_t limit = optin == r.shared_optin.end() ? kDefaultDynamicShared : kOptinDynamicShared;
+  if (static_shared + smem > limit) {
+    error = cudaErrorInvalidValue;
+    std::snprintf(text, sizeof text,
+                  "%zu bytes of static shared memory (tier 1's ptxas report) and %zu of dynamic, more than the %zu "
+                  "bytes a block may use (48 KiB unless the kernel opts in with cudaFuncSetAttribute(kernel, "
+                  "cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), up to 227 KiB)",
+                  static_shared, smem, limit);
     return text;
   }
   return "";
@@ -574,14 +613,35 @@ void launch(const char* name, dim3 grid, dim3 block, size_t smem, Body body, Arg
   dim3 saved_grid = gridDim, saved_block = blockDim;
   gridDim = grid;
   blockDim = block;
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
+  r.bounds_refusal.clear();
+  for (unsigned z = 0; z < grid.z && r.bounds_refusal.empty(); ++z)
+    for (unsigned y = 0; y < grid.y && r.bounds_refusal.empty(); ++y)
+      for (unsigned x = 0; x < grid.x && r.bounds_refusal.empty(); ++x) {
         blockIdx = dim3(x, y, z);
         run_block(static_cast<unsigned>(threads));
       }
   gridDim = saved_grid;
   blockDim = saved_block;
+  if (!r.bounds_refusal.empty()) {  // every thread returned at the kernel's first statement
+    if (--r.launches[name] == 0) r.launches.erase(name);
+    launch_failed(name, cudaErrorLaunchOutOfResources, r.bounds_refusal);
+    r.bounds_refusal.clear();
+  }
+}
+
+// The first statement of a kernel declared with __launch_bounds__(max_threads, ...) (the rewrite
+// adds `if (cuset::launch_bounded(max_threads)) return;`, where the kernel's template arguments
+// and macros are in scope): a block of more threads is a launch a GPU refuses ("too many resources
+// requested for launch"), so every thread returns before doing anything and the launch fails.
+inline bool launch_bounded(long long max_threads) {
+  detail::Runtime& r = detail::rt();
+  if (!r.current) return false;
+  unsigned long long threads = 1ull * blockDim.x * blockDim.y * blockDim.z;
+  if (max_threads <= 0 || threads <= static_cast<unsigned long long>(max_threads)) return false;
+  if (r.bounds_refusal.empty())
+    r.bounds_refusal = "a block of " + std::to_string(threads) + " threads, more than its __launch_bounds__(" +
+                       std::to_string(max_threads) + ")";
+  return true;
 }
 
 namespace detail {

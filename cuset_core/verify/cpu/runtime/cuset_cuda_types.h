@@ -50,6 +50,8 @@ enum cudaError_t {
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorLaunchOutOfResources = 701,
+  cudaErrorMisalignedAddress = 716,
   cudaErrorNotSupported = 801,
 };
 typedef cudaError_t cudaError;
@@ -137,10 +139,24 @@ inline const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+    case cudaErrorMisalignedAddress: return "misaligned address";
+    case cudaErrorNotSupported: return "operation not supported";
     default: return "unknown error";
   }
 }
-inline const char* cudaGetErrorName(cudaError_t e) { return cudaGetErrorString(e); }
+inline const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
+    case cudaErrorMisalignedAddress: return "cudaErrorMisalignedAddress";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    default: return "cudaErrorUnknown";
+  }
+}
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 inline cudaError_t cudaThreadSynchronize() { return cudaSuccess; }
 inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
