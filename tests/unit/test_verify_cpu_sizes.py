@@ -258,3 +258,83 @@ def test_a_kernel_that_never_ends_times_out_at_the_smaller_sizes_too():
     assert result.verdict is Verdict.TIMEOUT
     assert result.reason.startswith("at the smaller sizes n_elements=1024: ")
     assert "it timed out at the reduced sizes" in result.reason
+
+
+def rowsum_elements(overrides: dict[str, int], rows: int = 64, cols: int = 131072) -> int:
+    """Elements of a rowsum problem's input, as ``measure`` gives them."""
+    return overrides.get("ROWS", rows) * overrides.get("COLS", cols)
+
+
+def test_the_whole_size_plan_keeps_the_most_shrunk_dimension_and_shrinks_the_others_to_one():
+    from cuset_core.verify.cpu.sizes import plan_reduction, whole_size_plan
+
+    constants = {"ROWS": 64, "COLS": 131072}
+    first = plan_reduction(constants, rowsum_elements, 1 << 18)
+    assert first == {"COLS": 4096}  # 64 rows of 4,096: a kernel right up to 8,192 columns passes here
+    # One row of 131,072 columns fits half the budget: every column a GPU would sum is summed.
+    assert whole_size_plan(constants, first, rowsum_elements, 1 << 17) == {"ROWS": 1}
+
+
+def test_no_whole_size_plan_when_nothing_shrank_or_none_fits():
+    from cuset_core.verify.cpu.sizes import whole_size_plan
+
+    assert whole_size_plan({"ROWS": 64, "COLS": 1000}, {}, rowsum_elements, 1 << 17) is None
+    # A dimension too large alone for the budget: the halved budget's sizes are the second size.
+    huge = {"ROWS": 64, "COLS": 1 << 20}
+    assert whole_size_plan(huge, {"COLS": 4096}, lambda o: rowsum_elements(o, cols=1 << 20), 1 << 17) is None
+
+
+WIDE_ROWSUM_PROBLEM = """import torch
+import torch.nn as nn
+
+ROWS = 64
+COLS = 131072
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x.sum(dim=1)
+
+
+def get_inputs():
+    return [torch.randn(ROWS, COLS, device="cuda")]
+
+
+def get_init_inputs():
+    return []
+"""
+
+RIGHT_UP_TO_8192_COLUMNS = r'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda = r"""
+#include <torch/extension.h>
+__global__ void rowsum_kernel(const float* x, float* out, int cols) {
+    double total = 0;
+    int seen = cols < 8192 ? cols : 8192;  // right only where the columns fit a buffer of 8,192
+    for (int j = 0; j < seen; ++j) total += x[blockIdx.x * cols + j];
+    out[blockIdx.x] = total;
+}
+torch::Tensor rowsum(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    rowsum_kernel<<<x.size(0), 1>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.size(1));
+    return out;
+}
+"""
+ext = load_inline(name="capped_ext", cpp_sources="torch::Tensor rowsum(torch::Tensor x);", cuda_sources=cuda,
+                  functions=["rowsum"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.rowsum(x)
+'''
+
+
+@pytest.mark.slow
+def test_a_kernel_right_only_up_to_a_reduced_dimension_fails_at_its_whole_size():
+    settings = VerifySettings(tier=Tier.CPU, limits=SandboxLimits(wall_s=300, cpu_s=300))
+    result = run_cpu_tier(WIDE_ROWSUM_PROBLEM, parse_candidate(RIGHT_UP_TO_8192_COLUMNS), settings)
+    assert result.verdict is Verdict.VALUE_MISMATCH, (result.verdict, result.reason, result.log[-1500:])
+    assert result.reason.startswith("at the sizes ROWS=1:"), result.reason

@@ -23,6 +23,7 @@ from cuset_core.verify import judge
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.contracts import (
     INPUTS_FILE,
+    KERNELS_OFF_FILE,
     OUTPUTS_FILE,
     REFERENCE_FILE,
     REPORT_FILE,
@@ -223,6 +224,7 @@ def test_outputs_at_the_second_size_that_match_without_the_kernels_are_a_fallbac
         SECOND_REPORT_FILE: json.dumps(PASSING).encode(),
         SECOND_OUTPUTS_FILE: outputs(SECOND),
         SECOND_KERNELS_OFF_FILE: without_kernels,
+        KERNELS_OFF_FILE: outputs([[torch.full((8,), float("nan"))]]),  # the first size's kernels mattered
     }
     with_kernels_off = TierSpec(Tier.CPU, "stub", SandboxLimits(), lambda folder: {}, kernels_off=True)
     result = judged(monkeypatch, tmp_path, {**FIRST_SIZE, **second}, spec=with_kernels_off)

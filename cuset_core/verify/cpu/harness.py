@@ -72,8 +72,8 @@ from cuset_core.verify.cpu.build import (
     set_kernel_resources,
     unit_digest,
 )
-from cuset_core.verify.fallback import FallbackMonitor
 from cuset_core.verify.disguise import CANDIDATE_MODULE, GPU_NAME, as_if, plain_command_line
+from cuset_core.verify.fallback import FallbackMonitor
 from cuset_core.verify.harness_side import (
     aliased_pairs,
     call_forward,
@@ -541,11 +541,21 @@ def _second_size(
     the sizes shrink no further, or the smaller problem breaks the reference (the first size's
     verdict then stands alone: the problem's failure is never the candidate's).
 
-    The budget halves again while it gives the first size's overrides back (a matmul's N=256 holds
-    2 x 65,536 input elements, within half of 2^18 too): a second size that is the first one checks
-    nothing a special case of the reduced sizes would fail."""
+    It runs the dimension the first size shrank most at its original value, the others shrunk first
+    (down to 1) to fit, where the problem allows (:func:`_whole_size_overrides`): a kernel right only
+    up to the reduced size of a dimension fails there. Otherwise the budget halves again while it
+    gives the first size's overrides back (a matmul's N=256 holds 2 x 65,536 input elements, within
+    half of 2^18 too): a second size that is the first one checks nothing a special case of the
+    reduced sizes would fail."""
     if job.second_max_elements is None:
         return {}, None
+    seeds = [seed + job.seeds for seed in trial_seeds(job)]
+    whole = _whole_size_overrides(problem_source, overrides, job.second_max_elements)
+    if whole is not None:
+        try:
+            return whole, run_reference(problem_source, whole, job.kind, seeds)
+        except Decided:
+            pass  # the problem breaks with a dimension at 1: the halved budget's sizes instead
     budget, smaller = job.second_max_elements, overrides
     for _ in range(SECOND_SIZE_HALVINGS):
         smaller = size_overrides(problem_source, budget)
@@ -554,11 +564,22 @@ def _second_size(
         budget //= 2
     if not smaller or smaller == overrides:
         return {}, None
-    seeds = [seed + job.seeds for seed in trial_seeds(job)]
     try:
         return smaller, run_reference(problem_source, smaller, job.kind, seeds)
     except Decided:
         return {}, None
+
+
+def _whole_size_overrides(problem_source: str, overrides: dict[str, int], max_elements: int) -> dict[str, int] | None:
+    """The second size that runs the dimension the first shrank most at its original value
+    (``sizes.whole_size_plan``); None when there is none or it cannot be measured."""
+    from cuset_core.verify.cpu.sizes import int_constants, whole_size_plan
+
+    constants = int_constants(ast.parse(problem_source))
+    try:
+        return whole_size_plan(constants, overrides, lambda o: measured_elements(problem_source, o), max_elements)
+    except Exception:  # noqa: BLE001 - a problem that cannot run on meta keeps the halved budget's sizes
+        return None
 
 
 def _safe_elements(problem_source: str, overrides: dict[str, int] | None = None) -> int | None:
@@ -891,10 +912,10 @@ class BoundaryHost:
             workdir, preludes, {}, chain, prebuilt, None, lambda path: client.library_loaded(str(path)), True
         )
         cpp_extension = "torch.utils.cpp_extension"
-        torch.utils.cpp_extension.load_inline = as_if(  # type: ignore[assignment]
+        torch.utils.cpp_extension.load_inline = as_if(
             lambda *args, **kwargs: builder.load_inline(*args, **kwargs), cpp_extension, "load_inline"
         )
-        torch.utils.cpp_extension.load = as_if(  # type: ignore[assignment]
+        torch.utils.cpp_extension.load = as_if(
             lambda *args, **kwargs: builder.load(*args, **kwargs), cpp_extension, "load"
         )
         return builder
@@ -902,10 +923,10 @@ class BoundaryHost:
 
 def side_main(side: str, job: CpuJob, workdir: Path, timings: dict[str, float]) -> Outcome:
     """One side of the tier-2 check (``reference`` or ``candidate``)."""
-    if side == "candidate" and job.device_boundary:
-        from cuset_core.verify.cpu.device import side as boundary
     if side == "candidate":
         plain_command_line()
+    if side == "candidate" and job.device_boundary:
+        from cuset_core.verify.cpu.device import side as boundary
 
         map_cuda_to_cpu(move_tensors=False)
         return boundary.candidate_side(job, workdir, timings, BoundaryHost())

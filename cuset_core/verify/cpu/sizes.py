@@ -153,27 +153,37 @@ def _evaluate(node: ast.expr) -> int | None:
 
 
 def plan_reduction(
-    constants: dict[str, int], measure: Callable[[dict[str, int]], int], max_elements: int
+    constants: dict[str, int],
+    measure: Callable[[dict[str, int]], int],
+    max_elements: int,
+    keep: frozenset[str] = frozenset(),
+    floor: int = MIN_VALUE,
 ) -> dict[str, int]:
     """Overrides that bring ``measure(overrides)`` (elements) to at most ``max_elements``.
 
     ``measure`` returns the element count of the problem's tensors with the given constants.
     Sizes of one value shrink together (``out_channels = 16`` and ``bias_shape = (16, 1, 1)``
     name one dimension twice; shrinking one alone would break the problem): each step halves the
-    largest such group. Returns the smallest-effort overrides found (possibly empty); it stops
-    when no size can shrink further.
+    largest such group. Only sizes of at least ``2 * MIN_VALUE`` ever shrink, and never below
+    ``floor``; the groups of the names in ``keep`` keep their values. Returns the smallest-effort
+    overrides found (possibly empty); it stops when no size can shrink further.
     """
     groups: dict[int, list[str]] = {}
     for name, value in constants.items():
         groups.setdefault(value, []).append(name)
     current = {original: original for original in groups}
-    frozen: set[int] = set()  # groups whose next halving broke the problem (GroupNorm's groups, say)
+    # Groups whose next halving broke the problem (GroupNorm's groups, say), and those kept whole.
+    frozen: set[int] = {group for group, names in groups.items() if keep & set(names)}
     changed: dict[str, int] = {}
     elements = measure(changed)
     for _ in range(MAX_STEPS):
         if elements <= max_elements:
             break
-        shrinkable = [group for group, value in current.items() if value >= 2 * MIN_VALUE and group not in frozen]
+        shrinkable = [
+            group
+            for group, value in current.items()
+            if group >= 2 * MIN_VALUE and value >= 2 * floor and group not in frozen
+        ]
         if not shrinkable:
             break
         group = max(shrinkable, key=lambda g: current[g])
@@ -185,6 +195,28 @@ def plan_reduction(
             continue
         current[group], changed = (current[group] + 1) // 2, trial
     return changed
+
+
+def whole_size_plan(
+    constants: dict[str, int],
+    overrides: dict[str, int],
+    measure: Callable[[dict[str, int]], int],
+    max_elements: int,
+) -> dict[str, int] | None:
+    """Overrides that keep the size ``overrides`` shrank most at its original value and shrink the
+    others first, down to 1, to fit ``max_elements``: one row of 131,072 columns rather than 16 rows
+    of 4,096, so that a kernel right only up to the reduced size of a dimension fails. None when no
+    size was shrunk, or when no such plan fits."""
+    shrunk = {name: constants[name] / value for name, value in overrides.items() if value < constants.get(name, 0)}
+    if not shrunk:
+        return None
+    whole = max(shrunk, key=lambda name: shrunk[name])
+    plan = plan_reduction(constants, measure, max_elements, keep=frozenset({whole}), floor=1)
+    try:
+        fits = measure(plan) <= max_elements
+    except Exception:  # noqa: BLE001 - the problem's own constraint: no such plan
+        return None
+    return plan if fits and plan != overrides else None
 
 
 def original_fits(elements: int | None, max_elements: int) -> bool:

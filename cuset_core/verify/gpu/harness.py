@@ -57,8 +57,8 @@ from cuset_core.verify.contracts import (
     trial_seeds,
     wide_trial,
 )
-from cuset_core.verify.fallback import FallbackMonitor
 from cuset_core.verify.disguise import CANDIDATE_MODULE
+from cuset_core.verify.fallback import FallbackMonitor
 from cuset_core.verify.harness_side import (
     aliased_pairs,
     call_forward,

@@ -50,7 +50,7 @@ def _cuda_allocation_helpers() -> None:
     def empty_strided_cuda(size: Any, stride: Any, dtype: Any) -> Any:
         return torch.empty_strided(size, stride, dtype=dtype, device="cuda")
 
-    torch._C._dynamo.guards._empty_strided_cuda = empty_strided_cuda
+    torch._C._dynamo.guards._empty_strided_cuda = empty_strided_cuda  # type: ignore[attr-defined]
 
 
 def request(header: dict[str, Any], payload: bytes = b"") -> tuple[Any, bytes]:
