@@ -223,11 +223,15 @@ def test_compile_tier_without_nvcc_is_unsupported_with_the_reason_and_not_cached
     assert not list(tmp_path.rglob("*.json"))
 
 
-def test_a_crash_while_reading_the_candidate_is_an_internal_error(tmp_path, monkeypatch):
+def test_a_crash_while_reading_the_candidate_is_an_internal_error_when_the_canary_crashes_too(tmp_path, monkeypatch):
+    import cuset_core.verify.candidate as candidate_module
+
     def explode(text):
         raise RecursionError("maximum recursion depth exceeded")
 
+    # The analysis itself is broken (the canary's reading fails too): the verifier's fault.
     monkeypatch.setattr(run_module, "parse_candidate", explode)
+    monkeypatch.setattr(candidate_module, "parse_candidate", explode)
     result = verify(PROBLEM, fenced(GOOD), STATIC, cache_dir=tmp_path)
     assert (result.verdict, result.tier, result.tiers_run) == (Verdict.INTERNAL_ERROR, Tier.STATIC, [Tier.STATIC])
     assert "RecursionError" in result.log
