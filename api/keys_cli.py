@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
@@ -46,6 +47,11 @@ def _no_database(settings: Settings) -> str:
     )
 
 
+def _utc(timestamp: float) -> str:
+    """A stored Unix time as ``2026-01-31 14:05 UTC``."""
+    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
 @keys_app.command("create")
 def create(
     name: str = typer.Option(..., "--name", help="a label for the key"),
@@ -61,7 +67,7 @@ def create(
 
 @keys_app.command("list")
 def list_keys(data_dir: DataDirOption = None) -> None:
-    """Every key: id, owner, name, display prefix, created, revoked."""
+    """Every key: id, owner, name, display prefix, created, and active or revoked (when), in UTC."""
     settings = service_settings(data_dir)
     url = _existing_database_url(settings)
     if url is None:
@@ -69,9 +75,10 @@ def list_keys(data_dir: DataDirOption = None) -> None:
         return
     with session_scope(url) as session:
         rows = keys.list_keys(session)
-    table = Table("id", "owner", "name", "prefix", "state")
+    table = Table("id", "owner", "name", "prefix", "created", "state")
     for row in rows:
-        table.add_row(row.id, row.owner, row.name, row.prefix + "…", "revoked" if row.revoked_at else "active")
+        state = f"revoked {_utc(row.revoked_at)}" if row.revoked_at else "active"
+        table.add_row(row.id, row.owner, row.name, row.prefix + "…", _utc(row.created_at), state)
     Console().print(table)
 
 

@@ -53,3 +53,20 @@ def test_data_dir_picks_the_service_over_the_environment(tmp_path):
     assert created.returncode == 0 and (chosen / "cuset.sqlite").is_file(), created.stderr
     assert "bob" in listed_there.stdout, listed_there.stderr
     assert "the service has no database yet" in listed_here.stderr and not (other / "cuset.sqlite").exists()
+
+
+def test_the_key_list_shows_every_column_its_help_names(tmp_path):
+    import re
+
+    data_dir = tmp_path / "service"
+    kept, revoked = keys(data_dir, "create", "--name", "carol"), keys(data_dir, "create", "--name", "dave")
+    assert kept.returncode == 0 and revoked.returncode == 0
+    assert keys(data_dir, "revoke", revoked.stderr.split()[1]).returncode == 0  # "key ID for owner ..."
+    listed = keys(data_dir, "list")
+    helped = keys(data_dir, "list", "--help")
+
+    assert "created" in helped.stdout and "revoked" in helped.stdout
+    for column in ("id", "owner", "name", "prefix", "created", "state"):
+        assert column in listed.stdout.splitlines()[1], listed.stdout
+    assert len(re.findall(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", listed.stdout)) == 3  # two created, one revoked
+    assert "active" in listed.stdout and "revoked" in listed.stdout
