@@ -13,7 +13,8 @@
 #   unprivileged  (when run as root, beside the services lane) the sandbox and security tests as an
 #                 unprivileged user, the way the shipped image runs the verifier
 #                 (scripts/test_unprivileged.sh); the forged-verdict suite, the attack variations, the
-#                 second-size attack, the batch-isolation and the device-boundary suites run there only:
+#                 second-size attack, the batch-isolation, the device-boundary and the data-flow policy
+#                 suites run there only:
 #                 they test the verifier behind its sandbox, not the sandbox (whose own suites run in
 #                 both lanes, root's sandbox and the user namespace's), and as root they would repeat
 #   newest-python (beside the services lane, after unprivileged) the demo's verification path on the
@@ -98,6 +99,7 @@ unprivileged=()
 if [ "$(id -u)" = 0 ]; then
     unprivileged=(--ignore tests/security/test_forged_verdicts.py --ignore tests/security/test_attack_variations.py
         --ignore tests/security/test_batch_isolation.py --ignore tests/security/test_device_boundary.py
+        --ignore tests/security/test_data_flow_policy.py
         --deselect tests/security/test_judge_blame.py::test_a_kernel_right_only_at_the_reduced_size_fails_at_a_second_size)
 fi
 lane parallel "${pytest[@]}" "${parallel[@]}" "${durations[@]}" -m "not integration and not browser" \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The sandbox tests, the forged-verdict suite, the attack variations, the batch-isolation,
-# device-boundary and second-size attacks as an unprivileged user, the way the shipped image runs
+# device-boundary, data-flow policy and second-size attacks as an unprivileged user, the way the shipped image runs
 # the verifier (the sandbox is then a user namespace, not root dropping to its own uid). Only the
 # sandbox's own suites also run as root, in scripts/test.sh's parallel lane; the other security
 # suites test the judge and the CPU runtime, which do not depend on the uid: they run there only. Run as root after scripts/setup.sh (scripts/test.sh runs it as its last lane);
@@ -31,5 +31,5 @@ exec runuser -u "$USER_NAME" -- env -i PATH="$PATH" HOME="$home" PYTHONPATH="${P
     tests/security/test_forged_verdicts.py tests/security/test_sandbox_isolation.py \
     tests/security/test_sandbox_fail_closed.py tests/security/test_batch_isolation.py tests/unit/test_verify_sandbox.py \
     tests/security/test_sandbox_interpreter_links.py \
-    tests/security/test_attack_variations.py tests/security/test_device_boundary.py \
+    tests/security/test_attack_variations.py tests/security/test_device_boundary.py tests/security/test_data_flow_policy.py \
     tests/security/test_judge_blame.py::test_a_kernel_right_only_at_the_reduced_size_fails_at_a_second_size "$@"
