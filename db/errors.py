@@ -37,6 +37,7 @@ class ErrorCode(StrEnum):
     EVAL_FAILED = "eval_failed"
     GENERATION_FAILED = "generation_failed"
     NO_ANSWER = "no_answer"
+    VERIFIER_UNAVAILABLE = "verifier_unavailable"  # tier 2 cannot run on this machine (its probe fails)
     # A request's refusal (the API's 4xx/5xx).
     INVALID_REQUEST = "invalid_request"
     INVALID_VALUE = "invalid_value"
@@ -50,7 +51,7 @@ class ErrorCode(StrEnum):
     FILE_NOT_FOUND = "file_not_found"
     EVAL_NOT_FOUND = "eval_not_found"
     MODEL_NOT_FOUND = "model_not_found"
-    FINE_TUNING_JOB_NOT_FOUND = "fine-tuning_job_not_found"
+    FINE_TUNING_JOB_NOT_FOUND = "fine_tuning_job_not_found"
     MODEL_NOT_AVAILABLE = "model_not_available"
     FILE_TOO_LARGE = "file_too_large"
     REQUEST_TOO_LARGE = "request_too_large"

@@ -170,7 +170,7 @@ def test_another_owners_job_is_a_404_like_an_unknown_one(fast_client, fast_setti
             response = fast_client.request(method, f"/v1/fine_tuning/jobs/{job_id}{suffix}")
             assert response.status_code == 404, (method, suffix)
             error = response.json()["error"]
-            assert (error["type"], error["code"]) == ("not_found_error", "fine-tuning_job_not_found")
+            assert (error["type"], error["code"]) == ("not_found_error", "fine_tuning_job_not_found")
     assert fast_client.get("/v1/fine_tuning/jobs").json()["data"] == []
 
 
