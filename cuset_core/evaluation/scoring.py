@@ -13,6 +13,7 @@ from cuset_core.evaluation.config import EvalConfig
 from cuset_core.evaluation.decoding import Answer, Decode, repair_run
 from cuset_core.evaluation.metrics import ProblemRow, problem_row, repaired_counts
 from cuset_core.evaluation.problems import Problem
+from cuset_core.verify.readiness import stop_if_broken
 from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import VerifyResult
 from cuset_core.verify.run import verify
@@ -71,7 +72,9 @@ def score_attempt(
 ) -> SampleRecord:
     """``sample`` verified as attempt ``index`` of ``problem`` (a repair of ``repair_of`` when given),
     on the reference runs of ``references`` when given (the problem's other attempts'), on tier-2
-    sides from ``warm`` when given."""
+    sides from ``warm`` when given. ``VerifierBroken`` when tier 2 cannot run on this machine."""
+    result = verify(problem.code, sample.answer, settings, cache_dir, use_cache, references, warm=warm)
+    stop_if_broken(result)  # a verifier that cannot run tier 2 stops the eval, not every sample after
     return SampleRecord(
         problem_id=problem.id,
         index=index,
@@ -80,7 +83,7 @@ def score_attempt(
         prompt_tokens=sample.prompt_tokens,
         completion_tokens=sample.completion_tokens,
         finish_reason=sample.finish_reason,
-        result=verify(problem.code, sample.answer, settings, cache_dir, use_cache, references, warm=warm),
+        result=result,
         round=0 if repair_of is None else repair_of.round + 1,
         repair_of=None if repair_of is None else repair_of.index,
     )

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import (
     IsolationUnavailable,
     SandboxSetupError,
@@ -89,3 +90,26 @@ def tier2_readiness() -> Readiness:
         state = probe_tier2()
         _last["state"] = (time.monotonic(), state)
         return state
+
+
+VERIFIER_FIX = (
+    "fix the machine's verifier, not the model: docs/deploy.md, 'Verification sandbox' and 'Fail closed' "
+    "(a venv whose Python the sandbox cannot reach, a torch that does not import there), or verify up to "
+    "tier compile only"
+)
+
+
+class VerifierBroken(RuntimeError):
+    """Tier 2 cannot run on this machine (its side does not start in the sandbox): every further
+    sample would be ``internal_error``, so the caller stops at once instead of drawing them."""
+
+
+def stop_if_broken(result: VerifyResult) -> None:
+    """Raise :class:`VerifierBroken`, naming the cause and the fix, when ``result`` is tier 2's
+    ``internal_error`` and tier 2's side does not start here (:func:`tier2_readiness`, the canary
+    of the machine). A problem whose own reference fails is no such fault: the probe passes then."""
+    if result.verdict is not Verdict.INTERNAL_ERROR or result.tier is not Tier.CPU:
+        return
+    state = tier2_readiness()
+    if not state.ready:
+        raise VerifierBroken(f"the verifier is broken on this machine: {state.reason}; {VERIFIER_FIX}")

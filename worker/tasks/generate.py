@@ -62,12 +62,13 @@ from cuset_core.generation.sampling import (
     generate as generate_batch,
 )
 from db.dispatch import TaskName, send_verify_sample
-from db.errors import ErrorCode, ErrorInfo
+from db.errors import ErrorCode
 from db.generation_events import GenerationEvent, publish, publishing
 from db.generations import (
     GenerationRequest,
     GenerationSample,
     decode_repairs,
+    fail_generations,
     load_samples,
     locked_generation,
     save_samples,
@@ -152,7 +153,9 @@ def generate(self: RuntimeTask, generation_id: str) -> None:
                 results = _decode_batch(model, tokenizer, rows, url)
         except Exception as exc:  # noqa: BLE001 - a decoding failure fails the rows, never the worker
             log.exception("decoding %s failed", [row.id for row in rows])
-            _fail(settings, [row.id for row in rows], ErrorCode.DECODE_FAILED, f"{type(exc).__name__}: {exc}")
+            fail_generations(
+                settings, [row.id for row in rows], ErrorCode.DECODE_FAILED, f"{type(exc).__name__}: {exc}"
+            )
             return
     decoded = time.time()
     for row, samples in zip(rows, results):
@@ -166,7 +169,9 @@ def _load(in_use: ExitStack, settings: Settings, models: ModelCache, row: Claime
         return in_use.enter_context(models.use(row.request.spec, row.model))
     except Exception as exc:  # noqa: BLE001 - any load failure is the request's failure
         log.exception("loading model %s failed", row.request.spec)
-        _fail(settings, [row.id], ErrorCode.MODEL_LOAD_FAILED, f"could not load model {row.request.spec!r}: {exc}")
+        fail_generations(
+            settings, [row.id], ErrorCode.MODEL_LOAD_FAILED, f"could not load model {row.request.spec!r}: {exc}"
+        )
         return None
 
 
@@ -183,7 +188,7 @@ def _generate_with_engine(settings: Settings, row: Claimed, engine: EngineRoute,
                 samples = _engine_samples(client, row)
     except Exception as exc:  # noqa: BLE001 - an engine failure fails the row, never the worker
         log.exception("decoding %s at %s failed", row.id, engine.url)
-        _fail(settings, [row.id], ErrorCode.DECODE_FAILED, f"{type(exc).__name__}: {exc}")
+        fail_generations(settings, [row.id], ErrorCode.DECODE_FAILED, f"{type(exc).__name__}: {exc}")
         return
     _record(settings, row, samples, started, time.time(), batch_size=1)
 
@@ -644,23 +649,7 @@ def generate_repair(self: RuntimeTask, generation_id: str, index: int) -> None:
             done = decode_one(attempt, messages)
         except Exception as exc:  # noqa: BLE001 - a decoding failure fails the row, never the worker
             log.exception("decoding repair %d of %s failed", index, row.id)
-            _fail(settings, [row.id], ErrorCode.DECODE_FAILED, f"{type(exc).__name__}: {exc}")
+            fail_generations(settings, [row.id], ErrorCode.DECODE_FAILED, f"{type(exc).__name__}: {exc}")
             return
     if done is not None:
         _verify_later(settings, row, [done.index])
-
-
-def _fail(settings: Settings, ids: list[str], code: ErrorCode, message: str) -> None:
-    with session_scope(settings.resolved_database_url) as session:
-        session.execute(
-            update(Generation)
-            .where(
-                Generation.id.in_(ids),
-                Generation.status.in_((GenerationStatus.QUEUED, GenerationStatus.RUNNING, GenerationStatus.VERIFYING)),
-            )
-            .values(
-                status=GenerationStatus.FAILED, error=ErrorInfo(code=code, message=message), finished_at=time.time()
-            )
-        )
-    for generation_id in ids:
-        publish(settings, generation_id, GenerationEvent(status=GenerationStatus.FAILED))

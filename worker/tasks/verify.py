@@ -16,12 +16,14 @@ import time
 
 from celery import shared_task
 
+from cuset_core.verify.readiness import VerifierBroken, stop_if_broken
 from cuset_core.verify.result import Tier
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import VerifySettings
 from db.dispatch import TaskName
+from db.errors import ErrorCode
 from db.generation_events import GenerationEvent, publish
-from db.generations import GenerationRequest, decode_repairs, load_samples, locked_generation, settle
+from db.generations import GenerationRequest, decode_repairs, fail_generations, load_samples, locked_generation, settle
 from db.models import Generation
 from db.session import session_scope
 from db.settings import Settings
@@ -63,6 +65,11 @@ def _verify(runtime: WorkerRuntime, generation_id: str, index: int) -> None:
             return  # a redelivered message for an attempt already verified, or a cancelled one
     checks = service_verify_settings(settings, VerifySettings(tier=Tier(request.verify), policy=request.policy))
     result = verify(request.problem, attempt.text, checks, cache_dir=settings.verify_cache_dir, warm=runtime.warm_sides)
+    try:
+        stop_if_broken(result)
+    except VerifierBroken as broken:  # every other candidate would meet the same fault: stop the request
+        fail_generations(settings, [generation_id], ErrorCode.VERIFIER_UNAVAILABLE, str(broken))
+        return
     with session_scope(url) as session:
         row = locked_generation(session, generation_id)
         if row is None or row.status not in LIVE:
