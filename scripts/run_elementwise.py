@@ -4,6 +4,7 @@
     .venv/bin/python scripts/run_elementwise.py data        # only write the family's data and split.json
     .venv/bin/python scripts/run_elementwise.py compare     # the comparison at the gate's steps (resumes)
     .venv/bin/python scripts/run_elementwise.py report      # comparison/report.md from what has finished
+    .venv/bin/python scripts/run_elementwise.py gate --model qwen2.5-coder-0.5b   # the 0.5B model's gate
 
 A 135M model can learn a narrow template. The family is every KernelBench level-1 problem of
 ../shared/data whose reference is one elementwise operation, plus the demo's elementwise problems
@@ -107,6 +108,27 @@ SIZE = common.Size(
     save_steps=10,
     grad_accum=2,
 )
+
+# Issue 48, part 3: the same regime for Qwen2.5-Coder-0.5B-Instruct (``--model qwen2.5-coder-0.5b``;
+# opt-in: `cuset install-model qwen2.5-coder-0.5b`), gate first. A model four times the size that
+# already writes code: a lower learning rate than the 135M model's 1e-3, fewer steps, gradient
+# checkpointing; outputs under experiments/elementwise-qwen05b/ (its own split.json, status.json,
+# gate.json and runs/), the data shared with the 135M regime (runs/elementwise-data).
+QWEN_GATE_STEPS, QWEN_GATE_EVAL_STEPS = 60, (20, 40, 60)
+QWEN_SIZE = dataclasses.replace(
+    SIZE, model="qwen2.5-coder-0.5b", max_steps=QWEN_GATE_STEPS, learning_rate=5e-4, gradient_checkpointing=True
+)
+REGIMES = {
+    SIZE.model: (SIZE, OUT, GATE_EVAL_STEPS),
+    QWEN_SIZE.model: (QWEN_SIZE, ROOT / "experiments" / "elementwise-qwen05b", QWEN_GATE_EVAL_STEPS),
+}
+
+
+def use_regime(model: str) -> None:
+    """Point the stages at ``model``'s regime (REGIMES): its size, output folder and gate steps."""
+    global SIZE, OUT, GATE_STEPS, GATE_EVAL_STEPS
+    SIZE, OUT, GATE_EVAL_STEPS = REGIMES[model]
+    GATE_STEPS = SIZE.max_steps
 
 
 # The comparison (issue 14, part 5) at the gate's number of steps: the gate passed at its first
@@ -810,7 +832,13 @@ def main() -> None:
         action="store_false",
         help="skip the untuned base model's evaluation (after the gate's)",
     )
+    parser.add_argument(
+        "--model", choices=tuple(REGIMES), default=SIZE.model, help="whose regime (the comparison: 135M only)"
+    )
     args = parser.parse_args()
+    if args.model != SIZE.model and args.stage in ("compare", "report"):
+        parser.error(f"--model {args.model}: only the gate runs for it so far")
+    use_regime(args.model)
     if args.stage == "data":
         print(json.dumps(write_data(), indent=1))
         return
