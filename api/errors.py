@@ -57,9 +57,8 @@ class APIError(Exception):
 
 def not_found(kind: str, id_: str, param: str | None = None) -> APIError:
     """404 for an id this owner cannot see (unknown and foreign ids look the same)."""
-    code = ErrorCode(
-        f"{kind.replace(' ', '_').replace('-', '_')}_not_found"
-    )  # a kind without its code fails here, loudly
+    # A kind without its code fails here, loudly.
+    code = ErrorCode(f"{kind.replace(' ', '_').replace('-', '_')}_not_found")
     return APIError(404, f"No {kind} found with id '{id_}'.", code=code, param=param)
 
 

@@ -214,8 +214,8 @@ def create_job(client: httpx.Client, file_id: str, args: argparse.Namespace) -> 
             "warmup_steps": min(2, args.steps - 1),
             # Every demo record fits (the longest, with its compact prompt, is ~1,650 tokens).
             "max_seq_len": 2048,
-            # 135M parameters and two sequences fit in memory; recomputing activations costs a third more.
-            "gradient_checkpointing": False,
+            # gradient_checkpointing is left to the default: on when the service trains on a CPU, where two
+            # sequences of 2,048 tokens without it hold many GB of activations (bench/tune_memory.py).
             "save_steps": args.steps,
         },
     }

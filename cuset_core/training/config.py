@@ -57,7 +57,9 @@ class Hyperparameters(BaseModel):
     weight_decay: float = Field(0.0, ge=0)
     max_seq_len: int = Field(1024, ge=16, le=131_072)  # tokens, prompt + answer
     max_grad_norm: float = Field(1.0, ge=0)
-    gradient_checkpointing: bool = False  # recompute activations in the backward: less memory, ~30% more time
+    # Recompute activations in the backward: far less memory, ~30% more time. None (the default)
+    # chooses: on when training on a CPU (a laptop's 8 GB), off on a GPU (checkpointing_choice).
+    gradient_checkpointing: bool | None = None
     group_by_length: bool = False  # batch records of similar length together (less padding)
     truncation: Literal["drop", "cut"] = "drop"  # records over max_seq_len: left out, or cut to it
     bf16: bool = False  # bf16 autocast on top of the weights' dtype (GPUs that support it)
@@ -66,6 +68,25 @@ class Hyperparameters(BaseModel):
     quantization: Quantization | None = None  # 4-bit base weights (QLoRA; CUDA and LoRA only)
     # Supervised positions per LM-head chunk of the loss; 0 materialises the full [B, T, V] logits.
     loss_chunk_size: int = Field(512, ge=0)
+
+
+def checkpointing_choice(hyperparameters: Hyperparameters, on_gpu: bool) -> tuple[bool, str | None]:
+    """Whether a run recomputes activations, and a line saying why when it was chosen for the user.
+
+    ``gradient_checkpointing`` true/false is the user's choice; ``None`` turns it on when training
+    on a CPU, where activations without it dominate a run's memory (SmolLM2-135M, batch 4 of 1,024
+    tokens: ~15 GB without, under 4 GB with; bench/tune_memory.py), and off on a GPU, whose
+    memory is sized per job by the user (DESIGN §6). It changes no number of the training, only
+    its memory and time: the recomputation replays the same dropout masks."""
+    chosen = hyperparameters.gradient_checkpointing
+    if chosen is not None:
+        return chosen, None
+    if on_gpu:
+        return False, None
+    return True, (
+        "gradient checkpointing on (chosen on a CPU: activations of a whole batch would need many GB of memory; "
+        "set hyperparameters.gradient_checkpointing false for ~30% faster steps)"
+    )
 
 
 def check_quantized_lora(hyperparameters: Hyperparameters, has_lora: bool) -> None:

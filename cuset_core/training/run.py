@@ -9,6 +9,7 @@ distributed set-up; only rank 0 writes progress and final files).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import sys
 import time
@@ -32,7 +33,7 @@ from cuset_core.training.callbacks import (
     ProgressWriter,
     SigtermCallback,
 )
-from cuset_core.training.config import ConfigError, TuneConfig, read_config
+from cuset_core.training.config import ConfigError, TuneConfig, checkpointing_choice, read_config
 from cuset_core.training.progress_lines import DoneLine
 from cuset_core.training.tracking import report_to, tracking_env
 
@@ -134,6 +135,7 @@ def prepare_model(config: TuneConfig):
     a LoRA adapter, whose parameters peft keeps in float32 (or leave it whole for full
     fine-tuning)."""
     hp = config.hyperparameters
+    checkpointing_on, _ = checkpointing_choice(hp, torch.cuda.is_available())
     model, _ = load_model(
         config.model,
         resolve_dtype(hp.dtype),
@@ -145,9 +147,9 @@ def prepare_model(config: TuneConfig):
     if hp.quantization is not None:
         # Freezes the 4-bit base, keeps its norms in float32 and enables checkpointing if asked.
         model = prepare_model_for_kbit_training(
-            model, use_gradient_checkpointing=hp.gradient_checkpointing, gradient_checkpointing_kwargs=checkpointing
+            model, use_gradient_checkpointing=checkpointing_on, gradient_checkpointing_kwargs=checkpointing
         )
-    elif hp.gradient_checkpointing:
+    elif checkpointing_on:
         # Enabled on the model rather than through TrainingArguments, whose flag is being renamed.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpointing)
     if config.lora is None:
@@ -160,7 +162,7 @@ def prepare_model(config: TuneConfig):
         target_modules=lora.target_modules,
         task_type="CAUSAL_LM",
     )
-    if hp.gradient_checkpointing:
+    if checkpointing_on:
         model.enable_input_require_grads()
     return get_peft_model(model, adapter)
 
@@ -249,6 +251,9 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
         else None
     )
     writer.event(f"loading model {config.model}")
+    _, checkpointing_note = checkpointing_choice(config.hyperparameters, torch.cuda.is_available())
+    if checkpointing_note:
+        writer.event(checkpointing_note)
     model = prepare_model(config)
     if config.method.confidence == "reference":
         with args.main_process_first(desc="reference confidence"):
@@ -320,8 +325,28 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
     return outcome
 
 
+M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES = -3, 128 * 1024
+
+
+def return_freed_tensors_to_the_os() -> bool:
+    """Serve host allocations over 128 KiB by mmap, unmapped when freed (glibc only).
+
+    glibc otherwise raises its mmap threshold up to 32 MiB as large blocks are freed and keeps
+    later tensors in heap arenas it rarely returns: a CPU training step, which frees and
+    reallocates activations of every size layer after layer, then holds far more resident memory
+    than it has live tensors (bench/tune_memory.py). True when set."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return bool(ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    except (OSError, AttributeError):
+        return False  # not glibc (musl): nothing to tune
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m cuset_core.training CONFIG.json``; returns the exit code."""
+    if not torch.cuda.is_available():
+        return_freed_tensors_to_the_os()
     parser = argparse.ArgumentParser(prog="python -m cuset_core.training", description=__doc__.splitlines()[0])
     parser.add_argument("config", type=Path, help="job config (JSON, a TuneConfig)")
     options = parser.parse_args(argv)

@@ -168,3 +168,14 @@ def test_training_process_exit_code_is_2_for_a_bad_job(tmp_path, data_file):
     assert done.returncode == 2
     assert done.stderr.startswith("error: method.type: Input should be 'sft', 'dft'")
     assert done.stderr.count("\n") == 1
+
+
+def test_gradient_checkpointing_is_chosen_on_a_cpu_and_said_so_and_left_off_on_a_gpu():
+    from cuset_core.training.config import Hyperparameters, checkpointing_choice
+
+    on, note = checkpointing_choice(Hyperparameters(), on_gpu=False)
+    assert on and "gradient checkpointing on" in note and "memory" in note
+    assert checkpointing_choice(Hyperparameters(), on_gpu=True) == (False, None)
+    for chosen in (True, False):
+        for on_gpu in (True, False):
+            assert checkpointing_choice(Hyperparameters(gradient_checkpointing=chosen), on_gpu) == (chosen, None)

@@ -399,3 +399,33 @@ def test_auto_dtype_loads_bf16_weights_on_the_gpu(tmp_path, tiny_model_dir):
 
     model = prepare_model(parse_config(make_job(tmp_path, tiny_model_dir)))
     assert {p.dtype for name, p in model.named_parameters() if "lora_" not in name} == {torch.bfloat16}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the default chooses checkpointing on a CPU only")
+def test_default_tuning_on_a_cpu_recomputes_activations_and_trains_the_same_numbers(tmp_path, tiny_model_dir):
+    from cuset_core.training.run import prepare_model
+
+    def recomputes(model) -> bool:
+        return any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
+
+    (tmp_path / "default").mkdir()
+    job = make_job(tmp_path / "default", tiny_model_dir, hp={"max_steps": 2})
+    assert recomputes(prepare_model(parse_config(job)))
+    _, lines = train(job)
+    assert any("gradient checkpointing on (chosen on a CPU" in line.get("message", "") for line in lines)
+
+    (tmp_path / "off").mkdir()
+    off = make_job(tmp_path / "off", tiny_model_dir, hp={"max_steps": 2, "gradient_checkpointing": False})
+    assert not recomputes(prepare_model(parse_config(off)))
+    _, off_lines = train(off)
+    assert not any("gradient checkpointing" in line.get("message", "") for line in off_lines)
+    assert [line["loss"] for line in progress(lines)] == pytest.approx(
+        [line["loss"] for line in progress(off_lines)], abs=1e-5
+    )
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_a_cpu_training_process_returns_freed_tensors_to_the_os():
+    from cuset_core.training.run import return_freed_tensors_to_the_os
+
+    assert return_freed_tensors_to_the_os()
