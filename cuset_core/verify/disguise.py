@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 
 GPU_NAME = "NVIDIA H100 80GB HBM3"  # what torch.cuda.get_device_name says of the device tier 2 models
 CANDIDATE_MODULE = "model_new"  # the candidate's module, as a user's script would import its file
+CUDA_VERSION = "12.8"  # torch.version.cuda of the CUDA build tier 2 stands in for
+CUDNN_VERSION = 90100
 
 Named = TypeVar("Named", bound=Callable[..., Any])
 

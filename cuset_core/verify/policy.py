@@ -22,7 +22,7 @@ data.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 Policy = Literal["kernels", "mixed"]
 POLICIES: tuple[Policy, ...] = ("kernels", "mixed")
@@ -116,10 +116,59 @@ MOVEMENT_OPS = frozenset(
         "numel",
     }
 )
-# Operators whose result is a host value read from device data.
+# Operators whose result is a host value read from device data, or whose result's shape depends on
+# device data (the host reads it off the result's shape).
 TO_HOST_OPS = frozenset(
-    {"_local_scalar_dense", "item", "is_nonzero", "equal", "allclose", "tolist", "_is_all_true", "_is_any_true"}
+    {
+        "_local_scalar_dense",
+        "item",
+        "is_nonzero",
+        "equal",
+        "allclose",
+        "tolist",
+        "_is_all_true",
+        "_is_any_true",
+        "Float",
+        "Int",
+        "Bool",
+        "ScalarImplicit",
+        "nonzero",
+        "nonzero_numpy",
+        "argwhere",
+        "unique",
+        "_unique",
+        "_unique2",
+        "unique_dim",
+        "unique_consecutive",
+        "masked_select",
+        "bincount",
+        "repeat_interleave",
+    }
 )
+# Operators whose number results read tensors' metadata, not their data.
+METADATA_OPS = frozenset(
+    {
+        "sym_size",
+        "sym_stride",
+        "sym_numel",
+        "sym_storage_offset",
+        "dim",
+        "size",
+        "stride",
+        "numel",
+        "is_same_size",
+        "_has_compatible_shallow_copy_type",
+        "is_contiguous",
+        "is_complex",
+        "is_floating_point",
+        "is_signed",
+        "_nnz",
+    }
+)
+# The argument names of a movement operator that may be device tensors besides its first: what it
+# copies or fills from, or whose metadata it takes. Anywhere else a device value would decide the
+# result's layout (``narrow(x, 0, start_tensor, 1)``'s offset) or be read as a number.
+DATA_SLOTS = frozenset({"src", "value", "source", "other"})
 
 
 def operator_access(packet: str, to_host_device: bool) -> Access:
@@ -130,6 +179,52 @@ def operator_access(packet: str, to_host_device: bool) -> Access:
     if packet in MOVEMENT_OPS:
         return Access.MOVEMENT
     return Access.COMPUTE
+
+
+def layout_slot(func: Any, args: list[Any], kwargs: dict[str, Any]) -> str | None:
+    """The name of an argument of the movement operator ``func`` that holds a device tensor
+    (``{"t": handle}`` in the encoded ``args``/``kwargs``) where no device data may go: any
+    argument but the first and :data:`DATA_SLOTS`, or one whose type is not a tensor. None if none."""
+    schema = func._schema.arguments
+    named = [(argument, value) for argument, value in zip(schema, args)]
+    by_name = {argument.name: argument for argument in schema}
+    named += [(by_name[name], value) for name, value in kwargs.items() if name in by_name]
+    for position, (argument, value) in enumerate(named):
+        if not _names_device_tensor(value):
+            continue
+        takes_tensor = "Tensor" in str(argument.type)
+        if not takes_tensor or (position > 0 and argument.name not in DATA_SLOTS):
+            return str(argument.name)
+    return None
+
+
+def _names_device_tensor(value: Any) -> bool:
+    if isinstance(value, list):
+        return any(_names_device_tensor(item) for item in value)
+    if isinstance(value, dict):
+        return "t" in value or any(_names_device_tensor(item) for item in value.values())
+    return False
+
+
+def narrowing_copy(packet: str, args: list[Any], kwargs: dict[str, Any], result: Any) -> bool:
+    """Whether a copy operator converted to a dtype that cannot hold every value of its source
+    (float to int, float32 to float16): a conversion that computes (truncation, rounding), not
+    movement. Widening conversions stay movement."""
+    import torch
+
+    if packet not in COPY_PACKETS or not isinstance(result, torch.Tensor):
+        return False
+    source = kwargs.get("src") if packet == "copy_" else None
+    if source is None:
+        source = args[1] if packet == "copy_" and len(args) > 1 else args[0] if args else None
+    if not isinstance(source, torch.Tensor) or source.dtype == result.dtype:
+        return False
+    return torch.promote_types(source.dtype, result.dtype) != result.dtype or (
+        source.dtype.is_floating_point and not result.dtype.is_floating_point
+    )
+
+
+COPY_PACKETS = frozenset({"_to_copy", "to", "copy_", "_copy_from", "_copy_from_and_resize", "clone"})
 
 
 def violation(access: Access, what: str, trial: int | None) -> str:

@@ -476,3 +476,81 @@ def test_a_candidate_right_only_where_it_recognises_the_verifier_fails(libraries
     )
     result = tier2(candidate(forward), libraries)
     assert result.verdict is Verdict.VALUE_MISMATCH, (result.verdict, result.reason, result.log[-1500:])
+
+
+# ---------------------------------------------------------------- the red team's roads (issue 47's hacker-fixer round)
+# Written after a red-team helper, briefed with the threat model and the policy but not these tests,
+# found them: device data reaching the host through a movement operator's layout or error, a number
+# an operator returns, and a dtype conversion that computes.
+
+RAW_REQUEST = (
+    "        from cuset_core.verify.cpu.device import client\n"
+    "        ruler = torch.empty(4096, device=x.device)\n"
+    "        first = x.reshape(-1)[:1].reshape(()).to(torch.uint8)  # one input byte, 0-dim\n"
+    "        try:\n"
+    "            value, _ = client.request({{'op': 'operator', 'name': '{name}', 'args': {args}, 'kwargs': {{}}}})\n"
+    "        except Exception:\n"
+    "            pass\n"
+    "        return ext.rowsum(x)"
+)
+
+
+@pytest.mark.parametrize(
+    "name, args",
+    [
+        ("aten::narrow.Tensor", "[{'t': ruler.handle}, 0, {'t': first.handle}, 1]"),  # the view's offset
+        ("aten::view", "[{'t': ruler.handle}, [{'t': first.handle}]]"),  # the shape, or its error's text
+        ("aten::select.int", "[{'t': ruler.handle}, 0, {'t': first.handle}]"),  # an index read as a number
+        ("aten::empty_strided", "[[{'t': first.handle}], [1]]"),  # a new tensor's shape
+    ],
+    ids=["narrow offset", "view shape", "select index", "empty_strided shape"],
+)
+def test_device_data_in_a_movement_operators_layout_is_a_transfer_under_both_policies(libraries, name, args):
+    forward = RAW_REQUEST.format(name=name, args=args)
+    result = tier2(candidate(forward), libraries, MIXED)
+    assert result.verdict is Verdict.STATIC_REJECT, (result.reason, result.log[-1500:])
+    assert result.reason.startswith("policy mixed:") and "(device data as its" in result.reason, result.reason
+
+
+def test_a_number_an_operator_returns_is_a_transfer_under_mixed(libraries):
+    # Asked of the device process directly, past torch's own decomposition into a scalar read.
+    forward = (
+        "        from cuset_core.verify.cpu.device import client\n"
+        "        total = x.sum()\n"
+        "        value, _ = client.request({'op': 'operator', 'name': 'aten::Float.Tensor', "
+        "'args': [{'t': total.handle}], 'kwargs': {}})\n"
+        "        return ext.rowsum(x)"
+    )
+    result = tier2(candidate(forward), libraries, MIXED)
+    assert result.verdict is Verdict.STATIC_REJECT, (result.reason, result.log[-1500:])
+    assert "aten::Float.Tensor moved device data to the host" in result.reason, result.reason
+
+
+def test_a_narrowing_dtype_conversion_is_compute(libraries):
+    # float -> int -> float truncates: torch computed, though only copies ran.
+    forward = (
+        "        rounded = torch.empty(x.shape, dtype=torch.int32, device=x.device)\n"
+        "        rounded.copy_(x)\n"
+        "        back = torch.empty_like(x)\n"
+        "        back.copy_(rounded)\n"
+        "        return ext.rowsum(back) + 0 * ext.rowsum(x)"
+    )
+    result = tier2(candidate(forward), libraries)
+    assert_policy_reject(result, "(a narrowing dtype conversion)")
+    # Widening to double moves; rounding back to float computes.
+    widened = "        wide = x.double()\n        return ext.rowsum(wide.float())"
+    narrow_again = tier2(candidate(widened), libraries)
+    assert_policy_reject(narrow_again, "aten::_to_copy (a narrowing dtype conversion)")
+
+
+def test_a_test_of_cuda_arch_in_host_code_is_not_judged_as_one_program(libraries):
+    # Tier 2 compiles host and device code in one pass: the host would take the device branch.
+    cuda = CUDA.replace(
+        "torch::Tensor rowsum(torch::Tensor x) {",
+        "__host__ __device__ inline int blocks_for(int rows) {\n"
+        "#ifdef __CUDA_ARCH__\n    return rows;\n#else\n    return 0;\n#endif\n}\n"
+        "torch::Tensor rowsum(torch::Tensor x) {",
+    )
+    answer = candidate("        return ext.rowsum(x)").replace(CUDA, cuda)
+    result = run_cpu_tier(PROBLEM, parse_candidate(answer), KERNELS, libraries, REFERENCES)
+    assert result.verdict is Verdict.UNSUPPORTED and result.unsupported_feature == "__CUDA_ARCH__", result.reason

@@ -28,7 +28,6 @@ from cuset_core.verify.contracts import (
     tail,
 )
 from cuset_core.verify.cpu.build import (
-    ARCH,
     BuildError,
     Toolchain,
     extension_module_name,
@@ -236,11 +235,16 @@ def run_cpu_tier(
     feature = unsupported_before_running(candidate, settings)
     if feature:
         return _result(Verdict.UNSUPPORTED, f"uses {feature}", unsupported_feature=feature)
-    # Tier 1 compiled another branch (a comment or string naming the macro tests nothing).
-    if settings.arch != ARCH and "__CUDA_ARCH__" in joined_code(sources.cuda).text:
-        feature = f"__CUDA_ARCH__ of {settings.arch}"
+    # Tier 2 compiles host and device code in one pass with __CUDA_ARCH__ defined, so a test of it
+    # runs the device branch in host code too: a program a GPU build never runs (a comment or
+    # string naming the macro tests nothing).
+    if "__CUDA_ARCH__" in joined_code(sources.cuda).text:
+        feature = "__CUDA_ARCH__"
         return _result(
-            Verdict.UNSUPPORTED, f"tests __CUDA_ARCH__, and tier 2 models {ARCH} only", unsupported_feature=feature
+            Verdict.UNSUPPORTED,
+            "tests __CUDA_ARCH__: tier 2 compiles host and device code in one pass, so it cannot run the branch "
+            "a GPU build's host pass takes",
+            unsupported_feature=feature,
         )
     clock = time.perf_counter()
     try:

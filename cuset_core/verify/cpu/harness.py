@@ -72,7 +72,14 @@ from cuset_core.verify.cpu.build import (
     set_kernel_resources,
     unit_digest,
 )
-from cuset_core.verify.disguise import CANDIDATE_MODULE, GPU_NAME, as_if, plain_command_line
+from cuset_core.verify.disguise import (
+    CANDIDATE_MODULE,
+    CUDA_VERSION,
+    CUDNN_VERSION,
+    GPU_NAME,
+    as_if,
+    plain_command_line,
+)
 from cuset_core.verify.fallback import FallbackMonitor
 from cuset_core.verify.harness_side import (
     aliased_pairs,
@@ -194,6 +201,17 @@ def map_cuda_to_cpu(move_tensors: bool = True) -> None:
     }
     for name, answer in answers.items():  # named as torch's own, so that nothing tells them apart
         setattr(torch.cuda, name, as_if(answer, "torch.cuda", name))
+
+
+def versions_say_cuda() -> None:
+    """A CUDA build's versions on the candidate side: a CPU wheel's ``torch.version.cuda`` is None,
+    which would tell a candidate where it runs. Not on the reference side, whose torch must take
+    its CPU paths."""
+    import torch
+
+    torch.version.cuda = CUDA_VERSION
+    torch.backends.cudnn.is_available = as_if(lambda: True, "torch.backends.cudnn", "is_available")
+    torch.backends.cudnn.version = as_if(lambda: CUDNN_VERSION, "torch.backends.cudnn", "version")
 
 
 def tensors_say_cuda() -> None:
@@ -925,6 +943,7 @@ def side_main(side: str, job: CpuJob, workdir: Path, timings: dict[str, float]) 
     """One side of the tier-2 check (``reference`` or ``candidate``)."""
     if side == "candidate":
         plain_command_line()
+        versions_say_cuda()
     if side == "candidate" and job.device_boundary:
         from cuset_core.verify.cpu.device import side as boundary
 

@@ -59,7 +59,15 @@ from cuset_core.verify.cpu.device.protocol import (
 )
 from cuset_core.verify.fallback import DATA_MOVEMENT_OPS
 from cuset_core.verify.harness_side import aliased_pairs, changed_inputs
-from cuset_core.verify.policy import MAX_VIOLATIONS, Access, operator_access, violation
+from cuset_core.verify.policy import (
+    MAX_VIOLATIONS,
+    METADATA_OPS,
+    Access,
+    layout_slot,
+    narrowing_copy,
+    operator_access,
+    violation,
+)
 
 _ENTRY = ctypes.CFUNCTYPE(
     None,
@@ -190,7 +198,10 @@ class Device:
             except (ValidationError, Refused, HostError) as exc:
                 reply = Reply(error_code=_INVALID_VALUE, error=str(exc)[:2000])
             except Exception as exc:  # noqa: BLE001 - torch's errors on the host's operations are the host's
-                reply = Reply(error_code=_INVALID_VALUE, error=f"{type(exc).__name__}: {exc}"[:2000])
+                # Once trials begin an error's text may carry device data ("index 1234 is out of
+                # bounds"): the host gets its type only; the judge's log keeps the whole traceback.
+                said = f"{type(exc).__name__}: {exc}" if not self.trials_started else type(exc).__name__
+                reply = Reply(error_code=_INVALID_VALUE, error=f"{said} (in a device operation)"[:2000])
                 self.host_error = traceback.format_exc()[-4000:]
             send_frame(sock, reply_bytes(reply), out_payload)
 
@@ -360,10 +371,20 @@ class Device:
         args = decode(request.args, self.tensor, host_tensor)
         kwargs = {key: decode(value, self.tensor, host_tensor) for key, value in request.kwargs.items()}
         to_host = func.name() in _TO_HOST and request.kwargs.get("device") == {"device": "cpu"}
-        self._police(operator_access(func.overloadpacket.__name__, to_host), func.name())
+        packet = func.overloadpacket.__name__
+        access = operator_access(packet, to_host)
+        self._police(access, func.name())
+        if access is Access.MOVEMENT and (slot := layout_slot(func, request.args, request.kwargs)):
+            # A device value in a slot that decides the result's shape, offset or a number (a
+            # 0-dim tensor passed as an int): the host would read device data off the result.
+            self._police(Access.TO_HOST, f"{func.name()} (device data as its {slot})")
         result = func(*args, **kwargs)
         if to_host:
             return self._to_host(result)
+        if narrowing_copy(packet, args, kwargs, result):
+            self._police(Access.COMPUTE, f"{func.name()} (a narrowing dtype conversion)")
+        if packet not in METADATA_OPS and _holds_number(result):
+            self._police(Access.TO_HOST, f"{func.name()} (a value returned to the host)")
         self._record("operator", (func, args, kwargs, result, from_host))
         return Reply(value=self._describe(result)), b""
 
@@ -590,6 +611,13 @@ def _replay_one(kind: str, what: Any, host_off: bool) -> Any:
                 made.copy_(now)
         return again
     return None
+
+
+def _holds_number(value: Any) -> bool:
+    """Whether an operator's result holds a Python number or bool (read from device data)."""
+    if isinstance(value, (tuple, list)):
+        return any(_holds_number(item) for item in value)
+    return isinstance(value, (bool, int, float, complex))
 
 
 def _flat(value: Any) -> list[Any]:
