@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api.errors import bad_request
-from cuset_core.generation.sampling import render_prompt
+from cuset_core.generation.prompts import render_prompt
 from cuset_core.models import from_transformers, load_tokenizer, read_base_spec, resolve_model
 from db.errors import ErrorCode
 from db.settings import Settings

@@ -21,13 +21,19 @@ in the embedded SQLite mode nothing is published and the API polls the row inste
 from __future__ import annotations
 
 import logging
+import time
 from functools import lru_cache
 
 import redis
 from pydantic import BaseModel, Field
+from sqlalchemy import update
 
+from db.errors import ErrorCode, ErrorInfo
 from db.generations import GenerationSample
+from db.models import Generation
+from db.session import session_scope
 from db.settings import Settings
+from db.statuses import GenerationStatus
 
 log = logging.getLogger(__name__)
 
@@ -68,3 +74,20 @@ def publish(settings: Settings, generation_id: str, event: GenerationEvent) -> N
         _client(url).publish(channel(settings, generation_id), event.model_dump_json(exclude_defaults=True))
     except redis.RedisError:
         log.warning("publishing an event of %s failed; followers will read the row", generation_id, exc_info=True)
+
+
+def fail_generations(settings: Settings, ids: list[str], code: ErrorCode, message: str) -> None:
+    """End the rows ``ids`` that are still in flight as failed with ``code`` and ``message``."""
+    with session_scope(settings.resolved_database_url) as session:
+        session.execute(
+            update(Generation)
+            .where(
+                Generation.id.in_(ids),
+                Generation.status.in_((GenerationStatus.QUEUED, GenerationStatus.RUNNING, GenerationStatus.VERIFYING)),
+            )
+            .values(
+                status=GenerationStatus.FAILED, error=ErrorInfo(code=code, message=message), finished_at=time.time()
+            )
+        )
+    for generation_id in ids:
+        publish(settings, generation_id, GenerationEvent(status=GenerationStatus.FAILED))

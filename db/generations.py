@@ -15,7 +15,6 @@ repairs, each the model's answer to a follow-up turn showing it the previous att
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -27,10 +26,8 @@ from cuset_core.generation.prompts import repairable
 from cuset_core.verify.policy import Policy
 from cuset_core.verify.result import VerifyResult
 from db.dispatch import send_generate_repair
-from db.errors import ErrorCode, ErrorInfo
 from db.model_specs import EngineRoute
 from db.models import Generation, GenerationSampleRow
-from db.session import session_scope
 from db.settings import Settings
 from db.statuses import GenerationStatus
 
@@ -256,22 +253,3 @@ def decode_repairs(settings: Settings, generation_id: str, repairs: list[Generat
     """Send the repair attempts ``settle`` appended to ``cuset.generate_repair`` (after the commit)."""
     for repair in repairs:
         send_generate_repair(settings, generation_id, repair.index)
-
-
-def fail_generations(settings: Settings, ids: list[str], code: ErrorCode, message: str) -> None:
-    """End the rows ``ids`` that are still in flight as failed with ``code`` and ``message``."""
-    from db.generation_events import GenerationEvent, publish  # it imports this module's sample type
-
-    with session_scope(settings.resolved_database_url) as session:
-        session.execute(
-            update(Generation)
-            .where(
-                Generation.id.in_(ids),
-                Generation.status.in_((GenerationStatus.QUEUED, GenerationStatus.RUNNING, GenerationStatus.VERIFYING)),
-            )
-            .values(
-                status=GenerationStatus.FAILED, error=ErrorInfo(code=code, message=message), finished_at=time.time()
-            )
-        )
-    for generation_id in ids:
-        publish(settings, generation_id, GenerationEvent(status=GenerationStatus.FAILED))

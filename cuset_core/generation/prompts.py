@@ -249,3 +249,8 @@ def repair_messages(messages: list[dict], answer: str, result: VerifyResult) -> 
     rounds came before."""
     feedback = _REPAIR_TEMPLATE.format(verdict=result.verdict.value.replace("_", " "), error=failure_report(result))
     return [*messages, {"role": "assistant", "content": answer}, {"role": "user", "content": feedback}]
+
+
+def render_prompt(tokenizer, messages: list[dict]) -> str:
+    """A conversation as the model's prompt text, ending where the assistant's answer starts."""
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

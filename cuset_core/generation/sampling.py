@@ -21,6 +21,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from cuset_core.generation.fence_stop import FenceStop, fence_cut
+from cuset_core.generation.prompts import render_prompt
 
 FinishReason = Literal["stop", "length"]
 
@@ -33,11 +34,6 @@ class GeneratedText:
     prompt_tokens: int
     completion_tokens: int  # generated tokens, the stop token included
     finish_reason: FinishReason
-
-
-def render_prompt(tokenizer, messages: list[dict]) -> str:
-    """A conversation as the model's prompt text, ending where the assistant's answer starts."""
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 def decoding_kwargs(temperature: float, top_p: float, max_new_tokens: int) -> dict:
@@ -176,7 +172,7 @@ def stream_decode(
     deadline: float | None = None,
     on_stopped: Callable[[int, int], None] | None = None,
 ) -> GeneratedText | None:
-    """Decode one completion of ``prompt`` (a rendered prompt: see :func:`render_prompt`), handing
+    """Decode one completion of ``prompt`` (a rendered prompt: see :func:`cuset_core.generation.prompts.render_prompt`), handing
     ``on_text`` the text decoded so far (stopped at a stop token, without a half-decoded character
     at its end) at most every ``every_s`` seconds, in this thread. ``on_text`` answering False stops
     decoding at the next step, and the result is None; else the finished completion, cut as

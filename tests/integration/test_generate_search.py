@@ -14,8 +14,7 @@ import time
 import pytest
 
 from cuset_core.demo import demo_problems
-from cuset_core.generation.prompts import build_messages, repair_messages
-from cuset_core.generation.sampling import render_prompt
+from cuset_core.generation.prompts import build_messages, render_prompt, repair_messages
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from db.dispatch import send_generate, send_verify_sample
 from db.generations import GenerationRequest, GenerationSample, load_samples, locked_generation, settle

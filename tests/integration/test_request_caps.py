@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from cuset_core.generation.sampling import render_prompt
+from cuset_core.generation.prompts import render_prompt
 from db.models import Generation
 from db.session import session_scope
 from tests.service import wait_for

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from cuset_core.generation.sampling import generate, render_prompt, stream_decode
+from cuset_core.generation.prompts import render_prompt
+from cuset_core.generation.sampling import generate, stream_decode
 
 SHORT = [{"role": "user", "content": "Write a CUDA kernel."}]
 LONG = [{"role": "user", "content": "Write a CUDA kernel that adds two float vectors of length n, one thread each."}]

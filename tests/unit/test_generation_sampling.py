@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from cuset_core.generation.prompts import render_prompt
 from cuset_core.generation.sampling import (
     GeneratedText,
     completion_from_tokens,
     generate,
-    render_prompt,
     stream_decode,
 )
 

@@ -167,8 +167,7 @@ def test_the_installed_model_loads_by_name_and_renders_its_own_chat_template():
         resolve_model(NAME)
     except ModelNotFoundError:
         pytest.skip(f"{NAME} is not installed")
-    from cuset_core.generation.prompts import build_messages
-    from cuset_core.generation.sampling import render_prompt
+    from cuset_core.generation.prompts import build_messages, render_prompt
     from cuset_core.models import load_tokenizer
 
     tokenizer = load_tokenizer(NAME)

@@ -140,7 +140,14 @@ def test_tier_reports_an_unsupported_feature_without_building():
 
     answer = (
         "```cpp\n#include <torch/extension.h>\n#include <mma.h>\nusing namespace nvcuda;\n"
-        "__global__ void k(half* a) { wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> f; }\n"
+        # A use the compiled program keeps (unsupported comes from tier 1's PTX, not from the text).
+        "__global__ void k(half* a, float* c) {\n"
+        "  wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> fa;\n"
+        "  wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> fb;\n"
+        "  wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;\n"
+        "  wmma::fill_fragment(fc, 0.0f); wmma::load_matrix_sync(fa, a, 16); wmma::load_matrix_sync(fb, a, 16);\n"
+        "  wmma::mma_sync(fc, fa, fb, fc); wmma::store_matrix_sync(c, fc, 16, wmma::mem_row_major);\n"
+        "}\n"
         "torch::Tensor forward(torch::Tensor x) { return x; }\n"
         'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("forward", &forward); }\n```'
     )

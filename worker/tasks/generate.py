@@ -52,10 +52,9 @@ from sqlalchemy import select, update
 
 from cuset_core.generation.endpoint import DEFAULT_TIMEOUT_S, EndpointError, stream_answer
 from cuset_core.generation.extract import answer_code, closing_fence_end
-from cuset_core.generation.prompts import repair_messages
+from cuset_core.generation.prompts import render_prompt, repair_messages
 from cuset_core.generation.sampling import (
     GeneratedText,
-    render_prompt,
     stream_decode,
 )
 from cuset_core.generation.sampling import (
@@ -63,12 +62,11 @@ from cuset_core.generation.sampling import (
 )
 from db.dispatch import TaskName, send_verify_sample
 from db.errors import ErrorCode
-from db.generation_events import GenerationEvent, publish, publishing
+from db.generation_events import GenerationEvent, fail_generations, publish, publishing
 from db.generations import (
     GenerationRequest,
     GenerationSample,
     decode_repairs,
-    fail_generations,
     load_samples,
     locked_generation,
     save_samples,

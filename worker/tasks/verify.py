@@ -22,8 +22,8 @@ from cuset_core.verify.run import verify
 from cuset_core.verify.settings import VerifySettings
 from db.dispatch import TaskName
 from db.errors import ErrorCode
-from db.generation_events import GenerationEvent, publish
-from db.generations import GenerationRequest, decode_repairs, fail_generations, load_samples, locked_generation, settle
+from db.generation_events import GenerationEvent, fail_generations, publish
+from db.generations import GenerationRequest, decode_repairs, load_samples, locked_generation, settle
 from db.models import Generation
 from db.session import session_scope
 from db.settings import Settings
