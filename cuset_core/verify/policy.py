@@ -37,13 +37,10 @@ class Access(StrEnum):
     COMPUTE = "compute"  # torch computes a value on the device
 
 
-# Allocation, views and copies between device tensors: no value of the problem is computed, and
-# none reaches the host. ``fill_``/``zero_``/``full`` write constants the host chose (the host has
-# no trial data to choose them from). Reading one element's value (``item``, ``is_nonzero``) is
-# not movement: it hands the host device data.
-MOVEMENT_OPS = frozenset(
+# Ops that allocate, view, move or copy data: they do no work of the problem. Everything else
+# that runs outside an extension call during ``forward`` is torch compute.
+ALLOCATION_OPS = frozenset(
     {
-        # allocation and constant fills
         "empty",
         "empty_like",
         "empty_strided",
@@ -64,7 +61,10 @@ MOVEMENT_OPS = frozenset(
         "set_",
         "zero_",
         "fill_",
-        # copies between device tensors (a copy to the host is TO_HOST, told apart by its device)
+    }
+)
+COPY_OPS = frozenset(
+    {
         "clone",
         "_to_copy",
         "copy_",
@@ -74,7 +74,12 @@ MOVEMENT_OPS = frozenset(
         "_copy_from_and_resize",
         "to",
         "detach_",
-        # views and metadata
+        "_local_scalar_dense",
+        "item",
+    }
+)
+VIEW_OPS = frozenset(
+    {
         "view",
         "_unsafe_view",
         "reshape",
@@ -105,6 +110,7 @@ MOVEMENT_OPS = frozenset(
         "t_",
         "transpose_",
         "is_same_size",
+        "is_nonzero",
         "_has_compatible_shallow_copy_type",
         "sym_size",
         "sym_stride",
@@ -116,6 +122,34 @@ MOVEMENT_OPS = frozenset(
         "numel",
     }
 )
+
+
+# Ops that only place the values they are given, with no index or mask that could select them by
+# value: with the sets above, what the device process does not count as torch compute when it keeps
+# what torch computed on the device (cpu/device/server.py). ``where``, ``gather`` and ``index`` are
+# compute there: ``torch.where(x > 0, x, 0)`` is a relu.
+PLACEMENT_OPS = frozenset(
+    {
+        "cat",
+        "stack",
+        "flip",
+        "roll",
+        "repeat",
+        "tile",
+        "narrow_copy",
+        "constant_pad_nd",
+        "slice_scatter",
+        "select_scatter",
+    }
+)
+DATA_MOVEMENT_OPS = ALLOCATION_OPS | COPY_OPS | VIEW_OPS | PLACEMENT_OPS
+# What the ``kernels`` policy lets the host run on device tensors during a forward: allocation,
+# constant fills, copies between device tensors and views; no value of the problem is computed.
+# The value reads among them (``item``, ``is_nonzero``) are transfers (:data:`TO_HOST_OPS`, which
+# :func:`operator_access` asks first); placement (``cat``, ``flip``) arranges values, so it is compute.
+MOVEMENT_OPS = ALLOCATION_OPS | COPY_OPS | VIEW_OPS
+
+
 # Operators whose result is a host value read from device data, or whose result's shape depends on
 # device data (the host reads it off the result's shape).
 TO_HOST_OPS = frozenset(

@@ -57,9 +57,9 @@ from cuset_core.verify.cpu.device.protocol import (
     reply_bytes,
     send_frame,
 )
-from cuset_core.verify.fallback import DATA_MOVEMENT_OPS
 from cuset_core.verify.harness_side import aliased_pairs, changed_inputs
 from cuset_core.verify.policy import (
+    DATA_MOVEMENT_OPS,
     MAX_VIOLATIONS,
     METADATA_OPS,
     Access,
