@@ -78,39 +78,10 @@ COPY_OPS = frozenset(
         "item",
     }
 )
-VIEW_OPS = frozenset(
+# Reads of a tensor's shape and layout: numbers the host may have, since no data decides them.
+SHAPE_READS = frozenset(
     {
-        "view",
-        "_unsafe_view",
-        "reshape",
-        "as_strided",
-        "t",
-        "transpose",
-        "permute",
-        "expand",
-        "expand_as",
-        "squeeze",
-        "unsqueeze",
-        "slice",
-        "select",
-        "split",
-        "split_with_sizes",
-        "chunk",
-        "unbind",
-        "narrow",
-        "detach",
-        "alias",
-        "flatten",
-        "unflatten",
-        "view_as",
-        "_reshape_alias",
-        "movedim",
-        "squeeze_",
-        "unsqueeze_",
-        "t_",
-        "transpose_",
         "is_same_size",
-        "is_nonzero",
         "_has_compatible_shallow_copy_type",
         "sym_size",
         "sym_stride",
@@ -121,6 +92,43 @@ VIEW_OPS = frozenset(
         "stride",
         "numel",
     }
+)
+VIEW_OPS = (
+    frozenset(
+        {
+            "view",
+            "_unsafe_view",
+            "reshape",
+            "as_strided",
+            "t",
+            "transpose",
+            "permute",
+            "expand",
+            "expand_as",
+            "squeeze",
+            "unsqueeze",
+            "slice",
+            "select",
+            "split",
+            "split_with_sizes",
+            "chunk",
+            "unbind",
+            "narrow",
+            "detach",
+            "alias",
+            "flatten",
+            "unflatten",
+            "view_as",
+            "_reshape_alias",
+            "movedim",
+            "squeeze_",
+            "unsqueeze_",
+            "t_",
+            "transpose_",
+            "is_nonzero",
+        }
+    )
+    | SHAPE_READS
 )
 
 
@@ -180,25 +188,7 @@ TO_HOST_OPS = frozenset(
     }
 )
 # Operators whose number results read tensors' metadata, not their data.
-METADATA_OPS = frozenset(
-    {
-        "sym_size",
-        "sym_stride",
-        "sym_numel",
-        "sym_storage_offset",
-        "dim",
-        "size",
-        "stride",
-        "numel",
-        "is_same_size",
-        "_has_compatible_shallow_copy_type",
-        "is_contiguous",
-        "is_complex",
-        "is_floating_point",
-        "is_signed",
-        "_nnz",
-    }
-)
+METADATA_OPS = SHAPE_READS | {"is_contiguous", "is_complex", "is_floating_point", "is_signed", "_nnz"}
 # The argument names of a movement operator that may be device tensors besides its first: what it
 # copies or fills from, or whose metadata it takes. Anywhere else a device value would decide the
 # result's layout (``narrow(x, 0, start_tensor, 1)``'s offset) or be read as a number.
@@ -248,9 +238,10 @@ def narrowing_copy(packet: str, args: list[Any], kwargs: dict[str, Any], result:
 
     if packet not in COPY_PACKETS or not isinstance(result, torch.Tensor):
         return False
-    source = kwargs.get("src") if packet == "copy_" else None
-    if source is None:
-        source = args[1] if packet == "copy_" and len(args) > 1 else args[0] if args else None
+    if packet == "copy_":
+        source = kwargs.get("src", args[1] if len(args) > 1 else None)
+    else:
+        source = args[0] if args else None
     if not isinstance(source, torch.Tensor) or source.dtype == result.dtype:
         return False
     return torch.promote_types(source.dtype, result.dtype) != result.dtype or (
