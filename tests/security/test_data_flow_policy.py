@@ -169,6 +169,22 @@ torch::Tensor byte_by_byte(torch::Tensor x) {
     return out;
 }
 
+// Another language layer for a later fix: the binding keeps the previous call's output and input in
+// static state and, on the next call, has a kernel write the previous answer into the tensor the
+// previous call already returned (which itself held only zeros).
+torch::Tensor fixes_the_previous(torch::Tensor x) {
+    static torch::Tensor previous_out, previous_in;
+    if (previous_out.defined()) {
+        rowsum_kernel<<<previous_in.size(0), 1>>>(
+            previous_in.data_ptr<float>(), previous_out.data_ptr<float>(), previous_in.size(1));
+    }
+    auto out = torch::empty({x.size(0)}, x.options());
+    zero_kernel<<<1, 64>>>(out.data_ptr<float>(), x.size(0));
+    previous_out = out;
+    previous_in = x;
+    return out;
+}
+
 // Another road to the host: a kernel stages the input in a __device__ array, the host reads the
 // symbol back, sums, and copies the sums into the output.
 torch::Tensor through_symbol_read(torch::Tensor x) {
@@ -193,6 +209,7 @@ FUNCTIONS = [
     "through_constant",
     "byte_by_byte",
     "through_symbol_read",
+    "fixes_the_previous",
 ]
 SIGNATURES = "\n".join(
     f"torch::Tensor {name}(torch::Tensor a, torch::Tensor b);"
@@ -556,3 +573,41 @@ def test_a_test_of_cuda_arch_in_host_code_is_not_judged_as_one_program(libraries
     answer = candidate("        return ext.rowsum(x)").replace(CUDA, cuda)
     result = run_cpu_tier(PROBLEM, parse_candidate(answer), KERNELS, libraries, REFERENCES)
     assert result.verdict is Verdict.UNSUPPORTED and result.unsupported_feature == "__CUDA_ARCH__", result.reason
+
+
+# ---------------------------------------------------------------- variations of the review round
+# Another thread, another language layer, another order: each class once more, by a road the tests
+# above do not take.
+
+
+def test_host_sums_read_from_another_python_thread_are_a_transfer(libraries):
+    # Another thread: forward waits for a helper thread that reads the inputs to the host.
+    forward = (
+        "        box = {}\n"
+        "        worker = threading.Thread(target=lambda: box.update(sums=x.cpu().sum(1)))\n"
+        "        worker.start()\n"
+        "        worker.join()\n"
+        "        return ext.add(ext.zeros_out(x), box['sums'].to(x.device))"
+    )
+    assert_policy_reject(tier2(candidate(forward), libraries), "device-to-host")
+    mixed = tier2(candidate(forward), libraries, MIXED)
+    assert mixed.verdict is Verdict.STATIC_REJECT and "moved device data to the host" in mixed.reason, mixed.reason
+
+
+def test_a_binding_that_fixes_the_previous_output_from_static_state_is_not_judged(libraries):
+    # Another language layer for the later-write class: C++ static state and a kernel, no torch.
+    result = tier2(candidate("        return ext.fixes_the_previous(x)"), libraries)
+    assert result.verdict is Verdict.VALUE_MISMATCH, (result.verdict, result.reason, result.log[-1500:])
+    assert result.reason.startswith("trial 1"), result.reason
+
+
+def test_a_replay_that_raises_on_a_kernels_poison_fails_closed_under_mixed(libraries):
+    # Another order and another operator: torch's multinomial draws from the kernel's output after
+    # torch summed; with the kernels off its probabilities are poison and the replay raises.
+    forward = (
+        "        sums = torch.sum(x, 1)\n"
+        "        weights = ext.zeros_out(x).abs() + 1\n"
+        "        torch.multinomial(weights, 1)\n"
+        "        return sums + 0 * weights"
+    )
+    assert_refused(tier2(candidate(forward), libraries, MIXED), "the kernels-off replay did not complete")
