@@ -105,6 +105,7 @@ class Trial:
     named them), the device memory it started from and each request that changed device memory,
     for a replay of any trial drawn once the host is gone."""
 
+    number: int  # 0-based, at its size
     start: list[tuple[Any, Any]]  # (storage view, its bytes at the trial's start)
     rng: Any
     log: list[tuple[str, Any]] = field(default_factory=list)
@@ -170,7 +171,6 @@ class Device:
         self._next = 1
         self.trials: dict[tuple[int, int], Trial] = {}
         self.current: Trial | None = None
-        self.current_trial: int | None = None  # 0-based, while a trial's forward runs
         self.unknown_libraries: list[str] = []
         self.host_error = ""
         # What the policies forbid, in order, at most MAX_VIOLATIONS of each: device data that
@@ -179,7 +179,6 @@ class Device:
         self.transfers: list[str] = []
         self.computes: list[str] = []
         self.torch_ops: dict[str, int] = {}
-        self.trials_started = False
 
     # ------------------------------------------------------------ serving
 
@@ -200,7 +199,7 @@ class Device:
             except Exception as exc:  # noqa: BLE001 - torch's errors on the host's operations are the host's
                 # Once trials begin an error's text may carry device data ("index 1234 is out of
                 # bounds"): the host gets its type only; the judge's log keeps the whole traceback.
-                said = f"{type(exc).__name__}: {exc}" if not self.trials_started else type(exc).__name__
+                said = f"{type(exc).__name__}: {exc}" if not self.trials else type(exc).__name__
                 reply = Reply(error_code=_INVALID_VALUE, error=f"{said} (in a device operation)"[:2000])
                 self.host_error = traceback.format_exc()[-4000:]
             send_frame(sock, reply_bytes(reply), out_payload)
@@ -441,14 +440,13 @@ class Device:
         handed = [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
         described = [self._describe(v) for v in handed]
         self.current = Trial(
+            number=request.trial,
             start=self._snapshot(),
             rng=torch.get_rng_state(),
             launches_before=self.launches(),
             given=handed,
             drawn=list(values),
         )
-        self.current_trial = request.trial
-        self.trials_started = True
         self.trials[(request.size, request.trial)] = self.current
         return Reply(value=described), b""
 
@@ -478,7 +476,6 @@ class Device:
         self.current.launch_failure = self.launch_failure()
         self.current.launches_after = self.launches()
         self.current = None
-        self.current_trial = None
         return Reply(), b""
 
     def _record(self, kind: str, what: Any) -> None:
@@ -488,7 +485,7 @@ class Device:
     def _police(self, access: Access, what: str) -> None:
         """Keep what the policies forbid: device data reaching the host once trials have begun, and
         torch compute during a trial's forward (also counted by name for a ``mixed`` pass)."""
-        if access is Access.TO_HOST and self.trials_started:
+        if access is Access.TO_HOST and self.trials:
             kept = self.transfers
         elif access is Access.COMPUTE and self.current is not None:
             self.torch_ops[what] = self.torch_ops.get(what, 0) + 1
@@ -496,7 +493,7 @@ class Device:
         else:
             return
         if len(kept) < MAX_VIOLATIONS:
-            kept.append(violation(access, what, self.current_trial))
+            kept.append(violation(access, what, None if self.current is None else self.current.number))
 
     def _snapshot(self) -> list[tuple[Any, Any]]:
         """Every live piece of device memory with a copy of its bytes."""
