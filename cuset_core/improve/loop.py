@@ -55,9 +55,14 @@ class SelfTrainingError(ValueError):
     """The run cannot start or go on; the message says why."""
 
 
-class SelfTrainingStopped(Exception):
+class SelfTrainingStopped(BaseException):
     """A stop was asked for (SIGTERM or the cancel file) while a round's tuning ran; the stages
-    finished before it are kept, so the same run resumes from there."""
+    finished before it are kept, so the same run resumes from there.
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is: the signal handler raises it wherever the run
+    is, and no ``except Exception`` on the way may take it for an error of what it interrupted (the
+    verifier makes any exception while it analyses a candidate that candidate's verdict, so a stop
+    during sampling was swallowed and the run went on sampling)."""
 
 
 class SelfTrainingConfig(SelfTrainingRounds):
