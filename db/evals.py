@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from cuset_core.analysis.extract import answer_code
 from cuset_core.evaluation.compare import EvalRun
 from cuset_core.evaluation.metrics import ProblemRow, problem_row
 from cuset_core.evaluation.scoring import SampleRecord
-from cuset_core.generation.extract import answer_code
 from cuset_core.verify.result import Tier, VerifyResult
 
 

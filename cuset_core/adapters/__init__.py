@@ -8,7 +8,7 @@ any other (``cuset generate --model cuset-ew-135m``, ``cuset eval``, the service
 
 ``SHIPPED`` lists the names the project knows, so a name whose files are missing (a checkout
 without the weights) fails with what is missing instead of "model not found".
-:func:`cuset_core.adapters.ship.ship_adapter` puts a finished run's adapter into that place
+:func:`cuset_core.training.ship.ship_adapter` puts a finished run's adapter into that place
 (``cuset ship-adapter``). This module imports nothing of the project: the model loader looks
 names up here.
 """

@@ -1,5 +1,6 @@
 """CUDA sensitivity: find CUDA code in answers, parse it, mark sensitive spans and regions, align to tokens.
 
+- ``extract``: the fenced code block of an answer that is scored;
 - ``sources``: the CUDA/C++ sources of an answer and their offsets in it;
 - ``categories``: the categories and the names that identify them;
 - ``scan``: tree-sitter-cuda parse of one source and its sensitive spans;

@@ -16,7 +16,7 @@ import re
 import tokenize
 from dataclasses import dataclass, field
 
-from cuset_core.generation.extract import answer_code
+from cuset_core.analysis.extract import answer_code
 
 _CUDA_LANGS = {"cu", "cuda", "cpp", "c++", "c", "cuh", "h", "hpp"}
 _PY_LANGS = {"python", "py", "python3", ""}

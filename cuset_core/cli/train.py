@@ -251,7 +251,7 @@ def generate(
     code_only: Annotated[bool, typer.Option("--code-only", help="print only the first code block")] = False,
 ) -> None:
     """Write a kernel for a problem with a base model or a tuned adapter."""
-    from cuset_core.generation.extract import answer_code
+    from cuset_core.analysis.extract import answer_code
     from cuset_core.generation.prompts import build_messages
     from cuset_core.generation.sampling import generate as sample
     from cuset_core.models import ModelNotFoundError, inference_dtype, load_model, place_for_inference, resolve_model
@@ -340,10 +340,10 @@ def ship_adapter(
 ) -> None:
     """Ship a run's LoRA adapter inside the package as cuset_core/adapters/NAME (float16 weights,
     at most 20 MiB), loadable everywhere by NAME."""
-    from cuset_core.adapters.ship import ShipError, folder_mib
-    from cuset_core.adapters.ship import ship_adapter as ship
     from cuset_core.models import ModelNotFoundError
     from cuset_core.training.export import ExportError
+    from cuset_core.training.ship import ShipError, folder_mib
+    from cuset_core.training.ship import ship_adapter as ship
 
     try:
         folder = ship(run, name, card=card, base_model=base_model)

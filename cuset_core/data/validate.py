@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from cuset_core.analysis.extract import first_code_block
 from cuset_core.analysis.sources import find_kernel_sources
-from cuset_core.generation.extract import first_code_block
 
 ROLES = ("system", "user", "assistant")
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from transformers import StoppingCriteria
 
-from cuset_core.generation.extract import closing_fence_end
+from cuset_core.analysis.extract import closing_fence_end
 
 
 class _NewlineTokens:

@@ -14,7 +14,7 @@ import ast
 import re
 from typing import Literal
 
-from cuset_core.generation.extract import first_code_block
+from cuset_core.analysis.extract import first_code_block
 from cuset_core.verify.result import Verdict, VerifyResult
 
 PromptStyle = Literal["kernelbench", "compact"]

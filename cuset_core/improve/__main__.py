@@ -28,11 +28,10 @@ from cuset_core.improve.loop import (
     SelfTrainingStopped,
     run_self_training,
 )
-from cuset_core.improve.report import RoundReport
 from cuset_core.models import ModelNotFoundError
 from cuset_core.training.callbacks import ProgressWriter
 from cuset_core.training.config import ConfigError, format_validation_error
-from cuset_core.training.progress_lines import CheckpointLine, DoneLine, RoundLine, StageLine
+from cuset_core.training.progress_lines import CheckpointLine, DoneLine, RoundLine, RoundReport, StageLine
 from cuset_core.training.run import EXIT_BAD_CONFIG, EXIT_FAILED, EXIT_OK
 
 

@@ -38,11 +38,11 @@ from cuset_core.evaluation.problems import load_problems
 from cuset_core.evaluation.runner import EvalReport, run_eval
 from cuset_core.generation.prompts import PromptStyle, build_messages
 from cuset_core.improve.keep import KeptSample, keep_passing, shared_problems
-from cuset_core.improve.report import RoundReport
 from cuset_core.models import tuning_base
 from cuset_core.objectives import MethodConfig
 from cuset_core.training.callbacks import ProgressWriter
 from cuset_core.training.config import Hyperparameters, LoraSettings, SelfTrainingRounds, TuneConfig
+from cuset_core.training.progress_lines import RoundReport
 from cuset_core.training.run import run_job
 from cuset_core.verify.result import Tier
 

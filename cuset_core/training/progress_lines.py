@@ -14,8 +14,6 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from cuset_core.improve.report import RoundReport
-
 
 class _Line(BaseModel):
     model_config = ConfigDict(extra="ignore")  # a newer run's extra field is no reason to drop its line
@@ -102,6 +100,26 @@ class DoneLine(_Line):
     adapter_path: str | None = Field(None, description="the LoRA adapter's folder; None for a full fine-tune")
     steps: int
     train_tokens: int
+
+
+class RoundReport(BaseModel):
+    """One round's figures; ``seconds`` per stage (``sample_verify``, ``train``), wall clock."""
+
+    round: int
+    model: str = Field(description="the model the round sampled from")
+    sampled: int
+    compiled: int
+    passed: int
+    kept: int
+    kept_total: int
+    problems_solved: int = Field(description="distinct problems with a kept answer, over all rounds so far")
+    fed_by: list[str] = Field(description="problems whose kept answers the round's tuning added")
+    trained: bool = Field(
+        description="False when there was nothing to tune on, or nothing kept since the model it sampled from was tuned"
+    )
+    tuned_model: str | None
+    trained_tokens: int = Field(0, description="input tokens the round's tuning saw")
+    seconds: dict[str, float]
 
 
 class RoundLine(_Line, RoundReport):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from cuset_core.analysis.extract import first_code_block
 from cuset_core.analysis.sources import KernelSources, find_kernel_sources
-from cuset_core.generation.extract import first_code_block
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuset_core.generation.extract import closing_fence_end
+from cuset_core.analysis.extract import closing_fence_end
 from cuset_core.generation.fence_stop import FenceStop, fence_cut
 from cuset_core.generation.sampling import completion_from_tokens
 

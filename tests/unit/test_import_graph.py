@@ -10,6 +10,7 @@ together, and deferring it only hides the circle from Python. Imports under
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from pathlib import Path
 
 import networkx as nx
@@ -25,6 +26,21 @@ MAY_IMPORT: dict[str, set[str]] = {
     "api": {"db", "cuset_core"},
     "worker": {"db", "cuset_core"},
 }
+
+# DESIGN.md §2 inside cuset_core: its sub-packages (and top-level modules) by floor, the ground
+# first. Each imports only those on floors below its own, so no arrow runs back up; ``__init__``
+# is the package itself (``cuset_core.__version__``).
+CORE_FLOORS: tuple[frozenset[str], ...] = (
+    frozenset({"__init__"}),
+    frozenset({"analysis", "adapters"}),
+    frozenset({"verify", "models"}),
+    frozenset({"generation", "model_install"}),
+    frozenset({"data", "demo"}),
+    frozenset({"evaluation", "objectives"}),
+    frozenset({"training"}),
+    frozenset({"improve"}),
+    frozenset({"cli"}),
+)
 
 # Cycles known and accepted, each with its reason; every other cycle fails the test.
 KNOWN_CYCLES: dict[frozenset[str], str] = {}
@@ -126,6 +142,45 @@ def test_every_package_imports_only_the_layers_below_it():
         if (above := source.split(".")[0]) != (below := target.split(".")[0]) and below not in MAY_IMPORT[above]
     )
     assert not crossings, crossings
+
+
+def _core_part(module: str) -> str:
+    """The sub-package or top-level module of cuset_core that ``module`` belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def upward_arrows(edges: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The imports between two parts of cuset_core that do not point to a lower floor."""
+    floor = {part: level for level, parts in enumerate(CORE_FLOORS) for part in parts}
+    return sorted(
+        (source, target)
+        for source, target in edges
+        if source.split(".")[0] == target.split(".")[0] == "cuset_core"
+        and (above := _core_part(source)) != (below := _core_part(target))
+        and floor[below] >= floor[above]
+    )
+
+
+def test_every_part_of_cuset_core_has_a_floor():
+    parts = {_core_part(module) for module in _modules() if module.split(".")[0] == "cuset_core"}
+    placed = set().union(*CORE_FLOORS)
+    assert parts <= placed, sorted(parts - placed)
+
+
+def test_inside_cuset_core_each_part_imports_only_the_floors_below_it():
+    upward = upward_arrows(import_graph(deferred=True).edges)
+    assert not upward, upward
+
+
+def test_an_import_up_a_floor_or_across_one_is_an_upward_arrow():
+    edges = [
+        ("cuset_core.analysis.sources", "cuset_core.generation.extract"),  # ground to floor 3
+        ("cuset_core.verify.judge", "cuset_core.models"),  # one floor, two parts
+        ("cuset_core.training.run", "cuset_core.models"),  # down: fine
+        ("cuset_core.verify.judge", "cuset_core.verify.sandbox"),  # inside one part: fine
+    ]
+    assert upward_arrows(edges) == edges[:2]
 
 
 def test_the_layer_check_sees_imports_deferred_into_functions():

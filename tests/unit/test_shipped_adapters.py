@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 import cuset_core.adapters as adapters
 from cuset_core.adapters import available_adapters
-from cuset_core.adapters.ship import ShipError, ship_adapter
 from cuset_core.cli import app
 from cuset_core.models import ModelNotFoundError, load_model, resolve_model, spec_kind
+from cuset_core.training.ship import ShipError, ship_adapter
 
 NAME = "cuset-ew-135m"
 IDS = torch.tensor([[1, 450, 3212, 9201, 42, 17, 5]])

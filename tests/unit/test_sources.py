@@ -1,7 +1,7 @@
 """Finding CUDA sources in answers, and mapping them back to the answer's characters."""
 
+from cuset_core.analysis.extract import first_code_block
 from cuset_core.analysis.sources import find_kernel_sources
-from cuset_core.generation.extract import first_code_block
 
 PY_ANSWER = '''Here is my kernel.
 ```python

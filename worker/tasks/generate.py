@@ -50,8 +50,8 @@ import httpx
 from celery import shared_task
 from sqlalchemy import select, update
 
+from cuset_core.analysis.extract import answer_code, closing_fence_end
 from cuset_core.generation.endpoint import DEFAULT_TIMEOUT_S, EndpointError, stream_answer
-from cuset_core.generation.extract import answer_code, closing_fence_end
 from cuset_core.generation.prompts import render_prompt, repair_messages
 from cuset_core.generation.sampling import (
     GeneratedText,
