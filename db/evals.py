@@ -1,10 +1,8 @@
-"""The typed contract of an ``EvalProblem`` row (shared by api/ and worker/): ``row`` is the
-core's ``ProblemRow`` (counts per tier, greedy apart, the KernelBench-scored sample) and each
-item of ``samples`` an ``EvalSampleRecord`` (one answer, the code scored and its result).
-
-The eval worker writes both with ``model_dump(mode="json")``; the API reads them with
-``model_validate`` (``read_row``, ``read_samples``). Fields added after rows were first stored
-have defaults, so old rows still read.
+"""The typed contract of an eval's rows (shared by api/ and worker/): an ``Eval``'s ``progress``
+(``EvalProgress``), and an ``EvalProblem``'s ``row``, the core's ``ProblemRow`` (counts per tier,
+greedy apart, the KernelBench-scored sample), and ``samples``, each an ``EvalSampleRecord`` (one
+answer, the code scored and its result). The columns hold these types (``TypedJSON``); fields
+added after rows were first stored have defaults, so old rows still read.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from cuset_core.analysis.extract import answer_code
 from cuset_core.evaluation.compare import EvalRun
-from cuset_core.evaluation.metrics import ProblemRow, problem_row
+from cuset_core.evaluation.metrics import problem_row
 from cuset_core.evaluation.scoring import SampleRecord
 from cuset_core.verify.result import Tier, VerifyResult
 
@@ -38,26 +36,22 @@ class EvalSampleRecord(BaseModel):
         return cls(code=answer_code(sample.answer).code, **sample.model_dump(exclude={"problem_id"}))
 
 
-def dump_samples(samples: list[SampleRecord]) -> list[dict]:
-    """``EvalProblem.samples`` of a problem's scored samples."""
-    return [EvalSampleRecord.of(sample).model_dump(mode="json") for sample in samples]
+class EvalProgress(BaseModel):
+    """Problems of the set: generated (answers drawn, verification under way) and done
+    (verified, their row listed under ``/problems``), out of ``total``."""
+
+    done: int
+    total: int
+    generated: int = 0
 
 
-def read_samples(raw: list[dict]) -> list[EvalSampleRecord]:
-    return [EvalSampleRecord.model_validate(sample) for sample in raw]
-
-
-def read_row(raw: dict) -> ProblemRow:
-    return ProblemRow.model_validate(raw)
-
-
-def eval_run(name: str, tier: Tier, k_values: list[int], problems: list[tuple[str, list[dict]]]) -> EvalRun:
+def eval_run(name: str, tier: Tier, k_values: list[int], problems: list[tuple[str, list[EvalSampleRecord]]]) -> EvalRun:
     """What a comparison needs of one stored eval (``cuset_core.evaluation.compare``): per problem
     (its id and stored samples) the row rebuilt from its drawn samples, the greedy one apart;
     repairs are left out, as the CLI's comparison of results files leaves them."""
     rows = []
-    for problem_id, raw in problems:
-        drawn = [sample for sample in read_samples(raw) if sample.round == 0]
+    for problem_id, samples in problems:
+        drawn = [sample for sample in samples if sample.round == 0]
         greedy = [sample.result for sample in drawn if sample.greedy]
         sampled = [sample.result for sample in drawn if not sample.greedy]
         rows.append(problem_row(problem_id, sampled, greedy[0] if greedy else None))

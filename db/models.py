@@ -13,12 +13,15 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from cuset_core.evaluation.config import EvalKnobs
 from cuset_core.evaluation.decoding import Answer
+from cuset_core.evaluation.metrics import Aggregate, ProblemRow
 from cuset_core.evaluation.scoring import SampleRecord
 from cuset_core.training.config import JobSpec
 from cuset_core.verify.result import VerifyResult
 from db.confidence_scores import AnswerScores
 from db.errors import ErrorInfo
+from db.evals import EvalProgress, EvalSampleRecord
 from db.statuses import EvalStatus, GenerationStatus, JobStatus
 from db.typed_json import TypedJSON
 
@@ -122,9 +125,10 @@ class Job(Base):
 
     @property
     def tuned_model_name(self) -> str:
-        """``ft:<base>:<suffix>:<job id>`` (no suffix part when none was given): the name the
-        result has, known before the job ends so checkpoints can be named after it."""
-        return ":".join(["ft", self.base_model, *([self.suffix] if self.suffix else []), self.id])
+        """``ft:<base>:<suffix>:<job id>``, the suffix part empty when none was given (OpenAI's
+        form), so every fine-tuned model id has four parts: the name the result has, known before
+        the job ends so checkpoints can be named after it."""
+        return f"ft:{self.base_model}:{self.suffix or ''}:{self.id}"
 
 
 class JobEvent(Base):
@@ -220,10 +224,10 @@ class Eval(Base):
     model: Mapped[str] = mapped_column(String(255))
     eval_file: Mapped[str | None] = mapped_column(ForeignKey("files.id", ondelete="RESTRICT"))
     problems: Mapped[str | None] = mapped_column(String(64))  # "demo" / "demo:held-out" when no file
-    config: Mapped[dict[str, Any]] = mapped_column()  # the core's EvalConfig fields
+    config: Mapped[EvalKnobs] = mapped_column(TypedJSON(EvalKnobs))
     status: Mapped[str] = mapped_column(String(16), index=True, default=EvalStatus.QUEUED)  # an EvalStatus
-    progress: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # {"done": n, "total": m}
-    aggregate: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    progress: Mapped[EvalProgress | None] = mapped_column(TypedJSON(EvalProgress))
+    aggregate: Mapped[Aggregate | None] = mapped_column(TypedJSON(Aggregate))
     error: Mapped[ErrorInfo | None] = mapped_column(TypedJSON(ErrorInfo))
     created_at: Mapped[float] = mapped_column(Float, default=_now, index=True)
     finished_at: Mapped[float | None] = mapped_column(Float)
@@ -239,8 +243,8 @@ class EvalProblem(Base):
     eval_id: Mapped[str] = mapped_column(ForeignKey("evals.id", ondelete="CASCADE"), primary_key=True)
     problem_id: Mapped[str] = mapped_column(String(255), primary_key=True)
     code: Mapped[str | None] = mapped_column(Text)  # None in rows stored before attempts had rows
-    row: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    samples: Mapped[list[Any] | None] = mapped_column(JSON)
+    row: Mapped[ProblemRow | None] = mapped_column(TypedJSON(ProblemRow))
+    samples: Mapped[list[EvalSampleRecord] | None] = mapped_column(TypedJSON(list[EvalSampleRecord]))
 
     @classmethod
     def recorded(cls):

@@ -28,7 +28,7 @@ from api.schemas.common import ListPage
 from api.schemas.evals import EvalCreate, EvalObject, EvalProblemObject
 from cuset_core.evaluation.card import recorded_eval_settings
 from cuset_core.evaluation.compare import CompareInputError, Comparison, EvalRun, compare_runs
-from cuset_core.evaluation.config import EvalConfig
+from cuset_core.evaluation.config import EvalConfig, EvalKnobs
 from cuset_core.evaluation.inputs import EvalInputError
 from cuset_core.evaluation.problems import load_problems, select_problems
 from cuset_core.evaluation.report import write_run_layout
@@ -36,10 +36,9 @@ from cuset_core.evaluation.scoring import SampleRecord
 from cuset_core.evaluation.settings import VerificationSettings
 from cuset_core.improve.keep import shared_problems
 from cuset_core.models import recorded_prompt_style
-from cuset_core.verify.result import Tier
 from db.dispatch import send_eval
 from db.errors import ErrorCode
-from db.evals import eval_run, read_row, read_samples
+from db.evals import EvalProgress, eval_run
 from db.ids import new_id
 from db.model_specs import tuned_job
 from db.models import Eval, EvalProblem, File
@@ -181,9 +180,9 @@ def create_eval(body: EvalCreate, session: SessionDep, settings: SettingsDep, ow
         model=body.model,
         eval_file=body.eval_file,
         problems=body.problems,
-        config=config,
+        config=EvalKnobs(**config),
         status=EvalStatus.QUEUED,
-        progress={"done": 0, "generated": 0, "total": len(problems)},
+        progress=EvalProgress(done=0, total=len(problems)),
     )
     session.add(row)
     session.commit()
@@ -219,12 +218,11 @@ def _finished_run(session: Session, owner: str, eval_id: str, param: str) -> Eva
         .where(EvalProblem.eval_id == eval_id, EvalProblem.recorded())
         .order_by(EvalProblem.problem_id)
     ).all()
-    aggregate = row.aggregate
     return eval_run(
         f"{eval_id} ({row.model})",
-        Tier(aggregate["tier"]),
-        aggregate.get("k_values") or [],
-        [tuple(p) for p in problems],
+        row.aggregate.tier,
+        row.aggregate.k_values,
+        [(p.problem_id, p.samples or []) for p in problems],
     )
 
 
@@ -269,15 +267,15 @@ def eval_kernelbench_run(
     KernelBench's own analysis scripts read the results. Problems whose id starts with no number
     (KernelBench's problem id, as in ``19_ReLU``) are left out."""
     row = owned_or_404(session, Eval, eval_id, owner, "eval")
-    tier = Tier(row.config.get("tier", Tier.COMPILE))
+    tier = row.config.tier
     samples = [
         SampleRecord(problem_id=problem_id, **sample.model_dump(exclude={"code"}))
-        for problem_id, raw in session.execute(
+        for problem_id, stored in session.execute(
             select(EvalProblem.problem_id, EvalProblem.samples)
             .where(EvalProblem.eval_id == eval_id, EvalProblem.recorded())
             .order_by(EvalProblem.problem_id)
         ).all()
-        for sample in read_samples(raw)
+        for sample in stored or []
     ]
     buffer = io.BytesIO()
     with tempfile.TemporaryDirectory() as folder, tarfile.open(fileobj=buffer, mode="w") as archive:
@@ -309,9 +307,7 @@ def list_eval_problems(
         ListPage[EvalProblemObject],
         rows,
         limit,
-        lambda row: EvalProblemObject(
-            id=row.problem_id, eval_id=row.eval_id, row=read_row(row.row), samples=read_samples(row.samples)
-        ),
+        lambda row: EvalProblemObject(id=row.problem_id, eval_id=row.eval_id, row=row.row, samples=row.samples),
     )
 
 

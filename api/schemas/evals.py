@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cuset_core.evaluation.config import MAX_REPAIR_ROUNDS
-from cuset_core.evaluation.metrics import ProblemRow
+from cuset_core.evaluation.config import MAX_REPAIR_ROUNDS, EvalKnobs
+from cuset_core.evaluation.metrics import Aggregate, ProblemRow
 from cuset_core.evaluation.problems import DEMO_HELD_OUT, DEMO_PROBLEMS
 from cuset_core.evaluation.settings import VerificationSettings
 from db.errors import ErrorInfo
-from db.evals import EvalSampleRecord
+from db.evals import EvalProgress, EvalSampleRecord
 from db.statuses import EvalStatus
 
 
@@ -68,15 +68,6 @@ class EvalCreate(VerificationSettings):
     )
 
 
-class EvalProgress(BaseModel):
-    """Problems of the set: generated (answers drawn, verification under way) and done
-    (verified, their row listed under ``/problems``), out of ``total``."""
-
-    done: int
-    total: int
-    generated: int = 0
-
-
 class EvalObject(BaseModel):
     """One evaluation; ``aggregate`` is the core's ``Aggregate`` once it has succeeded."""
 
@@ -86,9 +77,9 @@ class EvalObject(BaseModel):
     status: EvalStatus
     eval_file: str | None = None
     problems: str | None = None
-    config: dict[str, Any] = Field(description="the core's EvalConfig knobs this run uses")
+    config: EvalKnobs = Field(description="the core's evaluation knobs this run uses")
     progress: EvalProgress | None = None
-    aggregate: dict[str, Any] | None = Field(
+    aggregate: Aggregate | None = Field(
         None,
         description="problems, samples, tier, k_values; greedy (problems, metrics compile@1, cpu_correct@1, "
         "correct@1, fast_<p>, verdicts) and sampled (pass@k from the i.i.d. samples: metrics compile@k ..., "

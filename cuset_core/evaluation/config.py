@@ -17,19 +17,13 @@ from cuset_core.verify.result import Tier
 MAX_REPAIR_ROUNDS = 10  # each round may decode again every sample that is still failing
 
 
-class EvalConfig(VerificationSettings):
-    """Everything that defines an evaluation run (the verification knobs of
-    ``VerificationSettings``, then the source and decoding); recorded in its results."""
+class EvalKnobs(VerificationSettings):
+    """How an evaluation samples and verifies, whatever it runs on: the verification knobs of
+    ``VerificationSettings``, the decoding and the problems kept. What the service stores as an
+    eval's ``config`` (its model and problem set are columns of their own)."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
-    model: str | None = Field(
-        None, description="model spec (see cuset_core.models) or openai:URL#NAME (an endpoint); None with answers"
-    )
-    answers: Path | None = Field(
-        None, description="JSONL answers, or a KernelBench runs/<name> folder, to score instead of generating"
-    )
-    problems: str = Field(description='folder of .py problems, a .py file, a .jsonl file, "demo", "demo:held-out"')
     greedy: bool = Field(True, description="draw one greedy sample per problem, apart (greedy metrics)")
     samples: int = Field(0, ge=0, le=1000, description="n: i.i.d. samples per problem at temperature (pass@k)")
     k: list[int] | None = Field(None, description="the k of pass@k; None: 1 and n")
@@ -52,9 +46,6 @@ class EvalConfig(VerificationSettings):
         None,
         description="the problems to keep, by KernelBench number or id: '1-10,19,23_Softmax'; None: all",
     )
-    workers: int = Field(1, ge=1, le=64, description="problems verified at once (each check is its own sandbox)")
-    cache: bool = Field(True, description="reuse cached verification results")
-    cache_dir: Path | None = Field(None, description="verification cache folder; None: the default one")
 
     @model_validator(mode="before")
     @classmethod
@@ -67,6 +58,29 @@ class EvalConfig(VerificationSettings):
             data.setdefault("greedy", first)
             data["samples"] = int(data.get("samples", 1)) - int(first)
         return data
+
+
+class EvalConfig(EvalKnobs):
+    """Everything that defines an evaluation run: the source (a model, or answers to score), the
+    problems, the knobs (``EvalKnobs``) and how this process runs it; recorded in its results."""
+
+    model: str | None = Field(
+        None, description="model spec (see cuset_core.models) or openai:URL#NAME (an endpoint); None with answers"
+    )
+    answers: Path | None = Field(
+        None, description="JSONL answers, or a KernelBench runs/<name> folder, to score instead of generating"
+    )
+    problems: str = Field(description='folder of .py problems, a .py file, a .jsonl file, "demo", "demo:held-out"')
+    workers: int = Field(1, ge=1, le=64, description="problems verified at once (each check is its own sandbox)")
+    cache: bool = Field(True, description="reuse cached verification results")
+    cache_dir: Path | None = Field(None, description="verification cache folder; None: the default one")
+
+    @classmethod
+    def of(cls, knobs: EvalKnobs, *, model: str | None, problems: str) -> EvalConfig:
+        """The run of ``knobs`` on ``model`` over ``problems`` (this process's defaults for the
+        rest). Only the knobs ``knobs`` has set count as asked for, so an adapter's card fills in
+        the others as it would for a run given the same knobs directly."""
+        return cls(model=model, problems=problems, **knobs.model_dump(exclude_unset=True))
 
     @model_validator(mode="after")
     def _card_defaults(self) -> EvalConfig:

@@ -9,11 +9,12 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from cuset_core.demo import demo_problems
-from cuset_core.evaluation.config import EvalConfig
+from cuset_core.evaluation.config import EvalConfig, EvalKnobs
 from cuset_core.evaluation.decoding import Answer
 from cuset_core.evaluation.problems import Problem
 from cuset_core.evaluation.scoring import SampleRecord
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
+from db.evals import EvalProgress
 from db.models import Eval, EvalAttempt, EvalProblem
 from db.session import session_scope
 from db.settings import Settings
@@ -28,15 +29,15 @@ SOLVED = {p.id: f"```python\n{p.solution_code}\n```" for p in DEMO}
 
 
 def _running_eval(settings: Settings, eval_id: str) -> EvalConfig:
-    config = EvalConfig(model="tiny", problems="demo", samples=2, greedy=False, tier=Tier.STATIC, cache=False)
+    knobs = EvalKnobs(samples=2, greedy=False, tier=Tier.STATIC)
     insert_eval(
         settings.resolved_database_url,
         eval_id,
-        config=config.model_dump(mode="json", exclude={"model", "problems"}),
+        config=knobs,
         status=EvalStatus.RUNNING,
-        progress={"done": 0, "generated": 0, "total": len(PROBLEMS)},
+        progress=EvalProgress(done=0, total=len(PROBLEMS)),
     )
-    return config
+    return EvalConfig.of(knobs, model="tiny", problems="demo")
 
 
 def _answers(batch: list[Problem]) -> dict[str, list[Answer]]:
@@ -63,7 +64,7 @@ def test_generated_answers_are_stored_as_attempts_and_the_messages_name_only_the
     with session_scope(task_settings.resolved_database_url) as session:
         stored = session.get(EvalProblem, ("eval-rows", PROBLEMS[0].id))
         assert stored.code == PROBLEMS[0].code and stored.row is None
-        assert session.get(Eval, "eval-rows").progress["generated"] == len(PROBLEMS)
+        assert session.get(Eval, "eval-rows").progress.generated == len(PROBLEMS)
 
 
 def test_verifying_every_problem_records_its_row_and_the_last_one_settles_the_eval(task_settings):
@@ -75,8 +76,8 @@ def test_verifying_every_problem_records_its_row_and_the_last_one_settles_the_ev
 
     with session_scope(task_settings.resolved_database_url) as session:
         row = session.get(Eval, "eval-settle")
-        assert row.status == EvalStatus.SUCCEEDED and row.progress["done"] == len(PROBLEMS)
-        assert row.aggregate["samples"] == 2 * len(PROBLEMS)
+        assert row.status == EvalStatus.SUCCEEDED and row.progress.done == len(PROBLEMS)
+        assert row.aggregate.samples == 2 * len(PROBLEMS)
     verdicts = [a.record.result.verdict for a in _attempts(task_settings, "eval-settle")]
     assert verdicts == [Verdict.PASS, Verdict.NO_CODE] * len(PROBLEMS)
 
@@ -100,5 +101,5 @@ def test_a_redelivered_verification_scores_only_the_attempts_left_and_records_on
 
     with session_scope(task_settings.resolved_database_url) as session:
         stored = session.get(EvalProblem, ("eval-redelivered", problem.id))
-        reasons = [sample["result"]["reason"] for sample in stored.samples]
+        reasons = [sample.result.reason for sample in stored.samples]
         assert reasons[0] == "scored by an earlier delivery" and len(reasons) == 2

@@ -229,28 +229,27 @@ def insert_scored_eval(
 ) -> str:
     """A finished eval (tier cpu, k 1 and 2) of ``problems``: per problem a greedy answer and 2
     samples, all passing on the problems in ``passes`` and none elsewhere; its id."""
-    from cuset_core.evaluation.metrics import problem_row
+    from cuset_core.evaluation.metrics import Aggregate, problem_row
     from cuset_core.verify.result import Tier, Verdict, VerifyResult
     from db.evals import EvalSampleRecord
     from db.models import EvalProblem
 
-    def sample(index: int, passed: bool) -> dict:
+    def sample(index: int, passed: bool) -> EvalSampleRecord:
         verdict = Verdict.PASS if passed else Verdict.VALUE_MISMATCH
         tiers = {Tier.STATIC: Verdict.PASS, Tier.COMPILE: Verdict.PASS, Tier.CPU: verdict}
         result = VerifyResult(verdict=verdict, tier=Tier.CPU, tier_verdicts=tiers)
-        return EvalSampleRecord(index=index, greedy=index == 0, answer="x", code="x", result=result).model_dump(
-            mode="json"
-        )
+        return EvalSampleRecord(index=index, greedy=index == 0, answer="x", code="x", result=result)
 
     insert_eval(
         database_url, eval_id, owner=owner, status=status, config={"tier": "cpu", "samples": 2},
-        aggregate={"tier": "cpu", "k_values": [1, 2]}, finished_at=time.time(),
+        aggregate=Aggregate(problems=len(problems), samples=3 * len(problems), tier=Tier.CPU, k_values=[1, 2]),
+        finished_at=time.time(),
     )  # fmt: skip
     with session_scope(database_url) as session:
         for pid in problems:
             samples = [sample(index, pid in passes) for index in range(3)]
-            results = [VerifyResult.model_validate(s["result"]) for s in samples]
-            row = problem_row(pid, results[1:], results[0]).model_dump(mode="json")
+            results = [s.result for s in samples]
+            row = problem_row(pid, results[1:], results[0])
             session.add(EvalProblem(eval_id=eval_id, problem_id=pid, code="", row=row, samples=samples))
     return eval_id
 

@@ -55,7 +55,7 @@ from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier
 from db.dispatch import TaskName, send_eval_repair, send_eval_verify
 from db.errors import ErrorCode, ErrorInfo
-from db.evals import dump_samples, read_row
+from db.evals import EvalSampleRecord
 from db.job_rows import model_spec
 from db.model_specs import engine_route_for
 from db.models import Eval, EvalAttempt, EvalProblem, File
@@ -128,7 +128,7 @@ def _decoding(runtime: WorkerRuntime, eval_id: str) -> Iterator[tuple[EvalConfig
         model_id = row.model
         engine = engine_route_for(session, settings, row.owner, row.model)
         model = spec if engine is None else engine.spec()
-        config = EvalConfig(model=model, problems=_problems_spec(session, settings, row), **row.config)
+        config = EvalConfig.of(row.config, model=model, problems=_problems_spec(session, settings, row))
     if engine is not None:
         with endpoint_decoder(config, engine.api_key(), supports_n=engine.supports_n) as decode:
             yield config, decode
@@ -164,7 +164,7 @@ def _generate_batches(
             row = _locked_eval(session, eval_id)
             if row is None or row.status != EvalStatus.RUNNING:
                 raise EvalStopped(eval_id)
-            row.progress = {**(row.progress or {}), "generated": generated}
+            row.progress = row.progress.model_copy(update={"generated": generated})
             for problem in batch:
                 session.add(EvalProblem(eval_id=eval_id, problem_id=problem.id, code=problem.code))
                 session.add_all(
@@ -285,7 +285,7 @@ def _store_record(url: str, eval_id: str, problem_id: str, record: SampleRecord)
 
 def _stored_config(row: Eval) -> EvalConfig:
     """The eval's config as stored (the model and problems fields only satisfy validation)."""
-    return EvalConfig(model=row.model, problems=row.problems or row.eval_file or "", **row.config)
+    return EvalConfig.of(row.config, model=row.model, problems=row.problems or row.eval_file or "")
 
 
 def _locked_eval(session: Session, eval_id: str) -> Eval | None:
@@ -327,28 +327,25 @@ def _record(url: str, eval_id: str, row: ProblemRow, records: list[SampleRecord]
         stored = session.get(EvalProblem, (eval_id, row.id), populate_existing=True)
         if stored is None or stored.row is not None:
             return  # another delivery of this message recorded it first
-        stored.row, stored.samples = row.model_dump(mode="json"), dump_samples(records)
+        stored.row, stored.samples = row, [EvalSampleRecord.of(record) for record in records]
         session.flush()
         done = session.scalar(
             select(func.count()).select_from(EvalProblem).where(EvalProblem.eval_id == eval_id, EvalProblem.recorded())
         )
-        progress = {**evaluation.progress, "done": done}
+        progress = evaluation.progress.model_copy(update={"done": done})
         evaluation.progress, evaluation.heartbeat_at = progress, time.time()
-        if done < progress["total"]:
+        if done < progress.total:
             return
         recorded = select(EvalProblem.row).where(EvalProblem.eval_id == eval_id, EvalProblem.recorded())
-        rows = [read_row(r) for r in session.scalars(recorded)]
-        evaluation.aggregate = aggregate(rows, config.tier, config.k_values).model_dump(mode="json")
+        evaluation.aggregate = aggregate(list(session.scalars(recorded)), config.tier, config.k_values)
         evaluation.status, evaluation.finished_at = EvalStatus.SUCCEEDED, time.time()
 
 
-def _finish(
-    url: str, eval_id: str, *, status: EvalStatus, result: dict | None = None, error: ErrorInfo | None = None
-) -> None:
+def _finish(url: str, eval_id: str, *, status: EvalStatus, error: ErrorInfo | None = None) -> None:
     """Settle a running eval; a cancelled one stays cancelled."""
     with session_scope(url) as session:
         session.execute(
             update(Eval)
             .where(Eval.id == eval_id, Eval.status == EvalStatus.RUNNING)
-            .values(status=status, aggregate=result, error=error, finished_at=time.time())
+            .values(status=status, error=error, finished_at=time.time())
         )

@@ -82,9 +82,7 @@ def _reap_evals(settings) -> int:
             .where(Eval.status == EvalStatus.RUNNING, Eval.heartbeat_at < cutoff)
             .with_for_update(skip_locked=True)
         ).all()
-        generating = [
-            e.id for e in silent if (e.progress or {}).get("generated", 0) < (e.progress or {}).get("total", 1)
-        ]
+        generating = [e.id for e in silent if e.progress is None or e.progress.generated < e.progress.total]
         if not generating:
             return 0
         return session.execute(
