@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from cuset_core.adapters import BASE_MARKER, AdapterMissingError, is_shipped_name, shipped_adapter_dir
+from cuset_core.paths import CorePaths
 
 if TYPE_CHECKING:  # torch is imported where a model is loaded: resolving a spec (the API) needs none
     import torch
@@ -142,24 +143,19 @@ def bundled_gguf_path() -> Path:
 _MODEL_FILE, _TOKENIZER_FILE = "model.safetensors", "tokenizer.json"
 
 
-def model_cache_root() -> Path:
-    """The folder of converted models: ``$XDG_CACHE_HOME/cuset``, else ``~/.cache/cuset``."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cuset"
-
-
 def bundled_cache_dir() -> Path:
     """The folder that holds the bundled model dequantised (float32 safetensors and its tokenizer),
-    named after the GGUF file's content (:func:`_content_key`), under :func:`model_cache_root`.
+    named after the GGUF file's content (:func:`_content_key`), in ``CorePaths().cache_root``.
     Reading it takes a fraction of a second where dequantising the GGUF file and converting its
     tokenizer take about 20 s on two cores. Every virtual environment that installs the same
     package finds the same folder."""
-    return model_cache_root() / f"{BUNDLED_MODEL}-float32-{_content_key(bundled_gguf_path())}"
+    return CorePaths().cache_root / f"{BUNDLED_MODEL}-float32-{_content_key(bundled_gguf_path())}"
 
 
 def installed_model_dir(model: OptInModel) -> Path:
     """Where ``cuset install-model`` puts an opt-in model (float32 safetensors and its tokenizer),
     named after the GGUF file's hash so that another release never reads as this one."""
-    return model_cache_root() / f"{model.name}-float32-{model.gguf_sha256[:16]}"
+    return CorePaths().cache_root / f"{model.name}-float32-{model.gguf_sha256[:16]}"
 
 
 def install_command(model: OptInModel) -> str:

@@ -26,12 +26,6 @@ from cuset_core.verify.settings import VerifySettings
 CODE_VERSION = "verify-6"
 
 
-def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/cuset/verify``, by default ``~/.cache/cuset/verify``."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "cuset" / "verify"
-
-
 def cache_key(problem_code: str, candidate_text: str, tier: Tier, settings: VerifySettings) -> str:
     """sha256 (hex) of everything the verdict depends on."""
     payload = json.dumps(

@@ -22,12 +22,6 @@ from pathlib import Path
 ENTRY_CAP_BYTES = 512 << 20  # larger libraries are rebuilt rather than kept
 
 
-def default_library_dir() -> Path:
-    """``$XDG_CACHE_HOME/cuset/cpu_libraries``, by default ``~/.cache/cuset/cpu_libraries``."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "cuset" / "cpu_libraries"
-
-
 def library_key(unit_digest: str, preludes: Iterable[str]) -> str:
     """The cache key of one library: sha256 (hex) of its translation unit's digest and the
     names of the prelude folders it may be compiled against (each names its toolchain hash)."""

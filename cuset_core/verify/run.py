@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cuset_core.verify.cache import VerifyCache, cache_key, default_cache_dir
+from cuset_core.paths import CorePaths
+from cuset_core.verify.cache import VerifyCache, cache_key
 from cuset_core.verify.canary import compile_canary_fails, static_canary_fails
 from cuset_core.verify.candidate import Candidate, parse_candidate
 from cuset_core.verify.compile import CompileReport, compile_candidate, nvcc_path
-from cuset_core.verify.library_cache import LibraryCache, default_library_dir
+from cuset_core.verify.library_cache import LibraryCache
 from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Diagnostic, Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import refusal
@@ -58,7 +59,7 @@ def verify(
     """Verify ``answer`` (a raw model answer, a ``ModelNew`` file or a ``.cu`` extension)
     against the KernelBench problem ``problem_code``, up to ``settings.tier``.
 
-    Results are cached in ``cache_dir`` (default :func:`default_cache_dir`) unless
+    Results are cached in ``cache_dir`` (default ``CorePaths().verify_results``) unless
     ``use_cache`` is False; a cached result comes back with ``cached=True``. Tier 2 also keeps
     the extensions it compiled (:mod:`cuset_core.verify.library_cache`) unless ``use_cache`` is False.
     Candidates verified with the same ``references`` (one batch: an eval's samples of a problem)
@@ -67,8 +68,9 @@ def verify(
     ready-made (:mod:`cuset_core.verify.warm_sides`).
     ``on_tier`` is told each tier as it starts (a progress display); a cached result tells none.
     """
-    cache = VerifyCache(cache_dir or default_cache_dir()) if use_cache else None
-    libraries = LibraryCache(default_library_dir()) if use_cache else None
+    paths = CorePaths()
+    cache = VerifyCache(cache_dir or paths.verify_results) if use_cache else None
+    libraries = LibraryCache(paths.cpu_libraries) if use_cache else None
     key = cache_key(problem_code, answer, settings.tier, settings)
     if cache is not None and (hit := cache.get(key)) is not None:
         return hit

@@ -30,9 +30,10 @@ from attacks import (
     symlink_to,
 )
 
+from cuset_core.paths import CorePaths
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.cpu import run_cpu_tier
-from cuset_core.verify.library_cache import LibraryCache, default_library_dir
+from cuset_core.verify.library_cache import LibraryCache
 from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.run import verify
@@ -55,7 +56,7 @@ REFERENCES = ReferencePool()
 
 def tier2(candidate: str, settings: VerifySettings = SETTINGS) -> VerifyResult:
     # Most attacks wrap the same kernel: the library cache compiles it once for all of them.
-    libraries = LibraryCache(default_library_dir())
+    libraries = LibraryCache(CorePaths().cpu_libraries)
     return run_cpu_tier(PROBLEM, parse_candidate(candidate), settings, libraries, REFERENCES)
 
 

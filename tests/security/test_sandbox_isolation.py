@@ -212,10 +212,10 @@ def test_tier_1_refuses_includes_outside_the_include_folders_with_their_line(tmp
 
 
 def test_the_verification_cache_can_be_neither_read_nor_poisoned(tmp_path, monkeypatch):
-    from cuset_core.verify.cache import default_cache_dir
+    from cuset_core.paths import CorePaths
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    cache = default_cache_dir()
+    cache = CorePaths().verify_results
     cache.mkdir(parents=True, exist_ok=True)
     (cache / "entry.json").write_text('{"verdict": "value_mismatch"}')
     code = attempt(f"open({str(cache / 'entry.json')!r}, 'w').write('{{\"verdict\": \"pass\"}}')")

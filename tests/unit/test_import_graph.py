@@ -31,7 +31,7 @@ MAY_IMPORT: dict[str, set[str]] = {
 # first. Each imports only those on floors below its own, so no arrow runs back up; ``__init__``
 # is the package itself (``cuset_core.__version__``).
 CORE_FLOORS: tuple[frozenset[str], ...] = (
-    frozenset({"__init__"}),
+    frozenset({"__init__", "paths"}),
     frozenset({"analysis", "adapters"}),
     frozenset({"verify", "models"}),
     frozenset({"generation", "model_install"}),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from cuset_core.paths import CorePaths
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.cpu import run_cpu_tier
 from cuset_core.verify.cpu.sizes import (
@@ -19,7 +20,7 @@ from cuset_core.verify.cpu.sizes import (
     scaled_limits,
     with_constants,
 )
-from cuset_core.verify.library_cache import LibraryCache, default_library_dir
+from cuset_core.verify.library_cache import LibraryCache
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
@@ -162,7 +163,7 @@ def get_init_inputs():
 
 
 def tier2(problem: str, candidate: str):
-    return run_cpu_tier(problem, parse_candidate(candidate), SETTINGS, LibraryCache(default_library_dir()))
+    return run_cpu_tier(problem, parse_candidate(candidate), SETTINGS, LibraryCache(CorePaths().cpu_libraries))
 
 
 @pytest.mark.slow

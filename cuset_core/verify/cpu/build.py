@@ -41,6 +41,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cuset_core.paths import CorePaths
 from cuset_core.verify.cpu.rewrite import rewrite_source
 from cuset_core.verify.preprocessor import NVCC_DEVICE_PASS
 
@@ -158,17 +159,6 @@ def toolchain() -> Toolchain:
     )
 
 
-def pch_root() -> Path:
-    """Where precompiled preludes are kept; the sandbox mounts it read-only for the harness.
-
-    ``CUSET_CPU_PCH_DIR`` names the folder (one built by another user, say, readable by all:
-    the test lanes share theirs); otherwise ``$XDG_CACHE_HOME/cuset/cpu_pch``."""
-    if chosen := os.environ.get("CUSET_CPU_PCH_DIR"):
-        return Path(chosen)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "cuset" / "cpu_pch"
-
-
 def toolchain_digest(chain: Toolchain) -> str:
     """Hash of what every precompiled prelude depends on: the runtime, torch, compiler and flags."""
     import torch
@@ -207,8 +197,9 @@ def prepare_preludes() -> tuple[Path, ...]:
     chain = toolchain()
     toolchain_hash = toolchain_digest(chain)
     # Each is one g++ process: on a first run they build side by side, one per core.
+    root = CorePaths().cpu_pch
     with ThreadPoolExecutor(max_workers=len(PRELUDES)) as pool:
-        built = [pool.submit(_prepare, chain, pch_root() / pch_key(toolchain_hash, p), p) for p in PRELUDES]
+        built = [pool.submit(_prepare, chain, root / pch_key(toolchain_hash, p), p) for p in PRELUDES]
         return tuple(future.result() for future in built)
 
 
