@@ -26,16 +26,13 @@ from api.queries import cursor_anchor, keyset_rows, list_page, named_file, owned
 from api.routers.models import model_spec
 from api.schemas.common import ListPage
 from api.schemas.evals import EvalCreate, EvalObject, EvalProblemObject
-from cuset_core.evaluation.card import recorded_eval_settings
 from cuset_core.evaluation.compare import CompareInputError, Comparison, EvalRun, compare_runs
-from cuset_core.evaluation.config import EvalConfig, EvalKnobs
+from cuset_core.evaluation.config import EvalConfig, EvalKnobs, impossible_draws
 from cuset_core.evaluation.inputs import EvalInputError
 from cuset_core.evaluation.problems import load_problems, select_problems
 from cuset_core.evaluation.report import write_run_layout
 from cuset_core.evaluation.scoring import SampleRecord
-from cuset_core.evaluation.settings import VerificationSettings
 from cuset_core.improve.keep import shared_problems
-from cuset_core.models import recorded_prompt_style
 from db.dispatch import send_eval
 from db.errors import ErrorCode
 from db.evals import EvalProgress, eval_run
@@ -47,8 +44,6 @@ from db.statuses import EvalStatus
 
 router = APIRouter(tags=["evals"])
 
-DEFAULT_MAX_TOKENS = 1024
-DEFAULT_BATCH_SIZE = 4
 LIMIT = Annotated[int, Query(ge=1, le=100, description="items per page")]
 
 
@@ -64,38 +59,36 @@ def _eval_file_path(session: Session, settings: Settings, owner: str, file_id: s
     return settings.artifacts / file.path
 
 
-def _config(body: EvalCreate, settings: Settings) -> dict:
-    """The EvalConfig knobs of this eval, with the service's limits applied (400 naming the field)."""
+def _check_limits(body: EvalCreate, settings: Settings) -> None:
+    """400 naming the field when the request asks for draws that cannot be made (the core's
+    reason) or for more than this server allows."""
     if body.samples > settings.max_samples_per_request:
         raise bad_request(f"samples must be at most {settings.max_samples_per_request}.", param="samples")
-    if not body.greedy and body.samples == 0:
-        raise bad_request("Nothing to generate: set greedy or ask for samples >= 1.", param="samples")
-    if any(not 1 <= k <= body.samples for k in body.k or []):
-        raise bad_request(f"Every k of pass@k must be between 1 and samples ({body.samples}).", param="k")
-    max_tokens = body.max_tokens or min(DEFAULT_MAX_TOKENS, settings.max_generation_tokens)
-    if max_tokens > settings.max_generation_tokens:
+    if (refused := impossible_draws(body)) is not None:
+        field, message = refused
+        raise bad_request(message, param=field)
+    asked = body.model_fields_set  # unset, the budget and the batch are held to the ceilings instead
+    if "max_new_tokens" in asked and body.max_new_tokens > settings.max_generation_tokens:
         raise bad_request(f"max_tokens must be at most {settings.max_generation_tokens}.", param="max_tokens")
     if body.repair_rounds > settings.max_repair_rounds:
         raise bad_request(
             f"repair_rounds is {body.repair_rounds}; this server allows at most {settings.max_repair_rounds}.",
             param="repair_rounds",
         )
-    batch_size = body.batch_size or min(DEFAULT_BATCH_SIZE, settings.generation_batch_max)
-    if batch_size > settings.generation_batch_max:
+    if "batch_size" in asked and body.batch_size > settings.generation_batch_max:
         raise bad_request(f"batch_size must be at most {settings.generation_batch_max}.", param="batch_size")
-    return {
-        "greedy": body.greedy,
-        "samples": body.samples,
-        "k": body.k,
-        "temperature": body.temperature,
-        "top_p": body.top_p,
-        "max_new_tokens": max_tokens,
-        **body.model_dump(mode="json", include=set(VerificationSettings.model_fields)),
-        "prompt_style": body.prompt_style,
-        "seed": body.seed,
-        "batch_size": batch_size,
-        "repair_rounds": body.repair_rounds,
+
+
+def _knobs(body: EvalCreate, spec: str, source: str, settings: Settings) -> EvalKnobs:
+    """Every knob this eval runs with: the request's, then for the rest what the core's
+    EvalConfig gives the model ``spec`` names (a shipped adapter's card, the style an adapter was
+    tuned on, the defaults), the token budget and the batch held to this server's ceilings."""
+    run = EvalConfig.of(body.knobs(), model=spec, problems=source)
+    ceilings = {"max_new_tokens": settings.max_generation_tokens, "batch_size": settings.generation_batch_max}
+    held = {
+        field: min(getattr(run, field), cap) for field, cap in ceilings.items() if field not in body.model_fields_set
     }
+    return EvalKnobs(**run.model_dump(include=set(EvalKnobs.model_fields)) | held)
 
 
 def _view(row: Eval) -> EvalObject:
@@ -145,19 +138,8 @@ def create_eval(body: EvalCreate, session: SessionDep, settings: SettingsDep, ow
             'Give exactly one of eval_file (a File id with purpose "eval") or problems ("demo" or "demo:held-out").',
             param="eval_file" if body.eval_file is None else "problems",
         )
-    config = _config(body, settings)
+    _check_limits(body, settings)
     spec = model_spec(session, settings, owner, body.model)  # 404 naming ``model`` when unknown
-    # A shipped adapter is measured as its card was (tier, temperature, top-p, prompt style, token
-    # budget within this server's ceiling), each unless the request sets it; an adapter is
-    # measured on the prompt it was tuned on unless the request names a style.
-    card = recorded_eval_settings(spec)
-    asked = body.model_fields_set | ({"max_new_tokens"} if body.max_tokens is not None else set())
-    for key, value in card.items():
-        if key not in asked:
-            config[key] = min(value, settings.max_generation_tokens) if key == "max_new_tokens" else value
-    config["prompt_style"] = (
-        body.prompt_style or card.get("prompt_style") or recorded_prompt_style(spec) or "kernelbench"
-    )
     source = str(_eval_file_path(session, settings, owner, body.eval_file)) if body.eval_file else body.problems
     try:
         problems = load_problems(source)
@@ -170,17 +152,16 @@ def create_eval(body: EvalCreate, session: SessionDep, settings: SettingsDep, ow
         problems = select_problems(problems, body.problem_ids)
     except EvalInputError as exc:
         raise bad_request(str(exc).removeprefix("problem_ids: "), param="problem_ids") from None
-    config["problem_ids"] = body.problem_ids
     _check_not_trained_on(session, settings, owner, body.model, {p.id: p.code for p in problems})
-    # The worker builds the same EvalConfig with the resolved model spec; fail here, not there.
-    EvalConfig(model=body.model, problems=source, **config)
+    # The worker builds the same EvalConfig with the resolved model spec: it is built here first.
+    knobs = _knobs(body, spec, source, settings)
     row = Eval(
         id=new_id("eval"),
         owner=owner,
         model=body.model,
         eval_file=body.eval_file,
         problems=body.problems,
-        config=EvalKnobs(**config),
+        config=knobs,
         status=EvalStatus.QUEUED,
         progress=EvalProgress(done=0, total=len(problems)),
     )

@@ -6,66 +6,40 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cuset_core.evaluation.config import MAX_REPAIR_ROUNDS, EvalKnobs
+from cuset_core.evaluation.config import EvalKnobs
 from cuset_core.evaluation.metrics import Aggregate, ProblemRow
 from cuset_core.evaluation.problems import DEMO_HELD_OUT, DEMO_PROBLEMS
-from cuset_core.evaluation.settings import VerificationSettings
 from db.errors import ErrorInfo
 from db.evals import EvalProgress, EvalSampleRecord
 from db.statuses import EvalStatus
 
 
-class EvalCreate(VerificationSettings):
-    """``POST /v1/evals``: a model, a problem source (an eval file or the demo set), decoding knobs and
-    the verification knobs (``VerificationSettings``, the core's ``EvalConfig`` has the same).
+def _wire_name(field: str) -> str:
+    """A knob's name in the request: ``max_new_tokens`` is ``max_tokens``, as in /v1/generate."""
+    return "max_tokens" if field == "max_new_tokens" else field
+
+
+class EvalCreate(EvalKnobs):
+    """``POST /v1/evals``: a model, a problem source (an eval file or the demo set) and the core's
+    evaluation knobs (``EvalKnobs``: each declared there once, with its default, bounds and meaning;
+    ``max_new_tokens`` is called ``max_tokens`` here).
 
     Limits that depend on the service settings (``samples``, ``max_tokens``, ``batch_size``,
-    ``repair_rounds``) are checked by the router.
+    ``repair_rounds``) are checked by the router; left unset, ``max_tokens`` and ``batch_size``
+    are also held to them.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", alias_generator=_wire_name)
 
     model: str = Field(min_length=1, description="a base model id or a fine_tuned_model of a succeeded job")
     eval_file: str | None = Field(None, description='id of a File with purpose "eval" ({"id", "problem"} JSONL rows)')
     problems: Literal[DEMO_PROBLEMS, DEMO_HELD_OUT] | None = Field(  # type: ignore[valid-type]
         None, description="the bundled demo set instead of a file"
     )
-    problem_ids: str | None = Field(
-        None,
-        max_length=2000,
-        description="only these problems of the set, by KernelBench number or id: '1-10,19,23_Softmax' "
-        "(a KernelBench level uploaded as a file, say); default all",
-    )
-    greedy: bool = Field(True, description="draw one greedy sample per problem, apart: greedy compile@1, cpu_correct@1")
-    samples: int = Field(0, ge=0, description="n: i.i.d. samples per problem at temperature, for pass@k")
-    k: list[int] | None = Field(None, description="the k of pass@k (each 1..samples); default 1 and samples")
-    temperature: float = Field(
-        0.8,
-        ge=0.0,
-        le=2.0,
-        description="of the i.i.d. samples; unset, a shipped adapter's card setting (cuset-ew-135m: 0.7), else 0.8",
-    )
-    top_p: float = Field(0.95, gt=0.0, le=1.0, description="unset: the adapter card's setting, else 0.95")
-    max_tokens: int | None = Field(
-        None,
-        ge=1,
-        description="new tokens per answer; default the adapter card's setting (cuset-ew-135m: 768), else "
-        "min(1024, the service's ceiling)",
-    )
-    prompt_style: Literal["kernelbench", "compact"] | None = Field(
-        None,
-        description="the prompt format; default: the one the model was tuned with when it is an adapter that "
-        "recorded it (a succeeded job's model, cuset-ew-135m: compact), else kernelbench",
-    )
-    seed: int = 0
-    batch_size: int | None = Field(None, ge=1, description="problems generated together (progress advances per batch)")
-    repair_rounds: int = Field(
-        0,
-        ge=0,
-        le=MAX_REPAIR_ROUNDS,
-        description="R: times a failing sample (greedy or i.i.d.) is sent back to the model with its verifier error "
-        "as a follow-up turn; the aggregate then also has the figures within R repairs (``repaired``)",
-    )
+
+    def knobs(self) -> EvalKnobs:
+        """The knobs this request set (the others are left to the adapter's card and the defaults)."""
+        return EvalKnobs(**self.model_dump(include=set(EvalKnobs.model_fields), exclude_unset=True))
 
 
 class EvalObject(BaseModel):

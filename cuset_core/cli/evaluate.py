@@ -3,32 +3,50 @@
 
 from __future__ import annotations
 
+import json
 import os
+from enum import Enum
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import typer
 from pydantic import ValidationError
 
-from cuset_core.evaluation.settings import VerificationSettings
+from cuset_core.evaluation.config import EvalConfig
 from cuset_core.generation.prompts import PromptStyle
 from cuset_core.verify.result import Tier
 
-# The verification knobs' defaults are the evaluation's (and the API's): written once, there.
-KNOBS = VerificationSettings()
+# How the help writes each bound pydantic keeps in a field's metadata (annotated_types' attribute names).
+_BOUNDS = {"ge": ">= {}", "gt": "> {}", "le": "<= {}", "lt": "< {}", "max_length": "at most {} characters"}
 
-PROBLEMS_HELP = (
-    'Folder of KernelBench .py problems, a .py file, a .jsonl of {"id","problem"} rows, "demo" or "demo:held-out".'
-)
-ANSWERS_HELP = (
-    'JSONL of {"problem_id","answer","greedy"?: bool} or {"id","samples":[...],"greedy"?: str} rows, or a '
-    "KernelBench runs/<run_name> folder of level_<L>_problem_<P>_sample_<S>_kernel.py files, to score instead of "
-    "generating."
-)
-MODEL_HELP = (
-    "Model spec: smollm2-135m, a folder, a .gguf, an adapter, a shipped adapter's name (cuset-ew-135m); or openai:URL#NAME for any OpenAI-compatible "
-    "endpoint (URL as the openai client's base_url, e.g. http://127.0.0.1:8000/v1)."
-)
+
+def knob_help(name: str) -> str:
+    """The help of the option for EvalConfig's field ``name``: the field's own description and
+    its bounds, as the core declares them (so a change there shows here)."""
+    field = EvalConfig.model_fields[name]
+    bounds = [shape.format(getattr(rule, bound)) for rule in field.metadata for bound, shape in _BOUNDS.items()
+              if hasattr(rule, bound)]  # fmt: skip
+    description = field.description or name
+    text = f"{description[0].upper()}{description[1:]}."
+    return f"{text} Bounds: {', '.join(bounds)}." if bounds else text
+
+
+def knob_default(name: str) -> str | bool:
+    """What the help shows as the default of EvalConfig's field ``name`` (False: nothing, for a
+    required field or one that is unset by default)."""
+    field = EvalConfig.model_fields[name]
+    value = None if field.is_required() else field.default
+    if value is None:
+        return False
+    if isinstance(value, Enum):
+        return str(value.value)
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def knob(name: str, *flags: str) -> Any:
+    """A ``cuset eval`` option for EvalConfig's field ``name``. Unset (None), the field is left to
+    --config, then to the adapter's card, then to its default; pydantic checks what is given."""
+    return typer.Option(None, *flags, help=knob_help(name), show_default=knob_default(name))
 
 
 def register(app: typer.Typer) -> None:
@@ -38,11 +56,7 @@ def register(app: typer.Typer) -> None:
     app.command("confidence-report")(confidence_report)
 
 
-CARD_DEFAULT = "Default: the adapter card's evaluation setting (cuset-ew-135m's, say), else"
-
-
 def evaluate(
-    problems: str = typer.Option(..., "--problems", help=PROBLEMS_HELP),
     out: Path = typer.Option(
         ...,
         "--out",
@@ -50,116 +64,85 @@ def evaluate(
         "layout). While the eval runs it keeps checkpoint.jsonl there: run the same command again and a stopped eval "
         "resumes.",
     ),
-    model: str | None = typer.Option(None, "--model", help=MODEL_HELP),
+    config: Path | None = typer.Option(
+        None, "--config", help="An EvalConfig as JSON (any of the fields below); options given here override it."
+    ),
+    problems: str | None = knob("problems", "--problems"),
+    model: str | None = knob("model", "--model"),
     api_key_env: str = typer.Option(
         "OPENAI_API_KEY", "--api-key-env", help="Environment variable holding an openai: endpoint's API key."
     ),
-    answers: Path | None = typer.Option(None, "--answers", help=ANSWERS_HELP),
-    greedy: bool = typer.Option(
-        True, "--greedy/--no-greedy", help="Draw one greedy sample per problem, apart: greedy compile@1, cpu_correct@1."
-    ),
-    samples: int = typer.Option(0, "--samples", help="n: i.i.d. samples per problem at --temperature, for pass@k."),
-    k: str | None = typer.Option(None, "--k", help="k of pass@k, comma-separated (e.g. 1,4); default 1 and n."),
-    temperature: float | None = typer.Option(
-        None, "--temperature", help=f"Temperature of the i.i.d. samples. {CARD_DEFAULT} 0.8."
-    ),
-    top_p: float | None = typer.Option(None, "--top-p", help=f"{CARD_DEFAULT} 0.95."),
-    max_new_tokens: int | None = typer.Option(None, "--max-new-tokens", help=f"{CARD_DEFAULT} 1024."),
-    tier: Tier | None = typer.Option(
-        None, "--tier", help=f"Verify up to this tier. {CARD_DEFAULT} {KNOBS.tier.value}."
-    ),
-    trials: int = typer.Option(
-        KNOBS.trials, "--trials", help="Correctness trials per sample (tiers 2-3), one input seed each."
-    ),
-    input_seed: int = typer.Option(
-        KNOBS.input_seed, "--input-seed", help="Trial i draws its inputs under seed input_seed + i."
-    ),
-    tolerance_profile: str = typer.Option(
-        KNOBS.tolerance_profile,
-        "--tolerance-profile",
-        help="kernelbench: atol = rtol = 1e-4 for fp32 outputs, 1e-2 for fp16/bf16; v0: 1e-2 for every dtype.",
-    ),
-    atol: float | None = typer.Option(
-        KNOBS.atol, "--atol", help="Absolute tolerance for every dtype (overrides the profile)."
-    ),
-    rtol: float | None = typer.Option(
-        KNOBS.rtol, "--rtol", help="Relative tolerance for every dtype (overrides the profile)."
-    ),
-    arch: str = typer.Option(KNOBS.arch, "--arch", help="nvcc target of the compile tier, e.g. sm_80."),
-    compile_baseline: bool = typer.Option(
-        KNOBS.compile_baseline,
-        "--compile-baseline",
-        help="GPU tier: also time torch.compile of the reference (fast_p against it).",
-    ),
-    prompt_style: PromptStyle | None = typer.Option(
-        None,
-        "--prompt-style",
-        help="Default: the adapter card's evaluation setting or the style it was tuned with (recorded beside it), "
-        "else kernelbench.",
-    ),
-    seed: int = typer.Option(0, "--seed"),
-    batch_size: int = typer.Option(4, "--batch-size", help="Problems per generation batch."),
-    repair_rounds: int = typer.Option(
-        0,
-        "--repair-rounds",
-        help="R: send a failing sample back to --model with its verifier error, up to R times, and also report "
-        "the figures within R repairs. With --answers, the given answers are repaired by --model.",
-    ),
-    problem_ids: str | None = typer.Option(
-        None,
-        "--problem-ids",
-        help="Only these problems, by KernelBench number or id: 1-10,19,23_Softmax (a KernelBench level folder "
-        "as --problems).",
-    ),
-    workers: int = typer.Option(1, "--workers", help="Problems verified at once (one sandbox each)."),
-    cache_dir: Path | None = typer.Option(
-        None, "--cache-dir", help="Verification cache folder (default ~/.cache/cuset/verify)."
-    ),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Verify every sample afresh."),
+    answers: Path | None = knob("answers", "--answers"),
+    greedy: bool | None = knob("greedy", "--greedy/--no-greedy"),
+    samples: int | None = knob("samples", "--samples"),
+    k: str | None = typer.Option(None, "--k", help=f"{knob_help('k')} Comma-separated, e.g. 1,4.", show_default=False),
+    temperature: float | None = knob("temperature", "--temperature"),
+    top_p: float | None = knob("top_p", "--top-p"),
+    max_new_tokens: int | None = knob("max_new_tokens", "--max-new-tokens"),
+    tier: Tier | None = knob("tier", "--tier"),
+    trials: int | None = knob("trials", "--trials"),
+    input_seed: int | None = knob("input_seed", "--input-seed"),
+    tolerance_profile: str | None = knob("tolerance_profile", "--tolerance-profile"),
+    atol: float | None = knob("atol", "--atol"),
+    rtol: float | None = knob("rtol", "--rtol"),
+    arch: str | None = knob("arch", "--arch"),
+    compile_baseline: bool | None = knob("compile_baseline", "--compile-baseline/--no-compile-baseline"),
+    policy: str | None = knob("policy", "--policy"),
+    prompt_style: PromptStyle | None = knob("prompt_style", "--prompt-style"),
+    seed: int | None = knob("seed", "--seed"),
+    batch_size: int | None = knob("batch_size", "--batch-size"),
+    repair_rounds: int | None = knob("repair_rounds", "--repair-rounds"),
+    problem_ids: str | None = knob("problem_ids", "--problem-ids"),
+    workers: int | None = knob("workers", "--workers"),
+    cache: bool | None = knob("cache", "--cache/--no-cache"),
+    cache_dir: Path | None = knob("cache_dir", "--cache-dir"),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
     """Score a greedy sample and n i.i.d. samples per problem (or --answers): greedy metrics and pass@k,
     and with --repair-rounds the same within R repairs."""
     from cuset_core.evaluation.checkpoint import CHECKPOINT_FILE
-    from cuset_core.evaluation.config import EvalConfig
     from cuset_core.evaluation.inputs import EvalInputError
     from cuset_core.evaluation.report import KERNELBENCH_RUN, write_kernelbench_run, write_results
     from cuset_core.evaluation.runner import run_eval
     from cuset_core.generation.endpoint import is_endpoint_spec
     from cuset_core.models import ModelNotFoundError, resolve_model
 
-    # Left unset, these come from the adapter card's recorded evaluation settings (a shipped
-    # adapter's), else EvalConfig's defaults.
-    chosen = {"temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "tier": tier}
+    given = {
+        "problems": problems,
+        "model": model,
+        "answers": answers,
+        "greedy": greedy,
+        "samples": samples,
+        "k": _k_values(k),
+        "temperature": temperature,
+        "top_p": top_p,
+        "max_new_tokens": max_new_tokens,
+        "tier": tier,
+        "trials": trials,
+        "input_seed": input_seed,
+        "tolerance_profile": tolerance_profile,
+        "atol": atol,
+        "rtol": rtol,
+        "arch": arch,
+        "compile_baseline": compile_baseline,
+        "policy": policy,
+        "prompt_style": prompt_style,
+        "seed": seed,
+        "batch_size": batch_size,
+        "repair_rounds": repair_rounds,
+        "problem_ids": problem_ids,
+        "workers": workers,
+        "cache": cache,
+        "cache_dir": cache_dir,
+    }
+    # Only what is given counts as asked for: the adapter's card fills in the rest, then the defaults.
+    fields = _config_file(config) | {name: value for name, value in given.items() if value is not None}
     try:
-        config = EvalConfig(
-            model=model,
-            answers=answers,
-            problems=problems,
-            greedy=greedy,
-            samples=samples,
-            k=_k_values(k),
-            **{key: value for key, value in chosen.items() if value is not None},
-            trials=trials,
-            input_seed=input_seed,
-            tolerance_profile=tolerance_profile,
-            atol=atol,
-            rtol=rtol,
-            arch=arch,
-            compile_baseline=compile_baseline,
-            prompt_style=prompt_style,
-            seed=seed,
-            batch_size=batch_size,
-            repair_rounds=repair_rounds,
-            problem_ids=problem_ids,
-            workers=workers,
-            cache=not no_cache,
-            cache_dir=cache_dir,
-        )
-        if config.model is not None and not is_endpoint_spec(config.model):
-            resolve_model(config.model)
+        run = EvalConfig.model_validate(fields)
+        if run.model is not None and not is_endpoint_spec(run.model):
+            resolve_model(run.model)
         report = run_eval(
-            config, progress=not quiet, api_key=os.environ.get(api_key_env), checkpoint=out / CHECKPOINT_FILE
+            run, progress=not quiet, api_key=os.environ.get(api_key_env), checkpoint=out / CHECKPOINT_FILE
         )
     except ValidationError as exc:
         _fail(_first_error(exc))
@@ -292,6 +275,19 @@ def confidence_report(
         f"non-sensitive {_number(groups['non_sensitive']['mean_p'])}"
     )
     typer.echo("wrote " + ", ".join(str(path) for path in paths))
+
+
+def _config_file(path: Path | None) -> dict[str, Any]:
+    """The fields of ``--config`` (a JSON object), {} without one; one error line when unreadable."""
+    if path is None:
+        return {}
+    try:
+        fields = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        _fail(f"--config {path}: {exc}")
+    if not isinstance(fields, dict):
+        _fail(f"--config {path}: expected a JSON object")
+    return fields
 
 
 def _k_values(text: str | None) -> list[int] | None:

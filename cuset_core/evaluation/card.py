@@ -13,6 +13,7 @@ from typing import Any
 from cuset_core.adapters import ADAPTERS_ROOT, BASE_MARKER, is_shipped_name
 
 EVAL_KEYS = ("tier", "temperature", "top_p", "prompt_style", "max_new_tokens")
+CARD = "unset: the adapter card's evaluation setting where it recorded one"  # how each key's help says so
 
 
 def recorded_eval_settings(spec: str | Path | None) -> dict[str, Any]:

@@ -1,14 +1,18 @@
 """What defines an evaluation run: the problems and answers or model, the decoding, and the
-verification knobs (:class:`EvalConfig`, recorded in its results)."""
+verification knobs (:class:`EvalConfig`, recorded in its results).
+
+Each knob is declared here once, with its default, bounds and meaning: ``cuset eval`` builds its
+options from these fields and ``POST /v1/evals`` takes :class:`EvalKnobs` as its body, so a knob
+means, defaults and is refused the same on every road."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from cuset_core.evaluation.card import recorded_eval_settings
+from cuset_core.evaluation.card import CARD, recorded_eval_settings
 from cuset_core.evaluation.settings import VerificationSettings
 from cuset_core.generation.endpoint import is_endpoint_spec, parse_endpoint
 from cuset_core.models import recorded_prompt_style
@@ -24,27 +28,34 @@ class EvalKnobs(VerificationSettings):
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
-    greedy: bool = Field(True, description="draw one greedy sample per problem, apart (greedy metrics)")
-    samples: int = Field(0, ge=0, le=1000, description="n: i.i.d. samples per problem at temperature (pass@k)")
-    k: list[int] | None = Field(None, description="the k of pass@k; None: 1 and n")
-    temperature: float = Field(0.8, ge=0.0, description="of the i.i.d. samples")
-    top_p: float = Field(0.95, gt=0.0, le=1.0)
-    max_new_tokens: int = Field(1024, ge=1)
-    prompt_style: Literal["kernelbench", "compact"] | None = Field(
-        None, description="None: the style the adapter was tuned with (recorded beside it), else kernelbench"
+    greedy: bool = Field(True, description="draw one greedy sample per problem, apart: greedy compile@1, cpu_correct@1")
+    samples: int = Field(0, ge=0, le=1000, description="n: i.i.d. samples per problem at temperature, for pass@k")
+    k: list[Annotated[int, Field(ge=1)]] | None = Field(
+        None, description="the k of pass@k, each at most samples; null: 1 and samples"
     )
-    seed: int = 0
-    batch_size: int = Field(4, ge=1, description="problems per generation batch")
+    temperature: float = Field(0.8, ge=0.0, le=2.0, description=f"of the i.i.d. samples; {CARD} (cuset-ew-135m: 0.7)")
+    top_p: float = Field(0.95, gt=0.0, le=1.0, description=f"nucleus sampling of the i.i.d. samples; {CARD}")
+    max_new_tokens: int = Field(1024, ge=1, description=f"new tokens per answer; {CARD} (cuset-ew-135m: 768)")
+    prompt_style: Literal["kernelbench", "compact"] | None = Field(
+        None,
+        description=f"the prompt format; {CARD}, else the one an adapter was tuned with (recorded beside it; "
+        "cuset-ew-135m: compact), else kernelbench",
+    )
+    seed: int = Field(0, description="seed of the i.i.d. samples' draws")
+    batch_size: int = Field(4, ge=1, description="problems generated together (progress advances per batch)")
     repair_rounds: int = Field(
         0,
         ge=0,
         le=MAX_REPAIR_ROUNDS,
         description="R: times a failing sample (greedy or i.i.d.) is sent back to the model with its verifier "
-        "error as a follow-up turn; the results then also give the figures within R repairs",
+        "error as a follow-up turn; the results then also give the figures within R repairs (with answers "
+        "given, the model repairs them)",
     )
     problem_ids: str | None = Field(
         None,
-        description="the problems to keep, by KernelBench number or id: '1-10,19,23_Softmax'; None: all",
+        max_length=2000,
+        description="only these problems of the set, by KernelBench number or id: '1-10,19,23_Softmax' "
+        "(a KernelBench level, say); null: all",
     )
 
     @model_validator(mode="before")
@@ -60,20 +71,42 @@ class EvalKnobs(VerificationSettings):
         return data
 
 
+def impossible_draws(knobs: EvalKnobs) -> tuple[str, str] | None:
+    """Why the samples ``knobs`` ask a model for cannot be drawn, as (the field, the message);
+    None when they can. Scoring given answers draws nothing, so this holds only when generating."""
+    if not knobs.greedy and knobs.samples == 0:
+        return "samples", "nothing to generate: turn greedy on or ask for samples >= 1"
+    for k in knobs.k or []:
+        if k > knobs.samples:
+            return "k", f"k={k}: pass@k needs 1 <= k <= samples ({knobs.samples} i.i.d. samples per problem)"
+    return None
+
+
 class EvalConfig(EvalKnobs):
     """Everything that defines an evaluation run: the source (a model, or answers to score), the
     problems, the knobs (``EvalKnobs``) and how this process runs it; recorded in its results."""
 
     model: str | None = Field(
-        None, description="model spec (see cuset_core.models) or openai:URL#NAME (an endpoint); None with answers"
+        None,
+        description="model spec: smollm2-135m, a folder, a .gguf, an adapter, a shipped adapter's name "
+        "(cuset-ew-135m); or openai:URL#NAME for any OpenAI-compatible endpoint (URL as the openai client's "
+        "base_url, e.g. http://127.0.0.1:8000/v1); null with answers",
     )
     answers: Path | None = Field(
-        None, description="JSONL answers, or a KernelBench runs/<name> folder, to score instead of generating"
+        None,
+        description='JSONL of {"problem_id","answer","greedy"?: bool} or {"id","samples":[...],"greedy"?: str} '
+        "rows, or a KernelBench runs/<run_name> folder of level_<L>_problem_<P>_sample_<S>_kernel.py files, to "
+        "score instead of generating",
     )
-    problems: str = Field(description='folder of .py problems, a .py file, a .jsonl file, "demo", "demo:held-out"')
+    problems: str = Field(
+        description='folder of KernelBench .py problems, a .py file, a .jsonl of {"id","problem"} rows, "demo" '
+        'or "demo:held-out"'
+    )
     workers: int = Field(1, ge=1, le=64, description="problems verified at once (each check is its own sandbox)")
     cache: bool = Field(True, description="reuse cached verification results")
-    cache_dir: Path | None = Field(None, description="verification cache folder; None: the default one")
+    cache_dir: Path | None = Field(
+        None, description="verification cache folder; null: the core's (~/.cache/cuset/verify, cuset_core/paths.py)"
+    )
 
     @classmethod
     def of(cls, knobs: EvalKnobs, *, model: str | None, problems: str) -> EvalConfig:
@@ -109,12 +142,8 @@ class EvalConfig(EvalKnobs):
             raise ValueError("repair_rounds: repairs need a model to send failing samples back to")
         if self.model is not None and is_endpoint_spec(self.model):
             parse_endpoint(self.model)
-        generating = self.answers is None
-        if generating and not self.greedy and self.samples == 0:
-            raise ValueError("nothing to generate: turn greedy on or ask for samples >= 1")
-        for k in self.k or []:
-            if k < 1 or (generating and k > self.samples):
-                raise ValueError(f"k={k}: pass@k needs 1 <= k <= samples ({self.samples} i.i.d. samples per problem)")
+        if self.answers is None and (refused := impossible_draws(self)) is not None:
+            raise ValueError(refused[1])
         return self
 
     @property

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cuset_core.evaluation.card import CARD
 from cuset_core.verify.policy import Policy
 from cuset_core.verify.result import Tier
 from cuset_core.verify.settings import (
@@ -28,7 +29,7 @@ class VerificationSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tier: Tier = Field(Tier.COMPILE, description="verify every sample up to this tier")
+    tier: Tier = Field(Tier.COMPILE, description=f"verify every sample up to this tier; {CARD}")
     trials: int = TRIALS
     input_seed: int = INPUT_SEED
     tolerance_profile: ToleranceProfile = TOLERANCE_PROFILE
