@@ -2,9 +2,10 @@
 
 The task modules are listed in ``include``: Celery imports them when a worker starts, and they
 declare their tasks with ``shared_task``, so no task module imports this one and this one
-imports no task module. The worker's settings are read from its environment once, here, at its
-edge; every process that runs tasks builds its :class:`~worker.runtime.WorkerRuntime` from them
-when it starts (the main process for the solo and thread pools, each child of a prefork pool).
+imports no task module. The worker's settings (the service's and the sandbox's) are read from
+its environment once, here, at its edge; every process that runs tasks builds its
+:class:`~worker.runtime.WorkerRuntime` from them when it starts (the main process for the solo
+and thread pools, each child of a prefork pool).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ TASK_MODULES = [
 ]
 
 settings = get_settings()
+sandbox_settings = SandboxSettings()
 app = make_celery(settings)
 app.conf.include = TASK_MODULES
 _pool = {"size": 1}  # the pool's process count, set in the main process before the children fork
@@ -87,7 +89,7 @@ def probe_and_record(hostname: str) -> None:
     if not _probing.acquire(blocking=False):
         return
     try:
-        state, allow = isolation(), SandboxSettings().allow_unisolated
+        state, allow = isolation(), sandbox_settings.allow_unisolated
         tier2 = None
         if state.available or allow:
             ready = tier2_readiness()
@@ -109,9 +111,9 @@ def _check_sandbox(sender=None, **_kwargs) -> None:
     """Probe the verification sandbox once at start: log it (loudly when tiers 1-3 will refuse,
     or when the operator opted out of isolation) and record it for ``/readyz``; then, in a thread
     of its own (a torch import takes seconds), run tier 2's real side and record that."""
-    state = log_isolation(_logger)
+    state = log_isolation(sandbox_settings, _logger)
     hostname = _hostname(sender)
-    record_sandbox(settings, hostname, state.available, state.reason, SandboxSettings().allow_unisolated)
+    record_sandbox(settings, hostname, state.available, state.reason, sandbox_settings.allow_unisolated)
     threading.Thread(target=probe_and_record, args=(hostname,), name="cuset-tier2-probe", daemon=True).start()
 
 

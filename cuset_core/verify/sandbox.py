@@ -214,13 +214,14 @@ def refusal() -> str | None:
     )
 
 
-def log_isolation(logger: logging.Logger = log) -> Isolation:
+def log_isolation(sandbox: SandboxSettings, logger: logging.Logger = log) -> Isolation:
     """Probe isolation and log the result at start-up: a warning when candidates would run
-    unisolated because the operator opted out, an error when tiers 1-3 will refuse."""
+    unisolated because the operator opted out (``sandbox``, read at the process's edge), an error
+    when tiers 1-3 will refuse."""
     state = isolation()
     if state.available:
         logger.info("verification sandbox: %s", state.describe())
-    elif SandboxSettings().allow_unisolated:
+    elif sandbox.allow_unisolated:
         logger.warning(
             "verification sandbox: %s; CUSET_SANDBOX_ALLOW_UNISOLATED is set, so candidates run "
             "WITHOUT isolation (single-user local use only)",

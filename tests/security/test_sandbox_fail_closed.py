@@ -14,7 +14,7 @@ from cuset_core.verify import sandbox
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.run import verify
 from cuset_core.verify.sandbox import IsolationUnavailable, run_sandboxed
-from cuset_core.verify.settings import SandboxLimits, VerifySettings
+from cuset_core.verify.settings import SandboxLimits, SandboxSettings, VerifySettings
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
 from verify_cases import GOOD, fenced  # noqa: E402
@@ -64,7 +64,7 @@ def test_an_explicit_opt_out_runs_unisolated_and_says_so(no_isolation, tmp_path,
     assert outcome.stdout == "ran\n"
     assert not {"pid_ns", "net_ns", "min_root", "non_root", "seccomp"} & set(outcome.isolation)
     with caplog.at_level("WARNING"):
-        sandbox.log_isolation()
+        sandbox.log_isolation(SandboxSettings())
     assert "WITHOUT isolation" in caplog.text
 
 
