@@ -31,6 +31,7 @@ import fcntl
 import functools
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -57,7 +58,11 @@ RUNTIME_LIBRARY_SOURCES = ("guarded_allocator.cpp", "trial_switches.cpp", "devic
 BRIDGE_OPS = "cuset_bridge_ops.inc"
 # Namespaces of the stand-in: an undefined symbol of one of them is something the bridge lacks.
 _STAND_IN_SYMBOL = re.compile(r"\b(?:at|c10|torch|pybind11|caffe2|cuset)::")
-PCH_TIMEOUT_S = 600.0
+# A build of our own headers is bounded by the CPU time it may use, not by the wall clock: on a
+# loaded machine (two busy cores, set-up at nice 10) the full prelude took over 600 s of wall time
+# for a few minutes of CPU. The wall bound only ends a build that makes no progress at all.
+BUILD_CPU_LIMIT_S = 900
+BUILD_WALL_LIMIT_S = 3600.0
 # -O1: the kernels run millions of fiber steps, -O2 costs build time for little gain here.
 CXX_FLAGS = (
     "-std=c++20",
@@ -151,7 +156,16 @@ class Toolchain:
 @functools.cache
 def toolchain() -> Toolchain:
     """Include and library folders of the installed torch and Python."""
-    from torch.utils.cpp_extension import include_paths, library_paths
+    # A CUDA build of torch on a machine without a GPU logs "No CUDA runtime is found, using
+    # CUDA_HOME=..." when this module is first imported: noise here, where only its folders are
+    # read. Tier 3 imports it in its own process, where the warning stays.
+    log = logging.getLogger("torch.utils.cpp_extension")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        from torch.utils.cpp_extension import include_paths, library_paths
+    finally:
+        log.setLevel(level)
 
     return Toolchain(
         include_dirs=(*include_paths(), sysconfig.get_paths()["include"]),
@@ -230,8 +244,7 @@ def bridge_ops() -> str:
 
 def _build_runtime_library(chain: Toolchain, folder: Path) -> None:
     """The trusted runtime library (``RUNTIME_LIBRARY_SOURCES`` of ``runtime/``) into ``folder``."""
-    command = [
-        "g++",
+    arguments = [
         "-shared",
         *CXX_FLAGS,
         *chain.include_flags,
@@ -242,9 +255,20 @@ def _build_runtime_library(chain: Toolchain, folder: Path) -> None:
         *[f"-Wl,-rpath,{d}" for d in chain.library_dirs],
         "-lc10",
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=PCH_TIMEOUT_S)
+    done = _gxx(arguments)
     if done.returncode != 0:
         raise BuildError(f"building the runtime library failed:\n{done.stderr[-4000:]}")
+
+
+def _gxx(arguments: list[str]) -> subprocess.CompletedProcess[str]:
+    """g++ with ``arguments`` (our own sources) under ``BUILD_CPU_LIMIT_S`` seconds of CPU (the
+    shell's ``ulimit -t``: a ``preexec_fn`` is unsafe here, where threads build side by side)."""
+    limited = ["sh", "-c", f'ulimit -t {BUILD_CPU_LIMIT_S} && exec g++ "$@"', "g++", *arguments]
+    done = subprocess.run(limited, capture_output=True, text=True, timeout=BUILD_WALL_LIMIT_S)
+    # Past the limit the kernel kills the compiler proper (cc1plus), and the g++ driver says so.
+    if done.returncode != 0 and (done.returncode < 0 or "signal terminated program" in done.stderr):
+        done.stderr += f"\ng++ was stopped after {BUILD_CPU_LIMIT_S} s of CPU time"
+    return done
 
 
 def _prepare(chain: Toolchain, folder: Path, prelude: Prelude) -> Path:
@@ -280,8 +304,7 @@ def _build_prelude(chain: Toolchain, folder: Path, prelude: Prelude) -> Path:
             _build_runtime_library(chain, staging)
         header = staging / PCH_NAME
         header.write_text(prelude.source)
-        command = [
-            "g++",
+        arguments = [
             "-x",
             "c++-header",
             *CXX_FLAGS,
@@ -291,7 +314,7 @@ def _build_prelude(chain: Toolchain, folder: Path, prelude: Prelude) -> Path:
             "-o",
             str(header) + ".gch",
         ]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=PCH_TIMEOUT_S)
+        done = _gxx(arguments)
         if done.returncode != 0:
             raise BuildError(f"building the precompiled {prelude.name} prelude failed:\n{done.stderr[-4000:]}")
         try:
