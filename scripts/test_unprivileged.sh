@@ -32,4 +32,5 @@ exec runuser -u "$USER_NAME" -- env -i PATH="$PATH" HOME="$home" PYTHONPATH="${P
     tests/security/test_sandbox_fail_closed.py tests/security/test_batch_isolation.py tests/unit/test_verify_sandbox.py \
     tests/security/test_sandbox_interpreter_links.py \
     tests/security/test_attack_variations.py tests/security/test_device_boundary.py tests/security/test_data_flow_policy.py \
+    tests/security/test_inputs_and_sizes.py \
     tests/security/test_judge_blame.py::test_a_kernel_right_only_at_the_reduced_size_fails_at_a_second_size "$@"

@@ -100,6 +100,8 @@ def _print_human(result: VerifyResult, candidate: Path) -> None:
             f"max abs diff {result.max_abs_diff:.3g}, mean abs diff {result.mean_abs_diff or 0:.3g}, "
             f"{result.trials} trials"
         )
+    if result.sizes_run:
+        console.print(sizes_line(result), markup=False)
     if result.launches:
         console.print("launches: " + ", ".join(f"{k} x{v}" for k, v in result.launches.items()), markup=False)
     if result.policy:
@@ -116,6 +118,18 @@ def _print_human(result: VerifyResult, candidate: Path) -> None:
     if result.log and not result.passed:
         console.print("log (tail):", markup=False)
         console.print(result.log[-2000:], markup=False)
+
+
+def sizes_line(result: VerifyResult) -> str:
+    """``sizes run: dim=4096 (of 131072): inputs (16, 4096); ...; original sizes not run``: each size
+    tier 2's trials ran at, its inputs' shapes (each distinct set once), and whether the original ran."""
+    runs = []
+    for run in result.sizes_run:
+        named = ", ".join(f"{name}={run.sizes[name]} (of {original})" for name, original in run.shrunk.items())
+        shapes = {" ".join(str(tuple(shape)) for shape in trial): None for trial in run.input_shapes}
+        runs.append(f"{named or 'original sizes'}: inputs {'; '.join(shapes) or 'none'}")
+    ran = "original sizes run" if result.original_sizes_run else "original sizes not run"
+    return f"sizes run: {' | '.join(runs)}; {ran}"
 
 
 def _resource_table(result: VerifyResult) -> Table:

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from cuset_core.verify.policy import MAX_VIOLATIONS
-from cuset_core.verify.result import Verdict
+from cuset_core.verify.result import SizesRun, Verdict
 
 INIT_SEED = 42  # KernelBench seeds weight initialisation with 42
 LOG_CHARS = 4000
@@ -198,6 +198,14 @@ class ReferenceDetails(_Contract):
     note: str = Field("", description="tier 2: how the sizes were reduced, said with a pass")
     original_fits: bool = Field(False, description="tier 2: the original sizes fit a rerun at them")
     original_elements: int | None = Field(None, description="tier 2: elements at the original sizes, if measured")
+    original_largest: int | None = Field(
+        None,
+        description="tier 2, sizes reduced: elements of the largest input, weight or output at the original sizes "
+        "(what an index must reach there), if measured",
+    )
+    sizes_run: list[SizesRun] = Field(
+        default_factory=list, description="tier 2: the sizes of the trials drawn, the first size's then the second's"
+    )
     timing: TimingStats | None = Field(None, description="tier 3: the eager reference's per-call times")
     compile_timing: TimingStats | None = Field(None, description="tier 3: the reference under torch.compile")
     compile_error: str | None = Field(None, description="tier 3: why there is no torch.compile baseline")

@@ -386,6 +386,8 @@ def _judged_values(
         result = kernels_did_the_work(spec, folder, reference, settings, result)
     if result.verdict is Verdict.PASS and (second := reference.at_second_size()) is not None:
         result = at_the_second_size(spec, folder, outcome, reference, second, settings, result)
+        # The second size's trials were judged: the verdict ran both sizes.
+        return result.model_copy(update={"sizes_run": reference.report.details.sizes_run[:2]})
     return result
 
 
@@ -408,6 +410,7 @@ def by_policy(spec: TierSpec, result: VerifyResult, report: CandidateReport, pol
             torch_ops=torch_ops,
             mixed_pass=result.passed and not report.transfers,
             timings_s=result.timings_s,
+            sizes_run=result.sizes_run,
         )
     if result.passed and policy == "mixed" and torch_ops:
         listed = ", ".join(f"{name} x{count}" for name, count in sorted(torch_ops.items()))
@@ -787,7 +790,12 @@ def _judge(
     # What the reference cost this check: the wait for it (nothing for a run shared with earlier
     # candidates of the batch, the rest of a run started while tier 1 compiled).
     timings = {**report.timings_s, f"{spec.tier.value}_reference": round(waited, 3)}
-    update: dict[str, Any] = {"timings_s": {**timings, **result.timings_s}, "built_with": dict(report.built_with)}
+    update: dict[str, Any] = {
+        "timings_s": {**timings, **result.timings_s},
+        "built_with": dict(report.built_with),
+        # The first size's trials always ran when the candidate did; the second only after a pass there.
+        "sizes_run": result.sizes_run or details.sizes_run[:1],
+    }
     if result.verdict is Verdict.PASS and details.note:
         update["reason"] = clip(f"{result.reason}; {details.note}")
     if spec.tier is Tier.GPU and result.verdict is Verdict.PASS:

@@ -35,6 +35,7 @@ class Access(StrEnum):
     MOVEMENT = "movement"  # allocate, view, copy between device tensors, fill with a constant
     TO_HOST = "to_host"  # a device value reaches the host
     COMPUTE = "compute"  # torch computes a value on the device
+    TRIAL_DATA = "trial_data"  # the host asks for a trial's data out of turn (refused)
 
 
 # Ops that allocate, view, move or copy data: they do no work of the problem. Everything else
@@ -258,6 +259,8 @@ def violation(access: Access, what: str, trial: int | None) -> str:
     when = f"trial {trial + 1}" if trial is not None else "between trials"
     if access is Access.TO_HOST:
         return f"{when}: {what} moved device data to the host (a device-to-host transfer)"
+    if access is Access.TRIAL_DATA:
+        return f"{when}: {what} (a trial's inputs reach the host only during its own forward)"
     return f"{when}: {what} computed on device data with torch during forward"
 
 

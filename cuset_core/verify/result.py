@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 
 class Verdict(StrEnum):
@@ -65,6 +65,26 @@ class KernelResources(BaseModel):
     spill_load_bytes: int = 0
 
 
+class SizesRun(BaseModel):
+    """The problem sizes one set of tier-2 trials ran at (the reduced sizes, the second size, or the
+    original sizes of a rerun)."""
+
+    sizes: dict[str, int] = Field(
+        default_factory=dict, description="the problem's module-level int constants as they ran, by name"
+    )
+    shrunk: dict[str, int] = Field(
+        default_factory=dict, description="the constants that ran below their original value: name -> original value"
+    )
+    input_shapes: list[list[list[int]]] = Field(
+        default_factory=list, description="per trial, the shape of each input ([] for a scalar or a non-tensor)"
+    )
+
+    @property
+    def original(self) -> bool:
+        """Whether these are the problem's original sizes (nothing shrunk)."""
+        return not self.shrunk
+
+
 class VerifyResult(BaseModel):
     """Everything a verification run found out, stable and JSON-serialisable."""
 
@@ -109,9 +129,20 @@ class VerifyResult(BaseModel):
         description="tier 2 under policy kernels, when the candidate broke it: whether it passes under policy "
         "mixed (every other check passed); None otherwise",
     )
+    sizes_run: list[SizesRun] = Field(
+        default_factory=list,
+        description="tier 2: the sizes its trials ran at, in order (the reduced sizes, the second size when the "
+        "first passed, the original sizes of a rerun); empty where tier 2 ran no trial",
+    )
     log: str = Field("", description="excerpt of the log that explains a failure")
     cached: bool = False
 
     @property
     def passed(self) -> bool:
         return self.verdict is Verdict.PASS
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def original_sizes_run(self) -> bool | None:
+        """Whether a trial ran at the problem's original sizes; None where tier 2 ran no trial."""
+        return any(run.original for run in self.sizes_run) if self.sizes_run else None

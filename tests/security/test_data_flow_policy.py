@@ -363,7 +363,8 @@ def test_a_single_value_read_to_the_host_is_a_transfer_too(libraries):
 
 def test_the_next_trials_inputs_cannot_be_fetched_ahead_of_its_forward(libraries):
     # Asked for out of turn, the device process refuses them: the host's request is an error, and
-    # its forward still answers with the honest kernel, so what is judged is that nothing came back.
+    # the request itself fails the verdict, even though the forward still answers with the honest
+    # kernel (variations: tests/security/test_inputs_and_sizes.py).
     forward = (
         "        from cuset_core.verify.cpu.device import client\n"
         "        try:\n"
@@ -376,7 +377,8 @@ def test_the_next_trials_inputs_cannot_be_fetched_ahead_of_its_forward(libraries
         "        return ext.rowsum(x)"
     )
     result = tier2(candidate(forward), libraries, MIXED)
-    assert result.verdict is Verdict.PASS, (result.reason, result.log[-2000:])
+    assert result.verdict is Verdict.STATIC_REJECT, (result.reason, result.log[-2000:])
+    assert "trial 2's inputs at size 0 asked for out of turn" in result.reason, result.reason
 
 
 # ---------------------------------------------------------------- 2. a replay that goes wrong

@@ -44,10 +44,11 @@ from cuset_core.verify.cpu.rewrite import unsupported_feature
 from cuset_core.verify.cpu.sizes import hardcoded_sizes, scaled_limits, size_bearing_code
 from cuset_core.verify.judge import harness_env, judge
 from cuset_core.verify.library_cache import LibraryCache, library_key
+from cuset_core.verify.narrow_index import narrow_index
 from cuset_core.verify.preprocessor import joined_code
 from cuset_core.verify.ptx import confirmed_feature
 from cuset_core.verify.reference_pool import ReferencePool
-from cuset_core.verify.result import KernelResources, Tier, Verdict, VerifyResult
+from cuset_core.verify.result import Diagnostic, KernelResources, Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import SandboxCancelled
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 from cuset_core.verify.tier_run import PlannedLibrary, TierSpec
@@ -276,13 +277,40 @@ def run_cpu_tier(
     )
     job = cpu_job(candidate.kind, settings, preludes, chain, prebuild)
     result, details = judge(spec, problem_code, candidate, settings, job, references)
-    if result.verdict in _SIZE_SENSITIVE and details.candidate_job.overrides:
+    if result.verdict is Verdict.PASS and (narrow := narrow_index_refusal(candidate, details)) is not None:
+        result = narrow.model_copy(update={"timings_s": result.timings_s, "sizes_run": result.sizes_run})
+    elif result.verdict in _SIZE_SENSITIVE and details.candidate_job.overrides:
         result = _at_original_sizes(spec, problem_code, candidate, settings, job, result, details, references)
     elif result.verdict is Verdict.TIMEOUT and details.candidate_job.overrides and job.max_elements >= SMALLER_BY:
         result = _at_smaller_sizes(spec, problem_code, candidate, settings, job, result, references)
     if pch_s > 1.0:
         result.timings_s["pch"] = pch_s
     return result
+
+
+def narrow_index_refusal(candidate: Candidate, details: ReferenceDetails) -> VerifyResult | None:
+    """``static_reject`` with its line for index arithmetic in an integer type narrower than the
+    problem's original sizes need (``narrow_index``), when tier 2 ran reduced sizes only: right at
+    those, it would wrap at the original sizes a GPU runs. None when the original sizes ran, their
+    largest tensor was not measured, or every index fits."""
+    needed = details.original_largest
+    if not details.candidate_job.overrides or needed is None:
+        return None
+    for ext in candidate.sources.extensions:
+        found = narrow_index(ext.cuda, needed)
+        if found is None:
+            continue
+        offset = ext.cuda_map.to_answer(found.offset)
+        line = None if offset is None else candidate.text.count("\n", 0, offset) + 1
+        where = f"line {line}: " if line is not None else ""
+        reason = (
+            f"{where}{found.type} {found.name} holds at most {found.largest:,}, but at the problem's original sizes an "
+            f"index reaches {needed:,} elements (its largest tensor); tier 2 ran only the reduced sizes "
+            f"{named_sizes(details.candidate_job.overrides)}, where it does not wrap, and a GPU runs the original ones"
+        )
+        diagnostic = Diagnostic(severity="error", message=reason, line=line)
+        return _result(Verdict.STATIC_REJECT, clip(reason), diagnostics=[diagnostic])
+    return None
 
 
 def _rerun_spec(spec: TierSpec, limits: SandboxLimits) -> TierSpec:
@@ -325,14 +353,15 @@ def _at_smaller_sizes(
     result, details = judge(_rerun_spec(spec, limits), problem_code, candidate, settings, retry, references)
     sizes = named_sizes(details.candidate_job.overrides) if details.candidate_job.overrides else f"{smaller} elements"
     timings = {**timed_out.timings_s, **{f"smaller_{k}": v for k, v in result.timings_s.items()}}
+    sizes_run = [*timed_out.sizes_run, *result.sizes_run]
     if result.verdict is Verdict.PASS:
         reason = (
             f"{timed_out.reason}; at the smaller sizes {sizes} it passes ({result.reason}), but tier 2 cannot tell a "
             "kernel that is slow on CPU fibers from one that never ends at larger sizes, so the timeout stands"
         )
-        return timed_out.model_copy(update={"reason": clip(reason), "timings_s": timings})
+        return timed_out.model_copy(update={"reason": clip(reason), "timings_s": timings, "sizes_run": sizes_run})
     reason = f"at the smaller sizes {sizes}: {result.reason}; it timed out at the reduced sizes ({timed_out.reason})"
-    return result.model_copy(update={"reason": clip(reason), "timings_s": timings})
+    return result.model_copy(update={"reason": clip(reason), "timings_s": timings, "sizes_run": sizes_run})
 
 
 def _at_original_sizes(
@@ -355,7 +384,11 @@ def _at_original_sizes(
         result, _ = judge(_rerun_spec(spec, limits), problem_code, candidate, settings, at_original, references)
         timings = {**result.timings_s, **{f"reduced_{k}": v for k, v in reduced.timings_s.items()}}
         return result.model_copy(
-            update={"reason": clip(f"at the original sizes: {result.reason}; {at_reduced}"), "timings_s": timings}
+            update={
+                "reason": clip(f"at the original sizes: {result.reason}; {at_reduced}"),
+                "timings_s": timings,
+                "sizes_run": [*reduced.sizes_run, *result.sizes_run],
+            }
         )
     sources = [*(ext.cuda for ext in candidate.sources.extensions), *(ext.cpp for ext in candidate.sources.extensions)]
     code = size_bearing_code(candidate.code, candidate.kind, sources)

@@ -93,7 +93,7 @@ from cuset_core.verify.harness_side import (
     trial_outputs,
     write_report,
 )
-from cuset_core.verify.result import Verdict
+from cuset_core.verify.result import SizesRun, Verdict
 from cuset_core.verify.transfer import load_values, save_values
 
 # How many times the second size's element budget may halve to find sizes other than the first's.
@@ -358,6 +358,12 @@ def load_source(source: str, name: str, overrides: dict[str, int], filename: str
 def measured_elements(problem_source: str, overrides: dict[str, int]) -> int:
     """Elements the problem holds, measured on the meta device: its inputs plus weights, or its
     outputs, whichever is larger (an elementwise op counts once, an outer product by its output)."""
+    return measured_sizes(problem_source, overrides)[0]
+
+
+def measured_sizes(problem_source: str, overrides: dict[str, int]) -> tuple[int, int]:
+    """The problem's elements (as :func:`measured_elements` counts them) and those of its largest
+    single tensor (input, weight or output), measured on the meta device."""
     import torch
 
     with _dynamo_unasked(), device_mode("meta"):
@@ -369,7 +375,8 @@ def measured_elements(problem_source: str, overrides: dict[str, int]) -> int:
         except Exception:  # noqa: BLE001 - an op without a meta kernel: count inputs and weights only
             outputs = []
     held = [*inputs, *model.parameters(), *model.buffers()]
-    return max(sum(t.numel() for t in tensors if isinstance(t, torch.Tensor)) for tensors in (held, outputs))
+    counts = [[t.numel() for t in tensors if isinstance(t, torch.Tensor)] for tensors in (held, outputs)]
+    return max(sum(numbers) for numbers in counts), max([0, *counts[0], *counts[1]])
 
 
 @contextmanager
@@ -497,7 +504,7 @@ def reference_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Out
     overrides = size_overrides(problem_source, job.max_elements) if job.reduce_sizes else {}
     if job.reduce_sizes and (too_large := _too_large(problem_source, overrides, job.max_elements)):
         raise Decided(too_large)
-    original = _safe_elements(problem_source) if overrides else None
+    original, largest = _safe_sizes(problem_source) if overrides else (None, None)
     fits = not overrides or original_fits(original, job.max_elements)
     try:
         data = run_reference(problem_source, overrides, job.kind, trial_seeds(job))
@@ -538,6 +545,11 @@ def reference_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Out
             note=note,
             original_fits=fits,
             original_elements=original,  # the judge grows the sandbox's limits for a rerun at them
+            original_largest=largest,  # tier 2 refuses indices too narrow for it (cpu.narrow_index_refusal)
+            sizes_run=[
+                sizes_run(constants, overrides, data["trials"]),
+                *([sizes_run(constants, second_overrides, second["trials"])] if second is not None else []),
+            ],
             wide_trials=wide_trials,
             second_wide_trials=second_wide,
             candidate_job=CandidateJob(
@@ -549,6 +561,13 @@ def reference_side(job: CpuJob, workdir: Path, timings: dict[str, float]) -> Out
             ),
         ),
     )
+
+
+def sizes_run(constants: dict[str, int], overrides: dict[str, int], trials: list[list[Any]]) -> SizesRun:
+    """What a verdict says of trials drawn at ``overrides`` of the problem's ``constants``."""
+    shapes = [[list(getattr(value, "shape", ())) for value in inputs] for inputs in trials]
+    shrunk = {name: constants[name] for name, value in overrides.items() if value < constants.get(name, value)}
+    return SizesRun(sizes={**constants, **overrides}, shrunk=shrunk, input_shapes=shapes)
 
 
 def _second_size(
@@ -603,10 +622,16 @@ def _whole_size_overrides(problem_source: str, overrides: dict[str, int], max_el
 def _safe_elements(problem_source: str, overrides: dict[str, int] | None = None) -> int | None:
     """Elements of the problem at its original sizes (or with ``overrides``); None when they
     cannot be measured."""
+    return _safe_sizes(problem_source, overrides)[0]
+
+
+def _safe_sizes(problem_source: str, overrides: dict[str, int] | None = None) -> tuple[int | None, int | None]:
+    """:func:`measured_sizes` at the original sizes (or with ``overrides``); None for each when they
+    cannot be measured."""
     try:
-        return measured_elements(problem_source, overrides or {})
+        return measured_sizes(problem_source, overrides or {})
     except Exception:  # noqa: BLE001 - a problem that cannot run on meta: size unknown
-        return None
+        return None, None
 
 
 def _too_large(problem_source: str, overrides: dict[str, int], max_elements: int) -> Outcome | None:

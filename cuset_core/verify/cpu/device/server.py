@@ -179,6 +179,10 @@ class Device:
         self.transfers: list[str] = []
         self.computes: list[str] = []
         self.torch_ops: dict[str, int] = {}
+        # A device operation that failed once trials began: whether it fails can depend on device
+        # data (an assert, an index out of range), one bit per try, so from then on every request
+        # fails with it, as a GPU's context does after a device-side assert.
+        self.failed = ""
 
     # ------------------------------------------------------------ serving
 
@@ -193,6 +197,8 @@ class Device:
             try:
                 request = REQUEST.validate_json(header)
                 self._release(request.release)
+                if self.failed:
+                    raise HostError(self.failed)
                 reply, out_payload = self.handle(request, payload)
             except (ValidationError, Refused, HostError) as exc:
                 reply = Reply(error_code=_INVALID_VALUE, error=str(exc)[:2000])
@@ -202,6 +208,8 @@ class Device:
                 said = f"{type(exc).__name__}: {exc}" if not self.trials else type(exc).__name__
                 reply = Reply(error_code=_INVALID_VALUE, error=f"{said} (in a device operation)"[:2000])
                 self.host_error = traceback.format_exc()[-4000:]
+                if self.trials:
+                    self.failed = f"the device is unusable after an operation failed on it during the trials ({said})"
             send_frame(sock, reply_bytes(reply), out_payload)
 
     def handle(self, request: Any, payload: bytes) -> tuple[Reply, bytes]:
@@ -426,13 +434,16 @@ class Device:
         return Reply(value=encode(values, lambda _tensor: None, blobs)), b"".join(blobs)
 
     def _inputs(self, request: Inputs, _payload: bytes) -> tuple[Reply, bytes]:
+        if (request.size, request.trial) != self._next_trial():
+            # A trial's inputs exist for the host only while its forward runs: none ahead of time,
+            # none again. The harness asks in order, so only the candidate asks out of turn.
+            asked = f"trial {request.trial + 1}'s inputs at size {request.size}"
+            self._refuse(f"{asked} asked for out of turn")
+            raise HostError(f"{asked} are not the trial that comes next")
         try:
             values = self.sizes[request.size]["trials"][request.trial]
         except (IndexError, KeyError):
             raise HostError(f"there is no trial {request.trial + 1} at size {request.size}") from None
-        if (request.size, request.trial) != self._next_trial():
-            # A trial's inputs exist for the host only while its forward runs: none ahead of time.
-            raise HostError(f"trial {request.trial + 1} at size {request.size} is not the trial that comes next")
         self.runtime.cuset_set_schedule(request.trial)
         self.runtime.cuset_set_kernels_on(1)
         import torch
@@ -494,6 +505,13 @@ class Device:
             return
         if len(kept) < MAX_VIOLATIONS:
             kept.append(violation(access, what, None if self.current is None else self.current.number))
+
+    def _refuse(self, what: str) -> None:
+        """Keep a request for trial data the host may not have now (both policies forbid it)."""
+        if len(self.transfers) < MAX_VIOLATIONS:
+            self.transfers.append(
+                violation(Access.TRIAL_DATA, what, None if self.current is None else self.current.number)
+            )
 
     def _snapshot(self) -> list[tuple[Any, Any]]:
         """Every live piece of device memory with a copy of its bytes."""

@@ -1,0 +1,343 @@
+"""Trial inputs, sizes and what a verdict says of them (issue 47, items 1 and 4), behind tier 2's
+device boundary (the default):
+
+1. Trial inputs exist for the candidate's host process only as device tensors, during their own
+   trial's forward: asking for the next trial's inputs, another trial's again or the second size's
+   out of turn is refused and named in the verdict; a device operation whose failure could tell the
+   host a bit of device data leaves the device unusable (as a GPU's context after a device-side
+   assert); the seed is nowhere the host can read.
+2. Index arithmetic in an integer type narrower than the original sizes need (``short``, an
+   ``unsigned short`` through a typedef, ``int`` on a problem of more than 2^31 elements) is
+   ``static_reject`` with its line when tier 2 ran only reduced sizes; ``int`` under 2^31 and 64-bit
+   types pass.
+3. Every verdict says which sizes its trials ran (both sizes, their input shapes) and whether the
+   original sizes ran, and ``cuset verify`` prints it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cuset_core.cli.verify import _print_human
+from cuset_core.verify.candidate import parse_candidate
+from cuset_core.verify.cpu import run_cpu_tier
+from cuset_core.verify.library_cache import LibraryCache
+from cuset_core.verify.result import Tier, Verdict, VerifyResult
+from cuset_core.verify.settings import SandboxLimits, VerifySettings
+from cuset_core.verify.static import check_static
+
+pytestmark = pytest.mark.slow
+
+ROWSUM = (Path(__file__).parents[1] / "unit" / "cpu_cases" / "rowsum_problem.py").read_text()
+KERNELS = VerifySettings(tier=Tier.CPU, limits=SandboxLimits(wall_s=300, cpu_s=300))
+MIXED = KERNELS.model_copy(update={"policy": "mixed"})
+# A budget far under the problems below, so that tier 2 runs reduced sizes only.
+SMALL = KERNELS.model_copy(update={"max_elements": 8192})
+
+
+def scale_problem(batch: int, dim: int) -> str:
+    return f"""import torch
+import torch.nn as nn
+
+BATCH = {batch}
+DIM = {dim}
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x * 2.0
+
+
+def get_inputs():
+    return [torch.randn(BATCH, DIM, device="cuda")]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+MILLION = scale_problem(64, 16384)  # 1,048,576 elements: more than a short counts
+BEYOND_INT = scale_problem(65536, 65536)  # 2^32 elements: more than an int counts
+FITS = scale_problem(64, 1024)  # small enough for a rerun at its original sizes
+
+
+def tier2(answer: str, libraries: LibraryCache, settings: VerifySettings = KERNELS, problem: str = ROWSUM):
+    assert check_static(parse_candidate(answer)) is None, "the attack must get past tier 0 to mean anything"
+    return run_cpu_tier(problem, parse_candidate(answer), settings, libraries)
+
+
+def assert_verdict(result: VerifyResult, verdict: Verdict, *words: str) -> None:
+    assert result.verdict is verdict, (result.verdict, result.reason, result.log[-2000:])
+    for word in words:
+        assert word in result.reason, (result.reason, result.log[-1500:])
+
+
+# ---------------------------------------------------------------- 1. trial inputs
+
+ROWSUM_CUDA = r"""
+#include <torch/extension.h>
+
+__global__ void rowsum_kernel(const float* x, float* out, int cols) {
+    double total = 0;
+    for (int j = 0; j < cols; ++j) total += x[blockIdx.x * cols + j];
+    out[blockIdx.x] = total;
+}
+
+torch::Tensor rowsum(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    rowsum_kernel<<<x.size(0), 1>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.size(1));
+    return out;
+}
+"""
+
+
+def rowsum_candidate(forward: str) -> str:
+    """A ``ModelNew`` whose forward runs ``forward`` (its body, indented) beside an honest row-sum
+    kernel, ``ext.rowsum``; ``self.calls`` counts its calls (the trial, 0-based)."""
+    return f'''import os
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline(name="inputs_ext", cpp_sources="torch::Tensor rowsum(torch::Tensor x);",
+                  cuda_sources=r"""{ROWSUM_CUDA}""", functions=["rowsum"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        trial, self.calls = self.calls, self.calls + 1
+{forward}
+'''
+
+
+def asking(size: str, trial: str) -> str:
+    """A forward that asks the device client for trial ``trial``'s inputs at ``size`` (Python
+    expressions), keeps going whatever it gets, and answers with the honest kernel."""
+    return (
+        "        from cuset_core.verify.cpu.device import client\n"
+        "        try:\n"
+        f"            client.trial_inputs({size}, {trial})\n"
+        "        except Exception:\n"
+        "            pass  # refused: the attack goes on as if nothing happened\n"
+        "        return ext.rowsum(x)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("size", "trial", "settings", "asked"),
+    [
+        ("0", "trial + 1", KERNELS, "trial 2's inputs at size 0"),
+        ("0", "max(trial - 1, 0)", MIXED, "trial 1's inputs at size 0"),
+        ("1", "0", SMALL.model_copy(update={"policy": "mixed"}), "trial 1's inputs at size 1"),
+    ],
+    ids=["the next trial's, ahead", "the previous trial's, again", "the second size's, during the first"],
+)
+def test_inputs_asked_for_out_of_turn_are_refused_and_the_verdict_says_so(libraries, size, trial, settings, asked):
+    # The row sums of 16 rows of 100,000 columns: under SMALL's budget tier 2 runs two sizes.
+    problem = ROWSUM.replace("COLS = 1000", "COLS = 100000")
+    result = tier2(rowsum_candidate(asking(size, trial)), libraries, settings, problem)
+    assert_verdict(result, Verdict.STATIC_REJECT, asked, "asked for out of turn")
+    assert result.mixed_pass in (None, False)
+
+
+def test_no_other_call_of_the_device_client_hands_over_trial_data(libraries):
+    # Each request the client can send, tried during trial 1 on its input's address: the ones that
+    # answer with data are transfers the verdict names; setup gives no trial's inputs.
+    forward = """        from cuset_core.verify.cpu.device import client
+        handed, _ = client.request({"op": "setup", "size": 0})
+        if "trials" in handed:
+            return ext.rowsum(x) * 0  # would be wrong: setup handed over trial data
+        address = x.data_ptr()
+        for header in (
+            {"op": "malloc", "bytes": 16},
+            {"op": "memset", "dst": address, "value": 0, "n": 0},
+            {"op": "last_error", "take": False},
+            {"op": "d2h", "dst": 0, "src": address, "n": 16},
+        ):
+            try:
+                client.request(header)
+            except Exception:
+                pass
+        return ext.rowsum(x)"""
+    result = tier2(rowsum_candidate(forward), libraries)
+    assert_verdict(result, Verdict.STATIC_REJECT, "trial 1: cudaMemcpy (device to host) moved device data to the host")
+
+
+def test_a_device_failure_that_tells_one_bit_leaves_the_device_unusable(libraries):
+    # Under mixed torch may compute, so an assert on a comparison tells the host whether it held:
+    # one bit of an input per try. After the first failure nothing runs any more, as on a GPU.
+    forward = """        try:
+            torch._assert_async(x[0, 0] > 100.0)  # never holds for randn: the failure is the bit
+        except Exception:
+            pass
+        return ext.rowsum(x)"""
+    result = tier2(rowsum_candidate(forward), libraries, MIXED)
+    # The kernel's call after it cannot run: the trial never ends, whatever the host learnt.
+    assert_verdict(result, Verdict.RUNTIME_ERROR, "after 0 of 5 trials")
+    assert "Expected Tensor with single nonzero value" in result.log  # the assert, in the judge's log
+
+
+def test_the_seed_and_the_inputs_file_are_nowhere_the_host_can_read(libraries):
+    # Every place the host could look for the judge's seed or another trial's inputs: the job, the
+    # folder, the environment, the device process's memory and descriptors. Finding any: a wrong answer.
+    forward = """        import json
+        found = []
+        for name in os.listdir("."):
+            if name.endswith(".json") and json.loads(open(name).read()).get("input_seed") is not None:
+                found.append(name)
+        if any(name.endswith(".safetensors") for name in os.listdir(".")):
+            found.append(str(os.listdir(".")))
+        if any("INPUT_SEED" in name.upper() for name in os.environ):
+            found.append("environment")
+        device = os.getppid()
+        for path in (f"/proc/{device}/mem", f"/proc/{device}/environ"):
+            try:
+                with open(path, "rb") as handle:
+                    handle.read(1)
+                found.append(path)
+            except OSError:
+                pass
+        try:
+            found.extend(os.listdir(f"/proc/{device}/fd"))
+        except OSError:
+            pass
+        if found:
+            raise RuntimeError(f"the host found {found}")
+        return ext.rowsum(x)"""
+    assert_verdict(tier2(rowsum_candidate(forward), libraries), Verdict.PASS)
+
+
+# ---------------------------------------------------------------- 2. narrow index types
+
+
+def scale_candidate(kernel: str, name: str) -> str:
+    """A ``ModelNew`` that doubles its input with ``kernel`` (a ``scale_kernel(x, out, n)``),
+    launched with one thread per element."""
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda = r"""
+#include <torch/extension.h>
+#include <cstdint>
+{kernel}
+torch::Tensor scale(torch::Tensor x) {{
+    auto out = torch::empty_like(x);
+    int64_t n = x.numel();
+    scale_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), out.data_ptr<float>(), n);
+    return out;
+}}
+"""
+ext = load_inline(name="{name}", cpp_sources="torch::Tensor scale(torch::Tensor x);", cuda_sources=cuda,
+                  functions=["scale"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return ext.scale(x)
+'''
+
+
+SHORT_INDEX = """
+__global__ void scale_kernel(const float* x, float* out, int n) {
+    short i = blockIdx.x * blockDim.x + threadIdx.x;  // right up to 32,767 elements
+    if (i < n) out[i] = 2.0f * x[i];
+}
+"""
+# Another road: the counter's type through a typedef, a grid-stride loop bounded by the size.
+TYPEDEF_COUNTER = """
+typedef unsigned short count_t;
+__global__ void scale_kernel(const float* x, float* out, int n) {
+    for (count_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        out[i] = 2.0f * x[i];
+}
+"""
+INT_INDEX = """
+__global__ void scale_kernel(const float* x, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = 2.0f * x[i];
+}
+"""
+WIDE_INDEX = """
+__global__ void scale_kernel(const float* x, float* out, int64_t n) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = 2.0f * x[i];
+}
+"""
+
+
+def line_of(answer: str, text: str) -> int:
+    return answer[: answer.index(text)].count("\n") + 1
+
+
+@pytest.mark.parametrize(
+    ("kernel", "declaration", "problem", "needed"),
+    [
+        (SHORT_INDEX, "short i", MILLION, "1,048,576"),
+        (TYPEDEF_COUNTER, "count_t i", MILLION, "1,048,576"),
+        (INT_INDEX, "int n", BEYOND_INT, "4,294,967,296"),
+    ],
+    ids=["short", "unsigned short through a typedef", "int beyond 2^31"],
+)
+def test_an_index_too_narrow_for_the_original_sizes_is_refused_with_its_line(
+    libraries, kernel, declaration, problem, needed
+):
+    answer = scale_candidate(kernel, "narrow_" + declaration.split()[0])
+    result = tier2(answer, libraries, SMALL, problem)
+    line = line_of(answer, declaration.split()[0] + " " + declaration.split()[1])
+    assert_verdict(result, Verdict.STATIC_REJECT, f"line {line}: {declaration}", needed)
+    assert result.diagnostics and result.diagnostics[0].line == line
+    assert result.original_sizes_run is False
+
+
+@pytest.mark.parametrize(
+    ("kernel", "problem"), [(INT_INDEX, MILLION), (WIDE_INDEX, BEYOND_INT)], ids=["int under 2^31", "size_t"]
+)
+def test_indices_wide_enough_for_the_original_sizes_pass(libraries, kernel, problem):
+    result = tier2(scale_candidate(kernel, "wide_enough"), libraries, SMALL, problem)
+    assert_verdict(result, Verdict.PASS)
+
+
+# ---------------------------------------------------------------- 3. the sizes a verdict ran
+
+
+def test_a_pass_at_reduced_sizes_says_both_sizes_and_that_the_original_did_not_run(libraries, capsys):
+    result = tier2(scale_candidate(INT_INDEX, "sizes_said"), libraries, SMALL, MILLION)
+    assert_verdict(result, Verdict.PASS)
+    first, second = result.sizes_run
+    assert first.shrunk and second.shrunk and first.sizes != second.sizes
+    for run in (first, second):
+        assert len(run.input_shapes) == SMALL.seeds
+        assert all(shapes == [[run.sizes["BATCH"], run.sizes["DIM"]]] for shapes in run.input_shapes)
+        assert run.sizes["BATCH"] * run.sizes["DIM"] <= SMALL.max_elements
+    assert result.original_sizes_run is False
+    assert result.model_dump(mode="json")["original_sizes_run"] is False  # what the API returns
+    _print_human(result, Path("candidate.py"))
+    printed = capsys.readouterr().out
+    assert "sizes run: " in printed and "original sizes not run" in printed
+    assert f"DIM={first.sizes['DIM']} (of 16384)" in printed, printed
+
+
+def test_a_rerun_at_the_original_sizes_says_it_ran_them(libraries):
+    # Right only at the original DIM (hard-coded): it fails at the reduced sizes, and the rerun at
+    # the original sizes, which fit, decides; the verdict lists both runs.
+    hardcoded = INT_INDEX.replace("2.0f * x[i];", "2.0f * x[i] + (n == 64 * 1024 ? 0.0f : 1.0f);")
+    result = tier2(scale_candidate(hardcoded, "hardcoded"), libraries, SMALL, FITS)
+    assert_verdict(result, Verdict.PASS, "at the original sizes")
+    assert result.sizes_run[0].shrunk and not result.sizes_run[-1].shrunk
+    assert result.sizes_run[-1].input_shapes[0] == [[64, 1024]]
+    assert result.original_sizes_run is True
