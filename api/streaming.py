@@ -34,7 +34,8 @@ from api.errors import APIError
 from db.confidence_scores import AnswerScores
 from db.errors import ErrorCode, ErrorInfo
 from db.generation_events import GenerationEvent, channel, publishing
-from db.generations import GenerationSample, dump_samples, load_samples, read_samples
+from db.generation_rows import load_samples
+from db.generations import GenerationSample, GenerationTimings, Usage
 from db.models import Generation
 from db.session import session_factory
 from db.settings import Settings
@@ -62,9 +63,9 @@ class Snapshot:
     id: str
     model: str
     status: str
-    samples: list[dict[str, Any]]
-    usage: dict[str, Any] | None
-    timings: dict[str, Any] | None
+    samples: list[GenerationSample]
+    usage: Usage | None
+    timings: GenerationTimings | None
     error: ErrorInfo | None
     created_at: float
     confidence: AnswerScores | None = None  # a confidence request's answer
@@ -77,7 +78,7 @@ class Snapshot:
 def _read(url: str, generation_id: str) -> Snapshot:
     with session_factory(url)() as session:
         row = session.get(Generation, generation_id)
-        samples = dump_samples(load_samples(session, generation_id))
+        samples = load_samples(session, generation_id)
         return Snapshot(
             row.id, row.model, row.status, samples, row.usage, row.timings, row.error, row.created_at, row.confidence
         )
@@ -169,7 +170,7 @@ async def _poll(settings: Settings, generation_id: str) -> AsyncIterator[Snapsho
     delay, last = FIRST_POLL_S, None
     while True:
         snapshot = await run_in_threadpool(_read, url, generation_id)
-        fingerprint = (snapshot.status, json.dumps(snapshot.samples, sort_keys=True))
+        fingerprint = (snapshot.status, snapshot.samples)
         if fingerprint != last:
             last = fingerprint
             yield snapshot
@@ -272,9 +273,9 @@ class Following:
         if row.final:
             self.snapshot, self.waiting = row, []
             return self.snapshot != before
-        samples = self._merged(read_samples(row.samples))
+        samples = self._merged(row.samples)
         status = row.status if STATUS_ORDER[row.status] >= STATUS_ORDER[before.status] else before.status
-        self.snapshot = replace(row, status=status, samples=dump_samples(samples))
+        self.snapshot = replace(row, status=status, samples=samples)
         self._apply_waiting()
         return self.snapshot != before
 
@@ -287,12 +288,12 @@ class Following:
         status = before.status
         if event.status is not None and STATUS_ORDER[event.status] > STATUS_ORDER[status]:
             status = event.status
-        self.snapshot = replace(before, status=status, samples=dump_samples(samples))
+        self.snapshot = replace(before, status=status, samples=samples)
         self._apply_waiting()
         return self.snapshot != before
 
     def _merged(self, news: list[GenerationSample]) -> list[GenerationSample]:
-        samples = read_samples(self.snapshot.samples)
+        samples = list(self.snapshot.samples)
         for sample in news:
             samples.extend(GenerationSample(index=i) for i in range(len(samples), sample.index + 1))
             samples[sample.index] = merged_sample(samples[sample.index], sample)
@@ -301,7 +302,7 @@ class Following:
     def _apply_waiting(self) -> None:
         """Apply every waiting delta that now continues its attempt's text (in text order, so
         one delta makes room for the next); keep those that start past it."""
-        samples = read_samples(self.snapshot.samples)
+        samples = list(self.snapshot.samples)
         left = []
         for event in sorted(self.waiting, key=lambda e: (e.index, e.offset)):
             applied = (
@@ -312,7 +313,7 @@ class Following:
             else:
                 samples[event.index] = applied
         self.waiting = left
-        self.snapshot = replace(self.snapshot, samples=dump_samples(samples))
+        self.snapshot = replace(self.snapshot, samples=samples)
 
 
 async def wait_final(settings: Settings, generation_id: str) -> Snapshot:

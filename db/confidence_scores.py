@@ -1,10 +1,23 @@
-"""The answer of a confidence request (``Generation.confidence``): the model's probability of
-each answer token of a training record, and each region's summary. Written by the worker
-(``worker/tasks/confidence.py``), read by the file analysis endpoint."""
+"""A confidence request (``Generation.request`` of a row of kind ``confidence``: which record of
+which file, scored by which model) and its answer (``Generation.confidence``): the model's
+probability of each answer token of the record, and each region's summary. Written by the
+worker (``worker/tasks/confidence.py``), read by the file analysis endpoint."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ConfidenceRequest(BaseModel):
+    """Score record ``n`` of file ``file_id`` with ``model`` (resolved to its ``spec``)."""
+
+    # Another kind's request never reads as this one (Generation.request holds either).
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    file_id: str
+    n: int = Field(ge=0, description="the record's 0-based position in the file")
+    model: str
+    spec: str = Field(description="cuset_core model spec of the model")
 
 
 class TokenScore(BaseModel):

@@ -1,12 +1,12 @@
 """The typed contract of a Generation row (shared by api/ and worker/): what the API asks for
-(``GenerationRequest``, the row's ``request`` JSON), what the workers write back per attempt
-(``GenerationSample``, one ``GenerationSampleRow`` each: ``load_samples``, ``save_samples``), and
-how a verified request moves on (``next_steps``: first pass, repairs, done).
+(``GenerationRequest``, the row's ``request``), what the workers write back per attempt
+(``GenerationSample``, one ``GenerationSampleRow`` each) and for the whole request (``Usage``,
+``GenerationTimings``), and how a verified request moves on (``next_steps``: first pass,
+repairs, done). ``db.generation_rows`` reads and writes the rows.
 
-Both sides write with ``model_dump(mode="json")`` and read with ``model_validate``. Fields added
-after rows were first stored have defaults, so old rows still read. Confidence rows
-(``kind == "confidence"``) keep a request of their own and their answer in ``confidence``; they
-are not read here.
+The columns hold these types (``TypedJSON``). Fields added after rows were first stored have
+defaults, so old rows still read. Confidence rows (``kind == "confidence"``) keep a request of
+their own (``ConfidenceRequest``) and their answer in ``confidence``; they are not read here.
 
 An *attempt* is one decoded answer: the ``n`` samples drawn for the request (round 0), and the
 repairs, each the model's answer to a follow-up turn showing it the previous attempt's error
@@ -19,17 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
 
 from cuset_core.generation.prompts import repairable
 from cuset_core.verify.policy import Policy
 from cuset_core.verify.result import VerifyResult
-from db.dispatch import send_generate_repair
-from db.model_specs import EngineRoute
-from db.models import Generation, GenerationSampleRow
-from db.settings import Settings
-from db.statuses import GenerationStatus
+from db.engine_routes import EngineRoute
 
 # The tier a generated kernel is verified up to: "none", or a value of the verifier's ``Tier``
 # (a test keeps the two lists equal). A Literal rather than ``Tier | Literal["none"]``, so that a
@@ -92,49 +86,30 @@ class GenerationSample(BaseModel):
         return self.verification is not None or self.cancelled
 
 
-def read_samples(raw: list[dict] | None) -> list[GenerationSample]:
-    """Attempts as a follower's snapshot or an event carries them (JSON)."""
-    return [GenerationSample.model_validate(sample) for sample in raw or []]
+class Usage(BaseModel):
+    """Tokens a request used, as OpenAI counts them (the row's ``usage``)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
 
 
-def dump_samples(samples: list[GenerationSample]) -> list[dict]:
-    return [sample.model_dump(mode="json") for sample in samples]
+class GenerationTimings(BaseModel):
+    """Where a request's time went, in seconds (the row's ``timings``), and the instants (Unix
+    seconds) the later figures are measured from. None: not (yet) measured."""
 
+    queue_s: float | None = Field(None, description="from creation to the start of decoding")
+    generate_s: float | None = Field(None, description="decoding")
+    verify_s: float | None = Field(None, description="verification after decoding")
+    confidence_s: float | None = Field(None, description="measuring a confidence request")
+    total_s: float | None = Field(None, description="from creation to the end")
+    batch_size: int | None = Field(None, description="requests decoded together with this one (itself included)")
+    started_at: float | None = Field(None, description="decoding began")
+    decoded_at: float | None = Field(None, description="every drawn sample was decoded")
 
-_SAMPLE_FIELDS = tuple(GenerationSample.model_fields)
-
-
-def load_samples(session: Session, generation_id: str) -> list[GenerationSample]:
-    """Every attempt of the generation, by index (``GenerationSampleRow`` rows)."""
-    rows = session.scalars(
-        select(GenerationSampleRow)
-        .where(GenerationSampleRow.generation_id == generation_id)
-        .order_by(GenerationSampleRow.index)
-        .execution_options(populate_existing=True)
-    )
-    return [GenerationSample.model_validate({name: getattr(row, name) for name in _SAMPLE_FIELDS}) for row in rows]
-
-
-def save_samples(session: Session, generation_id: str, samples: list[GenerationSample]) -> None:
-    """Write ``samples`` (some or all attempts) into their rows, adding the rows that are new."""
-    if not samples:
-        return
-    stored = {
-        row.index: row
-        for row in session.scalars(
-            select(GenerationSampleRow).where(
-                GenerationSampleRow.generation_id == generation_id,
-                GenerationSampleRow.index.in_([sample.index for sample in samples]),
-            )
-        )
-    }
-    for sample in samples:
-        row = stored.get(sample.index)
-        if row is None:
-            row = GenerationSampleRow(generation_id=generation_id, index=sample.index)
-            session.add(row)
-        for name in _SAMPLE_FIELDS:
-            setattr(row, name, getattr(sample, name))
+    def but_earlier(self, earlier: GenerationTimings | None) -> GenerationTimings:
+        """These timings, where ``earlier`` (the row's) has not measured the same figure already."""
+        return self if earlier is None else self.model_copy(update=earlier.model_dump(exclude_none=True))
 
 
 @dataclass
@@ -182,7 +157,7 @@ def next_steps(request: GenerationRequest, samples: list[GenerationSample], deco
     return NextSteps(repairs=repairs, finished=finished, chosen=chosen)
 
 
-def usage_of(samples: list[GenerationSample]) -> dict[str, int]:
+def usage_of(samples: list[GenerationSample]) -> Usage:
     """Token usage of a request: each drawn prompt once (its samples share it), each repair's own
     follow-up prompt, and every completion."""
     drawn: dict[int, int] = {}
@@ -191,65 +166,8 @@ def usage_of(samples: list[GenerationSample]) -> dict[str, int]:
             drawn[sample.prompt_index] = max(drawn.get(sample.prompt_index, 0), sample.prompt_tokens)
     prompt_tokens = sum(drawn.values()) + sum(s.prompt_tokens for s in samples if s.round > 0)
     completion_tokens = sum(s.completion_tokens for s in samples)
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
-
-
-def locked_generation(session: Session, generation_id: str) -> Generation | None:
-    """The row, locked for the rest of the transaction (``SELECT ... FOR UPDATE``)."""
-    if session.get_bind().dialect.name == "sqlite":
-        # SQLite has no row locks: a no-op write takes the database's write lock first, so the
-        # read below sees every committed update and nobody writes until this transaction ends.
-        session.execute(update(Generation).where(Generation.id == generation_id).values(status=Generation.status))
-    return session.scalars(
-        select(Generation)
-        .where(Generation.id == generation_id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    ).one_or_none()
-
-
-def finish(row: Generation, now: float, samples: list[GenerationSample] | None = None) -> None:
-    """Mark a verified request succeeded, with its queue, generation, verification and total time.
-
-    A request the first passing attempt ends while later attempts are still to be decoded has no
-    ``decoded_at``: its verification time is then the attempts' own verification times, and its
-    generation time the rest of the time since decoding started."""
-    timings = dict(row.timings or {})
-    if "decoded_at" in timings:
-        timings["verify_s"] = round(now - timings["decoded_at"], 4)
-    elif "started_at" in timings:
-        verified = [s.verification for s in samples or [] if s.verification is not None]
-        verify_s = sum(result.timings_s.get("total", 0.0) for result in verified)
-        timings["queue_s"] = round(timings["started_at"] - row.created_at, 4)
-        timings["verify_s"] = round(verify_s, 4)
-        timings["generate_s"] = round(max(0.0, now - timings["started_at"] - verify_s), 4)
-    timings["total_s"] = round(now - row.created_at, 4)
-    row.timings, row.status, row.finished_at = timings, GenerationStatus.SUCCEEDED, now
-
-
-def settle(
-    session: Session, row: Generation, request: GenerationRequest, samples: list[GenerationSample], now: float
-) -> NextSteps:
-    """Apply ``next_steps`` to the locked ``row`` holding ``samples`` (changed by the caller, who
-    names them all in ``samples``): store them, cancel, append repair attempts, finish. The caller
-    enqueues the repairs' decoding after the transaction commits. A row still ``running`` is still
-    decoding its drawn samples."""
-    steps = next_steps(request, samples, decoding=row.status == GenerationStatus.RUNNING)
-    for index in steps.cancel:
-        samples[index].cancelled = True
-    samples.extend(steps.repairs)
-    save_samples(session, row.id, samples)
-    row.usage = usage_of(samples)
-    if steps.finished:
-        finish(row, now, samples)
-    return steps
-
-
-def decode_repairs(settings: Settings, generation_id: str, repairs: list[GenerationSample]) -> None:
-    """Send the repair attempts ``settle`` appended to ``cuset.generate_repair`` (after the commit)."""
-    for repair in repairs:
-        send_generate_repair(settings, generation_id, repair.index)
+    return Usage(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        total_tokens=prompt_tokens + completion_tokens,
+    )

@@ -8,8 +8,9 @@ Times are Unix seconds (float), as the OpenAI API reports them. Every user-owned
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import Field
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -19,9 +20,10 @@ from cuset_core.evaluation.metrics import Aggregate, ProblemRow
 from cuset_core.evaluation.scoring import SampleRecord
 from cuset_core.training.config import JobSpec
 from cuset_core.verify.result import VerifyResult
-from db.confidence_scores import AnswerScores
+from db.confidence_scores import AnswerScores, ConfidenceRequest
 from db.errors import ErrorInfo
 from db.evals import EvalProgress, EvalSampleRecord
+from db.generations import GenerationRequest, GenerationTimings, Usage
 from db.statuses import EvalStatus, GenerationStatus, JobStatus
 from db.typed_json import TypedJSON
 
@@ -31,6 +33,11 @@ RESULTS_PURPOSE = "fine-tune-results"  # OpenAI's purpose of the files a tuning 
 
 class Base(DeclarativeBase):
     type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+# A confidence row's request reads as one only when it is one (it forbids other fields), so it is
+# tried first; every other kind's is a GenerationRequest.
+StoredRequest = Annotated[ConfidenceRequest | GenerationRequest, Field(union_mode="left_to_right")]
 
 
 def _now() -> float:
@@ -183,11 +190,11 @@ class Generation(Base):
     owner: Mapped[str] = mapped_column(String(64), index=True, default=DEFAULT_OWNER)
     model: Mapped[str] = mapped_column(String(255), index=True)
     kind: Mapped[str] = mapped_column(String(16))  # a GenerationKind
-    request: Mapped[dict[str, Any]] = mapped_column()
+    request: Mapped[GenerationRequest | ConfidenceRequest] = mapped_column(TypedJSON(StoredRequest))
     status: Mapped[str] = mapped_column(String(16), index=True, default=GenerationStatus.QUEUED)  # a GenerationStatus
     confidence: Mapped[AnswerScores | None] = mapped_column(TypedJSON(AnswerScores))  # kind "confidence" only
-    usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    timings: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    usage: Mapped[Usage | None] = mapped_column(TypedJSON(Usage))
+    timings: Mapped[GenerationTimings | None] = mapped_column(TypedJSON(GenerationTimings))
     error: Mapped[ErrorInfo | None] = mapped_column(TypedJSON(ErrorInfo))
     created_at: Mapped[float] = mapped_column(Float, default=_now)
     finished_at: Mapped[float | None] = mapped_column(Float)

@@ -40,7 +40,7 @@ from api.streaming import wait_final
 from cuset_core.analysis.analyze import analyze_answer
 from cuset_core.evaluation.confidence_settings import ReportSettings
 from cuset_core.training.config import Hyperparameters
-from db.confidence_scores import AnswerScores
+from db.confidence_scores import AnswerScores, ConfidenceRequest
 from db.dispatch import send_confidence
 from db.errors import ErrorCode
 from db.ids import new_id
@@ -432,7 +432,7 @@ def _submit_confidence(session: Session, settings: Settings, owner: str, file_id
         owner=owner,
         model=model,
         kind=GenerationKind.CONFIDENCE,
-        request={"file_id": file_id, "n": n, "model": model, "spec": spec},
+        request=ConfidenceRequest(file_id=file_id, n=n, model=model, spec=spec),
         status=GenerationStatus.QUEUED,
     )
     session.add(row)

@@ -14,8 +14,8 @@ from sqlalchemy import text
 
 from api.deps import SettingsDep
 from api.errors import error_json
+from db.engine_routes import EngineRoute, base_engine_routes
 from db.errors import ErrorCode
-from db.model_specs import EngineRoute, base_engine_routes
 from db.session import engine_for
 from db.settings import Settings
 from db.worker_status import sandbox_states

@@ -40,7 +40,7 @@ from cuset_core.evaluation.problem_check import problem_issues
 from cuset_core.generation.prompts import PromptStyle, build_messages
 from cuset_core.models import recorded_prompt_style
 from db.dispatch import send_generate
-from db.generations import GenerationRequest, GenerationSample, chosen_attempt, read_samples
+from db.generations import GenerationRequest, GenerationSample, GenerationTimings, chosen_attempt
 from db.ids import new_id
 from db.model_specs import engine_route_for
 from db.models import Generation
@@ -98,7 +98,7 @@ def _submit(
         owner=owner,
         model=model,
         kind=kind,
-        request=request.model_copy(update={"spec": spec, "engine": engine}).model_dump(mode="json"),
+        request=request.model_copy(update={"spec": spec, "engine": engine}),
         status=GenerationStatus.QUEUED,
     )
     session.add(row)
@@ -108,7 +108,7 @@ def _submit(
 
 
 def _usage(snapshot: Snapshot) -> Usage:
-    return Usage(**(snapshot.usage or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}))
+    return snapshot.usage or Usage(prompt_tokens=0, completion_tokens=0, total_tokens=0)
 
 
 def _error_body(error: APIError) -> dict:
@@ -148,7 +148,7 @@ async def _openai_events(
             if snapshot.status == GenerationStatus.FAILED:
                 yield sse(_error_body(failure_error(snapshot)))
                 break
-            for sample in read_samples(snapshot.samples):
+            for sample in snapshot.samples:
                 index, text = sample.index, sample.text
                 if index not in sent:
                     sent[index] = ""
@@ -191,10 +191,7 @@ async def create_completion(
         created=int(done.created_at),
         model=done.model,
         usage=_usage(done),
-        choices=[
-            CompletionChoice(index=s.index, text=s.text, finish_reason=s.finish_reason)
-            for s in read_samples(done.samples)
-        ],
+        choices=[CompletionChoice(index=s.index, text=s.text, finish_reason=s.finish_reason) for s in done.samples],
     )
 
 
@@ -220,7 +217,7 @@ async def create_chat_completion(
         usage=_usage(done),
         choices=[
             ChatChoice(index=s.index, message=AssistantMessage(content=s.text), finish_reason=s.finish_reason)
-            for s in read_samples(done.samples)
+            for s in done.samples
         ],
     )
 
@@ -231,7 +228,7 @@ def _generated(sample: GenerationSample) -> GeneratedSample:
         text=sample.text,
         code=sample.code or "",
         finish_reason=sample.finish_reason,
-        verification=None if sample.verification is None else sample.verification.model_dump(mode="json"),
+        verification=sample.verification,
         round=sample.round,
         repair_of=sample.repair_of,
         cancelled=sample.cancelled,
@@ -239,7 +236,8 @@ def _generated(sample: GenerationSample) -> GeneratedSample:
 
 
 def _timings(snapshot: Snapshot) -> GenerateTimings:
-    return GenerateTimings(**{k: v for k, v in (snapshot.timings or {}).items() if k in GenerateTimings.model_fields})
+    timings = snapshot.timings or GenerationTimings()
+    return GenerateTimings(**timings.model_dump(include=set(GenerateTimings.model_fields)))
 
 
 async def _generate_events(settings: Settings, created: Snapshot) -> AsyncIterator[ServerSentEvent]:
@@ -254,7 +252,7 @@ async def _generate_events(settings: Settings, created: Snapshot) -> AsyncIterat
             if snapshot.status == GenerationStatus.FAILED:
                 yield sse(_error_body(failure_error(snapshot)), event="error")
                 break
-            samples = read_samples(snapshot.samples)
+            samples = snapshot.samples
             for sample in samples:
                 index, text = sample.index, sample.text
                 if index not in sent:
@@ -271,10 +269,8 @@ async def _generate_events(settings: Settings, created: Snapshot) -> AsyncIterat
                     if sample.cancelled:
                         yield sse({"index": index}, event="sample.cancelled")
                     else:
-                        yield sse(
-                            {"index": index, "verification": _generated(sample).verification},
-                            event="sample.verification",
-                        )
+                        verified = _generated(sample).model_dump(mode="json", include={"index", "verification"})
+                        yield sse(verified, event="sample.verification")
             if snapshot.status == GenerationStatus.SUCCEEDED:
                 yield sse(
                     {
@@ -367,7 +363,7 @@ async def create_generation(
     if body.stream:
         return _event_stream(_generate_events(settings, created))
     done = await wait_answer(settings, created.id, http.is_disconnected)
-    samples = read_samples(done.samples)
+    samples = done.samples
     return GenerateResponse(
         id=done.id,
         created=int(done.created_at),

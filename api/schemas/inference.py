@@ -9,7 +9,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cuset_core.verify.policy import Policy
-from db.generations import VerifyTier
+from cuset_core.verify.result import VerifyResult
+from db.generations import Usage, VerifyTier
 
 
 class Decoding(BaseModel):
@@ -114,12 +115,6 @@ class GenerateRequest(Decoding):
         return self
 
 
-class Usage(BaseModel):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
 class CompletionChoice(BaseModel):
     index: int
     text: str
@@ -164,7 +159,7 @@ class GeneratedSample(BaseModel):
     text: str
     code: str = Field(description="the first fenced code block of text (all of text when unfenced)")
     finish_reason: str | None
-    verification: dict[str, Any] | None = Field(None, description="cuset_core VerifyResult; null when not verified")
+    verification: VerifyResult | None = Field(None, description="the verifier's verdict; null when not verified")
     round: int = Field(0, description="0 for a drawn sample, r for the r-th repair of one")
     repair_of: int | None = Field(None, description="index of the failed attempt this one repairs")
     cancelled: bool = Field(False, description="never decoded or verified: another attempt passed first")

@@ -17,7 +17,8 @@ from sqlalchemy import select
 from cuset_core.demo import demo_problems, write_demo_dataset
 from cuset_core.generation.prompts import build_messages
 from cuset_core.training.config import JobSpec
-from db.generations import GenerationRequest, GenerationSample, load_samples, save_samples
+from db.generation_rows import load_samples, save_samples
+from db.generations import GenerationRequest, GenerationSample
 from db.ids import new_id
 from db.models import Eval, File, Generation, Job, JobEvent
 from db.session import session_scope

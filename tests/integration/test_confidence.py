@@ -45,7 +45,7 @@ def test_confidence_of_the_tiny_model_covers_the_answer_and_summarises_regions(c
             select(Generation).where(Generation.kind == "confidence").order_by(Generation.created_at.desc())
         ).first()
         assert row.status == "succeeded" and row.model == "tiny"
-        assert row.request["file_id"] == file_id and row.request["n"] == 0
+        assert row.request.file_id == file_id and row.request.n == 0
 
 
 def test_without_a_model_the_analysis_has_no_confidence(client):

@@ -240,18 +240,16 @@ def test_readyz_reports_each_engine(front, service_settings, server):
 
 def test_an_engine_that_cannot_be_reached_fails_the_generation_with_the_reason(front):
     from db.dispatch import send_generate
+    from db.engine_routes import EngineRoute
     from db.generations import GenerationRequest
     from db.ids import new_id
-    from db.model_specs import EngineRoute
 
     # A row as the API writes it for a model whose engine has gone away since.
     gone = EngineRoute(url=UNREACHABLE, model="tiny")
     request = GenerationRequest(spec="tiny", engine=gone, prompts=[HELLO], max_tokens=8)
     url = front.settings.resolved_database_url
     with session_scope(url) as session:
-        row = Generation(
-            id=new_id("gen"), owner=TEST_OWNER, model="tiny", kind="chat", request=request.model_dump(mode="json")
-        )
+        row = Generation(id=new_id("gen"), owner=TEST_OWNER, model="tiny", kind="chat", request=request)
         session.add(row)
         generation_id = row.id
     send_generate(front.settings, generation_id)

@@ -17,7 +17,8 @@ from cuset_core.demo import demo_problems
 from cuset_core.generation.prompts import build_messages, render_prompt, repair_messages
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from db.dispatch import send_generate, send_verify_sample
-from db.generations import GenerationRequest, GenerationSample, load_samples, locked_generation, settle
+from db.generation_rows import load_samples, locked_generation, settle
+from db.generations import GenerationRequest, GenerationSample
 from db.models import Generation
 from db.session import session_scope
 from tests.integration.job_support import decoded_generation, insert_generation, stored_samples
@@ -213,7 +214,7 @@ def test_a_pass_while_later_samples_are_decoded_stops_the_decoding(service_setti
     wait_for(first_sample_done, timeout=180, interval=0.02, what="sample 0 to be decoded")
     at_the_pass = _record_a_pass(service_settings, generation_id, 0)
     row = wait_for(
-        lambda: (r := _row(service_settings, generation_id)).timings and "generate_s" in r.timings and r,
+        lambda: (r := _row(service_settings, generation_id)).timings and r.timings.generate_s is not None and r,
         what="the decoding task to end",
     )
 
@@ -228,7 +229,7 @@ def test_a_pass_while_later_samples_are_decoded_stops_the_decoding(service_setti
     assert all(s.cancelled and s.text == "" and s.completion_tokens == 0 for s in never_started)
     # Usage says what was decoded: the finished attempts and the part of the stopped one.
     decoded = sum(samples[index].completion_tokens for index in finished) + stopped.completion_tokens
-    assert row.usage["completion_tokens"] == decoded
+    assert row.usage.completion_tokens == decoded
 
 
 @pytest.mark.parametrize(

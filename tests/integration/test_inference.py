@@ -281,7 +281,7 @@ def test_concurrent_requests_for_one_model_are_decoded_in_one_batch(server, work
         def queued() -> int:
             with session_scope(service_settings.resolved_database_url) as session:
                 rows = session.scalars(select(Generation).where(Generation.status == "queued")).all()
-                return sum(row.request["prompts"][0] in prompts for row in rows) == len(prompts)
+                return sum(row.request.prompts[0] in prompts for row in rows) == len(prompts)
 
         wait_for(queued, timeout=30, what="all requests queued")
     finally:
@@ -292,7 +292,7 @@ def test_concurrent_requests_for_one_model_are_decoded_in_one_batch(server, work
     assert all(answers[p].status_code == 200 for p in prompts), [answers[p].text for p in prompts]
     with session_scope(service_settings.resolved_database_url) as session:
         ids = [answers[p].json()["id"] for p in prompts]
-        sizes = [row.timings["batch_size"] for row in session.scalars(select(Generation).where(Generation.id.in_(ids)))]
+        sizes = [row.timings.batch_size for row in session.scalars(select(Generation).where(Generation.id.in_(ids)))]
     assert max(sizes) > 1
     assert sum(1 for size in sizes if size > 1) >= 2  # a batch of k reports k on each of its rows
 
@@ -319,6 +319,6 @@ def test_requests_sent_together_to_a_running_worker_share_one_batch(server, work
     assert all(answer.status_code == 200 for answer in answers), [answer.text for answer in answers]
     with session_scope(service_settings.resolved_database_url) as session:
         ids = [answer.json()["id"] for answer in answers]
-        sizes = [row.timings["batch_size"] for row in session.scalars(select(Generation).where(Generation.id.in_(ids)))]
+        sizes = [row.timings.batch_size for row in session.scalars(select(Generation).where(Generation.id.in_(ids)))]
     batches = round(sum(1 / size for size in sizes))  # a batch of k reports k on each of its k rows
     assert batches <= 2, sizes

@@ -92,7 +92,7 @@ def test_generations_stored_as_json_arrays_read_back_as_attempt_rows_and_downgra
     from alembic import command
     from sqlalchemy import text
 
-    from db.generations import load_samples
+    from db.generation_rows import load_samples
     from db.migrate import alembic_config
     from db.models import Generation
     from db.session import session_scope

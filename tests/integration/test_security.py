@@ -19,7 +19,8 @@ from sqlalchemy import create_engine, text
 
 from api.main import create_app
 from cuset_core.demo import demo_problems
-from db.generations import GenerationSample, load_samples
+from db.generation_rows import load_samples
+from db.generations import GenerationSample
 from db.ids import new_id
 from db.models import File, Generation
 from db.session import session_scope

@@ -129,7 +129,7 @@ def test_the_worker_writes_the_row_about_once_a_second_while_it_streams(
 
     generation_id = json.loads(events[0][1])["id"]
     with session_scope(service_settings.resolved_database_url) as session:
-        generate_s = session.get(Generation, generation_id).timings["generate_s"]
+        generate_s = session.get(Generation, generation_id).timings.generate_s
     writes = row_writes(generation_id)
     deltas = [e for e in channels.of(generation_id) if e.index is not None]
     assert generate_s > 3 * FLUSH_S, "decoding too short to tell the write rates apart"
@@ -154,7 +154,7 @@ def test_a_follower_that_joins_midway_catches_up_from_the_row_without_gaps_or_re
     time.sleep(ROW_FLUSH_S / 2)  # the row now lags the published text
 
     async def texts() -> list[str]:
-        return [s.samples[0]["text"] if s.samples else "" async for s in follow(service_settings, started)]
+        return [s.samples[0].text if s.samples else "" async for s in follow(service_settings, started)]
 
     joined = time.time()
     seen = asyncio.run(texts())

@@ -8,8 +8,8 @@ import json
 import httpx
 import pytest
 
+from db.engine_routes import EngineRoute
 from db.generations import GenerationRequest, GenerationSample
-from db.model_specs import EngineRoute
 from worker.tasks.generate import Claimed, _engine_answer
 
 PIECES = ["Here:\n```python\n", "x = 1\n", "```", "\nNow a long", " explanation", " of it."]

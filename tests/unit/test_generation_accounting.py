@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
-from db.generations import GenerationSample, finish, usage_of
+from db.generation_rows import finish
+from db.generations import GenerationSample, GenerationTimings, Usage, usage_of
 from db.models import Generation
 
 
@@ -16,11 +17,11 @@ def test_a_prompt_is_counted_once_even_when_its_later_attempts_were_cancelled_un
         GenerationSample(index=0, prompt_index=0, prompt_tokens=120, completion_tokens=30),
         GenerationSample(index=1, prompt_index=0, cancelled=True),  # never decoded: 0 tokens
     ]
-    assert usage_of(samples) == {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150}
+    assert usage_of(samples) == Usage(prompt_tokens=120, completion_tokens=30, total_tokens=150)
 
 
 def test_a_request_ended_by_its_first_pass_before_decoding_finished_has_every_timing():
-    row = Generation(created_at=100.0, timings={"started_at": 101.5})
+    row = Generation(created_at=100.0, timings=GenerationTimings(started_at=101.5))
     samples = [
         GenerationSample(index=0, prompt_tokens=10, verification=verified(Verdict.VALUE_MISMATCH, 2.0)),
         GenerationSample(index=1, prompt_tokens=10, verification=verified(Verdict.PASS, 3.0)),
@@ -28,7 +29,7 @@ def test_a_request_ended_by_its_first_pass_before_decoding_finished_has_every_ti
     ]
     finish(row, 110.0, samples)
     assert row.status == "succeeded" and row.finished_at == 110.0
-    assert {k: row.timings[k] for k in ("queue_s", "generate_s", "verify_s", "total_s")} == {
+    assert row.timings.model_dump(include={"queue_s", "generate_s", "verify_s", "total_s"}) == {
         "queue_s": 1.5,
         "generate_s": 3.5,  # 8.5 s since decoding started, 5 s of it verifying
         "verify_s": 5.0,
@@ -38,7 +39,8 @@ def test_a_request_ended_by_its_first_pass_before_decoding_finished_has_every_ti
 
 def test_a_request_decoded_in_full_keeps_its_decoding_times():
     row = Generation(
-        created_at=100.0, timings={"started_at": 101.0, "queue_s": 1.0, "generate_s": 4.0, "decoded_at": 105.0}
+        created_at=100.0,
+        timings=GenerationTimings(started_at=101.0, queue_s=1.0, generate_s=4.0, decoded_at=105.0),
     )
     finish(row, 108.0, [])
-    assert (row.timings["queue_s"], row.timings["generate_s"], row.timings["verify_s"]) == (1.0, 4.0, 3.0)
+    assert (row.timings.queue_s, row.timings.generate_s, row.timings.verify_s) == (1.0, 4.0, 3.0)

@@ -7,7 +7,9 @@ from typing import get_args
 
 from cuset_core.generation.prompts import REPAIR_ERROR_CHARS, build_messages, failure_report, repair_messages
 from cuset_core.verify.result import Diagnostic, Tier, Verdict, VerifyResult
-from db.generations import GenerationRequest, GenerationSample, VerifyTier, next_steps, read_samples, usage_of
+from db.confidence_scores import ConfidenceRequest
+from db.generations import GenerationRequest, GenerationSample, Usage, VerifyTier, next_steps, usage_of
+from db.models import Generation
 
 PROBLEM = "import torch\nclass Model(torch.nn.Module):\n    pass\n"
 
@@ -49,13 +51,23 @@ def test_rows_stored_before_the_contract_still_read():
         },
     ]
 
-    request = GenerationRequest.model_validate(old_request)
-    samples = read_samples(old_samples)
+    request = Generation.__table__.c.request.type.process_result_value(old_request, None)
+    samples = [GenerationSample.model_validate(sample) for sample in old_samples]
 
     assert request.n == 2 and request.verify == "none" and request.repair_rounds == 0 and not request.stop_at_first_pass
     assert GenerationRequest.model_validate({"problem": PROBLEM, "verify": "cpu", "n": 1}).problem == PROBLEM
     assert [s.round for s in samples] == [0, 0] and samples[0].code is None and not samples[0].cancelled
     assert samples[1].passed and samples[1].verification.verdict is Verdict.PASS
+
+
+def test_a_confidence_rows_request_reads_back_as_one_and_no_other_kinds_does():
+    column = Generation.__table__.c.request.type
+    stored = {"file_id": "file-1", "n": 3, "model": "tiny", "spec": "tiny"}
+
+    assert column.process_result_value(stored, None) == ConfidenceRequest(
+        file_id="file-1", n=3, model="tiny", spec="tiny"
+    )
+    assert isinstance(column.process_result_value({"spec": "tiny", "n": 3}, None), GenerationRequest)
 
 
 def test_a_sample_survives_the_round_trip_through_json():
@@ -127,7 +139,7 @@ def test_usage_counts_the_shared_prompt_once_and_every_repair_prompt():
         GenerationSample(index=2, prompt_tokens=150, completion_tokens=30, round=1, repair_of=0),
     ]
 
-    assert usage_of(samples) == {"prompt_tokens": 250, "completion_tokens": 60, "total_tokens": 310}
+    assert usage_of(samples) == Usage(prompt_tokens=250, completion_tokens=60, total_tokens=310)
 
 
 def test_the_repair_turn_shows_the_failed_answer_and_the_compiler_error():

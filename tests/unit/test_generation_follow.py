@@ -6,12 +6,12 @@ from __future__ import annotations
 from api.streaming import Following, Snapshot, merged_sample, with_delta
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from db.generation_events import GenerationEvent
-from db.generations import GenerationSample, dump_samples
+from db.generations import GenerationSample
 
 
 def snapshot(status: str, *texts: str) -> Snapshot:
     samples = [GenerationSample(index=i, text=t) for i, t in enumerate(texts)]
-    return Snapshot("gen-1", "tiny", status, dump_samples(samples), None, None, None, 0.0)
+    return Snapshot("gen-1", "tiny", status, samples, None, None, None, 0.0)
 
 
 def delta(offset: int, text: str, index: int = 0) -> GenerationEvent:
@@ -19,7 +19,7 @@ def delta(offset: int, text: str, index: int = 0) -> GenerationEvent:
 
 
 def text_of(view: Following, index: int = 0) -> str:
-    return view.snapshot.samples[index]["text"]
+    return view.snapshot.samples[index].text
 
 
 def test_a_delta_extends_the_text_once_even_when_repeated_or_overlapping():
@@ -89,4 +89,4 @@ def test_attempts_and_status_come_from_events_and_never_step_back():
     view.with_row(snapshot("queued", "", ""))  # a stale read
 
     assert view.snapshot.status == "running"
-    assert [s["text"] for s in view.snapshot.samples] == ["", "ab"]
+    assert [s.text for s in view.snapshot.samples] == ["", "ab"]

@@ -27,10 +27,11 @@ from sqlalchemy import update
 from cuset_core.data import IGNORE_INDEX, EncodedRecord, LoadOptions, Record, encode_record, load_records
 from cuset_core.evaluation.confidence_report import record_confidence
 from cuset_core.evaluation.confidence_settings import ReportSettings
-from db.confidence_scores import AnswerScores, RegionScore, TokenScore
+from db.confidence_scores import AnswerScores, ConfidenceRequest, RegionScore, TokenScore
 from db.dispatch import TaskName
 from db.errors import ErrorCode, ErrorInfo
 from db.generation_events import GenerationEvent, publish
+from db.generations import GenerationTimings
 from db.models import File, Generation
 from db.session import session_scope
 from db.settings import Settings
@@ -65,21 +66,23 @@ def confidence(self: RuntimeTask, generation_id: str) -> None:
         if claimed != 1:
             return  # redelivered, or given up by the API
         row = session.get(Generation, generation_id)
-        request, created_at = dict(row.request), row.created_at
-        stored = session.get(File, request["file_id"])
+        request, created_at = row.request, row.created_at
+        if not isinstance(request, ConfidenceRequest):
+            raise TypeError(f"generation {generation_id} is a {row.kind} request, not a confidence one")
+        stored = session.get(File, request.file_id)
         relative = None if stored is None or stored.owner != row.owner else stored.path
     started = time.time()
     try:
         if relative is None:
-            raise ConfidenceError(ErrorCode.FILE_NOT_FOUND, f"file {request['file_id']!r} no longer exists")
-        record = _record(_stored_path(settings.artifacts, relative), request["n"])
+            raise ConfidenceError(ErrorCode.FILE_NOT_FOUND, f"file {request.file_id!r} no longer exists")
+        record = _record(_stored_path(settings.artifacts, relative), request.n)
         models = self.runtime.loaded_models()
         with ExitStack() as in_use:
             try:
-                model, tokenizer = in_use.enter_context(models.use(request["spec"], request["model"]))
+                model, tokenizer = in_use.enter_context(models.use(request.spec, request.model))
             except Exception as exc:  # noqa: BLE001 - any load failure is the request's failure
                 raise ConfidenceError(
-                    ErrorCode.MODEL_LOAD_FAILED, f"could not load model {request['spec']!r}: {exc}"
+                    ErrorCode.MODEL_LOAD_FAILED, f"could not load model {request.spec!r}: {exc}"
                 ) from exc
             sample = token_confidence(model, tokenizer, record)
     except ConfidenceError as exc:
@@ -102,11 +105,11 @@ def confidence(self: RuntimeTask, generation_id: str) -> None:
         generation_id,
         status=GenerationStatus.SUCCEEDED,
         confidence=sample,
-        timings={
-            "queue_s": round(started - created_at, 4),
-            "confidence_s": round(done - started, 4),
-            "total_s": round(done - created_at, 4),
-        },
+        timings=GenerationTimings(
+            queue_s=round(started - created_at, 4),
+            confidence_s=round(done - started, 4),
+            total_s=round(done - created_at, 4),
+        ),
     )
 
 

@@ -61,19 +61,18 @@ from cuset_core.generation.sampling import (
     generate as generate_batch,
 )
 from db.dispatch import TaskName, send_verify_sample
+from db.engine_routes import EngineRoute
 from db.errors import ErrorCode
 from db.generation_events import GenerationEvent, fail_generations, publish, publishing
-from db.generations import (
-    GenerationRequest,
-    GenerationSample,
+from db.generation_rows import (
     decode_repairs,
+    generation_request,
     load_samples,
     locked_generation,
     save_samples,
     settle,
-    usage_of,
 )
-from db.model_specs import EngineRoute
+from db.generations import GenerationRequest, GenerationSample, GenerationTimings, usage_of
 from db.models import Generation
 from db.session import session_scope
 from db.settings import Settings
@@ -279,7 +278,7 @@ def _claim(session, generation_id: str, settings: Settings) -> Claimed | None:
         .where(Generation.id == generation_id, Generation.status == GenerationStatus.QUEUED)
         # started_at: a request that ends before its decoding does (the first passing attempt)
         # still gets its queue and generation times (db.generations.finish).
-        .values(status=GenerationStatus.RUNNING, timings={"started_at": time.time()})
+        .values(status=GenerationStatus.RUNNING, timings=GenerationTimings(started_at=time.time()))
     ).rowcount
     if claimed != 1:
         return None
@@ -288,7 +287,7 @@ def _claim(session, generation_id: str, settings: Settings) -> Claimed | None:
         row.id,
         row.model,
         GenerationKind(row.kind),
-        GenerationRequest.model_validate(row.request),
+        generation_request(row),
         row.created_at,
         time.monotonic() + settings.max_generation_s,
     )
@@ -333,7 +332,7 @@ def _claim_batch(url: str, lead: Claimed, limit: int, settings: Settings) -> lis
             .limit(4 * limit)
             .with_for_update(skip_locked=True)
         ).all()
-        requests = [(row, GenerationRequest.model_validate(row.request)) for row in candidates]
+        requests = [(row, row.request) for row in candidates if isinstance(row.request, GenerationRequest)]
         mates = [row for row, request in requests if _batchable(request) and _batch_key(request) == key]
         claimed = [c for row in mates[:limit] if (c := _claim(session, row.id, settings)) is not None]
     return claimed
@@ -568,12 +567,12 @@ def _record(
 ) -> None:
     """Finish decoding a row (``samples`` from a batch; None when they were written one by one):
     store usage and timings, then finish it or hand its samples to verification."""
-    timings = {
-        "queue_s": round(started - row.created_at, 4),
-        "generate_s": round(decoded - started, 4),
-        "batch_size": batch_size,
-        "decoded_at": decoded,
-    }
+    timings = GenerationTimings(
+        queue_s=round(started - row.created_at, 4),
+        generate_s=round(decoded - started, 4),
+        batch_size=batch_size,
+        decoded_at=decoded,
+    )
     batched = samples is not None
     with session_scope(settings.resolved_database_url) as session:
         stored = locked_generation(session, row.id)
@@ -581,10 +580,10 @@ def _record(
             return
         if stored.status == GenerationStatus.FAILED:
             if batched:  # ended while its batch decoded (its client left): what was decoded before it stopped
-                stored.timings = timings | (stored.timings or {})
+                stored.timings = timings.but_earlier(stored.timings)
                 stored.usage = usage_of(samples)
             return
-        stored.timings = timings | (stored.timings or {})
+        stored.timings = timings.but_earlier(stored.timings)
         if samples is None:
             samples = load_samples(session, row.id)
         else:
@@ -595,7 +594,7 @@ def _record(
         steps = None
         if not row.verifying:
             stored.status, stored.finished_at = GenerationStatus.SUCCEEDED, decoded
-            stored.timings = stored.timings | {"total_s": round(decoded - row.created_at, 4)}
+            stored.timings = stored.timings.model_copy(update={"total_s": round(decoded - row.created_at, 4)})
         else:
             stored.status = GenerationStatus.VERIFYING
             steps = settle(session, stored, row.request, samples, decoded)
@@ -622,7 +621,7 @@ def generate_repair(self: RuntimeTask, generation_id: str, index: int) -> None:
             stored.id,
             stored.model,
             GenerationKind(stored.kind),
-            GenerationRequest.model_validate(stored.request),
+            generation_request(stored),
             stored.created_at,
             time.monotonic() + settings.max_generation_s,
         )

@@ -23,7 +23,7 @@ from cuset_core.verify.settings import VerifySettings
 from db.dispatch import TaskName
 from db.errors import ErrorCode
 from db.generation_events import GenerationEvent, fail_generations, publish
-from db.generations import GenerationRequest, decode_repairs, load_samples, locked_generation, settle
+from db.generation_rows import decode_repairs, generation_request, load_samples, locked_generation, settle
 from db.models import Generation
 from db.session import session_scope
 from db.settings import Settings
@@ -59,7 +59,7 @@ def _verify(runtime: WorkerRuntime, generation_id: str, index: int) -> None:
         row = session.get(Generation, generation_id)
         if row is None or row.status not in LIVE:
             return  # finished (perhaps by another attempt's pass) or failed
-        request = GenerationRequest.model_validate(row.request)
+        request = generation_request(row)
         attempt = load_samples(session, generation_id)[index]
         if attempt.settled:
             return  # a redelivered message for an attempt already verified, or a cancelled one
