@@ -685,6 +685,23 @@ inline void on_fault(int, siginfo_t* info, void*) {
   _exit(87);
 }
 
+}  // namespace detail
+
+// A kernel loaded or stored a whole vector at an address its type's alignment does not divide
+// (cuset::VectorAccess): a GPU aborts the kernel with "misaligned address", and so does this, as
+// on_fault does for an invalid address. Host code on the host's memory is not a GPU's to refuse.
+inline void misaligned_vector(const void* address, std::size_t alignment, const char* type) {
+  if (!detail::rt().current) return;
+  std::fprintf(stderr,
+               "cuset runtime: misaligned address (cudaErrorMisalignedAddress) in a kernel: a %s loaded or stored at "
+               "%p, which is not a multiple of its %zu-byte alignment\n",
+               type, address, alignment);
+  std::fflush(stderr);
+  _exit(87);
+}
+
+namespace detail {
+
 // Runs once when the extension is loaded.
 inline int install() {
   static char alternate_stack[64 * 1024];

@@ -11,14 +11,56 @@
 #include <tuple>
 #include <utility>
 
+namespace cuset {
+// A GPU loads and stores a vector type (float2, float4, int4, double2, ...) with one instruction that
+// needs its address aligned to the type's alignment (its size, up to 16 bytes), and faults otherwise
+// ("misaligned address"); x86 does not care. So each vector type of two or four elements ends with a
+// member of no size whose copy and assignment check both addresses, the one read and the one written:
+// every load or store of a whole vector, whatever road made the pointer (a cast of `x + 1`, a byte
+// offset, the binding's own cast, __ldg), is a copy of the type. The type stays an aggregate
+// (`float4{a, b, c, d}`, `= {0}`), which a constructor of its own would not allow. Reading one member
+// through a misaligned pointer (`p[i].x`, a scalar load on a GPU too) is not checked.
+inline void misaligned_vector(const void* address, std::size_t alignment, const char* type);  // cuda_cpu.h
+template <class V> inline constexpr const char* vector_name = "a vector type";
+template <class V> struct VectorAccess {
+  VectorAccess() = default;
+  VectorAccess(const VectorAccess& from) { check(&from); check(this); }
+  VectorAccess& operator=(const VectorAccess& from) { check(&from); check(this); return *this; }
+  // `this` is the vector's own address: an empty member with [[no_unique_address]] sits at offset 0
+  // (the static_asserts below hold the size). The empty asm keeps g++ from assuming the address
+  // aligned because of the type.
+  static void check(const void* at) {
+    auto address = reinterpret_cast<unsigned long>(at);
+    asm("" : "+r"(address));
+    if (address & (alignof(V) - 1)) misaligned_vector(at, alignof(V), vector_name<V>);
+  }
+};
+}  // namespace cuset
+// Ends the struct of the vector type V of n elements of T (named in the rest): the checking member,
+// and the tuple protocol, through which structured bindings (`auto [x, y] = v;`) bind the elements
+// (else the member would be a name too).
+#define CUSET_VEC_END(V, T, n, ...) \
+  template <std::size_t I> constexpr T& get() & { return std::get<I>(std::tie(__VA_ARGS__)); } \
+  template <std::size_t I> constexpr const T& get() const& { return std::get<I>(std::tie(__VA_ARGS__)); } \
+  template <std::size_t I> constexpr T&& get() && { return std::move(std::get<I>(std::tie(__VA_ARGS__))); } \
+  [[no_unique_address]] cuset::VectorAccess<V> cuset_access; \
+  }; \
+  static_assert(sizeof(V) == n * sizeof(T)); \
+  template <> struct std::tuple_size<V> : std::integral_constant<std::size_t, n> {}; \
+  template <std::size_t I> struct std::tuple_element<I, V> { using type = T; }; \
+  template <> inline constexpr const char* cuset::vector_name<V> = #V;
 #define CUSET_VEC2(T, N) \
-  struct alignas(2 * sizeof(T)) N##2 { T x, y; }; \
+  struct alignas(2 * sizeof(T)) N##2 { \
+    T x, y; \
+    CUSET_VEC_END(N##2, T, 2, x, y) \
   inline N##2 make_##N##2(T x, T y) { return N##2{x, y}; }
 #define CUSET_VEC3(T, N) \
   struct N##3 { T x, y, z; }; \
   inline N##3 make_##N##3(T x, T y, T z) { return N##3{x, y, z}; }
 #define CUSET_VEC4(T, N) \
-  struct alignas(4 * sizeof(T) > 16 ? 16 : 4 * sizeof(T)) N##4 { T x, y, z, w; }; \
+  struct alignas(4 * sizeof(T) > 16 ? 16 : 4 * sizeof(T)) N##4 { \
+    T x, y, z, w; \
+    CUSET_VEC_END(N##4, T, 4, x, y, z, w) \
   inline N##4 make_##N##4(T x, T y, T z, T w) { return N##4{x, y, z, w}; }
 #define CUSET_VECS(T, N) CUSET_VEC2(T, N) CUSET_VEC3(T, N) CUSET_VEC4(T, N)
 CUSET_VECS(float, float)
@@ -37,6 +79,7 @@ CUSET_VECS(unsigned char, uchar)
 #undef CUSET_VEC2
 #undef CUSET_VEC3
 #undef CUSET_VEC4
+#undef CUSET_VEC_END
 struct dim3 {
   unsigned x, y, z;
   constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
