@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The sandbox tests, the forged-verdict suite, the attack variations, the batch-isolation,
-# device-boundary, data-flow policy and second-size attacks as an unprivileged user, the way the shipped image runs
+# device-boundary, data-flow policy, second-size, vector-alignment and stream-order attacks as an
+# unprivileged user, the way the shipped image runs
 # the verifier (the sandbox is then a user namespace, not root dropping to its own uid). Only the
 # sandbox's own suites also run as root, in scripts/test.sh's parallel lane; the other security
-# suites test the judge and the CPU runtime, which do not depend on the uid: they run there only. Run as root after scripts/setup.sh (scripts/test.sh runs it as its last lane);
+# suites test the judge and the CPU runtime, which do not depend on the uid: they run there only,
+# except the vector-alignment and stream-order suites, which run in both lanes (the GPU rules of
+# issue 47, item 4, checked as root and unprivileged). Run as root after scripts/setup.sh (scripts/test.sh runs it as its last lane);
 # extra arguments go to pytest.
 # CUSET_CPU_PCH_DIR, when set, names tier 2's precompiled preludes, built beforehand and read here.
 # One test at a time: every sandbox here runs as the same uid, so parallel tests would share its
@@ -33,4 +36,5 @@ exec runuser -u "$USER_NAME" -- env -i PATH="$PATH" HOME="$home" PYTHONPATH="${P
     tests/security/test_sandbox_interpreter_links.py \
     tests/security/test_attack_variations.py tests/security/test_device_boundary.py tests/security/test_data_flow_policy.py \
     tests/security/test_inputs_and_sizes.py \
+    tests/security/test_misaligned_vectors.py tests/security/test_stream_order.py \
     tests/security/test_judge_blame.py::test_a_kernel_right_only_at_the_reduced_size_fails_at_a_second_size "$@"

@@ -22,7 +22,7 @@ from cuset_core.verify.cpu.sizes import int_constants, plan_reduction, with_cons
 def test_launch_becomes_a_counted_runtime_call_on_the_same_lines():
     code = "k<<<grid, 256, 0, stream>>>(\n    a, b);\nnext();"
     out = rewrite_launches(code)
-    assert out.startswith('cuset::launch("k", dim3(grid), dim3( 256), (size_t)( 0), ')
+    assert out.startswith('cuset::launch("k", dim3(grid), dim3( 256), (size_t)( 0), (cudaStream_t)( stream), ')
     assert "k(cuset_a...)" in out
     assert out.count("\n") == code.count("\n")
     assert out.endswith("\nnext();")
@@ -30,7 +30,7 @@ def test_launch_becomes_a_counted_runtime_call_on_the_same_lines():
 
 def test_templated_launch_keeps_its_template_arguments():
     out = rewrite_launches("reduce<scalar_t, 256><<<n, 256, smem>>>(x, y);")
-    assert 'cuset::launch("reduce", dim3(n), dim3( 256), (size_t)( smem)' in out
+    assert 'cuset::launch("reduce", dim3(n), dim3( 256), (size_t)( smem), (cudaStream_t)(0)' in out
     assert "reduce<scalar_t, 256>(cuset_a...)" in out
     assert out.endswith(", x, y);")
 

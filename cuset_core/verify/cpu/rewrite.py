@@ -4,7 +4,8 @@ Every rewrite keeps the line structure (nothing adds or removes a newline), so c
 diagnostics point at the candidate's own lines.
 
 - ``kernel<T><<<grid, block, smem, stream>>>(args);`` becomes a ``cuset::launch`` call that
-  counts the launch under the kernel's name and runs the grid on fibers.
+  counts the launch under the kernel's name and runs the grid on fibers (behind the device
+  boundary, when the stream's order allows).
 - ``extern __shared__ T name[];`` becomes a pointer to the block's dynamic shared buffer.
 - ``__shared__`` declarations inside functions stay ``static`` (the runtime header defines
   ``__shared__`` as ``static``; blocks run one at a time, so one copy is per-block storage)
@@ -156,10 +157,13 @@ def rewrite_launches(code: str) -> str:
         config = split_top_level(code[config_start:config_end])
         grid, block = config[0], config[1] if len(config) > 1 else "1"
         smem = config[2] if len(config) > 2 else "0"
+        stream = config[3] if len(config) > 3 else "0"
         args = code[paren + 1 : close]
         short = name.split("::")[-1]
         body = f"[](auto&&... cuset_a) {{ {name}{template}(cuset_a...); }}"
-        call = f'cuset::launch("{short}", dim3({grid}), dim3({block}), (size_t)({smem}), {body}'
+        call = (
+            f'cuset::launch("{short}", dim3({grid}), dim3({block}), (size_t)({smem}), (cudaStream_t)({stream}), {body}'
+        )
         call += f", {args})" if args.strip() else ")"
         # Keep the newlines of the original statement so later lines keep their numbers.
         original = code[match.start() : close + 1]

@@ -21,6 +21,7 @@ import weakref
 from typing import Any
 
 from cuset_core.verify.cpu.device.protocol import encode, host_tensors
+from cuset_core.verify.disguise import as_if
 
 _released: list[int] = []
 _lock = threading.Lock()
@@ -39,6 +40,7 @@ def open_port(runtime: ctypes.CDLL, fd: int) -> None:
     runtime.cuset_port_request.restype = ctypes.c_int
     _port = runtime
     _cuda_allocation_helpers()
+    _cuda_synchronize()
 
 
 def _cuda_allocation_helpers() -> None:
@@ -51,6 +53,17 @@ def _cuda_allocation_helpers() -> None:
         return torch.empty_strided(size, stride, dtype=dtype, device="cuda")
 
     torch._C._dynamo.guards._empty_strided_cuda = empty_strided_cuda  # type: ignore[attr-defined]
+
+
+def _cuda_synchronize() -> None:
+    """``torch.cuda.synchronize()`` waits for the device process's pending work on every stream, as
+    ``cudaDeviceSynchronize`` does."""
+    import torch
+
+    def synchronize(device: Any = None) -> None:
+        request({"op": "stream", "action": "synchronize_device"})
+
+    torch.cuda.synchronize = as_if(synchronize, "torch.cuda", "synchronize")
 
 
 def request(header: dict[str, Any], payload: bytes = b"") -> tuple[Any, bytes]:

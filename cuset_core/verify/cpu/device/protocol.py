@@ -63,6 +63,14 @@ class _Request(BaseModel):
     release: list[int] = Field(default_factory=list, description="handles the host no longer holds")
 
 
+class _OnStream(_Request):
+    """Work the host puts on a stream: ``stream`` is its handle (0: the legacy default stream), and
+    ``nonblocking`` whether it was created ``cudaStreamNonBlocking`` (``streams.StreamOrder``)."""
+
+    stream: int = Field(0, ge=0)
+    nonblocking: bool = False
+
+
 class Malloc(_Request):
     op: Literal["malloc"]
     bytes: int = Field(ge=0)
@@ -73,7 +81,7 @@ class Free(_Request):
     ptr: int
 
 
-class Copy(_Request):
+class Copy(_OnStream):
     """cudaMemcpy between two addresses; ``h2d`` carries ``n`` bytes, ``d2h`` gets them back."""
 
     op: Literal["h2d", "d2h", "d2d"]
@@ -82,14 +90,14 @@ class Copy(_Request):
     n: int = Field(ge=0)
 
 
-class Memset(_Request):
+class Memset(_OnStream):
     op: Literal["memset"]
     dst: int
     value: int
     n: int = Field(ge=0)
 
 
-class Launch(_Request):
+class Launch(_OnStream):
     """A kernel launch: the launch site's entry in ``library`` (an offset into it) and, as the
     payload, its bound arguments."""
 
@@ -121,6 +129,18 @@ class Symbol(_Request):
     n: int = Field(ge=0)
     to_device: bool
     src: int = 0
+
+
+class StreamCall(_Request):
+    """A synchronisation, an event's record or a query, named by the ``streams.StreamOrder`` method
+    it calls: of ``stream`` (0: the legacy default stream), ``event``, or both (``wait``:
+    cudaStreamWaitEvent and cudaEventSynchronize; ``current``: torch's current stream, which the
+    binding's torch operations run on)."""
+
+    op: Literal["stream"]
+    action: Literal["synchronize", "synchronize_device", "record", "wait", "query", "query_event", "current"]
+    stream: int = Field(0, ge=0)
+    event: int = Field(0, ge=0)
 
 
 class LastError(_Request):
@@ -186,6 +206,7 @@ Request = Annotated[
     | Launch
     | Attribute
     | Symbol
+    | StreamCall
     | LastError
     | Load
     | Operator

@@ -49,6 +49,7 @@ from cuset_core.verify.cpu.device.protocol import (
     Release,
     Reply,
     Setup,
+    StreamCall,
     Symbol,
     decode,
     encode,
@@ -57,11 +58,14 @@ from cuset_core.verify.cpu.device.protocol import (
     reply_bytes,
     send_frame,
 )
+from cuset_core.verify.cpu.device.streams import DEFAULT_STREAM, StreamOrder
 from cuset_core.verify.harness_side import aliased_pairs, changed_inputs
 from cuset_core.verify.policy import (
+    ALLOCATION_OPS,
     DATA_MOVEMENT_OPS,
     MAX_VIOLATIONS,
     METADATA_OPS,
+    VIEW_OPS,
     Access,
     layout_slot,
     narrowing_copy,
@@ -79,6 +83,8 @@ _ENTRY = ctypes.CFUNCTYPE(
 _INVALID_VALUE, _INVALID_DEVICE_FUNCTION, _INVALID_SYMBOL = 1, 98, 13
 # Operators whose result is a host tensor: a copy to the CPU.
 _TO_HOST = frozenset({"aten::_to_copy", "aten::to", "aten::_copy_from_and_resize"})
+# Operators that read no device data, so no stream's work needs to come before them.
+_UNORDERED = ALLOCATION_OPS | METADATA_OPS | VIEW_OPS
 
 
 class HostError(Exception):
@@ -179,6 +185,12 @@ class Device:
         self.transfers: list[str] = []
         self.computes: list[str] = []
         self.torch_ops: dict[str, int] = {}
+        # Work on streams other than the default one waits until something synchronises it, as late
+        # as a GPU may run it; torch's operators run on the binding's current stream. Tensors the
+        # host released stay alive while work is pending (it may write them).
+        self.order = StreamOrder()
+        self.torch_stream = DEFAULT_STREAM
+        self._held: list[Any] = []
         # A device operation that failed once trials began: whether it fails can depend on device
         # data (an assert, an index out of range), one bit per try, so from then on every request
         # fails with it, as a GPU's context does after a device-side assert.
@@ -221,6 +233,7 @@ class Device:
             Launch: self._launch,
             Attribute: self._attribute,
             Symbol: self._symbol,
+            StreamCall: self._stream,
             LastError: self._last_error,
             Load: self._load,
             Operator: self._operator,
@@ -240,10 +253,14 @@ class Device:
         return handle
 
     def _release(self, handles: list[int]) -> None:
+        if self.order.idle():
+            self._held.clear()
         for handle in handles:
             tensor = self.tensors.pop(handle, None)  # a trial's log keeps what its replay needs
             if tensor is not None and self._handles.get(id(tensor)) == handle:
                 del self._handles[id(tensor)]
+            if tensor is not None and not self.order.idle():
+                self._held.append(tensor)
 
     def tensor(self, handle: int) -> Any:
         try:
@@ -274,6 +291,7 @@ class Device:
         return Reply(ptr=block.data_ptr()), b""
 
     def _free(self, request: Free, _payload: bytes) -> tuple[Reply, bytes]:
+        self.order.synchronize_device()  # cudaFree waits for the device
         if self.allocations.pop(request.ptr, None) is None and request.ptr:
             return Reply(error_code=_INVALID_VALUE), b""
         return Reply(), b""
@@ -283,24 +301,52 @@ class Device:
             if len(payload) != request.n:
                 raise HostError("a host-to-device copy whose bytes did not come with it")
             self._check_device(request.dst, request.n)
-            ctypes.memmove(request.dst, payload, request.n)
-            self._record("h2d", (request.dst, payload))
+
+            def h2d() -> None:
+                ctypes.memmove(request.dst, payload, request.n)
+                self._record("h2d", (request.dst, payload))
+
+            self.order.submit(request.stream, request.nonblocking, h2d)
             return Reply(), b""
         if request.op == "d2h":
             self._check_device(request.src, request.n)
             self._police(Access.TO_HOST, "cudaMemcpy (device to host)")
+            self.order.before(request.stream)
             return Reply(), ctypes.string_at(request.src, request.n)
         self._check_device(request.src, request.n)
         self._check_device(request.dst, request.n)
-        ctypes.memmove(request.dst, request.src, request.n)
-        self._record("d2d", (request.dst, request.src, request.n))
+
+        def d2d() -> None:
+            ctypes.memmove(request.dst, request.src, request.n)
+            self._record("d2d", (request.dst, request.src, request.n))
+
+        self.order.submit(request.stream, request.nonblocking, d2d)
         return Reply(), b""
 
     def _memset(self, request: Memset, _payload: bytes) -> tuple[Reply, bytes]:
         self._check_device(request.dst, request.n)
-        ctypes.memset(request.dst, request.value, request.n)
-        self._record("memset", (request.dst, request.value, request.n))
+
+        def memset() -> None:
+            ctypes.memset(request.dst, request.value, request.n)
+            self._record("memset", (request.dst, request.value, request.n))
+
+        self.order.submit(request.stream, request.nonblocking, memset)
         return Reply(), b""
+
+    def _stream(self, request: StreamCall, _payload: bytes) -> tuple[Reply, bytes]:
+        order, stream, event = self.order, request.stream, request.event
+        if request.action == "current":
+            self.torch_stream = stream
+            return Reply(), b""
+        calls: dict[str, Callable[[], int | None]] = {
+            "synchronize": lambda: order.synchronize(stream),
+            "synchronize_device": order.synchronize_device,
+            "record": lambda: order.record(event, stream),
+            "wait": lambda: order.wait(event),
+            "query": lambda: order.query(stream),
+            "query_event": lambda: order.query_event(event),
+        }
+        return Reply(error_code=calls[request.action]() or 0), b""
 
     # ------------------------------------------------------------ kernels
 
@@ -319,11 +365,15 @@ class Device:
         library = self._library(request.library)
         if library is None or request.entry not in library.entries:
             return Reply(error_code=_INVALID_DEVICE_FUNCTION), b""
-        self._record("launch", request.name)
-        if self.runtime.cuset_kernels_on():
-            arguments = ctypes.create_string_buffer(payload, len(payload))
-            entry = _ENTRY(library.base + request.entry)
-            entry(arguments, *request.grid, *request.block, request.smem, request.name.encode())
+
+        def launch() -> None:
+            self._record("launch", request.name)
+            if self.runtime.cuset_kernels_on():
+                arguments = ctypes.create_string_buffer(payload, len(payload))
+                entry = _ENTRY(library.base + request.entry)
+                entry(arguments, *request.grid, *request.block, request.smem, request.name.encode())
+
+        self.order.submit(request.stream, request.nonblocking, launch)
         return Reply(), b""
 
     def _attribute(self, request: Attribute, _payload: bytes) -> tuple[Reply, bytes]:
@@ -334,6 +384,7 @@ class Device:
         return Reply(), b""
 
     def _symbol(self, request: Symbol, payload: bytes) -> tuple[Reply, bytes]:
+        self.order.before(DEFAULT_STREAM)  # cudaMemcpyToSymbol and FromSymbol are the default stream's
         library = self._library(request.library)
         if library is None or not (0 <= request.offset and request.offset + request.n <= library.size):
             return Reply(error_code=_INVALID_SYMBOL), b""
@@ -381,6 +432,8 @@ class Device:
         packet = func.overloadpacket.__name__
         access = operator_access(packet, to_host)
         self._police(access, func.name())
+        if packet not in _UNORDERED:  # it reads device data: after the work its stream waits for
+            self.order.before(self.torch_stream)
         if access is Access.MOVEMENT and (slot := layout_slot(func, request.args, request.kwargs)):
             # A device value in a slot that decides the result's shape, offset or a number (a
             # 0-dim tensor passed as an int): the host would read device data off the result.
@@ -444,6 +497,7 @@ class Device:
             values = self.sizes[request.size]["trials"][request.trial]
         except (IndexError, KeyError):
             raise HostError(f"there is no trial {request.trial + 1} at size {request.size}") from None
+        self.order.synchronize_device()  # what the host queued before this trial ends before it
         self.runtime.cuset_set_schedule(request.trial)
         self.runtime.cuset_set_kernels_on(1)
         import torch
@@ -475,6 +529,7 @@ class Device:
     def _outputs(self, request: Outputs, _payload: bytes) -> tuple[Reply, bytes]:
         if self.current is None:
             raise HostError("outputs of a trial that did not start")
+        self.order.synchronize_device()  # forward has returned: the harness waits for the device
         self.current.outputs = [
             decode(value, self.tensor, lambda *_: (_ for _ in ()).throw(HostError("a host tensor as an output")))
             for value in request.values

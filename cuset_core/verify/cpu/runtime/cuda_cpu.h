@@ -569,24 +569,26 @@ void remote_entry(const void* bound, unsigned gx, unsigned gy, unsigned gz, unsi
 
 extern "C" __attribute__((weak)) int cuset_port_launch(const void* entry, const void* args, size_t args_len,
                                                        unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                                                       unsigned by, unsigned bz, size_t smem, const char* name);
+                                                       unsigned by, unsigned bz, size_t smem, const char* name,
+                                                       unsigned long long stream, int nonblocking);
 
-// Launches a grid of `grid` x `block` threads with `smem` bytes of dynamic shared memory:
+// Launches a grid of `grid` x `block` threads with `smem` bytes of dynamic shared memory on `stream`:
 // every thread calls `body(args...)`, which calls the kernel. The arguments are evaluated
 // and copied once, at launch, as CUDA does. Counts the launch under `name`; a configuration a
 // GPU would refuse runs nothing and is not counted (see detail::refused). With the kernels off
 // (detail::kernels_run) a launch is checked and counted the same way, then runs no block.
 // Behind the device boundary (cuset_remote(): the candidate's host process) the launch goes to the
 // device process instead, as the launch site's remote_entry and the bound arguments' bytes; the
-// device process runs that entry of its own copy of the library, which launches there.
+// device process runs that entry of its own copy of the library, which launches there when the
+// stream's order allows (cpu/device/streams.py). In one process the stream is not modelled.
 template <class Body, class... Args>
-void launch(const char* name, dim3 grid, dim3 block, size_t smem, Body body, Args&&... args) {
+void launch(const char* name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Body body, Args&&... args) {
   using namespace detail;
   if (cuset_remote()) {
     std::tuple<Body, std::decay_t<Args>...> bound(body, std::forward<Args>(args)...);
     auto entry = &remote_entry<Body, std::decay_t<Args>...>;
     cuset_port_launch(reinterpret_cast<const void*>(entry), &bound, sizeof bound, grid.x, grid.y, grid.z, block.x,
-                      block.y, block.z, smem, name);
+                      block.y, block.z, smem, name, cuset_stream_id(stream), cuset_stream_nonblocking(stream));
     return;
   }
   Runtime& r = rt();
@@ -654,7 +656,8 @@ void remote_entry(const void* bound, unsigned gx, unsigned gy, unsigned gz, unsi
   alignas(Bound) unsigned char storage[sizeof(Bound)];
   std::memcpy(storage, bound, sizeof(Bound));
   Bound& values = *reinterpret_cast<Bound*>(storage);
-  std::apply([&](Body& body, A&... a) { launch(name, dim3(gx, gy, gz), dim3(bx, by, bz), smem, body, a...); }, values);
+  std::apply([&](Body& body, A&... a) { launch(name, dim3(gx, gy, gz), dim3(bx, by, bz), smem, nullptr, body, a...); },
+             values);
 }
 }  // namespace detail
 

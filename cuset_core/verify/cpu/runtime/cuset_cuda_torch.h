@@ -1,6 +1,6 @@
 // CPU stand-ins for the CUDA parts of PyTorch's C++ API and for cuda_fp16/cuda_bf16: half
-// types are c10::Half/c10::BFloat16 (so `data_ptr<at::Half>()` casts work), streams and
-// guards are tokens, and the launch check macros read the runtime's last error.
+// types are c10::Half/c10::BFloat16 (so `data_ptr<at::Half>()` casts work), streams are the
+// runtime's, device guards are tokens, and the launch check macros read the runtime's last error.
 #ifndef CUSET_CUSET_CUDA_TORCH_H
 #define CUSET_CUSET_CUDA_TORCH_H
 
@@ -51,14 +51,36 @@ inline float __bfloat162float(__nv_bfloat16 h) { return static_cast<float>(h); }
 
 namespace c10 {
 namespace cuda {
+// Torch's streams: the current stream of this thread (the legacy default one unless a guard set
+// another), and pool streams, which torch creates cudaStreamNonBlocking. The device process runs the
+// binding's torch operations on the current stream's order.
 struct CUDAStream {
-  cudaStream_t stream() const { return nullptr; }
-  operator cudaStream_t() const { return nullptr; }
+  cudaStream_t handle = nullptr;
+  CUDAStream() = default;
+  explicit CUDAStream(cudaStream_t s) : handle(s) {}
+  cudaStream_t stream() const { return handle; }
+  operator cudaStream_t() const { return handle; }
   c10::DeviceIndex device_index() const { return 0; }
+  void synchronize() const { cudaStreamSynchronize(handle); }
+  bool query() const { return cudaStreamQuery(handle) == cudaSuccess; }
+  bool operator==(const CUDAStream& other) const { return handle == other.handle; }
+  bool operator!=(const CUDAStream& other) const { return handle != other.handle; }
 };
-inline CUDAStream getCurrentCUDAStream(c10::DeviceIndex = -1) { return CUDAStream(); }
+inline cudaStream_t& current_stream_handle() {
+  thread_local cudaStream_t current = nullptr;
+  return current;
+}
+inline CUDAStream getCurrentCUDAStream(c10::DeviceIndex = -1) { return CUDAStream(current_stream_handle()); }
 inline CUDAStream getDefaultCUDAStream(c10::DeviceIndex = -1) { return CUDAStream(); }
-inline CUDAStream getStreamFromPool(bool = false, c10::DeviceIndex = -1) { return CUDAStream(); }
+inline CUDAStream getStreamFromPool(bool = false, c10::DeviceIndex = -1) {
+  cudaStream_t stream;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  return CUDAStream(stream);
+}
+inline void setCurrentCUDAStream(CUDAStream stream) {
+  current_stream_handle() = stream.stream();
+  cuset_stream_call("current", stream.stream());
+}
 struct CUDAGuard {
   template <class... A> explicit CUDAGuard(A&&...) {}
   template <class D> void set_device(D&&) {}
@@ -68,7 +90,12 @@ struct OptionalCUDAGuard {
   template <class D> void set_device(D&&) {}
 };
 struct CUDAStreamGuard {
-  template <class... A> explicit CUDAStreamGuard(A&&...) {}
+  CUDAStream original;
+  explicit CUDAStreamGuard(CUDAStream stream) : original(getCurrentCUDAStream()) { setCurrentCUDAStream(stream); }
+  CUDAStreamGuard(const CUDAStreamGuard&) = delete;
+  ~CUDAStreamGuard() { setCurrentCUDAStream(original); }
+  CUDAStream original_stream() const { return original; }
+  CUDAStream current_stream() const { return getCurrentCUDAStream(); }
 };
 inline c10::DeviceIndex current_device() { return 0; }
 inline c10::DeviceIndex device_count() { return 1; }
@@ -77,6 +104,23 @@ inline c10::DeviceIndex device_count() { return 1; }
 
 namespace at {
 namespace cuda {
+// torch's event over the runtime's: record on a stream, make another stream wait (block), wait.
+struct CUDAEvent {
+  cudaEvent_t event = nullptr;
+  explicit CUDAEvent(unsigned = cudaEventDisableTiming) { cudaEventCreate(&event); }
+  CUDAEvent(const CUDAEvent&) = delete;
+  ~CUDAEvent() { cudaEventDestroy(event); }
+  void record() { record(c10::cuda::getCurrentCUDAStream()); }
+  void record(const c10::cuda::CUDAStream& stream) { cudaEventRecord(event, stream.stream()); }
+  void block(const c10::cuda::CUDAStream& stream) { cudaStreamWaitEvent(stream.stream(), event, 0); }
+  void synchronize() const { cudaEventSynchronize(event); }
+  bool query() const { return cudaEventQuery(event) == cudaSuccess; }
+  float elapsed_time(const CUDAEvent& other) const {
+    float ms = 0;
+    cudaEventElapsedTime(&ms, event, other.event);
+    return ms;
+  }
+};
 using c10::cuda::CUDAGuard;
 using c10::cuda::CUDAStream;
 using c10::cuda::CUDAStreamGuard;
@@ -84,6 +128,7 @@ using c10::cuda::OptionalCUDAGuard;
 using c10::cuda::getCurrentCUDAStream;
 using c10::cuda::getDefaultCUDAStream;
 using c10::cuda::getStreamFromPool;
+using c10::cuda::setCurrentCUDAStream;
 using c10::cuda::current_device;
 using c10::cuda::device_count;
 inline cudaDeviceProp* getCurrentDeviceProperties() {

@@ -1,5 +1,6 @@
 // CUDA runtime types and the host memory API of the CuSeT CPU runtime: device memory is host
-// memory, copies are memcpy, streams and events exist only as tokens.
+// memory, copies are memcpy. Behind the device boundary the device process orders the work of
+// streams and events as a GPU may (cpu/device/streams.py); in one process they are tokens.
 #ifndef CUSET_CUSET_CUDA_TYPES_H
 #define CUSET_CUSET_CUDA_TYPES_H
 
@@ -94,6 +95,7 @@ enum cudaError_t {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorLaunchOutOfResources = 701,
+  cudaErrorNotReady = 600,
   cudaErrorMisalignedAddress = 716,
   cudaErrorNotSupported = 801,
 };
@@ -105,12 +107,14 @@ enum cudaMemcpyKind {
   cudaMemcpyDeviceToDevice = 3,
   cudaMemcpyDefault = 4,
 };
-struct CUstream_st {};
+struct CUstream_st { unsigned flags; };
 typedef CUstream_st* cudaStream_t;
 struct CUevent_st { std::chrono::steady_clock::time_point at; };
 typedef CUevent_st* cudaEvent_t;
 #define cudaStreamDefault 0
 #define cudaStreamNonBlocking 1
+#define cudaStreamLegacy ((cudaStream_t)0x1)
+#define cudaStreamPerThread ((cudaStream_t)0x2)
 #define cudaEventDefault 0
 #define cudaEventDisableTiming 2
 // Enumerators, not macros, as in CUDA: a candidate's `#ifdef` on them sees what nvcc sees.
@@ -145,13 +149,29 @@ extern "C" __attribute__((weak)) int cuset_port_is_open();
 extern "C" __attribute__((weak)) int cuset_arena_owns(const void* p);
 extern "C" __attribute__((weak)) int cuset_port_malloc(void** p, size_t bytes);
 extern "C" __attribute__((weak)) int cuset_port_free(void* p);
-extern "C" __attribute__((weak)) int cuset_port_memcpy(void* dst, const void* src, size_t n);
-extern "C" __attribute__((weak)) int cuset_port_memset(void* dst, int value, size_t n);
+extern "C" __attribute__((weak)) int cuset_port_memcpy(void* dst, const void* src, size_t n,
+                                                       unsigned long long stream, int nonblocking);
+extern "C" __attribute__((weak)) int cuset_port_memset(void* dst, int value, size_t n, unsigned long long stream,
+                                                       int nonblocking);
+extern "C" __attribute__((weak)) int cuset_port_stream(const char* action, unsigned long long stream,
+                                                       unsigned long long event);
 extern "C" __attribute__((weak)) int cuset_port_symbol(const void* symbol, void* host, size_t n, int to_device);
 extern "C" __attribute__((weak)) int cuset_port_last_error(int take);
 extern "C" __attribute__((weak)) int cuset_port_attribute(const void* function, const char* name, long value);
 inline bool cuset_remote() { return cuset_port_is_open && cuset_port_is_open(); }
 inline bool cuset_remote_address(const void* p) { return cuset_remote() && cuset_arena_owns(p); }
+
+// A stream as the device process knows it: 0 for the legacy default stream (and the per-thread
+// one, which a default build maps to it), else the handle, which is never freed, so never reused.
+inline unsigned long long cuset_stream_id(cudaStream_t s) {
+  return s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread ? 0 : reinterpret_cast<unsigned long long>(s);
+}
+inline int cuset_stream_nonblocking(cudaStream_t s) { return cuset_stream_id(s) && (s->flags & cudaStreamNonBlocking); }
+// A synchronisation or stream query for the device process (streams.py names the actions).
+inline cudaError_t cuset_stream_call(const char* action, cudaStream_t s, cudaEvent_t e = nullptr) {
+  if (!cuset_remote()) return cudaSuccess;
+  return static_cast<cudaError_t>(cuset_port_stream(action, cuset_stream_id(s), reinterpret_cast<unsigned long long>(e)));
+}
 
 inline cudaError_t& cuset_last_error() {
   static cudaError_t error = cudaSuccess;
@@ -183,6 +203,7 @@ inline const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+    case cudaErrorNotReady: return "device not ready";
     case cudaErrorMisalignedAddress: return "misaligned address";
     case cudaErrorNotSupported: return "operation not supported";
     default: return "unknown error";
@@ -195,13 +216,14 @@ inline const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorMisalignedAddress: return "cudaErrorMisalignedAddress";
     case cudaErrorNotSupported: return "cudaErrorNotSupported";
     default: return "cudaErrorUnknown";
   }
 }
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
-inline cudaError_t cudaThreadSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() { return cuset_stream_call("synchronize_device", nullptr); }
+inline cudaError_t cudaThreadSynchronize() { return cudaDeviceSynchronize(); }
 inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
 inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
@@ -226,6 +248,7 @@ template <class T> inline cudaError_t cudaMalloc(T** p, size_t bytes) {
 template <class T> inline cudaError_t cudaMallocManaged(T** p, size_t bytes, unsigned = 1) { return cudaMalloc(p, bytes); }
 template <class T> inline cudaError_t cudaMallocHost(T** p, size_t bytes) { return cudaMalloc(p, bytes); }
 template <class T> inline cudaError_t cudaMallocAsync(T** p, size_t bytes, cudaStream_t) { return cudaMalloc(p, bytes); }
+// cudaFree waits for the device, as on a GPU (the device process does it).
 inline cudaError_t cudaFree(void* p) {
   if (cuset_remote_address(p)) return static_cast<cudaError_t>(cuset_port_free(p));
   std::free(p);
@@ -233,20 +256,23 @@ inline cudaError_t cudaFree(void* p) {
 }
 inline cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
 inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
-inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind = cudaMemcpyDefault) {
-  if (cuset_remote()) return static_cast<cudaError_t>(cuset_port_memcpy(d, s, n));
+// The synchronous copy and memset are the legacy default stream's work.
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind = cudaMemcpyDefault, cudaStream_t stream = nullptr) {
+  if (cuset_remote())
+    return static_cast<cudaError_t>(cuset_port_memcpy(d, s, n, cuset_stream_id(stream), cuset_stream_nonblocking(stream)));
   std::memmove(d, s, n);
   return cudaSuccess;
 }
-inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k = cudaMemcpyDefault, cudaStream_t = nullptr) {
-  return cudaMemcpy(d, s, n, k);
+inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k = cudaMemcpyDefault) {
+  return cudaMemcpyAsync(d, s, n, k, nullptr);
 }
-inline cudaError_t cudaMemset(void* d, int v, size_t n) {
-  if (cuset_remote_address(d)) return static_cast<cudaError_t>(cuset_port_memset(d, v, n));
+inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t stream = nullptr) {
+  if (cuset_remote_address(d))
+    return static_cast<cudaError_t>(cuset_port_memset(d, v, n, cuset_stream_id(stream), cuset_stream_nonblocking(stream)));
   std::memset(d, v, n);
   return cudaSuccess;
 }
-inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t = nullptr) { return cudaMemset(d, v, n); }
+inline cudaError_t cudaMemset(void* d, int v, size_t n) { return cudaMemsetAsync(d, v, n, nullptr); }
 inline cudaError_t cudaMemcpy2D(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t h, cudaMemcpyKind = cudaMemcpyDefault) {
   for (size_t r = 0; r < h; ++r) {
     cudaError_t e = cudaMemcpy(static_cast<char*>(d) + r * dp, static_cast<const char*>(s) + r * sp, w);
@@ -270,15 +296,22 @@ template <class T> inline cudaError_t cudaMemcpyFromSymbol(void* d, const T& sym
   return cudaSuccess;
 }
 template <class T> inline cudaError_t cudaGetSymbolAddress(void** p, T& symbol) { *p = &symbol; return cudaSuccess; }
-inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = nullptr; return cudaSuccess; }
-inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { *s = nullptr; return cudaSuccess; }
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) { *s = new CUstream_st{flags}; return cudaSuccess; }
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int) { return cudaStreamCreateWithFlags(s, flags); }
+// Its pending work still runs, as on a GPU; the handle stays allocated so no later stream reuses it.
 inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) { return cuset_stream_call("synchronize", s); }
+inline cudaError_t cudaStreamQuery(cudaStream_t s) { return cuset_stream_call("query", s); }
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned = 0) { return cuset_stream_call("wait", s, e); }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st(); return cudaSuccess; }
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
-inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) { e->at = std::chrono::steady_clock::now(); return cudaSuccess; }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
+  e->at = std::chrono::steady_clock::now();
+  return cuset_stream_call("record", s, e);
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) { return cuset_stream_call("wait", nullptr, e); }
+inline cudaError_t cudaEventQuery(cudaEvent_t e) { return cuset_stream_call("query_event", nullptr, e); }
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
   *ms = std::chrono::duration<float, std::milli>(b->at - a->at).count();
   return cudaSuccess;

@@ -144,10 +144,18 @@ extern "C" __attribute__((visibility("default"))) int cuset_port_free(void* p) {
   return static_cast<int>(field(reply.header, "error_code"));
 }
 
-extern "C" __attribute__((visibility("default"))) int cuset_port_memcpy(void* dst, const void* src, size_t n) {
+// A stream's fields in a request: its handle (0: the legacy default stream) and whether it was
+// created cudaStreamNonBlocking. The device process runs the work when the stream's order allows.
+static std::string on_stream(unsigned long long stream, int nonblocking) {
+  return ", \"stream\": " + std::to_string(stream) + ", \"nonblocking\": " + (nonblocking ? "true" : "false");
+}
+
+extern "C" __attribute__((visibility("default"))) int cuset_port_memcpy(void* dst, const void* src, size_t n,
+                                                                        unsigned long long stream, int nonblocking) {
   bool to_device = cuset_arena_owns(dst), from_device = cuset_arena_owns(src);
   std::string where = "\"dst\": " + std::to_string(reinterpret_cast<uintptr_t>(dst)) +
-                      ", \"src\": " + std::to_string(reinterpret_cast<uintptr_t>(src)) + ", \"n\": " + std::to_string(n);
+                      ", \"src\": " + std::to_string(reinterpret_cast<uintptr_t>(src)) + ", \"n\": " + std::to_string(n) +
+                      on_stream(stream, nonblocking);
   if (to_device && from_device) return static_cast<int>(field(request("{\"op\": \"d2d\", " + where + "}").header, "error_code"));
   if (to_device) return static_cast<int>(field(request("{\"op\": \"h2d\", " + where + "}", src, n).header, "error_code"));
   if (from_device) {
@@ -159,9 +167,11 @@ extern "C" __attribute__((visibility("default"))) int cuset_port_memcpy(void* ds
   return 0;
 }
 
-extern "C" __attribute__((visibility("default"))) int cuset_port_memset(void* dst, int value, size_t n) {
+extern "C" __attribute__((visibility("default"))) int cuset_port_memset(void* dst, int value, size_t n,
+                                                                        unsigned long long stream, int nonblocking) {
   Reply reply = request("{\"op\": \"memset\", \"dst\": " + std::to_string(reinterpret_cast<uintptr_t>(dst)) +
-                        ", \"value\": " + std::to_string(value) + ", \"n\": " + std::to_string(n) + "}");
+                        ", \"value\": " + std::to_string(value) + ", \"n\": " + std::to_string(n) +
+                        on_stream(stream, nonblocking) + "}");
   return static_cast<int>(field(reply.header, "error_code"));
 }
 
@@ -170,7 +180,8 @@ extern "C" __attribute__((visibility("default"))) int cuset_port_memset(void* ds
 extern "C" __attribute__((visibility("default"))) int cuset_port_launch(const void* entry, const void* args,
                                                                         size_t args_len, unsigned gx, unsigned gy,
                                                                         unsigned gz, unsigned bx, unsigned by,
-                                                                        unsigned bz, size_t smem, const char* name) {
+                                                                        unsigned bz, size_t smem, const char* name,
+                                                                        unsigned long long stream, int nonblocking) {
   std::string library;
   uintptr_t offset = 0;
   if (!locate(entry, library, offset)) return 98;  // cudaErrorInvalidDeviceFunction
@@ -179,7 +190,7 @@ extern "C" __attribute__((visibility("default"))) int cuset_port_launch(const vo
                 "\"entry\": %" PRIuPTR ", \"grid\": [%u, %u, %u], \"block\": [%u, %u, %u], \"smem\": %zu", offset, gx,
                 gy, gz, bx, by, bz, smem);
   Reply reply = request("{\"op\": \"launch\", \"library\": " + quoted(library) + ", \"name\": " + quoted(name) + ", " +
-                            numbers + "}",
+                            numbers + on_stream(stream, nonblocking) + "}",
                         args, args_len);
   return static_cast<int>(field(reply.header, "error_code"));
 }
@@ -212,6 +223,15 @@ extern "C" __attribute__((visibility("default"))) int cuset_port_symbol(const vo
                        (from_device ? ", \"src\": " + std::to_string(reinterpret_cast<uintptr_t>(host)) : "") + "}";
   Reply reply = to_device && !from_device ? request(header, host, n) : request(header);
   if (!to_device && reply.payload.size() == n) std::memcpy(host, reply.payload.data(), n);
+  return static_cast<int>(field(reply.header, "error_code"));
+}
+
+// A synchronisation, an event's record or a query (`action`, as streams.py names them) of `stream`
+// (0: the legacy default stream) or `event`; cudaErrorNotReady (600) from a query of pending work.
+extern "C" __attribute__((visibility("default"))) int cuset_port_stream(const char* action, unsigned long long stream,
+                                                                        unsigned long long event) {
+  Reply reply = request("{\"op\": \"stream\", \"action\": " + quoted(action) + ", \"stream\": " +
+                        std::to_string(stream) + ", \"event\": " + std::to_string(event) + "}");
   return static_cast<int>(field(reply.header, "error_code"));
 }
 
