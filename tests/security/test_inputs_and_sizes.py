@@ -5,7 +5,8 @@ device boundary (the default):
    trial's forward: asking for the next trial's inputs, another trial's again or the second size's
    out of turn is refused and named in the verdict; a device operation whose failure could tell the
    host a bit of device data leaves the device unusable (as a GPU's context after a device-side
-   assert); the seed is nowhere the host can read.
+   assert); the seed is nowhere the host can read. Open: a kernel, native code inside the device
+   process, can call libc there (a strict ``xfail`` below).
 2. Index arithmetic in an integer type narrower than the original sizes need (``short``, an
    ``unsigned short`` through a typedef, ``int`` on a problem of more than 2^31 elements) is
    ``static_reject`` with its line when tier 2 ran only reduced sizes; ``int`` under 2^31 and 64-bit
@@ -216,6 +217,82 @@ def test_the_seed_and_the_inputs_file_are_nowhere_the_host_can_read(libraries):
             raise RuntimeError(f"the host found {found}")
         return ext.rowsum(x)"""
     assert_verdict(tier2(rowsum_candidate(forward), libraries), Verdict.PASS)
+
+
+# Open (docs/verification.md, "Trial inputs and sizes"): the candidate's kernels run as native code
+# inside the device process. A kernel that calls libc through pointers the host passes as kernel
+# arguments (the host is a fork: the same addresses) writes a trial's inputs to a file of the folder
+# both processes share; the host reads it, sums in Python and passes the sums by value to a kernel.
+KERNEL_CALLS_THE_HOST = r'''import ctypes
+import os
+import struct
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda = r"""
+#include <torch/extension.h>
+
+typedef int (*open_t)(const char*, int, int);
+typedef long (*write_t)(int, const void*, unsigned long);
+typedef int (*close_t)(int);
+
+__global__ void leak_kernel(const float* x, long bytes, const char* path, long open_fn, long write_fn, long close_fn) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        int fd = ((open_t)open_fn)(path, 65, 0644);
+        ((write_t)write_fn)(fd, x, bytes);
+        ((close_t)close_fn)(fd);
+    }
+}
+
+struct Sums { float v[64]; };
+__global__ void from_struct_kernel(Sums sums, float* out, int n) {
+    int i = threadIdx.x;
+    if (i < n) out[i] = sums.v[i];
+}
+
+void leak(torch::Tensor x, torch::Tensor path, int64_t open_fn, int64_t write_fn, int64_t close_fn) {
+    leak_kernel<<<1, 1>>>(x.data_ptr<float>(), x.numel() * 4, (const char*)path.data_ptr<unsigned char>(),
+                          open_fn, write_fn, close_fn);
+}
+
+torch::Tensor place(torch::Tensor like, std::vector<double> sums) {
+    Sums packed;
+    for (size_t i = 0; i < sums.size() && i < 64; ++i) packed.v[i] = sums[i];
+    auto out = torch::empty({like.size(0)}, like.options());
+    from_struct_kernel<<<1, 64>>>(packed, out.data_ptr<float>(), like.size(0));
+    return out;
+}
+"""
+ext = load_inline(name="leak_ext", cpp_sources="void leak(torch::Tensor x, torch::Tensor path, int64_t open_fn, int64_t write_fn, int64_t close_fn);\ntorch::Tensor place(torch::Tensor like, std::vector<double> sums);",
+                  cuda_sources=cuda, functions=["leak", "place"])
+libc = ctypes.CDLL(None)
+ADDRESSES = [ctypes.cast(getattr(libc, name), ctypes.c_void_p).value for name in ("open", "write", "close")]
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        name = os.path.abspath(f"leak{self.calls}.bin").encode() + b"\0"
+        path = torch.frombuffer(bytearray(name), dtype=torch.uint8).to("cuda")
+        ext.leak(x, path, *ADDRESSES)
+        data = open(name[:-1], "rb").read()
+        rows, cols = x.shape
+        values = struct.unpack(f"{rows * cols}f", data)
+        sums = [sum(values[r * cols:(r + 1) * cols]) for r in range(rows)]
+        return ext.place(x, sums)
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="open: kernels run inside the device process and can call libc there")
+def test_a_kernel_that_calls_libc_through_host_pointers_cannot_hand_the_inputs_to_the_host(libraries):
+    result = tier2(KERNEL_CALLS_THE_HOST, libraries)
+    assert result.verdict is not Verdict.PASS, result.reason
 
 
 # ---------------------------------------------------------------- 2. narrow index types
