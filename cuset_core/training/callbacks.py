@@ -207,17 +207,29 @@ class ObjectiveStateCallback(TrainerCallback):
         return True
 
 
-class SigtermCallback(TrainerCallback):
-    """Cooperative cancellation: SIGTERM, or a ``CANCEL`` file in the output folder, makes the
-    next optimizer step end with a checkpoint and a stop. ``cancelled`` says whether it fired.
+class StepInterrupted(BaseException):
+    """A stop (SIGTERM) in the middle of an optimizer step: the weights and the optimizer are still
+    those of the last completed step, only that step's gradients are lost. A BaseException, as
+    KeyboardInterrupt is: raised wherever the run is, nothing on the way may take it for an error."""
 
-    The decision is shared over data-parallel ranks, so all of them save and stop together.
+
+class SigtermCallback(TrainerCallback):
+    """Cooperative cancellation: SIGTERM, or a ``CANCEL`` file in the output folder, stops the run
+    with a checkpoint. ``cancelled`` says whether it fired.
+
+    A ``CANCEL`` file, or a signal between steps, makes the next optimizer step end with a
+    checkpoint and a stop. A signal during a step's forward and backward passes raises
+    ``StepInterrupted`` at once (``run`` then saves the last completed step), so a cancel keeps a
+    checkpoint however long a step takes: waiting for the step's end outlasted the supervisor's
+    grace on a CPU, which then killed the run with none. The optimizer's own update is never
+    interrupted, and several data-parallel ranks always stop together at a step's end.
     """
 
     def __init__(self, cancel_file: Path):
         self.cancel_file = cancel_file
         self.cancelled = False
         self._signalled = False
+        self._in_passes = False  # inside a step's forward and backward passes
         self._previous_handler = signal.signal(signal.SIGTERM, self._on_signal)
 
     def close(self) -> None:
@@ -226,6 +238,13 @@ class SigtermCallback(TrainerCallback):
 
     def _on_signal(self, signum, frame) -> None:
         self._signalled = True
+        if self._in_passes:
+            self._interrupt()
+
+    def _interrupt(self) -> None:
+        self._in_passes = False
+        self.cancelled = True
+        raise StepInterrupted("stopped by SIGTERM during a step")
 
     def _requested(self, device: torch.device) -> bool:
         wanted = self._signalled or self.cancel_file.exists()
@@ -235,7 +254,20 @@ class SigtermCallback(TrainerCallback):
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
 
+    def on_step_begin(self, args, state, control, **kwargs):
+        if _distributed():
+            return control
+        if self._signalled and state.global_step > 0:
+            self._interrupt()  # a signal that came during an evaluation or a save: stop before more work
+        self._in_passes = True
+        return control
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self._in_passes = False
+        return control
+
     def on_step_end(self, args, state, control, **kwargs):
+        self._in_passes = False
         if self._requested(args.device):
             self.cancelled = True
             control.should_save = True

@@ -32,6 +32,8 @@ from cuset_core.training.callbacks import (
     ProgressCallback,
     ProgressWriter,
     SigtermCallback,
+    StepInterrupted,
+    checkpoint_dir,
 )
 from cuset_core.training.config import ConfigError, TuneConfig, checkpointing_choice, read_config
 from cuset_core.training.progress_lines import DoneLine
@@ -305,7 +307,10 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
                 else " (no saved objective state: its EMAs start over)"
             )
         )
-    trainer.train(resume_from_checkpoint=checkpoint)
+    try:
+        trainer.train(resume_from_checkpoint=checkpoint)
+    except StepInterrupted:
+        save_last_step(trainer)
     state = trainer.state
     outcome = JobOutcome(state.global_step, int(state.num_input_tokens_seen), cancel.cancelled)
     if outcome.cancelled:
@@ -323,6 +328,18 @@ def _train(config: TuneConfig, writer: ProgressWriter, cancel: SigtermCallback) 
         )
     )
     return outcome
+
+
+def save_last_step(trainer) -> None:
+    """After a stop inside a step (``StepInterrupted``): the weights, optimizer and schedule are
+    those of the last completed step, so they are saved as its checkpoint, as a stop at a step's
+    end saves one; nothing when no step completed or that step has its checkpoint already."""
+    trainer.model.zero_grad(set_to_none=True)  # the interrupted step's partial gradients
+    args, state = trainer.args, trainer.state
+    if state.global_step == 0 or checkpoint_dir(args, state).exists():
+        return
+    trainer._save_checkpoint(trainer.model, trial=None)
+    trainer.control = trainer.callback_handler.on_save(args, state, trainer.control)
 
 
 M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES = -3, 128 * 1024

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,16 @@ def train(job: dict):
     outcome = run_job(config, ProgressWriter(config.progress_path, stream=open(os.devnull, "w"), enabled=True))
     lines = [json.loads(line) for line in config.progress_path.read_text().splitlines()]
     return outcome, lines
+
+
+def start_training(tmp_path: Path, job: dict) -> subprocess.Popen:
+    """``python -m cuset_core.training`` on ``job``, its progress lines on stdout."""
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job))
+    return subprocess.Popen(
+        [sys.executable, "-m", "cuset_core.training", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO,
+    )  # fmt: skip
 
 
 def progress(lines: list[dict]) -> list[dict]:
@@ -174,12 +185,7 @@ def test_a_checkpoint_carries_the_objective_ema_and_a_resume_restores_it(tmp_pat
 
 def test_sigterm_saves_a_checkpoint_and_exits_0(tmp_path, tiny_model_dir):
     job = make_job(tmp_path, tiny_model_dir, hp={"max_steps": 500})
-    path = tmp_path / "job.json"
-    path.write_text(json.dumps(job))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "cuset_core.training", str(path)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO,
-    )  # fmt: skip
+    process = start_training(tmp_path, job)
     seen = []
     for line in process.stdout:
         seen.append(json.loads(line))
@@ -192,6 +198,36 @@ def test_sigterm_saves_a_checkpoint_and_exits_0(tmp_path, tiny_model_dir):
     checkpoint = next(line for line in seen if line["type"] == "checkpoint")
     assert Path(checkpoint["path"], "trainer_state.json").is_file()
     assert not any(line["type"] in ("done", "error") for line in seen)
+
+
+def test_sigterm_inside_a_long_step_saves_the_last_completed_step_at_once(tmp_path, tiny_model_dir):
+    # A cancel waited for the step's end, and a CPU step outlasts the supervisor's grace
+    # (CUSET_CANCEL_GRACE_S), which then killed the run with no checkpoint at all. Here a step is
+    # 32 micro-batches (gradient accumulation), recomputing activations as on a CPU by default.
+    hp = {"max_steps": 50, "batch_size": 1, "gradient_accumulation_steps": 32, "gradient_checkpointing": True}
+    job = make_job(tmp_path, tiny_model_dir, hp=hp)
+    process = start_training(tmp_path, job)
+    seen, signalled = [], None
+    for line in process.stdout:
+        seen.append(json.loads(line))
+        if signalled is None and seen[-1]["type"] == "progress" and seen[-1]["step"] == 1:
+            step_s = seen[-1]["time"] - next(s["time"] for s in seen if s.get("message", "").startswith("training"))
+            time.sleep(step_s / 4)  # a quarter into step 2
+            process.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+    code = process.wait(timeout=120)
+    stopped_s = time.monotonic() - signalled
+
+    assert code == 0 and stopped_s < step_s / 2, (stopped_s, step_s)
+    assert [line["step"] for line in seen if line["type"] == "checkpoint"] == [1]
+    checkpoint = tmp_path / "out" / "checkpoint-1"
+    assert (checkpoint / "adapter_model.safetensors").is_file() and (checkpoint / "optimizer.pt").is_file()
+    assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == 1
+    assert seen[-1]["message"] == "cancelled at step 1; checkpoint saved"
+
+    outcome, lines = train({**job, "resume": True, "hyperparameters": {**job["hyperparameters"], "max_steps": 2}})
+    assert not outcome.cancelled and outcome.steps == 2
+    assert f"resuming from {checkpoint}" in [line.get("message") for line in lines]
 
 
 @pytest.mark.parametrize("loss_chunk_size", [0, 4], ids=["full-logits", "chunked"])
