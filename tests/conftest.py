@@ -11,7 +11,7 @@ import pytest
 
 # The service fixtures: the real one (Postgres, Redis, worker, server) for integration and browser
 # tests, the embedded one (SQLite, no worker) for fast tests.
-pytest_plugins = ["tests.service", "tests.sqlite_service"]
+pytest_plugins = ["tests.real_service", "tests.sqlite_service"]
 
 # Under pytest-xdist each worker is a process, and torch gives each one OpenMP thread per core:
 # with two workers on two cores, OpenMP's spinning threads wait on each other. On the training

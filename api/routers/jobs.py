@@ -39,11 +39,11 @@ from cuset_core.training.tracking import missing_packages
 from db.dispatch import send_validate_job_files
 from db.errors import ErrorCode
 from db.ids import new_id
-from db.job_rows import add_event, cancel
 from db.model_specs import checkpoint_folder, tuned_job
 from db.models import Checkpoint, Job, JobEvent, JobMetric
 from db.settings import Settings
 from db.statuses import JOB_ACTIVE, JOB_FINAL, JobStatus
+from service.jobs import add_event, cancel
 
 router = APIRouter(prefix="/fine_tuning/jobs", tags=["fine-tuning"])
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.service import REPO
+from tests.real_service import REPO
 
 KEY_STORAGE = "cuset.apiKey"  # where the dashboard keeps the key (api/static/js/api.js)
 CHROMIUM = os.environ.get("CUSET_CHROMIUM", "/usr/bin/chromium")

@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.integration.job_support import FINISHED, insert_job, job_request, upload_demo_dataset
-from tests.service import wait_for
+from tests.real_service import wait_for
 
 PAGES = ["/", "/files", "/evals", "/playground"]
 

@@ -1,4 +1,4 @@
-"""Integration tests: the API, workers, Postgres and Redis, all real (fixtures in tests/service.py)."""
+"""Integration tests: the API, workers, Postgres and Redis, all real (fixtures in tests/real_service.py)."""
 
 import pytest
 

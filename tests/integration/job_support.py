@@ -22,7 +22,7 @@ from db.generations import GenerationRequest, GenerationSample
 from db.ids import new_id
 from db.models import Eval, File, Generation, Job, JobEvent
 from db.session import session_scope
-from tests.service import TEST_OWNER
+from tests.real_service import TEST_OWNER
 
 # Long enough for the demo answers (most are 600-1000 tokens), short enough to train in seconds.
 MAX_SEQ_LEN = 1024

@@ -1,6 +1,6 @@
 """Helpers the security, fault, concurrency and fuzz tests share: API keys made in the test
 database and apps built with auth on (the shared fixtures run the service with auth off; a
-uvicorn server of such settings is ``tests.service.ServiceServer``)."""
+uvicorn server of such settings is ``tests.real_service.ServiceServer``)."""
 
 from __future__ import annotations
 

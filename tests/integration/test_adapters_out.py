@@ -13,7 +13,7 @@ import torch
 
 from cuset_core.models import load_model
 from tests.integration.job_support import FINISHED, job_request, job_state, upload_short_dataset
-from tests.service import wait_for
+from tests.real_service import wait_for
 
 PROMPT = "__global__ void add(const float* a, const float* b, float* out, int n) {"
 

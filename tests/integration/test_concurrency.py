@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 from db.models import Job, JobEvent
 from db.session import session_scope
 from tests.integration.security_support import bearer, new_key, secure_settings, training_rows
-from tests.service import ServiceServer
+from tests.real_service import ServiceServer
 
 CREATORS = 50
 IDEMPOTENCY_KEYS = 10  # the 50 keyed requests are 5 retries of each of 10 jobs

@@ -11,7 +11,7 @@ import time
 import pytest
 import redis
 
-from tests.service import REDIS_URL
+from tests.real_service import REDIS_URL
 from worker.device_share import POLL_S, STALE_S, DeviceKeys, ModelHolder, request_release
 from worker.model_cache import ModelCache
 

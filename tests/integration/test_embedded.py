@@ -19,7 +19,7 @@ import pytest
 
 from api.launch import free_port
 from tests.integration.job_support import job_request, upload_short_dataset
-from tests.service import REPO, wait_for
+from tests.real_service import REPO, wait_for
 
 
 def embedded_env(data_dir: Path) -> dict[str, str]:

@@ -19,7 +19,7 @@ from db.models import Generation
 from db.session import session_scope
 from db.settings import Settings
 from tests.integration.job_support import insert_tuned_model
-from tests.service import TEST_OWNER, ServiceServer, WorkerProcess, fresh_database, wait_for
+from tests.real_service import TEST_OWNER, ServiceServer, WorkerProcess, fresh_database, wait_for
 
 KEY_ENV = "CUSET_TEST_ENGINE_KEY"
 HELLO = [{"role": "user", "content": "Write a CUDA kernel that adds two vectors."}]

@@ -14,7 +14,7 @@ from db.ids import new_id
 from db.models import Eval
 from db.session import session_scope
 from tests.integration.job_support import insert_eval, insert_file, insert_job
-from tests.service import wait_for
+from tests.real_service import wait_for
 from worker.tasks.reaper import _reap_evals
 
 FAST = {"model": "tiny", "samples": 0, "max_tokens": 32, "tier": "static", "problems": "demo:held-out"}

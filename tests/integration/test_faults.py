@@ -25,7 +25,7 @@ from db.session import engine_for, session_scope
 from tests.integration.job_support import short_dataset_bytes
 from tests.integration.private_services import PrivatePostgres, PrivateRedis
 from tests.integration.security_support import assert_error, bearer, new_key, secure_settings, training_rows
-from tests.service import WorkerProcess, wait_for
+from tests.real_service import WorkerProcess, wait_for
 
 OUTAGE_S = 10.0
 RECOVERY_LIMIT_S = 30.0

@@ -23,7 +23,7 @@ from db.models import Generation
 from db.session import session_scope
 from tests.integration.job_support import decoded_generation, insert_generation, stored_samples
 from tests.integration.test_inference import stream
-from tests.service import wait_for
+from tests.real_service import wait_for
 
 PROBLEM = demo_problems()[0]
 

@@ -18,7 +18,7 @@ def test_readyz_reports_database_and_broker_reachable(client):
 
 def test_readyz_reports_the_sandbox_isolation_each_worker_found_at_start(client, worker):
     from cuset_core.verify.sandbox import isolation
-    from tests.service import wait_for
+    from tests.real_service import wait_for
 
     wait_for(lambda: client.get("/readyz").json()["sandbox"], timeout=60, what="a worker's sandbox entry")
     entries = list(client.get("/readyz").json()["sandbox"].values())

@@ -16,7 +16,7 @@ from cuset_core.verify.result import VerifyResult
 from db.models import Generation
 from db.session import session_scope
 from tests.integration.job_support import insert_tuned_model
-from tests.service import TEST_OWNER, wait_for
+from tests.real_service import TEST_OWNER, wait_for
 
 HELLO = [{"role": "user", "content": "Write a CUDA kernel that adds two vectors."}]
 

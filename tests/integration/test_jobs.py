@@ -17,7 +17,7 @@ from tests.integration.job_support import (
     upload_eval_problems,
     upload_short_dataset,
 )
-from tests.service import wait_for
+from tests.real_service import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +138,7 @@ def test_a_job_past_its_wall_clock_limit_is_stopped_and_fails_with_the_reason(
     from fastapi.testclient import TestClient
 
     from api.main import create_app
-    from tests.service import WorkerProcess
+    from tests.real_service import WorkerProcess
 
     # An API and a worker of their own (own broker keys) whose jobs may run 10 s.
     settings = service_settings.model_copy(

@@ -7,7 +7,7 @@ from api.auth import KeyCache
 from db.keys import revoke_key
 from db.session import session_scope
 from tests.integration.security_support import assert_error, new_key, secure_client
-from tests.service import wait_for
+from tests.real_service import wait_for
 
 
 class Clock:

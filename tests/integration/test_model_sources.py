@@ -13,7 +13,7 @@ from api.routers.jobs import _check_load_options
 from cuset_core.training.config import Hyperparameters
 from db.settings import Settings
 from tests.integration.job_support import FINISHED, job_request, job_state, upload_demo_dataset
-from tests.service import wait_for
+from tests.real_service import wait_for
 
 QLORA = {"bits": 4, "type": "nf4", "double_quant": True}
 

@@ -7,7 +7,7 @@ import openai
 import pytest
 
 from tests.integration.job_support import FINISHED, MAX_SEQ_LEN, short_dataset_bytes
-from tests.service import wait_for
+from tests.real_service import wait_for
 
 
 @pytest.fixture()

@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from cuset_core.generation.prompts import render_prompt
 from db.models import Generation
 from db.session import session_scope
-from tests.service import wait_for
+from tests.real_service import wait_for
 
 CONTEXT = 4096  # the tiny test model's max_position_embeddings
 

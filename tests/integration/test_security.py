@@ -26,7 +26,7 @@ from db.models import File, Generation
 from db.session import session_scope
 from tests.integration.job_support import insert_file, insert_generation, insert_job
 from tests.integration.security_support import assert_error, bearer, jsonl, new_key, secure_client, training_rows
-from tests.service import PG_ADMIN_URL, WorkerProcess, fresh_database, wait_for
+from tests.real_service import PG_ADMIN_URL, WorkerProcess, fresh_database, wait_for
 
 PROBLEMS = demo_problems()
 

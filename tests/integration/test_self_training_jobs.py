@@ -16,7 +16,7 @@ from tests.integration.job_support import (
     upload_problems,
     upload_short_dataset,
 )
-from tests.service import wait_for
+from tests.real_service import wait_for
 
 DEMO = {p.id: p.problem_code for p in demo_problems()}
 

@@ -21,7 +21,7 @@ from db.models import Generation
 from db.session import session_scope
 from tests.integration.job_support import stored_samples
 from tests.integration.test_inference import sse_events
-from tests.service import wait_for
+from tests.real_service import wait_for
 from worker.tasks.generate import FLUSH_S, ROW_FLUSH_S
 
 LONG = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 400, "temperature": 0}

@@ -18,7 +18,7 @@ from tests.integration.job_support import (
     job_state,
     upload_short_dataset,
 )
-from tests.service import wait_for
+from tests.real_service import wait_for
 from worker.device_share import STALE_S, DeviceKeys, device_key, redis_for
 
 

@@ -56,12 +56,12 @@ from cuset_core.verify.result import Tier
 from db.dispatch import TaskName, send_eval_repair, send_eval_verify
 from db.errors import ErrorCode, ErrorInfo
 from db.evals import EvalSampleRecord
-from db.job_rows import model_spec
 from db.model_specs import engine_route_for
 from db.models import Eval, EvalAttempt, EvalProblem, File
 from db.session import session_scope
 from db.settings import Settings
 from db.statuses import EvalStatus
+from service.jobs import model_spec
 from worker.heartbeat import heartbeat
 from worker.runtime import RuntimeTask, WorkerRuntime
 from worker.tasks.verify import service_verify_settings

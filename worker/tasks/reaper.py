@@ -15,10 +15,10 @@ from sqlalchemy import select, update
 
 from db.dispatch import TaskName, send_reap, send_tune
 from db.errors import ErrorCode, ErrorInfo
-from db.job_rows import add_event, finish_attempt, requeue_or_fail
 from db.models import Eval, Generation, Job
 from db.session import session_scope
 from db.statuses import EvalStatus, GenerationStatus, JobStatus
+from service.jobs import add_event, finish_attempt, requeue_or_fail
 from worker.legacy_queue import move_legacy_messages
 from worker.runtime import RuntimeTask, process_runtime
 

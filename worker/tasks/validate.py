@@ -12,10 +12,10 @@ from cuset_core.data import DataFileError, LoadOptions, load_records
 from cuset_core.models import load_tokenizer
 from db.dispatch import TaskName, send_tune
 from db.errors import ErrorCode, ErrorInfo
-from db.job_rows import finish_validation, model_spec
 from db.models import File, Job
 from db.session import session_scope
 from db.statuses import JobStatus
+from service.jobs import finish_validation, model_spec
 from worker.runtime import RuntimeTask
 
 log = logging.getLogger(__name__)

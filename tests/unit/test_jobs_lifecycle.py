@@ -1,6 +1,6 @@
-"""How a job's status moves (db/job_rows.py), on the embedded mode's SQLite database built by the
-migrations: each write moves a job only from the status it expects, and writes of an attempt
-that lost the job change nothing."""
+"""How a job's status moves (service/jobs.py, and service/job_runs.py's record of how a run
+ended), on the embedded mode's SQLite database built by the migrations: each write moves a job
+only from the status it expects, and writes of an attempt that lost the job change nothing."""
 
 from __future__ import annotations
 
@@ -11,7 +11,13 @@ import pytest
 
 from cuset_core.training.config import JobSpec
 from db.errors import ErrorCode, ErrorInfo
-from db.job_rows import (
+from db.models import Checkpoint, File, Job
+from db.session import session_scope
+from db.settings import Settings
+from db.statuses import JOB_FINAL, JobStatus
+from service.job_progress import RunReport
+from service.job_runs import record_end
+from service.jobs import (
     MAX_ATTEMPTS,
     add_event,
     beat,
@@ -22,10 +28,6 @@ from db.job_rows import (
     finish_validation,
     requeue_or_fail,
 )
-from db.models import Checkpoint, File, Job
-from db.session import session_scope
-from db.settings import Settings
-from db.statuses import JOB_FINAL, JobStatus
 from tests.integration.job_support import event_rows, stored_row
 
 
@@ -212,13 +214,10 @@ def test_cancelling_a_running_job_asks_its_worker_to_stop(settings):
     ],
 )
 def test_a_run_stopped_by_the_cancel_it_was_sent_ends_cancelled_not_failed(settings, tmp_path, returncode, event):
-    from worker.supervise import RunReport
-    from worker.tasks.tune import _record_end
-
     job_id, attempt = _claimed(settings)
     report = RunReport(returncode=returncode, cancel_sent=True)
 
-    assert _record_end(settings, job_id, attempt, report, tmp_path / "train-1.log") is False
+    assert record_end(settings, job_id, attempt, report, tmp_path / "train-1.log") is False
 
     job = stored_row(settings.resolved_database_url, Job, job_id)
     assert (job.status, job.error) == (JobStatus.CANCELLED, None)
@@ -249,11 +248,8 @@ def test_a_run_whose_step_outlasts_the_grace_is_stopped_where_it_is_after_a_canc
 
 
 def test_a_run_that_died_of_another_signal_after_a_cancel_still_fails_with_its_reason(settings, tmp_path):
-    from worker.supervise import RunReport
-    from worker.tasks.tune import _record_end
-
     job_id, attempt = _claimed(settings)
-    _record_end(settings, job_id, attempt, RunReport(returncode=-signal.SIGSEGV, cancel_sent=True), tmp_path / "x.log")
+    record_end(settings, job_id, attempt, RunReport(returncode=-signal.SIGSEGV, cancel_sent=True), tmp_path / "x.log")
 
     job = stored_row(settings.resolved_database_url, Job, job_id)
     assert (job.status, job.error.code) == (JobStatus.FAILED, ErrorCode.TRAINING_FAILED)

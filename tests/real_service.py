@@ -105,7 +105,7 @@ def service_settings(database_url, broker_url, broker_key_prefix, tmp_path_facto
         train_nice=0,
         # A cancel's step and checkpoint save take seconds here but can take more than the default
         # 10 s on a crowded host; the cancel tests check the checkpoint, not the grace period
-        # (tests/unit/test_job_rows.py holds the run that outlives its grace).
+        # (tests/unit/test_jobs_lifecycle.py holds the run that outlives its grace).
         cancel_grace_s=120,
     )
 
