@@ -28,7 +28,6 @@ _TYPES = {
     409: "conflict_error",
     507: "server_error",
     413: "invalid_request_error",
-    422: "invalid_request_error",
     429: "rate_limit_error",
     503: "service_unavailable_error",
 }
@@ -98,6 +97,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _api_error(_request: Request, exc: APIError) -> JSONResponse:
         return error_json(exc.status, exc.message, code=exc.code, param=exc.param)
 
+    # Request validation is a 400, as OpenAI answers it (FastAPI's default is 422), so a client
+    # tells a bad request by one status whether a schema or a router's own check refused it.
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
@@ -107,10 +108,10 @@ def install_error_handlers(app: FastAPI) -> None:
             offset = first.get("loc", ("body", 0))[-1]
             reason = (first.get("ctx") or {}).get("error", "JSON decode error")
             message = f"body: not valid JSON at character {offset}: {reason}"
-            return error_json(422, message, code=ErrorCode.INVALID_REQUEST, param=None)
+            return error_json(400, message, code=ErrorCode.INVALID_REQUEST, param=None)
         param = _field(tuple(first.get("loc", ())))
         message = "; ".join(f"{_field(tuple(e.get('loc', ()))) or 'body'}: {e.get('msg')}" for e in errors[:5])
-        return error_json(422, message, code=ErrorCode.INVALID_REQUEST, param=param)
+        return error_json(400, message, code=ErrorCode.INVALID_REQUEST, param=param)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

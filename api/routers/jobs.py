@@ -39,7 +39,7 @@ from cuset_core.training.tracking import missing_packages
 from db.dispatch import send_validate_job_files
 from db.errors import ErrorCode
 from db.ids import new_id
-from db.model_specs import checkpoint_folder, tuned_job
+from db.model_specs import checkpoint_folder, checkpoint_name, tuned_job
 from db.models import Checkpoint, Job, JobEvent, JobMetric
 from db.settings import Settings
 from db.statuses import JOB_ACTIVE, JOB_FINAL, JobStatus
@@ -132,8 +132,9 @@ def _check_self_training(
 
 
 def _check_model(session: Session, settings: Settings, owner: str, model: str) -> None:
-    """400 unless ``model`` is a base model whose weights can be found now (a Hub repo id in the
-    HF cache or on a reachable Hub) or one of the owner's fine-tuned models."""
+    """404 unless ``model`` is a base model, one of the owner's fine-tuned models or kept
+    checkpoints; 400 when it is a base model whose weights cannot be found now (a Hub repo id
+    neither in the HF cache nor on a reachable Hub)."""
     if model in settings.base_models:
         try:
             resolve_model(settings.base_models[model])
@@ -146,7 +147,9 @@ def _check_model(session: Session, settings: Settings, owner: str, model: str) -
         return
     if tuned_job(session, owner, model) is None and checkpoint_folder(session, settings, owner, model) is None:
         known = ", ".join(sorted(settings.base_models))
-        raise bad_request(
+        # 404 model_not_found, as chat, completions, evals and /v1/models answer an unknown model.
+        raise APIError(
+            404,
             f"Model '{model}' is not a base model ({known}), one of your fine-tuned models or one of your "
             "jobs' checkpoints still kept.",
             param="model",
@@ -375,7 +378,6 @@ def list_checkpoints(
     rows = keyset_rows(
         session, select(Checkpoint).where(Checkpoint.job_id == job_id), (Checkpoint.step,), cursor, limit
     )
-    name = job.fine_tuned_model or job.tuned_model_name
     return list_page(
         ListPage[CheckpointObject],
         rows,
@@ -385,7 +387,7 @@ def list_checkpoints(
             created_at=int(row.created_at),
             step_number=row.step,
             fine_tuning_job_id=job_id,
-            fine_tuned_model_checkpoint=f"{name}:ckpt-step-{row.step}",
+            fine_tuned_model_checkpoint=checkpoint_name(job, row.step),
             metrics={"step": row.step, **(row.metrics or {})},
         ),
     )

@@ -1,5 +1,5 @@
-"""``/v1/models``: the served base models, the adapters the project ships and this owner's
-fine-tuned models (OpenAI shape).
+"""``/v1/models``: the served base models, the adapters the project ships, this owner's
+fine-tuned models and their jobs' kept checkpoints (OpenAI shape): every id that chat serves.
 
 A model id resolves to a cuset_core model spec (``model_spec``): a base id to its configured
 spec, a shipped adapter's name to itself, a fine-tuned model name to its job's adapter folder
@@ -18,8 +18,8 @@ from api.deps import OwnerDep, SessionDep, SettingsDep
 from api.errors import not_found
 from cuset_core.adapters import available_adapters
 from cuset_core.models import SourceKind, spec_kind
-from db.model_specs import model_spec_for, succeeded_tuned_jobs, tuned_job
-from db.models import Job
+from db.model_specs import kept_checkpoint, kept_checkpoints, model_spec_for, succeeded_tuned_jobs, tuned_job
+from db.models import Checkpoint, Job
 from db.settings import Settings
 
 router = APIRouter(tags=["models"])
@@ -51,6 +51,10 @@ def _tuned_object(job: Job) -> ModelObject:
     )
 
 
+def _checkpoint_object(name: str, row: Checkpoint, owner: str) -> ModelObject:
+    return ModelObject(id=name, created=int(row.created_at), owned_by=owner, source="adapter")
+
+
 def _base_object(settings: Settings, model_id: str) -> ModelObject:
     # Base models are configuration, not rows: they have no creation time of their own.
     return ModelObject(id=model_id, created=0, owned_by=BASE_OWNER, source=spec_kind(settings.base_models[model_id]))
@@ -75,13 +79,14 @@ def model_spec(session: Session, settings: Settings, owner: str, model_id: str) 
 
 @router.get("/models", response_model=ModelList)
 def list_models(session: SessionDep, settings: SettingsDep, owner: OwnerDep) -> ModelList:
-    """Every base model, the shipped adapters present, then this owner's succeeded fine-tuned
-    models, newest first."""
+    """Every base model, the shipped adapters present, this owner's succeeded fine-tuned models,
+    newest first, then their jobs' checkpoints still kept, newest first."""
     jobs = session.scalars(succeeded_tuned_jobs(owner).order_by(Job.created_at.desc())).all()
     return ModelList(
         data=[_base_object(settings, i) for i in settings.base_models]
         + [_shipped_object(name) for name in _shipped(settings) if name not in settings.base_models]
         + [_tuned_object(j) for j in jobs]
+        + [_checkpoint_object(name, row, owner) for name, row in kept_checkpoints(session, settings, owner)]
     )
 
 
@@ -92,6 +97,9 @@ def retrieve_model(model_id: str, session: SessionDep, settings: SettingsDep, ow
     if model_id in _shipped(settings):
         return _shipped_object(model_id)
     job = tuned_job(session, owner, model_id)
-    if job is None:
-        raise not_found("model", model_id, param="model")
-    return _tuned_object(job)
+    if job is not None:
+        return _tuned_object(job)
+    kept = kept_checkpoint(session, settings, owner, model_id)
+    if kept is not None:
+        return _checkpoint_object(*kept, owner)
+    raise not_found("model", model_id, param="model")

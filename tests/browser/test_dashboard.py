@@ -149,6 +149,10 @@ def test_a_chart_with_one_logged_step_draws_it(page, service_settings, training_
     # Times carry their date ("Dec 3, 01:22:09 PM"), today's too.
     # The job's summary loads apart from its metrics: wait for it as for the chart.
     expect(tab.locator("body")).to_contain_text(re.compile(r"[A-Z][a-z]{2} \d{1,2}, \d{1,2}:\d{2}:\d{2}"))
+    # A job without self-training shows no word of it, not a bare "null" after its training file.
+    expect(tab.locator("#job-config")).to_contain_text(training_file)
+    tab.locator("#job-config details").last.evaluate("(d) => { d.open = true; }")
+    assert not re.search(r"\bnull\b", tab.locator("#job-config").inner_text()), tab.locator("#job-config").inner_text()
     assert not page.errors
 
 

@@ -70,4 +70,4 @@ def test_an_evals_samples_download_as_a_kernelbench_run(fast_client, fast_settin
     assert [r["correctness"] for r in results["19"]] == [True] * 3 and not any(r["correctness"] for r in results["20"])
     assert results["19"][0]["metadata"]["cuset_tier"] == "cpu"
     missing = fast_client.get(f"/v1/evals/{eval_id}/kernelbench_run")
-    assert (missing.status_code, missing.json()["error"]["param"]) == (422, "level")
+    assert (missing.status_code, missing.json()["error"]["param"]) == (400, "level")

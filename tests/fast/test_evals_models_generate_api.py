@@ -45,27 +45,27 @@ def test_an_eval_with_repair_rounds_records_them_in_its_config(fast_client):
 @pytest.mark.parametrize(
     ("change", "status", "param"),
     [
-        ({"tier": "quantum"}, 422, "tier"),
-        ({"samples": -1}, 422, "samples"),
+        ({"tier": "quantum"}, 400, "tier"),
+        ({"samples": -1}, 400, "samples"),
         ({"greedy": False, "samples": 0}, 400, "samples"),
         ({"samples": 2, "k": [1, 4]}, 400, "k"),
         ({"samples": 10_000}, 400, "samples"),
         ({"max_tokens": 10**9}, 400, "max_tokens"),
-        ({"temperature": -1}, 422, "temperature"),
+        ({"temperature": -1}, 400, "temperature"),
         ({"model": "no-such-model"}, 404, "model"),
-        ({"problems": "everything"}, 422, "problems"),
+        ({"problems": "everything"}, 400, "problems"),
         ({"problems": None}, 400, "eval_file"),
         ({"eval_file": "file-unknown"}, 400, "problems"),
-        ({"colour": "blue"}, 422, "colour"),
-        ({"tolerance_profile": "loose"}, 422, "tolerance_profile"),
-        ({"atol": -1}, 422, "atol"),
-        ({"rtol": "Infinity"}, 422, "rtol"),
-        ({"input_seed": 2**40}, 422, "input_seed"),
-        ({"trials": 0}, 422, "trials"),
-        ({"arch": "90"}, 422, "arch"),
-        ({"repair_rounds": -1}, 422, "repair_rounds"),
-        ({"repair_rounds": 11}, 422, "repair_rounds"),
-        ({"repair_rounds": "twice"}, 422, "repair_rounds"),
+        ({"colour": "blue"}, 400, "colour"),
+        ({"tolerance_profile": "loose"}, 400, "tolerance_profile"),
+        ({"atol": -1}, 400, "atol"),
+        ({"rtol": "Infinity"}, 400, "rtol"),
+        ({"input_seed": 2**40}, 400, "input_seed"),
+        ({"trials": 0}, 400, "trials"),
+        ({"arch": "90"}, 400, "arch"),
+        ({"repair_rounds": -1}, 400, "repair_rounds"),
+        ({"repair_rounds": 11}, 400, "repair_rounds"),
+        ({"repair_rounds": "twice"}, 400, "repair_rounds"),
         ({"repair_rounds": 5}, 400, "repair_rounds"),  # above the service's max_repair_rounds (4)
     ],
 )
@@ -197,9 +197,9 @@ def test_a_generate_request_the_server_cannot_honour_is_a_400_naming_the_field(f
 
 
 @pytest.mark.parametrize("body", [{"best_of": 0}, {"repair_rounds": -1}, {"n": 0}, {"verify": "maybe"}])
-def test_a_generate_setting_out_of_range_is_a_422_naming_the_field(fast_client, fast_settings, body):
+def test_a_generate_setting_out_of_range_is_a_400_naming_the_field(fast_client, fast_settings, body):
     response = fast_client.post("/v1/generate", json={"model": "tiny", "problem": PROBLEM.problem_code} | body)
-    assert response.status_code == 422
+    assert response.status_code == 400
     assert response.json()["error"]["param"] == next(iter(body))
     assert generation_rows(fast_settings) == 0
 
@@ -223,12 +223,12 @@ def test_a_problem_that_is_not_a_kernelbench_problem_is_a_400_naming_what_it_lac
     assert generation_rows(fast_settings) == 0
 
 
-def test_a_body_that_is_not_json_is_a_422_about_the_body_not_a_field(fast_client):
+def test_a_body_that_is_not_json_is_a_400_about_the_body_not_a_field(fast_client):
     response = fast_client.post(
         "/v1/generate", content=b'{"model": "tiny", "prompt": }', headers={"Content-Type": "application/json"}
     )
     error = response.json()["error"]
-    assert response.status_code == 422 and error["param"] is None, error
+    assert response.status_code == 400 and error["param"] is None, error
     assert error["message"] == "body: not valid JSON at character 28: Expecting value", error
 
 

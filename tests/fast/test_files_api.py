@@ -9,10 +9,10 @@ from sqlalchemy import func, select
 
 from cuset_core.demo import demo_problems, demo_record
 from cuset_core.training.config import JobSpec
-from db.models import File, Job
+from db.models import File, Generation, Job
 from db.session import session_scope
 from tests.integration.job_support import insert_file
-from tests.sqlite_service import OTHER_OWNER, api_client
+from tests.sqlite_service import OTHER_OWNER, api_client, enqueued
 
 PROBLEMS = demo_problems()[:3]
 
@@ -97,7 +97,7 @@ def test_the_list_filters_on_purpose(fast_client):
 
 
 def test_a_bad_page_request_names_its_parameter(fast_client):
-    for params, status, param in (({"after": "file-nope"}, 404, "after"), ({"limit": 0}, 422, "limit")):
+    for params, status, param in (({"after": "file-nope"}, 404, "after"), ({"limit": 0}, 400, "limit")):
         response = fast_client.get("/v1/files", params=params)
         assert response.status_code == status
         assert response.json()["error"]["param"] == param
@@ -162,6 +162,17 @@ def test_records_page_by_offset_and_an_answer_is_analysed_without_a_model(fast_c
     missing = fast_client.get(f"/v1/files/{file_id}/records/3/analysis")
     assert missing.status_code == 404
     assert (missing.json()["error"]["param"], missing.json()["error"]["code"]) == ("n", "record_not_found")
+
+
+def test_a_missing_records_confidence_is_404_and_queues_nothing(fast_client, fast_settings):
+    file_id = uploaded(fast_client, jsonl(*(demo_record(p) for p in PROBLEMS)))["id"]
+    for n in (3, -1):
+        missing = fast_client.get(f"/v1/files/{file_id}/records/{n}/analysis", params={"model": "tiny"})
+        assert missing.status_code == 404, missing.text
+        assert (missing.json()["error"]["param"], missing.json()["error"]["code"]) == ("n", "record_not_found")
+    with session_scope(fast_settings.resolved_database_url) as session:
+        assert session.scalar(select(func.count()).select_from(Generation)) == 0
+    assert enqueued(fast_settings) == []
 
 
 def test_an_upload_over_the_size_limit_is_a_413_and_leaves_nothing(fast_settings):

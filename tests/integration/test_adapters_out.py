@@ -91,8 +91,8 @@ def test_deleting_the_archive_takes_it_off_the_job(client, finished_job, service
     ("integrations", "status", "code", "param"),
     [
         ([{"type": "wandb", "wandb": {"project": "kernels"}}], 400, "integration_unavailable", "integrations"),
-        ([{"type": "comet"}], 422, "invalid_request", "integrations.0"),
-        ([{"type": "wandb", "wandb": {"name": "x"}}], 422, "invalid_request", "integrations.0.wandb.wandb.project"),
+        ([{"type": "comet"}], 400, "invalid_request", "integrations.0"),
+        ([{"type": "wandb", "wandb": {"name": "x"}}], 400, "invalid_request", "integrations.0.wandb.wandb.project"),
     ],
 )
 def test_integrations_are_checked_at_job_creation(client, integrations, status, code, param):

@@ -252,8 +252,8 @@ def test_search_settings_the_server_cannot_honour_are_400s_naming_the_field(clie
 
 
 @pytest.mark.parametrize("body", [{"best_of": 0}, {"repair_rounds": -1}])
-def test_search_settings_out_of_range_are_422s_naming_the_field(client, body):
+def test_search_settings_out_of_range_are_400s_naming_the_field(client, body):
     response = client.post("/v1/generate", json={"model": "tiny", "problem": PROBLEM.problem_code} | body)
 
-    assert response.status_code == 422
+    assert response.status_code == 400
     assert response.json()["error"]["param"] == next(iter(body))

@@ -90,7 +90,7 @@ def test_a_fine_tuned_model_can_be_tuned_further(client, worker, training_file):
     second = run(first["fine_tuned_model"])
     assert second["status"] == "succeeded", second["error"]
     assert second["model"] == first["fine_tuned_model"]
-    assert second["fine_tuned_model"] == f"ft:tiny:{second['id']}"
+    assert second["fine_tuned_model"] == f"ft:tiny::{second['id']}"
 
 
 def test_events_page_newest_first(client, worker, training_file):

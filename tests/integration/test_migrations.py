@@ -133,3 +133,52 @@ def test_generations_stored_as_json_arrays_read_back_as_attempt_rows_and_downgra
         (0, "no kernel", True), (1, attempts[1]["text"], False), (2, "", False)
     ]  # fmt: skip
     assert back["gen-old"][1]["verification"]["verdict"] == "pass" and back["gen-conf"] == [scores]
+
+
+def test_fine_tuned_model_ids_without_a_suffix_gain_its_empty_part_and_still_resolve(tmp_path):
+    from alembic import command
+    from sqlalchemy import text
+
+    from db.migrate import alembic_config
+    from db.model_specs import tuned_job
+    from db.session import session_scope
+
+    url = f"sqlite:///{tmp_path / 'ids.sqlite'}"
+    upgrade(url, "0009")
+    jobs = {  # (model, fine_tuned_model, suffix) as stored before revision 0010
+        "ftjob-a": ("tiny", "ft:tiny:ftjob-a", None),
+        "ftjob-b": ("ft:tiny:ftjob-a:ckpt-step-4", "ft:tiny:ftjob-b", None),
+        "ftjob-c": ("ft:tiny:ftjob-a", "ft:tiny:kb:ftjob-c", "kb"),
+    }
+    with create_engine(url).begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO files (id, owner, purpose, format, filename, bytes, path, records, total_rows, warnings,"
+                " created_at) VALUES ('file-1', 'o', 'fine-tune', 'jsonl', 't.jsonl', 1, 'p', 1, 1, '[]', 0)"
+            )
+        )
+        for job_id, (model, tuned, suffix) in jobs.items():
+            connection.execute(
+                text(
+                    "INSERT INTO fine_tuning_jobs (id, owner, model, training_file, status, cancel_requested, attempts,"
+                    " step, created_at, result_files, spec, fine_tuned_model, suffix) VALUES (:id, 'o', :model,"
+                    " 'file-1', 'succeeded', 0, 1, 4, 0, '[]', '{}', :tuned, :suffix)"
+                ),
+                {"id": job_id, "model": model, "tuned": tuned, "suffix": suffix},
+            )
+    upgrade(url)
+
+    with session_scope(url) as session:
+        rows = {job.id: (job.model, job.fine_tuned_model, job.tuned_model_name) for job in session.query(Job)}
+        found = [tuned_job(session, "o", old).id for _, old, _ in jobs.values()]
+    assert rows == {
+        "ftjob-a": ("tiny", "ft:tiny::ftjob-a", "ft:tiny::ftjob-a"),
+        "ftjob-b": ("ft:tiny::ftjob-a:ckpt-step-4", "ft:tiny::ftjob-b", "ft:tiny::ftjob-b"),
+        "ftjob-c": ("ft:tiny::ftjob-a", "ft:tiny:kb:ftjob-c", "ft:tiny:kb:ftjob-c"),
+    }
+    assert found == ["ftjob-a", "ftjob-b", "ftjob-c"]  # the ids users kept from before still name them
+
+    command.downgrade(alembic_config(url), "0009")
+    with create_engine(url).connect() as connection:
+        stored = connection.execute(text("SELECT id, model, fine_tuned_model FROM fine_tuning_jobs ORDER BY id")).all()
+    assert [tuple(row) for row in stored] == [(job_id, model, tuned) for job_id, (model, tuned, _) in jobs.items()]

@@ -51,7 +51,7 @@ def test_a_self_training_job_runs_its_rounds_and_reports_each(client, worker, tr
     done = finished(client, job["id"], timeout=300)
     assert done["status"] == "succeeded", done["error"]
     assert done["progress"]["step"] == done["progress"]["total_steps"] == 2  # counted in rounds
-    assert done["fine_tuned_model"] == f"ft:tiny:{job['id']}" and done["trained_tokens"] > 0
+    assert done["fine_tuned_model"] == f"ft:tiny::{job['id']}" and done["trained_tokens"] > 0
 
     rounds = client.get(f"/v1/fine_tuning/jobs/{job['id']}/metrics").json()["data"]
     assert [r["step"] for r in rounds] == [1, 2]

@@ -11,9 +11,10 @@
 
   function fact(term, value) { return el("div", {}, el("dt", { text: term }), el("dd", {}, value)); }
 
+  /** A null setting is one the service chooses (e.g. gradient checkpointing on a CPU). */
   function keyValues(obj) {
     return el("ul", { class: "kv" }, Object.entries(obj).map(([k, v]) =>
-      el("li", { text: `${k}: ${v !== null && typeof v === "object" ? JSON.stringify(v) : v}` })));
+      el("li", { text: `${k}: ${v === null ? "default" : typeof v === "object" ? JSON.stringify(v) : v}` })));
   }
 
   /** What the job was asked to do; it does not change, so it is drawn once (details stay open). */
@@ -23,7 +24,8 @@
     const { type, self_training: selfTraining, ...knobs } = job.method || {};
     const hp = job.hyperparameters || {};
     const main = ["n_epochs", "max_steps", "batch_size", "learning_rate", "max_seq_len"].filter((k) => hp[k] !== undefined && hp[k] !== null);
-    document.getElementById("job-config").replaceChildren(
+    // replaceChildren writes a null argument as the text "null": the absent facts drop out first.
+    document.getElementById("job-config").replaceChildren(...[
       fact("Method", el("span", {}, el("span", { class: "pill", text: type || "—" }), " ",
         Object.keys(knobs).length ? el("details", {}, el("summary", { text: "knobs" }), keyValues(knobs)) : null)),
       fact("Base model", el("code", { text: job.model })),
@@ -33,7 +35,7 @@
         ` · ${selfTraining.rounds} rounds · ${selfTraining.samples_per_problem} samples per problem · tier ${selfTraining.tier}`)) : null,
       fact("Hyperparameters", el("span", {}, main.map((k) => `${k} ${hp[k]}`).join(" · ") || "defaults",
         Object.keys(hp).length > main.length ? el("details", {}, el("summary", { text: "all" }), keyValues(hp)) : null)),
-    );
+    ].filter(Boolean));
   }
 
   function renderJob() {
