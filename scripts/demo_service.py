@@ -20,6 +20,8 @@ which is why the kernel comes from the shipped adapter (docs/results.md: how it 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import shutil
 import signal
@@ -27,6 +29,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -302,17 +305,113 @@ def generation_plan(listed: list[str], tuned_model: str, args: argparse.Namespac
     return tuned_model, decoding, f"{missing}the {args.steps}-step model {tuned_model}, {until}"
 
 
+class GenerationWatch:
+    """What a streamed ``/v1/generate`` has shown so far: samples drawn and verified, and the
+    response the call without ``stream`` returns (``result``), built from its events."""
+
+    def __init__(self, best_of: int, started: float, quiet_s: float = 30.0):
+        # quiet_s: a line at least this often while a sample decodes (where no live bar shows time)
+        self.best_of, self.started, self.quiet_s = best_of, started, quiet_s
+        self.samples: dict[int, dict] = {}
+        self.done: dict | None = None
+        self.last_said = started
+
+    @property
+    def drawn(self) -> int:
+        return sum(sample["finish_reason"] is not None for sample in self.samples.values())
+
+    @property
+    def verified(self) -> int:
+        return sum(sample["verification"] is not None for sample in self.samples.values())
+
+    def counts(self, now: float) -> str:
+        """ "2 of 8 samples drawn, 1 verified, 95 s" """
+        return f"{self.drawn} of {self.best_of} samples drawn, {self.verified} verified, {now - self.started:.0f} s"
+
+    def apply(self, event: str, data: dict, now: float) -> str | None:
+        """Take one event; what to print where no live bar shows it, or None."""
+        if event == "error":
+            error = data.get("error") or {}
+            raise DemoError(f"generate: {error.get('message')} ({error.get('code')})")
+        if event == "generation.done":
+            self.done = data
+            return None
+        sample = self.samples.setdefault(
+            data["index"], {"text": "", "code": None, "finish_reason": None, "verification": None, "cancelled": False}
+        )
+        said = None
+        if event == "sample.done":
+            sample.update(data)
+            said = f"sample {data['index']} drawn ({data['finish_reason']})"
+        elif event == "sample.verification":
+            sample["verification"] = verification = data["verification"] or {}
+            said = f"sample {data['index']}: {verification.get('verdict')} (tier {verification.get('tier')})"
+        elif event == "sample.cancelled":
+            sample["cancelled"] = True
+        elif now - self.last_said >= self.quiet_s:
+            said = f"decoding sample {data['index']}"
+        if said is None:
+            return None
+        self.last_said = now
+        return f"{said}; {self.counts(now)}"
+
+    def result(self) -> dict:
+        """The non-streamed response's shape; attempts never started count as cancelled."""
+        if self.done is None:
+            raise DemoError("generate: the stream ended before the generation did")
+        unstarted = {"text": "", "code": None, "finish_reason": None, "verification": None, "cancelled": True}
+        count = max(self.best_of, max(self.samples, default=-1) + 1)
+        samples = [self.samples.get(index, unstarted) for index in range(count)]
+        return {"samples": samples, "chosen": self.done.get("chosen"), "timings": self.done.get("timings")}
+
+
+def sse_events(lines) -> Iterator[tuple[str, dict]]:
+    """(event, data) of a server-sent event stream's lines, until ``data: [DONE]``."""
+    event = "message"
+    for line in lines:
+        if line.startswith("event:"):
+            event = line.removeprefix("event:").strip()
+        elif line.startswith("data:"):
+            data = line.removeprefix("data:").strip()
+            if data == "[DONE]":
+                return
+            yield event, json.loads(data)
+            event = "message"
+
+
 def generate_kernel(client: httpx.Client, model: str, decoding: dict, args: argparse.Namespace) -> dict:
+    """Draw and verify through the streamed ``/v1/generate``, showing samples drawn and verified
+    and the time taken: a live bar in a terminal, a line per change (and every 30 s) otherwise."""
     problem = {p.id: p for p in demo_problems()}[args.problem]
     body = {
         "model": model,
         "problem": problem.problem_code,
         "max_tokens": args.max_tokens,
         "verify": args.verify,
+        "stream": True,
         **decoding,
     }
-    with console.status(f"writing a kernel for {args.problem} and verifying it (up to tier {args.verify})..."):
-        return check(client.post("/v1/generate", json=body, timeout=1800), "generate")
+    terminal = console.is_terminal
+    watch = GenerationWatch(decoding.get("best_of", 1), time.monotonic(), quiet_s=math.inf if terminal else 30.0)
+    columns = (
+        SpinnerColumn(),
+        TextColumn("samples"),
+        BarColumn(),
+        TextColumn("{task.completed:.0f} of {task.total:.0f} drawn, {task.fields[verified]} verified"),
+        TimeElapsedColumn(),
+    )
+    with client.stream("POST", "/v1/generate", json=body, timeout=1800) as response:
+        if response.status_code != 200:
+            response.read()
+            check(response, "generate")
+        with Progress(*columns, console=console, disable=not terminal) as progress:
+            bar = progress.add_task("generate", total=watch.best_of, verified=0)
+            for event, data in sse_events(response.iter_lines()):
+                said = watch.apply(event, data, time.monotonic())
+                if said is not None:
+                    progress.console.print(f"  {said}")
+                progress.update(bar, completed=watch.drawn, verified=watch.verified)
+    return watch.result()
 
 
 def best_sample(result: dict) -> tuple[int, dict]:

@@ -1,10 +1,16 @@
-"""What the demo prints at its end: the first kernel that passed, or plainly that none did."""
+"""What the demo prints: samples drawn and verified while it writes a kernel (plain lines in a log),
+then the first kernel that passed, or plainly that none did."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
+
+import httpx
+import pytest
+from rich.console import Console
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "demo_service.py"
 
@@ -95,3 +101,68 @@ def test_the_shipped_adapter_writes_when_listed_else_the_tuned_model_and_both_st
     model, decoding, told = module.generation_plan(["smollm2-135m"], "ft:demo", args)
     assert (model, decoding) == ("ft:demo", best_of_8)
     assert "cuset-ew-135m is not in this installation" in told and "up to 8 samples until one passes" in told
+
+
+STREAM = [  # a best-of-3 /v1/generate stream as the API sends it: sample 0 fails, 1 passes, 2 is cancelled
+    ("sample.start", {"index": 0, "round": 0, "repair_of": None}),
+    ("sample.delta", {"index": 0, "delta": "```python\nx = 1"}),
+    ("sample.done", {"index": 0, "text": "```python\nx = 1\n```", "code": "x = 1", "finish_reason": "stop"}),
+    ("sample.start", {"index": 1, "round": 0, "repair_of": None}),
+    ("sample.verification", {"index": 0, "verification": {"verdict": "compile_error", "tier": "compile"}}),
+    ("sample.done", {"index": 1, "text": "```python\nkernel = 2\n```", "code": "kernel = 2", "finish_reason": "stop"}),
+    ("sample.verification", {"index": 1, "verification": {"verdict": "pass", "tier": "cpu"}}),
+    ("sample.cancelled", {"index": 2}),
+    ("generation.done", {"id": "gen-1", "usage": {}, "timings": {"total_s": 12.5}, "chosen": 1}),
+]
+
+
+def sse_text(events) -> str:
+    return "".join(f"event: {event}\ndata: {json.dumps(data)}\n\n" for event, data in events) + "data: [DONE]\n\n"
+
+
+def test_step_3_shows_samples_drawn_and_verified_as_plain_lines_when_not_a_terminal(tmp_path, capsys):
+    # It showed a spinner for the whole generation (10 minutes), and nothing at all in a log file.
+    module = demo()
+    module.console = Console(file=sys.stdout, force_terminal=False, width=200)
+    seen = []
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, text=sse_text(STREAM), headers={"content-type": "text/event-stream"})
+
+    args = module.parse_args(["--samples", "3"])
+    decoding = {"best_of": 3, "stop_at_first_pass": True}
+    with httpx.Client(base_url="http://demo", transport=httpx.MockTransport(serve)) as client:
+        result = module.generate_kernel(client, "cuset-ew-135m", decoding, args)
+
+    assert seen[0]["stream"] is True and seen[0]["best_of"] == 3
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert [line.split(";")[0] for line in lines] == [
+        "sample 0 drawn (stop)",
+        "sample 0: compile_error (tier compile)",
+        "sample 1 drawn (stop)",
+        "sample 1: pass (tier cpu)",
+    ]
+    assert lines[-1].endswith("2 of 3 samples drawn, 2 verified, 0 s")
+    assert result["chosen"] == 1 and result["timings"] == {"total_s": 12.5}
+    assert [s["cancelled"] for s in result["samples"]] == [False, False, True]
+    assert result["samples"][1]["code"] == "kernel = 2"
+    assert module.best_sample(result) == (1, result["samples"][1])
+
+
+def test_a_quiet_stretch_of_decoding_still_prints_a_line_every_half_minute():
+    module = demo()
+    watch = module.GenerationWatch(best_of=8, started=100.0)
+    assert watch.apply("sample.start", {"index": 0}, now=101.0) is None
+    assert watch.apply("sample.delta", {"index": 0, "delta": "x"}, now=120.0) is None
+    said = watch.apply("sample.delta", {"index": 0, "delta": "y"}, now=131.0)
+    assert said == "decoding sample 0; 0 of 8 samples drawn, 0 verified, 31 s"
+    assert watch.apply("sample.delta", {"index": 0, "delta": "z"}, now=140.0) is None
+
+
+def test_an_error_in_the_stream_stops_the_demo_with_its_message():
+    module = demo()
+    watch = module.GenerationWatch(best_of=8, started=0.0)
+    error = {"error": {"message": "the verifier cannot run tier 2 here", "code": "verifier_unavailable"}}
+    with pytest.raises(module.DemoError, match="the verifier cannot run tier 2 here \\(verifier_unavailable\\)"):
+        watch.apply("error", error, now=1.0)
