@@ -30,6 +30,7 @@ from cuset_core.data import LoadOptions, invalid_json_message, load_records
 from cuset_core.evaluation.kernelbench_runs import kernelbench_number
 from cuset_core.evaluation.problem_check import problem_issues
 from db.errors import ErrorCode
+from db.file_warnings import RecordWarning
 
 PARQUET_MAGIC = b"PAR1"
 FINE_TUNE, EVAL, PROBLEMS = "fine-tune", "eval", "problems"
@@ -76,7 +77,7 @@ class Checked:
     format: str  # jsonl | parquet
     records: int
     total_rows: int
-    warnings: list[dict[str, Any]]
+    warnings: list[RecordWarning]
 
 
 @dataclass(frozen=True)
@@ -191,26 +192,28 @@ def check_file(path: Path, purpose: str, max_records: int, limit: TokenLimit | N
     errors = [i for i in result.errors if i.code.value != OVER_TOKEN_LIMIT]
     if errors:
         raise rejection([Issue(i.line, i.field, i.code.value, i.message) for i in errors])
-    warnings = [w.model_dump(mode="json", exclude={"severity"}) for w in result.warnings]
+    warnings = [
+        RecordWarning(line=w.line, field=w.field, code=w.code.value, message=w.message) for w in result.warnings
+    ]
     if limit is not None:
         warnings += [
-            {
-                "line": i.line,
-                "field": i.field,
-                "code": OVER_TOKEN_LIMIT,
-                "message": f"{i.message} (the default max_seq_len; {limit.model}'s tokenizer, "
+            RecordWarning(
+                line=i.line,
+                field=i.field,
+                code=OVER_TOKEN_LIMIT,
+                message=f"{i.message} (the default max_seq_len; {limit.model}'s tokenizer, "
                 f"{limit.prompt_style} prompt): a job with the default limit leaves this record out; "
                 "raise hyperparameters.max_seq_len or set truncation 'cut' (docs/data.md)",
-            }
+            )
             for i in over
         ]
-        warnings.sort(key=lambda w: w["line"])
+        warnings.sort(key=lambda w: w.line)
     return Checked(fmt, len(result.records) + len(over), result.total, warnings)
 
 
-def over_limit_note(warnings: list[dict[str, Any]] | None, records: int) -> str | None:
+def over_limit_note(warnings: list[RecordWarning], records: int) -> str | None:
     """The file object's ``status_details`` when some records exceed the default token limit."""
-    over = sum(1 for w in warnings or [] if w.get("code") == OVER_TOKEN_LIMIT)
+    over = sum(1 for w in warnings if w.code == OVER_TOKEN_LIMIT)
     if not over:
         return None
     return (

@@ -8,10 +8,10 @@ Times are Unix seconds (float), as the OpenAI API reports them. Every user-owned
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import Field
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from cuset_core.evaluation.config import EvalKnobs
@@ -19,10 +19,12 @@ from cuset_core.evaluation.decoding import Answer
 from cuset_core.evaluation.metrics import Aggregate, ProblemRow
 from cuset_core.evaluation.scoring import SampleRecord
 from cuset_core.training.config import JobSpec
+from cuset_core.training.progress_lines import Metrics
 from cuset_core.verify.result import VerifyResult
 from db.confidence_scores import AnswerScores, ConfidenceRequest
 from db.errors import ErrorInfo
 from db.evals import EvalProgress, EvalSampleRecord
+from db.file_warnings import RecordWarning
 from db.generations import GenerationRequest, GenerationTimings, Usage
 from db.statuses import EvalStatus, GenerationStatus, JobStatus
 from db.typed_json import TypedJSON
@@ -31,8 +33,13 @@ DEFAULT_OWNER = "local"
 RESULTS_PURPOSE = "fine-tune-results"  # OpenAI's purpose of the files a tuning job produced
 
 
+# A job event's figures by name (OpenAI's free-form ``data``): a step's or a round's numbers, a
+# stage's name, the problems a round fed on.
+EventData = dict[str, int | float | str | list[str] | None]
+
+
 class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+    """Every table's base: a JSON column names its type (``TypedJSON``), never a bare dict."""
 
 
 # A confidence row's request reads as one only when it is one (it forbids other fields), so it is
@@ -75,7 +82,7 @@ class File(Base):
     path: Mapped[str] = mapped_column(String(512))  # relative to the artifact root
     records: Mapped[int] = mapped_column(Integer, default=0)  # rows kept
     total_rows: Mapped[int] = mapped_column(Integer, default=0)
-    warnings: Mapped[list[Any]] = mapped_column(default=list)  # DataIssue dicts of kept rows
+    warnings: Mapped[list[RecordWarning]] = mapped_column(TypedJSON(list[RecordWarning]), default=list)
     created_at: Mapped[float] = mapped_column(Float, default=_now, index=True)
 
 
@@ -100,7 +107,7 @@ class Job(Base):
     # names for it (api/schemas/jobs.py) and the worker extends it to the run's TuneConfig.
     spec: Mapped[JobSpec] = mapped_column(TypedJSON(JobSpec))
     suffix: Mapped[str | None] = mapped_column(String(64))
-    user_metadata: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
+    user_metadata: Mapped[dict[str, str] | None] = mapped_column("metadata", TypedJSON(dict[str, str]))
     status: Mapped[str] = mapped_column(String(24), index=True, default=JobStatus.VALIDATING_FILES)  # a JobStatus
     error: Mapped[ErrorInfo | None] = mapped_column(TypedJSON(ErrorInfo))
     fine_tuned_model: Mapped[str | None] = mapped_column(String(255), index=True)
@@ -119,7 +126,7 @@ class Job(Base):
     finished_at: Mapped[float | None] = mapped_column(Float)
     heartbeat_at: Mapped[float | None] = mapped_column(Float)
     # Files the job produced (the adapter archive), ids of ``files`` rows of purpose fine-tune-results.
-    result_files: Mapped[list[Any]] = mapped_column(default=list)
+    result_files: Mapped[list[str]] = mapped_column(TypedJSON(list[str]), default=list)
 
     events: Mapped[list[JobEvent]] = relationship(
         back_populates="job", cascade="all, delete-orphan", passive_deletes=True
@@ -147,7 +154,7 @@ class JobEvent(Base):
     job_id: Mapped[str] = mapped_column(ForeignKey("fine_tuning_jobs.id", ondelete="CASCADE"), index=True)
     level: Mapped[str] = mapped_column(String(8), default="info")
     message: Mapped[str] = mapped_column(Text)
-    data: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    data: Mapped[EventData | None] = mapped_column(TypedJSON(EventData))
     created_at: Mapped[float] = mapped_column(Float, default=_now)
     seq: Mapped[int] = mapped_column(Integer, default=0)  # order within a job (times can tie)
 
@@ -161,7 +168,7 @@ class JobMetric(Base):
 
     job_id: Mapped[str] = mapped_column(ForeignKey("fine_tuning_jobs.id", ondelete="CASCADE"), primary_key=True)
     step: Mapped[int] = mapped_column(Integer, primary_key=True)
-    values: Mapped[dict[str, Any]] = mapped_column()
+    values: Mapped[Metrics] = mapped_column(TypedJSON(Metrics))
     created_at: Mapped[float] = mapped_column(Float, default=_now)
 
 
@@ -175,7 +182,7 @@ class Checkpoint(Base):
     job_id: Mapped[str] = mapped_column(ForeignKey("fine_tuning_jobs.id", ondelete="CASCADE"), index=True)
     step: Mapped[int] = mapped_column(Integer)
     path: Mapped[str] = mapped_column(String(512))  # relative to the artifact root
-    metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    metrics: Mapped[Metrics | None] = mapped_column(TypedJSON(Metrics))
     created_at: Mapped[float] = mapped_column(Float, default=_now)
 
 

@@ -77,7 +77,7 @@ def to_object(row: File) -> FileObject:
         format=row.format,
         records=row.records,
         total_rows=row.total_rows,
-        warnings=len(row.warnings or []),
+        warnings=len(row.warnings),
         status_details=over_limit_note(row.warnings, row.records),
     )
 
@@ -327,8 +327,8 @@ def file_records(
     row = owned_file(session, owner, file_id, param="file_id")
     records = _records(settings, row)
     warnings_by_line: dict[int, list[RecordWarning]] = {}
-    for warning in row.warnings or []:
-        warnings_by_line.setdefault(warning["line"], []).append(RecordWarning(**warning))
+    for warning in row.warnings:
+        warnings_by_line.setdefault(warning.line, []).append(warning)
     data = [
         FileRecord(
             index=index,

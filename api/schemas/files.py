@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.common import ListPage
+from db.file_warnings import RecordWarning
 
 UploadPurpose = Literal["fine-tune", "eval", "problems"]
 # A tuning job's results (its adapter archive) are files too, written by the worker, never uploaded.
@@ -95,26 +96,6 @@ class FileDeleted(BaseModel):
     id: str
     object: Literal["file"] = "file"
     deleted: bool = True
-
-
-class RecordWarning(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "line": 3,
-                    "field": "messages[1].content",
-                    "code": "no_code_block",
-                    "message": "answer has no fenced code block",
-                }
-            ]
-        }
-    )
-
-    line: int
-    field: str
-    code: str
-    message: str
 
 
 class FileRecord(BaseModel):

@@ -23,8 +23,10 @@ from cuset_core.training.config import (
     check_quantized_lora,
     format_validation_error,
 )
+from cuset_core.training.progress_lines import Metrics
 from cuset_core.training.tracking import Integration
 from db.errors import ErrorCode, ErrorInfo
+from db.models import EventData
 from db.statuses import JobStatus
 
 SUFFIX_PATTERN = re.compile(r"^[a-z0-9-]{1,40}$")
@@ -298,7 +300,7 @@ class JobEventObject(BaseModel):
     created_at: int
     level: str
     message: str
-    data: dict[str, Any] | None
+    data: EventData | None
     type: Literal["message", "metrics"]
 
 
@@ -309,7 +311,7 @@ class CheckpointObject(BaseModel):
     fine_tuned_model_checkpoint: str
     fine_tuning_job_id: str
     step_number: int
-    metrics: dict[str, Any]
+    metrics: Metrics
 
 
 class MetricPoint(BaseModel, extra="allow"):

@@ -14,6 +14,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+# A step's (or a self-training round's) figures by name: what its metrics row and the checkpoint
+# saved at it record. Open-ended, as each objective reports figures of its own.
+Metrics = dict[str, int | float | None]
+
 
 class _Line(BaseModel):
     model_config = ConfigDict(extra="ignore")  # a newer run's extra field is no reason to drop its line
@@ -58,7 +62,7 @@ class StepLine(_Line, ObjectiveMetrics):
     trained_tokens: int = Field(0, description="input tokens seen, every attempt together")
     eta_s: float | None = Field(None, description="seconds left at this attempt's pace")
 
-    def metrics(self) -> dict[str, float | None]:
+    def metrics(self) -> Metrics:
         """What a step's metrics row holds: everything but the step's place and the run's pace."""
         return self.model_dump(exclude={"type", "time", "step", "max_steps", "trained_tokens", "eta_s"})
 
@@ -130,7 +134,7 @@ class RoundLine(_Line, RoundReport):
     rounds: int
     eta_s: float | None = None
 
-    def metrics(self) -> dict[str, float | int | None]:
+    def metrics(self) -> Metrics:
         """What the round's metrics row holds: its counts and the seconds of each stage."""
         counts = self.model_dump(include={"sampled", "compiled", "passed", "kept", "kept_total", "problems_solved"})
         return {**counts, "trained_tokens": self.trained_tokens, **{f"{k}_s": v for k, v in self.seconds.items()}}
