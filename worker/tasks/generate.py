@@ -25,7 +25,7 @@ A repair attempt (appended by the verify task, see db/generations.py) is decoded
 turn: the problem, the failed answer and the verifier's error. The row stays ``verifying`` while
 its repairs are decoded and verified.
 
-A row whose model an engine serves (``request.engine``, see db/model_specs.py) is decoded there,
+A row whose model an engine serves (``request.engine``, see db/engine_routes.py) is decoded there,
 no model loaded here: each sample is one streamed request to the engine, which batches concurrent
 requests itself, so the row is never batched with others; its samples go as concurrent requests,
 or one after another when the row is sequential. Verification stays in this service.
