@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -24,6 +23,7 @@ from cuset_core.training.progress_lines import (
     ErrorLine,
     EvalLine,
     EventLine,
+    Metrics,
     ProgressLine,
     RoundLine,
     StageLine,
@@ -46,7 +46,7 @@ class RunReport:
     wall_clock_hit: bool = False  # stopped because it ran past ``settings.job_max_wall_s``
     lost: bool = False  # the job was taken from this attempt (reaped); nothing more was written
     last_step: int = 0
-    last_metrics: dict[str, Any] = field(default_factory=dict)
+    last_metrics: Metrics = field(default_factory=dict)
 
 
 class Recorder:

@@ -24,16 +24,14 @@ from sqlalchemy.orm import Session
 from db.errors import ErrorCode, ErrorInfo
 from db.ids import new_id
 from db.model_specs import model_spec_for
-from db.models import Checkpoint, Eval, Job, JobEvent
+from db.models import Checkpoint, Eval, EventData, Job, JobEvent
 from db.settings import Settings
 from db.statuses import JOB_FINAL, JOB_NOT_STARTED, JobStatus
 
 MAX_ATTEMPTS = 3
 
 
-def add_event(
-    session: Session, job_id: str, message: str, level: str = "info", data: dict[str, Any] | None = None
-) -> None:
+def add_event(session: Session, job_id: str, message: str, level: str = "info", data: EventData | None = None) -> None:
     """Append one line to a job's event log (``seq`` keeps the order when times tie)."""
     seq = session.scalar(select(func.coalesce(func.max(JobEvent.seq), 0)).where(JobEvent.job_id == job_id)) + 1
     session.add(JobEvent(id=new_id("ftevent"), job_id=job_id, level=level, message=message, data=data, seq=seq))
