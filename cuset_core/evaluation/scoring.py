@@ -18,7 +18,7 @@ from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import VerifyResult
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import VerifySettings
-from cuset_core.verify.warm_sides import WarmSides
+from cuset_core.verify.tier_run import WarmSides
 
 
 class SampleRecord(BaseModel):

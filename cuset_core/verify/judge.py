@@ -76,9 +76,8 @@ from cuset_core.verify.policy import Policy, policy_reason
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import SandboxOutcome, describe, run_sandboxed
 from cuset_core.verify.settings import VerifySettings
-from cuset_core.verify.tier_run import PlannedLibrary, ReferenceRun, TierSpec
+from cuset_core.verify.tier_run import PlannedLibrary, ReferenceRun, StartedSide, TierSpec, start_side
 from cuset_core.verify.transfer import UntrustedFileError, load_values, read_report, read_untrusted
-from cuset_core.verify.warm_sides import StartedSide, start_side
 
 if TYPE_CHECKING:
     from cuset_core.verify.candidate import Candidate

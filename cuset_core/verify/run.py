@@ -37,7 +37,7 @@ from cuset_core.verify.result import Diagnostic, Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import refusal
 from cuset_core.verify.settings import VerifySettings
 from cuset_core.verify.static import check_static, static_warnings
-from cuset_core.verify.warm_sides import WarmSides
+from cuset_core.verify.tier_run import WarmSides
 
 LOG_CHARS = 8000
 REASON_CHARS = 1000
@@ -65,7 +65,7 @@ def verify(
     Candidates verified with the same ``references`` (one batch: an eval's samples of a problem)
     share the reference runs of tiers 2 and 3 (:mod:`cuset_core.verify.reference_pool`); with
     ``warm`` (held by a caller that verifies one candidate after another), tier 2 takes its sides
-    ready-made (:mod:`cuset_core.verify.warm_sides`).
+    ready-made (:mod:`cuset_core.verify.tier_run`).
     ``on_tier`` is told each tier as it starts (a progress display); a cached result tells none.
     """
     paths = CorePaths()

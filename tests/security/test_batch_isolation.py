@@ -17,7 +17,7 @@ from cuset_core.verify.cpu import run_cpu_tier
 from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
-from cuset_core.verify.warm_sides import WarmSides
+from cuset_core.verify.tier_run import WarmSides
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,7 @@ import time
 from cuset_core.verify.cpu import HARNESS_MODULE, harness_environment
 from cuset_core.verify.result import Tier
 from cuset_core.verify.settings import SandboxLimits
-from cuset_core.verify.tier_run import TierSpec
-from cuset_core.verify.warm_sides import WarmSides
+from cuset_core.verify.tier_run import TierSpec, WarmSides
 
 LIMITS = SandboxLimits(wall_s=60, cpu_s=60)
 # A side that waits for its files as tier 2's does (the real harness, importing torch meanwhile).

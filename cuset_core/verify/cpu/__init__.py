@@ -51,8 +51,7 @@ from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Diagnostic, KernelResources, Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import SandboxCancelled
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
-from cuset_core.verify.tier_run import PlannedLibrary, TierSpec
-from cuset_core.verify.warm_sides import WarmSides
+from cuset_core.verify.tier_run import PlannedLibrary, TierSpec, WarmSides
 
 HARNESS_MODULE = "cuset_core.verify.cpu.harness"
 # Failures that reduced sizes can cause in a correct kernel that hard-codes the original ones.
