@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from db.dispatch import INFER_QUEUE, LEGACY_GPU_QUEUE, QUEUES, TRAIN_QUEUE
+from service.dispatch import INFER_QUEUE, LEGACY_GPU_QUEUE, QUEUES, TRAIN_QUEUE
 
 
 def service_settings(data_dir: Path | None):

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from db.dispatch import CPU_QUEUE, INFER_QUEUE, QUEUES, TRAIN_QUEUE
 from db.keys import create_key, has_keys
 from db.migrate import upgrade
 from db.models import DEFAULT_OWNER
 from db.session import session_scope
 from db.settings import Settings
+from service.dispatch import CPU_QUEUE, INFER_QUEUE, QUEUES, TRAIN_QUEUE
 
 DEFAULT_QUEUES = QUEUES
 LOOPBACK = ("127.0.0.1", "::1", "localhost")

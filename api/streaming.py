@@ -2,7 +2,7 @@
 never reads a Celery result); how its changes reach the API depends on the deployment:
 
 - with Redis, the workers publish what they change (text deltas, attempts, status) on the row's
-  channel (db/generation_events.py). ``follow`` subscribes first, then reads the row once, and
+  channel (service/generation_events.py). ``follow`` subscribes first, then reads the row once, and
   from then on applies events to its copy: a delta only where it continues the text it has
   (none is shown twice), one that starts past it waits until the row's next low-rate write
   (``row`` event) fills the gap. The row is read again for a final status, and every
@@ -33,13 +33,13 @@ from api import shutdown
 from api.errors import APIError
 from db.confidence_scores import AnswerScores
 from db.errors import ErrorCode, ErrorInfo
-from db.generation_events import GenerationEvent, channel, publishing
 from db.generation_rows import load_samples
 from db.generations import GenerationSample, GenerationTimings, Usage
 from db.models import Generation
 from db.session import session_factory
 from db.settings import Settings
 from db.statuses import GENERATION_FINAL, GenerationStatus
+from service.generation_events import GenerationEvent, channel, publishing
 
 FIRST_POLL_S = 0.01
 MAX_POLL_S = 0.1

@@ -1,18 +1,15 @@
 """A Generation's rows as the workers and the API change them: its attempts (``load_samples``,
-``save_samples``), the row locked for a change (``locked_generation``), and a verified request
-moved on (``settle``: store, cancel, append repairs, ``finish``; ``decode_repairs`` after the
-commit). The types they read and write are in ``db.generations``."""
+``save_samples``) and the row locked for a change (``locked_generation``). The types they read
+and write are in ``db.generations``; what a verified request does next is
+service/generation_settle.py's."""
 
 from __future__ import annotations
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from db.dispatch import send_generate_repair
-from db.generations import GenerationRequest, GenerationSample, GenerationTimings, NextSteps, next_steps, usage_of
+from db.generations import GenerationRequest, GenerationSample
 from db.models import Generation, GenerationSampleRow
-from db.settings import Settings
-from db.statuses import GenerationStatus
 
 _SAMPLE_FIELDS = tuple(GenerationSample.model_fields)
 
@@ -69,50 +66,3 @@ def locked_generation(session: Session, generation_id: str) -> Generation | None
         .with_for_update()
         .execution_options(populate_existing=True)
     ).one_or_none()
-
-
-def finish(row: Generation, now: float, samples: list[GenerationSample] | None = None) -> None:
-    """Mark a verified request succeeded, with its queue, generation, verification and total time.
-
-    A request the first passing attempt ends while later attempts are still to be decoded has no
-    ``decoded_at``: its verification time is then the attempts' own verification times, and its
-    generation time the rest of the time since decoding started."""
-    timings = row.timings or GenerationTimings()
-    if timings.decoded_at is not None:
-        timings = timings.model_copy(update={"verify_s": round(now - timings.decoded_at, 4)})
-    elif timings.started_at is not None:
-        verified = [s.verification for s in samples or [] if s.verification is not None]
-        verify_s = sum(result.timings_s.get("total", 0.0) for result in verified)
-        timings = timings.model_copy(
-            update={
-                "queue_s": round(timings.started_at - row.created_at, 4),
-                "verify_s": round(verify_s, 4),
-                "generate_s": round(max(0.0, now - timings.started_at - verify_s), 4),
-            }
-        )
-    timings = timings.model_copy(update={"total_s": round(now - row.created_at, 4)})
-    row.timings, row.status, row.finished_at = timings, GenerationStatus.SUCCEEDED, now
-
-
-def settle(
-    session: Session, row: Generation, request: GenerationRequest, samples: list[GenerationSample], now: float
-) -> NextSteps:
-    """Apply ``next_steps`` to the locked ``row`` holding ``samples`` (changed by the caller, who
-    names them all in ``samples``): store them, cancel, append repair attempts, finish. The caller
-    enqueues the repairs' decoding after the transaction commits. A row still ``running`` is still
-    decoding its drawn samples."""
-    steps = next_steps(request, samples, decoding=row.status == GenerationStatus.RUNNING)
-    for index in steps.cancel:
-        samples[index].cancelled = True
-    samples.extend(steps.repairs)
-    save_samples(session, row.id, samples)
-    row.usage = usage_of(samples)
-    if steps.finished:
-        finish(row, now, samples)
-    return steps
-
-
-def decode_repairs(settings: Settings, generation_id: str, repairs: list[GenerationSample]) -> None:
-    """Send the repair attempts ``settle`` appended to ``cuset.generate_repair`` (after the commit)."""
-    for repair in repairs:
-        send_generate_repair(settings, generation_id, repair.index)

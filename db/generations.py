@@ -1,8 +1,8 @@
 """The typed contract of a Generation row (shared by api/ and worker/): what the API asks for
 (``GenerationRequest``, the row's ``request``), what the workers write back per attempt
 (``GenerationSample``, one ``GenerationSampleRow`` each) and for the whole request (``Usage``,
-``GenerationTimings``), and how a verified request moves on (``next_steps``: first pass,
-repairs, done). ``db.generation_rows`` reads and writes the rows.
+``GenerationTimings``). ``db.generation_rows`` reads and writes the rows; how a verified
+request moves on (first pass, repairs, done) is service/generation_settle.py's.
 
 The columns hold these types (``TypedJSON``). Fields added after rows were first stored have
 defaults, so old rows still read. Confidence rows (``kind == "confidence"``) keep a request of
@@ -15,12 +15,10 @@ repairs, each the model's answer to a follow-up turn showing it the previous att
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from cuset_core.generation.prompts import repairable
 from cuset_core.verify.policy import Policy
 from cuset_core.verify.result import VerifyResult
 from db.engine_routes import EngineRoute
@@ -110,51 +108,6 @@ class GenerationTimings(BaseModel):
     def but_earlier(self, earlier: GenerationTimings | None) -> GenerationTimings:
         """These timings, where ``earlier`` (the row's) has not measured the same figure already."""
         return self if earlier is None else self.model_copy(update=earlier.model_dump(exclude_none=True))
-
-
-@dataclass
-class NextSteps:
-    """What a verified request does next, decided from its attempts (see ``next_steps``)."""
-
-    cancel: list[int] = field(default_factory=list)  # attempts that will never be decoded or verified
-    repairs: list[GenerationSample] = field(default_factory=list)  # new attempts to append and decode
-    finished: bool = False
-    chosen: int | None = None
-
-
-def chosen_attempt(samples: list[GenerationSample]) -> int | None:
-    """The index of the attempt the request answers with: the first that passed, else None."""
-    return next((s.index for s in samples if s.passed), None)
-
-
-def next_steps(request: GenerationRequest, samples: list[GenerationSample], decoding: bool) -> NextSteps:
-    """Decide what follows once an attempt was decoded or verified.
-
-    With ``stop_at_first_pass`` a passing attempt finishes the request and cancels every attempt
-    not yet settled. Otherwise each failed attempt (``repairable``: the core's rule, shared with ``cuset eval``) of a round below
-    ``repair_rounds`` gets one repair attempt, and the request finishes when the drawn samples are
-    all decoded (``decoding`` False) and every attempt is settled with no repair left to start.
-    """
-    chosen = chosen_attempt(samples)
-    if request.stop_at_first_pass and chosen is not None:
-        return NextSteps(cancel=[s.index for s in samples if not s.settled], finished=True, chosen=chosen)
-    repaired = {s.repair_of for s in samples if s.repair_of is not None}
-    repairs = []
-    for failed in samples:
-        if (
-            failed.verification is not None
-            and repairable(failed.verification)
-            and failed.round < request.repair_rounds
-            and failed.index not in repaired
-        ):
-            index = len(samples) + len(repairs)
-            repairs.append(
-                GenerationSample(
-                    index=index, prompt_index=failed.prompt_index, round=failed.round + 1, repair_of=failed.index
-                )
-            )
-    finished = not decoding and not repairs and all(s.settled for s in samples)
-    return NextSteps(repairs=repairs, finished=finished, chosen=chosen)
 
 
 def usage_of(samples: list[GenerationSample]) -> Usage:

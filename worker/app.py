@@ -20,9 +20,9 @@ from celery.signals import worker_init, worker_process_init, worker_ready, worke
 from cuset_core.verify.readiness import tier2_readiness
 from cuset_core.verify.sandbox import isolation, log_isolation
 from cuset_core.verify.settings import SandboxSettings
-from db.dispatch import make_celery
 from db.settings import get_settings
 from db.worker_status import forget_sandbox, record_sandbox
+from service.dispatch import make_celery
 from worker.runtime import start_runtime
 
 TASK_MODULES = [

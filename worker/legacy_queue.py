@@ -16,7 +16,7 @@ from celery import Celery
 from celery.contrib.migrate import move
 from kombu import Queue
 
-from db.dispatch import LEGACY_GPU_QUEUE, ROUTES
+from service.dispatch import LEGACY_GPU_QUEUE, ROUTES
 
 log = logging.getLogger(__name__)
 

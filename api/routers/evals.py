@@ -33,7 +33,6 @@ from cuset_core.evaluation.problems import load_problems, select_problems
 from cuset_core.evaluation.report import write_run_layout
 from cuset_core.evaluation.scoring import SampleRecord
 from cuset_core.improve.keep import shared_problems
-from db.dispatch import send_eval
 from db.errors import ErrorCode
 from db.evals import EvalProgress, eval_run
 from db.ids import new_id
@@ -41,6 +40,7 @@ from db.model_specs import tuned_job
 from db.models import Eval, EvalProblem, File
 from db.settings import Settings
 from db.statuses import EvalStatus
+from service.dispatch import send_eval
 
 router = APIRouter(tags=["evals"])
 

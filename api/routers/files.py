@@ -41,12 +41,12 @@ from cuset_core.analysis.analyze import analyze_answer
 from cuset_core.evaluation.confidence_settings import ReportSettings
 from cuset_core.training.config import Hyperparameters
 from db.confidence_scores import AnswerScores, ConfidenceRequest
-from db.dispatch import send_confidence
 from db.errors import ErrorCode
 from db.ids import new_id
 from db.models import RESULTS_PURPOSE, Eval, File, Generation, Job
 from db.settings import Settings
 from db.statuses import GenerationKind, GenerationStatus
+from service.dispatch import send_confidence
 
 router = APIRouter(tags=["files"])
 

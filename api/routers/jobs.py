@@ -36,13 +36,13 @@ from cuset_core.improve.keep import shared_problems
 from cuset_core.models import ModelNotFoundError, ModelOptionError, check_load_options, resolve_model
 from cuset_core.training.config import Hyperparameters
 from cuset_core.training.tracking import missing_packages
-from db.dispatch import send_validate_job_files
 from db.errors import ErrorCode
 from db.ids import new_id
 from db.model_specs import checkpoint_folder, checkpoint_name, tuned_job
 from db.models import Checkpoint, Job, JobEvent, JobMetric
 from db.settings import Settings
 from db.statuses import JOB_ACTIVE, JOB_FINAL, JobStatus
+from service.dispatch import send_validate_job_files
 from service.jobs import add_event, cancel
 
 router = APIRouter(prefix="/fine_tuning/jobs", tags=["fine-tuning"])

@@ -8,8 +8,8 @@ import inspect
 
 import pytest
 
-from db import dispatch
-from db.dispatch import ROUTES, TaskName
+from service import dispatch
+from service.dispatch import ROUTES, TaskName
 from tests.sqlite_service import enqueued
 
 # One call of every sender, as its callers make it.

@@ -10,11 +10,11 @@ import time
 import pytest
 
 from cuset_core.demo import demo_problems
-from db.dispatch import make_celery
 from db.models import Checkpoint, Eval, File, Generation, Job
 from db.session import session_scope
 from db.settings import Settings
 from db.statuses import EvalStatus, GenerationStatus, JobStatus
+from service.dispatch import make_celery
 from tests.integration.job_support import (
     decoded_generation,
     event_rows,

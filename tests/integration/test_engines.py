@@ -239,10 +239,10 @@ def test_readyz_reports_each_engine(front, service_settings, server):
 
 
 def test_an_engine_that_cannot_be_reached_fails_the_generation_with_the_reason(front):
-    from db.dispatch import send_generate
     from db.engine_routes import EngineRoute
     from db.generations import GenerationRequest
     from db.ids import new_id
+    from service.dispatch import send_generate
 
     # A row as the API writes it for a model whose engine has gone away since.
     gone = EngineRoute(url=UNREACHABLE, model="tiny")

@@ -16,11 +16,12 @@ import pytest
 from cuset_core.demo import demo_problems
 from cuset_core.generation.prompts import build_messages, render_prompt, repair_messages
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
-from db.dispatch import send_generate, send_verify_sample
-from db.generation_rows import load_samples, locked_generation, settle
+from db.generation_rows import load_samples, locked_generation
 from db.generations import GenerationRequest, GenerationSample
 from db.models import Generation
 from db.session import session_scope
+from service.dispatch import send_generate, send_verify_sample
+from service.generation_settle import settle
 from tests.integration.job_support import decoded_generation, insert_generation, stored_samples
 from tests.integration.test_inference import stream
 from tests.real_service import wait_for

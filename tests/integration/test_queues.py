@@ -14,7 +14,7 @@ import json
 import pytest
 import redis
 
-from db.dispatch import LEGACY_GPU_QUEUE, TRAIN_QUEUE, make_celery
+from service.dispatch import LEGACY_GPU_QUEUE, TRAIN_QUEUE, make_celery
 from tests.integration.job_support import FINISHED, job_request, job_state, upload_demo_dataset
 from tests.real_service import REDIS_URL, WorkerProcess, wait_for
 from worker.device_share import DeviceKeys, device_key

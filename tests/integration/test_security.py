@@ -516,7 +516,7 @@ def probe(service_settings, tmp_path_factory, monkeypatch_module):
             ],
         )
         try:
-            from db.dispatch import send_verify_sample
+            from service.dispatch import send_verify_sample
 
             send_verify_sample(settings, generation_id, 0, gpu=False)
 

@@ -16,9 +16,9 @@ import redis
 from sqlalchemy import select, text
 
 from api.streaming import follow
-from db.generation_events import GenerationEvent
 from db.models import Generation
 from db.session import session_scope
+from service.generation_events import GenerationEvent
 from tests.integration.job_support import stored_samples
 from tests.integration.test_inference import sse_events
 from tests.real_service import wait_for

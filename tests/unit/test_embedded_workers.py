@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from api.embedded import embedded_workers, worker_command
-from db.dispatch import QUEUES, ROUTES
+from service.dispatch import QUEUES, ROUTES
 
 
 def test_the_cpu_queue_has_a_worker_of_its_own_that_nothing_else_uses():

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
-from db.generation_rows import finish
 from db.generations import GenerationSample, GenerationTimings, Usage, usage_of
 from db.models import Generation
+from service.generation_settle import finish
 
 
 def verified(verdict: Verdict, seconds: float) -> VerifyResult:

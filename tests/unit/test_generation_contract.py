@@ -1,5 +1,6 @@
 """The typed contract of a Generation row (db/generations.py): old rows still read, what follows
-a verified attempt (first pass, repairs, done), token usage, and the repair turn's prompt."""
+a verified attempt (service/generation_settle.py: first pass, repairs, done), token usage, and
+the repair turn's prompt."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from typing import get_args
 from cuset_core.generation.prompts import REPAIR_ERROR_CHARS, build_messages, failure_report, repair_messages
 from cuset_core.verify.result import Diagnostic, Tier, Verdict, VerifyResult
 from db.confidence_scores import ConfidenceRequest
-from db.generations import GenerationRequest, GenerationSample, Usage, VerifyTier, next_steps, usage_of
+from db.generations import GenerationRequest, GenerationSample, Usage, VerifyTier, usage_of
 from db.models import Generation
+from service.generation_settle import next_steps
 
 PROBLEM = "import torch\nclass Model(torch.nn.Module):\n    pass\n"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from api.streaming import Following, Snapshot, merged_sample, with_delta
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
-from db.generation_events import GenerationEvent
 from db.generations import GenerationSample
+from service.generation_events import GenerationEvent
 
 
 def snapshot(status: str, *texts: str) -> Snapshot:

@@ -124,7 +124,7 @@ def test_compose_pins_a_train_and_an_infer_worker_to_each_gpu_and_serves_every_q
     import yaml
 
     from api.cli import worker_queues
-    from db.dispatch import QUEUES
+    from service.dispatch import QUEUES
 
     services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
     served: set[str] = set()

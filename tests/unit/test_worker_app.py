@@ -12,8 +12,8 @@ import pytest
 from cuset_core.verify.cache import cache_key
 from cuset_core.verify.result import Tier
 from cuset_core.verify.settings import VerifySettings
-from db.dispatch import ROUTES
 from db.settings import Settings
+from service.dispatch import ROUTES
 
 TASKS = Path(__file__).resolve().parents[2] / "worker" / "tasks"
 

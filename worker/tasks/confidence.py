@@ -28,14 +28,14 @@ from cuset_core.data import IGNORE_INDEX, EncodedRecord, LoadOptions, Record, en
 from cuset_core.evaluation.confidence_report import record_confidence
 from cuset_core.evaluation.confidence_settings import ReportSettings
 from db.confidence_scores import AnswerScores, ConfidenceRequest, RegionScore, TokenScore
-from db.dispatch import TaskName
 from db.errors import ErrorCode, ErrorInfo
-from db.generation_events import GenerationEvent, publish
 from db.generations import GenerationTimings
 from db.models import File, Generation
 from db.session import session_scope
 from db.settings import Settings
 from db.statuses import GenerationStatus
+from service.dispatch import TaskName
+from service.generation_events import GenerationEvent, publish
 from worker.runtime import RuntimeTask
 
 log = logging.getLogger(__name__)

@@ -53,7 +53,6 @@ from cuset_core.evaluation.scoring import SampleRecord, repair_answers, repair_c
 from cuset_core.models import ModelNotFoundError
 from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier
-from db.dispatch import TaskName, send_eval_repair, send_eval_verify
 from db.errors import ErrorCode, ErrorInfo
 from db.evals import EvalSampleRecord
 from db.model_specs import engine_route_for
@@ -61,6 +60,7 @@ from db.models import Eval, EvalAttempt, EvalProblem, File
 from db.session import session_scope
 from db.settings import Settings
 from db.statuses import EvalStatus
+from service.dispatch import TaskName, send_eval_repair, send_eval_verify
 from service.jobs import model_spec
 from worker.heartbeat import heartbeat
 from worker.runtime import RuntimeTask, WorkerRuntime

@@ -10,7 +10,7 @@ sent together reach the queue some milliseconds apart. A streamed row, or one th
 first passing kernel, is decoded alone, one sample after another; each finished sample goes to
 verification at once, and decoding stops when a verified sample has already ended the request.
 Its partial text goes out as it grows (``_Partial``): with Redis, as text deltas on the row's
-pub/sub channel about every ``DELTA_S`` seconds (db/generation_events.py), and into the
+pub/sub channel about every ``DELTA_S`` seconds (service/generation_events.py), and into the
 attempt's row (its ``text``) only every ``ROW_FLUSH_S`` seconds, so a follower that joins late can
 catch up from the database; without Redis (the embedded SQLite mode, where the API polls) into
 the attempt's row every ``FLUSH_S`` seconds.
@@ -21,7 +21,7 @@ database every ``ENDED_CHECK_S`` whether its rows are still wanted: the samples 
 meanwhile (a non-streamed request whose client left, a timeout) stop decoding there, while the
 rest of the batch goes on; a streamed or sequential row learns it at its next flush.
 
-A repair attempt (appended by the verify task, see db/generations.py) is decoded from a follow-up
+A repair attempt (appended by the verify task, see service/generation_settle.py) is decoded from a follow-up
 turn: the problem, the failed answer and the verifier's error. The row stays ``verifying`` while
 its repairs are decoded and verified.
 
@@ -60,23 +60,17 @@ from cuset_core.generation.sampling import (
 from cuset_core.generation.sampling import (
     generate as generate_batch,
 )
-from db.dispatch import TaskName, send_verify_sample
 from db.engine_routes import EngineRoute
 from db.errors import ErrorCode
-from db.generation_events import GenerationEvent, fail_generations, publish, publishing
-from db.generation_rows import (
-    decode_repairs,
-    generation_request,
-    load_samples,
-    locked_generation,
-    save_samples,
-    settle,
-)
+from db.generation_rows import generation_request, load_samples, locked_generation, save_samples
 from db.generations import GenerationRequest, GenerationSample, GenerationTimings, usage_of
 from db.models import Generation
 from db.session import session_scope
 from db.settings import Settings
 from db.statuses import GENERATION_FINAL, GenerationKind, GenerationStatus
+from service.dispatch import TaskName, send_verify_sample
+from service.generation_events import GenerationEvent, fail_generations, publish, publishing
+from service.generation_settle import decode_repairs, settle
 from worker.model_cache import ModelCache
 from worker.runtime import RuntimeTask
 
@@ -277,7 +271,7 @@ def _claim(session, generation_id: str, settings: Settings) -> Claimed | None:
         update(Generation)
         .where(Generation.id == generation_id, Generation.status == GenerationStatus.QUEUED)
         # started_at: a request that ends before its decoding does (the first passing attempt)
-        # still gets its queue and generation times (db.generations.finish).
+        # still gets its queue and generation times (service.generation_settle.finish).
         .values(status=GenerationStatus.RUNNING, timings=GenerationTimings(started_at=time.time()))
     ).rowcount
     if claimed != 1:

@@ -13,11 +13,11 @@ from celery import shared_task
 from celery.signals import worker_ready
 from sqlalchemy import select, update
 
-from db.dispatch import TaskName, send_reap, send_tune
 from db.errors import ErrorCode, ErrorInfo
 from db.models import Eval, Generation, Job
 from db.session import session_scope
 from db.statuses import EvalStatus, GenerationStatus, JobStatus
+from service.dispatch import TaskName, send_reap, send_tune
 from service.jobs import add_event, finish_attempt, requeue_or_fail
 from worker.legacy_queue import move_legacy_messages
 from worker.runtime import RuntimeTask, process_runtime

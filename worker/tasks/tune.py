@@ -15,9 +15,9 @@ import subprocess
 from celery import shared_task
 
 from cuset_core.training.callbacks import CANCEL_FILE
-from db.dispatch import TaskName, send_tune
 from db.models import Job
 from db.session import session_scope
+from service.dispatch import TaskName, send_tune
 from service.job_runs import RunPlan, fail_run, prepare_run, record_end
 from service.jobs import claim, job_dir
 from worker.heartbeat import heartbeat

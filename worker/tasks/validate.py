@@ -10,11 +10,11 @@ from celery import shared_task
 
 from cuset_core.data import DataFileError, LoadOptions, load_records
 from cuset_core.models import load_tokenizer
-from db.dispatch import TaskName, send_tune
 from db.errors import ErrorCode, ErrorInfo
 from db.models import File, Job
 from db.session import session_scope
 from db.statuses import JobStatus
+from service.dispatch import TaskName, send_tune
 from service.jobs import finish_validation, model_spec
 from worker.runtime import RuntimeTask
 

@@ -3,7 +3,7 @@ queue: tier gpu): verify one attempt of a ``/v1/generate`` row against its probl
 
 Attempts of one row are verified concurrently, as they finish decoding, each writing its result
 into the row's ``samples`` JSON under the row lock so one result never overwrites another. After
-each result ``db.generations.settle`` decides what follows: a passing attempt may end the request
+each result ``service.generation_settle.settle`` decides what follows: a passing attempt may end the request
 (``stop_at_first_pass``: attempts not yet verified are cancelled, and their queued messages find
 nothing to do), a failing one may get a repair attempt (decoded by ``cuset.generate_repair``), and the
 row turns succeeded when every attempt is settled. A verification already running when the
@@ -20,14 +20,15 @@ from cuset_core.verify.readiness import VerifierBroken, stop_if_broken
 from cuset_core.verify.result import Tier
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import VerifySettings
-from db.dispatch import TaskName
 from db.errors import ErrorCode
-from db.generation_events import GenerationEvent, fail_generations, publish
-from db.generation_rows import decode_repairs, generation_request, load_samples, locked_generation, settle
+from db.generation_rows import generation_request, load_samples, locked_generation
 from db.models import Generation
 from db.session import session_scope
 from db.settings import Settings
 from db.statuses import GenerationStatus
+from service.dispatch import TaskName
+from service.generation_events import GenerationEvent, fail_generations, publish
+from service.generation_settle import decode_repairs, settle
 from worker.runtime import RuntimeTask, WorkerRuntime
 
 LIVE = (
