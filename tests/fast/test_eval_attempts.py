@@ -19,9 +19,10 @@ from db.models import Eval, EvalAttempt, EvalProblem
 from db.session import session_scope
 from db.settings import Settings
 from db.statuses import EvalStatus
+from service.eval_runs import generate_batches
 from tests.integration.job_support import insert_eval
 from tests.sqlite_service import enqueued
-from worker.tasks.evals import _generate_batches, verify_problem_task
+from worker.tasks.evals import verify_problem_task
 
 DEMO = demo_problems()[:2]
 PROBLEMS = [Problem(p.id, p.problem_code) for p in DEMO]
@@ -53,7 +54,7 @@ def _attempts(settings: Settings, eval_id: str) -> list[EvalAttempt]:
 def test_generated_answers_are_stored_as_attempts_and_the_messages_name_only_the_problems(task_settings):
     config = _running_eval(task_settings, "eval-rows")
 
-    _generate_batches(task_settings, "eval-rows", config, [PROBLEMS], _answers)
+    generate_batches(task_settings, "eval-rows", config, [PROBLEMS], _answers)
 
     assert enqueued(task_settings) == [("cuset.eval_verify", ["eval-rows", p.id]) for p in PROBLEMS]
     attempts = _attempts(task_settings, "eval-rows")
@@ -69,7 +70,7 @@ def test_generated_answers_are_stored_as_attempts_and_the_messages_name_only_the
 
 def test_verifying_every_problem_records_its_row_and_the_last_one_settles_the_eval(task_settings):
     config = _running_eval(task_settings, "eval-settle")
-    _generate_batches(task_settings, "eval-settle", config, [PROBLEMS], _answers)
+    generate_batches(task_settings, "eval-settle", config, [PROBLEMS], _answers)
 
     for problem in PROBLEMS:
         verify_problem_task("eval-settle", problem.id)
@@ -84,7 +85,7 @@ def test_verifying_every_problem_records_its_row_and_the_last_one_settles_the_ev
 
 def test_a_redelivered_verification_scores_only_the_attempts_left_and_records_once(task_settings):
     config = _running_eval(task_settings, "eval-redelivered")
-    _generate_batches(task_settings, "eval-redelivered", config, [PROBLEMS[:1]], _answers)
+    generate_batches(task_settings, "eval-redelivered", config, [PROBLEMS[:1]], _answers)
     problem = PROBLEMS[0]
     # A delivery that stopped after scoring the first attempt (its verdict marked to be told apart).
     earlier = SampleRecord(
