@@ -19,10 +19,10 @@ from api.streaming import follow
 from db.models import Generation
 from db.session import session_scope
 from service.generation_events import GenerationEvent
+from service.generation_records import FLUSH_S, ROW_FLUSH_S
 from tests.integration.job_support import stored_samples
 from tests.integration.test_inference import sse_events
 from tests.real_service import wait_for
-from worker.tasks.generate import FLUSH_S, ROW_FLUSH_S
 
 LONG = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 400, "temperature": 0}
 

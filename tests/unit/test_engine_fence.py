@@ -10,7 +10,8 @@ import pytest
 
 from db.engine_routes import EngineRoute
 from db.generations import GenerationRequest, GenerationSample
-from worker.tasks.generate import Claimed, _engine_answer
+from service.generation_claims import Claimed
+from worker.engine_decoding import engine_answer
 
 PIECES = ["Here:\n```python\n", "x = 1\n", "```", "\nNow a long", " explanation", " of it."]
 
@@ -40,7 +41,7 @@ def test_a_generate_answer_from_an_engine_ends_after_its_closing_fence(kind, tex
     client, pulled = _engine(PIECES)
 
     with client:
-        done = _engine_answer(client, row, GenerationSample(index=0, prompt_index=0), [], None)
+        done = engine_answer(client, row, GenerationSample(index=0, prompt_index=0), [], None)
 
     assert (done.text, done.finish_reason) == (text, finish)
     assert len(pulled) == (4 if kind == "generate" else len(PIECES)), "nothing read past the closing fence"
