@@ -28,7 +28,7 @@ def static_canary_fails() -> bool:
     """Whether tier 0's analysis (``parse_candidate``, ``check_static``, ``static_warnings``)
     fails on the canary now: it raises or rejects it."""
     from cuset_core.verify.candidate import parse_candidate
-    from cuset_core.verify.static import check_static, static_warnings
+    from cuset_core.verify.source.static import check_static, static_warnings
 
     try:
         candidate = parse_candidate(canary_answer())

@@ -36,7 +36,7 @@ from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Diagnostic, Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import refusal
 from cuset_core.verify.settings import VerifySettings
-from cuset_core.verify.static import check_static, static_warnings
+from cuset_core.verify.source.static import check_static, static_warnings
 from cuset_core.verify.tier_run import WarmSides
 
 LOG_CHARS = 8000

@@ -76,7 +76,7 @@ from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.run import verify
 from cuset_core.verify.sandbox import SandboxOutcome
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
-from cuset_core.verify.static import check_static
+from cuset_core.verify.source.static import check_static
 from cuset_core.verify.tier_run import ReferenceRun, TierSpec
 from cuset_core.verify.transfer import _encode
 

@@ -27,7 +27,7 @@ from cuset_core.verify.cpu import run_cpu_tier
 from cuset_core.verify.library_cache import LibraryCache
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
-from cuset_core.verify.static import check_static
+from cuset_core.verify.source.static import check_static
 
 pytestmark = pytest.mark.slow
 

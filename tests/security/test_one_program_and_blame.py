@@ -31,11 +31,11 @@ from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.compile import TORCH_NVCC_FLAGS
 from cuset_core.verify.cpu import unsupported_before_running
 from cuset_core.verify.cpu.build import CXX_FLAGS, DEVICE_PASS_MACROS
-from cuset_core.verify.macros import ALLOWLIST, find_fingerprint, header_macros
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import VerifySettings
-from cuset_core.verify.static import check_static
+from cuset_core.verify.source.macros import ALLOWLIST, find_fingerprint, header_macros
+from cuset_core.verify.source.static import check_static
 
 NVCC = shutil.which("nvcc")
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")

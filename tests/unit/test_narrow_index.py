@@ -1,11 +1,11 @@
 """Index arithmetic in integer types narrower than a problem's original sizes need
-(``cuset_core/verify/narrow_index.py``): which variables count as indices, how types are read."""
+(``cuset_core/verify/source/narrow_index.py``): which variables count as indices, how types are read."""
 
 from __future__ import annotations
 
 import pytest
 
-from cuset_core.verify.narrow_index import narrow_index
+from cuset_core.verify.source.narrow_index import narrow_index
 
 MILLION = 1 << 20  # the original problem's largest tensor, elements
 BEYOND_INT = 1 << 32

@@ -17,10 +17,10 @@ from cuset_core.verify.compile import TORCH_NVCC_FLAGS
 from cuset_core.verify.cpu.build import DEVICE_PASS_MACROS, translation_unit
 from cuset_core.verify.cpu.rewrite import unsupported_feature
 from cuset_core.verify.cpu.sizes import hardcoded_sizes, size_bearing_code
-from cuset_core.verify.macros import find_fingerprint
-from cuset_core.verify.preprocessor import compiled_code, joined_code, strip_comments
 from cuset_core.verify.result import Verdict
-from cuset_core.verify.static import check_static
+from cuset_core.verify.source.macros import find_fingerprint
+from cuset_core.verify.source.preprocessor import compiled_code, joined_code, strip_comments
+from cuset_core.verify.source.static import check_static
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from verify_cases import GOOD, KERNEL, fenced, line_of  # noqa: F401  (shared ca
 
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.result import Tier, Verdict
-from cuset_core.verify.static import check_static, static_warnings
+from cuset_core.verify.source.static import check_static, static_warnings
 
 
 def verdict(text: str):

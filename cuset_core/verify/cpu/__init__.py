@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cuset_core.verify.candidate import Candidate
+from cuset_core.verify.compile.ptx import confirmed_feature
 from cuset_core.verify.contracts import (
     CpuJob,
     PrebuildExtension,
@@ -44,13 +45,12 @@ from cuset_core.verify.cpu.rewrite import unsupported_feature
 from cuset_core.verify.cpu.sizes import hardcoded_sizes, scaled_limits, size_bearing_code
 from cuset_core.verify.judge import harness_env, judge
 from cuset_core.verify.library_cache import LibraryCache, library_key
-from cuset_core.verify.narrow_index import narrow_index
-from cuset_core.verify.preprocessor import joined_code
-from cuset_core.verify.ptx import confirmed_feature
 from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import Diagnostic, KernelResources, Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import SandboxCancelled
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
+from cuset_core.verify.source.narrow_index import narrow_index
+from cuset_core.verify.source.preprocessor import joined_code
 from cuset_core.verify.tier_run import PlannedLibrary, TierSpec, WarmSides
 
 HARNESS_MODULE = "cuset_core.verify.cpu.harness"

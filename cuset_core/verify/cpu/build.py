@@ -44,7 +44,7 @@ from pathlib import Path
 
 from cuset_core.paths import CorePaths
 from cuset_core.verify.cpu.rewrite import rewrite_source
-from cuset_core.verify.preprocessor import NVCC_DEVICE_PASS
+from cuset_core.verify.source.preprocessor import NVCC_DEVICE_PASS
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 STUBS_DIR = Path(__file__).resolve().parent.parent / "stubs" / "light"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from cuset_core.verify.candidate import Candidate
 from cuset_core.verify.cpu.build import Toolchain
-from cuset_core.verify.preprocessor import compiled_code
+from cuset_core.verify.source.preprocessor import compiled_code
 
 _HEADER_CLAIM = re.compile(r"header <([\w][\w./+-]*)>")
 

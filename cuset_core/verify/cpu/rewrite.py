@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 
-from cuset_core.verify.preprocessor import compiled_code, strip_comments
+from cuset_core.verify.source.preprocessor import compiled_code, strip_comments
 
 # (pattern, feature name) for what the runtime cannot model; the first match is reported.
 UNSUPPORTED_FEATURES: tuple[tuple[re.Pattern[str], str], ...] = (

@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterable
 from copy import deepcopy
 from math import ceil
 
-from cuset_core.verify.preprocessor import compiled_code
 from cuset_core.verify.settings import SandboxLimits
+from cuset_core.verify.source.preprocessor import compiled_code
 
 MIN_VALUE = 8  # constants below this (kernel sizes, strides, channels of 3) are never shrunk
 MAX_STEPS = 200

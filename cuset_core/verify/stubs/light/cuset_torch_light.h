@@ -26,7 +26,7 @@
 // The rest of what real torch/extension.h includes, which candidates rely on without including it.
 // Parsing these is most of a tier-1 compile (nvcc's front end: about 1.1 s of 1.4 s), so tier 1
 // first compiles with CUSET_STD_ON_DEMAND and only the ones the candidate's code names
-// (CUSET_STD_<HEADER>, verify/compile.py's std_headers_named), then, if that fails, without it.
+// (CUSET_STD_<HEADER>, verify/compile/__init__.py's std_headers_named), then, if that fails, without it.
 // Without <string>, <iosfwd> declares std::string: enough for the declarations below.
 #if !defined(CUSET_STD_ON_DEMAND) || defined(CUSET_STD_STRING)
 #include <stdexcept>

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from cuset_core.analysis.scan import new_parser
-from cuset_core.verify.preprocessor import compiled_code
+from cuset_core.verify.source.preprocessor import compiled_code
 
 # The largest value each integer type holds, by its spelling with qualifiers and spaces normalised.
 _LARGEST = {

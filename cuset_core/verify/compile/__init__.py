@@ -34,7 +34,7 @@ from cuset_core.verify.result import Diagnostic, KernelResources
 from cuset_core.verify.sandbox import IsolationUnavailable, SandboxOutcome, describe, run_sandboxed
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
-STUBS = Path(__file__).parent / "stubs"
+STUBS = Path(__file__).resolve().parent.parent / "stubs"  # verify/stubs, shared with tier 2's build
 MAX_DIAGNOSTICS = 50
 MAX_LOG_BYTES = 1 << 20  # compiler output read per unit
 # The language standard torch.utils.cpp_extension (torch 2.10+) builds extensions with.

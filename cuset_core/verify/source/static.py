@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import TypeGuard
 
 from cuset_core.verify.candidate import Candidate
-from cuset_core.verify.macros import find_fingerprint
 from cuset_core.verify.result import Diagnostic, Tier, Verdict, VerifyResult
+from cuset_core.verify.source.macros import find_fingerprint
 
 # Tier 0 treats sync and async definitions alike.
 _Function = ast.FunctionDef | ast.AsyncFunctionDef

@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, replace
 from importlib import resources
 
-from cuset_core.verify.preprocessor import NVCC_DEVICE_PASS, joined_code
+from cuset_core.verify.source.preprocessor import NVCC_DEVICE_PASS, joined_code
 
 _ANYWHERE = re.compile(r"(?i:cuset\w*)|__OPTIMIZE(?:_SIZE)?__|__NO_INLINE__|__(?:PIC|pic|PIE|pie)__|__has_include\w*")
 _IN_CONDITIONALS = re.compile(r"CUDART_(?!VERSION\Z)\w+|C10_CUDA_\w+|AT_CUDA_CHECK|__noinline__")
