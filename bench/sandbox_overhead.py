@@ -83,7 +83,7 @@ def main() -> None:
 def _tier2(old, runs: int) -> None:
     """Tier-2 wall time per candidate with each sandbox, alternating; the harness reaches the
     sandbox through ``judge.run_sandboxed``."""
-    from cuset_core.verify import judge
+    from cuset_core.verify.execution import judge
     from cuset_core.verify.result import Tier
     from cuset_core.verify.run import verify
     from cuset_core.verify.settings import VerifySettings

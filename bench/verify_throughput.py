@@ -50,11 +50,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from cuset_core.demo import demo_problems  # noqa: E402
-from cuset_core.verify.reference_pool import ReferencePool  # noqa: E402
+from cuset_core.verify.execution.reference_pool import ReferencePool  # noqa: E402
+from cuset_core.verify.execution.tier_run import WarmSides  # noqa: E402
 from cuset_core.verify.result import Tier  # noqa: E402
 from cuset_core.verify.run import verify  # noqa: E402
 from cuset_core.verify.settings import VerifySettings  # noqa: E402
-from cuset_core.verify.tier_run import WarmSides  # noqa: E402
 
 TARGET_TIER1_S = 1.0
 TARGET_COLD_S = {Tier.COMPILE: TARGET_TIER1_S, Tier.CPU: 10.0}

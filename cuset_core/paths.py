@@ -41,7 +41,7 @@ class CorePaths(BaseSettings):
 
     @property
     def cpu_libraries(self) -> Path:
-        """Tier 2's compiled extensions (``cuset_core/verify/library_cache.py``)."""
+        """Tier 2's compiled extensions (``cuset_core/verify/execution/library_cache.py``)."""
         return self.cache_root / "cpu_libraries"
 
     @property

@@ -100,7 +100,7 @@ class Settings(BaseSettings):
     warm_sides: bool = Field(
         True,
         description="each worker process keeps a tier-2 reference side and candidate side started ahead of its "
-        "next check (cuset_core/verify/tier_run.py: about 1 s less per check, about 0.5 GiB held)",
+        "next check (cuset_core/verify/execution/tier_run.py: about 1 s less per check, about 0.5 GiB held)",
     )
     heartbeat_interval_s: float = Field(5.0, gt=0, description="a running job's heartbeat period")
     cancel_grace_s: float = Field(

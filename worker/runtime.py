@@ -19,7 +19,7 @@ from typing import ClassVar
 
 from celery import Task
 
-from cuset_core.verify.tier_run import WarmSides
+from cuset_core.verify.execution.tier_run import WarmSides
 from db.settings import Settings
 from worker.device_share import free_device, hold
 from worker.model_cache import ModelCache

@@ -29,8 +29,8 @@ from cuset_core.evaluation.inputs import EvalInputError, ProblemAnswers
 from cuset_core.evaluation.metrics import Aggregate, ProblemRow, aggregate
 from cuset_core.evaluation.problems import Problem, load_answers, load_problems, select_problems
 from cuset_core.evaluation.scoring import SampleRecord, repair, row_of, score_problem
+from cuset_core.verify.execution.tier_run import WarmSides
 from cuset_core.verify.settings import VerifySettings
-from cuset_core.verify.tier_run import WarmSides
 
 
 class EvalReport(BaseModel):

@@ -13,12 +13,12 @@ from cuset_core.evaluation.config import EvalConfig
 from cuset_core.evaluation.decoding import Answer, Decode, repair_run
 from cuset_core.evaluation.metrics import ProblemRow, problem_row, repaired_counts
 from cuset_core.evaluation.problems import Problem
+from cuset_core.verify.execution.reference_pool import ReferencePool
+from cuset_core.verify.execution.tier_run import WarmSides
 from cuset_core.verify.readiness import stop_if_broken
-from cuset_core.verify.reference_pool import ReferencePool
 from cuset_core.verify.result import VerifyResult
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import VerifySettings
-from cuset_core.verify.tier_run import WarmSides
 
 
 class SampleRecord(BaseModel):

@@ -31,13 +31,13 @@ from cuset_core.verify.cache import VerifyCache, cache_key
 from cuset_core.verify.canary import compile_canary_fails, static_canary_fails
 from cuset_core.verify.candidate import Candidate, parse_candidate
 from cuset_core.verify.compile import CompileReport, compile_candidate, nvcc_path
-from cuset_core.verify.library_cache import LibraryCache
-from cuset_core.verify.reference_pool import ReferencePool
+from cuset_core.verify.execution.library_cache import LibraryCache
+from cuset_core.verify.execution.reference_pool import ReferencePool
+from cuset_core.verify.execution.tier_run import WarmSides
 from cuset_core.verify.result import Diagnostic, Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import refusal
 from cuset_core.verify.settings import VerifySettings
 from cuset_core.verify.source.static import check_static, static_warnings
-from cuset_core.verify.tier_run import WarmSides
 
 LOG_CHARS = 8000
 REASON_CHARS = 1000
@@ -61,11 +61,11 @@ def verify(
 
     Results are cached in ``cache_dir`` (default ``CorePaths().verify_results``) unless
     ``use_cache`` is False; a cached result comes back with ``cached=True``. Tier 2 also keeps
-    the extensions it compiled (:mod:`cuset_core.verify.library_cache`) unless ``use_cache`` is False.
+    the extensions it compiled (:mod:`cuset_core.verify.execution.library_cache`) unless ``use_cache`` is False.
     Candidates verified with the same ``references`` (one batch: an eval's samples of a problem)
-    share the reference runs of tiers 2 and 3 (:mod:`cuset_core.verify.reference_pool`); with
+    share the reference runs of tiers 2 and 3 (:mod:`cuset_core.verify.execution.reference_pool`); with
     ``warm`` (held by a caller that verifies one candidate after another), tier 2 takes its sides
-    ready-made (:mod:`cuset_core.verify.tier_run`).
+    ready-made (:mod:`cuset_core.verify.execution.tier_run`).
     ``on_tier`` is told each tier as it starts (a progress display); a cached result tells none.
     """
     paths = CorePaths()

@@ -46,7 +46,7 @@ _os._exit(0)
 
 REPLACE_COMPARISON = at_import("""
 import sys as _sys
-import cuset_core.verify.judge as _judge
+import cuset_core.verify.execution.judge as _judge
 from cuset_core.verify.contracts import Outcome as _Outcome
 _pass = lambda *args, **kwargs: _Outcome("pass")
 for _module in (_judge, _sys.modules.get("__main__")):
@@ -91,7 +91,7 @@ REWRITE_AT_EXIT = at_import("""
 import atexit as _atexit
 def _rewrite():
     from pathlib import Path as _Path
-    from cuset_core.verify.transfer import load_values as _load, save_values as _save
+    from cuset_core.verify.execution.transfer import load_values as _load, save_values as _save
     _trials = _load(_Path("inputs.safetensors").read_bytes())["trials"]
     _save(_Path("outputs.safetensors"), {"trials": [[x.relu() for x in _inputs] for _inputs in _trials]})
 _atexit.register(_rewrite)
@@ -102,7 +102,7 @@ _atexit.register(_rewrite)
 OUTPUTS_OF_ITS_OWN = at_import("""
 import json as _json, os as _os
 from pathlib import Path as _Path
-from cuset_core.verify.transfer import load_values as _load, save_values as _save
+from cuset_core.verify.execution.transfer import load_values as _load, save_values as _save
 _trials = _load(_Path("inputs.safetensors").read_bytes())["trials"]
 _save(_Path("outputs.safetensors"), {"trials": [[x.relu() for x in _inputs] for _inputs in _trials]})
 _Path("report.json").write_text(_json.dumps({"verdict": "pass", "launches": {"relu_kernel": len(_trials)}}))

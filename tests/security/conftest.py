@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cuset_core.verify.library_cache import LibraryCache
+from cuset_core.verify.execution.library_cache import LibraryCache
 
 
 @pytest.fixture(scope="module")

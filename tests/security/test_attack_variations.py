@@ -55,7 +55,7 @@ import torch
 from attacks import HONEST, WRONG_KERNEL
 from safetensors.torch import save
 
-from cuset_core.verify import cpu, judge
+from cuset_core.verify import cpu
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.compile import CompileReport, compile_candidate
 from cuset_core.verify.contracts import (
@@ -70,15 +70,16 @@ from cuset_core.verify.contracts import (
 from cuset_core.verify.cpu import harness, run_cpu_tier
 from cuset_core.verify.cpu.build import toolchain
 from cuset_core.verify.cpu.claims import unsupported_confirmer
-from cuset_core.verify.library_cache import LibraryCache
-from cuset_core.verify.reference_pool import ReferencePool
+from cuset_core.verify.execution import judge
+from cuset_core.verify.execution.library_cache import LibraryCache
+from cuset_core.verify.execution.reference_pool import ReferencePool
+from cuset_core.verify.execution.tier_run import ReferenceRun, TierSpec
+from cuset_core.verify.execution.transfer import _encode
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.run import verify
 from cuset_core.verify.sandbox import SandboxOutcome
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 from cuset_core.verify.source.static import check_static
-from cuset_core.verify.tier_run import ReferenceRun, TierSpec
-from cuset_core.verify.transfer import _encode
 
 PROBLEM = (Path(__file__).parents[1] / "unit" / "cpu_cases" / "rowsum_problem.py").read_text()
 # 32 budgets of elements: reduced to COLS=16000, checked again at a second size, too large to rerun as written.
@@ -434,7 +435,7 @@ _library.impl("rowsum", lambda x: torch.ops.aten.sum.dim_IntList(x, [1]), "CUDA"
 def test_a_fallback_monitor_patched_to_see_no_fallback_still_leaves_the_torch_expression_caught(libraries):
     # The monitor is the candidate's process's; the kernels-off run is judged by the judge.
     prelude = """
-import cuset_core.verify.fallback as _fallback
+import cuset_core.verify.execution.fallback as _fallback
 _fallback.FallbackMonitor.fallback_reason = lambda self, outputs: None
 """
     forward = "        ext.launch_only(x)\n        return x.sum(1)"
@@ -460,7 +461,7 @@ def test_outputs_a_cpp_static_destructor_puts_over_the_harnesss_are_never_judged
     # A wrong kernel; the right sums, prepared at import, wait for the library's destructor.
     prelude = """
 from pathlib import Path as _Path
-from cuset_core.verify.transfer import load_values as _load, save_values as _save
+from cuset_core.verify.execution.transfer import load_values as _load, save_values as _save
 _trials = _load(_Path("inputs.safetensors").read_bytes())["trials"]
 _save(_Path("prepared.safetensors"), {"trials": [[inputs[0].sum(1)] for inputs in _trials]})
 """

@@ -14,10 +14,10 @@ from attacks import PROBLEM, at_import
 
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.cpu import run_cpu_tier
-from cuset_core.verify.reference_pool import ReferencePool
+from cuset_core.verify.execution.reference_pool import ReferencePool
+from cuset_core.verify.execution.tier_run import WarmSides
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
-from cuset_core.verify.tier_run import WarmSides
 
 pytestmark = pytest.mark.slow
 

@@ -33,8 +33,8 @@ from attacks import (
 from cuset_core.paths import CorePaths
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.cpu import run_cpu_tier
-from cuset_core.verify.library_cache import LibraryCache
-from cuset_core.verify.reference_pool import ReferencePool
+from cuset_core.verify.execution.library_cache import LibraryCache
+from cuset_core.verify.execution.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import SandboxLimits, VerifySettings

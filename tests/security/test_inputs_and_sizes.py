@@ -24,7 +24,7 @@ import pytest
 from cuset_core.cli.verify import _print_human
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.cpu import run_cpu_tier
-from cuset_core.verify.library_cache import LibraryCache
+from cuset_core.verify.execution.library_cache import LibraryCache
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 from cuset_core.verify.source.static import check_static

@@ -21,7 +21,7 @@ import torch
 from attacks import HONEST, PROBLEM, WRONG_KERNEL, in_forward
 from safetensors.torch import save
 
-from cuset_core.verify import cpu, harness_side, judge
+from cuset_core.verify import cpu
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.contracts import (
     INPUTS_FILE,
@@ -38,13 +38,14 @@ from cuset_core.verify.cpu import harness
 from cuset_core.verify.cpu.build import toolchain
 from cuset_core.verify.cpu.claims import unsupported_confirmer
 from cuset_core.verify.cpu.sizes import hardcoded_sizes, size_bearing_code
-from cuset_core.verify.harness_side import trial_outputs
-from cuset_core.verify.judge import compare_outputs
+from cuset_core.verify.execution import harness_side, judge
+from cuset_core.verify.execution.harness_side import trial_outputs
+from cuset_core.verify.execution.judge import compare_outputs
+from cuset_core.verify.execution.tier_run import ReferenceRun, TierSpec
+from cuset_core.verify.execution.transfer import _encode, load_values, save_values
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import SandboxOutcome
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
-from cuset_core.verify.tier_run import ReferenceRun, TierSpec
-from cuset_core.verify.transfer import _encode, load_values, save_values
 
 SETTINGS = VerifySettings(tier=Tier.CPU, seeds=3)
 SPEC = TierSpec(Tier.CPU, "stub", SandboxLimits(), lambda folder: {})

@@ -22,8 +22,8 @@ from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.compile import nvcc_path
 from cuset_core.verify.cpu import kernel_limit_fields, run_cpu_tier
 from cuset_core.verify.cpu.rewrite import rewrite_launch_bounds
-from cuset_core.verify.library_cache import LibraryCache
-from cuset_core.verify.reference_pool import ReferencePool
+from cuset_core.verify.execution.library_cache import LibraryCache
+from cuset_core.verify.execution.reference_pool import ReferencePool
 from cuset_core.verify.result import KernelResources, Tier, Verdict, VerifyResult
 from cuset_core.verify.run import verify
 from cuset_core.verify.settings import SandboxLimits, VerifySettings

@@ -16,7 +16,7 @@ from __future__ import annotations
 import gpu_rule_cases
 import pytest
 
-from cuset_core.verify.library_cache import LibraryCache
+from cuset_core.verify.execution.library_cache import LibraryCache
 from cuset_core.verify.result import Verdict, VerifyResult
 
 pytestmark = pytest.mark.slow

@@ -198,9 +198,9 @@ def test_inside_cuset_core_each_part_imports_only_the_floors_below_it():
 def test_an_import_up_a_floor_or_across_one_is_an_upward_arrow():
     edges = [
         ("cuset_core.analysis.sources", "cuset_core.generation.extract"),  # ground to floor 3
-        ("cuset_core.verify.judge", "cuset_core.models"),  # one floor, two parts
+        ("cuset_core.verify.execution.judge", "cuset_core.models"),  # one floor, two parts
         ("cuset_core.training.run", "cuset_core.models"),  # down: fine
-        ("cuset_core.verify.judge", "cuset_core.verify.sandbox"),  # inside one part: fine
+        ("cuset_core.verify.execution.judge", "cuset_core.verify.sandbox"),  # inside one part: fine
     ]
     assert upward_arrows(edges) == edges[:2]
 

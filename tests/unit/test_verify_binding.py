@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from cuset_core.verify.binding import (
+from cuset_core.verify.execution.binding import (
     ArgSource,
     BindingError,
     CppParam,

@@ -22,8 +22,8 @@ from cuset_core.verify.cpu.build import (
     toolchain,
     translation_unit,
 )
-from cuset_core.verify.judge import BEYOND_BRIDGE
-from cuset_core.verify.reference_pool import ReferencePool
+from cuset_core.verify.execution.judge import BEYOND_BRIDGE
+from cuset_core.verify.execution.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cuset_core.verify import gpu, judge
+from cuset_core.verify import gpu
 from cuset_core.verify.candidate import kernel_names, parse_candidate
 from cuset_core.verify.contracts import (
     REASON_CHARS,
@@ -20,15 +20,16 @@ from cuset_core.verify.contracts import (
     ReferenceDetails,
     ReferenceReport,
 )
+from cuset_core.verify.execution import judge
+from cuset_core.verify.execution.harness_side import aliased_pairs, candidate_factory, flatten_outputs
+from cuset_core.verify.execution.judge import compare_outputs, compare_trials, looks_cached
+from cuset_core.verify.execution.tier_run import ReferenceRun, TierSpec
+from cuset_core.verify.execution.transfer import load_values
 from cuset_core.verify.gpu import harness as gpu_harness
 from cuset_core.verify.gpu.harness import classify_kernels, timing_stats
-from cuset_core.verify.harness_side import aliased_pairs, candidate_factory, flatten_outputs
-from cuset_core.verify.judge import compare_outputs, compare_trials, looks_cached
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.sandbox import SandboxOutcome
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
-from cuset_core.verify.tier_run import ReferenceRun, TierSpec
-from cuset_core.verify.transfer import load_values
 
 PASSED_REFERENCE = ReferenceReport(verdict=Verdict.PASS)
 
@@ -422,7 +423,7 @@ def _module(name: str, code: str) -> types.ModuleType:
 
 
 def test_the_factory_binds_a_cu_forward_to_the_shipped_reference_weights():
-    from cuset_core.verify.binding import ReferenceLayout
+    from cuset_core.verify.execution.binding import ReferenceLayout
 
     layout = ReferenceLayout(tensor_names=[], init_names=[], attrs={})
     extension = types.SimpleNamespace(forward=lambda x: torch.relu(x) * 3)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuset_core.verify.in_place import part_of
+from cuset_core.verify.execution.in_place import part_of
 
 TOL = (1e-4, 1e-4)  # fp32 under the kernelbench profile
 

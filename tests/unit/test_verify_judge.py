@@ -28,10 +28,16 @@ from cuset_core.verify.contracts import (
     trial_seeds,
 )
 from cuset_core.verify.cpu.sizes import ORIGINAL_SIZE_FACTOR, hardcoded_sizes, original_fits
-from cuset_core.verify.fallback import FallbackMonitor
-from cuset_core.verify.harness_side import read_job, write_report
+from cuset_core.verify.execution.fallback import FallbackMonitor
+from cuset_core.verify.execution.harness_side import read_job, write_report
+from cuset_core.verify.execution.transfer import (
+    UntrustedFileError,
+    load_values,
+    read_report,
+    read_untrusted,
+    save_values,
+)
 from cuset_core.verify.result import Verdict
-from cuset_core.verify.transfer import UntrustedFileError, load_values, read_report, read_untrusted, save_values
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_JOB = CpuJob(
@@ -197,7 +203,7 @@ def test_the_monitor_loads_no_torch_dynamo():
     # torch._dynamo (1.3 CPU-s of every candidate side's first trial); the monitor opts out.
     probe = (
         "import sys, torch\n"
-        "from cuset_core.verify.fallback import FallbackMonitor\n"
+        "from cuset_core.verify.execution.fallback import FallbackMonitor\n"
         "monitor, x = FallbackMonitor(), torch.randn(4)\n"
         "with monitor:\n"
         "    x.clone().sum()\n"

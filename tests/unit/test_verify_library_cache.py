@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from cuset_core.verify.judge import _cached_libraries, _hand_over_builds, _hand_over_cached
-from cuset_core.verify.library_cache import LibraryCache, library_key
+from cuset_core.verify.execution.judge import _cached_libraries, _hand_over_builds, _hand_over_cached
+from cuset_core.verify.execution.library_cache import LibraryCache, library_key
+from cuset_core.verify.execution.tier_run import PlannedLibrary, TierSpec
 from cuset_core.verify.result import Tier
 from cuset_core.verify.settings import SandboxLimits
-from cuset_core.verify.tier_run import PlannedLibrary, TierSpec
 
 PRELUDES = ["/cache/cpu_pch/light-0123456789abcdef", "/cache/cpu_pch/full-fedcba9876543210"]
 PLANNED = PlannedLibrary("relu_cuset0", "ab" * 32, library_key("ab" * 32, PRELUDES))

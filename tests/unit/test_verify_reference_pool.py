@@ -13,12 +13,12 @@ import pytest
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.contracts import CandidateJob, CpuJob, HarnessJob, PrebuildExtension, ReferenceReport
 from cuset_core.verify.cpu import run_cpu_tier
-from cuset_core.verify.judge import harness_env
-from cuset_core.verify.reference_pool import ReferencePool, reference_key
+from cuset_core.verify.execution.judge import harness_env
+from cuset_core.verify.execution.reference_pool import ReferencePool, reference_key
+from cuset_core.verify.execution.tier_run import ReferenceRun, TierSpec
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import SandboxCancelled
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
-from cuset_core.verify.tier_run import ReferenceRun, TierSpec
 
 SPEC = TierSpec(Tier.CPU, "cuset_core.verify.cpu.harness", SandboxLimits(), lambda folder: harness_env())
 JOB = CpuJob(

@@ -19,7 +19,6 @@ import torch
 from safetensors.torch import save
 
 from cuset_core.demo import demo_problems
-from cuset_core.verify import judge
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.contracts import (
     INPUTS_FILE,
@@ -37,11 +36,12 @@ from cuset_core.verify.contracts import (
 )
 from cuset_core.verify.cpu import cpu_job, harness, tier_limits
 from cuset_core.verify.cpu.build import Toolchain
+from cuset_core.verify.execution import judge
+from cuset_core.verify.execution.tier_run import ReferenceRun, TierSpec
+from cuset_core.verify.execution.transfer import _encode, load_values
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import SandboxOutcome
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
-from cuset_core.verify.tier_run import ReferenceRun, TierSpec
-from cuset_core.verify.transfer import _encode, load_values
 
 SETTINGS = VerifySettings(tier=Tier.CPU, seeds=2)
 SPEC = TierSpec(Tier.CPU, "stub", SandboxLimits(), lambda folder: {})

@@ -20,7 +20,7 @@ from cuset_core.verify.cpu.sizes import (
     scaled_limits,
     with_constants,
 )
-from cuset_core.verify.library_cache import LibraryCache
+from cuset_core.verify.execution.library_cache import LibraryCache
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 

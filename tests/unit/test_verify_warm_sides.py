@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 
 from cuset_core.verify.cpu import HARNESS_MODULE, harness_environment
+from cuset_core.verify.execution.tier_run import TierSpec, WarmSides
 from cuset_core.verify.result import Tier
 from cuset_core.verify.settings import SandboxLimits
-from cuset_core.verify.tier_run import TierSpec, WarmSides
 
 LIMITS = SandboxLimits(wall_s=60, cpu_s=60)
 # A side that waits for its files as tier 2's does (the real harness, importing torch meanwhile).

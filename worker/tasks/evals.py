@@ -20,7 +20,7 @@ from celery import shared_task
 from cuset_core.evaluation.config import EvalConfig
 from cuset_core.evaluation.decoding import Decode, answers_for, endpoint_decoder, model_decoder
 from cuset_core.evaluation.scoring import SampleRecord, repair_answers, score_attempt
-from cuset_core.verify.reference_pool import ReferencePool
+from cuset_core.verify.execution.reference_pool import ReferencePool
 from db.models import Eval
 from service.dispatch import TaskName
 from service.eval_runs import (

@@ -43,15 +43,15 @@ from cuset_core.verify.cpu.build import (
 from cuset_core.verify.cpu.claims import unsupported_confirmer
 from cuset_core.verify.cpu.rewrite import unsupported_feature
 from cuset_core.verify.cpu.sizes import hardcoded_sizes, scaled_limits, size_bearing_code
-from cuset_core.verify.judge import harness_env, judge
-from cuset_core.verify.library_cache import LibraryCache, library_key
-from cuset_core.verify.reference_pool import ReferencePool
+from cuset_core.verify.execution.judge import harness_env, judge
+from cuset_core.verify.execution.library_cache import LibraryCache, library_key
+from cuset_core.verify.execution.reference_pool import ReferencePool
+from cuset_core.verify.execution.tier_run import PlannedLibrary, TierSpec, WarmSides
 from cuset_core.verify.result import Diagnostic, KernelResources, Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import SandboxCancelled
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 from cuset_core.verify.source.narrow_index import narrow_index
 from cuset_core.verify.source.preprocessor import joined_code
-from cuset_core.verify.tier_run import PlannedLibrary, TierSpec, WarmSides
 
 HARNESS_MODULE = "cuset_core.verify.cpu.harness"
 # Failures that reduced sizes can cause in a correct kernel that hard-codes the original ones.

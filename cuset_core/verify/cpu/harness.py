@@ -72,7 +72,7 @@ from cuset_core.verify.cpu.build import (
     set_kernel_resources,
     unit_digest,
 )
-from cuset_core.verify.disguise import (
+from cuset_core.verify.execution.disguise import (
     CANDIDATE_MODULE,
     CUDA_VERSION,
     CUDNN_VERSION,
@@ -80,8 +80,8 @@ from cuset_core.verify.disguise import (
     as_if,
     plain_command_line,
 )
-from cuset_core.verify.fallback import FallbackMonitor
-from cuset_core.verify.harness_side import (
+from cuset_core.verify.execution.fallback import FallbackMonitor
+from cuset_core.verify.execution.harness_side import (
     aliased_pairs,
     call_forward,
     candidate_factory,
@@ -93,8 +93,8 @@ from cuset_core.verify.harness_side import (
     trial_outputs,
     write_report,
 )
+from cuset_core.verify.execution.transfer import load_values, save_values
 from cuset_core.verify.result import SizesRun, Verdict
-from cuset_core.verify.transfer import load_values, save_values
 
 # How many times the second size's element budget may halve to find sizes other than the first's.
 SECOND_SIZE_HALVINGS = 4
@@ -439,7 +439,7 @@ def run_reference(problem_source: str, overrides: dict[str, int], kind: str, see
 
     import torch
 
-    from cuset_core.verify.binding import reference_layout
+    from cuset_core.verify.execution.binding import reference_layout
 
     def failed(what: str, exc: Exception) -> Decided:
         return Decided(
@@ -689,7 +689,7 @@ def _import_candidate(
         raise Decided(builder.failure)
     binding = None
     if job.kind == "cu":
-        from cuset_core.verify.binding import ReferenceLayout
+        from cuset_core.verify.execution.binding import ReferenceLayout
 
         binding = (ReferenceLayout(**inputs["layout"]), inputs["weights"])
     n_inputs = len(inputs["trials"][0]) if inputs["trials"] else 0

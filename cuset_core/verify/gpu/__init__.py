@@ -1,7 +1,7 @@
 """Tier 3: run a candidate on a real GPU with the KernelBench protocol and anti-hacking checks.
 
 The protocol itself lives in :mod:`cuset_core.verify.gpu.harness`, whose two sides (reference,
-then candidate) the judge of :mod:`cuset_core.verify.judge` runs in the sandbox (own process
+then candidate) the judge of :mod:`cuset_core.verify.execution.judge` runs in the sandbox (own process
 and work folder each) with limits relaxed for a GPU job: a real
 ``load_inline``/nvcc build takes tens of seconds, the CUDA driver reserves a large virtual
 address space, and the build spawns compiler processes.
@@ -18,11 +18,11 @@ from pathlib import Path
 
 from cuset_core.verify.candidate import Candidate, kernel_names
 from cuset_core.verify.contracts import GpuJob
-from cuset_core.verify.judge import harness_env, judge
-from cuset_core.verify.reference_pool import ReferencePool
+from cuset_core.verify.execution.judge import harness_env, judge
+from cuset_core.verify.execution.reference_pool import ReferencePool
+from cuset_core.verify.execution.tier_run import TierSpec
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
-from cuset_core.verify.tier_run import TierSpec
 
 HARNESS_MODULE = "cuset_core.verify.gpu.harness"
 NO_GPU_REASON = "no CUDA GPU on this machine"

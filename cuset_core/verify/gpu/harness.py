@@ -57,9 +57,9 @@ from cuset_core.verify.contracts import (
     trial_seeds,
     wide_trial,
 )
-from cuset_core.verify.disguise import CANDIDATE_MODULE
-from cuset_core.verify.fallback import FallbackMonitor
-from cuset_core.verify.harness_side import (
+from cuset_core.verify.execution.disguise import CANDIDATE_MODULE
+from cuset_core.verify.execution.fallback import FallbackMonitor
+from cuset_core.verify.execution.harness_side import (
     aliased_pairs,
     call_forward,
     candidate_factory,
@@ -68,8 +68,8 @@ from cuset_core.verify.harness_side import (
     run_side,
     trial_outputs,
 )
+from cuset_core.verify.execution.transfer import load_values, save_values
 from cuset_core.verify.result import Verdict
-from cuset_core.verify.transfer import load_values, save_values
 
 WARMUP_CALLS = 5
 
@@ -219,7 +219,7 @@ def reference_side(job: GpuJob, workdir: Path, device: Any, timings: dict[str, f
     """Run the reference on every trial's inputs, write them and its outputs, then time it."""
     import torch
 
-    from cuset_core.verify.binding import reference_layout
+    from cuset_core.verify.execution.binding import reference_layout
 
     _set_tf32_off()
     try:
@@ -324,7 +324,7 @@ def _build_candidate(
         ) from exc
     binding = None
     if job.kind == "cu":
-        from cuset_core.verify.binding import ReferenceLayout
+        from cuset_core.verify.execution.binding import ReferenceLayout
 
         binding = (ReferenceLayout(**inputs["layout"]), inputs["weights"])
     n_inputs = len(inputs["trials"][0]) if inputs["trials"] else 0

@@ -21,7 +21,7 @@ import weakref
 from typing import Any
 
 from cuset_core.verify.cpu.device.protocol import encode, host_tensors
-from cuset_core.verify.disguise import as_if
+from cuset_core.verify.execution.disguise import as_if
 
 _released: list[int] = []
 _lock = threading.Lock()

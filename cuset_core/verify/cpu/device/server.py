@@ -59,7 +59,7 @@ from cuset_core.verify.cpu.device.protocol import (
     send_frame,
 )
 from cuset_core.verify.cpu.device.streams import DEFAULT_STREAM, StreamOrder
-from cuset_core.verify.harness_side import aliased_pairs, changed_inputs
+from cuset_core.verify.execution.harness_side import aliased_pairs, changed_inputs
 from cuset_core.verify.policy import (
     ALLOCATION_OPS,
     DATA_MOVEMENT_OPS,

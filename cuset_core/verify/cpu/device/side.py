@@ -99,7 +99,7 @@ def candidate_side(job: CpuJob, workdir: Path, timings: dict[str, float], host_t
     harness writes it as the report; the other files are written here)."""
     import torch
 
-    from cuset_core.verify.transfer import load_values
+    from cuset_core.verify.execution.transfer import load_values
 
     torch.set_num_threads(1)
     runtime = ctypes.CDLL(job.runtime_library, mode=ctypes.RTLD_GLOBAL, use_errno=True)
@@ -147,8 +147,8 @@ def device_main(
     host_output: list[bytes],
 ) -> Outcome:
     from cuset_core.verify.cpu.device.server import Device, ReplayError
-    from cuset_core.verify.harness_side import write_report
-    from cuset_core.verify.transfer import save_values
+    from cuset_core.verify.execution.harness_side import write_report
+    from cuset_core.verify.execution.transfer import save_values
 
     clock = time.perf_counter()
     device = Device(sizes, libraries, runtime)
@@ -197,7 +197,7 @@ def device_main(
 def _save_torch_made(device: Any, size: int, trial: int, path: Path) -> None:
     """What torch computed on the device in the kernels-off replay of ``trial`` at ``size``
     (``Trial.torch_made``, copies outside device memory, written without another), for the judge."""
-    from cuset_core.verify.transfer import save_values
+    from cuset_core.verify.execution.transfer import save_values
 
     record = device.trials.get((size, trial))
     if record is not None:
@@ -209,7 +209,7 @@ def _outcome(device: Any, size: int, host_report: Path, status: int, said: str, 
     host's own claim of failure, a trial it never finished, an output that shares an input's memory
     or an input forward wrote into (where the reference does neither: tier 3's rule), or a pass
     (the judge decides)."""
-    from cuset_core.verify.transfer import UntrustedFileError, read_report
+    from cuset_core.verify.execution.transfer import UntrustedFileError, read_report
 
     trials = sorted(trial for (s, trial) in device.trials if s == size)
     launches = device.launches_at(size)
@@ -283,7 +283,7 @@ def host_main(job: CpuJob, workdir: Path, fd: int, runtime: ctypes.CDLL, host_tr
     """The candidate's host process: build and import it, run every trial on device tensors from
     the device process and name their outputs. Its report says only what it failed at."""
     from cuset_core.verify.cpu.device import client
-    from cuset_core.verify.harness_side import write_report
+    from cuset_core.verify.execution.harness_side import write_report
 
     try:
         outcome = host_trials(job, workdir, fd, runtime, 0)

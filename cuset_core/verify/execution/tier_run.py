@@ -4,8 +4,8 @@ ahead of a check, and what the judge keeps of the reference run.
 How a tier runs its sides (:class:`TierSpec`, with the :class:`PlannedLibrary` entries its build
 side compiles), and what the judge kept of the reference side (:class:`ReferenceRun`): the
 candidate's inputs, the expected outputs and how each trial is compared. A
-:class:`~cuset_core.verify.reference_pool.ReferencePool` keeps these runs for a batch; the judge
-(:mod:`cuset_core.verify.judge`) makes and uses them.
+:class:`~cuset_core.verify.execution.reference_pool.ReferencePool` keeps these runs for a batch; the judge
+(:mod:`cuset_core.verify.execution.judge`) makes and uses them.
 
 Sides started ahead of the checks that will use them (:class:`WarmSides`): each side of a tier-2 check spends about a second importing torch before it can run anything,
 and in a check started cold those imports compete for the cores with tier 1's nvcc and the build
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from cuset_core.verify.contracts import LATE_FILES, WIDE_SCALE, ReferenceReport
-from cuset_core.verify.library_cache import LibraryCache
+from cuset_core.verify.execution.library_cache import LibraryCache
 from cuset_core.verify.result import Tier
 from cuset_core.verify.sandbox import SandboxOutcome, StartedSandbox, start_sandboxed
 from cuset_core.verify.settings import SandboxLimits, VerifySettings

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from cuset_core.verify.contracts import HarnessJob, with_input_seed
+from cuset_core.verify.execution.tier_run import ReferenceRun, TierSpec
 from cuset_core.verify.result import Verdict, VerifyResult
-from cuset_core.verify.tier_run import ReferenceRun, TierSpec
 
 # The job fields that only the candidate side or the build side reads: a reference run serves
 # every candidate whatever they hold.

@@ -106,7 +106,7 @@ def candidate_factory(
     and ``source`` the ``.cu`` text the binding reads.
     """
     if kind == "cu":
-        from cuset_core.verify.binding import BindingError, bind_extension
+        from cuset_core.verify.execution.binding import BindingError, bind_extension
 
         if binding is None:
             raise ValueError("a .cu candidate needs the reference's binding")

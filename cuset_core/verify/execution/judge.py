@@ -2,11 +2,11 @@
 
 Trust boundary (DESIGN.md §4): the candidate is hostile, so a verdict is never read from
 anything it wrote. Each tier runs two sandboxed processes of its harness module
-(:mod:`cuset_core.verify.harness_side`), one after the other, each in a folder of its own:
+(:mod:`cuset_core.verify.execution.harness_side`), one after the other, each in a folder of its own:
 
 1. ``reference``: loads the problem, draws the inputs of every trial (under a seed the judge drew
    for this run, :func:`~cuset_core.verify.contracts.with_input_seed`; every second trial wide,
-   :func:`~cuset_core.verify.harness_side.trial_outputs`), runs ``Model`` and writes
+   :func:`~cuset_core.verify.execution.harness_side.trial_outputs`), runs ``Model`` and writes
    ``inputs.safetensors`` (what the candidate gets: init inputs, trial inputs, the reference's
    weights for a ``.cu`` candidate) and ``reference.safetensors`` (the expected outputs). Its
    folder is removed, after the judge read both files, before the candidate starts.
@@ -14,7 +14,7 @@ anything it wrote. Each tier runs two sandboxed processes of its harness module
    reference ``Model`` is not importable there), runs ``ModelNew`` and writes
    ``outputs.safetensors`` plus ``report.json`` (launch counts, failures it noticed).
 3. The judge (this module, in the verifier's process) reads those files with ``O_NOFOLLOW`` as
-   regular files under a size cap (:mod:`cuset_core.verify.transfer`), compares the tensors with
+   regular files under a size cap (:mod:`cuset_core.verify.execution.transfer`), compares the tensors with
    the KernelBench tolerances and decides. The candidate's report (a typed, bounded
    :class:`~cuset_core.verify.contracts.CandidateReport`) can only make a verdict worse: a
    ``pass`` comes from the judge's own comparison or not at all, its text is quoted as the
@@ -72,16 +72,16 @@ from cuset_core.verify.contracts import (
     torch_made_file,
     with_input_seed,
 )
+from cuset_core.verify.execution.tier_run import PlannedLibrary, ReferenceRun, StartedSide, TierSpec, start_side
+from cuset_core.verify.execution.transfer import UntrustedFileError, load_values, read_report, read_untrusted
 from cuset_core.verify.policy import Policy, policy_reason
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.sandbox import SandboxOutcome, describe, run_sandboxed
 from cuset_core.verify.settings import VerifySettings
-from cuset_core.verify.tier_run import PlannedLibrary, ReferenceRun, StartedSide, TierSpec, start_side
-from cuset_core.verify.transfer import UntrustedFileError, load_values, read_report, read_untrusted
 
 if TYPE_CHECKING:
     from cuset_core.verify.candidate import Candidate
-    from cuset_core.verify.reference_pool import ReferencePool
+    from cuset_core.verify.execution.reference_pool import ReferencePool
 
 _RUNTIME_MESSAGE = "cuset runtime:"  # how the CPU runtime starts the line explaining an abort
 QUOTE_CHARS = 400  # candidate text quoted in a verdict's reason
@@ -692,7 +692,7 @@ def _torch_made(
     part of one, or holds one, in place (:func:`in_place.part_of`): torch computed it without the
     kernels, which at most moved it. None without the file (no boundary), or when its values cannot
     be compared."""
-    from cuset_core.verify.in_place import part_of
+    from cuset_core.verify.execution.in_place import part_of
 
     try:
         data = read_untrusted(folder, name, TORCH_MADE_CAP_BYTES + HEADER_CAP_BYTES + (1 << 20))
