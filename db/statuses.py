@@ -5,7 +5,7 @@ so rows, API answers and the dashboard's JSON read the same as plain strings wou
 a row's ``status`` with a member, or looking it up in a set of members, works on either.
 
 A job moves ``validating_files -> queued -> running`` and ends ``succeeded``, ``failed`` or
-``cancelled`` (a running job that lost its worker may go back to ``queued``); db/job_rows.py
+``cancelled`` (a running job that lost its worker may go back to ``queued``); service/jobs.py
 holds every write that moves it. A generation moves ``queued -> running [-> verifying]`` and
 ends ``succeeded`` or ``failed``; its ``kind`` is a ``GenerationKind``. An eval moves
 ``queued -> running`` and ends ``succeeded``, ``failed`` or ``cancelled``. Verdicts of verified kernels are ``cuset_core.verify.result.Verdict``.
