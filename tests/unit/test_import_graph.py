@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import networkx as nx
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("cuset_core", "api", "worker", "service", "db")
@@ -42,6 +43,18 @@ CORE_FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"training"}),
     frozenset({"improve"}),
     frozenset({"cli"}),
+)
+
+# DESIGN.md §2 inside cuset_core/verify/, the same way: its parts by role, the ground first. The
+# shared types, then the sandbox and tier 0's source tools, tier 1 (compile) beside the execution
+# machinery tiers 2 and 3 share, the tiers themselves, and the pipeline callers use.
+VERIFY_FLOORS: tuple[frozenset[str], ...] = (
+    frozenset({"__init__", "result", "candidate", "policy"}),
+    frozenset({"settings", "contracts"}),
+    frozenset({"sandbox", "source", "cache"}),
+    frozenset({"compile", "execution"}),
+    frozenset({"canary", "cpu", "gpu"}),
+    frozenset({"readiness", "run"}),
 )
 
 # Cycles known and accepted, each with its reason; every other cycle fails the test.
@@ -166,32 +179,43 @@ def test_storage_uses_no_decision_and_the_decisions_use_neither_the_api_nor_the_
     assert crossings(edges) == sorted(edges[:5])
 
 
-def _core_part(module: str) -> str:
-    """The sub-package or top-level module of cuset_core that ``module`` belongs to."""
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else "__init__"
+def _part(module: str, package: str) -> str:
+    """The sub-package or top-level module of ``package`` that ``module`` belongs to."""
+    inside = module.removeprefix(package).removeprefix(".")
+    return inside.split(".")[0] if inside else "__init__"
 
 
-def upward_arrows(edges: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The imports between two parts of cuset_core that do not point to a lower floor."""
-    floor = {part: level for level, parts in enumerate(CORE_FLOORS) for part in parts}
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def upward_arrows(
+    edges: Iterable[tuple[str, str]],
+    package: str = "cuset_core",
+    floors: tuple[frozenset[str], ...] = CORE_FLOORS,
+) -> list[tuple[str, str]]:
+    """The imports between two parts of ``package`` that do not point to a lower floor."""
+    floor = {part: level for level, parts in enumerate(floors) for part in parts}
     return sorted(
         (source, target)
         for source, target in edges
-        if source.split(".")[0] == target.split(".")[0] == "cuset_core"
-        and (above := _core_part(source)) != (below := _core_part(target))
+        if _inside(source, package)
+        and _inside(target, package)
+        and (above := _part(source, package)) != (below := _part(target, package))
         and floor[below] >= floor[above]
     )
 
 
-def test_every_part_of_cuset_core_has_a_floor():
-    parts = {_core_part(module) for module in _modules() if module.split(".")[0] == "cuset_core"}
-    placed = set().union(*CORE_FLOORS)
+@pytest.mark.parametrize(("package", "floors"), [("cuset_core", CORE_FLOORS), ("cuset_core.verify", VERIFY_FLOORS)])
+def test_every_part_has_a_floor(package, floors):
+    parts = {_part(module, package) for module in _modules() if _inside(module, package)}
+    placed = set().union(*floors)
     assert parts <= placed, sorted(parts - placed)
 
 
-def test_inside_cuset_core_each_part_imports_only_the_floors_below_it():
-    upward = upward_arrows(import_graph(deferred=True).edges)
+@pytest.mark.parametrize(("package", "floors"), [("cuset_core", CORE_FLOORS), ("cuset_core.verify", VERIFY_FLOORS)])
+def test_inside_a_package_each_part_imports_only_the_floors_below_it(package, floors):
+    upward = upward_arrows(import_graph(deferred=True).edges, package, floors)
     assert not upward, upward
 
 
@@ -203,6 +227,11 @@ def test_an_import_up_a_floor_or_across_one_is_an_upward_arrow():
         ("cuset_core.verify.execution.judge", "cuset_core.verify.sandbox"),  # inside one part: fine
     ]
     assert upward_arrows(edges) == edges[:2]
+    inside_verify = [
+        ("cuset_core.verify.source.static", "cuset_core.verify.execution.judge"),  # tier 0 up into the judge
+        ("cuset_core.verify.execution.judge", "cuset_core.verify.sandbox"),  # down: fine
+    ]
+    assert upward_arrows(inside_verify, "cuset_core.verify", VERIFY_FLOORS) == inside_verify[:1]
 
 
 def test_the_layer_check_sees_imports_deferred_into_functions():
