@@ -1,5 +1,6 @@
 """Where a model is decoded when an inference engine serves it (``Settings.inference_engines``):
-the route a request stores and a worker or the eval runner follows."""
+the route a request stores and a worker or the eval runner follows. Which route a model takes is
+service/engine_routing.py's."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import os
 from pydantic import BaseModel, Field
 
 from cuset_core.generation.endpoint import OPENAI_PREFIX, Endpoint
-from db.settings import Settings
 
 
 class EngineRoute(BaseModel):
@@ -34,13 +34,3 @@ class EngineRoute(BaseModel):
     def headers(self) -> dict[str, str]:
         key = self.api_key()
         return {"Authorization": f"Bearer {key}"} if key else {}
-
-
-def base_engine_routes(settings: Settings) -> dict[str, EngineRoute]:
-    """Per base model an engine serves, the route to the base model itself."""
-    return {
-        base: EngineRoute(
-            url=engine.url, model=engine.model or base, api_key_env=engine.api_key_env, supports_n=engine.supports_n
-        )
-        for base, engine in settings.inference_engines.items()
-    }

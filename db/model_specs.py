@@ -1,7 +1,7 @@
 """Which cuset_core model spec a service model id names: a configured base model, an adapter the
 project ships (by its name), the adapter folder of the owner's succeeded job that produced a
-fine-tuned model, or a checkpoint of one of the owner's jobs (``<its model name>:ckpt-step-N``);
-and which engine, if any, decodes it (shared by api/ and worker/)."""
+fine-tuned model, or a checkpoint of one of the owner's jobs (``<its model name>:ckpt-step-N``).
+Which engine, if any, decodes it is service/engine_routing.py's."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from cuset_core.adapters import available_adapters
-from db.engine_routes import EngineRoute, base_engine_routes
 from db.models import Checkpoint, Job
 from db.settings import Settings
 from db.statuses import JobStatus
@@ -91,16 +90,3 @@ def checkpoint_folder(session: Session, settings: Settings, owner: str, model_id
     """The folder of the owner's kept checkpoint ``model_id`` names, if any (``kept_checkpoint``)."""
     kept = kept_checkpoint(session, settings, owner, model_id)
     return None if kept is None else settings.artifacts / kept[1].path
-
-
-def engine_route_for(session: Session, settings: Settings, owner: str, model_id: str) -> EngineRoute | None:
-    """The engine that decodes ``model_id`` for ``owner``: its base model's engine, addressing a
-    tuned adapter by its fine-tuned model id (vLLM's ``--lora-modules`` name); None when the
-    model decodes in the worker."""
-    if not settings.inference_engines:
-        return None
-    if model_id in settings.base_models:
-        return base_engine_routes(settings).get(model_id)
-    job = tuned_job(session, owner, model_id)
-    route = None if job is None else base_engine_routes(settings).get(job.model)
-    return None if route is None else route.model_copy(update={"model": model_id})

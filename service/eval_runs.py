@@ -52,12 +52,12 @@ from cuset_core.verify.result import Tier
 from db.engine_routes import EngineRoute
 from db.errors import ErrorCode, ErrorInfo
 from db.evals import EvalSampleRecord
-from db.model_specs import engine_route_for
 from db.models import Eval, EvalAttempt, EvalProblem, File
 from db.session import session_scope
 from db.settings import Settings
 from db.statuses import EvalStatus
 from service.dispatch import send_eval_repair, send_eval_verify
+from service.engine_routing import engine_route_for
 from service.jobs import model_spec
 
 log = logging.getLogger(__name__)

@@ -14,11 +14,12 @@ from sqlalchemy import text
 
 from api.deps import SettingsDep
 from api.errors import error_json
-from db.engine_routes import EngineRoute, base_engine_routes
+from db.engine_routes import EngineRoute
 from db.errors import ErrorCode
 from db.session import engine_for
 from db.settings import Settings
 from db.worker_status import sandbox_states
+from service.engine_routing import base_engine_routes
 
 router = APIRouter(tags=["health"])
 

@@ -41,11 +41,11 @@ from cuset_core.generation.prompts import PromptStyle, build_messages
 from cuset_core.models import recorded_prompt_style
 from db.generations import GenerationRequest, GenerationSample, GenerationTimings
 from db.ids import new_id
-from db.model_specs import engine_route_for
 from db.models import Generation
 from db.settings import Settings
 from db.statuses import GenerationKind, GenerationStatus
 from service.dispatch import send_generate
+from service.engine_routing import engine_route_for
 from service.generation_settle import chosen_attempt
 
 router = APIRouter(tags=["inference"])

@@ -145,7 +145,8 @@ def test_compose_pins_a_train_and_an_infer_worker_to_each_gpu_and_serves_every_q
 
 
 def test_inference_engines_map_base_models_to_engine_urls(monkeypatch):
-    from db.engine_routes import EngineRoute, base_engine_routes
+    from db.engine_routes import EngineRoute
+    from service.engine_routing import base_engine_routes
 
     monkeypatch.setenv("CUSET_BASE_MODELS", '{"qwen-7b": "Qwen/Qwen2.5-Coder-7B-Instruct", "tiny": "tiny"}')
     monkeypatch.setenv(
