@@ -13,9 +13,9 @@ from cuset_core.verify.result import Verdict
 from db.ids import new_id
 from db.models import Eval
 from db.session import session_scope
+from service.reaping import reap_evals
 from tests.integration.job_support import insert_eval, insert_file, insert_job
 from tests.real_service import wait_for
-from worker.tasks.reaper import _reap_evals
 
 FAST = {"model": "tiny", "samples": 0, "max_tokens": 32, "tier": "static", "problems": "demo:held-out"}
 VERDICTS = {v.value for v in Verdict}
@@ -289,7 +289,7 @@ def test_the_reaper_fails_an_eval_whose_generation_stopped_but_not_one_being_ver
     generating = _running_eval(service_settings, {"done": 0, "generated": 2, "total": 4}, long_ago)
     verifying = _running_eval(service_settings, {"done": 1, "generated": 4, "total": 4}, long_ago)
 
-    _reap_evals(service_settings)
+    reap_evals(service_settings)
 
     with session_scope(service_settings.resolved_database_url) as session:
         lost, waiting = session.get(Eval, generating), session.get(Eval, verifying)
