@@ -145,6 +145,11 @@ class CpuJob(HarnessJob):
     device_boundary: bool = Field(
         False, description="candidate side: device memory and kernels in a process of their own (cpu/device/)"
     )
+    kernel_filter: str = Field(
+        "",
+        description="candidate side, behind the device boundary: the seccomp program (BPF, hex) its kernels run"
+        " under (cpu/device/containment.py)",
+    )
     beyond_bridge_preludes: list[str] = Field(
         default_factory=list,
         description="build side, behind the device boundary: ATen's preludes, tried only when the bridge's "

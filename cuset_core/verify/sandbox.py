@@ -54,6 +54,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cuset_core.verify.settings import SandboxLimits, SandboxSettings
 
@@ -246,6 +247,11 @@ def _seccomp_program() -> bytes:
         program.add_rule(deny, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
     # clone3 passes its flags in memory that seccomp cannot read; ENOSYS makes libc use clone.
     program.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    return exported_bpf(program)
+
+
+def exported_bpf(program: Any) -> bytes:
+    """A pyseccomp ``SyscallFilter`` as the BPF program the kernel loads (``struct sock_filter``s)."""
     with tempfile.TemporaryFile() as exported:
         program.export_bpf(exported)
         exported.seek(0)

@@ -5,8 +5,11 @@ device boundary (the default):
    trial's forward: asking for the next trial's inputs, another trial's again or the second size's
    out of turn is refused and named in the verdict; a device operation whose failure could tell the
    host a bit of device data leaves the device unusable (as a GPU's context after a device-side
-   assert); the seed is nowhere the host can read. Open: a kernel, native code inside the device
-   process, can call libc there (a strict ``xfail`` below).
+   assert); the seed is nowhere the host can read. A kernel, native code inside the device process,
+   cannot reach libc there to hand the inputs over: a host address among its arguments (libc's
+   functions, plain or in a struct passed by value) is ``cudaErrorIllegalAddress`` before it runs,
+   and a system call it makes without the host's help (libc found from a pointer of its own) ends
+   the device process with the runtime's line.
 2. Index arithmetic in an integer type narrower than the original sizes need (``short``, an
    ``unsigned short`` through a typedef, ``int`` on a problem of more than 2^31 elements) is
    ``static_reject`` with its line when tier 2 ran only reduced sizes; ``int`` under 2^31 and 64-bit
@@ -219,10 +222,11 @@ def test_the_seed_and_the_inputs_file_are_nowhere_the_host_can_read(libraries):
     assert_verdict(tier2(rowsum_candidate(forward), libraries), Verdict.PASS)
 
 
-# Open (docs/verification.md, "Trial inputs and sizes"): the candidate's kernels run as native code
-# inside the device process. A kernel that calls libc through pointers the host passes as kernel
-# arguments (the host is a fork: the same addresses) writes a trial's inputs to a file of the folder
-# both processes share; the host reads it, sums in Python and passes the sums by value to a kernel.
+# The candidate's kernels run as native code inside the device process (docs/verification.md,
+# "Kernels inside the device process"). A kernel that calls libc through pointers the host passes as
+# kernel arguments (the host is a fork: the same addresses) would write a trial's inputs to a file of
+# the folder both processes share; the host reads it, sums in Python and passes the sums by value to
+# a kernel.
 KERNEL_CALLS_THE_HOST = r'''import ctypes
 import os
 import struct
@@ -289,10 +293,43 @@ class ModelNew(nn.Module):
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="open: kernels run inside the device process and can call libc there")
-def test_a_kernel_that_calls_libc_through_host_pointers_cannot_hand_the_inputs_to_the_host(libraries):
-    result = tier2(KERNEL_CALLS_THE_HOST, libraries)
-    assert result.verdict is not Verdict.PASS, result.reason
+# The same pointers in a struct passed by value.
+LIBC_IN_A_STRUCT = (
+    KERNEL_CALLS_THE_HOST.replace(
+        "long open_fn, long write_fn, long close_fn) {\n",
+        "Libc libc) {\n    long open_fn = libc.open_fn, write_fn = libc.write_fn, close_fn = libc.close_fn;\n",
+    )
+    .replace(
+        "__global__ void leak_kernel", "struct Libc { long open_fn, write_fn, close_fn; };\n__global__ void leak_kernel"
+    )
+    .replace("open_fn, write_fn, close_fn);\n}", "Libc{open_fn, write_fn, close_fn});\n}")
+)
+# No address from the host: the kernel finds libc from a pointer of its own (libc's ``stderr``, which
+# the runtime's header references) and the functions' distances from it, plain numbers (the same
+# libc file runs here and in the sandbox; an attacker would read them from libc's symbol table).
+LIBC_FOUND_BY_THE_KERNEL = KERNEL_CALLS_THE_HOST.replace("((open_t)open_fn)", "((open_t)((long)stderr + open_fn))")
+LIBC_FOUND_BY_THE_KERNEL = (
+    LIBC_FOUND_BY_THE_KERNEL.replace("((write_t)write_fn)", "((write_t)((long)stderr + write_fn))")
+    .replace("((close_t)close_fn)", "((close_t)((long)stderr + close_fn))")
+    .replace(
+        "ADDRESSES = [ctypes.cast(getattr(libc, name), ctypes.c_void_p).value",
+        "ADDRESSES = [ctypes.cast(getattr(libc, name), ctypes.c_void_p).value"
+        ' - ctypes.c_void_p.in_dll(libc, "stderr").value',
+    )
+)
+
+
+@pytest.mark.parametrize(
+    "answer", [KERNEL_CALLS_THE_HOST, LIBC_IN_A_STRUCT], ids=["libc_as_arguments", "libc_in_a_struct_by_value"]
+)
+def test_a_kernel_argument_that_holds_a_libc_address_is_an_illegal_address(libraries, answer):
+    result = tier2(answer, libraries)
+    assert_verdict(result, Verdict.RUNTIME_ERROR, "cudaErrorIllegalAddress", "leak_kernel's argument 4", "libc")
+
+
+def test_a_kernel_that_finds_libc_itself_cannot_open_a_file(libraries):
+    result = tier2(LIBC_FOUND_BY_THE_KERNEL, libraries)
+    assert_verdict(result, Verdict.RUNTIME_ERROR, "a kernel made system call")
 
 
 # ---------------------------------------------------------------- 2. narrow index types

@@ -41,6 +41,7 @@ from cuset_core.verify.cpu.build import (
     unit_digest,
 )
 from cuset_core.verify.cpu.claims import unsupported_confirmer
+from cuset_core.verify.cpu.device.containment import kernel_filter
 from cuset_core.verify.cpu.rewrite import unsupported_feature
 from cuset_core.verify.cpu.sizes import hardcoded_sizes, scaled_limits, size_bearing_code
 from cuset_core.verify.execution.judge import harness_env, judge
@@ -135,6 +136,7 @@ def cpu_job(
         library_dirs=list(chain.library_dirs),
         prebuild=prebuild or [],
         device_boundary=settings.device_boundary,
+        kernel_filter=kernel_filter().hex() if settings.device_boundary else "",
         beyond_bridge_preludes=[
             str(prelude) for prelude in preludes if settings.device_boundary and not prelude_named(prelude).bridge
         ],

@@ -54,7 +54,7 @@ PCH_NAME = "cuset_pch.h"
 # allocator and the switches the harness sets between runs. The candidate side loads it before the
 # candidate.
 RUNTIME_LIBRARY = "cuset_runtime.so"
-RUNTIME_LIBRARY_SOURCES = ("guarded_allocator.cpp", "trial_switches.cpp", "device_port.cpp")
+RUNTIME_LIBRARY_SOURCES = ("guarded_allocator.cpp", "trial_switches.cpp", "device_port.cpp", "kernel_thread.cpp")
 BRIDGE_OPS = "cuset_bridge_ops.inc"
 # Namespaces of the stand-in: an undefined symbol of one of them is something the bridge lacks.
 _STAND_IN_SYMBOL = re.compile(r"\b(?:at|c10|torch|pybind11|caffe2|cuset)::")

@@ -99,7 +99,7 @@ class Memset(_OnStream):
 
 class Launch(_OnStream):
     """A kernel launch: the launch site's entry in ``library`` (an offset into it) and, as the
-    payload, its bound arguments."""
+    payload, its bound arguments (``arguments``: where each starts in it)."""
 
     op: Literal["launch"]
     library: str
@@ -108,6 +108,9 @@ class Launch(_OnStream):
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     smem: int = Field(ge=0)
+    # Where each argument starts in the payload, as the host says: only to name an argument the
+    # device process refuses (containment.host_words reads every word whatever this says).
+    arguments: list[int] = Field(default_factory=list, max_length=4096)
 
 
 class Attribute(_Request):

@@ -24,6 +24,7 @@ import socket
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -31,6 +32,7 @@ from pydantic import ValidationError
 from cuset_core.verify.contracts import TORCH_MADE_CAP_BYTES
 from cuset_core.verify.cpu.build import launch_counts, launch_failure
 from cuset_core.verify.cpu.device import elf
+from cuset_core.verify.cpu.device.containment import host_mappings, host_words, illegal_address
 from cuset_core.verify.cpu.device.protocol import (
     REQUEST,
     Attribute,
@@ -73,14 +75,7 @@ from cuset_core.verify.policy import (
     violation,
 )
 
-_ENTRY = ctypes.CFUNCTYPE(
-    None,
-    ctypes.c_void_p,
-    *(ctypes.c_uint,) * 6,
-    ctypes.c_size_t,
-    ctypes.c_char_p,
-)
-_INVALID_VALUE, _INVALID_DEVICE_FUNCTION, _INVALID_SYMBOL = 1, 98, 13
+_INVALID_VALUE, _INVALID_DEVICE_FUNCTION, _INVALID_SYMBOL, _ILLEGAL_ADDRESS = 1, 98, 13, 700
 # Operators whose result is a host tensor: a copy to the CPU.
 _TO_HOST = frozenset({"aten::_to_copy", "aten::to", "aten::_copy_from_and_resize"})
 # Operators that read no device data, so no stream's work needs to come before them.
@@ -163,12 +158,21 @@ class Device:
     """The device side: handles, memory, libraries, trials. ``sizes[size]`` is what the reference
     side handed over for a size (``trials``: each trial's inputs, CPU tensors here, which is device
     memory; ``init`` and a ``.cu`` candidate's binding), ``libraries`` the candidate's extensions
-    by file name (copies made before the host existed)."""
+    by file name (copies made before the host existed). Kernels run on the runtime's kernel thread,
+    under ``kernel_filter`` (``containment.kernel_filter``)."""
 
-    def __init__(self, sizes: list[dict[str, Any]], libraries: dict[str, bytes], runtime: ctypes.CDLL) -> None:
+    def __init__(
+        self, sizes: list[dict[str, Any]], libraries: dict[str, bytes], runtime: ctypes.CDLL, kernel_filter: bytes
+    ) -> None:
         self.sizes = sizes
         self.runtime = runtime  # the trusted runtime library: schedule and kernels-on switches
         self.libraries: dict[str, Library] = {name: _load(name, data) for name, data in libraries.items()}
+        _start_kernel_thread(runtime, kernel_filter)
+        # What a kernel argument may not point into, read once the candidate's libraries are here.
+        self.host_memory = host_mappings(Path("/proc/self/maps").read_text(), self._device_memory)
+        # A launch refused for a host address in its arguments: the device is unusable from then on,
+        # as a GPU's context after an illegal memory access, and the verdict is its runtime error.
+        self.fault = ""
         self.tensors: dict[int, Any] = {}
         # id(tensor) -> its handle, so an operation returning one of its inputs (in place) hands
         # back that input's handle; checked against ``tensors``, since ids are reused after a free.
@@ -361,17 +365,29 @@ class Device:
             return Reply(error=not_built_ahead(request.library)), b""
         return Reply(), b""
 
+    def _device_memory(self, start: int, end: int) -> bool:
+        """Whether the mapping [start, end) is device memory: in the device range, or a candidate
+        library's (its ``__constant__`` and ``__device__`` symbols)."""
+        if self.runtime.cuset_arena_owns(ctypes.c_void_p(start)):
+            return True
+        return any(start < library.base + library.size and library.base < end for library in self.libraries.values())
+
     def _launch(self, request: Launch, payload: bytes) -> tuple[Reply, bytes]:
         library = self._library(request.library)
         if library is None or request.entry not in library.entries:
             return Reply(error_code=_INVALID_DEVICE_FUNCTION), b""
+        if found := host_words(payload, self.host_memory):
+            self.fault = self.failed = illegal_address(request.name, found, request.arguments)
+            return Reply(error_code=_ILLEGAL_ADDRESS, error=self.fault), b""
 
         def launch() -> None:
             self._record("launch", request.name)
             if self.runtime.cuset_kernels_on():
                 arguments = ctypes.create_string_buffer(payload, len(payload))
-                entry = _ENTRY(library.base + request.entry)
-                entry(arguments, *request.grid, *request.block, request.smem, request.name.encode())
+                self.runtime.cuset_kernel_thread_run(
+                    library.base + request.entry, arguments, *request.grid, *request.block, request.smem,
+                    request.name.encode(),
+                )  # fmt: skip
 
         self.order.submit(request.stream, request.nonblocking, launch)
         return Reply(), b""
@@ -715,6 +731,17 @@ def _operator(name: str) -> Any:
     if op is None:
         raise HostError(f"torch has no operator {name[:80]}")
     return op
+
+
+def _start_kernel_thread(runtime: ctypes.CDLL, kernel_filter: bytes) -> None:
+    """Start the runtime's kernel thread under ``kernel_filter``; no kernel runs without it."""
+    runtime.cuset_kernel_thread_run.argtypes = [
+        ctypes.c_void_p, ctypes.c_void_p, *(ctypes.c_uint,) * 6, ctypes.c_size_t, ctypes.c_char_p,
+    ]  # fmt: skip
+    runtime.cuset_kernel_thread_start.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    failed = runtime.cuset_kernel_thread_start(kernel_filter, len(kernel_filter))
+    if failed:
+        raise RuntimeError(f"the device process could not contain its kernels: {os.strerror(failed)}")
 
 
 def _load(name: str, data: bytes) -> Library:

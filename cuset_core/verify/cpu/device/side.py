@@ -151,7 +151,7 @@ def device_main(
     from cuset_core.verify.execution.transfer import save_values
 
     clock = time.perf_counter()
-    device = Device(sizes, libraries, runtime)
+    device = Device(sizes, libraries, runtime, bytes.fromhex(job.kernel_filter))
     device.serve(sock)
     _, status = os.waitpid(host, 0)
     _stop_the_rest()
@@ -205,7 +205,8 @@ def _save_torch_made(device: Any, size: int, trial: int, path: Path) -> None:
 
 
 def _outcome(device: Any, size: int, host_report: Path, status: int, said: str, handed: CandidateJob) -> Outcome:
-    """The verdict the candidate side reports at ``size``: a launch that failed unchecked, the
+    """The verdict the candidate side reports at ``size``: a launch refused for a host address in
+    its arguments, a launch that failed unchecked, the
     host's own claim of failure, a trial it never finished, an output that shares an input's memory
     or an input forward wrote into (where the reference does neither: tier 3's rule), or a pass
     (the judge decides)."""
@@ -213,6 +214,8 @@ def _outcome(device: Any, size: int, host_report: Path, status: int, said: str, 
 
     trials = sorted(trial for (s, trial) in device.trials if s == size)
     launches = device.launches_at(size)
+    if device.fault:
+        return Outcome(Verdict.RUNTIME_ERROR, device.fault, launches=launches)
     for trial in trials:
         failure = device.trials[(size, trial)].launch_failure
         if failure:

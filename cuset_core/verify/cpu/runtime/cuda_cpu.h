@@ -568,9 +568,9 @@ void remote_entry(const void* bound, unsigned gx, unsigned gy, unsigned gz, unsi
 }  // namespace detail
 
 extern "C" __attribute__((weak)) int cuset_port_launch(const void* entry, const void* args, size_t args_len,
-                                                       unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                                                       unsigned by, unsigned bz, size_t smem, const char* name,
-                                                       unsigned long long stream, int nonblocking);
+                                                       const size_t* offsets, size_t count, unsigned gx, unsigned gy,
+                                                       unsigned gz, unsigned bx, unsigned by, unsigned bz, size_t smem,
+                                                       const char* name, unsigned long long stream, int nonblocking);
 
 // Launches a grid of `grid` x `block` threads with `smem` bytes of dynamic shared memory on `stream`:
 // every thread calls `body(args...)`, which calls the kernel. The arguments are evaluated
@@ -587,8 +587,16 @@ void launch(const char* name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
   if (cuset_remote()) {
     std::tuple<Body, std::decay_t<Args>...> bound(body, std::forward<Args>(args)...);
     auto entry = &remote_entry<Body, std::decay_t<Args>...>;
-    cuset_port_launch(reinterpret_cast<const void*>(entry), &bound, sizeof bound, grid.x, grid.y, grid.z, block.x,
-                      block.y, block.z, smem, name, cuset_stream_id(stream), cuset_stream_nonblocking(stream));
+    size_t offsets[sizeof...(Args) + 1] = {};  // where each argument lies in `bound`
+    std::apply(
+        [&](Body&, auto&... a) {
+          [[maybe_unused]] size_t i = 0;
+          ((offsets[i++] = reinterpret_cast<char*>(&a) - reinterpret_cast<char*>(&bound)), ...);
+        },
+        bound);
+    cuset_port_launch(reinterpret_cast<const void*>(entry), &bound, sizeof bound, offsets, sizeof...(Args), grid.x,
+                      grid.y, grid.z, block.x, block.y, block.z, smem, name, cuset_stream_id(stream),
+                      cuset_stream_nonblocking(stream));
     return;
   }
   Runtime& r = rt();

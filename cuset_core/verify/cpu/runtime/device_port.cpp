@@ -177,11 +177,12 @@ extern "C" __attribute__((visibility("default"))) int cuset_port_memset(void* ds
 
 // A kernel launch: `entry` is the launch site's cuset::detail::remote_entry instantiation, `args`
 // its bound arguments. The device process runs the same entry of its copy of the library.
-extern "C" __attribute__((visibility("default"))) int cuset_port_launch(const void* entry, const void* args,
-                                                                        size_t args_len, unsigned gx, unsigned gy,
-                                                                        unsigned gz, unsigned bx, unsigned by,
-                                                                        unsigned bz, size_t smem, const char* name,
-                                                                        unsigned long long stream, int nonblocking) {
+// `offsets` says where each of the kernel's `count` arguments starts in `args`, for the device
+// process to name an argument it refuses (cpu/device/containment.py).
+extern "C" __attribute__((visibility("default"))) int cuset_port_launch(
+    const void* entry, const void* args, size_t args_len, const size_t* offsets, size_t count, unsigned gx, unsigned gy,
+    unsigned gz, unsigned bx, unsigned by, unsigned bz, size_t smem, const char* name, unsigned long long stream,
+    int nonblocking) {
   std::string library;
   uintptr_t offset = 0;
   if (!locate(entry, library, offset)) return 98;  // cudaErrorInvalidDeviceFunction
@@ -189,8 +190,10 @@ extern "C" __attribute__((visibility("default"))) int cuset_port_launch(const vo
   std::snprintf(numbers, sizeof numbers,
                 "\"entry\": %" PRIuPTR ", \"grid\": [%u, %u, %u], \"block\": [%u, %u, %u], \"smem\": %zu", offset, gx,
                 gy, gz, bx, by, bz, smem);
+  std::string arguments = ", \"arguments\": [";
+  for (size_t i = 0; i < count; ++i) arguments += (i ? ", " : "") + std::to_string(offsets[i]);
   Reply reply = request("{\"op\": \"launch\", \"library\": " + quoted(library) + ", \"name\": " + quoted(name) + ", " +
-                            numbers + on_stream(stream, nonblocking) + "}",
+                            numbers + arguments + "]" + on_stream(stream, nonblocking) + "}",
                         args, args_len);
   return static_cast<int>(field(reply.header, "error_code"));
 }
