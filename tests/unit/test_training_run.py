@@ -207,18 +207,20 @@ def test_sigterm_inside_a_long_step_saves_the_last_completed_step_at_once(tmp_pa
     hp = {"max_steps": 50, "batch_size": 1, "gradient_accumulation_steps": 32, "gradient_checkpointing": True}
     job = make_job(tmp_path, tiny_model_dir, hp=hp)
     process = start_training(tmp_path, job)
-    seen, signalled = [], None
+    seen, signalled = [], False
     for line in process.stdout:
         seen.append(json.loads(line))
-        if signalled is None and seen[-1]["type"] == "progress" and seen[-1]["step"] == 1:
+        if not signalled and seen[-1]["type"] == "progress" and seen[-1]["step"] == 1:
             step_s = seen[-1]["time"] - next(s["time"] for s in seen if s.get("message", "").startswith("training"))
             time.sleep(step_s / 4)  # a quarter into step 2
             process.send_signal(signal.SIGTERM)
-            signalled = time.monotonic()
+            signalled = True
     code = process.wait(timeout=120)
-    stopped_s = time.monotonic() - signalled
 
-    assert code == 0 and stopped_s < step_s / 2, (stopped_s, step_s)
+    # Stopped inside step 2, not at its end: no line of step 2, and step 1's checkpoint only (a
+    # wall-clock bound would flake on a loaded machine).
+    assert code == 0 and signalled
+    assert [line["step"] for line in seen if line["type"] == "progress"] == [1]
     assert [line["step"] for line in seen if line["type"] == "checkpoint"] == [1]
     checkpoint = tmp_path / "out" / "checkpoint-1"
     assert (checkpoint / "adapter_model.safetensors").is_file() and (checkpoint / "optimizer.pt").is_file()

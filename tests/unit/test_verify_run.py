@@ -188,7 +188,7 @@ def test_cli_json_output_and_exit_codes(tmp_path):
     data = json.loads(ok.output)
     assert (data["verdict"], data["tier"], data["tiers_run"], data["cached"]) == ("pass", "static", ["static"], False)
     assert data["tier_verdicts"] == {"static": "pass"}
-    assert set(data) == set(VerifyResult.model_fields)
+    assert set(data) == set(VerifyResult.model_fields) | set(VerifyResult.model_computed_fields)
     rejected = runner.invoke(app, ["verify", str(problem), str(bad), "--tier", "static", "--no-cache"])
     assert rejected.exit_code == 1
     assert rejected.output.startswith("no_code at tier static: ")
