@@ -7,12 +7,14 @@ a kernel generated for a held-out problem -> verification (static, nvcc, CPU exe
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from cuset_core.cli.train import Method, PromptStyle, tune
@@ -97,17 +99,17 @@ def demo(
     )
 
     console.rule(f"4. Generating a kernel for held-out problem {problem}")
-    from cuset_core.generation.prompts import build_messages
-    from cuset_core.generation.sampling import generate
+    from cuset_core.generation.prompts import build_messages, render_prompt
+    from cuset_core.generation.sampling import stream_decode
     from cuset_core.models import load_model
 
     tuned, tokenizer = load_model(run_dir)
-    [[answer]] = generate(
-        tuned,
-        tokenizer,
-        [build_messages(problems[problem].problem_code, "compact")],
-        max_new_tokens=max_new_tokens,
-    )
+    prompt = render_prompt(tokenizer, build_messages(problems[problem].problem_code, "compact"))
+    with DecodingProgress(console) as shown:
+        answer = stream_decode(
+            tuned, tokenizer, prompt, on_text=shown.update, max_new_tokens=max_new_tokens, every_s=1.0
+        )
+    assert answer is not None  # only an on_text that answers False stops it early
     answer_file = out / f"generated_{problem}.md"
     answer_file.write_text(answer.text)
     console.print(f"{answer.completion_tokens} tokens ({answer.finish_reason}) -> {answer_file}")
@@ -126,6 +128,41 @@ def demo(
         "the generated answer and its verification. Next: `cuset eval --model "
         f"{run_dir} --problems demo --samples 4 --out {out}/eval`."
     )
+
+
+class DecodingProgress:
+    """What a long decoding has written so far: on a terminal a live line (lines, characters,
+    elapsed time); in a log or a pipe a plain line every ``every_s`` seconds, so a greedy answer
+    that takes minutes on a CPU never looks stalled."""
+
+    def __init__(self, console: Console, every_s: float = 30.0):
+        self.console = console
+        self.every_s = every_s
+        self.bar = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True
+        )
+        self.task = self.bar.add_task("decoding", total=None)
+        self.started = self.last_line = time.monotonic()
+
+    def __enter__(self) -> DecodingProgress:
+        if self.console.is_terminal:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.console.is_terminal:
+            self.bar.stop()
+
+    def update(self, text: str) -> bool:
+        """``stream_decode``'s ``on_text``: show ``text`` (the answer so far); always go on."""
+        done = f"decoding: {len(text.splitlines())} lines, {len(text)} characters"
+        now = time.monotonic()
+        if self.console.is_terminal:
+            self.bar.update(self.task, description=done)
+        elif now - self.last_line >= self.every_s:
+            self.console.print(f"{done} after {now - self.started:.0f} s", highlight=False)
+            self.last_line = now
+        return True
 
 
 def register(app: typer.Typer) -> None:
