@@ -46,11 +46,11 @@ CORE_FLOORS: tuple[frozenset[str], ...] = (
 )
 
 # DESIGN.md §2 inside cuset_core/verify/, the same way: its parts by role, the ground first. The
-# shared types, then the sandbox and tier 0's source tools, tier 1 (compile) beside the execution
+# shared types and settings, then the sandbox and tier 0's source tools, tier 1 (compile) beside the execution
 # machinery tiers 2 and 3 share, the tiers themselves, and the pipeline callers use.
 VERIFY_FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"__init__", "result", "candidate", "policy"}),
-    frozenset({"settings", "contracts"}),
+    frozenset({"settings"}),
     frozenset({"sandbox", "source", "cache"}),
     frozenset({"compile", "execution"}),
     frozenset({"canary", "cpu", "gpu"}),

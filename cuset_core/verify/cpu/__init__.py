@@ -20,14 +20,6 @@ from typing import Any
 
 from cuset_core.verify.candidate import Candidate
 from cuset_core.verify.compile.ptx import confirmed_feature
-from cuset_core.verify.contracts import (
-    CpuJob,
-    PrebuildExtension,
-    ReferenceDetails,
-    clip,
-    named_sizes,
-    tail,
-)
 from cuset_core.verify.cpu.build import (
     BuildError,
     Toolchain,
@@ -44,6 +36,14 @@ from cuset_core.verify.cpu.claims import unsupported_confirmer
 from cuset_core.verify.cpu.device.containment import kernel_filter
 from cuset_core.verify.cpu.rewrite import unsupported_feature
 from cuset_core.verify.cpu.sizes import hardcoded_sizes, scaled_limits, size_bearing_code
+from cuset_core.verify.execution.contracts import (
+    CpuJob,
+    PrebuildExtension,
+    ReferenceDetails,
+    clip,
+    named_sizes,
+    tail,
+)
 from cuset_core.verify.execution.judge import harness_env, judge
 from cuset_core.verify.execution.library_cache import LibraryCache, library_key
 from cuset_core.verify.execution.reference_pool import ReferencePool

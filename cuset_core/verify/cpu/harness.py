@@ -40,7 +40,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from cuset_core.verify.contracts import (
+from cuset_core.verify.cpu.build import (
+    CU_EXTENSION,
+    BuildError,
+    Toolchain,
+    extension_module_name,
+    launch_counts,
+    launch_failure,
+    set_kernel_resources,
+    unit_digest,
+)
+from cuset_core.verify.execution.contracts import (
     INIT_SEED,
     INPUTS_FILE,
     KERNELS_OFF_FILE,
@@ -61,16 +71,6 @@ from cuset_core.verify.contracts import (
     tail,
     trial_seeds,
     wide_trial,
-)
-from cuset_core.verify.cpu.build import (
-    CU_EXTENSION,
-    BuildError,
-    Toolchain,
-    extension_module_name,
-    launch_counts,
-    launch_failure,
-    set_kernel_resources,
-    unit_digest,
 )
 from cuset_core.verify.execution.disguise import (
     CANDIDATE_MODULE,

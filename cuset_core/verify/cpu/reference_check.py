@@ -13,9 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from cuset_core.verify.contracts import with_input_seed
 from cuset_core.verify.cpu import cpu_job, reference_spec
 from cuset_core.verify.cpu.build import BuildError, prepare_preludes, toolchain
+from cuset_core.verify.execution.contracts import with_input_seed
 from cuset_core.verify.execution.judge import run_reference
 from cuset_core.verify.execution.tier_run import ReferenceRun
 from cuset_core.verify.result import Tier, Verdict, VerifyResult

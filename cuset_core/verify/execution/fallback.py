@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from cuset_core.verify.contracts import clip
+from cuset_core.verify.execution.contracts import clip
 from cuset_core.verify.policy import ALLOCATION_OPS, COPY_OPS, VIEW_OPS
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from cuset_core.verify.contracts import (
+from cuset_core.verify.execution.contracts import (
     LATE_FILES,
     REPORT_FILE,
     WIDE_SCALE,

@@ -5,7 +5,7 @@ anything it wrote. Each tier runs two sandboxed processes of its harness module
 (:mod:`cuset_core.verify.execution.harness_side`), one after the other, each in a folder of its own:
 
 1. ``reference``: loads the problem, draws the inputs of every trial (under a seed the judge drew
-   for this run, :func:`~cuset_core.verify.contracts.with_input_seed`; every second trial wide,
+   for this run, :func:`~cuset_core.verify.execution.contracts.with_input_seed`; every second trial wide,
    :func:`~cuset_core.verify.execution.harness_side.trial_outputs`), runs ``Model`` and writes
    ``inputs.safetensors`` (what the candidate gets: init inputs, trial inputs, the reference's
    weights for a ``.cu`` candidate) and ``reference.safetensors`` (the expected outputs). Its
@@ -16,7 +16,7 @@ anything it wrote. Each tier runs two sandboxed processes of its harness module
 3. The judge (this module, in the verifier's process) reads those files with ``O_NOFOLLOW`` as
    regular files under a size cap (:mod:`cuset_core.verify.execution.transfer`), compares the tensors with
    the KernelBench tolerances and decides. The candidate's report (a typed, bounded
-   :class:`~cuset_core.verify.contracts.CandidateReport`) can only make a verdict worse: a
+   :class:`~cuset_core.verify.execution.contracts.CandidateReport`) can only make a verdict worse: a
    ``pass`` comes from the judge's own comparison or not at all, its text is quoted as the
    candidate's (:func:`quoted`), an ``unsupported`` claim stands only where the verifier's own
    analysis confirms it, and anything the candidate's files make the judge raise is the
@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import cuset_core
-from cuset_core.verify.contracts import (
+from cuset_core.verify.execution.contracts import (
     HEADER_CAP_BYTES,
     INPUTS_FILE,
     KERNELS_OFF_FILE,

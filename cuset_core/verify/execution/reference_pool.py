@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from cuset_core.verify.contracts import HarnessJob, with_input_seed
+from cuset_core.verify.execution.contracts import HarnessJob, with_input_seed
 from cuset_core.verify.execution.tier_run import ReferenceRun, TierSpec
 from cuset_core.verify.result import Verdict, VerifyResult
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cuset_core.verify.contracts import LATE_FILES, WIDE_SCALE, ReferenceReport
+from cuset_core.verify.execution.contracts import LATE_FILES, WIDE_SCALE, ReferenceReport
 from cuset_core.verify.execution.library_cache import LibraryCache
 from cuset_core.verify.result import Tier
 from cuset_core.verify.sandbox import SandboxOutcome, StartedSandbox, start_sandboxed

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from cuset_core.verify.contracts import (
+from cuset_core.verify.execution.contracts import (
     HEADER_CAP_BYTES,
     REPORT_CAP_BYTES,
     REPORT_FILE,

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from cuset_core.verify.candidate import Candidate, kernel_names
-from cuset_core.verify.contracts import GpuJob
+from cuset_core.verify.execution.contracts import GpuJob
 from cuset_core.verify.execution.judge import harness_env, judge
 from cuset_core.verify.execution.reference_pool import ReferencePool
 from cuset_core.verify.execution.tier_run import TierSpec

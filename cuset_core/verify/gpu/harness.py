@@ -42,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cuset_core.verify.contracts import (
+from cuset_core.verify.execution.contracts import (
     INIT_SEED,
     INPUTS_FILE,
     OUTPUTS_FILE,
