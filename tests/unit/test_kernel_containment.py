@@ -26,11 +26,7 @@ DEVICE_RANGE = (0x7F0000000000, 0x7F0040000000)
 LIBRARY = (0x7F2000000000, 0x7F2000010000)
 
 
-def is_device(start: int, end: int) -> bool:
-    return any(start < high and low < end for low, high in (DEVICE_RANGE, LIBRARY))
-
-
-HOST = host_mappings(MAPS, is_device)
+HOST = host_mappings(MAPS, [DEVICE_RANGE, LIBRARY])
 
 
 def words(*values: int) -> bytes:
@@ -49,6 +45,13 @@ def test_device_memory_the_candidate_library_and_plain_numbers_are_not():
     for number in (0, 1024, 1 << 40, 0x3FF0000000000000, 0xFFFFFFFFFFFFFFFF):  # ints, 1.0, -1
         assert HOST.find(number) is None
     assert HOST.find(0x7F1000200000) is None  # just past libc's mapping
+
+
+def test_a_mapping_the_kernel_merged_with_the_device_range_is_host_memory_only_outside_it():
+    # The device range's first block (rw) right after the host's anonymous memory: one line of maps.
+    merged = host_mappings("7effff000000-7f0000100000 rw-p 00000000 00:00 0\n", [DEVICE_RANGE])
+    assert merged.find(0x7EFFFF000010) == "anonymous memory"
+    assert merged.find(0x7F0000000000) is None and merged.find(0x7F00000FFFF8) is None
 
 
 def test_every_aligned_word_of_the_arguments_is_read_structs_included():

@@ -28,7 +28,6 @@ from __future__ import annotations
 import bisect
 import functools
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 
 # The device process's stdout and stderr: the judge's log, which the candidate's host never reads.
@@ -93,16 +92,32 @@ class HostMappings:
         return self.names[at] or "anonymous memory"
 
 
-def host_mappings(maps: str, is_device: Callable[[int, int], bool]) -> HostMappings:
-    """The mappings of ``maps`` (``/proc/<pid>/maps`` text) for which ``is_device(start, end)`` is false."""
+def host_mappings(maps: str, device: list[tuple[int, int]]) -> HostMappings:
+    """The parts of the mappings of ``maps`` (``/proc/<pid>/maps`` text) outside every ``device``
+    range ([start, end) byte addresses). A mapping is cut rather than judged whole: the kernel merges
+    adjacent anonymous mappings, so one line of ``maps`` may hold the device range's first block and
+    the host's memory just below it."""
     rows = []
     for line in maps.splitlines():
         fields = line.split(maxsplit=5)
         start, end = (int(bound, 16) for bound in fields[0].split("-"))
-        if not is_device(start, end):
-            rows.append((start, end, os.path.basename(fields[5]) if len(fields) > 5 else ""))
+        name = os.path.basename(fields[5]) if len(fields) > 5 else ""
+        rows.extend((low, high, name) for low, high in _outside(start, end, device))
     rows.sort()
     return HostMappings(tuple(r[0] for r in rows), tuple(r[1] for r in rows), tuple(r[2] for r in rows))
+
+
+def _outside(start: int, end: int, device: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The pieces of [start, end) that no ``device`` range covers."""
+    pieces = [(start, end)]
+    for low, high in device:
+        pieces = [
+            piece
+            for a, b in pieces
+            for piece in ((a, min(b, low)), (max(a, high), b))
+            if piece[0] < piece[1]
+        ]
+    return pieces
 
 
 def host_words(arguments: bytes, mappings: HostMappings) -> list[tuple[int, int, str]]:

@@ -29,7 +29,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from cuset_core.verify.contracts import TORCH_MADE_CAP_BYTES
 from cuset_core.verify.cpu.build import launch_counts, launch_failure
 from cuset_core.verify.cpu.device import elf
 from cuset_core.verify.cpu.device.containment import host_mappings, host_words, illegal_address
@@ -61,6 +60,7 @@ from cuset_core.verify.cpu.device.protocol import (
     send_frame,
 )
 from cuset_core.verify.cpu.device.streams import DEFAULT_STREAM, StreamOrder
+from cuset_core.verify.execution.contracts import TORCH_MADE_CAP_BYTES
 from cuset_core.verify.execution.harness_side import aliased_pairs, changed_inputs
 from cuset_core.verify.policy import (
     ALLOCATION_OPS,
@@ -162,14 +162,20 @@ class Device:
     under ``kernel_filter`` (``containment.kernel_filter``)."""
 
     def __init__(
-        self, sizes: list[dict[str, Any]], libraries: dict[str, bytes], runtime: ctypes.CDLL, kernel_filter: bytes
+        self,
+        sizes: list[dict[str, Any]],
+        libraries: dict[str, bytes],
+        runtime: ctypes.CDLL,
+        device_range: tuple[int, int],
+        kernel_filter: bytes,
     ) -> None:
         self.sizes = sizes
         self.runtime = runtime  # the trusted runtime library: schedule and kernels-on switches
+        self.device_range = device_range  # [start, end): the address range cudaMalloc and device tensors use
         self.libraries: dict[str, Library] = {name: _load(name, data) for name, data in libraries.items()}
         _start_kernel_thread(runtime, kernel_filter)
         # What a kernel argument may not point into, read once the candidate's libraries are here.
-        self.host_memory = host_mappings(Path("/proc/self/maps").read_text(), self._device_memory)
+        self.host_memory = host_mappings(Path("/proc/self/maps").read_text(), self._device_ranges())
         # A launch refused for a host address in its arguments: the device is unusable from then on,
         # as a GPU's context after an illegal memory access, and the verdict is its runtime error.
         self.fault = ""
@@ -365,12 +371,11 @@ class Device:
             return Reply(error=not_built_ahead(request.library)), b""
         return Reply(), b""
 
-    def _device_memory(self, start: int, end: int) -> bool:
-        """Whether the mapping [start, end) is device memory: in the device range, or a candidate
-        library's (its ``__constant__`` and ``__device__`` symbols)."""
-        if self.runtime.cuset_arena_owns(ctypes.c_void_p(start)):
-            return True
-        return any(start < library.base + library.size and library.base < end for library in self.libraries.values())
+    def _device_ranges(self) -> list[tuple[int, int]]:
+        """The device memory a kernel argument may point into, [start, end) byte addresses: the device
+        range (``cudaMalloc``, device tensors) and each candidate library (its ``__constant__`` and
+        ``__device__`` symbols)."""
+        return [self.device_range] + [(library.base, library.base + library.size) for library in self.libraries.values()]
 
     def _launch(self, request: Launch, payload: bytes) -> tuple[Reply, bytes]:
         library = self._library(request.library)

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cuset_core.verify.contracts import (
+from cuset_core.verify.cpu.build import set_kernel_resources
+from cuset_core.verify.execution.contracts import (
     INPUTS_FILE,
     KERNELS_OFF_FILE,
     OUTPUTS_FILE,
@@ -38,7 +39,6 @@ from cuset_core.verify.contracts import (
     tail,
     torch_made_file,
 )
-from cuset_core.verify.cpu.build import set_kernel_resources
 from cuset_core.verify.result import Verdict
 
 ARENA_BYTES = 1 << 30  # address space (RLIMIT_AS counts it), committed as it is allocated
@@ -105,7 +105,8 @@ def candidate_side(job: CpuJob, workdir: Path, timings: dict[str, float], host_t
     runtime = ctypes.CDLL(job.runtime_library, mode=ctypes.RTLD_GLOBAL, use_errno=True)
     runtime.cuset_install_guarded_allocator()
     set_kernel_resources(runtime, job.kernel_registers, job.kernel_shared_bytes)  # tier 1's launch limits
-    reserve_device_range(runtime, arena_bytes())
+    arena = arena_bytes()
+    device_range = (start := reserve_device_range(runtime, arena), start + arena)
     inputs_fd = os.open(workdir / INPUTS_FILE, os.O_RDONLY | os.O_NOFOLLOW)
     os.unlink(workdir / INPUTS_FILE)
     libraries = {entry.file: (workdir / entry.file).read_bytes() for entry in job.prebuilt}
@@ -131,7 +132,9 @@ def candidate_side(job: CpuJob, workdir: Path, timings: dict[str, float], host_t
     host_output: list[bytes] = []
     reader = threading.Thread(target=_collect, args=(output_read, host_output), daemon=True)
     reader.start()
-    return device_main(job, workdir, timings, sizes, libraries, runtime, device_end, pid, reader, host_output)
+    return device_main(
+        job, workdir, timings, sizes, libraries, runtime, device_range, device_end, pid, reader, host_output
+    )
 
 
 def device_main(
@@ -141,6 +144,7 @@ def device_main(
     sizes: list[dict[str, Any]],
     libraries: dict[str, bytes],
     runtime: ctypes.CDLL,
+    device_range: tuple[int, int],
     sock: socket.socket,
     host: int,
     reader: threading.Thread,
@@ -151,7 +155,7 @@ def device_main(
     from cuset_core.verify.execution.transfer import save_values
 
     clock = time.perf_counter()
-    device = Device(sizes, libraries, runtime, bytes.fromhex(job.kernel_filter))
+    device = Device(sizes, libraries, runtime, device_range, bytes.fromhex(job.kernel_filter))
     device.serve(sock)
     _, status = os.waitpid(host, 0)
     _stop_the_rest()

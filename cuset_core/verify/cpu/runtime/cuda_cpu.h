@@ -588,13 +588,20 @@ void launch(const char* name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
     std::tuple<Body, std::decay_t<Args>...> bound(body, std::forward<Args>(args)...);
     auto entry = &remote_entry<Body, std::decay_t<Args>...>;
     size_t offsets[sizeof...(Args) + 1] = {};  // where each argument lies in `bound`
+    // What is sent: each argument's own bytes at its place, zeros between them. The padding beside
+    // an int is whatever the compiler's stores left there (an old stack address's upper half, say),
+    // which the device process would read as part of a word that may look like a host address
+    // (containment.host_words) and refuse an honest launch.
+    unsigned char image[sizeof bound] = {};
     std::apply(
         [&](Body&, auto&... a) {
           [[maybe_unused]] size_t i = 0;
-          ((offsets[i++] = reinterpret_cast<char*>(&a) - reinterpret_cast<char*>(&bound)), ...);
+          ((offsets[i] = reinterpret_cast<char*>(&a) - reinterpret_cast<char*>(&bound),
+            std::memcpy(image + offsets[i], &a, sizeof a), ++i),
+           ...);
         },
         bound);
-    cuset_port_launch(reinterpret_cast<const void*>(entry), &bound, sizeof bound, offsets, sizeof...(Args), grid.x,
+    cuset_port_launch(reinterpret_cast<const void*>(entry), image, sizeof image, offsets, sizeof...(Args), grid.x,
                       grid.y, grid.z, block.x, block.y, block.z, smem, name, cuset_stream_id(stream),
                       cuset_stream_nonblocking(stream));
     return;
