@@ -234,6 +234,21 @@ def test_an_import_up_a_floor_or_across_one_is_an_upward_arrow():
     assert upward_arrows(inside_verify, "cuset_core.verify", VERIFY_FLOORS) == inside_verify[:1]
 
 
+def test_the_sandbox_package_stands_on_the_floor_of_the_sandbox_module():
+    """``verify/sandbox`` is a package of modules by role; each is the part ``sandbox``, on the
+    floor the one module had (its ``policy`` is not verify's ``policy``)."""
+    modules = [m for m in _modules() if _inside(m, "cuset_core.verify.sandbox")]
+    assert len(modules) > 1 and {_part(m, "cuset_core.verify") for m in modules} == {"sandbox"}
+    edges = [
+        ("cuset_core.verify.sandbox.policy", "cuset_core.verify.source.static"),  # across its floor
+        ("cuset_core.verify.sandbox.policy", "cuset_core.verify.settings"),  # down: fine
+        ("cuset_core.verify.sandbox.policy", "cuset_core.verify.policy"),  # down: fine
+        ("cuset_core.verify.sandbox.process", "cuset_core.verify.sandbox.policy"),  # inside one part: fine
+        ("cuset_core.verify.execution.judge", "cuset_core.verify.sandbox.process"),  # down: fine
+    ]
+    assert upward_arrows(edges, "cuset_core.verify", VERIFY_FLOORS) == edges[:1]
+
+
 def test_the_layer_check_sees_imports_deferred_into_functions():
     """A function-level import is an edge of the layer graph but not of the import-time one."""
     deferred = set(import_graph(deferred=True).edges)

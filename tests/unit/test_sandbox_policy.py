@@ -1,6 +1,7 @@
 """The sandbox's policy, pinned: for a fixed work folder, limits and set of roots, the bwrap
 command line and the environment are exactly these (what the host decides, its /bin links and
-its GPU nodes, is read from the host as the policy reads it)."""
+its GPU nodes, is read from the host as the policy reads it). The mount points' parent folders
+come parents first, then in name order."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cuset_core.verify import sandbox
+from cuset_core.verify.sandbox import policy, process
 from cuset_core.verify.settings import SandboxLimits
 
 ROOTS = [Path("/cuset-pin/base"), Path("/cuset-pin/venv"), Path("/usr")]
@@ -30,22 +31,11 @@ def fixed_host(monkeypatch):
         calls.append((list(programs), list(covered), workdir))
         return dict(LINKS), list(FILES)
 
-    monkeypatch.setattr(sandbox, "_readable_roots", lambda extra=(): list(ROOTS))
-    monkeypatch.setattr(sandbox, "_interpreters", lambda argv0: ["/cuset-pin/venv/bin/python", str(argv0)])
-    monkeypatch.setattr(sandbox, "_link_mounts", link_mounts)
+    monkeypatch.setattr(policy, "_readable_roots", lambda extra=(): list(ROOTS))
+    monkeypatch.setattr(policy, "_interpreters", lambda argv0: ["/cuset-pin/venv/bin/python", str(argv0)])
+    monkeypatch.setattr(policy, "_link_mounts", link_mounts)
     monkeypatch.delenv("CUSET_SANDBOX_UID", raising=False)
     return calls
-
-
-def _dirs_by_depth(args: list[str]) -> list[str]:
-    """``args`` with its run of ``--perms 0755 --dir`` folders in depth, then name order (bwrap
-    needs only a parent before its children; folders of one depth came in a set's order)."""
-    start = next(i for i in range(len(args)) if args[i : i + 3] == ["--perms", "0755", "--dir"])
-    end = start
-    while args[end : end + 3] == ["--perms", "0755", "--dir"]:
-        end += 4
-    folders = sorted(args[start + 3 : end : 4], key=lambda folder: (len(Path(folder).parts), folder))
-    return [*args[:start], *[a for f in folders for a in ("--perms", "0755", "--dir", f)], *args[end:]]
 
 
 def _top() -> list[str]:
@@ -85,8 +75,8 @@ def test_the_bwrap_command_line_as_root_is_pinned(fixed_host, monkeypatch):
     workdir = Path("/cuset-pin/work")
     hidden = ("/usr/share", "/cuset-pin/venv/cuset.sqlite", "/elsewhere/secret")
     limits = SandboxLimits(workdir_mb=96, hidden=hidden)
-    args = sandbox._bwrap_args(workdir, limits, [Path("/cuset-pin/preludes")], "nvcc")
-    assert _dirs_by_depth(args) == [
+    args = policy._bwrap_args(workdir, limits, [Path("/cuset-pin/preludes")], "nvcc")
+    assert args == [
         *NAMESPACES,
         *AS_ROOT,
         "--perms", "0755", "--dir", "/cuset-pin",
@@ -108,8 +98,8 @@ def test_the_bwrap_command_line_as_a_user_is_pinned(fixed_host, monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     # A hidden folder that holds the work folder is left visible (the command needs its folder).
     workdir = Path("/cuset-pin/venv/work")
-    args = sandbox._bwrap_args(workdir, SandboxLimits(hidden=("/cuset-pin/venv",)))
-    assert _dirs_by_depth(args) == [
+    args = policy._bwrap_args(workdir, SandboxLimits(hidden=("/cuset-pin/venv",)))
+    assert args == [
         *NAMESPACES,
         "--unshare-user", "--disable-userns",
         "--perms", "0755", "--dir", "/cuset-pin",
@@ -125,19 +115,19 @@ def test_the_bwrap_command_line_as_a_user_is_pinned(fixed_host, monkeypatch):
 def test_the_whole_command_drops_to_the_sandbox_uid_as_root_and_runs_the_wrapper(fixed_host, monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     workdir, limits = Path("/cuset-pin/work"), SandboxLimits()
-    command = sandbox._command(["nvcc", "-c", "k.cu"], workdir, limits)
+    command = process._command(["nvcc", "-c", "k.cu"], workdir, limits)
     drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
             "--bounding-set=-all", "--no-new-privs", "--"]  # fmt: skip
-    bwrap = sandbox._bwrap_args(workdir, limits, (), "nvcc")
-    assert command == [*bwrap, "--", *drop, "sh", "-c", sandbox._wrapper(), "/cuset-pin/work", "nvcc", "-c", "k.cu"]
+    bwrap = policy._bwrap_args(workdir, limits, (), "nvcc")
+    assert command == [*bwrap, "--", *drop, "sh", "-c", process._wrapper(), "/cuset-pin/work", "nvcc", "-c", "k.cu"]
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    command = sandbox._command(["true"], workdir, limits)
-    assert command[command.index("--") + 1 :] == ["sh", "-c", sandbox._wrapper(), "/cuset-pin/work", "true"]
+    command = process._command(["true"], workdir, limits)
+    assert command[command.index("--") + 1 :] == ["sh", "-c", process._wrapper(), "/cuset-pin/work", "true"]
 
 
 def test_the_environment_is_built_from_scratch(monkeypatch):
     monkeypatch.setenv("PATH", "/cuset-pin/bin:/usr/bin")
-    env = sandbox.sandbox_env(Path("/cuset-pin/work"), {"CUDA_VISIBLE_DEVICES": "0", "LANG": "C"})
+    env = policy.sandbox_env(Path("/cuset-pin/work"), {"CUDA_VISIBLE_DEVICES": "0", "LANG": "C"})
     assert list(env.items()) == [
         ("PATH", "/cuset-pin/bin:/usr/bin"),
         ("HOME", "/cuset-pin/work"),
@@ -149,4 +139,4 @@ def test_the_environment_is_built_from_scratch(monkeypatch):
         ("CUDA_VISIBLE_DEVICES", "0"),
     ]
     monkeypatch.delenv("PATH")
-    assert sandbox.sandbox_env(Path("/w"))["PATH"] == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    assert policy.sandbox_env(Path("/w"))["PATH"] == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -322,10 +322,12 @@ def test_a_missing_program_is_reported_not_raised(tmp_path):
 
 def test_opted_out_of_isolation_limits_and_timeouts_still_hold(tmp_path, monkeypatch):
     from cuset_core.verify import sandbox
+    from cuset_core.verify.sandbox import cgroups
 
     monkeypatch.setattr(sandbox, "isolation", lambda: sandbox.Isolation(False, "no bwrap in this test"))
     monkeypatch.setenv("CUSET_SANDBOX_ALLOW_UNISOLATED", "1")
-    monkeypatch.setattr(sandbox, "_make_cgroups", lambda limits: sandbox._Cgroups(None, None))
+    # Where run_sandboxed's start looks it up: the package.
+    monkeypatch.setattr(sandbox, "_make_cgroups", lambda limits: cgroups._Cgroups(None, None))
     assert run_python("print('plain')", tmp_path / "w").stdout == "plain\n"
     limits = LIMITS.model_copy(update={"wall_s": 1.0})
     slept = run_python("import time; time.sleep(60)", tmp_path / "w", limits)
@@ -395,16 +397,16 @@ def test_the_sandbox_dies_with_the_verifier_that_started_it(tmp_path):
 
 
 def test_cgroups_left_by_a_dead_verifier_are_removed_by_the_next_run(tmp_path):
-    from cuset_core.verify import sandbox
+    from cuset_core.verify.sandbox import cgroups
 
-    parent = sandbox._own_cgroup("pids")
+    parent = cgroups._own_cgroup("pids")
     if parent is None or not os.access(parent, os.W_OK) or os.geteuid() != 0:
         pytest.skip("no writable pids cgroup here")
-    orphan = parent / f"{sandbox._CGROUP_PREFIX}999999999-deadbeef"  # no such PID
+    orphan = parent / f"{cgroups._CGROUP_PREFIX}999999999-deadbeef"  # no such PID
     orphan.mkdir()
     run_python("pass", tmp_path / "w")
     assert not orphan.exists()
-    assert not [g for g in parent.glob(f"{sandbox._CGROUP_PREFIX}{os.getpid()}-*")]
+    assert not [g for g in parent.glob(f"{cgroups._CGROUP_PREFIX}{os.getpid()}-*")]
 
 
 def test_hidden_folders_and_files_are_invisible_to_the_command(tmp_path):
@@ -431,11 +433,12 @@ def test_hidden_folders_and_files_are_invisible_to_the_command(tmp_path):
 
 def test_a_failed_set_up_step_aborts_the_run_before_the_command(tmp_path, monkeypatch):
     from cuset_core.verify import sandbox
+    from cuset_core.verify.sandbox import policy
 
     if not sandbox.isolation().available:
         pytest.skip(f"no isolation here ({sandbox.isolation().reason})")
-    real_roots = sandbox._readable_roots()
-    monkeypatch.setattr(sandbox, "_readable_roots", lambda extra=(): [*real_roots, tmp_path / "vanished"])
+    real_roots = policy._readable_roots()
+    monkeypatch.setattr(policy, "_readable_roots", lambda extra=(): [*real_roots, tmp_path / "vanished"])
     (tmp_path / "w").mkdir()
     with pytest.raises(sandbox.SandboxSetupError, match="vanished"):
         run_sandboxed(["sh", "-c", "echo ran > ran"], workdir=tmp_path / "w", limits=LIMITS)
@@ -480,7 +483,7 @@ def test_copying_back_a_tar_keeps_data_only_on_every_python_3_11(tmp_path, pytho
     import inspect
     import subprocess
 
-    from cuset_core.verify import sandbox
+    from cuset_core.verify.sandbox import transfer
 
     interpreter = sys.executable
     if python == "system":
@@ -498,8 +501,8 @@ def test_copying_back_a_tar_keeps_data_only_on_every_python_3_11(tmp_path, pytho
         [
             "import io, os, shutil, sys, tarfile",
             "from pathlib import Path",
-            inspect.getsource(sandbox.unpack_files),
-            inspect.getsource(sandbox._extract),
+            inspect.getsource(transfer.unpack_files),
+            inspect.getsource(transfer._extract),
             "unpack_files(Path(sys.argv[1]).read_bytes(), Path(sys.argv[2]))",
         ]
     )
