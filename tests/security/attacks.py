@@ -47,7 +47,7 @@ _os._exit(0)
 REPLACE_COMPARISON = at_import("""
 import sys as _sys
 import cuset_core.verify.execution.judge as _judge
-from cuset_core.verify.contracts import Outcome as _Outcome
+from cuset_core.verify.execution.contracts import Outcome as _Outcome
 _pass = lambda *args, **kwargs: _Outcome("pass")
 for _module in (_judge, _sys.modules.get("__main__")):
     for _name in ("compare_outputs", "compare_trials"):

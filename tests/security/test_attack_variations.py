@@ -58,7 +58,11 @@ from safetensors.torch import save
 from cuset_core.verify import cpu
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.compile import CompileReport, compile_candidate
-from cuset_core.verify.contracts import (
+from cuset_core.verify.cpu import harness, run_cpu_tier
+from cuset_core.verify.cpu.build import toolchain
+from cuset_core.verify.cpu.claims import unsupported_confirmer
+from cuset_core.verify.execution import judge
+from cuset_core.verify.execution.contracts import (
     OUTPUTS_FILE,
     REASON_CHARS,
     REPORT_FILE,
@@ -67,10 +71,6 @@ from cuset_core.verify.contracts import (
     ReferenceDetails,
     ReferenceReport,
 )
-from cuset_core.verify.cpu import harness, run_cpu_tier
-from cuset_core.verify.cpu.build import toolchain
-from cuset_core.verify.cpu.claims import unsupported_confirmer
-from cuset_core.verify.execution import judge
 from cuset_core.verify.execution.library_cache import LibraryCache
 from cuset_core.verify.execution.reference_pool import ReferencePool
 from cuset_core.verify.execution.tier_run import ReferenceRun, TierSpec
@@ -651,7 +651,7 @@ def test_outputs_that_contain_themselves_are_the_candidates_runtime_error(librar
 @pytest.mark.slow
 def test_the_harnesss_own_decided_raised_with_internal_error_is_the_candidates_runtime_error(libraries):
     # The harness reports what a Decided carries: the candidate raises one with the verifier's verdict.
-    forward = """        from cuset_core.verify.contracts import Decided, Outcome
+    forward = """        from cuset_core.verify.execution.contracts import Decided, Outcome
         from cuset_core.verify.result import Verdict
         ext.launch_only(x)
         raise Decided(Outcome(Verdict.INTERNAL_ERROR, "the reference forward failed: the machine ran out of memory"))"""
@@ -841,7 +841,7 @@ def test_a_kernel_right_only_at_the_reduced_size_cannot_keep_its_pass_by_claimin
 ):
     # A failure the candidate claims for itself at the second size (here a compile error, which no
     # extension built once can have) is still a failure there.
-    forward = f"""        from cuset_core.verify.contracts import Decided, Outcome
+    forward = f"""        from cuset_core.verify.execution.contracts import Decided, Outcome
         from cuset_core.verify.result import Verdict
         if x.shape[1] != {reduced_columns()}:
             raise Decided(Outcome(Verdict.COMPILE_ERROR, "nvcc: the extension does not build at this size"))

@@ -23,7 +23,12 @@ from safetensors.torch import save
 
 from cuset_core.verify import cpu
 from cuset_core.verify.candidate import parse_candidate
-from cuset_core.verify.contracts import (
+from cuset_core.verify.cpu import harness
+from cuset_core.verify.cpu.build import toolchain
+from cuset_core.verify.cpu.claims import unsupported_confirmer
+from cuset_core.verify.cpu.sizes import hardcoded_sizes, size_bearing_code
+from cuset_core.verify.execution import harness_side, judge
+from cuset_core.verify.execution.contracts import (
     INPUTS_FILE,
     OUTPUTS_FILE,
     REASON_CHARS,
@@ -34,11 +39,6 @@ from cuset_core.verify.contracts import (
     ReferenceDetails,
     ReferenceReport,
 )
-from cuset_core.verify.cpu import harness
-from cuset_core.verify.cpu.build import toolchain
-from cuset_core.verify.cpu.claims import unsupported_confirmer
-from cuset_core.verify.cpu.sizes import hardcoded_sizes, size_bearing_code
-from cuset_core.verify.execution import harness_side, judge
 from cuset_core.verify.execution.harness_side import trial_outputs
 from cuset_core.verify.execution.judge import compare_outputs
 from cuset_core.verify.execution.tier_run import ReferenceRun, TierSpec

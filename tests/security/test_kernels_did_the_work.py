@@ -26,10 +26,10 @@ from attacks import HONEST
 from safetensors.torch import save
 
 from cuset_core.verify.candidate import parse_candidate
-from cuset_core.verify.contracts import KERNELS_OFF_FILE, OUTPUTS_FILE, REPORT_FILE, CpuJob, ReferenceReport
 from cuset_core.verify.cpu import harness, run_cpu_tier
 from cuset_core.verify.cpu.build import RUNTIME_DIR
 from cuset_core.verify.execution import judge
+from cuset_core.verify.execution.contracts import KERNELS_OFF_FILE, OUTPUTS_FILE, REPORT_FILE, CpuJob, ReferenceReport
 from cuset_core.verify.execution.library_cache import LibraryCache
 from cuset_core.verify.execution.reference_pool import ReferencePool
 from cuset_core.verify.execution.tier_run import ReferenceRun, TierSpec

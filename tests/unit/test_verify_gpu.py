@@ -10,7 +10,8 @@ import torch
 
 from cuset_core.verify import gpu
 from cuset_core.verify.candidate import kernel_names, parse_candidate
-from cuset_core.verify.contracts import (
+from cuset_core.verify.execution import judge
+from cuset_core.verify.execution.contracts import (
     REASON_CHARS,
     REFERENCE_FILE,
     WIDE_SCALE,
@@ -20,7 +21,6 @@ from cuset_core.verify.contracts import (
     ReferenceDetails,
     ReferenceReport,
 )
-from cuset_core.verify.execution import judge
 from cuset_core.verify.execution.harness_side import aliased_pairs, candidate_factory, flatten_outputs
 from cuset_core.verify.execution.judge import compare_outputs, compare_trials, looks_cached
 from cuset_core.verify.execution.tier_run import ReferenceRun, TierSpec

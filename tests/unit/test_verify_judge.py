@@ -14,7 +14,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from cuset_core.verify.contracts import (
+from cuset_core.verify.cpu.sizes import ORIGINAL_SIZE_FACTOR, hardcoded_sizes, original_fits
+from cuset_core.verify.execution.contracts import (
     BuildDetails,
     BuildReport,
     CandidateJob,
@@ -27,7 +28,6 @@ from cuset_core.verify.contracts import (
     ReferenceReport,
     trial_seeds,
 )
-from cuset_core.verify.cpu.sizes import ORIGINAL_SIZE_FACTOR, hardcoded_sizes, original_fits
 from cuset_core.verify.execution.fallback import FallbackMonitor
 from cuset_core.verify.execution.harness_side import read_job, write_report
 from cuset_core.verify.execution.transfer import (

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from cuset_core.verify.candidate import parse_candidate
-from cuset_core.verify.contracts import CandidateJob, CpuJob, HarnessJob, PrebuildExtension, ReferenceReport
 from cuset_core.verify.cpu import run_cpu_tier
+from cuset_core.verify.execution.contracts import CandidateJob, CpuJob, HarnessJob, PrebuildExtension, ReferenceReport
 from cuset_core.verify.execution.judge import harness_env
 from cuset_core.verify.execution.reference_pool import ReferencePool, reference_key
 from cuset_core.verify.execution.tier_run import ReferenceRun, TierSpec

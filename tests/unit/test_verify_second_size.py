@@ -20,7 +20,10 @@ from safetensors.torch import save
 
 from cuset_core.demo import demo_problems
 from cuset_core.verify.candidate import parse_candidate
-from cuset_core.verify.contracts import (
+from cuset_core.verify.cpu import cpu_job, harness, tier_limits
+from cuset_core.verify.cpu.build import Toolchain
+from cuset_core.verify.execution import judge
+from cuset_core.verify.execution.contracts import (
     INPUTS_FILE,
     KERNELS_OFF_FILE,
     OUTPUTS_FILE,
@@ -34,9 +37,6 @@ from cuset_core.verify.contracts import (
     ReferenceDetails,
     ReferenceReport,
 )
-from cuset_core.verify.cpu import cpu_job, harness, tier_limits
-from cuset_core.verify.cpu.build import Toolchain
-from cuset_core.verify.execution import judge
 from cuset_core.verify.execution.tier_run import ReferenceRun, TierSpec
 from cuset_core.verify.execution.transfer import _encode, load_values
 from cuset_core.verify.result import Tier, Verdict, VerifyResult

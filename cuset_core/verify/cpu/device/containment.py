@@ -97,7 +97,7 @@ def host_mappings(maps: str, device: list[tuple[int, int]]) -> HostMappings:
     range ([start, end) byte addresses). A mapping is cut rather than judged whole: the kernel merges
     adjacent anonymous mappings, so one line of ``maps`` may hold the device range's first block and
     the host's memory just below it."""
-    rows = []
+    rows: list[tuple[int, int, str]] = []
     for line in maps.splitlines():
         fields = line.split(maxsplit=5)
         start, end = (int(bound, 16) for bound in fields[0].split("-"))
@@ -111,12 +111,7 @@ def _outside(start: int, end: int, device: list[tuple[int, int]]) -> list[tuple[
     """The pieces of [start, end) that no ``device`` range covers."""
     pieces = [(start, end)]
     for low, high in device:
-        pieces = [
-            piece
-            for a, b in pieces
-            for piece in ((a, min(b, low)), (max(a, high), b))
-            if piece[0] < piece[1]
-        ]
+        pieces = [piece for a, b in pieces for piece in ((a, min(b, low)), (max(a, high), b)) if piece[0] < piece[1]]
     return pieces
 
 

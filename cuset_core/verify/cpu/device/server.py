@@ -375,7 +375,9 @@ class Device:
         """The device memory a kernel argument may point into, [start, end) byte addresses: the device
         range (``cudaMalloc``, device tensors) and each candidate library (its ``__constant__`` and
         ``__device__`` symbols)."""
-        return [self.device_range] + [(library.base, library.base + library.size) for library in self.libraries.values()]
+        return [self.device_range] + [
+            (library.base, library.base + library.size) for library in self.libraries.values()
+        ]
 
     def _launch(self, request: Launch, payload: bytes) -> tuple[Reply, bytes]:
         library = self._library(request.library)
