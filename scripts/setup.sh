@@ -43,7 +43,7 @@ fi
 # g++ builds tier-2 (CPU execution) extensions; nvcc (tier 1, compile) is optional.
 command -v g++ >/dev/null || need "g++ (tier 2 builds candidate kernels with it)" g++
 command -v nvcc >/dev/null || echo "setup: note: nvcc not found; tier 1 (compile) will report 'unsupported' (install the CUDA toolkit for it)"
-# The verification sandbox (cuset_core/verify/sandbox.py) needs bubblewrap and libseccomp; without
+# The verification sandbox (cuset_core/verify/sandbox/) needs bubblewrap and libseccomp; without
 # them tiers 1-3 refuse to run candidates (docs/deploy.md, "Verification sandbox").
 if ! command -v bwrap >/dev/null; then
     echo "setup: installing bubblewrap and libseccomp2 (verification sandbox)"
