@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from service.dispatch import INFER_QUEUE, LEGACY_GPU_QUEUE, QUEUES, TRAIN_QUEUE
+from service.dispatch import INFER_QUEUE, LEGACY_GPU_QUEUE, QUEUES, TRAIN_QUEUE, prepare_broker
 
 
 def service_settings(data_dir: Path | None):
@@ -112,6 +112,7 @@ def worker(
     wanted = worker_queues(queues)
     settings = service_settings(data_dir)
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    prepare_broker(settings)
     command = worker_command(
         wanted,
         concurrency,

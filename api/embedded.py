@@ -33,7 +33,7 @@ from db.migrate import upgrade
 from db.models import DEFAULT_OWNER
 from db.session import session_scope
 from db.settings import Settings
-from service.dispatch import CPU_QUEUE, INFER_QUEUE, QUEUES, TRAIN_QUEUE
+from service.dispatch import CPU_QUEUE, INFER_QUEUE, QUEUES, TRAIN_QUEUE, prepare_broker
 
 DEFAULT_QUEUES = QUEUES
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -312,6 +312,7 @@ def serve(
         echo(f"database:  {_redact(settings.resolved_database_url)}")
         echo(f"broker:    {_redact(settings.resolved_broker_url)}")
         upgrade(settings.resolved_database_url)
+        prepare_broker(settings)  # before the workers and the API share it
         config = uvicorn.Config(
             shutdown.ShutdownGuard(create_app(settings)),
             host=host,

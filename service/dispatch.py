@@ -1,6 +1,6 @@
 """Task names, queues, the Celery app and the typed senders both sides share: the API and the
 workers send through ``send_*``, and the worker (worker/) registers each task under its
-``TaskName``. It lives in db/ because api/ and worker/ depend only on db/.
+``TaskName``. It lives in service/, which api/ and worker/ both depend on.
 
 Postgres is the source of truth; a message only says "look at row X". Tasks are acked late with
 prefetch 1, so a worker that dies mid-task leaves its message to be redelivered, and the reaper
@@ -80,6 +80,23 @@ def make_celery(settings: Settings) -> Celery:
         beat_schedule={"reap": {"task": TaskName.REAP.value, "schedule": settings.reaper_interval_s}},
     )
     return app
+
+
+def prepare_broker(settings: Settings) -> None:
+    """On the embedded (SQLite) broker, declare every queue, the legacy one too, from this one
+    process; other brokers need nothing.
+
+    Call it before starting processes that share that broker: kombu's SQLAlchemy transport
+    creates its tables and each queue's row on first use, and two processes doing that at once
+    collide (``table kombu_queue already exists``, which Celery retries, or ``UNIQUE constraint
+    failed: kombu_queue.name``, which ends a worker as unrecoverable). Declared first, every
+    later use only reads them."""
+    if not settings.resolved_broker_url.startswith("sqla+"):
+        return
+    with make_celery(settings).connection_for_write() as connection:
+        channel = connection.default_channel
+        for name in (*QUEUES, LEGACY_GPU_QUEUE):
+            channel.queue_declare(queue=name)
 
 
 def _transport_options(settings: Settings) -> dict:

@@ -18,6 +18,8 @@ import httpx
 import pytest
 
 from api.launch import free_port
+from db.settings import Settings
+from service.dispatch import LEGACY_GPU_QUEUE, QUEUES, prepare_broker
 from tests.integration.job_support import job_request, upload_short_dataset
 from tests.real_service import REPO, wait_for
 
@@ -70,6 +72,10 @@ def embedded(tmp_path):
         stderr=subprocess.STDOUT,
     )
     yield process, f"http://127.0.0.1:{port}", data_dir
+    # Shown with a failure: why the service stopped (a worker that died, say) is in these logs.
+    for path in (tmp_path / "serve.log", *sorted((data_dir / "logs").glob("*.log"))):
+        if path.exists():
+            print(f"--- {path.name}\n{path.read_text(errors='replace')[-4000:]}")
     for pid in descendants(process.pid):
         os.kill(pid, signal.SIGKILL)
     process.kill()
@@ -135,6 +141,32 @@ def test_serve_migrates_serves_and_stops_with_its_worker_on_sigterm(embedded, tm
     wait_for(lambda: not any(alive(pid) for pid in children), timeout=15, what="the worker's processes to end")
     log = (tmp_path / "serve.log").read_text()
     assert "dashboard: http://127.0.0.1:" in log and "stopping the worker" in log
+
+
+def test_the_embedded_broker_holds_every_queue_before_its_processes_share_it(tmp_path):
+    """Two processes that declare a queue at once on a fresh SQLite broker collide (a worker
+    ends on ``UNIQUE constraint failed``); `cuset serve` and `cuset worker` declare them first."""
+    settings = Settings(data_dir=tmp_path, broker_url=None)
+    prepare_broker(settings)
+    with sqlite3.connect(tmp_path / "broker.sqlite") as db:
+        queues = {name for (name,) in db.execute("SELECT name FROM kombu_queue")}
+    assert queues == {*QUEUES, LEGACY_GPU_QUEUE}
+
+    publish = (
+        "import sys\nfrom db.settings import Settings\nfrom service.dispatch import make_celery\n"
+        "app = make_celery(Settings(data_dir=sys.argv[1], broker_url=None))\n"
+        "with app.connection_for_write() as connection:\n"
+        "    queue = connection.SimpleQueue('cpu')\n    queue.put({'n': 1})\n    queue.close()\n"
+    )
+    publishers = [
+        subprocess.Popen([sys.executable, "-c", publish, str(tmp_path)], cwd=REPO, stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    for publisher in publishers:
+        _, errors = publisher.communicate(timeout=120)
+        assert publisher.returncode == 0, errors
+    with sqlite3.connect(tmp_path / "broker.sqlite") as db:
+        assert db.execute("SELECT count(*) FROM kombu_message").fetchone() == (4,)
 
 
 def test_migrate_command_creates_the_schema(tmp_path):
