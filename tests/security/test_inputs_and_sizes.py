@@ -318,6 +318,38 @@ LIBC_FOUND_BY_THE_KERNEL = (
     )
 )
 
+# Another road: the host passes the addresses encoded (XOR with a constant), so no argument word is a
+# host address; the kernel decodes them. The kernel thread's filter stops the open.
+LIBC_ENCODED = (
+    KERNEL_CALLS_THE_HOST.replace("((open_t)open_fn)", "((open_t)(open_fn ^ 0x5a5a5a5a5a5aL))")
+    .replace("((write_t)write_fn)", "((write_t)(write_fn ^ 0x5a5a5a5a5a5aL))")
+    .replace("((close_t)close_fn)", "((close_t)(close_fn ^ 0x5a5a5a5a5a5aL))")
+    .replace(
+        'for name in ("open", "write", "close")]',
+        'for name in ("open", "write", "close")]\nADDRESSES = [a ^ 0x5A5A5A5A5A5A for a in ADDRESSES]',
+    )
+)
+# Another thread: the kernel starts a thread of its own (pthread_create, found from libc's stderr)
+# to make the calls off the filtered thread; creating it is a system call the filter stops (glibc
+# blocks signals around clone, so the trap kills the device process with SIGSYS, without the
+# runtime's line).
+LIBC_ON_ANOTHER_THREAD = (
+    LIBC_FOUND_BY_THE_KERNEL.replace(
+        "__global__ void leak_kernel",
+        "#include <fcntl.h>\n"
+        "typedef int (*create_t)(unsigned long*, const void*, void* (*)(void*), void*);\n"
+        "static void* escape(void* path) { return (void*)(long)open((const char*)path, 65, 0644); }\n"
+        "__global__ void leak_kernel",
+    )
+    .replace(
+        "        int fd = ((open_t)((long)stderr + open_fn))(path, 65, 0644);",
+        "        unsigned long thread;\n"
+        "        ((create_t)((long)stderr + close_fn))(&thread, nullptr, escape, (void*)path);\n"
+        "        int fd = -1;",
+    )
+    .replace('for name in ("open", "write", "close")]', 'for name in ("open", "write", "pthread_create")]')
+)
+
 
 @pytest.mark.parametrize(
     "answer", [KERNEL_CALLS_THE_HOST, LIBC_IN_A_STRUCT], ids=["libc_as_arguments", "libc_in_a_struct_by_value"]
@@ -327,9 +359,14 @@ def test_a_kernel_argument_that_holds_a_libc_address_is_an_illegal_address(libra
     assert_verdict(result, Verdict.RUNTIME_ERROR, "cudaErrorIllegalAddress", "leak_kernel's argument 4", "libc")
 
 
-def test_a_kernel_that_finds_libc_itself_cannot_open_a_file(libraries):
-    result = tier2(LIBC_FOUND_BY_THE_KERNEL, libraries)
-    assert_verdict(result, Verdict.RUNTIME_ERROR, "a kernel made system call")
+@pytest.mark.parametrize(
+    "answer",
+    [LIBC_FOUND_BY_THE_KERNEL, LIBC_ENCODED, LIBC_ON_ANOTHER_THREAD],
+    ids=["libc_from_stderr", "libc_addresses_encoded", "libc_on_another_thread"],
+)
+def test_a_kernel_that_finds_libc_itself_cannot_open_a_file(libraries, answer):
+    result = tier2(answer, libraries)
+    assert_verdict(result, Verdict.RUNTIME_ERROR, "system call")
 
 
 # ---------------------------------------------------------------- 2. narrow index types

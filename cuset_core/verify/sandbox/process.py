@@ -395,5 +395,9 @@ def describe(outcome: SandboxOutcome) -> str:
             name = signal.Signals(outcome.signal).name
         except ValueError:
             name = str(outcome.signal)
+        if outcome.signal == signal.SIGSYS:
+            # A seccomp filter's trap whose handler could not run (the signal was blocked, as
+            # glibc's pthread_create blocks every signal around clone) kills with SIGSYS itself.
+            return f"killed by signal {name}: it made a system call that a seccomp filter refuses"
         return f"killed by signal {name}"
     return f"exited with status {outcome.returncode}"
