@@ -179,27 +179,48 @@ def resolve_spec(
     )
 
 
-def method_view(spec: JobSpec, problems_file: str | None) -> dict[str, Any]:
-    """A job's ``method`` as the API shows it: every knob, and a self-training job's rounds with
-    its problems file."""
-    view = spec.method.model_dump()
+class SelfTrainingView(SelfTrainingRounds):
+    """A self-training job's rounds as the API shows them, with the problems file they sample for."""
+
+    problems_file: str | None
+
+
+class MethodView(MethodConfig):
+    """A job's ``method`` as the API shows it: every knob, and a self-training job's rounds
+    (null for a plain tuning job)."""
+
+    self_training: SelfTrainingView | None = None
+
+
+class HyperparametersView(Hyperparameters):
+    """A job's hyperparameters as the API shows them: OpenAI's three names (``n_epochs``,
+    ``batch_size``, ``learning_rate_multiplier``), every core field, the LoRA shape (null: full
+    fine-tuning) and the checkpoint interval in optimizer steps."""
+
+    n_epochs: float
+    learning_rate_multiplier: float
+    lora: LoraSettings | None
+    save_steps: int
+
+
+def method_view(spec: JobSpec, problems_file: str | None) -> MethodView:
+    """A job's ``method`` as the API shows it."""
+    rounds = None
     if spec.self_training is not None:
-        view["self_training"] = {**spec.self_training.model_dump(mode="json"), "problems_file": problems_file}
-    return view
+        rounds = SelfTrainingView(**spec.self_training.model_dump(), problems_file=problems_file)
+    return MethodView(**spec.method.model_dump(), self_training=rounds)
 
 
-def openai_hyperparameters(spec: JobSpec) -> dict[str, Any]:
-    """A job's hyperparameters as the API shows them: OpenAI's three names, then every core
-    field, ``lora`` (null: full fine-tuning) and ``save_steps``."""
-    hp = spec.hyperparameters.model_dump()
-    return {
-        "n_epochs": hp["epochs"],
-        "batch_size": hp["batch_size"],
-        "learning_rate_multiplier": hp["learning_rate"] / _DEFAULT_HP.learning_rate,
-        **hp,
-        "lora": None if spec.lora is None else spec.lora.model_dump(),
-        "save_steps": spec.save_steps,
-    }
+def openai_hyperparameters(spec: JobSpec) -> HyperparametersView:
+    """A job's hyperparameters as the API shows them."""
+    hp = spec.hyperparameters
+    return HyperparametersView(
+        **hp.model_dump(),
+        n_epochs=hp.epochs,
+        learning_rate_multiplier=hp.learning_rate / _DEFAULT_HP.learning_rate,
+        lora=spec.lora,
+        save_steps=spec.save_steps,
+    )
 
 
 def resolve_hyperparameters(given: dict[str, Any]) -> tuple[Hyperparameters, LoraSettings | None, int]:
@@ -281,12 +302,12 @@ class JobObject(BaseModel):
     status: JobStatus
     validation_file: str | None
     training_file: str
-    hyperparameters: dict[str, Any]
+    hyperparameters: HyperparametersView
     trained_tokens: int | None
     error: ErrorInfo | None
     seed: int
     metadata: dict[str, str] | None
-    method: dict[str, Any]
+    method: MethodView
     estimated_finish: int | None
     integrations: list[Any] = []
     progress: JobProgress

@@ -29,3 +29,15 @@ def test_the_api_schema_shows_a_verdict_and_an_evals_knobs_and_aggregate(sqlite_
     evaluation = schemas["EvalObject"]["properties"]
     assert evaluation["config"]["$ref"] == "#/components/schemas/EvalKnobs"
     assert {"$ref": "#/components/schemas/Aggregate"} in evaluation["aggregate"]["anyOf"]
+
+
+def test_the_api_schema_shows_a_jobs_hyperparameters_and_method(sqlite_settings):
+    schemas = create_app(sqlite_settings).openapi()["components"]["schemas"]
+
+    job = schemas["JobObject"]["properties"]
+    assert job["hyperparameters"]["$ref"] == "#/components/schemas/HyperparametersView"
+    assert {"n_epochs", "batch_size", "learning_rate_multiplier", "lora", "save_steps", "max_seq_len"} <= set(
+        schemas["HyperparametersView"]["properties"]
+    )
+    assert job["method"]["$ref"] == "#/components/schemas/MethodView"
+    assert {"type", "mask_ratio", "self_training"} <= set(schemas["MethodView"]["properties"])
