@@ -17,7 +17,7 @@ from db.settings import Settings
 from db.statuses import JobStatus
 
 
-def succeeded_tuned_jobs(owner: str) -> Select[tuple[Job]]:
+def succeeded_tuned_jobs(owner: str) -> Select[Job]:
     """The owner's succeeded jobs that produced a fine-tuned model: the models they may use."""
     return select(Job).where(Job.owner == owner, Job.status == JobStatus.SUCCEEDED, Job.fine_tuned_model.is_not(None))
 

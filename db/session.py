@@ -7,8 +7,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, cast
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import CursorResult, Engine, Executable, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 
@@ -57,3 +58,9 @@ def session_scope(url: str) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+def rows_changed(session: Session, statement: Executable) -> int:
+    """Run an UPDATE or DELETE in ``session``; how many rows it changed (a compare-and-set's
+    answer: 0 means another process moved the row first)."""
+    return cast(CursorResult[Any], session.execute(statement)).rowcount

@@ -18,7 +18,7 @@ from cuset_core.data import LoadOptions, Record, load_records
 from db.confidence_scores import ConfidenceRequest
 from db.errors import ErrorCode, ErrorInfo
 from db.models import File, Generation
-from db.session import session_scope
+from db.session import rows_changed, session_scope
 from db.settings import Settings
 from db.statuses import GenerationStatus
 from service.generation_events import GenerationEvent, publish
@@ -46,14 +46,15 @@ def claim(settings: Settings, generation_id: str) -> ConfidenceClaim | None:
     """Mark the row running if it is still queued; None when it is not (redelivered, or given
     up by the API)."""
     with session_scope(settings.resolved_database_url) as session:
-        claimed = session.execute(
+        claimed = rows_changed(
+            session,
             update(Generation)
             .where(Generation.id == generation_id, Generation.status == GenerationStatus.QUEUED)
-            .values(status=GenerationStatus.RUNNING)
-        ).rowcount
+            .values(status=GenerationStatus.RUNNING),
+        )
         if claimed != 1:
             return None
-        row = session.get(Generation, generation_id)
+        row = session.get_one(Generation, generation_id)
         request, created_at = row.request, row.created_at
         if not isinstance(request, ConfidenceRequest):
             raise TypeError(f"generation {generation_id} is a {row.kind} request, not a confidence one")

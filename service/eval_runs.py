@@ -51,9 +51,9 @@ from cuset_core.models import ModelNotFoundError
 from cuset_core.verify.result import Tier
 from db.engine_routes import EngineRoute
 from db.errors import ErrorCode, ErrorInfo
-from db.evals import EvalSampleRecord
+from db.evals import EvalProgress, EvalSampleRecord
 from db.models import Eval, EvalAttempt, EvalProblem, File
-from db.session import session_scope
+from db.session import rows_changed, session_scope
 from db.settings import Settings
 from db.statuses import EvalStatus
 from service.dispatch import send_eval_repair, send_eval_verify
@@ -70,9 +70,10 @@ class EvalStopped(Exception):
 def claim(settings: Settings, eval_id: str) -> bool:
     """Move a queued eval to ``running``; False when it is not queued (nothing to do)."""
     with session_scope(settings.resolved_database_url) as session:
-        claimed = session.execute(
-            update(Eval).where(Eval.id == eval_id, Eval.status == EvalStatus.QUEUED).values(status=EvalStatus.RUNNING)
-        ).rowcount
+        claimed = rows_changed(
+            session,
+            update(Eval).where(Eval.id == eval_id, Eval.status == EvalStatus.QUEUED).values(status=EvalStatus.RUNNING),
+        )
         if not claimed:
             return False
         # A requeued eval starts over: rows of an earlier, interrupted run would mix two runs.
@@ -118,7 +119,7 @@ class EvalModel:
 def eval_model(settings: Settings, eval_id: str) -> EvalModel:
     """The eval's config and where its model is decoded."""
     with session_scope(settings.resolved_database_url) as session:
-        row = session.get(Eval, eval_id)
+        row = session.get_one(Eval, eval_id)
         try:
             spec = model_spec(session, settings, row)
         except LookupError as exc:
@@ -154,7 +155,7 @@ def generate_batches(
             row = _locked_eval(session, eval_id)
             if row is None or row.status != EvalStatus.RUNNING:
                 raise EvalStopped(eval_id)
-            row.progress = row.progress.model_copy(update={"generated": generated})
+            row.progress = _progress(row).model_copy(update={"generated": generated})
             for problem in batch:
                 session.add(EvalProblem(eval_id=eval_id, problem_id=problem.id, code=problem.code))
                 session.add_all(
@@ -232,7 +233,7 @@ def repairs_due(settings: Settings, eval_id: str, problem_id: str) -> RepairsDue
         attempts = _attempts(session, eval_id, problem_id)
         if stored is None or stored.row is not None or not attempts:
             return None
-        config = _stored_config(session.get(Eval, eval_id))
+        config = _stored_config(session.get_one(Eval, eval_id))
         problem = Problem(problem_id, stored.code or "")
     records = [attempt.record for attempt in attempts if attempt.record is not None]
     round_ = max(attempt.round for attempt in attempts)
@@ -277,6 +278,13 @@ def _stored_config(row: Eval) -> EvalConfig:
     return EvalConfig.of(row.config, model=row.model, problems=row.problems or row.eval_file or "")
 
 
+def _progress(row: Eval) -> EvalProgress:
+    """A started eval's progress (the API writes it when it creates the eval)."""
+    if row.progress is None:
+        raise ValueError(f"eval {row.id} has no progress record")
+    return row.progress
+
+
 def _locked_eval(session: Session, eval_id: str) -> Eval | None:
     """The eval row, locked for the rest of the transaction: a no-op UPDATE takes the row lock
     in Postgres and the write lock in SQLite (which has no ``FOR UPDATE``)."""
@@ -296,7 +304,7 @@ def _problems_spec(session: Session, settings: Settings, row: Eval) -> str:
         if row.problems not in (DEMO_PROBLEMS, DEMO_HELD_OUT):
             raise EvalInputError(f"problems: {row.problems!r} is not a problem set")
         return row.problems
-    file = session.get(File, row.eval_file)
+    file = session.get_one(File, row.eval_file)
     return str(settings.artifacts / file.path)
 
 
@@ -313,10 +321,10 @@ def _record(settings: Settings, eval_id: str, problem_id: str, records: list[Sam
             return  # another delivery of this message recorded it first
         stored.row, stored.samples = row, [EvalSampleRecord.of(record) for record in records]
         session.flush()
-        done = session.scalar(
+        done = session.execute(
             select(func.count()).select_from(EvalProblem).where(EvalProblem.eval_id == eval_id, EvalProblem.recorded())
-        )
-        progress = evaluation.progress.model_copy(update={"done": done})
+        ).scalar_one()
+        progress = _progress(evaluation).model_copy(update={"done": done})
         evaluation.progress, evaluation.heartbeat_at = progress, time.time()
         if done < progress.total:
             return

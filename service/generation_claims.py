@@ -26,7 +26,7 @@ from cuset_core.generation.prompts import repair_messages
 from db.generation_rows import generation_request, load_samples
 from db.generations import GenerationRequest, GenerationSample, GenerationTimings
 from db.models import Generation
-from db.session import session_scope
+from db.session import rows_changed, session_scope
 from db.settings import Settings
 from db.statuses import GENERATION_FINAL, GenerationKind, GenerationStatus
 
@@ -59,16 +59,17 @@ class Claimed:
 def claim(session: Session, generation_id: str, settings: Settings) -> Claimed | None:
     """Mark the row running if it is still queued; None when someone else has it. Its decoding
     may take ``max_generation_s`` from now."""
-    claimed = session.execute(
+    claimed = rows_changed(
+        session,
         update(Generation)
         .where(Generation.id == generation_id, Generation.status == GenerationStatus.QUEUED)
         # started_at: a request that ends before its decoding does (the first passing attempt)
         # still gets its queue and generation times (db.generations.finish).
-        .values(status=GenerationStatus.RUNNING, timings=GenerationTimings(started_at=time.time()))
-    ).rowcount
+        .values(status=GenerationStatus.RUNNING, timings=GenerationTimings(started_at=time.time())),
+    )
     if claimed != 1:
         return None
-    row = session.get(Generation, generation_id)
+    row = session.get_one(Generation, generation_id)
     return Claimed(
         row.id,
         row.model,
@@ -100,6 +101,8 @@ def claim_repair(settings: Settings, generation_id: str, index: int) -> tuple[Cl
     if attempt is None or attempt.repair_of is None or attempt.finish_reason is not None or attempt.cancelled:
         return None
     failed = samples[attempt.repair_of]
+    if failed.verification is None:
+        return None  # only a verified failure gets a repair (settle decides)
     return row, attempt, repair_messages(row.request.prompts[attempt.prompt_index], failed.text, failed.verification)
 
 

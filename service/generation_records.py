@@ -166,7 +166,7 @@ def record_decoded(
         if stored is None:
             return
         if stored.status == GenerationStatus.FAILED:
-            if batched:  # ended while its batch decoded (its client left): what was decoded before it stopped
+            if samples is not None:  # ended while its batch decoded (its client left): what was decoded
                 stored.timings = timings.but_earlier(stored.timings)
                 stored.usage = usage_of(samples)
             return

@@ -49,7 +49,7 @@ def next_steps(request: GenerationRequest, samples: list[GenerationSample], deco
     if request.stop_at_first_pass and chosen is not None:
         return NextSteps(cancel=[s.index for s in samples if not s.settled], finished=True, chosen=chosen)
     repaired = {s.repair_of for s in samples if s.repair_of is not None}
-    repairs = []
+    repairs: list[GenerationSample] = []
     for failed in samples:
         if (
             failed.verification is not None

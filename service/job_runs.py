@@ -52,11 +52,11 @@ def prepare_run(settings: Settings, job_id: str, attempt: int) -> RunPlan:
     """Write the attempt's run config and log that it started; its ``RunPlan``."""
     folder = job_dir(settings, job_id)
     with session_scope(settings.resolved_database_url) as session:
-        job = session.get(Job, job_id)
+        job = session.get_one(Job, job_id)
         spec = model_spec(session, settings, job)
-        training = session.get(File, job.training_file)
+        training = session.get_one(File, job.training_file)
         if job.spec.self_training is not None:
-            improve = write_improve_config(settings, job, spec, training, session.get(File, job.problems_file))
+            improve = write_improve_config(settings, job, spec, training, session.get_one(File, job.problems_file))
             progress = improve.out_dir / PROGRESS_FILE
             command = [sys.executable, "-m", "cuset_core.improve", str(folder / "improve.json")]
             resuming = (improve.out_dir / "round_1").is_dir()
@@ -64,7 +64,7 @@ def prepare_run(settings: Settings, job_id: str, attempt: int) -> RunPlan:
         else:
             if job.model not in settings.base_models:
                 spec = _merged_base(spec, folder / "base")
-            validation = session.get(File, job.validation_file) if job.validation_file else None
+            validation = session.get_one(File, job.validation_file) if job.validation_file else None
             config = write_config(settings, job, spec, training, validation)
             progress = config.progress_path
             command = training_command(settings.training_launcher, folder / "job.json")
@@ -133,7 +133,7 @@ def write_improve_config(settings: Settings, job: Job, spec: str, training: File
 def record_end(settings: Settings, job_id: str, attempt: int, report: RunReport, log_path: Path) -> bool:
     """Settle the job after its subprocess exited; True when it was requeued."""
     with session_scope(settings.resolved_database_url) as session:
-        job = session.get(Job, job_id)
+        job = session.get_one(Job, job_id)
         if report.done is not None and report.returncode == 0:
             name = job.tuned_model_name
             output = Path(report.done.output_dir).resolve()

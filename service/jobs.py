@@ -25,6 +25,7 @@ from db.errors import ErrorCode, ErrorInfo
 from db.ids import new_id
 from db.model_specs import model_spec_for
 from db.models import Checkpoint, Eval, EventData, Job, JobEvent
+from db.session import rows_changed
 from db.settings import Settings
 from db.statuses import JOB_FINAL, JOB_NOT_STARTED, JobStatus
 
@@ -33,7 +34,8 @@ MAX_ATTEMPTS = 3
 
 def add_event(session: Session, job_id: str, message: str, level: str = "info", data: EventData | None = None) -> None:
     """Append one line to a job's event log (``seq`` keeps the order when times tie)."""
-    seq = session.scalar(select(func.coalesce(func.max(JobEvent.seq), 0)).where(JobEvent.job_id == job_id)) + 1
+    last = session.scalar(select(func.coalesce(func.max(JobEvent.seq), 0)).where(JobEvent.job_id == job_id))
+    seq = (last or 0) + 1
     session.add(JobEvent(id=new_id("ftevent"), job_id=job_id, level=level, message=message, data=data, seq=seq))
 
 
@@ -42,11 +44,12 @@ def finish_validation(session: Session, job_id: str, notes: list[tuple[str, str]
     file check's ``(level, message)`` notes; False when the job was no longer validating
     (cancelled meanwhile). The caller enqueues ``cuset.tune`` after committing a queued job."""
     status = JobStatus.FAILED if error else JobStatus.QUEUED
-    moved = session.execute(
+    moved = rows_changed(
+        session,
         update(Job)
         .where(Job.id == job_id, Job.status == JobStatus.VALIDATING_FILES)
-        .values(status=status, error=error, **({"finished_at": time.time()} if error else {}))
-    ).rowcount
+        .values(status=status, error=error, **({"finished_at": time.time()} if error else {})),
+    )
     if not moved:
         return False
     for level, note in notes:
@@ -89,11 +92,12 @@ def claim(session: Session, settings: Settings, job_id: str) -> int | None:
 
 def beat(session: Session, job_id: str, attempt: int) -> tuple[bool, bool]:
     """Refresh a running attempt's heartbeat; ``(still ours, cancel requested)``."""
-    owned = session.execute(
+    owned = rows_changed(
+        session,
         update(Job)
         .where(Job.id == job_id, Job.status == JobStatus.RUNNING, Job.attempts == attempt)
-        .values(heartbeat_at=time.time())
-    ).rowcount
+        .values(heartbeat_at=time.time()),
+    )
     cancel = session.scalar(select(Job.cancel_requested).where(Job.id == job_id))
     return bool(owned), bool(cancel)
 
@@ -103,11 +107,12 @@ def finish_attempt(session: Session, job_id: str, attempt: int, status: JobStatu
     no longer owns the job."""
     final = {"finished_at": time.time()} if status in JOB_FINAL else {}
     return bool(
-        session.execute(
+        rows_changed(
+            session,
             update(Job)
             .where(Job.id == job_id, Job.status == JobStatus.RUNNING, Job.attempts == attempt)
-            .values(status=status, eta_s=None, estimated_finish=None, **final, **values)
-        ).rowcount
+            .values(status=status, eta_s=None, estimated_finish=None, **final, **values),
+        )
     )
 
 
@@ -170,11 +175,12 @@ def cancel(session: Session, job_id: str) -> bool:
     ``cancel_requested`` and its worker stops it after a checkpoint (False). The caller checks
     the job is not final first."""
     # Conditional updates: a worker may be moving the job along at the same moment.
-    stopped = session.execute(
+    stopped = rows_changed(
+        session,
         update(Job)
         .where(Job.id == job_id, Job.status.in_(JOB_NOT_STARTED))
-        .values(status=JobStatus.CANCELLED, cancel_requested=True, finished_at=time.time())
-    ).rowcount
+        .values(status=JobStatus.CANCELLED, cancel_requested=True, finished_at=time.time()),
+    )
     if stopped:
         add_event(session, job_id, "Job cancelled")
         return True

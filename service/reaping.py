@@ -14,7 +14,7 @@ from sqlalchemy import select, update
 
 from db.errors import ErrorCode, ErrorInfo
 from db.models import Eval, Generation, Job
-from db.session import session_scope
+from db.session import rows_changed, session_scope
 from db.settings import Settings
 from db.statuses import EvalStatus, GenerationStatus, JobStatus
 from service.jobs import add_event, finish_attempt, requeue_or_fail
@@ -56,14 +56,15 @@ def reap_generations(settings: Settings) -> int:
         code=ErrorCode.TIMEOUT, message="The generation did not finish in time; its worker may have been lost."
     )
     with session_scope(settings.resolved_database_url) as session:
-        return session.execute(
+        return rows_changed(
+            session,
             update(Generation)
             .where(
                 Generation.status.in_((GenerationStatus.RUNNING, GenerationStatus.VERIFYING)),
                 Generation.created_at < cutoff,
             )
-            .values(status=GenerationStatus.FAILED, error=error, finished_at=time.time())
-        ).rowcount
+            .values(status=GenerationStatus.FAILED, error=error, finished_at=time.time()),
+        )
 
 
 def reap_evals(settings: Settings) -> int:
@@ -83,8 +84,9 @@ def reap_evals(settings: Settings) -> int:
         generating = [e.id for e in silent if e.progress is None or e.progress.generated < e.progress.total]
         if not generating:
             return 0
-        return session.execute(
+        return rows_changed(
+            session,
             update(Eval)
             .where(Eval.id.in_(generating), Eval.status == EvalStatus.RUNNING)
-            .values(status=EvalStatus.FAILED, error=error, finished_at=time.time())
-        ).rowcount
+            .values(status=EvalStatus.FAILED, error=error, finished_at=time.time()),
+        )

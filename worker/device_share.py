@@ -82,7 +82,7 @@ class ModelHolder:
 
     def poll(self) -> None:
         request = self.client.get(self.keys.request)
-        request = request.decode() if request is not None else None
+        request = _text(request) if request is not None else None
         if request is not None and request != self._seen:
             self._seen = request
             threading.Thread(target=self._release, args=(request,), name="cuset-release", daemon=True).start()
@@ -113,7 +113,7 @@ def still_loaded(client: redis.Redis, keys: DeviceKeys, request: str, now: float
         if now - state["at"] > STALE_S:
             client.hdel(keys.holders, holder)
         elif state["loaded"] and state["ack"] != request:
-            waiting.append(holder.decode())
+            waiting.append(_text(holder))
     return waiting
 
 
@@ -130,6 +130,11 @@ def request_release(client: redis.Redis, keys: DeviceKeys, timeout_s: float) -> 
     return []
 
 
+def _text(value: bytes | str) -> str:
+    """A Redis reply as text (our clients return bytes)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def redis_for(settings: Settings) -> redis.Redis | None:
     url = settings.resolved_redis_url
     return redis.Redis.from_url(url) if url else None
@@ -144,15 +149,16 @@ _holding_lock = threading.Lock()
 def hold(settings: Settings, cache: ModelCache) -> None:
     """Make this process a holder of its device (once; a thread for the process's lifetime),
     so that a training run on the device can ask it to release ``cache``."""
-    client = redis_for(settings)
-    if client is None:
+    url = settings.resolved_redis_url
+    if url is None:
         return
+    client = redis.Redis.from_url(url)
     keys = DeviceKeys.of(settings.broker_key_prefix, device_key())
     with _holding_lock:
-        if (settings.resolved_redis_url, keys.holders) in _holding:
+        if (url, keys.holders) in _holding:
             return
         stop = threading.Event()
-        _holding[(settings.resolved_redis_url, keys.holders)] = stop
+        _holding[(url, keys.holders)] = stop
     holder = ModelHolder(client, keys, cache, f"{socket.gethostname()}:{os.getpid()}")
     try:
         holder.poll()  # known to the device before the caller loads anything

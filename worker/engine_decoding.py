@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
+from typing import Literal
 
 import httpx
 
@@ -37,8 +38,15 @@ def engine_samples(client: httpx.Client, row: Claimed) -> list[GenerationSample]
     """Every sample of ``row`` from its engine, as concurrent requests (the engine batches them)."""
     request = row.request
     samples = drawn_samples(request)
+
+    def whole(sample: GenerationSample) -> GenerationSample:
+        answer = engine_answer(client, row, sample, request.prompts[sample.prompt_index], None)
+        if answer is None:  # only a follower (on_partial) stops an answer early, and there is none
+            raise EndpointError("model: the engine's answer stopped early")
+        return answer
+
     with ThreadPoolExecutor(max_workers=min(len(samples), MAX_ENGINE_REQUESTS)) as pool:
-        return list(pool.map(lambda s: engine_answer(client, row, s, request.prompts[s.prompt_index], None), samples))
+        return list(pool.map(whole, samples))
 
 
 def engine_stream_sample(
@@ -61,6 +69,8 @@ def engine_answer(
     text so far about every ``FLUSH_S`` seconds and returns False to stop (the stream is then
     closed, which stops the engine too, and None returned)."""
     request = row.request
+    if request.engine is None:
+        raise ValueError(f"generation {row.id} is decoded by the worker, not by an engine")
     seed = None if request.seed is None else request.seed + sample.index % request.n
     text, finish, prompt_tokens, completion_tokens = "", None, 0, 0
     last_flush = time.monotonic()
@@ -94,6 +104,7 @@ def engine_answer(
                 if not on_partial(shown(text, request.stop)):
                     return None
                 last_flush = time.monotonic()
-    if finish not in ("stop", "length"):
+    if finish != "stop" and finish != "length":
         raise EndpointError(f"model: the engine's answer ended without a finish_reason (got {finish!r})")
-    return finished_sample(row, sample, GeneratedText(text, prompt_tokens, completion_tokens, finish))
+    reason: Literal["stop", "length"] = "stop" if finish == "stop" else "length"
+    return finished_sample(row, sample, GeneratedText(text, prompt_tokens, completion_tokens, reason))

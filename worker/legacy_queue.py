@@ -16,14 +16,17 @@ from celery import Celery
 from celery.contrib.migrate import move
 from kombu import Queue
 
-from service.dispatch import LEGACY_GPU_QUEUE, ROUTES
+from service.dispatch import LEGACY_GPU_QUEUE, ROUTES, TaskName
 
 log = logging.getLogger(__name__)
 
 
 def destination(task_name: str | None) -> str | None:
     """The queue a message of ``task_name`` belongs on now (None: a task this release lacks)."""
-    return ROUTES.get(task_name) if task_name else None
+    try:
+        return ROUTES[TaskName(task_name)] if task_name else None
+    except ValueError:
+        return None
 
 
 def waiting(app: Celery) -> int:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -45,8 +46,8 @@ class _Base:
     """A loaded base model and the adapters attached to it (name -> adapter folder)."""
 
     key: tuple[str, str | None]
-    model: object
-    tokenizer: object
+    model: Any  # a transformers model (not typed here), a PeftModel once an adapter is attached
+    tokenizer: Any
     adapters: OrderedDict[str, Path] = field(default_factory=OrderedDict)
 
 

@@ -159,16 +159,16 @@ def compare_runs(
     skipped += reasons
     intervals = []
     for metric in sorted(per_metric, key=lambda m: (not m.startswith(GREEDY), m)):
-        scores_a, scores_b = per_metric[metric]
+        values_a, values_b = per_metric[metric]
         difference, low, high = paired_bootstrap(
-            scores_a, scores_b, resamples=resamples, seed=seed, confidence=confidence
+            values_a, values_b, resamples=resamples, seed=seed, confidence=confidence
         )
         intervals.append(
             Interval(
                 metric=metric,
-                problems=len(scores_a),
-                a=float(np.mean(scores_a)),
-                b=float(np.mean(scores_b)),
+                problems=len(values_a),
+                a=float(np.mean(values_a)),
+                b=float(np.mean(values_b)),
                 difference=difference,
                 low=low,
                 high=high,

@@ -132,6 +132,11 @@ class EvalConfig(EvalKnobs):
             self.prompt_style = recorded_prompt_style(self.model) or "kernelbench"
         return self
 
+    @property
+    def style(self) -> Literal["kernelbench", "compact"]:
+        """The prompt style in effect (validation fills ``prompt_style`` in; never None after it)."""
+        return self.prompt_style or "kernelbench"
+
     @model_validator(mode="after")
     def _one_source(self) -> EvalConfig:
         if self.model is None and self.answers is None:

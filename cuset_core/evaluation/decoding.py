@@ -88,17 +88,24 @@ def model_decoder(model, tokenizer, config: EvalConfig) -> Decode:
     return decode
 
 
+def _model(config: EvalConfig) -> str:
+    """The model answers are drawn from (an eval of given answers has none to draw from)."""
+    if config.model is None:
+        raise EvalInputError("model: answers are drawn from a model; give model")
+    return config.model
+
+
 @contextmanager
 def decoder_for(config: EvalConfig, api_key: str | None) -> Iterator[Decode]:
     """The configured model's ``Decode``: the model loaded for this run, or an ``openai:``
     endpoint (:func:`endpoint_decoder`)."""
-    if is_endpoint_spec(config.model):
+    if is_endpoint_spec(_model(config)):
         with endpoint_decoder(config, api_key) as decode:
             yield decode
         return
     from cuset_core.models import inference_dtype, load_model, place_for_inference
 
-    model, tokenizer = load_model(config.model, inference_dtype())
+    model, tokenizer = load_model(_model(config), inference_dtype())
     # generation dominates an eval's time; the GPU is what it is for
     yield model_decoder(place_for_inference(model), tokenizer, config)
 
@@ -112,7 +119,7 @@ def endpoint_decoder(config: EvalConfig, api_key: str | None, *, supports_n: boo
 
     from cuset_core.generation.endpoint import DEFAULT_TIMEOUT_S, EndpointError, chat_answers
 
-    endpoint = replace(parse_endpoint(config.model), supports_n=supports_n)
+    endpoint = replace(parse_endpoint(_model(config)), supports_n=supports_n)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     with (
         httpx.Client(headers=headers, timeout=DEFAULT_TIMEOUT_S) as client,
@@ -147,7 +154,7 @@ def answers_for(decode: Decode, config: EvalConfig, problems: list[Problem]) -> 
     from cuset_core.generation.prompts import build_messages
 
     out: dict[str, list[Answer]] = {p.id: [] for p in problems}
-    messages = [build_messages(p.code, config.prompt_style) for p in problems]
+    messages = [build_messages(p.code, config.style) for p in problems]
     for run in _runs(config):
         for problem, answers in zip(problems, decode(messages, run, config.seed)):
             out[problem.id].extend(answers)

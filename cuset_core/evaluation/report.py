@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from cuset_core.evaluation.kernelbench_runs import kernelbench_number
-from cuset_core.evaluation.metrics import METRIC_TIERS, Aggregate, KernelBenchBlock, passed_tier
+from cuset_core.evaluation.metrics import METRIC_TIERS, Aggregate, KernelBenchBlock, RepairedBlock, passed_tier
 from cuset_core.evaluation.runner import EvalReport
 from cuset_core.evaluation.scoring import SampleRecord
 from cuset_core.verify.candidate import parse_candidate
@@ -75,7 +75,7 @@ def render_markdown(report: EvalReport) -> str:
     if agg.kernelbench is not None:
         lines += ["", *_kernelbench_lines(agg.kernelbench)]
     if agg.repaired is not None:
-        lines += ["", *_repaired_lines(agg)]
+        lines += ["", *_repaired_lines(agg, agg.repaired)]
     greedy_verdicts = agg.greedy.verdicts if agg.greedy else {}
     sampled_verdicts = agg.sampled.verdicts if agg.sampled else {}
     lines += ["", "## Verdicts", "", "| verdict | greedy | i.i.d. |", "|---|---|---|"]
@@ -104,9 +104,8 @@ def render_markdown(report: EvalReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _repaired_lines(agg: Aggregate) -> list[str]:
+def _repaired_lines(agg: Aggregate, repaired: RepairedBlock) -> list[str]:
     """The repair section: each metric plain and within R repairs, side by side."""
-    repaired = agg.repaired
     lines = [
         f"## Within {repaired.rounds} repairs: a failing sample sent back with its verifier error",
         "",

@@ -90,6 +90,8 @@ def run_eval(
             samples = _generate_samples(decode, config, problems, progress, on_progress, saved)
         records = _verify_all(problems, samples, settings, config, progress, on_progress, saved)
         if config.repair_rounds:
+            if decode is None:
+                raise EvalInputError("repair_rounds: repairs are asked of a model; give model")
             repair(decode, config, problems, records, settings, progress)
     rows = [row_of(p.id, records[p.id], config.repair_rounds) for p in problems]
     return EvalReport(
@@ -102,7 +104,7 @@ def run_eval(
 
 
 def _generate_samples(
-    decode: Decode,
+    decode: Decode | None,
     config: EvalConfig,
     problems: list[Problem],
     progress: bool,
@@ -119,6 +121,8 @@ def _generate_samples(
         if all(p.id in drawn for p in batch):
             out |= {p.id: drawn[p.id] for p in batch}
         else:
+            if decode is None:  # no model is loaded only when the checkpoint holds every batch
+                raise RuntimeError("a batch the checkpoint lacks has no model to draw it")
             answers = answers_for(decode, config, batch)
             if saved is not None:
                 saved.add_drawn(answers)
@@ -182,7 +186,7 @@ def _answer_k_values(config: EvalConfig, answers: dict[str, ProblemAnswers]) -> 
     fewest = min(counts.values())
     k_values = sorted(set(config.k)) if config.k is not None else sorted({1, fewest})
     if k_values[-1] > fewest:
-        short = min(counts, key=counts.get)
+        short = min(counts, key=lambda problem: counts[problem])
         raise EvalInputError(
             f"k: pass@{k_values[-1]} needs at least {k_values[-1]} i.i.d. answers per problem; "
             f"problem {short!r} has {fewest}"

@@ -133,7 +133,7 @@ def repair_answers(
         batches = [todo[i : i + config.batch_size] for i in range(0, len(todo), config.batch_size)]
         for batch in tqdm(batches, desc=f"repair {round_}", unit="batch", disable=not progress):
             conversations = [
-                repair_messages(build_messages(problems[r.problem_id].code, config.prompt_style), r.answer, r.result)
+                repair_messages(build_messages(problems[r.problem_id].code, config.style), r.answer, r.result)
                 for _, r in batch
             ]
             replies = decode(conversations, repair_run(config, greedy=greedy), config.seed + round_)

@@ -9,7 +9,7 @@ chat messages the in-process path renders.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Generator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -182,7 +182,7 @@ def stream_answer(
     max_tokens: int,
     seed: int | None,
     stop: list[str] | None = None,
-) -> Iterator[EndpointDelta]:
+) -> Generator[EndpointDelta, None, None]:
     """One answer to ``prompt`` (a chat conversation, or a text for ``/completions``) streamed from
     ``endpoint`` as it is decoded. Closing the iterator early closes the connection, which tells
     the engine to stop decoding. ``EndpointError`` when the endpoint fails or sends an error."""

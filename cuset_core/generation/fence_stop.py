@@ -54,7 +54,7 @@ class FenceStop(StoppingCriteria):
         self._tokenizer, self._width, self._watched = tokenizer, prompt_width, list(watched)
         self._newlines = _NewlineTokens(tokenizer)
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.Tensor:
         closed = [
             watched
             and input_ids.shape[1] > self._width

@@ -214,7 +214,7 @@ class _TextWatcher(StoppingCriteria):
         self._last = time.monotonic()
         self.stopped = False
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.Tensor:
         if not self.stopped and time.monotonic() - self._last >= self._every_s:
             self._last = time.monotonic()
             tokens = input_ids[0, self._width :].tolist()
@@ -245,7 +245,7 @@ class OutsideStop(StoppingCriteria):
         self.stopped_at: dict[int, int] = {}
         self.timed_out = False
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.Tensor:
         now = time.monotonic()
         rows = input_ids.shape[0]
         decoded = input_ids.shape[1] - self._width

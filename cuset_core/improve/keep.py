@@ -46,7 +46,7 @@ def normalised(code: str) -> str:
         for name in pattern.findall(code):
             declared.setdefault(name, "")
     order = [m.group(0) for m in _IDENTIFIER.finditer(code) if m.group(0) in declared]
-    renames = {}
+    renames: dict[str, str] = {}
     for name in order:
         renames.setdefault(name, f"n{len(renames)}")
     code = _IDENTIFIER.sub(lambda m: renames.get(m.group(0), m.group(0)), code)

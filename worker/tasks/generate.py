@@ -60,7 +60,7 @@ def generate(self: RuntimeTask, generation_id: str) -> None:
                 )
                 results: list[list[GenerationSample] | None] = [None]  # already in the row
             else:
-                results = decode_batch(model, tokenizer, rows, url)
+                results = list(decode_batch(model, tokenizer, rows, url))
         except Exception as exc:  # noqa: BLE001 - a decoding failure fails the rows, never the worker
             log.exception("decoding %s failed", [row.id for row in rows])
             fail_generations(

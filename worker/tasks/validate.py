@@ -5,6 +5,7 @@ fails the job."""
 from __future__ import annotations
 
 import logging
+from typing import Literal
 
 from celery import shared_task
 
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 
 def _check_file(
     file: File, settings, tokenizer, options: LoadOptions, param: str
-) -> tuple[list[tuple[str, str]], ErrorInfo | None]:
+) -> tuple[list[tuple[Literal["info", "warning"], str]], ErrorInfo | None]:
     """((level, message) notes, the error or None) for one data file, loaded as training will load
     it (the job's prompt style and token limit)."""
     max_seq_len = options.max_tokens
@@ -51,9 +52,9 @@ def validate_job_files(self: RuntimeTask, job_id: str) -> None:
         job = session.get(Job, job_id)
         if job is None or job.status != JobStatus.VALIDATING_FILES:
             return  # redelivered, or cancelled meanwhile
-        files = [(session.get(File, job.training_file), "training_file")]
+        files = [(session.get_one(File, job.training_file), "training_file")]
         if job.validation_file:
-            files.append((session.get(File, job.validation_file), "validation_file"))
+            files.append((session.get_one(File, job.validation_file), "validation_file"))
         options = LoadOptions(prompt_style=job.spec.prompt_style, max_tokens=job.spec.hyperparameters.max_seq_len)
         notes: list[tuple[str, str]] = []
         error = None

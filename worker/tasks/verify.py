@@ -64,6 +64,8 @@ def _verify(runtime: WorkerRuntime, generation_id: str, index: int) -> None:
         attempt = load_samples(session, generation_id)[index]
         if attempt.settled:
             return  # a redelivered message for an attempt already verified, or a cancelled one
+    if request.problem is None:  # the API asks every verified request for its problem
+        raise ValueError(f"generation {generation_id} asks for verification but holds no problem")
     checks = service_verify_settings(settings, VerifySettings(tier=Tier(request.verify), policy=request.policy))
     result = verify(request.problem, attempt.text, checks, cache_dir=settings.verify_cache_dir, warm=runtime.warm_sides)
     try:
