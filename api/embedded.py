@@ -37,7 +37,7 @@ from service.dispatch import CPU_QUEUE, INFER_QUEUE, QUEUES, TRAIN_QUEUE, prepar
 
 DEFAULT_QUEUES = QUEUES
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
-API_GRACE_S = 5.0  # uvicorn's wait for open connections (timeout_graceful_shutdown) on a stop
+API_GRACE_S = 5  # uvicorn's wait for open connections (timeout_graceful_shutdown) on a stop
 STOP_TIMEOUT_S = 22.0  # the workers' warm shutdown, from the first signal, before SIGKILL
 TRAINING_KILL_MARGIN_S = 10.0  # a training run still going this long before the deadline is killed
 

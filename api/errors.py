@@ -7,6 +7,7 @@ errors, unknown routes and unexpected exceptions into that shape.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -102,7 +103,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
-        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        first: dict[str, Any] = dict(errors[0]) if errors else {"loc": (), "msg": "invalid request"}
         if first.get("type") == "json_invalid":
             # Its loc is ("body", character offset): the body as a whole is at fault, not a field.
             offset = first.get("loc", ("body", 0))[-1]

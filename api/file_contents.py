@@ -274,19 +274,20 @@ def _eval_rows(path: Path) -> tuple[list[tuple[int, str, str]], list[Issue]]:
                 row_issues.append(Issue(line, name, "missing_field", f"required field {name!r} is missing"))
             elif not isinstance(value, kinds) or isinstance(value, bool):
                 row_issues.append(Issue(line, name, "wrong_type", f"expected {wanted}, got {type(value).__name__}"))
-        if not row_issues and not code.strip():
+        text = code if isinstance(code, str) else ""
+        if not row_issues and not text.strip():
             row_issues.append(Issue(line, "problem", "missing_field", "problem code is empty"))
         elif not row_issues:
             row_issues += [
                 Issue(line, "problem", "invalid_problem", f"problem {problem_id!r}: {issue}")
-                for issue in problem_issues(code)
+                for issue in problem_issues(text)
             ]
         if not row_issues and str(problem_id) in seen:
             row_issues.append(Issue(line, "id", "duplicate_id", f"id {problem_id!r} appears twice"))
         issues += row_issues
         if not row_issues:
             seen.add(str(problem_id))
-            problems.append((line, str(problem_id), code))
+            problems.append((line, str(problem_id), text))
     if not problems and not issues:
         issues.append(Issue(0, "", "empty_file", "the file holds no rows"))
     return problems, issues

@@ -16,9 +16,13 @@ import unicodedata
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, BinaryIO
 
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
+
+if TYPE_CHECKING:  # the callbacks' TypedDict exists for type checkers only
+    from python_multipart.multipart import MultipartCallbacks
 
 from api.errors import APIError
 from db.errors import ErrorCode
@@ -180,10 +184,10 @@ class _PartSink:
         self._header_value = bytearray()
         self._headers: dict[str, bytes] = {}
         self._name: str | None = None
-        self._handle = None
+        self._handle: BinaryIO | None = None
         self._text = bytearray()
 
-    def callbacks(self) -> dict:
+    def callbacks(self) -> MultipartCallbacks:
         return {
             "on_part_begin": self._part_begin,
             "on_header_field": lambda data, start, end: self._header_name.extend(data[start:end]),

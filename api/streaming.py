@@ -39,7 +39,7 @@ from db.models import Generation
 from db.session import session_factory
 from db.settings import Settings
 from db.statuses import GENERATION_FINAL, GenerationStatus
-from service.generation_events import GenerationEvent, channel, publishing
+from service.generation_events import GenerationEvent, channel
 
 FIRST_POLL_S = 0.01
 MAX_POLL_S = 0.1
@@ -62,7 +62,7 @@ class Snapshot:
 
     id: str
     model: str
-    status: str
+    status: GenerationStatus
     samples: list[GenerationSample]
     usage: Usage | None
     timings: GenerationTimings | None
@@ -77,10 +77,18 @@ class Snapshot:
 
 def _read(url: str, generation_id: str) -> Snapshot:
     with session_factory(url)() as session:
-        row = session.get(Generation, generation_id)
+        row = session.get_one(Generation, generation_id)
         samples = load_samples(session, generation_id)
         return Snapshot(
-            row.id, row.model, row.status, samples, row.usage, row.timings, row.error, row.created_at, row.confidence
+            row.id,
+            row.model,
+            GenerationStatus(row.status),
+            samples,
+            row.usage,
+            row.timings,
+            row.error,
+            row.created_at,
+            row.confidence,
         )
 
 
@@ -148,10 +156,11 @@ async def follow(settings: Settings, generation_id: str) -> AsyncIterator[Snapsh
     snapshot (a streaming client that disconnected, a timeout) ends the row: its decoding and
     verification stop. Once the service is shutting down it raises the 503 ``shutting_down``
     APIError within a second, and the row ends the same way."""
-    changes = _listen if publishing(settings) else _poll
+    redis_url = settings.resolved_redis_url  # events are published only where Redis is
+    changes = _poll(settings, generation_id) if redis_url is None else _listen(settings, redis_url, generation_id)
     final = False
     try:
-        async for snapshot in changes(settings, generation_id):
+        async for snapshot in changes:
             final = snapshot.final
             yield snapshot
     finally:
@@ -188,11 +197,11 @@ async def _time_out(settings: Settings, generation_id: str) -> None:
     raise timeout_error(settings.generation_timeout_s)
 
 
-async def _listen(settings: Settings, generation_id: str) -> AsyncIterator[Snapshot]:
+async def _listen(settings: Settings, redis_url: str, generation_id: str) -> AsyncIterator[Snapshot]:
     """``follow`` from the row's pub/sub channel: subscribe, read the row, then apply events."""
     url = settings.resolved_database_url
     deadline = time.monotonic() + settings.generation_timeout_s
-    client = aioredis.Redis.from_url(settings.resolved_redis_url)
+    client = aioredis.Redis.from_url(redis_url)
     pubsub = client.pubsub()
     try:
         await pubsub.subscribe(channel(settings, generation_id))
@@ -304,14 +313,15 @@ class Following:
         one delta makes room for the next); keep those that start past it."""
         samples = list(self.snapshot.samples)
         left = []
-        for event in sorted(self.waiting, key=lambda e: (e.index, e.offset)):
-            applied = (
-                with_delta(samples[event.index], event.offset, event.delta) if event.index < len(samples) else None
-            )
+        for event in sorted(self.waiting, key=lambda e: (e.index or 0, e.offset)):
+            index = event.index
+            if index is None:  # only text deltas wait, and each names its attempt
+                continue
+            applied = with_delta(samples[index], event.offset, event.delta) if index < len(samples) else None
             if applied is None:
                 left.append(event)
             else:
-                samples[event.index] = applied
+                samples[index] = applied
         self.waiting = left
         self.snapshot = replace(self.snapshot, samples=samples)
 

@@ -45,7 +45,7 @@ class GenerationEvent(BaseModel):
     offset: int = Field(0, ge=0, description="characters of the attempt's text before delta")
     delta: str = ""
     samples: list[GenerationSample] = Field(default_factory=list, description="attempts as now stored")
-    status: str | None = None
+    status: GenerationStatus | None = None
     row: bool = Field(False, description="the partial text was just written to the row")
 
 

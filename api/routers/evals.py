@@ -29,7 +29,7 @@ from api.schemas.evals import EvalCreate, EvalObject, EvalProblemObject
 from cuset_core.evaluation.compare import CompareInputError, Comparison, EvalRun, compare_runs
 from cuset_core.evaluation.config import EvalConfig, EvalKnobs, impossible_draws
 from cuset_core.evaluation.inputs import EvalInputError
-from cuset_core.evaluation.problems import load_problems, select_problems
+from cuset_core.evaluation.problems import DEMO_PROBLEMS, load_problems, select_problems
 from cuset_core.evaluation.report import write_run_layout
 from cuset_core.evaluation.scoring import SampleRecord
 from cuset_core.improve.keep import shared_problems
@@ -140,7 +140,10 @@ def create_eval(body: EvalCreate, session: SessionDep, settings: SettingsDep, ow
         )
     _check_limits(body, settings)
     spec = model_spec(session, settings, owner, body.model)  # 404 naming ``model`` when unknown
-    source = str(_eval_file_path(session, settings, owner, body.eval_file)) if body.eval_file else body.problems
+    if body.eval_file is not None:
+        source = str(_eval_file_path(session, settings, owner, body.eval_file))
+    else:
+        source = body.problems or DEMO_PROBLEMS  # exactly one of the two is set (checked above)
     try:
         problems = load_problems(source)
     except (EvalInputError, OSError) as exc:

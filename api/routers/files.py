@@ -153,6 +153,8 @@ def _default_limit(settings: Settings, purpose: str) -> TokenLimit | None:
 
 def _store(upload: Upload, purpose: str, settings: Settings, session: Session, owner: str) -> FileObject:
     """Validate the temp file, move it into place and insert its row (or leave nothing)."""
+    if upload.path is None:
+        raise APIError(400, "Upload the file in the part named 'file'.", code=ErrorCode.INVALID_REQUEST, param="file")
     checked = check_file(upload.path, purpose, settings.max_records_per_file, _default_limit(settings, purpose))
     file_id = new_id("file")
     relative = accept(upload.path, settings.artifacts, file_id, checked.format)

@@ -98,7 +98,7 @@ async def readyz(settings: SettingsDep) -> JSONResponse:
         for name, entry in sandbox.items()
         if entry.get("state") == "not ready"
     ]
-    body = {
+    body: dict[str, object] = {
         "status": "not ready" if broken else "degraded" if reasons else "ready",
         "database": "ok",
         "broker": "ok",

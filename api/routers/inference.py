@@ -105,7 +105,7 @@ def _submit(
     session.add(row)
     session.commit()
     send_generate(settings, row.id)
-    return Snapshot(row.id, row.model, row.status, [], None, None, None, row.created_at)
+    return Snapshot(row.id, row.model, GenerationStatus(row.status), [], None, None, None, row.created_at)
 
 
 def _usage(snapshot: Snapshot) -> Usage:

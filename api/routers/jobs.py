@@ -106,8 +106,8 @@ def _check_self_training(
             "under /metrics and in the events.",
             param="integrations",
         )
-    pool = named_file(session, owner, request.problems_file, {"problems"}, f"{param}.problems_file")
-    pool_path = str(settings.artifacts / pool.path)
+    pool_file = named_file(session, owner, request.problems_file, {"problems"}, f"{param}.problems_file")
+    pool_path = str(settings.artifacts / pool_file.path)
     if request.eval_problems is None:
         return
     target = request.eval_problems
@@ -221,7 +221,9 @@ def _check_active_jobs(session: Session, settings: Settings, owner: str) -> None
     advisory lock per owner (held until commit) makes concurrent creates count one at a time."""
     if session.get_bind().dialect.name == "postgresql":
         session.execute(text("SELECT pg_advisory_xact_lock(hashtext(:owner))"), {"owner": owner})
-    active = session.scalar(select(func.count()).select_from(Job).where(Job.owner == owner, Job.status.in_(JOB_ACTIVE)))
+    active = session.execute(
+        select(func.count()).select_from(Job).where(Job.owner == owner, Job.status.in_(JOB_ACTIVE))
+    ).scalar_one()
     if active >= settings.max_concurrent_jobs:
         raise APIError(
             429,
@@ -324,7 +326,7 @@ def cancel_job(job_id: str, session: SessionDep, owner: OwnerDep) -> JobObject:
 
 
 def _event_object(event: JobEvent) -> JobEventObject:
-    metrics = bool(event.data) and "step" in event.data
+    metrics = event.data is not None and "step" in event.data
     return JobEventObject(
         id=event.id,
         created_at=int(event.created_at),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import JsonDict
 
 from api.schemas.common import ListPage
 from db.file_warnings import RecordWarning
@@ -13,8 +14,9 @@ UploadPurpose = Literal["fine-tune", "eval", "problems"]
 # A tuning job's results (its adapter archive) are files too, written by the worker, never uploaded.
 Purpose = Literal["fine-tune", "eval", "problems", "fine-tune-results"]
 
-_FILE_EXAMPLE = {
-    "id": "file-3f2a9c0d1e2b4a5968778695",
+_FILE_ID = "file-3f2a9c0d1e2b4a5968778695"
+_FILE_EXAMPLE: JsonDict = {
+    "id": _FILE_ID,
     "object": "file",
     "bytes": 48213,
     "created_at": 1764439200,
@@ -80,8 +82,8 @@ class FileList(ListPage[FileObject]):
                     "object": "list",
                     "data": [_FILE_EXAMPLE],
                     "has_more": False,
-                    "first_id": _FILE_EXAMPLE["id"],
-                    "last_id": _FILE_EXAMPLE["id"],
+                    "first_id": _FILE_ID,
+                    "last_id": _FILE_ID,
                 }
             ]
         }
@@ -89,31 +91,26 @@ class FileList(ListPage[FileObject]):
 
 
 class FileDeleted(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={"examples": [{"id": _FILE_EXAMPLE["id"], "object": "file", "deleted": True}]}
-    )
+    model_config = ConfigDict(json_schema_extra={"examples": [{"id": _FILE_ID, "object": "file", "deleted": True}]})
 
     id: str
     object: Literal["file"] = "file"
     deleted: bool = True
 
 
+_RECORD_EXAMPLE: JsonDict = {
+    "index": 0,
+    "line": 1,
+    "prompt": "Write a CUDA kernel for: class Model(nn.Module): ...",
+    "answer": "```python\nimport torch\nfrom torch.utils.cpp_extension import load_inline ...",
+    "warnings": [],
+}
+
+
 class FileRecord(BaseModel):
     """One record of a file as the dashboard's table shows it (excerpts, not whole texts)."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "index": 0,
-                    "line": 1,
-                    "prompt": "Write a CUDA kernel for: class Model(nn.Module): ...",
-                    "answer": "```python\nimport torch\nfrom torch.utils.cpp_extension import load_inline ...",
-                    "warnings": [],
-                }
-            ]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra={"examples": [_RECORD_EXAMPLE]})
 
     index: int = Field(description="0-based position among the file's records")
     line: int = Field(description="1-based JSONL line or parquet row")
@@ -130,11 +127,11 @@ class FileRecordPage(BaseModel):
             "examples": [
                 {
                     "object": "list",
-                    "file_id": _FILE_EXAMPLE["id"],
+                    "file_id": _FILE_ID,
                     "offset": 0,
                     "limit": 1,
                     "total": 46,
-                    "data": [FileRecord.model_config["json_schema_extra"]["examples"][0]],
+                    "data": [_RECORD_EXAMPLE],
                 }
             ]
         }
@@ -148,9 +145,16 @@ class FileRecordPage(BaseModel):
     data: list[FileRecord]
 
 
-_SPAN = {"start": 0, "end": 10, "category": "qualifier", "text": "__global__"}
-_REGION = {"id": 0, "start": 0, "end": 27, "kind": "kernel_signature", "category": "qualifier", "span_indices": [0]}
-_ANALYSIS = {
+_SPAN: JsonDict = {"start": 0, "end": 10, "category": "qualifier", "text": "__global__"}
+_REGION: JsonDict = {
+    "id": 0,
+    "start": 0,
+    "end": 27,
+    "kind": "kernel_signature",
+    "category": "qualifier",
+    "span_indices": [0],
+}
+_ANALYSIS: JsonDict = {
     "schema": "cuset.analysis/1",
     "language": "cu",
     "cuda_chars": 51,
@@ -195,9 +199,9 @@ class Analysis(BaseModel):
     )
 
 
-_TOKEN = {"start": 0, "end": 10, "p": 0.93}
-_REGION_CONFIDENCE = {"index": 0, "mean_p": 0.41, "min_p": 0.08, "tokens": 6}
-_CONFIDENCE = {
+_TOKEN: JsonDict = {"start": 0, "end": 10, "p": 0.93}
+_REGION_CONFIDENCE: JsonDict = {"index": 0, "mean_p": 0.41, "min_p": 0.08, "tokens": 6}
+_CONFIDENCE: JsonDict = {
     "model": "smollm2-135m",
     "low_confidence_threshold": 0.5,
     "tokens": [_TOKEN],
@@ -250,7 +254,7 @@ class RecordAnalysis(BaseModel):
             "examples": [
                 {
                     "object": "file.record.analysis",
-                    "file_id": _FILE_EXAMPLE["id"],
+                    "file_id": _FILE_ID,
                     "index": 0,
                     "line": 1,
                     "answer": "__global__ void k(float* x) { x[threadIdx.x] = 0; }",

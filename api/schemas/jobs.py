@@ -253,7 +253,7 @@ def resolve_hyperparameters(given: dict[str, Any]) -> tuple[Hyperparameters, Lor
     except ValidationError as exc:
         error = _invalid(exc, "hyperparameters")
         # Report OpenAI's name for the fields the request gave under it.
-        error.param = error.param.replace("hyperparameters.epochs", "hyperparameters.n_epochs")
+        error.param = (error.param or "").replace("hyperparameters.epochs", "hyperparameters.n_epochs")
         raise error from None
     lora: LoraSettings | None = None
     if given.get("lora", {}) is not None:
@@ -262,7 +262,7 @@ def resolve_hyperparameters(given: dict[str, Any]) -> tuple[Hyperparameters, Lor
             lora = LoraSettings.model_validate(lora_given)
         except ValidationError as exc:
             error = _invalid(exc, "hyperparameters")
-            error.param = error.param.replace("hyperparameters.", "hyperparameters.lora_", 1)
+            error.param = (error.param or "").replace("hyperparameters.", "hyperparameters.lora_", 1)
             raise error from None
     try:
         check_quantized_lora(hp, lora is not None)
