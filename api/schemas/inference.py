@@ -4,7 +4,7 @@ model's tokenizer; times are seconds."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -49,17 +49,27 @@ class CompletionRequest(Decoding):
         return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
 
 
+class ContentPart(BaseModel):
+    """One part of a message's content (OpenAI's content parts); only text parts are read, the
+    others (images, audio, files) are accepted and dropped."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: str = Field(description='"text" is read; other kinds are dropped')
+    text: str | None = None
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     role: Literal["system", "user", "assistant", "developer", "tool"]
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[ContentPart] | None = None
 
     def text(self) -> str:
         """The message's text; content parts other than text are not supported and dropped."""
         if self.content is None or isinstance(self.content, str):
             return self.content or ""
-        return "".join(part.get("text", "") for part in self.content if part.get("type") == "text")
+        return "".join(part.text or "" for part in self.content if part.type == "text")
 
 
 class ChatCompletionRequest(Decoding):
