@@ -9,12 +9,14 @@ prefetch 1, so a worker that dies mid-task leaves its message to be redelivered,
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from enum import StrEnum
 from functools import lru_cache
 
 from celery import Celery, group
 from kombu import Queue
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from db.settings import Settings
 
@@ -82,6 +84,9 @@ def make_celery(settings: Settings) -> Celery:
     return app
 
 
+_DECLARE_ATTEMPTS = 5  # collisions of callers started together; each lost one leaves less to create
+
+
 def prepare_broker(settings: Settings) -> None:
     """On the embedded (SQLite) broker, declare every queue, the legacy one too, from this one
     process; other brokers need nothing.
@@ -90,13 +95,22 @@ def prepare_broker(settings: Settings) -> None:
     creates its tables and each queue's row on first use, and two processes doing that at once
     collide (``table kombu_queue already exists``, which Celery retries, or ``UNIQUE constraint
     failed: kombu_queue.name``, which ends a worker as unrecoverable). Declared first, every
-    later use only reads them."""
+    later use only reads them. Callers that run at once themselves (two ``cuset worker``
+    started together) collide here the same way; the one that loses declares again, on a fresh
+    connection, and then only reads what the other created."""
     if not settings.resolved_broker_url.startswith("sqla+"):
         return
-    with make_celery(settings).connection_for_write() as connection:
-        channel = connection.default_channel
-        for name in (*QUEUES, LEGACY_GPU_QUEUE):
-            channel.queue_declare(queue=name)
+    for attempt in range(_DECLARE_ATTEMPTS):
+        try:
+            with producer_for(settings).connection_for_write() as connection:
+                channel = connection.default_channel
+                for name in (*QUEUES, LEGACY_GPU_QUEUE):
+                    channel.queue_declare(queue=name)
+            return
+        except (IntegrityError, OperationalError):
+            if attempt == _DECLARE_ATTEMPTS - 1:
+                raise
+            time.sleep(0.1)
 
 
 def _transport_options(settings: Settings) -> dict:
