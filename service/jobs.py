@@ -34,8 +34,8 @@ MAX_ATTEMPTS = 3
 
 def add_event(session: Session, job_id: str, message: str, level: str = "info", data: EventData | None = None) -> None:
     """Append one line to a job's event log (``seq`` keeps the order when times tie)."""
-    last = session.scalar(select(func.coalesce(func.max(JobEvent.seq), 0)).where(JobEvent.job_id == job_id))
-    seq = (last or 0) + 1
+    last = select(func.coalesce(func.max(JobEvent.seq), 0)).where(JobEvent.job_id == job_id)
+    seq = session.execute(last).scalar_one() + 1
     session.add(JobEvent(id=new_id("ftevent"), job_id=job_id, level=level, message=message, data=data, seq=seq))
 
 

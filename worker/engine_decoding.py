@@ -11,13 +11,13 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
-from typing import Literal
+from typing import cast
 
 import httpx
 
 from cuset_core.analysis.extract import closing_fence_end
 from cuset_core.generation.endpoint import DEFAULT_TIMEOUT_S, EndpointError, stream_answer
-from cuset_core.generation.sampling import GeneratedText
+from cuset_core.generation.sampling import FinishReason, GeneratedText
 from db.engine_routes import EngineRoute
 from db.generations import GenerationSample
 from db.settings import Settings
@@ -104,7 +104,7 @@ def engine_answer(
                 if not on_partial(shown(text, request.stop)):
                     return None
                 last_flush = time.monotonic()
-    if finish != "stop" and finish != "length":
+    if finish not in ("stop", "length"):
         raise EndpointError(f"model: the engine's answer ended without a finish_reason (got {finish!r})")
-    reason: Literal["stop", "length"] = "stop" if finish == "stop" else "length"
+    reason = cast(FinishReason, finish)  # one of the two, checked just above
     return finished_sample(row, sample, GeneratedText(text, prompt_tokens, completion_tokens, reason))

@@ -99,13 +99,14 @@ def _model(config: EvalConfig) -> str:
 def decoder_for(config: EvalConfig, api_key: str | None) -> Iterator[Decode]:
     """The configured model's ``Decode``: the model loaded for this run, or an ``openai:``
     endpoint (:func:`endpoint_decoder`)."""
-    if is_endpoint_spec(_model(config)):
+    spec = _model(config)
+    if is_endpoint_spec(spec):
         with endpoint_decoder(config, api_key) as decode:
             yield decode
         return
     from cuset_core.models import inference_dtype, load_model, place_for_inference
 
-    model, tokenizer = load_model(_model(config), inference_dtype())
+    model, tokenizer = load_model(spec, inference_dtype())
     # generation dominates an eval's time; the GPU is what it is for
     yield model_decoder(place_for_inference(model), tokenizer, config)
 
