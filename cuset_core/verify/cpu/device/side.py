@@ -229,10 +229,12 @@ def _outcome(device: Any, size: int, host_report: Path, status: int, said: str, 
     except UntrustedFileError as exc:
         return Outcome(Verdict.RUNTIME_ERROR, f"the candidate's host process left a report that is rejected: {exc}")
     if claim is not None and claim.verdict != "pass":
+        # The device's own traceback of an operation that failed on it (the host heard its type
+        # only) goes with the host's, as it does when the host process dies.
         return Outcome(
             Verdict(claim.verdict),
             claim.reason,
-            log=claim.log,
+            log=tail(claim.log + device.host_error),
             unsupported_feature=claim.unsupported_feature,
             launches=launches,
             built_with=dict(claim.built_with),

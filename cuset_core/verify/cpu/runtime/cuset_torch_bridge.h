@@ -320,6 +320,7 @@ CUSET_SCALAR_TYPE_OF(uint64_t, UInt64)
 
 // ---------------------------------------------------------------- c10
 namespace c10 {
+inline namespace cuset_stand_in {  // the stand-in's own (cuset_torch_light.h says why)
 
 inline const char* toString(ScalarType t) {
   static const char* names[] = {"Byte", "Char", "Short", "Int", "Long", "Half", "Float", "Double", "ComplexHalf",
@@ -556,6 +557,7 @@ void torch_warn(const char* file, int line, Args&&... args) {
 }
 }  // namespace detail
 
+}  // namespace cuset_stand_in
 }  // namespace c10
 
 // ---------------------------------------------------------------- at::Tensor

@@ -89,7 +89,13 @@
 #define C10_LAUNCH_BOUNDS_2(max_threads_per_block, min_blocks_per_sm) \
   __launch_bounds__((max_threads_per_block), (min_blocks_per_sm))
 
+// The stand-in's c10 lives in an inline namespace (its names are still spelled c10::...): the
+// candidate's library links libc10, which exports functions, vtables and typeinfo under the plain
+// names (c10::Error::what(), c10::Device::Device(std::string const&), ...), and the dynamic linker
+// bound the stand-in's calls to those, which read the real classes' layout from these (an error's
+// message came back as freed heap bytes, one run in five).
 namespace c10 {
+inline namespace cuset_stand_in {
 
 enum class ScalarType : int8_t {
   Byte, Char, Short, Int, Long, Half, Float, Double, ComplexHalf, ComplexFloat, ComplexDouble,
@@ -399,6 +405,7 @@ class IndexError : public Error {};
 class NotImplementedError : public Error {};
 class OutOfMemoryError : public Error {};
 
+}  // namespace cuset_stand_in
 }  // namespace c10
 
 namespace caffe2 {

@@ -67,6 +67,7 @@ void* getCurrentCUDABlasLtHandle();
 }  // namespace at
 
 namespace c10 {
+inline namespace cuset_stand_in {  // the stand-in's own (cuset_torch_light.h says why)
 namespace cuda {
 using at::cuda::CUDAEvent;
 using at::cuda::CUDAGuard;
@@ -95,6 +96,7 @@ struct OptionalDeviceGuard {
 struct DeviceGuard {
   explicit DeviceGuard(Device device);
 };
+}  // namespace cuset_stand_in
 }  // namespace c10
 
 #define C10_CUDA_CHECK(expr)                                                           \
