@@ -14,7 +14,11 @@ from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
 pytestmark = [pytest.mark.shared_data, pytest.mark.slow]
 
-SETTINGS = VerifySettings(limits=SandboxLimits(wall_s=300, cpu_s=300))
+# KernelBench's input seed, as an evaluation fixes it: at the second size a matmul sums K=4,096
+# products in float32, and an output that lands near zero differs from the reference by about
+# fp32's 1e-4 tolerance, so 6 of 24 random seeds refused problem 2's correct answer (a known false
+# refusal, docs/verification.md "Trial inputs and sizes"). Seed 1000 passes.
+SETTINGS = VerifySettings(limits=SandboxLimits(wall_s=300, cpu_s=300), input_seed=1000)
 
 
 def first_answer(shared_data: Path, level: int, problem: int) -> tuple[str, str]:
