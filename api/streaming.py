@@ -39,7 +39,7 @@ from db.models import Generation
 from db.session import session_factory
 from db.settings import Settings
 from db.statuses import GENERATION_FINAL, GenerationStatus
-from service.generation_events import GenerationEvent, channel
+from service.generation_events import GenerationEvent, channel, events_url
 
 FIRST_POLL_S = 0.01
 MAX_POLL_S = 0.1
@@ -156,7 +156,7 @@ async def follow(settings: Settings, generation_id: str) -> AsyncIterator[Snapsh
     snapshot (a streaming client that disconnected, a timeout) ends the row: its decoding and
     verification stop. Once the service is shutting down it raises the 503 ``shutting_down``
     APIError within a second, and the row ends the same way."""
-    redis_url = settings.resolved_redis_url  # events are published only where Redis is
+    redis_url = events_url(settings)
     changes = _poll(settings, generation_id) if redis_url is None else _listen(settings, redis_url, generation_id)
     final = False
     try:

@@ -54,9 +54,10 @@ def channel(settings: Settings, generation_id: str) -> str:
     return f"{settings.broker_key_prefix}cuset:generation:{generation_id}"
 
 
-def publishing(settings: Settings) -> bool:
-    """Whether events are published (Redis is configured), so a follower may listen."""
-    return settings.resolved_redis_url is not None
+def events_url(settings: Settings) -> str | None:
+    """The Redis that events are published on, where a follower may listen; None when Redis is
+    not configured (nothing is published: followers read the row)."""
+    return settings.resolved_redis_url
 
 
 @lru_cache(maxsize=4)
@@ -67,7 +68,7 @@ def _client(url: str) -> redis.Redis:
 def publish(settings: Settings, generation_id: str, event: GenerationEvent) -> None:
     """Send ``event`` to the generation's followers; nothing without Redis. A failed publish is
     logged and dropped: followers notice the gap and read the row."""
-    url = settings.resolved_redis_url
+    url = events_url(settings)
     if url is None:
         return
     try:

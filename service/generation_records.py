@@ -30,7 +30,7 @@ from db.settings import Settings
 from db.statuses import GENERATION_FINAL, GenerationStatus
 from service.dispatch import send_verify_sample
 from service.generation_claims import Claimed
-from service.generation_events import GenerationEvent, publish, publishing
+from service.generation_events import GenerationEvent, events_url, publish
 from service.generation_settle import decode_repairs, settle
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class PartialText:
     def __init__(self, settings: Settings, row_id: str, sample: GenerationSample) -> None:
         self._settings, self.url, self._row_id, self._sample = settings, settings.resolved_database_url, row_id, sample
         # How often new text is offered (the decoder detokenizes only then), and reaches the row.
-        self.tick_s, self._row_s = (DELTA_S, ROW_FLUSH_S) if publishing(settings) else (FLUSH_S, FLUSH_S)
+        self.tick_s, self._row_s = (DELTA_S, ROW_FLUSH_S) if events_url(settings) is not None else (FLUSH_S, FLUSH_S)
         self._sent = ""  # the text followers have: published deltas and the row's copy both end here
         self._last_row = time.monotonic()
 

@@ -142,23 +142,23 @@ def redis_for(settings: Settings) -> redis.Redis | None:
 
 # This process's holder threads, one per Redis and device: a holder lives as long as the process
 # (its models do too), so the registry is the process's, not a task's.
-_holding: dict[tuple[str, str], threading.Event] = {}
+_holding: dict[tuple[str | None, str], threading.Event] = {}
 _holding_lock = threading.Lock()
 
 
 def hold(settings: Settings, cache: ModelCache) -> None:
     """Make this process a holder of its device (once; a thread for the process's lifetime),
     so that a training run on the device can ask it to release ``cache``."""
-    url = settings.resolved_redis_url
-    if url is None:
+    client = redis_for(settings)
+    if client is None:
         return
-    client = redis.Redis.from_url(url)
     keys = DeviceKeys.of(settings.broker_key_prefix, device_key())
+    registered = (settings.resolved_redis_url, keys.holders)
     with _holding_lock:
-        if (url, keys.holders) in _holding:
+        if registered in _holding:
             return
         stop = threading.Event()
-        _holding[(url, keys.holders)] = stop
+        _holding[registered] = stop
     holder = ModelHolder(client, keys, cache, f"{socket.gethostname()}:{os.getpid()}")
     try:
         holder.poll()  # known to the device before the caller loads anything
