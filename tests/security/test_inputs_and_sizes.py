@@ -101,9 +101,10 @@ torch::Tensor rowsum(torch::Tensor x) {
 """
 
 
-def rowsum_candidate(forward: str) -> str:
+def rowsum_candidate(forward: str, cuda: str = ROWSUM_CUDA) -> str:
     """A ``ModelNew`` whose forward runs ``forward`` (its body, indented) beside an honest row-sum
-    kernel, ``ext.rowsum``; ``self.calls`` counts its calls (the trial, 0-based)."""
+    kernel, ``ext.rowsum`` (or ``cuda``'s ``rowsum``); ``self.calls`` counts its calls (the trial,
+    0-based)."""
     return f'''import os
 
 import torch
@@ -111,7 +112,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 ext = load_inline(name="inputs_ext", cpp_sources="torch::Tensor rowsum(torch::Tensor x);",
-                  cuda_sources=r"""{ROWSUM_CUDA}""", functions=["rowsum"])
+                  cuda_sources=r"""{cuda}""", functions=["rowsum"])
 
 
 class ModelNew(nn.Module):
@@ -191,6 +192,48 @@ def test_a_device_failure_that_tells_one_bit_leaves_the_device_unusable(librarie
     # fails, and the trial with it, whatever the host learnt.
     assert_verdict(result, Verdict.RUNTIME_ERROR, "the device is unusable after an operation failed on it")
     assert "Expected Tensor with single nonzero value" in result.log  # the assert, in the judge's log
+
+
+# The binding itself catches the failed request in C++ and answers from a host tensor instead.
+ROWSUM_CATCHING_CUDA = ROWSUM_CUDA.replace(
+    """    auto out = torch::empty({x.size(0)}, x.options());""",
+    """    torch::Tensor out;
+    try {
+        out = torch::empty({x.size(0)}, x.options());
+    } catch (const c10::Error&) {
+        return torch::zeros({x.size(0)});
+    }""",
+)
+
+
+def test_a_binding_that_catches_the_failed_device_in_cpp_still_cannot_answer(libraries):
+    # The one-bit failure again, caught one layer down: the C++ binding swallows the device's
+    # refusal and returns a tensor of the host's own. A GPU's context would be just as dead.
+    forward = """        try:
+            torch._assert_async(x[0, 0] > 100.0)
+        except Exception:
+            pass
+        return ext.rowsum(x)"""
+    result = tier2(rowsum_candidate(forward, ROWSUM_CATCHING_CUDA), libraries, MIXED)
+    assert_verdict(result, Verdict.RUNTIME_ERROR, "the device is unusable after an operation failed on it")
+    assert result.mixed_pass in (None, False)
+    assert "Expected Tensor with single nonzero value" in result.log  # the device's own traceback
+
+
+def test_a_failure_whose_message_holds_device_data_tells_the_host_only_its_type(libraries):
+    # Another road for the bit: an index computed from the input, out of range, whose torch message
+    # ("index 123456 is out of bounds ...") would carry the input's value. The host hears the type
+    # only, and repeats what it heard in its own error for the verdict to show.
+    forward = """        try:
+            x[0].index_select(0, (x[0, :1] * 1e6).abs().long() + 100000)
+        except Exception as exc:
+            raise RuntimeError(f"heard: {exc}") from None
+        return ext.rowsum(x)"""
+    result = tier2(rowsum_candidate(forward), libraries, MIXED)
+    assert_verdict(result, Verdict.RUNTIME_ERROR, "heard: IndexError (in a device operation)")
+    heard = result.reason.split("heard: ", 1)[1]
+    assert not any(ch.isdigit() for ch in heard), heard
+    assert "IndexError: index out of range" in result.log  # the whole error, in the judge's log only
 
 
 def test_the_seed_and_the_inputs_file_are_nowhere_the_host_can_read(libraries):
