@@ -28,7 +28,6 @@ from api.schemas.jobs import (
     method_view,
     openai_hyperparameters,
     resolve_spec,
-    self_training_request,
 )
 from cuset_core.evaluation.inputs import EvalInputError
 from cuset_core.evaluation.problems import DEMO_HELD_OUT, DEMO_PROBLEMS, load_problems
@@ -186,13 +185,13 @@ def _check_integrations(body: JobCreate) -> None:
 
 def _resolved(body: JobCreate) -> dict[str, Any]:
     """The row fields a request stands for; equal dicts mean the same request (idempotency)."""
-    self_training = self_training_request(body.method)
+    self_training = body.method.self_training if body.method else None
     return {
         "model": body.model,
         "training_file": body.training_file,
         "validation_file": body.validation_file,
         "problems_file": None if self_training is None else self_training.problems_file,
-        "spec": resolve_spec(body.method, body.hyperparameters, body.seed, body.integrations, body.prompt_style),
+        "spec": resolve_spec(body),
         "suffix": body.suffix,
         "user_metadata": body.metadata,
     }
@@ -251,7 +250,7 @@ def create_job(
     for param, file_id in (("training_file", body.training_file), ("validation_file", body.validation_file)):
         if file_id is not None:
             named_file(session, owner, file_id, {"fine-tune"}, param)
-    if (self_training := self_training_request(body.method)) is not None:
+    if body.method is not None and (self_training := body.method.self_training) is not None:
         _check_self_training(session, settings, owner, body, self_training)
     _check_active_jobs(session, settings, owner)
     job = Job(

@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
 
 from api.errors import APIError
 from cuset_core.objectives import MethodConfig
@@ -21,7 +23,6 @@ from cuset_core.training.config import (
     LoraSettings,
     SelfTrainingRounds,
     check_quantized_lora,
-    format_validation_error,
 )
 from cuset_core.training.progress_lines import Metrics
 from cuset_core.training.tracking import Integration
@@ -33,21 +34,126 @@ SUFFIX_PATTERN = re.compile(r"^[a-z0-9-]{1,40}$")
 MAX_METADATA_PAIRS = 16
 # OpenAI's "auto": the core's defaults (learning_rate_multiplier scales the default learning rate).
 _DEFAULT_HP = Hyperparameters()
-_LORA_KEYS = {f"lora_{name}": name for name in LoraSettings.model_fields}
-_OURS = set(Hyperparameters.model_fields) - {"epochs"} | set(_LORA_KEYS) | {"lora", "save_steps"}
+
+
+def _openai_auto(data: Any, names: tuple[str, ...]) -> Any:
+    """``data`` without the ``names`` given as OpenAI's ``"auto"`` (the default, then)."""
+    if not isinstance(data, dict):
+        return data
+    return {k: v for k, v in data.items() if not (k in names and v == "auto")}
+
+
+def _field_of(model: type[BaseModel], name: str, **changes: Any) -> Any:
+    """``model``'s field ``name`` (its bounds and description) with ``changes``, declared again in
+    a request without restating it."""
+    if "default" in changes:
+        changes.setdefault("default_factory", None)
+    return FieldInfo.merge_field_infos(model.model_fields[name], **changes)
+
+
+class HyperparametersRequest(Hyperparameters):
+    """A create request's ``hyperparameters``: every core field, OpenAI's names (``n_epochs`` for
+    ``epochs``, ``batch_size``, ``learning_rate_multiplier``, each may be ``"auto"``: the default),
+    the LoRA shape (``lora``, null for full fine-tuning, or ``lora_rank``, ``lora_alpha``, ... one by
+    one) and the checkpoint interval ``save_steps`` in optimizer steps."""
+
+    # OpenAI's name for the core's ``epochs``; errors and /docs name it as the request does.
+    model_config = ConfigDict(extra="forbid", alias_generator=lambda name: "n_epochs" if name == "epochs" else name)
+
+    learning_rate_multiplier: float | None = Field(
+        None, gt=0, description="scales the default learning rate; ignored when learning_rate is given"
+    )
+    lora: LoraSettings | None = Field(default_factory=LoraSettings, description="null: full fine-tuning")
+    lora_rank: int | None = _field_of(LoraSettings, "rank", default=None)
+    lora_alpha: float | None = _field_of(LoraSettings, "alpha", default=None)
+    lora_dropout: float | None = _field_of(LoraSettings, "dropout", default=None)
+    lora_target_modules: list[str] | None = _field_of(LoraSettings, "target_modules", default=None)
+    save_steps: int = _field_of(JobSpec, "save_steps")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto(cls, data: Any) -> Any:
+        return _openai_auto(data, ("n_epochs", "batch_size", "learning_rate_multiplier"))
+
+    def core(self) -> Hyperparameters:
+        """The core hyperparameters (the learning rate scaled when only the multiplier is given)."""
+        core = self.model_dump(include=set(Hyperparameters.model_fields))
+        if "learning_rate" not in self.model_fields_set and self.learning_rate_multiplier is not None:
+            core["learning_rate"] = _DEFAULT_HP.learning_rate * self.learning_rate_multiplier
+        return Hyperparameters.model_validate(core)
+
+    def lora_shape(self) -> LoraSettings | None:
+        """The adapter's shape; None: full fine-tuning."""
+        if self.lora is None:
+            return None
+        flat = {name: getattr(self, f"lora_{name}") for name in LoraSettings.model_fields}
+        return self.lora.model_copy(update={k: v for k, v in flat.items() if v is not None})
+
+
+class SupervisedRequest(BaseModel):
+    """OpenAI's ``method.supervised``: its hyperparameters (the request's own take precedence
+    under theirs)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hyperparameters: HyperparametersRequest | None = None
+
+
+class SelfTrainingRequest(SelfTrainingRounds):
+    """``method.self_training`` of a create request: the rounds (sample, verify, keep, tune), the
+    problems they sample answers for, and the set the tuned model will be measured on."""
+
+    problems_file: str = Field(
+        min_length=1, max_length=40, description="id of a file with purpose 'problems' (problems without answers)"
+    )
+    eval_problems: str | None = Field(
+        None,
+        max_length=40,
+        description='the set the tuned model will be measured on: "demo", "demo:held-out" or the id of a '
+        "file with purpose 'eval' or 'problems'; the job is refused when a problem of problems_file is one of it",
+    )
+
+    def spec_part(self) -> SelfTrainingRounds:
+        """The part a job's spec stores (the files are the job row's)."""
+        return SelfTrainingRounds.model_validate(self.model_dump(include=set(SelfTrainingRounds.model_fields)))
+
+
+class MethodRequest(MethodConfig):
+    """A create request's ``method``: the objective and its knobs (``MethodConfig``), OpenAI's
+    ``{"type": "supervised", "supervised": {"hyperparameters": {...}}}`` (plain SFT), and a
+    self-training job's rounds."""
+
+    supervised: SupervisedRequest | None = Field(None, description='only with type "supervised" (OpenAI\'s SFT)')
+    self_training: SelfTrainingRequest | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _openai_supervised(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if data.get("type") == "supervised":
+            return {**data, "type": "sft"}
+        if "supervised" in data:
+            raise PydanticCustomError("supervised_without_type", "'supervised' is given only with type 'supervised'")
+        return data
+
+    def config(self) -> MethodConfig:
+        """The objective's knobs, every default filled in."""
+        return MethodConfig.model_validate(self.model_dump(include=set(MethodConfig.model_fields)))
 
 
 class JobCreate(BaseModel):
-    """``POST /v1/fine_tuning/jobs``; ``method`` and ``hyperparameters`` are checked by
-    ``resolve_method`` / ``resolve_hyperparameters`` so errors name the nested field."""
+    """``POST /v1/fine_tuning/jobs``. ``method`` and ``hyperparameters`` are typed here, so a bad
+    knob is refused naming its nested field before anything is stored; :func:`resolve_spec` then
+    turns the request into the ``JobSpec`` a job stores."""
 
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(min_length=1, max_length=255)
     training_file: str = Field(min_length=1, max_length=40)
     validation_file: str | None = Field(None, max_length=40)
-    method: dict[str, Any] | None = None
-    hyperparameters: dict[str, Any] | None = None
+    method: MethodRequest | None = None
+    hyperparameters: HyperparametersRequest | None = None
     suffix: str | None = None
     seed: int | None = Field(None, ge=0, le=2**31 - 1)
     prompt_style: Literal["kernelbench", "compact"] | None = Field(
@@ -84,98 +190,29 @@ class JobCreate(BaseModel):
         return value
 
 
-def _invalid(exc: ValidationError, prefix: str) -> APIError:
-    first = ".".join(str(part) for part in exc.errors()[0]["loc"])
-    return APIError(
-        400,
-        f"{prefix}: {format_validation_error(exc)}",
-        code=ErrorCode.INVALID_VALUE,
-        param=f"{prefix}.{first}" if first else prefix,
-    )
-
-
-class SelfTrainingRequest(SelfTrainingRounds):
-    """``method.self_training`` of a create request: the rounds (sample, verify, keep, tune), the
-    problems they sample answers for, and the set the tuned model will be measured on."""
-
-    problems_file: str = Field(
-        min_length=1, max_length=40, description="id of a file with purpose 'problems' (problems without answers)"
-    )
-    eval_problems: str | None = Field(
-        None,
-        max_length=40,
-        description='the set the tuned model will be measured on: "demo", "demo:held-out" or the id of a '
-        "file with purpose 'eval' or 'problems'; the job is refused when a problem of problems_file is one of it",
-    )
-
-    def spec_part(self) -> SelfTrainingRounds:
-        """The part a job's spec stores (the files are the job row's)."""
-        return SelfTrainingRounds.model_validate(self.model_dump(include=set(SelfTrainingRounds.model_fields)))
-
-
-def self_training_request(method: dict[str, Any] | None) -> SelfTrainingRequest | None:
-    """The request's ``method.self_training``, checked; None for a plain tuning job."""
-    given = (method or {}).get("self_training")
-    if given is None:
-        return None
-    try:
-        return SelfTrainingRequest.model_validate(given)
-    except ValidationError as exc:
-        raise _invalid(exc, "method.self_training") from None
-
-
-def split_method(method: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(method knobs, hyperparameters nested in the method)``. OpenAI's
-    ``{"type": "supervised", "supervised": {"hyperparameters": {...}}}`` is plain SFT."""
-    method = {k: v for k, v in (method or {}).items() if k != "self_training"}
-    if method.get("type") != "supervised":
-        return method, {}
-    nested = method.pop("supervised", None) or {}
-    if not isinstance(nested, dict) or set(nested) - {"hyperparameters"}:
-        raise APIError(
-            400,
-            "method.supervised: only 'hyperparameters' is supported",
-            code=ErrorCode.INVALID_VALUE,
-            param="method.supervised",
-        )
-    knobs = {**{k: v for k, v in method.items() if k != "type"}, "type": "sft"}
-    return knobs, dict(nested.get("hyperparameters") or {})
-
-
-def resolve_method(knobs: dict[str, Any]) -> MethodConfig:
-    """The full MethodConfig of a request's method (every knob, defaults filled in)."""
-    try:
-        return MethodConfig.model_validate(knobs)
-    except ValidationError as exc:
-        raise _invalid(exc, "method") from None
-
-
-def _auto(value: Any, default: Any) -> Any:
-    return default if value in (None, "auto") else value
-
-
-def resolve_spec(
-    method: dict[str, Any] | None,
-    hyperparameters: dict[str, Any] | None,
-    seed: int | None,
-    integrations: list[Integration] | None,
-    prompt_style: Literal["kernelbench", "compact"] | None = None,
-) -> JobSpec:
+def resolve_spec(body: JobCreate) -> JobSpec:
     """The JobSpec a create request stands for: its method (OpenAI's ``supervised`` with nested
     hyperparameters included), hyperparameters, seed and trackers. Raises ``APIError`` naming the
-    field a value is wrong in."""
-    knobs, nested = split_method(method)
-    hp, lora, save_steps = resolve_hyperparameters({**(hyperparameters or {}), **nested})
-    self_training = self_training_request(method)
+    field when the knobs are valid one by one but not together."""
+    method = body.method or MethodRequest()
+    given = [h for h in (body.hyperparameters, method.supervised and method.supervised.hyperparameters) if h]
+    # The method's nested hyperparameters win over the request's own, field by field.
+    merged = {k: v for h in given for k, v in h.model_dump(by_alias=True, exclude_unset=True).items()}
+    hyperparameters = HyperparametersRequest.model_validate(merged)
+    core, lora = hyperparameters.core(), hyperparameters.lora_shape()
+    try:
+        check_quantized_lora(core, lora is not None)
+    except ValueError as exc:
+        raise APIError(400, str(exc), code=ErrorCode.INVALID_VALUE, param="hyperparameters.quantization") from None
     return JobSpec(
-        method=resolve_method(knobs),
-        hyperparameters=hp,
+        method=method.config(),
+        hyperparameters=core,
         lora=lora,
-        save_steps=save_steps,
-        seed=seed if seed is not None else 0,
-        integrations=integrations or [],
-        self_training=None if self_training is None else self_training.spec_part(),
-        **({} if prompt_style is None else {"prompt_style": prompt_style}),
+        save_steps=hyperparameters.save_steps,
+        seed=body.seed if body.seed is not None else 0,
+        integrations=body.integrations or [],
+        self_training=None if method.self_training is None else method.self_training.spec_part(),
+        **({} if body.prompt_style is None else {"prompt_style": body.prompt_style}),
     )
 
 
@@ -221,62 +258,6 @@ def openai_hyperparameters(spec: JobSpec) -> HyperparametersView:
         lora=spec.lora,
         save_steps=spec.save_steps,
     )
-
-
-def resolve_hyperparameters(given: dict[str, Any]) -> tuple[Hyperparameters, LoraSettings | None, int]:
-    """OpenAI's names (``n_epochs``, ``batch_size``, ``learning_rate_multiplier``, each maybe
-    ``"auto"``) and ours (any core Hyperparameters field, ``lora_rank``/``lora_alpha``/...,
-    ``lora: null`` for full fine-tuning, ``save_steps``) resolved: the core hyperparameters, the
-    LoRA shape (None: full fine-tuning) and the checkpoint interval."""
-    unknown = sorted(set(given) - _OURS - {"n_epochs", "learning_rate_multiplier", "batch_size"})
-    if unknown:
-        raise APIError(
-            400,
-            f"hyperparameters.{unknown[0]}: unknown hyperparameter",
-            code=ErrorCode.INVALID_VALUE,
-            param=f"hyperparameters.{unknown[0]}",
-        )
-    multiplier = _auto(given.get("learning_rate_multiplier"), 1.0)
-    core = {k: v for k, v in given.items() if k in Hyperparameters.model_fields}
-    core["epochs"] = _auto(given.get("n_epochs"), _DEFAULT_HP.epochs)
-    core["batch_size"] = _auto(given.get("batch_size"), _DEFAULT_HP.batch_size)
-    try:
-        if not isinstance(multiplier, (int, float)) or isinstance(multiplier, bool) or multiplier <= 0:
-            raise APIError(
-                400,
-                "hyperparameters.learning_rate_multiplier: must be a positive number or 'auto'",
-                code=ErrorCode.INVALID_VALUE,
-                param="hyperparameters.learning_rate_multiplier",
-            )
-        core.setdefault("learning_rate", _DEFAULT_HP.learning_rate * multiplier)
-        hp = Hyperparameters.model_validate(core)
-    except ValidationError as exc:
-        error = _invalid(exc, "hyperparameters")
-        # Report OpenAI's name for the fields the request gave under it.
-        error.param = (error.param or "").replace("hyperparameters.epochs", "hyperparameters.n_epochs")
-        raise error from None
-    lora: LoraSettings | None = None
-    if given.get("lora", {}) is not None:
-        lora_given = {_LORA_KEYS[k]: v for k, v in given.items() if k in _LORA_KEYS} | dict(given.get("lora") or {})
-        try:
-            lora = LoraSettings.model_validate(lora_given)
-        except ValidationError as exc:
-            error = _invalid(exc, "hyperparameters")
-            error.param = (error.param or "").replace("hyperparameters.", "hyperparameters.lora_", 1)
-            raise error from None
-    try:
-        check_quantized_lora(hp, lora is not None)
-    except ValueError as exc:
-        raise APIError(400, str(exc), code=ErrorCode.INVALID_VALUE, param="hyperparameters.quantization") from None
-    save_steps = given.get("save_steps", JobSpec.model_fields["save_steps"].default)
-    if not isinstance(save_steps, int) or isinstance(save_steps, bool) or save_steps < 1:
-        raise APIError(
-            400,
-            "hyperparameters.save_steps: must be a positive integer",
-            code=ErrorCode.INVALID_VALUE,
-            param="hyperparameters.save_steps",
-        )
-    return hp, lora, save_steps
 
 
 class JobProgress(BaseModel):

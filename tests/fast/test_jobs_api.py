@@ -56,6 +56,15 @@ def test_a_created_job_waits_for_its_file_check_in_the_broker(fast_client, fast_
         ({"hyperparameters": {"max_seq_len": 10**7}}, 400, "hyperparameters.max_seq_len"),
         ({"hyperparameters": {"batch_size": 10**6}}, 400, "hyperparameters.batch_size"),
         ({"hyperparameters": {"lora_rank": 65536}}, 400, "hyperparameters.lora_rank"),
+        ({"hyperparameters": {"lora": {"rank": 0}}}, 400, "hyperparameters.lora.rank"),
+        ({"hyperparameters": {"learning_rate_multiplier": 0}}, 400, "hyperparameters.learning_rate_multiplier"),
+        ({"hyperparameters": {"epochs": 2}}, 400, "hyperparameters.epochs"),  # OpenAI's name is n_epochs
+        ({"method": {"type": "cuset", "supervised": {}}}, 400, "method"),
+        (
+            {"method": {"type": "supervised", "supervised": {"hyperparameters": {"n_epochs": -1}}}},
+            400,
+            "method.supervised.hyperparameters.n_epochs",
+        ),
         ({"suffix": "Has Spaces"}, 400, "suffix"),
         ({"metadata": {f"k{i}": "v" for i in range(17)}}, 400, "metadata"),
         ({"seed": -1}, 400, "seed"),
@@ -70,6 +79,34 @@ def test_a_bad_request_names_its_field_and_creates_nothing(
     assert error["param"] == param and error["type"] == "invalid_request_error" and error["message"]
     assert fast_client.get("/v1/fine_tuning/jobs").json()["data"] == []
     assert enqueued(fast_settings) == []
+
+
+def test_openai_auto_takes_the_default_and_the_multiplier_scales_the_default_learning_rate(fast_client, training_file):
+    auto = {"n_epochs": "auto", "batch_size": "auto", "learning_rate_multiplier": "auto"}
+    defaults = created(fast_client, job_request(training_file) | {"hyperparameters": auto})["hyperparameters"]
+    doubled = created(fast_client, job_request(training_file) | {"hyperparameters": {"learning_rate_multiplier": 2}})
+    assert (defaults["n_epochs"], defaults["batch_size"], defaults["learning_rate_multiplier"]) == (1.0, 4, 1.0)
+    assert doubled["hyperparameters"]["learning_rate"] == 2 * defaults["learning_rate"]
+
+
+def test_the_method_s_nested_hyperparameters_win_over_the_request_s_own(fast_client, training_file):
+    body = job_request(training_file) | {
+        "hyperparameters": {"batch_size": 2, "lora_rank": 8},
+        "method": {"type": "supervised", "supervised": {"hyperparameters": {"batch_size": 1}}},
+    }
+    job = created(fast_client, body)
+    assert (job["method"]["type"], job["hyperparameters"]["batch_size"]) == ("sft", 1)
+    assert job["hyperparameters"]["lora"]["rank"] == 8
+
+
+def test_the_api_schema_shows_every_knob_a_job_takes(fast_client):
+    schemas = fast_client.get("/openapi.json").json()["components"]["schemas"]
+    hyperparameters = schemas["HyperparametersRequest"]["properties"]
+    assert {"n_epochs", "learning_rate_multiplier", "lora", "lora_rank", "save_steps", "max_steps"} <= set(
+        hyperparameters
+    )
+    assert hyperparameters["n_epochs"]["maximum"] == 100
+    assert {"type", "mask_ratio", "supervised", "self_training"} <= set(schemas["MethodRequest"]["properties"])
 
 
 def test_an_eval_file_cannot_be_a_training_file(fast_client):
