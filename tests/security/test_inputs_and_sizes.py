@@ -28,6 +28,7 @@ from cuset_core.cli.verify import _print_human
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.cpu import run_cpu_tier
 from cuset_core.verify.execution.library_cache import LibraryCache
+from cuset_core.verify.execution.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict, VerifyResult
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 from cuset_core.verify.source.static import check_static
@@ -71,9 +72,14 @@ BEYOND_INT = scale_problem(65536, 65536)  # 2^32 elements: more than an int coun
 FITS = scale_problem(64, 1024)  # small enough for a rerun at its original sizes
 
 
+# The module's candidates are one batch, as an eval's samples are: one reference run per problem
+# and settings (a reference side is a sandboxed process that imports torch, seconds of CPU).
+REFERENCES = ReferencePool()
+
+
 def tier2(answer: str, libraries: LibraryCache, settings: VerifySettings = KERNELS, problem: str = ROWSUM):
     assert check_static(parse_candidate(answer)) is None, "the attack must get past tier 0 to mean anything"
-    return run_cpu_tier(problem, parse_candidate(answer), settings, libraries)
+    return run_cpu_tier(problem, parse_candidate(answer), settings, libraries, REFERENCES)
 
 
 def assert_verdict(result: VerifyResult, verdict: Verdict, *words: str) -> None:

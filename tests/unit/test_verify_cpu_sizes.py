@@ -13,6 +13,7 @@ import pytest
 from cuset_core.verify.candidate import parse_candidate
 from cuset_core.verify.cpu import run_cpu_tier
 from cuset_core.verify.cpu.sizes import ORIGINAL_SIZE_FACTOR
+from cuset_core.verify.execution.reference_pool import ReferencePool
 from cuset_core.verify.result import Tier, Verdict
 from cuset_core.verify.settings import SandboxLimits, VerifySettings
 
@@ -139,8 +140,13 @@ class ModelNew(nn.Module):
 '''
 
 
+# The module's candidates are one batch, as an eval's samples are: one reference run per problem
+# and settings (a reference side is a sandboxed process that imports torch, seconds of CPU).
+REFERENCES = ReferencePool()
+
+
 def tier2(problem: str, candidate: str, settings: VerifySettings):
-    return run_cpu_tier(problem, parse_candidate(candidate), settings)
+    return run_cpu_tier(problem, parse_candidate(candidate), settings, references=REFERENCES)
 
 
 def test_a_reduction_that_breaks_the_reference_runs_the_original_sizes():

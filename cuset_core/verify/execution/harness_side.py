@@ -13,6 +13,7 @@ This module runs inside the sandbox, so it imports only the standard library and
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -70,7 +71,13 @@ def run_side(
     candidate's runs after the outputs are final."""
     if argv[:1] == [LATE_FILES]:
         argv = argv[1:]
+        # torch's import makes some 10^5 objects and no garbage worth collecting: without the
+        # collector it costs ~7% less CPU (2.7 s instead of 2.9 s a side, perf stat), and frozen,
+        # they are not scanned again by the collections of the run.
+        gc.disable()
         warm_up()
+        gc.freeze()
+        gc.enable()
         unpack_files(sys.stdin.buffer.read(), Path(argv[1]).resolve().parent)
     side, job, workdir = read_job(argv, job_type)
     timings: dict[str, float] = {}
