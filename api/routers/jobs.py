@@ -79,7 +79,7 @@ def job_object(job: Job) -> JobObject:
         user_provided_suffix=job.suffix,
         prompt_style=job.spec.prompt_style,
         result_files=job.result_files or [],
-        integrations=[integration.model_dump(mode="json") for integration in job.spec.integrations],
+        integrations=job.spec.integrations,
     )
 
 

@@ -290,7 +290,7 @@ class JobObject(BaseModel):
     metadata: dict[str, str] | None
     method: MethodView
     estimated_finish: int | None
-    integrations: list[Any] = []
+    integrations: list[Integration] = []
     progress: JobProgress
     user_provided_suffix: str | None
     prompt_style: Literal["kernelbench", "compact"] = Field(description="the prompt the records are tuned with")
