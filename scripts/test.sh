@@ -10,7 +10,7 @@
 #                 mark them; the parallel lane does not collect them) on up to 4 processes (pytest-xdist): each process has
 #                 a service of its own (a fresh Postgres database, Redis key prefix, Celery workers
 #                 and API server); the fault tests stop and restart private servers of their own
-#   unprivileged  (when run as root, beside the parallel and services lanes) the sandbox and security tests as an
+#   unprivileged  (when run as root, beside the services lane) the sandbox and security tests as an
 #                 unprivileged user, the way the shipped image runs the verifier
 #                 (scripts/test_unprivileged.sh); the forged-verdict suite, the attack variations, the
 #                 second-size attack, the batch-isolation, the device-boundary and the data-flow policy
@@ -87,10 +87,11 @@ lane() {  # lane NAME COMMAND...: run and time one lane; remember it when it fai
 }
 lane preludes prepare_preludes
 # The newest-Python lane's set-up (a virtual environment and its own preludes, about 150 CPU-s) at
-# the lowest priority from now on: it takes what the lanes leave idle instead of competing with
-# them. A session of its own at autogroup niceness 19: plain nice works only within an autogroup,
-# and the tests' own session idles while they wait on sandboxes (sessions of their own), so a
-# nice-19 job in it took that share at full speed.
+# the lowest priority from now on: it takes what the parallel lane leaves idle (its last tests run
+# on fewer workers than cores) instead of competing with the services lane later. A session of its
+# own at autogroup niceness 19: plain nice works only within an autogroup, and the tests' own
+# session idles while they wait on sandboxes (sessions of their own), so a nice-19 job in it took
+# that share at full speed.
 mkdir -p .cache
 rm -f .cache/newest-python-prepare.exit
 (started=$SECONDS code=0
@@ -98,20 +99,6 @@ rm -f .cache/newest-python-prepare.exit
      >.cache/newest-python-prepare.log 2>&1 || code=$?
  echo "newest-python set-up (nice 19, from the parallel lane on): $((SECONDS - started)) s, exit $code" >>.cache/newest-python-prepare.log
  echo "$code" >.cache/newest-python-prepare.exit) &
-# The unprivileged lane, then the newest-Python lane, run beside the parallel and services lanes,
-# from the start: the unprivileged lane runs one test at a time (its sandboxes share one uid's
-# process limit), so it uses about one core; beside the services lane only, its last minutes ran
-# alone on one of two cores (CI: 887 s against the services lane's 696 s). Their output is shown
-# once all are done.
-(status=0  # this subshell's own lanes; the parent's failures are the parent's to report
- if [ "$(id -u)" = 0 ]; then lane unprivileged bash scripts/test_unprivileged.sh >.cache/unprivileged.log 2>&1; fi
- # Its set-up may still be running (at nice 19, in the parent shell): the lane waits for it.
- until [ -f .cache/newest-python-prepare.exit ]; do sleep 1; done
- code=$(cat .cache/newest-python-prepare.exit)
- if [ "$code" != 0 ]; then cat .cache/newest-python-prepare.log; else tail -n 1 .cache/newest-python-prepare.log; fi >.cache/newest-python.log
- lane newest-python bash scripts/test_newest_python.sh >>.cache/newest-python.log 2>&1
- exit "$status") &
-beside=$!
 unprivileged=()
 if [ "$(id -u)" = 0 ]; then
     unprivileged=(--ignore tests/security/test_forged_verdicts.py --ignore tests/security/test_attack_variations.py
@@ -121,11 +108,22 @@ if [ "$(id -u)" = 0 ]; then
 fi
 lane parallel "${pytest[@]}" "${parallel[@]}" "${durations[@]}" -m "not integration and not browser" \
     --ignore tests/integration --ignore tests/browser ${unprivileged[@]+"${unprivileged[@]}"}
+# The unprivileged lane, then the newest-Python lane, run beside the services lane, whose tests
+# spend much of their time waiting on workers and servers; their output is shown once all are done.
+(status=0  # this subshell's own lanes; the parent's failures are the parent's to report
+ if [ "$(id -u)" = 0 ]; then lane unprivileged bash scripts/test_unprivileged.sh >.cache/unprivileged.log 2>&1; fi
+ # Its set-up may still be running (at nice 19, in the parent shell): the lane waits for it.
+ until [ -f .cache/newest-python-prepare.exit ]; do sleep 1; done
+ code=$(cat .cache/newest-python-prepare.exit)
+ if [ "$code" != 0 ]; then cat .cache/newest-python-prepare.log; else tail -n 1 .cache/newest-python-prepare.log; fi >.cache/newest-python.log
+ lane newest-python bash scripts/test_newest_python.sh >>.cache/newest-python.log 2>&1
+ exit "$status") &
+beside=$!
 lane services "${pytest[@]}" -n auto --maxprocesses 4 "${durations[@]}" -m "integration or browser" tests/integration tests/browser
 code=0
 wait "$beside" || code=$?
 for log in unprivileged newest-python; do
-    if [ -f ".cache/$log.log" ]; then echo "lane $log (run beside the others):"; cat ".cache/$log.log"; fi
+    if [ -f ".cache/$log.log" ]; then echo "lane $log (run beside services):"; cat ".cache/$log.log"; fi
 done
 if [ "$code" != 0 ]; then status=$code; failed+=("unprivileged or newest-python"); fi
 if [ "$status" != 0 ]; then
