@@ -20,6 +20,7 @@ device boundary (the default):
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -269,6 +270,34 @@ def test_the_seed_and_the_inputs_file_are_nowhere_the_host_can_read(libraries):
         if found:
             raise RuntimeError(f"the host found {found}")
         return ext.rowsum(x)"""
+    assert_verdict(tier2(rowsum_candidate(forward), libraries), Verdict.PASS)
+
+
+# Another road for the inputs: the host's own Python objects. The harness freezes what it imported
+# before the candidate runs (fewer objects for each collection to scan); the candidate unfreezes
+# them and searches everything the collector tracks for a host tensor of the input's shape, from
+# forward itself and from a thread of its own. Finding one: a wrong answer.
+SEARCH_THE_COLLECTOR = """        import gc
+        gc.unfreeze()
+        shape = tuple(x.shape)
+        found = [o for o in gc.get_objects()
+                 if isinstance(o, torch.Tensor) and o is not x and tuple(o.shape) == shape and o.device.type == "cpu"]
+        if found:
+            raise RuntimeError(f"the host found {len(found)} tensors of the input's shape")"""
+
+
+@pytest.mark.parametrize("where", ["forward", "thread"])
+def test_the_inputs_are_among_no_object_the_hosts_collector_tracks(libraries, where):
+    search = SEARCH_THE_COLLECTOR
+    if where == "thread":
+        search = (
+            "        import threading\n        failures = []\n\n        def look():\n            try:\n"
+            + textwrap.indent(search, " " * 8)
+            + "\n            except RuntimeError as exc:\n                failures.append(exc)\n\n"
+            "        worker = threading.Thread(target=look)\n        worker.start()\n        worker.join()\n"
+            "        if failures:\n            raise failures[0]"
+        )
+    forward = search + "\n        return ext.rowsum(x)"
     assert_verdict(tier2(rowsum_candidate(forward), libraries), Verdict.PASS)
 
 
