@@ -91,8 +91,8 @@ class HyperparametersRequest(Hyperparameters):
 
 
 class SupervisedRequest(BaseModel):
-    """OpenAI's ``method.supervised``: its hyperparameters (the request's own take precedence
-    under theirs)."""
+    """OpenAI's ``method.supervised``: its hyperparameters, which win over the request's own
+    ``hyperparameters`` field by field."""
 
     model_config = ConfigDict(extra="forbid")
 
