@@ -4,7 +4,8 @@
     .venv/bin/python scripts/run_elementwise.py data        # only write the family's data and split.json
     .venv/bin/python scripts/run_elementwise.py compare     # the comparison at the gate's steps (resumes)
     .venv/bin/python scripts/run_elementwise.py report      # comparison/report.md from what has finished
-    .venv/bin/python scripts/run_elementwise.py gate --model qwen2.5-coder-0.5b   # the 0.5B model's gate
+    .venv/bin/python scripts/run_elementwise.py gate --model qwen2.5-coder-0.5b      # the 0.5B model's gate
+    .venv/bin/python scripts/run_elementwise.py compare --model qwen2.5-coder-0.5b   # its comparison
 
 A 135M model can learn a narrow template. The family is every KernelBench level-1 problem of
 ../shared/data whose reference is one elementwise operation, plus the demo's elementwise problems
@@ -23,7 +24,8 @@ once for the base model (``comparison/base/confidence``) and once per comparison
 The gate (issue 14, part 4): train ``sft`` seed 0 (LoRA, 4 sequences per optimizer step) for
 GATE_STEPS steps and evaluate greedy answers (tier cpu) of both held-out sets at GATE_EVAL_STEPS,
 while training goes on. It passes when greedy compile@1 on unseen operations >= 0.2 or
-cpu_correct@1 on seen operations >= 0.2. Everything is resumable: rerunning skips finished stages
+cpu_correct@1 on seen operations >= 0.2, at the first evaluated step that does (training stops there:
+later steps cannot change the decision). Everything is resumable: rerunning skips finished stages
 and resumes training from its last checkpoint. Outputs: ``experiments/elementwise/`` (split.json,
 status.json, gate.json, runs/<name>/ with job, progress and evals); data and weights go to
 gitignored ``runs/elementwise-data``.
@@ -124,20 +126,14 @@ REGIMES = {
 }
 
 
-def use_regime(model: str) -> None:
-    """Point the stages at ``model``'s regime (REGIMES): its size, output folder and gate steps."""
-    global SIZE, OUT, GATE_STEPS, GATE_EVAL_STEPS
-    SIZE, OUT, GATE_EVAL_STEPS = REGIMES[model]
-    GATE_STEPS = SIZE.max_steps
-
-
 # The comparison (issue 14, part 5) at the gate's number of steps: the gate passed at its first
 # evaluation, step 50, so every run trains 50 steps (its learning-rate schedule ends there too).
 # Per problem: one greedy answer and 4 i.i.d. answers at temperature 0.7 (pass@1, pass@4).
 COMPARE_STEPS = 50
 COMPARE = dataclasses.replace(SIZE, max_steps=COMPARE_STEPS, samples=5, temperature=0.7)
 COMPARE_DIR = OUT / "comparison"
-RESULTS_DOC = ROOT / "docs" / "results.md"  # its `generated:elementwise` block is report.md's tables
+RESULTS_DOC = ROOT / "docs" / "results.md"  # its `generated:<DOC_BLOCK>` block is report.md's tables
+DOC_BLOCK = "elementwise"
 COMPARE_METHODS = (
     common.Run("sft", 0),
     common.Run("cuset", 0),
@@ -152,6 +148,26 @@ EVAL_SETS = ("unseen", "seen")
 CONFIDENCE_MAX_TOKENS = 2048
 BASE = "base"
 PROXIES = ("nll", "top1_accuracy", "region_exact_match", "mean_p")
+
+# The 0.5B comparison (issue 48, part 3): the two arms and two seeds of the rule written before its
+# first run (experiments/elementwise-qwen05b/README.md), in its tie-break order. Its step count is
+# the one its gate passed at (gate.json), its sampling the 135M comparison's.
+QWEN_COMPARE_RUNS = [common.Run("sft", 0), common.Run("cuset", 0), common.Run("sft", 1), common.Run("cuset", 1)]
+
+
+def use_regime(model: str) -> None:
+    """Point the stages at ``model``'s regime (REGIMES): its size, output folder and gate steps,
+    and for the 0.5B model its comparison (runs, steps from its gate, report block)."""
+    global SIZE, OUT, GATE_STEPS, GATE_EVAL_STEPS, COMPARE, COMPARE_DIR, COMPARE_STEPS, COMPARE_RUNS, DOC_BLOCK
+    SIZE, OUT, GATE_EVAL_STEPS = REGIMES[model]
+    GATE_STEPS = SIZE.max_steps
+    if model != QWEN_SIZE.model:
+        return
+    COMPARE_DIR, COMPARE_RUNS, DOC_BLOCK = OUT / "comparison", QWEN_COMPARE_RUNS, "elementwise-qwen05b"
+    gate_file = OUT / "gate.json"
+    passed = json.loads(gate_file.read_text())["passed_at"] if gate_file.is_file() else []
+    COMPARE_STEPS = min(passed) if passed else 0  # 0: compare() refuses until the gate has passed
+    COMPARE = dataclasses.replace(SIZE, max_steps=COMPARE_STEPS, samples=5, temperature=0.7)
 
 
 def split_ops() -> tuple[list[str], list[str]]:
@@ -316,33 +332,44 @@ def gate(args) -> None:
             if model is None or common.STOPPING.is_set():
                 return
             evaluate(common.rel(model), f"step-{step}")
+            if step in gate_steps(run_dir)["passed_at"]:
+                # The rule takes the first passing step: later steps cannot change the decision, and
+                # at 0.5B each costs an hour of training and evaluation on two cores.
+                common.log(f"gate: passed at step {step}; training stops here")
+                trainer.passed_at = step
+                for process in list(common.CHILDREN):
+                    process.send_signal(signal.SIGINT)  # `cuset tune` checkpoints and stops
+                return
 
     class Trainer(threading.Thread):
         def __init__(self) -> None:
             super().__init__()
             self.done = threading.Event()
             self.ok = False
+            self.passed_at: int | None = None
 
         def run(self) -> None:
             try:
                 self.ok = common.train(SIZE, run, run_dir, SIZE.model, DATA_DIR / "train.jsonl")
-                common.mark(status, f"{run.name}/train", "done" if self.ok else "failed")
+                state = "done" if self.ok else f"stopped at step {self.passed_at}" if self.passed_at else "failed"
+                common.mark(status, f"{run.name}/train", state)
             finally:
                 self.done.set()
 
     signal.signal(signal.SIGTERM, common.stop_children)
     signal.signal(signal.SIGINT, common.stop_children)
     trainer = Trainer()
-    trainer.start()
-    watch()
-    trainer.join()
-    if args.base:
+    if not gate_steps(run_dir)["passed_at"]:
+        trainer.start()
+        watch()
+        trainer.join()
+    if args.base and not common.STOPPING.is_set():
         evaluate(SIZE.model, "base")
     write_gate(split, run_dir)
 
 
-def write_gate(split: dict, run_dir: Path) -> None:
-    """gate.json: the greedy figures at each evaluated step and the decision."""
+def gate_steps(run_dir: Path) -> dict:
+    """The greedy figures of every gate step evaluated on both sets, and the steps that pass."""
     steps = {}
     for step in GATE_EVAL_STEPS:
         unseen, seen = (run_dir / f"step-{step}" / f"eval_{n}" / "results.json" for n in ("unseen", "seen"))
@@ -358,6 +385,13 @@ def write_gate(split: dict, run_dir: Path) -> None:
         for step, f in steps.items()
         if f["unseen_compile@1"] >= GATE_COMPILE_UNSEEN or f["seen_cpu_correct@1"] >= GATE_CORRECT_SEEN
     ]
+    return {"steps": steps, "passed_at": passed}
+
+
+def write_gate(split: dict, run_dir: Path) -> None:
+    """gate.json: the greedy figures at each evaluated step and the decision."""
+    figures = gate_steps(run_dir)
+    steps, passed = figures["steps"], figures["passed_at"]
     gate = {
         "rule": f"greedy compile@1 on unseen operations >= {GATE_COMPILE_UNSEEN} or cpu_correct@1 on seen "
         f"operations >= {GATE_CORRECT_SEEN}",
@@ -391,6 +425,9 @@ def compare() -> None:
     """The base model's proxies, then train, evaluate and measure the proxies of every comparison
     run in turn; finished stages are skipped on a rerun, and an interrupted training run resumes
     from its last checkpoint."""
+    if COMPARE_STEPS == 0:
+        common.log(f"compare: the gate has not passed (no {common.rel(OUT / 'gate.json')} with a passing step)")
+        return
     records = ensure_data()["confidence_heldout"]["records"]
     status = COMPARE_DIR / "status.json"
     signal.signal(signal.SIGTERM, common.stop_children)
@@ -806,9 +843,6 @@ def report() -> None:
         results_report.insert(RESULTS_DOC, DOC_BLOCK, "\n".join(doc_block(lines[2:])))
 
 
-DOC_BLOCK = "elementwise"
-
-
 def doc_block(lines: list[str]) -> list[str]:
     """report.md's body as docs/results.md shows it: under that page's comparison heading (two
     levels down), its plots addressed from docs/."""
@@ -832,12 +866,8 @@ def main() -> None:
         action="store_false",
         help="skip the untuned base model's evaluation (after the gate's)",
     )
-    parser.add_argument(
-        "--model", choices=tuple(REGIMES), default=SIZE.model, help="whose regime (the comparison: 135M only)"
-    )
+    parser.add_argument("--model", choices=tuple(REGIMES), default=SIZE.model, help="whose regime")
     args = parser.parse_args()
-    if args.model != SIZE.model and args.stage in ("compare", "report"):
-        parser.error(f"--model {args.model}: only the gate runs for it so far")
     use_regime(args.model)
     if args.stage == "data":
         print(json.dumps(write_data(), indent=1))

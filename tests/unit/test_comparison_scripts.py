@@ -149,6 +149,43 @@ def test_the_gate_reads_the_greedy_block_not_pass_at_k(tmp_path):
     assert elementwise.metric(results, "compile@1") == 0.5
 
 
+def greedy_results(folder: Path, compile_rate: float, correct_rate: float) -> None:
+    folder.mkdir(parents=True)
+    metrics = {"compile@1": compile_rate, "cpu_correct@1": correct_rate}
+    (folder / "results.json").write_text(json.dumps({"aggregate": {"greedy": {"metrics": metrics}}}))
+
+
+def test_the_gate_passes_at_each_step_whose_both_sets_meet_the_rule_and_the_comparison_trains_the_first(
+    tmp_path, monkeypatch
+):
+    elementwise = load_script("run_elementwise")
+    monkeypatch.setattr(elementwise, "REGIMES", {**elementwise.REGIMES})
+    qwen = "qwen2.5-coder-0.5b"
+    size, _, eval_steps = elementwise.REGIMES[qwen]
+    elementwise.REGIMES[qwen] = (size, tmp_path, eval_steps)
+    elementwise.use_regime(qwen)
+    run_dir = tmp_path / "runs" / "sft-s0"
+    first, second, third = eval_steps
+    greedy_results(run_dir / f"step-{first}" / "eval_unseen", 0.1, 0.0)  # below both bounds
+    greedy_results(run_dir / f"step-{first}" / "eval_seen", 0.4, 0.0)
+    greedy_results(run_dir / f"step-{second}" / "eval_unseen", 0.5, 0.1)  # unseen compile@1 passes
+    greedy_results(run_dir / f"step-{second}" / "eval_seen", 0.2, 0.0)
+    greedy_results(run_dir / f"step-{third}" / "eval_unseen", 0.6, 0.1)  # the seen set was not evaluated
+
+    assert elementwise.gate_steps(run_dir)["passed_at"] == [second]
+    assert elementwise.COMPARE_STEPS == 0  # no gate.json yet: compare refuses to start
+
+    elementwise.write_gate({"train": {"records": 104}}, run_dir)
+    gate = json.loads((tmp_path / "gate.json").read_text())
+    assert gate["decision"] == "pass" and sorted(gate["steps"]) == [str(first), str(second)]
+
+    elementwise.use_regime(qwen)
+    assert elementwise.COMPARE_STEPS == second and elementwise.COMPARE.max_steps == second
+    assert elementwise.COMPARE_DIR == tmp_path / "comparison" and elementwise.DOC_BLOCK == "elementwise-qwen05b"
+    assert [run.name for run in elementwise.COMPARE_RUNS] == ["sft-s0", "cuset-s0", "sft-s1", "cuset-s1"]
+    assert elementwise.COMPARE.model == qwen and elementwise.COMPARE.samples == 5
+
+
 def test_the_elementwise_split_holds_out_operations_not_rows():
     elementwise = load_script("run_elementwise")
     trained, held = elementwise.split_ops()
