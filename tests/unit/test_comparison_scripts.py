@@ -450,3 +450,31 @@ def test_the_adapter_to_ship_is_the_best_over_both_sets_with_ties_to_the_earlier
     ]
     assert "**cuset_v1-s0** (pass@4 0.133, greedy cpu_correct@1 0.067" in elementwise.best_run_lines(rows)[2]
     assert "**sft-s0**" in elementwise.best_run_lines(rows[:2])[2]
+
+
+def test_level_one_holds_out_whole_problems_that_fit_the_eval_and_never_an_elementwise_one():
+    from cuset_core.data.records import Message, Record
+
+    level1 = load_script("run_level1")
+    elementwise_problems = set(level1.elementwise.KERNELBENCH_OPS)
+
+    def record(group: str, answer_tokens: int) -> Record:
+        answer = KERNEL_ANSWER.replace("class ModelNew", f'PAD = "{"pad " * answer_tokens}"\n\nclass ModelNew')
+        messages = [Message(role="user", content="p"), Message(role="assistant", content=answer)]
+        return Record(messages=messages, line=1, group=group, problem=PROBLEM)
+
+    records = [record(f"1/{n}", 100) for n in range(1, 41) for _ in range(2)]
+    records += [record("1/41", 5_000), record("2/3", 100)]  # too long to finish; level 2
+
+    def count(text: str) -> int:
+        return text.count("pad ")
+
+    split = level1.level1_split(records, count)
+
+    assert len(split.held_out) == level1.HELD_OUT and split.held_out == level1.level1_split(records, count).held_out
+    assert "1/41" not in split.held_out and not {g.removeprefix("1/") for g in split.held_out} & elementwise_problems
+    trained = {record.group for record in split.train}
+    assert not trained & set(split.held_out) and "2/3" not in trained and "1/41" in trained
+    assert not {g.removeprefix("1/") for g in trained} & elementwise_problems
+    assert trained | set(split.held_out) == {f"1/{n}" for n in range(1, 42) if str(n) not in elementwise_problems}
+    assert all("one thread per element" not in record.answer for record in split.train)  # answers compacted
