@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import random
 import resource
 import shutil
 import signal
@@ -82,6 +83,50 @@ the highest pass@4 pooled over both held-out sets; it replaces the shipped `cuse
 the paired bootstrap 95% interval of its pass@4 minus the shipped adapter's pass@4, over the
 unseen-operation problems, lies wholly above 0, and its seen-operation pass@4 is not lower than the
 shipped adapter's by more than 0.1. Otherwise the shipped adapter stays."""
+
+
+# Issue 48, part 5: the same loop from the 0.5B comparison's start (`--model qwen2.5-coder-0.5b`),
+# sized to two cores. A 135M round (96 problems x 4 answers) took 2.4 CPU-hours; the 0.5B model
+# decodes about a third as many tokens per CPU second, so its K=8 over the whole pool would be ~15
+# CPU-hours a round. Hence one arm (CuSeT, the method under test), K=8, a seeded quarter of the pool
+# (QWEN_POOL_PROBLEMS: 192 answers, ~3.5 CPU-hours a round) and two rounds. Round 0 is the 0.5B
+# comparison's cuset-s0 run, whose adapter is the start when this checkout trained it.
+QWEN = "qwen2.5-coder-0.5b"
+QWEN_POOL_PROBLEMS = 24
+
+
+def use_regime(model: str) -> None:
+    """Point every stage at ``model``'s self-training (the 0.5B one: its own folders, arms, K, pool)."""
+    global RESULTS, RUNS, POOL, ARMS, ROUNDS, SAMPLES, SIZE, COMPARISON
+    elementwise.use_regime(model)
+    if model != QWEN:
+        return
+    RESULTS, RUNS = ROOT / "experiments" / "self_training_qwen05b", ROOT / "runs" / "self-training-qwen05b"
+    POOL, ARMS, ROUNDS, SAMPLES = RESULTS / "pool.jsonl", ("cuset",), 2, 8
+    SIZE, COMPARISON = elementwise.COMPARE, elementwise.COMPARE_DIR
+    if not POOL.is_file():
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        POOL.write_text(pool_subset((ROOT / "experiments" / "self_training" / "pool.jsonl").read_text()))
+
+
+def pool_subset(pool: str) -> str:
+    """QWEN_POOL_PROBLEMS of the pool's JSONL lines, a seeded draw, in the pool's order."""
+    rows = pool.splitlines(keepends=True)
+    drawn = set(random.Random(0).sample(range(len(rows)), QWEN_POOL_PROBLEMS))
+    return "".join(row for index, row in enumerate(rows) if index in drawn)
+
+
+def start_from_comparison(arm: str, start: Path) -> None:
+    """Take the comparison's own run of ``arm`` seed 0 as the start when this checkout has its
+    weights (the same job: data, seed and settings), instead of training it again."""
+    trained = COMPARISON / f"{arm}-s0"
+    files = [trained / name for name in ("adapter_config.json", "adapter_model.safetensors", *ADAPTER_FILES)]
+    if common.trained(start) or not common.trained(trained) or not all(path.is_file() for path in files):
+        return
+    start.mkdir(parents=True, exist_ok=True)
+    for path in [*files, *trained.glob("cuset_base.json")]:
+        shutil.copyfile(path, start / path.name)
+    common.log(f"{common.rel(start)}: the comparison's {common.rel(trained)}")
 
 
 def improve_config(arm: str, start: Path, rounds: int) -> dict:
@@ -243,6 +288,7 @@ def run_round(arm: str, round_: int) -> bool:
     """Round ``round_`` of ``arm`` (and what it needs first) and its evaluation; whether all finished."""
     start = RUNS / f"{arm}-s0"
     restore_adapter(RESULTS / arm / "start", start)
+    start_from_comparison(arm, start)
     with counted(RESULTS / arm / "start", "tune"):
         if not common.train(SIZE, common.Run(arm, 0), start, SIZE.model, elementwise.DATA_DIR / "train.jsonl"):
             return False
@@ -281,6 +327,9 @@ def run_round(arm: str, round_: int) -> bool:
 
 def run() -> None:
     common.yield_to_other_sessions()
+    if SIZE.max_steps <= 0:
+        common.log("the 0.5B gate has not passed yet: the comparison's steps, and so the start, are unknown")
+        return
     elementwise.ensure_data()
     check_pool()
     signal.signal(signal.SIGTERM, common.stop_children)
@@ -366,7 +415,7 @@ def report() -> None:
     paired bootstrap interval against round 0 of the same arm; then the ship rule applied."""
     from cuset_core.evaluation.compare import compare_runs, read_run
 
-    lines = ["# Verified self-training: per-round figures", "", SHIP_RULE, ""]
+    lines = [f"# Verified self-training from {SIZE.model}: per-round figures", "", SHIP_RULE, ""]
     for arm in ARMS:
         lines += [
             f"## {arm}",
@@ -464,7 +513,10 @@ def _passed_answers(arm: str, round_: int) -> list[tuple[str, str, str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("stage", choices=("run", "save", "report", "reverify"))
-    {"run": run, "save": save, "report": report, "reverify": reverify}[parser.parse_args().stage]()
+    parser.add_argument("--model", choices=(elementwise.SIZE.model, QWEN), default=elementwise.SIZE.model)
+    args = parser.parse_args()
+    use_regime(args.model)
+    {"run": run, "save": save, "report": report, "reverify": reverify}[args.stage]()
 
 
 if __name__ == "__main__":

@@ -478,3 +478,31 @@ def test_level_one_holds_out_whole_problems_that_fit_the_eval_and_never_an_eleme
     assert not {g.removeprefix("1/") for g in trained} & elementwise_problems
     assert trained | set(split.held_out) == {f"1/{n}" for n in range(1, 42) if str(n) not in elementwise_problems}
     assert all("one thread per element" not in record.answer for record in split.train)  # answers compacted
+
+
+def test_the_half_billion_self_training_draws_a_seeded_quarter_of_the_pool_and_starts_from_the_comparisons_run(
+    tmp_path, monkeypatch
+):
+    self_training = load_script("run_self_training")
+    pool = "".join(json.dumps({"id": f"p{n}", "problem": PROBLEM}) + "\n" for n in range(96))
+    subset = self_training.pool_subset(pool)
+    ids = [json.loads(line)["id"] for line in subset.splitlines()]
+    assert len(ids) == len(set(ids)) == self_training.QWEN_POOL_PROBLEMS and subset == self_training.pool_subset(pool)
+    assert ids == sorted(ids, key=lambda i: int(i[1:]))  # in the pool's order
+
+    monkeypatch.setattr(self_training, "COMPARISON", tmp_path / "comparison")
+    monkeypatch.setattr(self_training.common, "ROOT", tmp_path)  # the log names paths from the root
+    trained = tmp_path / "comparison" / "cuset-s0"
+    trained.mkdir(parents=True)
+    for name in ("adapter_config.json", "adapter_model.safetensors", "job_base.json", "cuset_base.json"):
+        (trained / name).write_text(name)
+    (trained / "progress.jsonl").write_text(json.dumps({"type": "progress", "step": 20}) + "\n")
+    start = tmp_path / "runs" / "cuset-s0"
+
+    self_training.start_from_comparison("cuset", start)
+    assert not start.exists()  # the comparison's run has not finished: nothing to start from
+
+    (trained / "progress.jsonl").write_text(json.dumps({"type": "done"}) + "\n")
+    self_training.start_from_comparison("cuset", start)
+    assert sorted(path.name for path in start.iterdir()) == sorted(path.name for path in trained.iterdir())
+    assert (start / "adapter_model.safetensors").read_text() == "adapter_model.safetensors"
