@@ -77,6 +77,7 @@ class Size:
     parallel: int = 1  # runs trained/evaluated at once (1 on shared CPUs; several share one big GPU)
     gpu_generate: bool = False  # generate eval answers on the GPU here, then score with `cuset eval --answers`
     temperature: float = 0.8  # of the K-1 i.i.d. samples
+    eval_dtype: str = "auto"  # the weights while evaluations generate (`cuset eval --dtype`)
 
 
 SIZES = {
@@ -431,6 +432,8 @@ def evaluate(size: Size, model: str, out: Path, problems: Path) -> bool:
             "--batch-size",
             str(size.eval_batch_size),
         ]
+        if size.eval_dtype != "auto":
+            command += ["--dtype", size.eval_dtype]
     log(f"eval {model} -> {rel(out)}")
     code = call(command)
     return code == 0 and (out / "results.json").is_file()

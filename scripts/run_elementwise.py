@@ -117,8 +117,15 @@ SIZE = common.Size(
 # checkpointing; outputs under experiments/elementwise-qwen05b/ (its own split.json, status.json,
 # gate.json and runs/), the data shared with the 135M regime (runs/elementwise-data).
 QWEN_GATE_STEPS, QWEN_GATE_EVAL_STEPS = 60, (20, 40, 60)
+# Its evaluations generate with bfloat16 weights: on this machine's CPUs (AMX) twice float32's tokens
+# per second (docs/results.md); the gate's step-20 evaluations ran in float32, before this.
 QWEN_SIZE = dataclasses.replace(
-    SIZE, model="qwen2.5-coder-0.5b", max_steps=QWEN_GATE_STEPS, learning_rate=5e-4, gradient_checkpointing=True
+    SIZE,
+    model="qwen2.5-coder-0.5b",
+    max_steps=QWEN_GATE_STEPS,
+    learning_rate=5e-4,
+    gradient_checkpointing=True,
+    eval_dtype="bfloat16",
 )
 REGIMES = {
     SIZE.model: (SIZE, OUT, GATE_EVAL_STEPS),

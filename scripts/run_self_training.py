@@ -144,6 +144,7 @@ def improve_config(arm: str, start: Path, rounds: int) -> dict:
         "eval_problems": common.rel(elementwise.DATA_DIR / "eval_unseen.jsonl"),
         "temperature": 0.8,
         "max_new_tokens": SIZE.max_new_tokens,
+        "dtype": SIZE.eval_dtype,
         "prompt_style": "compact",
         "method": job["method"],
         "lora": job["lora"],

@@ -45,7 +45,7 @@ def adapter_name(model_id: str) -> str:
 class _Base:
     """A loaded base model and the adapters attached to it (name -> adapter folder)."""
 
-    key: tuple[str, str | None]
+    key: tuple[str, str | None, torch.dtype]
     model: Any  # a transformers model (not typed here), a PeftModel once an adapter is attached
     tokenizer: Any
     adapters: OrderedDict[str, Path] = field(default_factory=OrderedDict)
@@ -61,13 +61,14 @@ class ModelCache:
         self._lock = threading.RLock()
 
     @contextmanager
-    def use(self, spec: str, name: str | None = None) -> Iterator[tuple]:
+    def use(self, spec: str, name: str | None = None, dtype: torch.dtype | None = None) -> Iterator[tuple]:
         """``(model, tokenizer)`` for ``spec`` (a base spec or a tuned adapter folder), in eval
-        mode on the device, with the adapter ``name`` (default: the spec) active, or every
-        adapter disabled for a base spec."""
+        mode on the device, its weights in ``dtype`` (default ``inference_dtype()``), with the
+        adapter ``name`` (default: the spec) active, or every adapter disabled for a base spec."""
         with self._lock:
             source = resolve_model(spec)
-            base = self._load_base(read_base_spec(source.adapter) if source.adapter else str(spec), source)
+            base_spec = read_base_spec(source.adapter) if source.adapter else str(spec)
+            base = self._load_base(base_spec, source, dtype or inference_dtype())
             if source.adapter is None:
                 disabled = base.model.disable_adapter() if base.adapters else nullcontext()
                 with disabled:
@@ -97,14 +98,14 @@ class ModelCache:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
 
-    def _load_base(self, base_spec: str, source: ModelSource) -> _Base:
-        """The base model of ``source`` (keyed by its files, so two specs naming the same
-        model share it), loaded from ``base_spec`` unless it already is."""
-        key = (str(source.folder), source.gguf_file)
+    def _load_base(self, base_spec: str, source: ModelSource, dtype: torch.dtype) -> _Base:
+        """The base model of ``source`` in ``dtype`` (keyed by its files and dtype, so two specs
+        naming the same model share it), loaded from ``base_spec`` unless it already is."""
+        key = (str(source.folder), source.gguf_file, dtype)
         if self._base is not None and self._base.key == key:
             return self._base
         self.release()  # one base per device: a second would not fit next to a 7B model
-        model, tokenizer = load_model(base_spec, inference_dtype(), with_adapter=False)
+        model, tokenizer = load_model(base_spec, dtype, with_adapter=False)
         self._base = _Base(key, place_for_inference(model, self.device or inference_device()), tokenizer)
         return self._base
 

@@ -38,6 +38,9 @@ def improve(
     learning_rate: float = typer.Option(2e-4, "--learning-rate", min=0.0),
     temperature: float = typer.Option(0.8, "--temperature", min=0.0),
     max_new_tokens: int = typer.Option(512, "--max-tokens", min=1),
+    dtype: str = typer.Option(
+        "auto", "--dtype", help="The weights while sampling: auto, bfloat16 (on a CPU with AMX, faster), float32."
+    ),
     prompt_style: PromptStyle = typer.Option("compact", "--prompt-style"),
     workers: int = typer.Option(1, "--workers", min=1, max=64, help="Verifications at once."),
     seed: int = typer.Option(0, "--seed"),
@@ -67,6 +70,7 @@ def improve(
             hyperparameters={"max_steps": max_steps, "epochs": epochs, "learning_rate": learning_rate},
             temperature=temperature,
             max_new_tokens=max_new_tokens,
+            dtype=dtype,
             prompt_style=prompt_style,
             workers=workers,
             seed=seed,

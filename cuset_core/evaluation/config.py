@@ -15,7 +15,7 @@ from pydantic import ConfigDict, Field, model_validator
 from cuset_core.evaluation.card import CARD, recorded_eval_settings
 from cuset_core.evaluation.settings import VerificationSettings
 from cuset_core.generation.endpoint import is_endpoint_spec, parse_endpoint
-from cuset_core.models import recorded_prompt_style
+from cuset_core.models import DtypeName, recorded_prompt_style
 from cuset_core.verify.result import Tier
 
 MAX_REPAIR_ROUNDS = 10  # each round may decode again every sample that is still failing
@@ -43,6 +43,11 @@ class EvalKnobs(VerificationSettings):
     )
     seed: int = Field(0, description="seed of the i.i.d. samples' draws")
     batch_size: int = Field(4, ge=1, description="problems generated together (progress advances per batch)")
+    dtype: DtypeName = Field(
+        "auto",
+        description="the model's weights while generating: auto (bfloat16 on a GPU that supports it, else "
+        "float32), or by name (bfloat16 on a CPU with AMX: about twice float32's tokens per second)",
+    )
     repair_rounds: int = Field(
         0,
         ge=0,

@@ -104,9 +104,9 @@ def decoder_for(config: EvalConfig, api_key: str | None) -> Iterator[Decode]:
         with endpoint_decoder(config, api_key) as decode:
             yield decode
         return
-    from cuset_core.models import inference_dtype, load_model, place_for_inference
+    from cuset_core.models import load_model, place_for_inference, resolve_dtype
 
-    model, tokenizer = load_model(spec, inference_dtype())
+    model, tokenizer = load_model(spec, resolve_dtype(config.dtype))
     # generation dominates an eval's time; the GPU is what it is for
     yield model_decoder(place_for_inference(model), tokenizer, config)
 

@@ -252,6 +252,7 @@ def _sample_and_verify(
         prompt_style=config.prompt_style,
         seed=config.seed + round_,
         batch_size=config.batch_size,
+        dtype=config.dtype,
         tier=config.tier,
         workers=config.workers,
     )

@@ -111,6 +111,7 @@ class SelfTrainingRounds(BaseModel):
     temperature: float = Field(0.8, ge=0.0, le=2.0)
     top_p: float = Field(0.95, gt=0.0, le=1.0)
     max_new_tokens: int = Field(512, ge=1, le=8192, description="tokens per sampled answer")
+    dtype: DtypeName = Field("auto", description="the weights while sampling, as an eval's dtype")
 
 
 class JobSpec(BaseModel):

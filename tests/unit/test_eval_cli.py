@@ -158,6 +158,13 @@ def test_generating_with_a_model_scores_every_sample(tmp_path, problem_dir, tiny
     assert not (tmp_path / "out" / "checkpoint.jsonl").exists()  # a finished eval's results hold it all
 
 
+def test_answers_are_generated_with_the_weights_in_the_dtype_asked_for(tmp_path, problem_dir, tiny_model_dir):
+    bfloat16 = run_tiny_model(tiny_model_dir, problem_dir, tmp_path / "bf16", "--dtype", "bfloat16")
+    default = run_tiny_model(tiny_model_dir, problem_dir, tmp_path / "default")
+    assert (bfloat16["config"]["dtype"], default["config"]["dtype"]) == ("bfloat16", "auto")  # recorded
+    assert bfloat16["aggregate"]["samples"] == 2 and all(s["completion_tokens"] <= 4 for s in bfloat16["samples"])
+
+
 def test_greedy_only_by_default_and_no_greedy_draws_only_iid_samples(tmp_path, problem_dir, tiny_model_dir):
     default = run_tiny_model(tiny_model_dir, problem_dir, tmp_path / "a", "--max-new-tokens", "2")
     assert [s["greedy"] for s in default["samples"]] == [True, True]
@@ -201,6 +208,7 @@ def test_impossible_sampling_options_are_refused(problem_dir, args, message):
         (("--atol", "-1"), "error: atol: Input should be greater than or equal to 0"),
         (("--arch", "90"), "error: arch: String should match pattern"),
         (("--trials", "0"), "error: trials: Input should be greater than or equal to 1"),
+        (("--dtype", "int8"), "error: dtype: Input should be 'auto', 'bfloat16', 'float16' or 'float32'"),
     ],
 )
 def test_bad_verification_options_name_the_option(problem_dir, args, message):

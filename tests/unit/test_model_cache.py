@@ -72,6 +72,20 @@ def test_release_drops_every_model(adapters):
     assert cache.loaded() == {"base": [], "adapters": []}
 
 
+def base_dtypes(model) -> set[torch.dtype]:
+    return {p.dtype for name, p in model.named_parameters() if "lora_" not in name}
+
+
+def test_a_base_is_held_in_the_dtype_its_caller_asks_for_and_loaded_again_for_another(adapters, ids):
+    cache = ModelCache()
+    with cache.use(str(adapters[0]), "a0", torch.bfloat16) as (model, _):
+        assert base_dtypes(model) == {torch.bfloat16}  # peft keeps the adapter's own weights in float32
+        in_bfloat16 = logits(model, ids).float()
+    with cache.use(str(adapters[0]), "a0") as (model, _):  # inference_dtype(): float32 on a CPU
+        assert base_dtypes(model) == {torch.float32}
+        torch.testing.assert_close(in_bfloat16, logits(model, ids), rtol=0.1, atol=0.1)  # the same model, rounded
+
+
 def test_adapter_names_are_model_ids_without_dots():
     assert adapter_name("ft:Qwen/Qwen2.5-Coder-7B:ftjob-1") == "ft:Qwen/Qwen2_5-Coder-7B:ftjob-1"
 

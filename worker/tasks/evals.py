@@ -20,6 +20,7 @@ from celery import shared_task
 from cuset_core.evaluation.config import EvalConfig
 from cuset_core.evaluation.decoding import Decode, answers_for, endpoint_decoder, model_decoder
 from cuset_core.evaluation.scoring import SampleRecord, repair_answers, score_attempt
+from cuset_core.models import resolve_dtype
 from cuset_core.verify.execution.reference_pool import ReferencePool
 from db.models import Eval
 from service.dispatch import TaskName
@@ -53,7 +54,8 @@ def _decoding(runtime: WorkerRuntime, eval_id: str) -> Iterator[tuple[EvalConfig
         with endpoint_decoder(model.config, model.engine.api_key(), supports_n=model.engine.supports_n) as decode:
             yield model.config, decode
         return
-    with runtime.loaded_models().use(model.spec, model.model_id) as (loaded, tokenizer):
+    dtype = resolve_dtype(model.config.dtype)
+    with runtime.loaded_models().use(model.spec, model.model_id, dtype) as (loaded, tokenizer):
         yield model.config, model_decoder(loaded, tokenizer, model.config)
 
 
