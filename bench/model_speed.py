@@ -6,6 +6,10 @@ Usage (from the repository root; the model must be installed: `cuset install-mod
 
     .venv/bin/python bench/model_speed.py [--model qwen2.5-coder-0.5b] [--baseline smollm2-135m]
         [--max-new-tokens 64] [--seq-len 512] [--steps 3] [--reps 2] [--skip-training]
+    .venv/bin/python bench/model_speed.py --model qwen2.5-coder-0.5b@bfloat16 \
+        --baseline qwen2.5-coder-0.5b@float32     # what bfloat16 weights gain (AMX CPUs: about 2x)
+
+A model is ``NAME[@DTYPE]``, its weights float32 unless a dtype is named.
 
 Generation: ``cuset_core.generation.sampling.generate`` (what the service and evals run:
 ``model.generate`` with its KV cache, the prompt rendered with the model's own chat template),
@@ -84,6 +88,14 @@ class Timed:
     cpu_s: float
 
 
+def model_and_dtype(label: str) -> tuple[str, torch.dtype]:
+    """``NAME[@DTYPE]`` as ``(name, weights' dtype)``: float32 unless a dtype is named."""
+    from cuset_core.models import resolve_dtype
+
+    name, _, dtype = label.partition("@")
+    return name, resolve_dtype(dtype or "float32")  # type: ignore[arg-type]
+
+
 def timed(call) -> tuple[object, Timed]:
     """``call()``'s result and its :class:`Timed`."""
     wall, cpu = time.perf_counter(), time.process_time()
@@ -108,7 +120,7 @@ def alternating(specs: list[str], reps: int):
 
 def generation(specs: list[str], args) -> dict[str, dict[int, dict[str, float]]]:
     """Per model and batch size: median tokens per wall second and per CPU second over repetitions."""
-    loaded = {spec: load_model(spec) for spec in specs}
+    loaded = {spec: load_model(*model_and_dtype(spec)) for spec in specs}
     for model, tokenizer in loaded.values():  # warm-up: first-call allocations, lazy imports
         sample(model.eval(), tokenizer, 1, 8, seed=0)
     runs: dict[str, dict[int, list[tuple[int, Timed]]]] = {spec: {batch: [] for batch in BATCHES} for spec in specs}
@@ -139,9 +151,12 @@ def trainer_for(spec: str, args, folder: str):
     from cuset_core.training.run import prepare_model
     from cuset_core.training.trainer import CusetTrainer
 
-    hp = Hyperparameters(batch_size=1, max_seq_len=args.seq_len, gradient_checkpointing=True, dtype="float32")
+    name, dtype = model_and_dtype(spec)
+    hp = Hyperparameters(
+        batch_size=1, max_seq_len=args.seq_len, gradient_checkpointing=True, dtype=str(dtype).removeprefix("torch.")
+    )
     config = TuneConfig(
-        model=spec, train_file=Path(folder) / "unused.jsonl", output_dir=Path(folder) / spec, hyperparameters=hp
+        model=name, train_file=Path(folder) / "unused.jsonl", output_dir=Path(folder) / spec, hyperparameters=hp
     )
     model = prepare_model(config).train()
     training = TrainingArguments(output_dir=folder, report_to="none", use_cpu=True)
@@ -185,8 +200,13 @@ def training(specs: list[str], args) -> dict[str, dict[str, float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="qwen2.5-coder-0.5b")
-    parser.add_argument("--baseline", default="smollm2-135m")
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="NAME[@DTYPE] (default dtype float32)")
+    parser.add_argument(
+        "--baseline",
+        default="smollm2-135m",
+        help="NAME[@DTYPE]: qwen2.5-coder-0.5b@float32 beside "
+        "--model qwen2.5-coder-0.5b@bfloat16 measures what bfloat16 weights gain",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per completion")
     parser.add_argument("--seq-len", type=int, default=512, help="tokens of the training step's sequence")
     parser.add_argument("--steps", type=int, default=3, help="timed optimizer steps per model")
