@@ -305,7 +305,12 @@ def snapshot(run_dir: Path, step: int) -> Path | None:
     for name in files:
         shutil.copy2(checkpoint / name, partial / name)
     write_base_spec(partial, SIZE.model)
-    partial.rename(target)
+    # The step's folder may hold evaluations already (of this step trained in another checkout,
+    # whose weights are not committed): the adapter joins them, its config last, which marks it whole.
+    target.mkdir(exist_ok=True)
+    for path in sorted(partial.iterdir(), key=lambda path: path.name == "adapter_config.json"):
+        path.replace(target / path.name)
+    partial.rmdir()
     return target
 
 
@@ -358,7 +363,12 @@ def gate(args) -> None:
         def run(self) -> None:
             try:
                 self.ok = common.train(SIZE, run, run_dir, SIZE.model, DATA_DIR / "train.jsonl")
-                state = "done" if self.ok else f"stopped at step {self.passed_at}" if self.passed_at else "failed"
+                if self.ok:
+                    state = "done"
+                elif self.passed_at or common.STOPPING.is_set():
+                    state = f"stopped at step {self.passed_at} (the gate passed)" if self.passed_at else "stopped"
+                else:
+                    state = "failed"
                 common.mark(status, f"{run.name}/train", state)
             finally:
                 self.done.set()

@@ -506,3 +506,21 @@ def test_the_half_billion_self_training_draws_a_seeded_quarter_of_the_pool_and_s
     self_training.start_from_comparison("cuset", start)
     assert sorted(path.name for path in start.iterdir()) == sorted(path.name for path in trained.iterdir())
     assert (start / "adapter_model.safetensors").read_text() == "adapter_model.safetensors"
+
+
+def test_a_gate_steps_adapter_joins_the_evaluations_its_folder_already_holds(tmp_path):
+    elementwise = load_script("run_elementwise")
+    run_dir = tmp_path / "sft-s0"
+    checkpoint = run_dir / "checkpoint-20"
+    checkpoint.mkdir(parents=True)
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        (checkpoint / name).write_text(name)
+    assert elementwise.snapshot(run_dir, 40) is None  # not saved yet
+    greedy_results(run_dir / "step-20" / "eval_unseen", 0.5, 0.1)  # evaluated in another checkout
+
+    step = elementwise.snapshot(run_dir, 20)
+
+    assert step == run_dir / "step-20" and elementwise.snapshot(run_dir, 20) == step
+    assert (step / "adapter_model.safetensors").read_text() == "adapter_model.safetensors"
+    assert (step / "eval_unseen" / "results.json").is_file() and (step / "cuset_base.json").is_file()
+    assert not list(run_dir.glob(".step-*"))
