@@ -118,7 +118,7 @@ SIZE = common.Size(
 # gate.json and runs/), the data shared with the 135M regime (runs/elementwise-data).
 QWEN_GATE_STEPS, QWEN_GATE_EVAL_STEPS = 60, (20, 40, 60)
 # Its evaluations generate with bfloat16 weights: on this machine's CPUs (AMX) twice float32's tokens
-# per second (docs/results.md); the gate's step-20 evaluations ran in float32, before this.
+# per second (docs/results.md); of the gate's step-20 evaluations, the unseen set's ran in float32, before this.
 QWEN_SIZE = dataclasses.replace(
     SIZE,
     model="qwen2.5-coder-0.5b",
