@@ -524,3 +524,21 @@ def test_a_gate_steps_adapter_joins_the_evaluations_its_folder_already_holds(tmp
     assert (step / "adapter_model.safetensors").read_text() == "adapter_model.safetensors"
     assert (step / "eval_unseen" / "results.json").is_file() and (step / "cuset_base.json").is_file()
     assert not list(run_dir.glob(".step-*"))
+
+
+def test_the_half_billion_rule_ships_the_best_run_on_the_unseen_operations_not_on_both_sets(monkeypatch):
+    elementwise = load_script("run_elementwise")
+
+    def row(run: str, unseen: float, seen: float) -> dict:
+        figures = {"pass@4": 0.0, "greedy cpu_correct@1": 0.0, "compile@4": 0.0}
+        return {
+            "run": run,
+            "unseen": {**figures, "pass@4": unseen, "problems": 10},
+            "seen": {**figures, "pass@4": seen, "problems": 5},
+        }
+
+    rows = [row("sft-s0", 0.1, 0.8), row("cuset-s0", 0.2, 0.2)]  # pooled: sft 0.333, cuset 0.2
+    assert "**sft-s0**" in "".join(elementwise.best_run_lines(rows))
+    monkeypatch.setattr(elementwise, "SHIP_SET", "unseen")
+    lines = "".join(elementwise.best_run_lines(rows))
+    assert "**cuset-s0** (pass@4 0.200" in lines and "on the unseen operations" in lines
