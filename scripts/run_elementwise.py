@@ -468,7 +468,7 @@ def compare() -> None:
         run_dir = COMPARE_DIR / run.name
         ensure_weights(run.name, run_dir)
         if not common.train(COMPARE, run, run_dir, COMPARE.model, DATA_DIR / "train.jsonl"):
-            common.mark(status, f"{run.name}/train", "failed")
+            common.mark(status, f"{run.name}/train", "stopped" if common.STOPPING.is_set() else "failed")
             return
         common.mark(status, f"{run.name}/train", "done")
         for name in EVAL_SETS:
