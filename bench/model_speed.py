@@ -57,7 +57,7 @@ from loss_memory import make_batch  # noqa: E402
 
 from cuset_core.generation.prompts import build_messages  # noqa: E402
 from cuset_core.generation.sampling import generate  # noqa: E402
-from cuset_core.models import load_model  # noqa: E402
+from cuset_core.models import load_model, resolve_dtype  # noqa: E402
 
 PROBLEM = """import torch
 import torch.nn as nn
@@ -88,12 +88,10 @@ class Timed:
     cpu_s: float
 
 
-def model_and_dtype(label: str) -> tuple[str, torch.dtype]:
-    """``NAME[@DTYPE]`` as ``(name, weights' dtype)``: float32 unless a dtype is named."""
-    from cuset_core.models import resolve_dtype
-
+def model_and_dtype(label: str) -> tuple[str, str]:
+    """``NAME[@DTYPE]`` as ``(name, weights' dtype name)``: float32 unless a dtype is named."""
     name, _, dtype = label.partition("@")
-    return name, resolve_dtype(dtype or "float32")  # type: ignore[arg-type]
+    return name, dtype or "float32"
 
 
 def timed(call) -> tuple[object, Timed]:
@@ -120,7 +118,10 @@ def alternating(specs: list[str], reps: int):
 
 def generation(specs: list[str], args) -> dict[str, dict[int, dict[str, float]]]:
     """Per model and batch size: median tokens per wall second and per CPU second over repetitions."""
-    loaded = {spec: load_model(*model_and_dtype(spec)) for spec in specs}
+    loaded = {}
+    for spec in specs:
+        name, dtype = model_and_dtype(spec)
+        loaded[spec] = load_model(name, resolve_dtype(dtype))
     for model, tokenizer in loaded.values():  # warm-up: first-call allocations, lazy imports
         sample(model.eval(), tokenizer, 1, 8, seed=0)
     runs: dict[str, dict[int, list[tuple[int, Timed]]]] = {spec: {batch: [] for batch in BATCHES} for spec in specs}
@@ -152,9 +153,7 @@ def trainer_for(spec: str, args, folder: str):
     from cuset_core.training.trainer import CusetTrainer
 
     name, dtype = model_and_dtype(spec)
-    hp = Hyperparameters(
-        batch_size=1, max_seq_len=args.seq_len, gradient_checkpointing=True, dtype=str(dtype).removeprefix("torch.")
-    )
+    hp = Hyperparameters(batch_size=1, max_seq_len=args.seq_len, gradient_checkpointing=True, dtype=dtype)
     config = TuneConfig(
         model=name, train_file=Path(folder) / "unused.jsonl", output_dir=Path(folder) / spec, hyperparameters=hp
     )

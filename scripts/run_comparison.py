@@ -343,6 +343,11 @@ def stop_children(signum, frame) -> None:
         sys.exit(128 + signum)
 
 
+def stage_state(ok: bool) -> str:
+    """What ``status.json`` says of a stage that ended: done, stopped (by a signal) or failed."""
+    return "done" if ok else "stopped" if STOPPING.is_set() else "failed"
+
+
 def trained(run_dir: Path) -> bool:
     """Whether a run's training finished (a done line in its progress log)."""
     progress = run_dir / "progress.jsonl"
@@ -657,7 +662,7 @@ def main() -> None:
 
     def record(key: str, ok: bool) -> None:
         with lock:
-            mark(status, key, "done" if ok else "stopped" if STOPPING.is_set() else "failed")
+            mark(status, key, stage_state(ok))
 
     def base_eval() -> None:
         record("base/eval", evaluate(size, model, out / "base" / "eval", problems))

@@ -374,12 +374,8 @@ def gate(args) -> None:
         def run(self) -> None:
             try:
                 self.ok = common.train(SIZE, run, run_dir, SIZE.model, DATA_DIR / "train.jsonl")
-                if self.ok:
-                    state = "done"
-                elif self.passed_at or common.STOPPING.is_set():
-                    state = f"stopped at step {self.passed_at} (the gate passed)" if self.passed_at else "stopped"
-                else:
-                    state = "failed"
+                passed = f"stopped at step {self.passed_at} (the gate passed)"
+                state = passed if self.passed_at and not self.ok else common.stage_state(self.ok)
                 common.mark(status, f"{run.name}/train", state)
             finally:
                 self.done.set()
@@ -468,7 +464,7 @@ def compare() -> None:
         run_dir = COMPARE_DIR / run.name
         ensure_weights(run.name, run_dir)
         if not common.train(COMPARE, run, run_dir, COMPARE.model, DATA_DIR / "train.jsonl"):
-            common.mark(status, f"{run.name}/train", "stopped" if common.STOPPING.is_set() else "failed")
+            common.mark(status, f"{run.name}/train", common.stage_state(False))
             return
         common.mark(status, f"{run.name}/train", "done")
         for name in EVAL_SETS:

@@ -134,7 +134,7 @@ def run() -> None:
     for run_ in RUNS:
         run_dir = OUT / "runs" / run_.name
         if not common.train(SIZE, run_, run_dir, SIZE.model, DATA_DIR / "train.jsonl"):
-            common.mark(status, f"{run_.name}/train", "stopped" if common.STOPPING.is_set() else "failed")
+            common.mark(status, f"{run_.name}/train", common.stage_state(False))
             return
         common.mark(status, f"{run_.name}/train", "done")
         ok = common.evaluate(SIZE, common.rel(run_dir), run_dir / "eval", DATA_DIR / "eval_heldout.jsonl")
